@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+// OpRegistry: the op schemas generated from ops.def and their kernels, keyed by
+// (op, shape signature). Every op has a generic reference kernel that handles any shape,
+// broadcasting, strides and dtype; more specific entries (e.g. contiguous float32 of a
+// given rank) may be registered beside it and win when their pattern matches.
+// Invariant: resolution happens once per call-site signature (the VM's inline cache), never by
+// string per execution; kernels never write outputs until they are done reading inputs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shapevm/status.h"
+#include "shapevm/value.h"
+
+namespace shapevm {
+
+enum class OpId : std::uint16_t {
+#define SVM_OP(ident, name, inputs, attrs, outputs, meaning) ident,
+#include "ops/ops.def"
+#undef SVM_OP
+  kCount
+};
+inline constexpr int kNumOps = static_cast<int>(OpId::kCount);
+
+enum class InputKind : std::uint8_t { Tensor, Ints, Int, Num };
+enum class AttrKind : std::uint8_t { Int, Float, Bool, Ints, DType };
+std::string_view attrKindName(AttrKind kind);
+
+struct InputSpec {
+  std::string name;
+  InputKind kind = InputKind::Tensor;
+  bool optional = false;
+  bool variadic = false;
+};
+
+struct AttrValue {
+  AttrKind kind = AttrKind::Int;
+  std::int64_t i = 0;  // Int, Bool (0/1)
+  double f = 0.0;      // Float
+  DType dtype = DType::Float32;
+  std::vector<std::int64_t> ints;
+
+  static AttrValue ofInt(std::int64_t v) { AttrValue a; a.kind = AttrKind::Int; a.i = v; return a; }
+  static AttrValue ofFloat(double v) { AttrValue a; a.kind = AttrKind::Float; a.f = v; return a; }
+  static AttrValue ofBool(bool v) { AttrValue a; a.kind = AttrKind::Bool; a.i = v; return a; }
+  static AttrValue ofInts(std::vector<std::int64_t> v) { AttrValue a; a.kind = AttrKind::Ints; a.ints = std::move(v); return a; }
+  static AttrValue ofDType(DType v) { AttrValue a; a.kind = AttrKind::DType; a.dtype = v; return a; }
+  bool operator==(const AttrValue& other) const;
+  std::string toString() const;  // "3", "1e-05", "true", "[0,2,1]", "float32"
+};
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind = AttrKind::Int;
+  std::optional<AttrValue> default_value;  // nullopt = required
+};
+
+struct OpSchema {
+  OpId id;
+  std::string_view name;
+  std::string_view meaning;
+  std::vector<InputSpec> inputs;
+  std::vector<AttrSpec> attrs;
+  int num_outputs = 1;  // -1: decided by attributes (see numOutputs)
+  int minInputs() const;
+  int maxInputs() const;  // -1 = unbounded
+  int attrIndex(std::string_view name) const;  // -1 if absent
+};
+
+// What a kernel sees. `inputs` may contain nullptr for an omitted optional input.
+struct OpContext {
+  const OpSchema* schema = nullptr;
+  std::span<const Value* const> inputs;
+  std::span<const AttrValue> attrs;  // all attributes, schema order, defaults filled in
+  std::span<Value> outputs;          // kernel assigns each (sized by numOutputs)
+};
+using KernelFn = Status (*)(OpContext& ctx);
+
+// A pattern over input signatures; std::nullopt / -1 fields match anything.
+struct KernelPattern {
+  std::optional<DType> dtype;        // all tensor inputs have this dtype
+  int rank = -1;                     // all tensor inputs have this rank
+  bool contiguous = false;           // all tensor inputs contiguous
+  bool same_shape = false;           // all tensor inputs have the same shape
+  bool matches(std::span<const Value* const> inputs) const;
+  int specificity() const;
+};
+
+struct KernelEntry {
+  std::string name;  // "add.generic", "add.f32.contiguous_same_shape"
+  KernelPattern pattern;
+  KernelFn fn = nullptr;
+};
+
+class OpRegistry {
+ public:
+  // Built on first use: schemas from ops.def plus every op family's kernels.
+  static const OpRegistry& global();
+
+  const OpSchema* find(std::string_view name) const;
+  const OpSchema& schema(OpId id) const { return schemas_[static_cast<std::size_t>(id)]; }
+  std::span<const OpSchema> schemas() const { return schemas_; }
+  // All entries of an op, generic first.
+  std::span<const KernelEntry> entries(OpId id) const { return entries_[static_cast<std::size_t>(id)]; }
+  // The most specific entry matching these inputs (the generic entry always matches).
+  const KernelEntry& resolve(OpId id, std::span<const Value* const> inputs) const;
+  bool hasSpecializations(OpId id) const { return entries(id).size() > 1; }
+
+  // Registration (used while building the global registry, and by tests on a local registry).
+  void registerKernel(OpId id, KernelPattern pattern, KernelFn fn, std::string name);
+  OpRegistry();
+
+ private:
+  std::vector<OpSchema> schemas_;
+  std::vector<std::vector<KernelEntry>> entries_;
+};
+
+// Validates named attributes against the schema and returns all of them in schema order with
+// defaults filled in. Errors name the op and the attribute (unknown, wrong kind, missing).
+Expected<std::vector<AttrValue>> resolveAttrs(const OpSchema& schema,
+                                              std::span<const std::pair<std::string, AttrValue>> named);
+// Number of outputs for these attributes (split: sections or len(sizes)); error if undecidable.
+Expected<int> numOutputs(const OpSchema& schema, std::span<const AttrValue> attrs);
+// Checks input count and kinds (tensor vs scalar vs ints) against the schema.
+Status checkInputs(const OpSchema& schema, std::span<const Value* const> inputs);
+
+// Runs the kernel `entry` and, on failure, prefixes the op name and every input's shape:
+// "add(f32[2,3], f32[4]): cannot broadcast ...".
+Status invokeKernel(const KernelEntry& entry, OpContext& ctx);
+// "f32[2,3], f32[4]" for error messages.
+std::string describeInputs(std::span<const Value* const> inputs);
+
+// Convenience for tests and tools: resolve + check + run by name.
+Expected<std::vector<Value>> callOp(std::string_view name, std::vector<Value> inputs,
+                                    std::vector<std::pair<std::string, AttrValue>> attrs = {});
+
+// Per-family registration functions (one file per family under src/ops/).
+void registerElementwiseKernels(OpRegistry& registry);
+void registerMatmulKernels(OpRegistry& registry);
+void registerShapeKernels(OpRegistry& registry);
+void registerReduceKernels(OpRegistry& registry);
+void registerCreationKernels(OpRegistry& registry);
+
+}  // namespace shapevm

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+// Log sink: one line per message on stderr, serialized so two threads never interleave.
+#include "support/logging.h"
+
+#include <cstdio>
+#include <mutex>
+
+namespace shapevm {
+
+std::atomic<int> Log::threshold_{static_cast<int>(LogLevel::Warn)};
+
+void Log::write(LogLevel level, std::string_view component, std::string_view message) {
+  static std::mutex mutex;
+  static constexpr std::string_view kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+  std::lock_guard<std::mutex> lock(mutex);
+  fmt::print(stderr, "[{}] {}: {}\n", kNames[static_cast<int>(level)], component, message);
+}
+
+}  // namespace shapevm

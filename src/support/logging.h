@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// Leveled logging to stderr in the spec's form: "[INFO] JIT: Hot path detected at PC=0x0A, ...".
+// A component ("JIT", "VM") is enabled by one switch; messages are formatted only when enabled.
+#pragma once
+
+#include <atomic>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace shapevm {
+
+enum class LogLevel : std::uint8_t { Debug, Info, Warn, Error };
+
+class Log {
+ public:
+  static bool enabled(LogLevel level) { return static_cast<int>(level) >= threshold_.load(std::memory_order_relaxed); }
+  static void setThreshold(LogLevel level) { threshold_.store(static_cast<int>(level), std::memory_order_relaxed); }
+  static void write(LogLevel level, std::string_view component, std::string_view message);
+
+ private:
+  static std::atomic<int> threshold_;
+};
+
+template <typename... Args>
+void logAt(LogLevel level, std::string_view component, fmt::format_string<Args...> format, Args&&... args) {
+  if (Log::enabled(level)) Log::write(level, component, fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace shapevm

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// CachingAllocator: size-classed free lists over aligned_alloc. Counts every request and every
+// system allocation so "allocations per run" is measurable. Thread-safe (one mutex; the
+// interpreter and the compile thread both allocate).
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "shapevm/tensor.h"
+#include "support/tunables.h"
+
+namespace shapevm {
+
+struct CachingAllocator::Impl {
+  std::mutex mutex;
+  std::map<std::size_t, std::vector<void*>> free_lists;
+  AllocatorStats stats;
+};
+
+CachingAllocator& CachingAllocator::global() {
+  static CachingAllocator* allocator = new CachingAllocator();  // never destroyed: storages may outlive statics
+  return *allocator;
+}
+
+CachingAllocator::Impl& CachingAllocator::impl() const {
+  static Impl* state = new Impl();
+  return *state;
+}
+
+std::size_t CachingAllocator::sizeClass(std::size_t nbytes) {
+  if (nbytes <= 64) return 64;
+  // Power-of-two classes up to 64 KiB, then quarter steps between powers of two.
+  std::size_t power = 64;
+  while (power < nbytes) power <<= 1;
+  if (power <= 65536) return power;
+  std::size_t quarter = power / 8;  // steps of power/8 between power/2 and power
+  return (nbytes + quarter - 1) / quarter * quarter;
+}
+
+Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capacity) {
+  auto max_bytes = static_cast<std::size_t>(Tunables::get(Tunable::MaxTensorBytes));
+  if (nbytes > max_bytes) {
+    return makeError(ErrorCode::OutOfMemory, "allocation of {} bytes exceeds the limit of {} bytes (tunable max_tensor_bytes)",
+                     nbytes, max_bytes);
+  }
+  std::size_t size = sizeClass(nbytes);
+  Impl& state = impl();
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    ++state.stats.requests;
+    auto it = state.free_lists.find(size);
+    if (it != state.free_lists.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      state.stats.cached_bytes -= static_cast<std::int64_t>(size);
+      state.stats.live_bytes += static_cast<std::int64_t>(size);
+      if (state.stats.live_bytes > state.stats.peak_bytes) state.stats.peak_bytes = state.stats.live_bytes;
+      *capacity = size;
+      return ptr;
+    }
+  }
+  void* ptr = std::aligned_alloc(64, size);
+  if (ptr == nullptr) {
+    trim();
+    ptr = std::aligned_alloc(64, size);
+    if (ptr == nullptr) return makeError(ErrorCode::OutOfMemory, "system allocation of {} bytes failed", size);
+  }
+  std::lock_guard<std::mutex> lock(state.mutex);
+  ++state.stats.system_allocations;
+  state.stats.live_bytes += static_cast<std::int64_t>(size);
+  if (state.stats.live_bytes > state.stats.peak_bytes) state.stats.peak_bytes = state.stats.live_bytes;
+  *capacity = size;
+  return ptr;
+}
+
+void CachingAllocator::free(void* ptr, std::size_t capacity) {
+  if (ptr == nullptr) return;
+  Impl& state = impl();
+  bool keep = false;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.stats.live_bytes -= static_cast<std::int64_t>(capacity);
+    auto limit = Tunables::get(Tunable::AllocatorCacheBytes);
+    if (state.stats.cached_bytes + static_cast<std::int64_t>(capacity) <= limit) {
+      state.free_lists[capacity].push_back(ptr);
+      state.stats.cached_bytes += static_cast<std::int64_t>(capacity);
+      keep = true;
+    }
+  }
+  if (!keep) std::free(ptr);
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(impl().mutex);
+  return impl().stats;
+}
+
+void CachingAllocator::resetPeak() {
+  std::lock_guard<std::mutex> lock(impl().mutex);
+  impl().stats.peak_bytes = impl().stats.live_bytes;
+}
+
+void CachingAllocator::trim() {
+  std::lock_guard<std::mutex> lock(impl().mutex);
+  for (auto& [size, blocks] : impl().free_lists) {
+    for (void* block : blocks) std::free(block);
+    blocks.clear();
+  }
+  impl().stats.cached_bytes = 0;
+}
+
+}  // namespace shapevm
