@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+# Per-op overhead of the ShapeVM interpreter vs PyTorch eager, measured in one script run.
+# ShapeVM: bench binary svm_bench_op_overhead (Google Benchmark, 100 CallOp add per VM run,
+# median of repetitions). PyTorch: torch.add(a, b) in a Python loop, 1 thread, median of
+# repeats. Prints a markdown table with ns/op and the ratio (ShapeVM / PyTorch).
+# Usage: /usr/bin/python3 bench/op_overhead.py [--bin build/bench/svm_bench_op_overhead]
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def shapevm_ns_per_op(binary, repetitions):
+    out = subprocess.run([binary, "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
+                          "--benchmark_min_time=0.2"], capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    result = {}
+    for b in data["benchmarks"]:
+        if b.get("aggregate_name") == "median":
+            name = b["run_name"].split("/")[-1] if "/" in b["run_name"] else b["run_name"]
+            scale = {"ns": 1.0, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+            result[name.replace("benchAdd", "").strip("_/")] = b["real_time"] * scale / 100.0
+    return result
+
+
+def torch_ns_per_op(shape, repeats, loops):
+    torch.set_num_threads(1)
+    a = torch.randn(shape)
+    b = torch.randn(shape)
+    # Correctness first: the op being timed computes the same as numpy.
+    assert np.allclose(torch.add(a, b).numpy(), a.numpy() + b.numpy())
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        for _ in range(loops):
+            torch.add(a, b)
+        samples.append((time.perf_counter_ns() - start) / loops)
+    return statistics.median(samples), min(samples), max(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default="build/bench/svm_bench_op_overhead")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    svm = shapevm_ns_per_op(args.bin, args.repeats)
+    rows = []
+    for label, shape, key in [("1 element", (1,), "add_1elem"), ("64x64", (64, 64), "add_64x64")]:
+        t_med, t_min, t_max = torch_ns_per_op(shape, args.repeats, 20000)
+        for variant in ("profiled", "unprofiled"):
+            v = svm[f"{key}_{variant}"]
+            rows.append((label, variant, v, t_med, t_min, t_max, v / t_med))
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}, 1 thread; date {time.strftime('%Y-%m-%d')}")
+    print()
+    print("| add on | ShapeVM profiling | ShapeVM ns/op (median) | PyTorch eager ns/op (median, min-max) | ratio ShapeVM/PyTorch |")
+    print("|---|---|---:|---:|---:|")
+    for label, variant, v, t_med, t_min, t_max, ratio in rows:
+        print(f"| {label} | {variant} | {v:.1f} | {t_med:.0f} ({t_min:.0f}-{t_max:.0f}) | {ratio:.3f} (1/{1 / ratio:.0f}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// A CallOp site's dispatch slot: the interpreter's inline cache (last resolved reference
+// kernel per input signature key) and the JIT's patch table. The patch table pointer is the
+// ONLY thing the JIT changes, and only through its RuntimePatchManager: it publishes a new
+// immutable PatchTable with a release store; the interpreter reads it with one acquire load and
+// never locks. Replaced tables are retired by the patch manager once no frame can be using them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ops/registry.h"
+#include "shapevm/value.h"
+
+namespace shapevm {
+
+// What a compiled entry requires of its inputs; checked at the slot before every compiled call.
+struct GuardDim {
+  std::int64_t lo = 0;
+  std::int64_t hi = INT64_MAX;
+  std::int64_t divisor = 1;
+};
+struct InputGuard {
+  bool is_tensor = true;
+  DType dtype = DType::Float32;
+  int rank = 0;
+  bool require_contiguous = true;
+  GuardDim dims[kMaxRank];
+};
+struct Guard {
+  std::vector<InputGuard> inputs;
+  bool passes(std::span<const Value* const> inputs) const;
+};
+
+// A compiled kernel: returns false (without writing outputs) to decline, which the slot treats
+// like a guard miss and runs the reference kernel instead.
+using CompiledKernelFn = bool (*)(const void* state, std::span<const Value* const> inputs, std::span<Value> outputs);
+
+struct CompiledEntry {
+  Guard guard;
+  CompiledKernelFn fn = nullptr;
+  const void* state = nullptr;  // owned by the JIT; lives at least as long as the table
+  std::uint64_t id = 0;         // kernel version id (for logs and stats)
+};
+
+// Immutable once published; several entries = a polymorphic site (keyed by signature/range).
+struct PatchTable {
+  std::vector<CompiledEntry> entries;
+};
+
+struct DispatchSlot {
+  // ---- JIT side (published by the patch manager) ----
+  std::atomic<const PatchTable*> patched{nullptr};
+  // ---- interpreter side (owned by the executing thread) ----
+  std::uint64_t ic_key = ~std::uint64_t{0};     // signature key of the cached entry
+  const KernelEntry* ic_entry = nullptr;        // cached reference kernel for ic_key
+  std::uint64_t ic_misses = 0;                  // times the key changed (re-resolution)
+  // ---- counters (relaxed atomics: read by the JIT's hot-path detector) ----
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> compiled_calls{0};
+  std::atomic<std::uint64_t> guard_misses{0};
+  std::atomic<std::uint64_t> ticks{0};          // cumulative time in timestamp ticks
+};
+
+// The inline-cache key: per input (first 7) dtype, rank, contiguity and tensor-ness, plus one
+// bit for "all tensor inputs share one shape" — exactly what KernelPattern can test, so equal
+// keys always resolve to the same entry. Returns ~0 (uncacheable) beyond 7 inputs.
+std::uint64_t signatureKey(std::span<const Value* const> inputs);
+
+}  // namespace shapevm

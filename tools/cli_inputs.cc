@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// Argument construction for `shapevm run`: given tensors, scalar arguments and generated
+// inputs from shape tokens with a cycling `--dim` schedule.
+#include "tools/cli_inputs.h"
+
+#include <charconv>
+#include <random>
+
+#include "ops/registry.h"
+#include "support/tunables.h"
+
+namespace shapevm {
+namespace {
+
+bool parseInt64(std::string_view text, std::int64_t* out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
+std::string dimLabel(const Function& fn, int id) {
+  if (id >= 0 && static_cast<std::size_t>(id) < fn.dim_names.size() && !fn.dim_names[static_cast<std::size_t>(id)].empty()) {
+    return fn.dim_names[static_cast<std::size_t>(id)];
+  }
+  return "?" + std::to_string(id);
+}
+
+// The schedule for axis `axis` of parameter `param` (PARAM.AXIS form), or for its dim id.
+const DimSchedule* findSchedule(const Function& fn, const InputPlan& plan, const Param& param, int axis, int id) {
+  const std::string by_axis = param.name + "." + std::to_string(axis);
+  for (const DimSchedule& s : plan.dims) {
+    if (s.target == by_axis) return &s;
+  }
+  if (id < 0) return nullptr;
+  for (const DimSchedule& s : plan.dims) {
+    if (s.target == dimLabel(fn, id) || s.target == "?" + std::to_string(id)) return &s;
+  }
+  return nullptr;
+}
+
+std::int64_t defaultExtent(const DimToken& dim) {
+  std::int64_t value = Tunables::get(Tunable::DefaultDynamicDim);
+  if (dim.lo >= 0 && value < dim.lo) value = dim.lo;
+  if (dim.hi >= 0 && value > dim.hi) value = dim.hi;
+  if (dim.divisor > 1 && value % dim.divisor != 0) value = (value / dim.divisor + 1) * dim.divisor;
+  return value;
+}
+
+}  // namespace
+
+Expected<DimSchedule> parseDimFlag(const std::string& flag) {
+  auto equals = flag.find('=');
+  if (equals == std::string::npos || equals == 0 || equals + 1 == flag.size()) {
+    return makeError(ErrorCode::InvalidArgument, "--dim '{}': expected NAME=V[,V...] or PARAM.AXIS=V[,V...]", flag);
+  }
+  DimSchedule schedule;
+  schedule.target = flag.substr(0, equals);
+  std::string_view rest = std::string_view(flag).substr(equals + 1);
+  while (true) {
+    auto comma = rest.find(',');
+    std::int64_t value = 0;
+    std::string_view item = rest.substr(0, comma);
+    if (!parseInt64(item, &value) || value < 0) {
+      return makeError(ErrorCode::InvalidArgument, "--dim '{}': '{}' is not a non-negative integer", flag, item);
+    }
+    schedule.values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return schedule;
+}
+
+Status validatePlan(const Function& fn, const InputPlan& plan) {
+  std::string params;
+  for (const Param& p : fn.params) params += (params.empty() ? "" : ", ") + p.name;
+  for (const auto& [name, tensor] : plan.given) {
+    int index = fn.paramIndex(name);
+    if (index < 0) {
+      return makeError(ErrorCode::UnknownName, "input '{}' matches no parameter of '{}' (parameters: {})", name, fn.name,
+                       params);
+    }
+    if (fn.params[static_cast<std::size_t>(index)].kind != ValueKind::Tensor) {
+      return makeError(ErrorCode::KindMismatch, "parameter '{}' of '{}' is a {}, give it with --arg {}=VALUE", name,
+                       fn.name, valueKindName(fn.params[static_cast<std::size_t>(index)].kind), name);
+    }
+  }
+  for (const auto& [name, value] : plan.scalars) {
+    int index = fn.paramIndex(name);
+    if (index < 0) {
+      return makeError(ErrorCode::UnknownName, "--arg '{}' matches no parameter of '{}' (parameters: {})", name, fn.name, params);
+    }
+  }
+  for (const DimSchedule& s : plan.dims) {
+    bool found = false;
+    auto dot = s.target.rfind('.');
+    if (dot != std::string::npos) {
+      int index = fn.paramIndex(s.target.substr(0, dot));
+      std::int64_t axis = -1;
+      if (index >= 0 && parseInt64(std::string_view(s.target).substr(dot + 1), &axis)) {
+        const Param& p = fn.params[static_cast<std::size_t>(index)];
+        if (axis < 0 || axis >= p.token.rank()) {
+          return makeError(ErrorCode::IndexOutOfRange, "--dim {}: parameter '{}' {} has no axis {}", s.target, p.name,
+                           p.token.toString(), axis);
+        }
+        if (p.token.dims[static_cast<std::size_t>(axis)].is_static) {
+          return makeError(ErrorCode::InvalidArgument, "--dim {}: axis {} of '{}' is static ({}) in its token {}", s.target,
+                           axis, p.name, p.token.dims[static_cast<std::size_t>(axis)].size, p.token.toString());
+        }
+        found = true;
+      }
+    }
+    for (const Param& p : fn.params) {
+      for (const DimToken& d : p.token.dims) {
+        if (!d.is_static && d.id >= 0 && (dimLabel(fn, d.id) == s.target || "?" + std::to_string(d.id) == s.target)) found = true;
+      }
+    }
+    if (!found) {
+      std::string dims;
+      for (const Param& p : fn.params) {
+        for (std::size_t axis = 0; axis < p.token.dims.size(); ++axis) {
+          const DimToken& d = p.token.dims[axis];
+          if (d.is_static) continue;
+          dims += (dims.empty() ? "" : ", ") + p.name + "." + std::to_string(axis);
+          if (d.id >= 0) dims += " (" + dimLabel(fn, d.id) + ")";
+        }
+      }
+      return makeError(ErrorCode::UnknownName, "--dim {}: no such dynamic dim in '{}' (dynamic dims: {})", s.target,
+                       fn.name, dims.empty() ? "none" : dims);
+    }
+  }
+  return Status::ok();
+}
+
+Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t seed) {
+  if (isFloating(dtype)) {
+    std::vector<Value> args{Value::fromInts(shape.span())};
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> out,
+                         callOp("randn", std::move(args),
+                                {{"seed", AttrValue::ofInt(static_cast<std::int64_t>(seed & 0x7fffffffffffffffULL))},
+                                 {"dtype", AttrValue::ofDType(dtype)}}));
+    return out[0].tensor();
+  }
+  SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
+  std::mt19937_64 engine(seed);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    std::uint64_t bits = engine();
+    storeFromDouble(t.rawData(), dtype, i, dtype == DType::Bool ? static_cast<double>(bits & 1) : static_cast<double>(bits % 8));
+  }
+  return t;
+}
+
+Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
+                                            std::string* dims_label) {
+  std::map<int, std::int64_t> bound;  // dynamic dim id -> extent chosen this iteration
+  // Given tensors bind their dynamic dims first, so generated inputs agree with them.
+  for (const Param& p : fn.params) {
+    auto it = plan.given.find(p.name);
+    if (it == plan.given.end() || p.token.any_rank || it->second.rank() != p.token.rank()) continue;
+    for (std::size_t axis = 0; axis < p.token.dims.size(); ++axis) {
+      const DimToken& d = p.token.dims[axis];
+      if (!d.is_static && d.id >= 0) bound.emplace(d.id, it->second.dim(static_cast<int>(axis)));
+    }
+  }
+  if (dims_label != nullptr) {
+    dims_label->clear();
+    for (const DimSchedule& s : plan.dims) {
+      std::int64_t value = s.values[static_cast<std::size_t>(iteration) % s.values.size()];
+      *dims_label += (dims_label->empty() ? "" : " ") + s.target + "=" + std::to_string(value);
+    }
+  }
+  std::vector<Value> args;
+  for (std::size_t index = 0; index < fn.params.size(); ++index) {
+    const Param& p = fn.params[index];
+    if (p.kind != ValueKind::Tensor) {
+      auto it = plan.scalars.find(p.name);
+      if (it == plan.scalars.end()) {
+        return makeError(ErrorCode::InvalidArgument, "parameter '{}' ({}) of '{}' has no value: give --arg {}=VALUE",
+                         p.name, valueKindName(p.kind), fn.name, p.name);
+      }
+      args.push_back(it->second);
+      continue;
+    }
+    auto given = plan.given.find(p.name);
+    if (given != plan.given.end()) {
+      args.push_back(Value::fromTensor(given->second));
+      continue;
+    }
+    if (p.token.any_rank) {
+      return makeError(ErrorCode::InvalidArgument,
+                       "parameter '{}' has token {} (any rank), so no input can be generated: give it with --input {}=FILE.npy",
+                       p.name, p.token.toString(), p.name);
+    }
+    Shape shape;
+    for (std::size_t axis = 0; axis < p.token.dims.size(); ++axis) {
+      const DimToken& d = p.token.dims[axis];
+      std::int64_t extent = d.size;
+      if (!d.is_static) {
+        const DimSchedule* s = findSchedule(fn, plan, p, static_cast<int>(axis), d.id);
+        if (s != nullptr) {
+          extent = s->values[static_cast<std::size_t>(iteration) % s->values.size()];
+        } else if (d.id >= 0 && bound.count(d.id)) {
+          extent = bound[d.id];
+        } else {
+          extent = defaultExtent(d);
+        }
+        if (d.id >= 0) bound.emplace(d.id, extent);
+      }
+      shape.push_back(extent);
+    }
+    const std::uint64_t seed = plan.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(iteration) * 1000003ULL + index;
+    SVM_ASSIGN_OR_RETURN(Tensor t, randomTensor(p.token.dtype.value_or(DType::Float32), shape, seed));
+    args.push_back(Value::fromTensor(std::move(t)));
+  }
+  return args;
+}
+
+}  // namespace shapevm

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// How `shapevm run` turns flags into function arguments: inputs from .npz/.npy matched to
+// parameters by name, scalar arguments, and generated (seeded random) inputs whose dynamic
+// dims follow a `--dim` schedule that cycles per iteration.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bytecode/module.h"
+#include "shapevm/value.h"
+
+namespace shapevm {
+
+// One `--dim` flag: `NAME=V[,V...]` (a named dynamic dim, or `?N`) or `PARAM.AXIS=V[,V...]`.
+struct DimSchedule {
+  std::string target;
+  std::vector<std::int64_t> values;
+};
+Expected<DimSchedule> parseDimFlag(const std::string& flag);
+
+struct InputPlan {
+  std::map<std::string, Tensor> given;      // from --inputs/--params/--input, by parameter name
+  std::map<std::string, Value> scalars;     // from --arg NAME=VALUE
+  std::vector<DimSchedule> dims;
+  std::uint64_t seed = 0;
+};
+
+// Checks that every given name is a parameter of `fn` and every --dim target exists; errors
+// list the valid names.
+Status validatePlan(const Function& fn, const InputPlan& plan);
+
+// Arguments for iteration `iteration` (dim schedules cycle), plus a label of the dynamic dims
+// used ("batch=32 seq=10") for per-shape statistics.
+Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
+                                            std::string* dims_label);
+
+// Deterministic standard-normal / integer fill used for generated inputs.
+Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t seed);
+
+}  // namespace shapevm

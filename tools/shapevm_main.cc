@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `shapevm` CLI: asm, dis, verify, run, ops, tunables. Every failure prints
+// "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+#include "bytecode/binary_format.h"
+#include "bytecode/module_io.h"
+#include "bytecode/text_format.h"
+#include "bytecode/verifier.h"
+#include "ops/registry.h"
+#include "shapevm/npy.h"
+#include "support/tunables.h"
+#include "tools/cli_inputs.h"
+#include "vm/vm.h"
+
+namespace shapevm {
+namespace {
+
+int fail(const Status& status) {
+  fmt::print(stderr, "shapevm: error: {}\n", status.toString());
+  return 1;
+}
+
+Status applyTunables(const std::vector<std::string>& settings) {
+  SVM_RETURN_IF_ERROR(Tunables::loadFromEnvironment());
+  for (const std::string& setting : settings) {
+    auto equals = setting.find('=');
+    if (equals == std::string::npos) {
+      return makeError(ErrorCode::InvalidArgument, "--set '{}': expected KEY=VALUE (see `shapevm tunables`)", setting);
+    }
+    SVM_RETURN_IF_ERROR(Tunables::set(setting.substr(0, equals), setting.substr(equals + 1)));
+  }
+  return Status::ok();
+}
+
+Expected<int> selectFunction(const Module& module, const std::string& name) {
+  if (!name.empty()) {
+    int index = module.findFunction(name);
+    if (index >= 0) return index;
+  } else if (module.functions.size() == 1) {
+    return 0;
+  } else if (int main_index = module.findFunction("main"); main_index >= 0) {
+    return main_index;
+  }
+  std::string known;
+  for (const Function& fn : module.functions) known += (known.empty() ? "" : ", ") + fn.name;
+  if (name.empty()) {
+    return makeError(ErrorCode::InvalidArgument, "module has several functions ({}); choose one with --fn", known);
+  }
+  return makeError(ErrorCode::UnknownName, "no function '{}' in module (functions: {})", name, known);
+}
+
+Expected<Value> parseScalarArg(const std::string& text) {
+  if (text == "true" || text == "True") return Value::fromBool(true);
+  if (text == "false" || text == "False") return Value::fromBool(false);
+  const char* end = text.data() + text.size();
+  std::int64_t integer = 0;
+  if (auto r = std::from_chars(text.data(), end, integer); r.ec == std::errc() && r.ptr == end) return Value::fromInt(integer);
+  double real = 0;
+  if (auto r = std::from_chars(text.data(), end, real); r.ec == std::errc() && r.ptr == end) return Value::fromFloat(real);
+  return makeError(ErrorCode::InvalidArgument, "'{}' is not an int, float or bool", text);
+}
+
+Expected<Tensor> outputTensor(const Value& v, std::size_t index) {
+  switch (v.kind()) {
+    case ValueKind::Tensor: return v.tensor();
+    case ValueKind::Int: return Tensor::scalar(static_cast<double>(v.asInt()), DType::Int64);
+    case ValueKind::Float: return Tensor::scalar(v.asFloat(), DType::Float64);
+    case ValueKind::Bool: return Tensor::scalar(v.asBool() ? 1.0 : 0.0, DType::Bool);
+    case ValueKind::Tuple: {
+      SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> ints, v.toInts("output"));
+      SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::Int64, Shape{static_cast<std::int64_t>(ints.size())}));
+      for (std::size_t i = 0; i < ints.size(); ++i) t.data<std::int64_t>()[i] = ints[i];
+      return t;
+    }
+    case ValueKind::None: break;
+  }
+  return makeError(ErrorCode::Unsupported, "output {} is {}, which cannot be written to .npz", index, v.describe());
+}
+
+std::string summarize(const Value& v) {
+  if (!v.isTensor()) return v.describe();
+  const Tensor& t = v.tensor();
+  if (t.numel() == 0) return t.describe();
+  double sum = 0, low = INFINITY, high = -INFINITY;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    double x = t.elementAsDouble(i);
+    sum += x;
+    low = std::min(low, x);
+    high = std::max(high, x);
+  }
+  return fmt::format("{} mean={:.6g} min={:.6g} max={:.6g}", t.describe(), sum / static_cast<double>(t.numel()), low, high);
+}
+
+struct LatencySummary {
+  double median = 0, p99 = 0, low = 0, high = 0;
+};
+LatencySummary summarizeLatency(std::vector<double> samples) {
+  LatencySummary s;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  s.median = samples[samples.size() / 2];
+  s.p99 = samples[std::min(samples.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(samples.size()))) - 1)];
+  s.low = samples.front();
+  s.high = samples.back();
+  return s;
+}
+
+void printProfile(VirtualMachine& vm, int function) {
+  const Function& fn = vm.module().functions[static_cast<std::size_t>(function)];
+  FunctionRuntime& rt = vm.runtime(function);
+  fmt::print("profile of '{}': {} calls\n", fn.name, rt.calls.load());
+  fmt::print("  {:>6}  {:<14} {:>8} {:>12} {:>10}  {}\n", "PC", "op", "calls", "total ms", "ns/call", "signatures seen");
+  for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
+    if (fn.code[pc].op != Opcode::CallOp) continue;
+    auto site = static_cast<std::size_t>(fn.code[pc].a);
+    const DispatchSlot& slot = rt.slots[site];
+    std::uint64_t calls = slot.calls.load();
+    double ms = ticksToNanos(slot.ticks.load()) / 1e6;
+    std::string signatures;
+    for (const ProfileRecord& r : rt.profiles[site].snapshot()) {
+      signatures += (signatures.empty() ? "" : "; ") + r.toString() + " x" + std::to_string(r.count);
+    }
+    fmt::print("  0x{:04X}  {:<14} {:>8} {:>12.3f} {:>10.0f}  {}\n", pc,
+               OpRegistry::global().schema(fn.op_sites[site].op).name, calls, ms,
+               calls ? ms * 1e6 / static_cast<double>(calls) : 0.0, signatures);
+  }
+  for (int loop = 0; loop < fn.num_loops; ++loop) {
+    fmt::print("  loop l{}: {} iterations, {:.3f} ms\n", loop, rt.loops[loop].iterations.load(),
+               ticksToNanos(rt.loops[loop].ticks.load()) / 1e6);
+  }
+}
+
+struct RunFlags {
+  std::string module_path, fn, inputs_npz, params_npz, out;
+  std::vector<std::string> input_files, args, dims, settings;
+  std::uint64_t seed = 0;
+  std::int64_t iters = 1;
+  bool stats = false, profile = false, no_profile = false, quiet = false;
+};
+
+int runCommand(const RunFlags& flags) {
+  if (Status s = applyTunables(flags.settings); !s.isOk()) return fail(s);
+  if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
+  auto module = loadModuleFile(flags.module_path);
+  if (!module) return fail(module.status());
+  auto shared = std::make_shared<Module>(std::move(*module));
+  auto function = selectFunction(*shared, flags.fn);
+  if (!function) return fail(function.status());
+  const Function& fn = shared->functions[static_cast<std::size_t>(*function)];
+
+  InputPlan plan;
+  plan.seed = flags.seed;
+  auto addGiven = [&](const std::string& name, Tensor t, const std::string& from) -> Status {
+    if (!plan.given.emplace(name, std::move(t)).second) {
+      return makeError(ErrorCode::InvalidArgument, "parameter '{}' is given twice (again in {})", name, from);
+    }
+    return Status::ok();
+  };
+  for (const std::string* path : {&flags.inputs_npz, &flags.params_npz}) {
+    if (path->empty()) continue;
+    auto entries = readNpz(*path);
+    if (!entries) return fail(entries.status());
+    for (auto& [name, tensor] : *entries) {
+      if (Status s = addGiven(name, std::move(tensor), *path); !s.isOk()) return fail(s);
+    }
+  }
+  for (const std::string& item : flags.input_files) {
+    auto equals = item.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return fail(makeError(ErrorCode::InvalidArgument, "--input '{}': expected NAME=FILE.npy", item));
+    }
+    auto tensor = readNpy(item.substr(equals + 1));
+    if (!tensor) return fail(tensor.status());
+    if (Status s = addGiven(item.substr(0, equals), std::move(*tensor), item); !s.isOk()) return fail(s);
+  }
+  for (const std::string& item : flags.args) {
+    auto equals = item.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return fail(makeError(ErrorCode::InvalidArgument, "--arg '{}': expected NAME=VALUE", item));
+    }
+    auto value = parseScalarArg(item.substr(equals + 1));
+    if (!value) return fail(std::move(value).status().withContext("--arg " + item));
+    plan.scalars[item.substr(0, equals)] = *value;
+  }
+  for (const std::string& item : flags.dims) {
+    auto schedule = parseDimFlag(item);
+    if (!schedule) return fail(schedule.status());
+    plan.dims.push_back(*schedule);
+  }
+  if (Status s = validatePlan(fn, plan); !s.isOk()) return fail(s);
+
+  VmOptions options;
+  options.profile = !flags.no_profile;
+  VirtualMachine vm(shared, options);
+  std::vector<double> latencies;
+  std::map<std::string, std::vector<double>> by_label;
+  std::vector<std::string> label_order;
+  std::vector<Value> outputs;
+  for (std::int64_t iteration = 0; iteration < flags.iters; ++iteration) {
+    std::string label;
+    auto args = buildArguments(fn, plan, iteration, &label);
+    if (!args) return fail(args.status());
+    auto start = std::chrono::steady_clock::now();
+    auto result = vm.run(*function, *args);
+    auto stop = std::chrono::steady_clock::now();
+    if (!result) {
+      Status status = std::move(result).status();
+      if (flags.iters > 1) status.withContext(fmt::format("iteration {}{}", iteration, label.empty() ? "" : " (" + label + ")"));
+      return fail(status);
+    }
+    double ms = std::chrono::duration<double, std::milli>(stop - start).count();
+    latencies.push_back(ms);
+    if (!by_label.count(label)) label_order.push_back(label);
+    by_label[label].push_back(ms);
+    outputs = std::move(*result);
+  }
+
+  if (!flags.out.empty()) {
+    std::vector<std::pair<std::string, Tensor>> entries;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      auto t = outputTensor(outputs[i], i);
+      if (!t) return fail(t.status());
+      entries.emplace_back("out" + std::to_string(i), *t);
+    }
+    if (Status s = writeNpz(flags.out, entries); !s.isOk()) return fail(s);
+  }
+  if (!flags.quiet) {
+    for (std::size_t i = 0; i < outputs.size(); ++i) fmt::print("out{}: {}\n", i, summarize(outputs[i]));
+  }
+  if (flags.stats) {
+    const ExecStats& st = vm.stats();
+    const double runs = static_cast<double>(flags.iters);
+    LatencySummary all = summarizeLatency(latencies);
+    fmt::print("stats: function '{}', {} iterations\n", fn.name, flags.iters);
+    fmt::print("  latency ms: median {:.4f}  p99 {:.4f}  min {:.4f}  max {:.4f}\n", all.median, all.p99, all.low, all.high);
+    if (label_order.size() > 1 || (label_order.size() == 1 && !label_order[0].empty())) {
+      for (const std::string& label : label_order) {
+        LatencySummary s = summarizeLatency(by_label[label]);
+        fmt::print("  {:<24} median {:.4f} ms  p99 {:.4f} ms  ({} runs)\n", label, s.median, s.p99, by_label[label].size());
+      }
+    }
+    fmt::print("  instructions: {} ({:.0f}/run)\n", st.instructions, static_cast<double>(st.instructions) / runs);
+    fmt::print("  op calls: {} ({:.0f}/run; interpreted {}, compiled {}, guard misses {}, inline-cache misses {})\n",
+               st.op_calls, static_cast<double>(st.op_calls) / runs, st.op_calls - st.compiled_calls, st.compiled_calls,
+               st.guard_misses, st.ic_misses);
+    fmt::print("  allocations: {} requests, {} system ({:.1f} requests/run, {:.1f} system/run)\n", st.alloc_requests,
+               st.system_allocations, static_cast<double>(st.alloc_requests) / runs,
+               static_cast<double>(st.system_allocations) / runs);
+    AllocatorStats alloc = CachingAllocator::global().stats();
+    fmt::print("  memory: live {} bytes, peak {} bytes, cached {} bytes\n", alloc.live_bytes, alloc.peak_bytes,
+               alloc.cached_bytes);
+  }
+  if (flags.profile) printProfile(vm, *function);
+  return 0;
+}
+
+Status writeBytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return makeError(ErrorCode::IoError, "cannot open '{}' for writing", path);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) return makeError(ErrorCode::IoError, "failed writing '{}'", path);
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace shapevm
+
+int main(int argc, char** argv) {
+  using namespace shapevm;
+  CLI::App app{"ShapeVM: a bytecode VM for tensor programs with dynamic shapes"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+
+  std::string asm_in, asm_out;
+  auto* asm_cmd = app.add_subcommand("asm", "assemble .svasm text into a binary .svm module (verified)");
+  asm_cmd->add_option("input", asm_in, "input .svasm file")->required();
+  asm_cmd->add_option("-o,--output", asm_out, "output .svm file")->required();
+
+  std::string dis_in, dis_fn;
+  bool dis_pseudo = false;
+  auto* dis_cmd = app.add_subcommand("dis", "disassemble a module (.svm or .svasm) to canonical .svasm");
+  dis_cmd->add_option("input", dis_in, "module file")->required();
+  dis_cmd->add_flag("--pseudo", dis_pseudo, "print Python-like pseudocode instead");
+  dis_cmd->add_option("--fn", dis_fn, "only this function");
+
+  std::string verify_in;
+  auto* verify_cmd = app.add_subcommand("verify", "load and verify a module; prints OK or the violated rule");
+  verify_cmd->add_option("input", verify_in, "module file")->required();
+
+  RunFlags run;
+  auto* run_cmd = app.add_subcommand("run", "run a function of a module");
+  run_cmd->add_option("module", run.module_path, "module file (.svm or .svasm)")->required();
+  run_cmd->add_option("--fn", run.fn, "function to run (default: the only one, or 'main')");
+  run_cmd->add_option("--inputs", run.inputs_npz, ".npz whose arrays are matched to parameters by name");
+  run_cmd->add_option("--params", run.params_npz, ".npz of parameters (weights), matched by name");
+  run_cmd->add_option("--input", run.input_files, "NAME=FILE.npy for one parameter (repeatable)");
+  run_cmd->add_option("--arg", run.args, "NAME=VALUE for a scalar (int/float/bool) parameter (repeatable)");
+  run_cmd->add_option("--dim", run.dims,
+                      "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
+                      "a list cycles per iteration (repeatable)");
+  run_cmd->add_option("--seed", run.seed, "seed for generated inputs (default 0)");
+  run_cmd->add_option("--iters", run.iters, "number of runs (default 1)");
+  run_cmd->add_option("--out", run.out, "write the last run's outputs to this .npz (out0, out1, ...)");
+  run_cmd->add_flag("--stats", run.stats, "print latency (median, p99) per dim setting and totals");
+  run_cmd->add_flag("--profile", run.profile, "print the per-site profile (calls, time, shapes seen)");
+  run_cmd->add_flag("--no-profile", run.no_profile, "disable per-site timing and shape profiling");
+  run_cmd->add_flag("-q,--quiet", run.quiet, "do not print output summaries");
+  run_cmd->add_option("--set", run.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
+
+  auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
+  auto* tunables_cmd = app.add_subcommand("tunables", "list tunables with defaults, env variables and meanings");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*asm_cmd) {
+    auto module = loadModuleFile(asm_in);
+    if (!module) return fail(module.status());
+    if (Status s = writeBytes(asm_out, serializeModule(*module)); !s.isOk()) return fail(s);
+    return 0;
+  }
+  if (*dis_cmd) {
+    auto module = loadModuleFile(dis_in);
+    if (!module) return fail(module.status());
+    if (dis_pseudo || !dis_fn.empty()) {
+      for (std::size_t i = 0; i < module->functions.size(); ++i) {
+        if (!dis_fn.empty() && module->functions[i].name != dis_fn) continue;
+        fmt::print("{}", dis_pseudo ? pseudocode(*module, static_cast<int>(i)) : disassembleFunction(*module, static_cast<int>(i)));
+      }
+      if (!dis_fn.empty() && module->findFunction(dis_fn) < 0) {
+        return fail(makeError(ErrorCode::UnknownName, "no function '{}' in {}", dis_fn, dis_in));
+      }
+    } else {
+      fmt::print("{}", disassemble(*module));
+    }
+    return 0;
+  }
+  if (*verify_cmd) {
+    auto module = loadModuleFile(verify_in);
+    if (!module) return fail(module.status());
+    fmt::print("OK: {} ({} functions, {} constants)\n", verify_in, module->functions.size(), module->constants.size());
+    return 0;
+  }
+  if (*run_cmd) return runCommand(run);
+  if (*ops_cmd) {
+    for (const OpSchema& schema : OpRegistry::global().schemas()) {
+      std::string inputs, attrs;
+      for (const InputSpec& in : schema.inputs) inputs += (inputs.empty() ? "" : ", ") + in.name + (in.optional ? "?" : in.variadic ? "*" : "");
+      for (const AttrSpec& a : schema.attrs) {
+        attrs += (attrs.empty() ? "" : ", ") + a.name + ":" + std::string(attrKindName(a.kind)) +
+                 (a.default_value ? "=" + a.default_value->toString() : "");
+      }
+      fmt::print("{:<14} ({}) {{{}}}  {}\n", schema.name, inputs, attrs, schema.meaning);
+    }
+    return 0;
+  }
+  if (*tunables_cmd) {
+    for (const TunableInfo& row : Tunables::all()) {
+      fmt::print("{:<20} default {:<12} env {:<28} {}\n", row.key, row.default_value, row.env, row.meaning);
+    }
+    return 0;
+  }
+  return 0;
+}
