@@ -27,7 +27,14 @@ enum class DType : std::uint8_t {
 };
 inline constexpr int kNumDTypes = 7;
 
-std::size_t dtypeSize(DType dtype);
+inline std::size_t dtypeSize(DType dtype) {
+  constexpr std::size_t kSizes[] = {
+#define SVM_DTYPE_SIZE(name, ctype, full, short_name, size) size,
+      SVM_DTYPES(SVM_DTYPE_SIZE)
+#undef SVM_DTYPE_SIZE
+  };
+  return kSizes[static_cast<std::size_t>(dtype)];
+}
 std::string_view dtypeName(DType dtype);       // "float32"
 std::string_view dtypeShortName(DType dtype);  // "f32"
 // Accepts full and short names ("float32", "f32", "half", "bf16", ...).

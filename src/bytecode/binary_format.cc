@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -22,7 +23,7 @@ constexpr std::uint32_t tag(const char (&name)[5]) {
 }
 constexpr std::uint32_t kMeta = tag("META"), kConstants = tag("CNST"), kFunctions = tag("FUNC"), kLines = tag("LINE");
 // Encoded sizes used to bound counts before allocating.
-constexpr std::size_t kDimTokenSize = 1 + 8 + 4 + 8 + 8 + 8 + 8;
+constexpr std::size_t kDimTokenSize = 1 + 8 + 4 + 8 + 8 + 8;  // is_static, size, id, lo, hi, divisor
 constexpr std::size_t kMinTokenSize = 3;
 constexpr std::size_t kInstructionSize = 16;
 
@@ -211,8 +212,10 @@ class Reader {
   std::size_t left() const { return bytes_.size() - pos_; }
   std::size_t offset() const { return base_ + pos_; }
 
-  void fail(std::string_view field, const std::string& why) {
-    if (error_.isOk()) error_ = makeError(ErrorCode::BadFormat, "{}: offset {}: {}: {}", what_, offset(), field, why);
+  void fail(std::string_view field, const std::string& why) { failAt(offset(), field, why); }
+  // For a field already read: `at` is where it starts.
+  void failAt(std::size_t at, std::string_view field, const std::string& why) {
+    if (error_.isOk()) error_ = makeError(ErrorCode::BadFormat, "{}: offset {}: {}: {}", what_, at, field, why);
   }
 
   template <typename T>
@@ -256,7 +259,7 @@ class Reader {
   std::span<const std::uint8_t> raw(std::string_view field, std::uint64_t n) {
     if (!ok()) return {};
     if (n > left()) {
-      fail(field, fmt::format("needs {} bytes, {} left", n, left()));
+      fail(field, fmt::format("truncated (needs {} bytes, {} left)", n, left()));
       return {};
     }
     auto out = bytes_.subspan(pos_, static_cast<std::size_t>(n));
@@ -353,12 +356,14 @@ Constant readConstant(Reader& r, std::size_t index) {
       }
       Shape shape;
       std::uint64_t numel = 1;
+      std::int64_t extent_product = 1;  // product of max(dim, 1): strides must fit in int64
       bool overflow = false;
       for (int i = 0; i < rank && r.ok(); ++i) {
         std::int64_t d = r.i64(field);
         if (d < 0) r.fail(field, fmt::format("negative tensor dim {}", d));
         shape.push_back(d);
-        overflow = overflow || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d < 0 ? 0 : d), &numel);
+        overflow = overflow || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d < 0 ? 0 : d), &numel) ||
+                   __builtin_mul_overflow(extent_product, std::max<std::int64_t>(d, 1), &extent_product);
       }
       std::uint64_t nbytes = r.get<std::uint64_t>(field);
       if (!r.ok()) break;
@@ -555,13 +560,15 @@ std::vector<std::uint8_t> serializeModule(const Module& module) {
 Expected<Module> deserializeModule(std::span<const std::uint8_t> bytes, std::string_view what) {
   Reader header(bytes, what, 0);
   auto magic = header.raw("magic", 4);
-  if (header.ok() && std::memcmp(magic.data(), kMagic, 4) != 0) header.fail("magic", "not a ShapeVM module (expected \"SVM\\x01\")");
+  if (header.ok() && std::memcmp(magic.data(), kMagic, 4) != 0) header.failAt(0, "magic", "not a ShapeVM module (expected \"SVM\\x01\")");
   std::uint32_t version = header.get<std::uint32_t>("version");
-  if (header.ok() && version != kSvmVersion) header.fail("version", fmt::format("unsupported version {} (this build reads {})", version, kSvmVersion));
+  if (header.ok() && version != kSvmVersion) {
+    header.failAt(4, "version", fmt::format("unsupported version {} (this build reads {})", version, kSvmVersion));
+  }
   std::uint32_t checksum = header.get<std::uint32_t>("checksum");
   std::uint64_t size = header.get<std::uint64_t>("payload size");
   if (header.ok() && size != header.left()) {
-    header.fail("payload size", fmt::format("header says {} payload bytes, the file has {}", size, header.left()));
+    header.failAt(12, "payload size", fmt::format("header says {} payload bytes, the file has {}", size, header.left()));
   }
   if (!header.ok()) return header.takeError();
   auto payload = bytes.subspan(kSvmHeaderSize);
@@ -575,8 +582,9 @@ Expected<Module> deserializeModule(std::span<const std::uint8_t> bytes, std::str
   const std::uint32_t kOrder[] = {kMeta, kConstants, kFunctions, kLines};
   static constexpr std::string_view kNames[] = {"META", "CNST", "FUNC", "LINE"};
   for (int s = 0; s < 4; ++s) {
+    const std::size_t tag_at = sections.offset();
     std::uint32_t id = sections.get<std::uint32_t>("section tag");
-    if (sections.ok() && id != kOrder[s]) sections.fail("section tag", fmt::format("expected section {}", kNames[s]));
+    if (sections.ok() && id != kOrder[s]) sections.failAt(tag_at, "section tag", fmt::format("expected section {}", kNames[s]));
     std::uint64_t length = sections.get<std::uint64_t>(fmt::format("section {} length", kNames[s]));
     std::size_t base = sections.offset();
     auto body = sections.raw(fmt::format("section {}", kNames[s]), length);

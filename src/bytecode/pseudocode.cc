@@ -157,7 +157,7 @@ std::string pseudocode(const Module& module, int function) {
     std::string kind = p.kind == ValueKind::Tensor ? p.token.toString() : std::string(valueKindName(p.kind));
     params += (params.empty() ? "" : ", ") + p.name + ": " + kind;
   }
-  std::string out = fmt::format("def {}({}):  # {} outputs, {} registers\n", fn->name, params, fn->num_outputs, fn->num_registers);
+  std::string out = fmt::format("def {}({}):  # outputs: {}, registers: {}\n", fn->name, params, fn->num_outputs, fn->num_registers);
   int depth = 1;
   SourceLoc loc;
   for (std::size_t pc = 0; pc < fn->code.size(); ++pc) {

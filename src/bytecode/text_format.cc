@@ -251,6 +251,11 @@ class Cursor {
     return expected("end of line");
   }
   std::size_t pos() const { return pos_; }
+  // Skips spaces and returns the position of the next item (for error columns).
+  std::size_t mark() {
+    skipSpace();
+    return pos_;
+  }
   void setPos(std::size_t pos) { pos_ = pos; }
   std::string_view rest() const { return text_.substr(pos_); }
 
@@ -290,7 +295,7 @@ class Cursor {
     return value;
   }
   Expected<std::int32_t> int32(std::string_view what) {
-    std::size_t start = pos_;
+    std::size_t start = mark();
     SVM_ASSIGN_OR_RETURN(std::int64_t value, integer(what));
     if (value < INT32_MIN || value > INT32_MAX) return errorAt(start, fmt::format("{} {} is out of range", what, value));
     return static_cast<std::int32_t>(value);
@@ -610,7 +615,7 @@ class Assembler {
       }
     }
     if (cur.atEnd()) return cur.expected("an instruction");
-    std::size_t start = cur.pos();
+    std::size_t start = cur.mark();
     SVM_ASSIGN_OR_RETURN(std::string_view name, cur.expectIdent("an opcode or a label"));
     if (cur.consume(':')) {
       LabelUse& label = labelNamed(name, start);
@@ -618,7 +623,7 @@ class Assembler {
       label.bound = true;
       SVM_RETURN_IF_ERROR(function_->bind(label.label));
       if (cur.atEnd()) return Status::ok();
-      start = cur.pos();
+      start = cur.mark();
       SVM_ASSIGN_OR_RETURN(name, cur.expectIdent("an opcode"));
     }
     auto op = parseOpcode(name);
@@ -699,7 +704,7 @@ class Assembler {
             }
             fields[f] = static_cast<std::int32_t>(target);
           } else {
-            std::size_t start = cur.pos();
+            std::size_t start = cur.mark();
             SVM_ASSIGN_OR_RETURN(std::string_view name, cur.expectIdent("a jump target (@0xNNNN or @label)"));
             function_->useLabel(labelNamed(name, start).label, at, f);
           }
@@ -730,7 +735,7 @@ class Assembler {
   }
 
   Expected<std::int32_t> constantRef(Cursor& cur) {
-    std::size_t start = cur.pos();
+    std::size_t start = cur.mark();
     auto by_index = cur.prefixed('k', "a constant");
     if (by_index) return by_index;
     cur.setPos(start);
@@ -742,7 +747,7 @@ class Assembler {
   }
 
   Expected<std::int32_t> paramRef(Cursor& cur) {
-    std::size_t start = cur.pos();
+    std::size_t start = cur.mark();
     auto by_index = cur.prefixed('p', "a parameter");
     if (by_index) return by_index;
     cur.setPos(start);
@@ -836,7 +841,7 @@ class Assembler {
       } else if (name == "const") {
         SVM_RETURN_IF_ERROR(constDirective(cur));
       } else if (name == "func") {
-        std::size_t name_pos = cur.pos();
+        std::size_t name_pos = cur.mark();
         SVM_ASSIGN_OR_RETURN(std::string_view fn_name, cur.expectIdent("a function name"));
         if (builder_.findFunction(fn_name) >= 0) return cur.errorAt(name_pos, fmt::format("function '{}' defined twice", fn_name));
         function_ = &builder_.addFunction(std::string(fn_name));
@@ -849,7 +854,7 @@ class Assembler {
     if (name == "param") {
       SVM_ASSIGN_OR_RETURN(std::string_view param, cur.expectIdent("a parameter name"));
       SVM_RETURN_IF_ERROR(cur.expect(':'));
-      std::size_t type_pos = cur.pos();
+      std::size_t type_pos = cur.mark();
       auto word = cur.ident();
       if (word && cur.rest().substr(0, 1) != "[" && (*word == "int" || *word == "float" || *word == "bool")) {
         function_->addParam(std::string(param), *word == "int" ? ValueKind::Int : *word == "float" ? ValueKind::Float : ValueKind::Bool);
@@ -870,7 +875,7 @@ class Assembler {
       if (id < 0 || id > 1000000) return cur.errorAt(start, fmt::format("bad dim id {}", id));
       function_->declareDim(id, std::move(dim_name));
     } else if (name == "outputs" || name == "registers" || name == "loops" || name == "regions") {
-      std::size_t value_pos = cur.pos();
+      std::size_t value_pos = cur.mark();
       SVM_ASSIGN_OR_RETURN(std::int32_t count, cur.int32("a count"));
       if (count < 0) return cur.errorAt(value_pos, fmt::format("expected a count >= 0, got {}", count));
       if (name == "outputs") function_->setOutputs(count);
@@ -900,7 +905,7 @@ class Assembler {
   }
 
   Status constDirective(Cursor& cur) {
-    std::size_t name_pos = cur.pos();
+    std::size_t name_pos = cur.mark();
     SVM_ASSIGN_OR_RETURN(std::string_view name, cur.expectIdent("a constant name (kN)"));
     const int index = builder_.numConstants();
     if (name.size() > 1 && name[0] == 'k' && name.find_first_not_of("0123456789", 1) == std::string_view::npos) {

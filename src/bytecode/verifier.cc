@@ -82,7 +82,7 @@ class FunctionVerifier {
   FunctionVerifier(const Module& module, int index)
       : module_(module), fn_(module.functions[static_cast<std::size_t>(index)]) {}
 
-  Status run() {
+  Status run() const {
     SVM_RETURN_IF_ERROR(header());
     int next_op_site = 0, next_call_site = 0;
     for (std::size_t pc = 0; pc < fn_.code.size(); ++pc) {
@@ -103,6 +103,10 @@ class FunctionVerifier {
     SVM_RETURN_IF_ERROR(loopBalance());
     return dataflow();
   }
+  // Counts, line table, parameters and dim names: what other functions' call checks rely on.
+  Status header() const {
+    return headerChecks();
+  }
 
  private:
   Status fail(int pc, std::string_view rule, const std::string& details) const {
@@ -110,7 +114,7 @@ class FunctionVerifier {
     return makeError(ErrorCode::VerifyError, "verify: function '{}', PC 0x{:04X}: rule {}: {}", fn_.name, pc, rule, details);
   }
 
-  Status header() const {
+  Status headerChecks() const {
     if (fn_.num_registers < 0 || fn_.num_registers > kMaxRegisters) {
       return fail(-1, "limits", fmt::format("num_registers {} is outside 0..{}", fn_.num_registers, kMaxRegisters));
     }
@@ -204,6 +208,11 @@ class FunctionVerifier {
         }
         break;
       }
+      case Opcode::JitEnter:
+        if (inst.b <= pc) {
+          return fail(pc, "jump-target", fmt::format("JitEnter continues at 0x{:04X}, which is not after it (a region skips forward)", inst.b));
+        }
+        break;
       case Opcode::Assert:
         if (module_.constants[static_cast<std::size_t>(inst.b)].kind != ConstKind::String) {
           return fail(pc, "assert-message", fmt::format("Assert message k{} is not a string constant", inst.b));
@@ -469,7 +478,9 @@ class FunctionVerifier {
       case Opcode::Return: break;
       case Opcode::Jump: out->push_back(inst.a); break;
       case Opcode::BranchIf: out->push_back(inst.b); out->push_back(inst.c); break;
-      case Opcode::JitEnter: out->push_back(pc + 1); out->push_back(inst.b); break;
+      // A compiled region stands for the instructions it skips (pc+1 .. tB-1), so along its edge
+      // the state at tB is what interpreting them gives: the fall-through edge covers it.
+      case Opcode::JitEnter: out->push_back(pc + 1); break;
       default: out->push_back(pc + 1); break;
     }
   }
@@ -481,7 +492,7 @@ class FunctionVerifier {
     std::vector<int> succ;
     for (int pc = 0; pc < size; ++pc) {
       Opcode op = fn_.code[static_cast<std::size_t>(pc)].op;
-      if (op == Opcode::Return || op == Opcode::Jump || op == Opcode::BranchIf || op == Opcode::JitEnter) {
+      if (op == Opcode::Return || op == Opcode::Jump || op == Opcode::BranchIf) {
         successors(pc, &succ);
         for (int s : succ) leader[static_cast<std::size_t>(s)] = 1;
         leader[static_cast<std::size_t>(pc) + 1] = 1;
@@ -592,7 +603,9 @@ Status verifyModule(const Module& module) {
       return makeError(ErrorCode::VerifyError, "verify: function '{}': rule function-name: defined twice", name);
     }
   }
-  for (std::size_t i = 0; i < module.functions.size(); ++i) SVM_RETURN_IF_ERROR(verifyFunction(module, static_cast<int>(i)));
+  std::lock_guard<std::mutex> lock(module.tokenMutex());
+  for (std::size_t i = 0; i < module.functions.size(); ++i) SVM_RETURN_IF_ERROR(FunctionVerifier(module, static_cast<int>(i)).header());
+  for (std::size_t i = 0; i < module.functions.size(); ++i) SVM_RETURN_IF_ERROR(FunctionVerifier(module, static_cast<int>(i)).run());
   return Status::ok();
 }
 

@@ -20,7 +20,8 @@ Expected<Shape> shapeArg(std::string_view op, const Value& v) {
   SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> dims, v.toInts(fmt::format("{}: shape", op)));
   SVM_ASSIGN_OR_RETURN(Shape shape, Shape::from(dims));
   for (std::int64_t d : dims) {
-    if (d < 0) return makeError(ErrorCode::InvalidArgument, "{}: negative extent {} in shape {}", op, d, shape.toString());
+    if (d < 0)
+      return makeError(ErrorCode::InvalidArgument, "{}: negative extent {} in shape {}", op, d, shape.toString());
   }
   return shape;
 }
@@ -74,12 +75,18 @@ std::int32_t saturateToInt32(double v) {
 // Stores element `index`: ints exactly (int32 wraps like a cast), floats through double.
 void storeNumber(Tensor& t, std::int64_t index, const Number& n) {
   switch (t.dtype()) {
-    case DType::Int64: t.data<std::int64_t>()[index] = n.is_int ? n.i : saturateToInt64(n.f); break;
+    case DType::Int64:
+      t.data<std::int64_t>()[index] = n.is_int ? n.i : saturateToInt64(n.f);
+      break;
     case DType::Int32:
       t.data<std::int32_t>()[index] = n.is_int ? static_cast<std::int32_t>(n.i) : saturateToInt32(n.f);
       break;
-    case DType::Bool: t.data<bool>()[index] = n.is_int ? n.i != 0 : n.f != 0.0; break;
-    default: storeFromDouble(t.rawData(), t.dtype(), index, n.asDouble()); break;
+    case DType::Bool:
+      t.data<bool>()[index] = n.is_int ? n.i != 0 : n.f != 0.0;
+      break;
+    default:
+      storeFromDouble(t.rawData(), t.dtype(), index, n.asDouble());
+      break;
   }
 }
 
@@ -91,10 +98,18 @@ void fillWith(Tensor& t, const Number& n) {
   const std::size_t item = t.itemSize();
   char* data = static_cast<char*>(t.rawData());
   switch (item) {
-    case 1: std::fill(data, data + count, data[0]); break;
-    case 2: std::fill(t.data<std::uint16_t>(), t.data<std::uint16_t>() + count, t.data<std::uint16_t>()[0]); break;
-    case 4: std::fill(t.data<std::uint32_t>(), t.data<std::uint32_t>() + count, t.data<std::uint32_t>()[0]); break;
-    default: std::fill(t.data<std::uint64_t>(), t.data<std::uint64_t>() + count, t.data<std::uint64_t>()[0]); break;
+    case 1:
+      std::fill(data, data + count, data[0]);
+      break;
+    case 2:
+      std::fill(t.data<std::uint16_t>(), t.data<std::uint16_t>() + count, t.data<std::uint16_t>()[0]);
+      break;
+    case 4:
+      std::fill(t.data<std::uint32_t>(), t.data<std::uint32_t>() + count, t.data<std::uint32_t>()[0]);
+      break;
+    default:
+      std::fill(t.data<std::uint64_t>(), t.data<std::uint64_t>() + count, t.data<std::uint64_t>()[0]);
+      break;
   }
 }
 
@@ -146,7 +161,8 @@ Status arangeKernel(OpContext& ctx) {
     if (up ? start.i < stop.i : start.i > stop.i) {
       const std::uint64_t distance = up ? static_cast<std::uint64_t>(stop.i) - static_cast<std::uint64_t>(start.i)
                                         : static_cast<std::uint64_t>(start.i) - static_cast<std::uint64_t>(stop.i);
-      const std::uint64_t magnitude = up ? static_cast<std::uint64_t>(step.i) : std::uint64_t{0} - static_cast<std::uint64_t>(step.i);
+      const std::uint64_t magnitude =
+          up ? static_cast<std::uint64_t>(step.i) : std::uint64_t{0} - static_cast<std::uint64_t>(step.i);
       const std::uint64_t length = (distance - 1) / magnitude + 1;
       if (length > (std::uint64_t{1} << 53)) {
         return makeError(ErrorCode::OutOfMemory, "arange: {} elements are too many", length);
@@ -156,10 +172,12 @@ Status arangeKernel(OpContext& ctx) {
   } else {
     const double first = start.asDouble(), last = stop.asDouble(), delta = step.asDouble();
     if (!std::isfinite(first) || !std::isfinite(last) || !std::isfinite(delta)) {
-      return makeError(ErrorCode::InvalidArgument, "arange: start {}, stop {} and step {} must be finite", first, last, delta);
+      return makeError(ErrorCode::InvalidArgument, "arange: start {}, stop {} and step {} must be finite", first, last,
+                       delta);
     }
     const double length = std::ceil((last - first) / delta);
-    if (length > 9007199254740992.0) return makeError(ErrorCode::OutOfMemory, "arange: {} elements are too many", length);
+    if (length > 9007199254740992.0)
+      return makeError(ErrorCode::OutOfMemory, "arange: {} elements are too many", length);
     count = length > 0 ? static_cast<std::int64_t>(length) : 0;
   }
   SVM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(dtype, Shape{count}));

@@ -66,13 +66,20 @@ struct BoolTraits {
 template <typename F>
 auto dispatchDType(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::Float32: return f(Float32Traits{});
-    case DType::Float16: return f(Float16Traits{});
-    case DType::BFloat16: return f(BFloat16Traits{});
-    case DType::Float64: return f(Float64Traits{});
-    case DType::Int32: return f(Int32Traits{});
-    case DType::Int64: return f(Int64Traits{});
-    case DType::Bool: return f(BoolTraits{});
+    case DType::Float32:
+      return f(Float32Traits{});
+    case DType::Float16:
+      return f(Float16Traits{});
+    case DType::BFloat16:
+      return f(BFloat16Traits{});
+    case DType::Float64:
+      return f(Float64Traits{});
+    case DType::Int32:
+      return f(Int32Traits{});
+    case DType::Int64:
+      return f(Int64Traits{});
+    case DType::Bool:
+      return f(BoolTraits{});
   }
   return f(BoolTraits{});
 }
@@ -148,13 +155,29 @@ const T* storageBase(const Tensor& t) {
 // ---- scalar element functions ----
 
 enum class BinaryKind {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual,
-  LogicalAnd, LogicalOr,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Equal,
+  NotEqual,
+  Less,
+  LessEqual,
+  Greater,
+  GreaterEqual,
+  LogicalAnd,
+  LogicalOr,
 };
 
-constexpr bool isComparison(BinaryKind k) { return k >= BinaryKind::Equal && k <= BinaryKind::GreaterEqual; }
-constexpr bool isLogical(BinaryKind k) { return k == BinaryKind::LogicalAnd || k == BinaryKind::LogicalOr; }
+constexpr bool isComparison(BinaryKind k) {
+  return k >= BinaryKind::Equal && k <= BinaryKind::GreaterEqual;
+}
+constexpr bool isLogical(BinaryKind k) {
+  return k == BinaryKind::LogicalAnd || k == BinaryKind::LogicalOr;
+}
 constexpr bool allowsBoolOperands(BinaryKind k) {
   return k != BinaryKind::Sub && k != BinaryKind::Div && k != BinaryKind::Pow;
 }
@@ -209,7 +232,6 @@ template <typename T>
 inline T integerDivide(T a, T b) {
   if (b == 0) return 0;
   if (b == -1) return wrapNeg(a);
-  if ((a < 0) != (b < 0) && a % b != 0) return static_cast<T>(a / b - 1);
   return static_cast<T>(a / b);
 }
 
@@ -235,11 +257,15 @@ inline auto applyBinary(T a, T b) {
   } else if constexpr (K == BinaryKind::Mul) {
     return wrapMul(a, b);
   } else if constexpr (K == BinaryKind::Div) {
-    if constexpr (kIsWrappingInt<T>) return integerDivide(a, b);
-    else return static_cast<T>(a / b);
+    if constexpr (kIsWrappingInt<T>)
+      return integerDivide(a, b);
+    else
+      return static_cast<T>(a / b);
   } else if constexpr (K == BinaryKind::Pow) {
-    if constexpr (kIsWrappingInt<T>) return integerPower(a, b);
-    else return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+    if constexpr (kIsWrappingInt<T>)
+      return integerPower(a, b);
+    else
+      return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
   } else if constexpr (K == BinaryKind::Maximum) {
     return (a != a || a > b) ? a : b;  // a NaN `a` wins; a NaN `b` fails `a > b`
   } else if constexpr (K == BinaryKind::Minimum) {
@@ -266,16 +292,21 @@ inline auto applyBinary(T a, T b) {
 enum class UnaryKind { Neg, Abs, Relu, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Gelu, Erf, Silu, LogicalNot };
 
 // Transcendental ops produce a float result; integer and bool inputs are cast to float32 first.
-constexpr bool isFloatMath(UnaryKind k) { return k >= UnaryKind::Exp && k <= UnaryKind::Silu; }
+constexpr bool isFloatMath(UnaryKind k) {
+  return k >= UnaryKind::Exp && k <= UnaryKind::Silu;
+}
 
 template <UnaryKind K, typename T>
 inline T applyUnary(T x) {
   if constexpr (K == UnaryKind::Neg) {
     return wrapNeg(x);
   } else if constexpr (K == UnaryKind::Abs) {
-    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
-    else if constexpr (kIsWrappingInt<T>) return x < 0 ? wrapNeg(x) : x;
-    else return x;
+    if constexpr (std::is_floating_point_v<T>)
+      return std::fabs(x);
+    else if constexpr (kIsWrappingInt<T>)
+      return x < 0 ? wrapNeg(x) : x;
+    else
+      return x;
   } else if constexpr (K == UnaryKind::Relu) {
     return x < T(0) ? T(0) : x;  // keeps NaN
   } else if constexpr (K == UnaryKind::LogicalNot) {
@@ -285,15 +316,24 @@ inline T applyUnary(T x) {
     // practice and agree across libms.
     const double v = static_cast<double>(x);
     double r = 0.0;
-    if constexpr (K == UnaryKind::Exp) r = std::exp(v);
-    else if constexpr (K == UnaryKind::Log) r = std::log(v);
-    else if constexpr (K == UnaryKind::Sqrt) r = std::sqrt(v);
-    else if constexpr (K == UnaryKind::Rsqrt) r = 1.0 / std::sqrt(v);
-    else if constexpr (K == UnaryKind::Sigmoid) r = 1.0 / (1.0 + std::exp(-v));
-    else if constexpr (K == UnaryKind::Tanh) r = std::tanh(v) * (1 + 1e-5);
-    else if constexpr (K == UnaryKind::Gelu) r = 0.5 * v * std::erfc(-v * 0.70710678118654752440);
-    else if constexpr (K == UnaryKind::Erf) r = std::erf(v);
-    else r = v / (1.0 + std::exp(-v));  // Silu
+    if constexpr (K == UnaryKind::Exp)
+      r = std::exp(v);
+    else if constexpr (K == UnaryKind::Log)
+      r = std::log(v);
+    else if constexpr (K == UnaryKind::Sqrt)
+      r = std::sqrt(v);
+    else if constexpr (K == UnaryKind::Rsqrt)
+      r = 1.0 / std::sqrt(v);
+    else if constexpr (K == UnaryKind::Sigmoid)
+      r = 1.0 / (1.0 + std::exp(-v));
+    else if constexpr (K == UnaryKind::Tanh)
+      r = std::tanh(v);
+    else if constexpr (K == UnaryKind::Gelu)
+      r = 0.5 * v * std::erfc(-v * 0.70710678118654752440);
+    else if constexpr (K == UnaryKind::Erf)
+      r = std::erf(v);
+    else
+      r = v / (1.0 + std::exp(-v));  // Silu
     return static_cast<T>(r);
   }
 }
@@ -303,8 +343,9 @@ inline T applyUnary(T x) {
 constexpr std::int64_t kChunk = 8;
 
 template <BinaryKind K, typename In, typename Out>
-inline void binaryRun(const typename In::Storage* __restrict a, std::int64_t sa, const typename In::Storage* __restrict b,
-                      std::int64_t sb, typename Out::Storage* __restrict out, std::int64_t so, std::int64_t n) {
+inline void binaryRun(const typename In::Storage* __restrict a, std::int64_t sa,
+                      const typename In::Storage* __restrict b, std::int64_t sb, typename Out::Storage* __restrict out,
+                      std::int64_t so, std::int64_t n) {
   auto f = [](typename In::Storage x, typename In::Storage y) {
     return Out::store(applyBinary<K>(In::load(x), In::load(y)));
   };
@@ -414,7 +455,8 @@ bool anyElement(const Tensor& t, Pred pred) {
     if constexpr (kIsWrappingInt<typename T::Storage>) {
       const auto* data = storageBase<typename T::Storage>(t);
       walkLoopNest(nest, base, [&](const std::int64_t* offsets, std::int64_t n, const std::int64_t* st) {
-        for (std::int64_t i = 0; i < n && !found; ++i) found = pred(static_cast<std::int64_t>(data[offsets[0] + i * st[0]]));
+        for (std::int64_t i = 0; i < n && !found; ++i)
+          found = pred(static_cast<std::int64_t>(data[offsets[0] + i * st[0]]));
       });
     }
     return 0;
@@ -426,13 +468,15 @@ template <BinaryKind K>
 Expected<Tensor> binaryCompute(std::string_view op, Tensor a, Tensor b) {
   if constexpr (isLogical(K)) {
     if (a.dtype() != DType::Bool || b.dtype() != DType::Bool) {
-      return makeError(ErrorCode::DTypeMismatch, "{} needs bool operands, got {} and {} (compare with not_equal(x, 0) first)",
-                       op, dtypeName(a.dtype()), dtypeName(b.dtype()));
+      return makeError(ErrorCode::DTypeMismatch,
+                       "{} needs bool operands, got {} and {} (compare with not_equal(x, 0) first)", op,
+                       dtypeName(a.dtype()), dtypeName(b.dtype()));
     }
   }
   const DType common = promoteTypes(a.dtype(), b.dtype());
   if (common == DType::Bool && !allowsBoolOperands(K)) {
-    return makeError(ErrorCode::DTypeMismatch, "{} is not defined on bool operands; cast them to a numeric dtype first", op);
+    return makeError(ErrorCode::DTypeMismatch, "{} is not defined on bool operands; cast them to a numeric dtype first",
+                     op);
   }
   SVM_ASSIGN_OR_RETURN(Shape shape, broadcastShapes(a.shape(), b.shape()));
   if (a.dtype() != common) {
@@ -446,8 +490,8 @@ Expected<Tensor> binaryCompute(std::string_view op, Tensor a, Tensor b) {
   if (shape.numel() == 0) return out;
   if constexpr (K == BinaryKind::Div) {
     if (isInteger(common) && anyElement(b, [](std::int64_t v) { return v == 0; })) {
-      return makeError(ErrorCode::InvalidArgument, "{}: integer division by zero (the divisor {} has a zero element)", op,
-                       b.describe());
+      return makeError(ErrorCode::InvalidArgument, "{}: integer division by zero (the divisor {} has a zero element)",
+                       op, b.describe());
     }
   }
   if constexpr (K == BinaryKind::Pow) {
@@ -525,7 +569,8 @@ Status binaryFloat32Contiguous(OpContext& ctx) {
   } else {
     return binaryGeneric<K>(ctx);
   }
-  SVM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(isComparison(K) ? DType::Bool : DType::Float32, shape_source->shape()));
+  SVM_ASSIGN_OR_RETURN(Tensor out,
+                       Tensor::empty(isComparison(K) ? DType::Bool : DType::Float32, shape_source->shape()));
   binaryRun<K, Float32Traits, Out>(pa, sa, pb, sb, out.data<typename Out::Storage>(), 1, out.numel());
   ctx.outputs[0] = Value::fromTensor(std::move(out));
   return Status::ok();
@@ -631,10 +676,18 @@ Status whereKernel(OpContext& ctx) {
   if (shape.numel() > 0) {
     // Only bits move, so the element size is all that matters.
     switch (dtypeSize(common)) {
-      case 1: whereLoop<std::uint8_t>(cond, a, b, out); break;
-      case 2: whereLoop<std::uint16_t>(cond, a, b, out); break;
-      case 4: whereLoop<std::uint32_t>(cond, a, b, out); break;
-      default: whereLoop<std::uint64_t>(cond, a, b, out); break;
+      case 1:
+        whereLoop<std::uint8_t>(cond, a, b, out);
+        break;
+      case 2:
+        whereLoop<std::uint16_t>(cond, a, b, out);
+        break;
+      case 4:
+        whereLoop<std::uint32_t>(cond, a, b, out);
+        break;
+      default:
+        whereLoop<std::uint64_t>(cond, a, b, out);
+        break;
     }
   }
   ctx.outputs[0] = Value::fromTensor(std::move(out));
@@ -664,7 +717,8 @@ Status addNKernel(OpContext& ctx) {
   SVM_RETURN_IF_ERROR(broadcastShapes(shapes).takeStatus());
   Tensor sum = tensorArg(*ctx.inputs[0], like);
   for (std::size_t i = 1; i < ctx.inputs.size(); ++i) {
-    SVM_ASSIGN_OR_RETURN(sum, binaryCompute<BinaryKind::Add>(ctx.schema->name, std::move(sum), tensorArg(*ctx.inputs[i], like)));
+    SVM_ASSIGN_OR_RETURN(
+        sum, binaryCompute<BinaryKind::Add>(ctx.schema->name, std::move(sum), tensorArg(*ctx.inputs[i], like)));
   }
   ctx.outputs[0] = Value::fromTensor(std::move(sum));
   return Status::ok();

@@ -23,8 +23,8 @@ constexpr std::int64_t kBlockN = 1024;
 template <typename C>
 struct MicroShape {
   static constexpr int kLanes = 32 / static_cast<int>(sizeof(C));  // one 256-bit vector
-  static constexpr int kRows = 6;                                   // MR
-  static constexpr int kCols = 2 * kLanes;                          // NR
+  static constexpr int kRows = 6;                                  // MR
+  static constexpr int kCols = 2 * kLanes;                         // NR
 };
 
 // tile[MR x NR] = sum over p < kc of a_panel[p][r] * b_panel[p][j].
@@ -149,8 +149,8 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixRef& a, co
     const std::int64_t nc = std::min(kBlockN, n - jc);
     for (std::int64_t pc = 0; pc < k; pc += kBlockK) {
       const std::int64_t kc = std::min(kBlockK, k - pc);
-      packPanels<C, kCols>(b.dtype, elementAddress(b.dtype, b.base, pc * b.row_stride + jc * b.col_stride), b.col_stride,
-                           b.row_stride, nc, kc, b_buffer.data());
+      packPanels<C, kCols>(b.dtype, elementAddress(b.dtype, b.base, pc * b.row_stride + jc * b.col_stride),
+                           b.col_stride, b.row_stride, nc, kc, b_buffer.data());
       for (std::int64_t ic = 0; ic < m; ic += kBlockM) {
         const std::int64_t mc = std::min(kBlockM, m - ic);
         packPanels<C, kRows>(a.dtype, elementAddress(a.dtype, a.base, ic * a.row_stride + pc * a.col_stride),
@@ -229,10 +229,10 @@ Status runMatmul(const Operand& a, const Operand& b, const Shape& batch, Tensor&
   const bool direct = (std::is_same_v<C, float> && out_dtype == DType::Float32) ||
                       (std::is_same_v<C, double> && out_dtype == DType::Float64);
   std::vector<C> staging(direct ? 0 : static_cast<std::size_t>(m * n));
-  std::vector<C> a_buffer(static_cast<std::size_t>(
-      (std::min(kBlockM, m) + MicroShape<C>::kRows - 1) / MicroShape<C>::kRows * MicroShape<C>::kRows * std::min(kBlockK, k)));
-  std::vector<C> b_buffer(static_cast<std::size_t>(
-      (std::min(kBlockN, n) + MicroShape<C>::kCols - 1) / MicroShape<C>::kCols * MicroShape<C>::kCols * std::min(kBlockK, k)));
+  std::vector<C> a_buffer(static_cast<std::size_t>((std::min(kBlockM, m) + MicroShape<C>::kRows - 1) /
+                                                   MicroShape<C>::kRows * MicroShape<C>::kRows * std::min(kBlockK, k)));
+  std::vector<C> b_buffer(static_cast<std::size_t>((std::min(kBlockN, n) + MicroShape<C>::kCols - 1) /
+                                                   MicroShape<C>::kCols * MicroShape<C>::kCols * std::min(kBlockK, k)));
   if (a_buffer.empty()) a_buffer.resize(1);
   if (b_buffer.empty()) b_buffer.resize(1);
   const char* a_storage = static_cast<const char*>(a.tensor->storage()->data());
@@ -257,13 +257,27 @@ Status runMatmul(const Operand& a, const Operand& b, const Shape& batch, Tensor&
       for (std::int64_t i = 0; i < m * n; ++i) {
         const C v = staging[static_cast<std::size_t>(i)];
         switch (out_dtype) {
-          case DType::Float32: out.data<float>()[base + i] = static_cast<float>(v); break;
-          case DType::Float64: out.data<double>()[base + i] = static_cast<double>(v); break;
-          case DType::Float16: out.data<std::uint16_t>()[base + i] = floatToHalf(static_cast<float>(v)); break;
-          case DType::BFloat16: out.data<std::uint16_t>()[base + i] = floatToBf16(static_cast<float>(v)); break;
-          case DType::Int32: out.data<std::int32_t>()[base + i] = static_cast<std::int32_t>(v); break;  // wraps
-          case DType::Int64: out.data<std::int64_t>()[base + i] = static_cast<std::int64_t>(v); break;
-          case DType::Bool: out.data<bool>()[base + i] = v != C(0); break;
+          case DType::Float32:
+            out.data<float>()[base + i] = static_cast<float>(v);
+            break;
+          case DType::Float64:
+            out.data<double>()[base + i] = static_cast<double>(v);
+            break;
+          case DType::Float16:
+            out.data<std::uint16_t>()[base + i] = floatToHalf(static_cast<float>(v));
+            break;
+          case DType::BFloat16:
+            out.data<std::uint16_t>()[base + i] = floatToBf16(static_cast<float>(v));
+            break;
+          case DType::Int32:
+            out.data<std::int32_t>()[base + i] = static_cast<std::int32_t>(v);
+            break;  // wraps
+          case DType::Int64:
+            out.data<std::int64_t>()[base + i] = static_cast<std::int64_t>(v);
+            break;
+          case DType::Bool:
+            out.data<bool>()[base + i] = v != C(0);
+            break;
         }
       }
     }
@@ -303,11 +317,17 @@ Status matmulKernel(OpContext& ctx) {
   switch (out_dtype) {
     case DType::Float32:
     case DType::Float16:
-    case DType::BFloat16: status = runMatmul<float>(left, right, *batch, out); break;
-    case DType::Float64: status = runMatmul<double>(left, right, *batch, out); break;
+    case DType::BFloat16:
+      status = runMatmul<float>(left, right, *batch, out);
+      break;
+    case DType::Float64:
+      status = runMatmul<double>(left, right, *batch, out);
+      break;
     case DType::Int32:
     case DType::Int64:
-    case DType::Bool: status = runMatmul<std::uint64_t>(left, right, *batch, out); break;
+    case DType::Bool:
+      status = runMatmul<std::uint64_t>(left, right, *batch, out);
+      break;
   }
   SVM_RETURN_IF_ERROR(std::move(status));
   ctx.outputs[0] = Value::fromTensor(std::move(out));

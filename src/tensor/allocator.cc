@@ -12,10 +12,22 @@
 
 namespace shapevm {
 
+// Power-of-two classes up to 64 KiB live in an array indexed by log2 (no lookup per request);
+// larger classes in a map.
+constexpr int kSmallClasses = 11;  // 64 B .. 64 KiB
+int smallClassIndex(std::size_t size) {
+  return size <= 65536 && (size & (size - 1)) == 0 ? __builtin_ctzll(size) - 6 : -1;
+}
+
 struct CachingAllocator::Impl {
   std::mutex mutex;
-  std::map<std::size_t, std::vector<void*>> free_lists;
+  std::vector<void*> small_lists[kSmallClasses];
+  std::map<std::size_t, std::vector<void*>> large_lists;
   AllocatorStats stats;
+  std::vector<void*>& listFor(std::size_t size) {
+    int index = smallClassIndex(size);
+    return index >= 0 ? small_lists[index] : large_lists[size];
+  }
 };
 
 CachingAllocator& CachingAllocator::global() {
@@ -49,10 +61,10 @@ Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capa
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     ++state.stats.requests;
-    auto it = state.free_lists.find(size);
-    if (it != state.free_lists.end() && !it->second.empty()) {
-      void* ptr = it->second.back();
-      it->second.pop_back();
+    std::vector<void*>& list = state.listFor(size);
+    if (!list.empty()) {
+      void* ptr = list.back();
+      list.pop_back();
       state.stats.cached_bytes -= static_cast<std::int64_t>(size);
       state.stats.live_bytes += static_cast<std::int64_t>(size);
       if (state.stats.live_bytes > state.stats.peak_bytes) state.stats.peak_bytes = state.stats.live_bytes;
@@ -83,7 +95,7 @@ void CachingAllocator::free(void* ptr, std::size_t capacity) {
     state.stats.live_bytes -= static_cast<std::int64_t>(capacity);
     auto limit = Tunables::get(Tunable::AllocatorCacheBytes);
     if (state.stats.cached_bytes + static_cast<std::int64_t>(capacity) <= limit) {
-      state.free_lists[capacity].push_back(ptr);
+      state.listFor(capacity).push_back(ptr);
       state.stats.cached_bytes += static_cast<std::int64_t>(capacity);
       keep = true;
     }
@@ -103,10 +115,12 @@ void CachingAllocator::resetPeak() {
 
 void CachingAllocator::trim() {
   std::lock_guard<std::mutex> lock(impl().mutex);
-  for (auto& [size, blocks] : impl().free_lists) {
+  auto release = [](std::vector<void*>& blocks) {
     for (void* block : blocks) std::free(block);
     blocks.clear();
-  }
+  };
+  for (auto& blocks : impl().small_lists) release(blocks);
+  for (auto& [size, blocks] : impl().large_lists) release(blocks);
   impl().stats.cached_bytes = 0;
 }
 

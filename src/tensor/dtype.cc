@@ -20,7 +20,6 @@ constexpr std::array kRows = {
 static_assert(kRows.size() == kNumDTypes, "dtype table and kNumDTypes disagree");
 }  // namespace
 
-std::size_t dtypeSize(DType d) { return kRows[static_cast<std::size_t>(d)].size; }
 std::string_view dtypeName(DType d) { return kRows[static_cast<std::size_t>(d)].name; }
 std::string_view dtypeShortName(DType d) { return kRows[static_cast<std::size_t>(d)].short_name; }
 

@@ -4,10 +4,66 @@
 
 #include <cstring>
 #include <limits>
+#include <new>
+#include <vector>
 
 #include "support/tunables.h"
 
 namespace shapevm {
+namespace {
+
+// Per-thread free lists for the fixed-size TensorImpl and Storage objects, so producing an op
+// output costs no malloc/free in steady state. Blocks freed after the thread's cache is gone
+// (static destructors at exit) go straight back to operator delete.
+template <typename T>
+class ObjectPool {
+ public:
+  static void* take() {
+    if (state_ != kDestroyed) {
+      auto& blocks = cache().blocks;
+      if (!blocks.empty()) {
+        void* block = blocks.back();
+        blocks.pop_back();
+        return block;
+      }
+    }
+    return ::operator new(sizeof(T));
+  }
+  static void give(void* block) {
+    if (state_ != kDestroyed && cache().blocks.size() < kMaxCached) {
+      cache().blocks.push_back(block);
+      return;
+    }
+    ::operator delete(block);
+  }
+
+ private:
+  static constexpr std::size_t kMaxCached = 4096;
+  struct Cache {
+    std::vector<void*> blocks;
+    Cache() { state_ = kAlive; }
+    ~Cache() {
+      state_ = kDestroyed;
+      for (void* block : blocks) ::operator delete(block);
+    }
+  };
+  static Cache& cache() {
+    thread_local Cache instance;
+    return instance;
+  }
+  enum : std::uint8_t { kNotCreated, kAlive, kDestroyed };
+  static thread_local std::uint8_t state_;
+};
+template <typename T>
+thread_local std::uint8_t ObjectPool<T>::state_ = ObjectPool<T>::kNotCreated;
+
+TensorImpl* newTensorImpl() { return new (ObjectPool<TensorImpl>::take()) TensorImpl(); }
+void deleteTensorImpl(TensorImpl* impl) {
+  impl->~TensorImpl();
+  ObjectPool<TensorImpl>::give(impl);
+}
+
+}  // namespace
 
 Shape::Shape(std::initializer_list<std::int64_t> dims) {
   for (std::int64_t d : dims) {
@@ -69,7 +125,7 @@ Shape contiguousStrides(const Shape& shape) {
 Expected<Storage*> Storage::allocate(std::size_t nbytes) {
   std::size_t capacity = 0;
   SVM_ASSIGN_OR_RETURN(void* data, CachingAllocator::global().allocate(nbytes, &capacity));
-  auto* storage = new Storage();
+  auto* storage = new (ObjectPool<Storage>::take()) Storage();
   storage->data_ = data;
   storage->nbytes_ = nbytes;
   storage->capacity_ = capacity;
@@ -77,7 +133,7 @@ Expected<Storage*> Storage::allocate(std::size_t nbytes) {
 }
 
 Storage* Storage::adopt(void* data, std::size_t nbytes, void (*release)(void*), void* release_context) {
-  auto* storage = new Storage();
+  auto* storage = new (ObjectPool<Storage>::take()) Storage();
   storage->data_ = data;
   storage->nbytes_ = nbytes;
   storage->release_ = release;
@@ -92,7 +148,8 @@ void Storage::releaseRef() {
   } else {
     CachingAllocator::global().free(data_, capacity_);
   }
-  delete this;
+  this->~Storage();
+  ObjectPool<Storage>::give(this);
 }
 
 // ---- Tensor ----
@@ -118,7 +175,7 @@ void Tensor::release() {
   if (impl_ == nullptr) return;
   if (impl_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     if (impl_->storage) impl_->storage->releaseRef();
-    delete impl_;
+    deleteTensorImpl(impl_);
   }
   impl_ = nullptr;
 }
@@ -133,7 +190,7 @@ Expected<Tensor> Tensor::empty(DType dtype, const Shape& shape) {
     count *= static_cast<std::size_t>(d);
   }
   SVM_ASSIGN_OR_RETURN(Storage * storage, Storage::allocate(count * dtypeSize(dtype)));
-  auto* impl = new TensorImpl();
+  auto* impl = newTensorImpl();
   impl->dtype = dtype;
   impl->shape = shape;
   impl->strides = contiguousStrides(shape);
@@ -155,7 +212,7 @@ Tensor Tensor::scalar(double value, DType dtype) {
 
 Tensor Tensor::wrap(void* data, DType dtype, const Shape& shape, const Shape& strides, std::size_t nbytes,
                     void (*release)(void*), void* release_context) {
-  auto* impl = new TensorImpl();
+  auto* impl = newTensorImpl();
   impl->dtype = dtype;
   impl->shape = shape;
   impl->strides = strides;
@@ -192,7 +249,7 @@ Expected<Tensor> Tensor::asStrided(const Shape& shape, const Shape& strides, std
     return makeError(ErrorCode::IndexOutOfRange, "view {} strides {} offset {} leaves storage of {} elements",
                      shape.toString(), strides.toString(), offset, capacity);
   }
-  auto* impl = new TensorImpl();
+  auto* impl = newTensorImpl();
   impl->dtype = dtype();
   impl->shape = shape;
   impl->strides = strides;
@@ -207,7 +264,7 @@ Expected<Tensor> Tensor::reshapeView(const Shape& new_shape) const {
     return makeError(ErrorCode::ShapeMismatch, "cannot reshape {} ({} elements) to {} ({} elements)",
                      shape().toString(), numel(), new_shape.toString(), new_shape.numel());
   }
-  if (isContiguous()) return asStrided(new_shape, contiguousStrides(new_shape), offset());
+  if (isContiguous() || numel() == 0) return asStrided(new_shape, contiguousStrides(new_shape), offset());
   // General case: match groups of old dims to new dims; each old group must be "flat" in memory.
   Shape new_strides;
   new_strides.resize(new_shape.rank());

@@ -18,7 +18,8 @@ namespace {
 constexpr DType kAllDTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64,
                                 DType::Int32,   DType::Int64,   DType::Bool};
 
-Tensor call1(const std::string& op, std::vector<Value> inputs, std::vector<std::pair<std::string, AttrValue>> attrs = {}) {
+Tensor call1(const std::string& op, std::vector<Value> inputs,
+             std::vector<std::pair<std::string, AttrValue>> attrs = {}) {
   auto result = callOp(op, std::move(inputs), std::move(attrs));
   EXPECT_TRUE(result.hasValue()) << op << ": " << (result.hasValue() ? "" : result.status().toString());
   if (!result.hasValue()) return Tensor::scalar(0.0, DType::Float32);
@@ -31,7 +32,9 @@ Status callStatus(const std::string& op, std::vector<Value> inputs,
   return result.hasValue() ? Status::ok() : std::move(result).status();
 }
 
-Value shapeValue(std::vector<std::int64_t> dims) { return Value::fromInts(dims); }
+Value shapeValue(std::vector<std::int64_t> dims) {
+  return Value::fromInts(dims);
+}
 
 // The value `v` as stored in `dtype` (rounded for float16/bfloat16, truncated for ints).
 double storedAs(double v, DType dtype) {
@@ -85,7 +88,8 @@ TEST(Creation, ShapeFormsAndDefaults) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(exact.data<std::int64_t>()[i], big);
   Tensor from_tensor_value = call1("full", {shapeValue({2}), Value::fromTensor(Tensor::scalar(2.5, DType::Float64))});
   EXPECT_EQ(from_tensor_value.elementAsDouble(1), 2.5);
-  Tensor saturated = call1("full", {shapeValue({1}), Value::fromFloat(1e30)}, {{"dtype", AttrValue::ofDType(DType::Int32)}});
+  Tensor saturated =
+      call1("full", {shapeValue({1}), Value::fromFloat(1e30)}, {{"dtype", AttrValue::ofDType(DType::Int32)}});
   EXPECT_EQ(saturated.elementAsDouble(0), 2147483647.0);
 }
 
@@ -102,7 +106,8 @@ TEST(CreationErrors, NegativeExtents) {
 std::vector<double> arangeReference(double start, double stop, double step) {
   std::vector<double> out;
   const double length = std::ceil((stop - start) / step);
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(length); ++i) out.push_back(start + static_cast<double>(i) * step);
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(length); ++i)
+    out.push_back(start + static_cast<double>(i) * step);
   return out;
 }
 
@@ -124,7 +129,8 @@ TEST(Creation, ArangeIntegerForms) {
     Tensor upto = call1("arange", {Value::fromInt(stop)}, attrs);
     const std::vector<double> want_upto = arangeReference(0, stop, 1);
     ASSERT_EQ(upto.numel(), static_cast<std::int64_t>(want_upto.size()));
-    for (std::size_t i = 0; i < want_upto.size(); ++i) EXPECT_EQ(upto.elementAsDouble(static_cast<std::int64_t>(i)), want_upto[i]);
+    for (std::size_t i = 0; i < want_upto.size(); ++i)
+      EXPECT_EQ(upto.elementAsDouble(static_cast<std::int64_t>(i)), want_upto[i]);
     Tensor pair = call1("arange", {Value::fromInt(start), Value::fromInt(stop)}, attrs);
     EXPECT_EQ(pair.numel(), static_cast<std::int64_t>(arangeReference(start, stop, 1).size()));
   }
@@ -160,7 +166,8 @@ TEST(CreationErrors, ArangeStepZeroAndNonFinite) {
   Status zero = callStatus("arange", {Value::fromInt(0), Value::fromInt(5), Value::fromInt(0)});
   EXPECT_EQ(zero.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(zero.message().find("step"), std::string::npos) << zero.message();
-  EXPECT_EQ(callStatus("arange", {Value::fromFloat(0.0), Value::fromFloat(INFINITY)}).code(), ErrorCode::InvalidArgument);
+  EXPECT_EQ(callStatus("arange", {Value::fromFloat(0.0), Value::fromFloat(INFINITY)}).code(),
+            ErrorCode::InvalidArgument);
   EXPECT_EQ(callStatus("arange", {Value::fromFloat(0.0), Value::fromFloat(1e300), Value::fromFloat(1e-300)}).code(),
             ErrorCode::OutOfMemory);
 }
@@ -184,14 +191,17 @@ std::vector<double> randnReference(std::uint64_t seed, std::int64_t count) {
 TEST(Creation, RandnIsSeededAndMatchesTheDocumentedAlgorithm) {
   for (std::int64_t seed : {0, 1, 42, -5}) {
     for (DType dtype : {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16}) {
-      Tensor out = call1("randn", {shapeValue({3, 5})}, {{"seed", AttrValue::ofInt(seed)}, {"dtype", AttrValue::ofDType(dtype)}});
+      Tensor out = call1("randn", {shapeValue({3, 5})},
+                         {{"seed", AttrValue::ofInt(seed)}, {"dtype", AttrValue::ofDType(dtype)}});
       ASSERT_EQ(out.dtype(), dtype);
       ASSERT_EQ(out.shape(), (Shape{3, 5}));
       const std::vector<double> want = randnReference(static_cast<std::uint64_t>(seed), 15);
       for (std::int64_t i = 0; i < 15; ++i) {
-        EXPECT_NEAR(out.elementAsDouble(i), storedAs(want[static_cast<std::size_t>(i)], dtype), 1e-12) << seed << " " << i;
+        EXPECT_NEAR(out.elementAsDouble(i), storedAs(want[static_cast<std::size_t>(i)], dtype), 1e-12)
+            << seed << " " << i;
       }
-      Tensor again = call1("randn", {shapeValue({3, 5})}, {{"seed", AttrValue::ofInt(seed)}, {"dtype", AttrValue::ofDType(dtype)}});
+      Tensor again = call1("randn", {shapeValue({3, 5})},
+                           {{"seed", AttrValue::ofInt(seed)}, {"dtype", AttrValue::ofDType(dtype)}});
       for (std::int64_t i = 0; i < 15; ++i) EXPECT_EQ(again.elementAsDouble(i), out.elementAsDouble(i));
     }
   }
@@ -203,7 +213,8 @@ TEST(Creation, RandnIsSeededAndMatchesTheDocumentedAlgorithm) {
 }
 
 TEST(Creation, RandnMoments) {
-  Tensor out = call1("randn", {shapeValue({200, 100})}, {{"seed", AttrValue::ofInt(7)}, {"dtype", AttrValue::ofDType(DType::Float64)}});
+  Tensor out = call1("randn", {shapeValue({200, 100})},
+                     {{"seed", AttrValue::ofInt(7)}, {"dtype", AttrValue::ofDType(DType::Float64)}});
   double sum = 0, sum_squares = 0;
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     const double v = out.elementAsDouble(i);

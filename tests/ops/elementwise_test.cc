@@ -38,11 +38,14 @@ Tensor randomTensor(DType dtype, const Shape& shape, std::mt19937& rng, Layout l
   Shape base_shape = shape;
   if (layout == Layout::Transposed) std::swap(base_shape[shape.rank() - 1], base_shape[shape.rank() - 2]);
   if (layout == Layout::Strided) {
-    if (shape.rank() == 0) layout = Layout::Contiguous;
-    else base_shape[shape.rank() - 1] = shape[shape.rank() - 1] * 2 + 1;
+    if (shape.rank() == 0)
+      layout = Layout::Contiguous;
+    else
+      base_shape[shape.rank() - 1] = shape[shape.rank() - 1] * 2 + 1;
   }
   Tensor base = Tensor::empty(dtype, base_shape).value();
-  for (std::int64_t i = 0; i < base.numel(); ++i) storeFromDouble(base.rawData(), dtype, i, randomValue(dtype, rng, low, high));
+  for (std::int64_t i = 0; i < base.numel(); ++i)
+    storeFromDouble(base.rawData(), dtype, i, randomValue(dtype, rng, low, high));
   if (layout == Layout::Contiguous) return base;
   Shape strides = base.strides();
   std::int64_t offset = 0;
@@ -88,11 +91,16 @@ Shape broadcastReference(const Shape& a, const Shape& b) {
 
 double relativeTolerance(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return 1e-6;
-    case DType::Float16: return 1e-3;
-    case DType::BFloat16: return 8e-3;
-    case DType::Float64: return 1e-12;
-    default: return 0.0;
+    case DType::Float32:
+      return 1e-6;
+    case DType::Float16:
+      return 1e-3;
+    case DType::BFloat16:
+      return 8e-3;
+    case DType::Float64:
+      return 1e-12;
+    default:
+      return 0.0;
   }
 }
 
@@ -109,7 +117,8 @@ void expectNear(double got, double want, DType dtype, const std::string& where) 
   EXPECT_LE(std::fabs(got - want), tolerance) << where << ": got " << got << ", want " << want;
 }
 
-Tensor call1(const std::string& op, std::vector<Value> inputs, std::vector<std::pair<std::string, AttrValue>> attrs = {}) {
+Tensor call1(const std::string& op, std::vector<Value> inputs,
+             std::vector<std::pair<std::string, AttrValue>> attrs = {}) {
   auto result = callOp(op, std::move(inputs), std::move(attrs));
   EXPECT_TRUE(result.hasValue()) << op << ": " << (result.hasValue() ? "" : result.status().toString());
   if (!result.hasValue()) return Tensor::scalar(0.0, DType::Float32);
@@ -124,7 +133,9 @@ Status callStatus(const std::string& op, std::vector<Value> inputs,
   return result.hasValue() ? Status::ok() : std::move(result).status();
 }
 
-Value tv(const Tensor& t) { return Value::fromTensor(t); }
+Value tv(const Tensor& t) {
+  return Value::fromTensor(t);
+}
 
 // ---- binary ops ----
 
@@ -225,7 +236,8 @@ TEST(ElementwiseBinary, SpecializedFloat32EntryIsChosenAndAgreesWithGeneric) {
   // The same values through a non-contiguous layout take the generic entry and must agree.
   Tensor bt = Tensor::empty(DType::Float32, Shape{64, 64}).value();
   for (std::int64_t i = 0; i < 64; ++i) {
-    for (std::int64_t j = 0; j < 64; ++j) storeFromDouble(bt.rawData(), DType::Float32, j * 64 + i, b.elementAsDouble(i * 64 + j));
+    for (std::int64_t j = 0; j < 64; ++j)
+      storeFromDouble(bt.rawData(), DType::Float32, j * 64 + i, b.elementAsDouble(i * 64 + j));
   }
   Tensor b_view = bt.asStrided(Shape{64, 64}, Shape{1, 64}, 0).value();
   Value vbv = tv(b_view);
@@ -235,13 +247,15 @@ TEST(ElementwiseBinary, SpecializedFloat32EntryIsChosenAndAgreesWithGeneric) {
     Tensor fast = call1(op, {va, vb});
     Tensor slow = call1(op, {va, vbv});
     ASSERT_EQ(fast.numel(), slow.numel());
-    for (std::int64_t i = 0; i < fast.numel(); ++i) ASSERT_EQ(fast.elementAsDouble(i), slow.elementAsDouble(i)) << op << " " << i;
+    for (std::int64_t i = 0; i < fast.numel(); ++i)
+      ASSERT_EQ(fast.elementAsDouble(i), slow.elementAsDouble(i)) << op << " " << i;
   }
   // The scalar operand variant of the contiguous entry.
   Tensor scaled = call1("mul", {va, Value::fromFloat(0.5)});
   for (std::int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(scaled.elementAsDouble(i), a.elementAsDouble(i) * 0.5);
   Tensor reversed = call1("sub", {Value::fromInt(3), va});
-  for (std::int64_t i = 0; i < a.numel(); ++i) expectNear(reversed.elementAsDouble(i), 3 - a.elementAsDouble(i), DType::Float32, "3 - a");
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    expectNear(reversed.elementAsDouble(i), 3 - a.elementAsDouble(i), DType::Float32, "3 - a");
 }
 
 TEST(ElementwiseBinary, ScalarOperandsAreWeak) {
@@ -249,7 +263,8 @@ TEST(ElementwiseBinary, ScalarOperandsAreWeak) {
   Tensor h = randomTensor(DType::Float16, Shape{3, 4}, rng, Layout::Transposed);
   Tensor out = call1("mul", {tv(h), Value::fromFloat(2.5)});
   EXPECT_EQ(out.dtype(), DType::Float16);
-  for (std::int64_t i = 0; i < 12; ++i) expectNear(out.elementAsDouble(i), h.elementAsDouble(i) * 2.5, DType::Float16, "f16*2.5");
+  for (std::int64_t i = 0; i < 12; ++i)
+    expectNear(out.elementAsDouble(i), h.elementAsDouble(i) * 2.5, DType::Float16, "f16*2.5");
   Tensor ints = randomTensor(DType::Int32, Shape{5}, rng, Layout::Strided, -50, 50);
   Tensor shifted = call1("add", {tv(ints), Value::fromInt(3)});
   EXPECT_EQ(shifted.dtype(), DType::Int32);
@@ -271,9 +286,10 @@ TEST(ElementwiseBinary, MixedDTypesPromote) {
   struct Mix {
     DType a, b, result;
   };
-  const Mix mixes[] = {{DType::Int32, DType::Float32, DType::Float32}, {DType::Int32, DType::Int64, DType::Int64},
-                       {DType::Float16, DType::BFloat16, DType::Float32}, {DType::Bool, DType::Int32, DType::Int32},
-                       {DType::Float32, DType::Float64, DType::Float64}, {DType::Float16, DType::Float32, DType::Float32}};
+  const Mix mixes[] = {
+      {DType::Int32, DType::Float32, DType::Float32},    {DType::Int32, DType::Int64, DType::Int64},
+      {DType::Float16, DType::BFloat16, DType::Float32}, {DType::Bool, DType::Int32, DType::Int32},
+      {DType::Float32, DType::Float64, DType::Float64},  {DType::Float16, DType::Float32, DType::Float32}};
   for (const Mix& mix : mixes) {
     Tensor a = randomTensor(mix.a, Shape{3, 1, 5}, rng, Layout::Strided, -9, 9);
     Tensor b = randomTensor(mix.b, Shape{4, 1}, rng, Layout::Contiguous, -9, 9);
@@ -344,13 +360,11 @@ TEST(ElementwiseBinary, BoolOperands) {
     const char* op;
     std::function<bool(bool, bool)> reference;
   };
-  const Case cases[] = {{"logical_and", [](bool x, bool y) { return x && y; }},
-                        {"logical_or", [](bool x, bool y) { return x || y; }},
-                        {"add", [](bool x, bool y) { return x || y; }},
-                        {"mul", [](bool x, bool y) { return x && y; }},
-                        {"maximum", [](bool x, bool y) { return x || y; }},
-                        {"equal", [](bool x, bool y) { return x == y; }},
-                        {"less", [](bool x, bool y) { return !x && y; }}};
+  const Case cases[] = {
+      {"logical_and", [](bool x, bool y) { return x && y; }}, {"logical_or", [](bool x, bool y) { return x || y; }},
+      {"add", [](bool x, bool y) { return x || y; }},         {"mul", [](bool x, bool y) { return x && y; }},
+      {"maximum", [](bool x, bool y) { return x || y; }},     {"equal", [](bool x, bool y) { return x == y; }},
+      {"less", [](bool x, bool y) { return !x && y; }}};
   for (const Case& c : cases) {
     Tensor out = call1(c.op, {tv(a), tv(b)});
     ASSERT_EQ(out.dtype(), DType::Bool) << c.op;
@@ -515,13 +529,15 @@ TEST(ElementwiseWhere, BroadcastsAllThreeAndPromotes) {
   Tensor a = randomTensor(DType::Float16, Shape{6}, rng, Layout::Contiguous);
   Tensor out = call1("where", {tv(cond), tv(a), Value::fromFloat(-0.5)});
   ASSERT_EQ(out.dtype(), DType::Float16);
-  for (std::int64_t i = 0; i < 6; ++i) EXPECT_EQ(out.elementAsDouble(i), cond.elementAsDouble(i) != 0 ? a.elementAsDouble(i) : -0.5);
+  for (std::int64_t i = 0; i < 6; ++i)
+    EXPECT_EQ(out.elementAsDouble(i), cond.elementAsDouble(i) != 0 ? a.elementAsDouble(i) : -0.5);
 }
 
 // Reference conversion written independently of the kernel.
 double castReference(double v, DType to) {
   switch (to) {
-    case DType::Bool: return v != 0 || std::isnan(v) ? 1.0 : 0.0;
+    case DType::Bool:
+      return v != 0 || std::isnan(v) ? 1.0 : 0.0;
     case DType::Int32:
     case DType::Int64: {
       if (std::isnan(v)) return 0.0;
@@ -529,7 +545,8 @@ double castReference(double v, DType to) {
       const double high = to == DType::Int32 ? 2147483647.0 : 9223372036854775807.0;
       return std::min(std::max(std::trunc(v), low), high);
     }
-    default: return v;
+    default:
+      return v;
   }
 }
 
@@ -584,9 +601,10 @@ TEST(ElementwiseAddN, SumsWithBroadcastingAndPromotion) {
       const double want = x + y + z + 2;
       // Each of the three partial sums rounds (float16/bfloat16 to their own precision).
       const double step_error = dtype == DType::Float16 || dtype == DType::BFloat16 ? relativeTolerance(DType::BFloat16)
-                                                                                      : relativeTolerance(dtype);
+                                                                                    : relativeTolerance(dtype);
       const double tolerance = 3 * step_error * (std::fabs(x) + std::fabs(y) + std::fabs(z) + 2);
-      EXPECT_LE(std::fabs(out.elementAsDouble(i) - want), tolerance) << "add_n " << dtypeName(dtype) << " element " << i;
+      EXPECT_LE(std::fabs(out.elementAsDouble(i) - want), tolerance)
+          << "add_n " << dtypeName(dtype) << " element " << i;
     }
   }
   Tensor single = Tensor::scalar(1.5, DType::Float64);

@@ -107,13 +107,19 @@ DType promoted(DType a, DType b) {
   if (a == b) return a;
   auto rank = [](DType d) {
     switch (d) {
-      case DType::Bool: return 0;
-      case DType::Int32: return 1;
-      case DType::Int64: return 2;
+      case DType::Bool:
+        return 0;
+      case DType::Int32:
+        return 1;
+      case DType::Int64:
+        return 2;
       case DType::Float16:
-      case DType::BFloat16: return 3;
-      case DType::Float32: return 4;
-      case DType::Float64: return 5;
+      case DType::BFloat16:
+        return 3;
+      case DType::Float32:
+        return 4;
+      case DType::Float64:
+        return 5;
     }
     return 0;
   };
@@ -238,7 +244,8 @@ TEST(MatmulErrors, ShapeMismatchNamesShapesAndContractingDims) {
   Status batch_status = matmulStatus(Shape{2, 3, 4}, Shape{3, 4, 5});
   EXPECT_EQ(batch_status.code(), ErrorCode::ShapeMismatch);
   EXPECT_NE(batch_status.message().find("batch"), std::string::npos) << batch_status.message();
-  auto scalar = callOp("matmul", {Value::fromFloat(2.0), Value::fromTensor(Tensor::zeros(DType::Float32, Shape{2}).value())});
+  auto scalar =
+      callOp("matmul", {Value::fromFloat(2.0), Value::fromTensor(Tensor::zeros(DType::Float32, Shape{2}).value())});
   ASSERT_FALSE(scalar.hasValue());
   EXPECT_EQ(scalar.status().code(), ErrorCode::ShapeMismatch);
 }

@@ -238,6 +238,42 @@ TEST(ReduceSum, Float32AccumulatesAccurately) {
   for (std::int64_t j = 0; j < 4; ++j) EXPECT_NEAR(columns.elementAsDouble(j), expected / 4, expected / 4 * 1e-7);
 }
 
+TEST(ReduceSum, NegativeAndZeroStrideViews) {
+  std::mt19937 rng(25);
+  Tensor base = randomTensor(DType::Float32, Shape{5, 6}, rng);
+  // Both axes reversed (negative strides), and a broadcast view (zero stride on axis 0).
+  Tensor reversed = base.asStrided(Shape{5, 6}, Shape{-6, -1}, 29).value();
+  Tensor broadcast = base.asStrided(Shape{4, 6}, Shape{0, 1}, 6).value();
+  for (const Tensor& x : {reversed, broadcast}) {
+    for (const Index& axes : {Index{}, Index{0}, Index{1}}) {
+      std::vector<bool> reduced = {axes.empty() || axes[0] == 0, axes.empty() || axes[0] == 1};
+      const ReduceReference ref = referenceReduce(x, reduced, false);
+      Tensor sum = run1("sum", {tv(x)}, {{"axes", AttrValue::ofInts(axes)}});
+      Tensor max = run1("max", {tv(x)}, {{"axes", AttrValue::ofInts(axes)}});
+      ASSERT_TRUE(sum.defined() && max.defined());
+      for (std::size_t o = 0; o < ref.sum.size(); ++o) {
+        EXPECT_NEAR(sum.elementAsDouble(static_cast<std::int64_t>(o)), ref.sum[o], 1e-5 * ref.sum_abs[o]);
+        EXPECT_EQ(max.elementAsDouble(static_cast<std::int64_t>(o)), ref.max[o]);
+      }
+    }
+    Tensor soft = run1("softmax", {tv(x)}, {{"axis", AttrValue::ofInt(0)}});
+    Tensor arg = run1("argmax", {tv(x)}, {{"axis", AttrValue::ofInt(1)}});
+    ASSERT_TRUE(soft.defined() && arg.defined());
+    for (std::int64_t j = 0; j < x.dim(1); ++j) {
+      double total = 0.0;
+      for (std::int64_t i = 0; i < x.dim(0); ++i) total += at(soft, {i, j});
+      EXPECT_NEAR(total, 1.0, 1e-6);
+    }
+    for (std::int64_t i = 0; i < x.dim(0); ++i) {
+      std::int64_t best = 0;
+      for (std::int64_t j = 1; j < x.dim(1); ++j) {
+        if (at(x, {i, j}) > at(x, {i, best})) best = j;
+      }
+      EXPECT_EQ(arg.elementAsDouble(i), static_cast<double>(best));
+    }
+  }
+}
+
 TEST(ReduceSum, IntegerAndBoolDTypes) {
   Tensor flags = Tensor::empty(DType::Bool, Shape{2, 3}).value();
   const bool pattern[] = {true, false, true, true, true, false};

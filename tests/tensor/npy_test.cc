@@ -411,6 +411,19 @@ TEST(NpyFuzz, ByteFlipsNeverCrash) {
   }
   EXPECT_GT(rejected, 0);
   EXPECT_GT(accepted, 0);  // flips inside the padding are harmless
+  // Random multi-byte damage anywhere in the file, with header-ish characters as replacements.
+  std::mt19937 rng(42);
+  const std::string alphabet = "0123456789(),:'\" {}[]-LTrueFalsf<>|=\n\x00\xff";
+  const std::vector<std::uint8_t> bytes = serializeNpy(tensors[0]);
+  for (int round = 0; round < 4000; ++round) {
+    std::vector<std::uint8_t> mutated = bytes;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      mutated[rng() % mutated.size()] = static_cast<std::uint8_t>(alphabet[rng() % alphabet.size()]);
+    }
+    Expected<Tensor> t = parseNpy(mutated, "random.npy");
+    if (t) EXPECT_LE(static_cast<std::size_t>(t->numel()) * t->itemSize(), mutated.size());
+  }
 }
 
 // ---- .npz ----

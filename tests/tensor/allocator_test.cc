@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: Apache-2.0
+// CachingAllocator: 64-byte aligned blocks of a size class that covers the request with
+// bounded waste, freed blocks reused without a system allocation, exact live/peak/cached
+// accounting, trim(), the AllocatorCacheBytes and MaxTensorBytes limits, and consistent stats
+// when two threads allocate and free at once. Tests measure deltas of the process-wide stats.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shapevm/tensor.h"
+#include "support/tunables.h"
+
+namespace shapevm {
+namespace {
+
+class AllocatorTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    Tunables::resetToDefaults();
+    allocator().trim();  // start from an empty cache so reuse is predictable
+  }
+  void TearDown() override { Tunables::resetToDefaults(); }
+  static CachingAllocator& allocator() { return CachingAllocator::global(); }
+
+  // Allocates or fails the test.
+  static void* take(std::size_t nbytes, std::size_t* capacity) {
+    Expected<void*> block = allocator().allocate(nbytes, capacity);
+    EXPECT_TRUE(block.hasValue()) << block.status().toString();
+    return block.hasValue() ? *block : nullptr;
+  }
+};
+
+TEST_F(AllocatorTest, BlocksAre64ByteAlignedAndCoverTheRequest) {
+  for (std::size_t nbytes : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65},
+                             std::size_t{1000}, std::size_t{4096}, std::size_t{65535}, std::size_t{65537},
+                             std::size_t{100000}, std::size_t{1} << 20, (std::size_t{3} << 20) + 7}) {
+    SCOPED_TRACE(nbytes);
+    std::size_t capacity = 0;
+    void* block = take(nbytes, &capacity);
+    ASSERT_NE(block, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(block) % 64, 0u);
+    EXPECT_EQ(capacity, CachingAllocator::sizeClass(nbytes));
+    EXPECT_GE(capacity, nbytes);
+    std::memset(block, 0x5A, capacity);  // the whole class is usable (ASan checks)
+    allocator().free(block, capacity);
+  }
+}
+
+TEST_F(AllocatorTest, SizeClassKnownValues) {
+  EXPECT_EQ(CachingAllocator::sizeClass(0), 64u);
+  EXPECT_EQ(CachingAllocator::sizeClass(1), 64u);
+  EXPECT_EQ(CachingAllocator::sizeClass(64), 64u);
+  EXPECT_EQ(CachingAllocator::sizeClass(65), 128u);
+  EXPECT_EQ(CachingAllocator::sizeClass(1000), 1024u);
+  EXPECT_EQ(CachingAllocator::sizeClass(65536), 65536u);
+  EXPECT_EQ(CachingAllocator::sizeClass(65537), 81920u);   // 128 KiB / 8 steps above 64 KiB
+  EXPECT_EQ(CachingAllocator::sizeClass(100000), 114688u);
+  EXPECT_EQ(CachingAllocator::sizeClass(131072), 131072u);
+  EXPECT_EQ(CachingAllocator::sizeClass(131073), 163840u);
+}
+
+TEST_F(AllocatorTest, SizeClassIsMonotonicCoveringAndBoundedWaste) {
+  auto check = [](std::size_t n, std::size_t previous_class) {
+    std::size_t c = CachingAllocator::sizeClass(n);
+    EXPECT_GE(c, n);
+    EXPECT_GE(c, 64u);
+    EXPECT_EQ(c % 64, 0u) << "classes keep 64-byte alignment for aligned_alloc";
+    EXPECT_GE(c, previous_class) << "monotonic";
+    EXPECT_EQ(CachingAllocator::sizeClass(c), c) << "a class is its own class";
+    if (n > 64) {
+      EXPECT_LT(c, 2 * n) << "at most double";
+    }
+    if (n > 65536) {
+      EXPECT_LT(4 * (c - n), n) << "under 25% waste above 64 KiB";
+    }
+    return c;
+  };
+  std::size_t previous = 0;
+  for (std::size_t n = 0; n <= 300000; ++n) {
+    previous = check(n, previous);
+    if (testing::Test::HasFailure()) FAIL() << "at n = " << n;
+  }
+  std::mt19937_64 rng(3);
+  std::vector<std::size_t> sizes;
+  for (int i = 0; i < 100000; ++i) sizes.push_back(rng() % (std::size_t{1} << 40));
+  std::sort(sizes.begin(), sizes.end());
+  previous = 0;
+  for (std::size_t n : sizes) {
+    previous = check(n, previous);
+    if (testing::Test::HasFailure()) FAIL() << "at n = " << n;
+  }
+}
+
+TEST_F(AllocatorTest, ClassesAboveSixtyFourKiBAreFourPerOctave) {
+  for (std::size_t power = std::size_t{1} << 17; power <= (std::size_t{1} << 30); power <<= 1) {
+    std::vector<std::size_t> classes;
+    for (std::size_t n = power / 2 + 1; n <= power; n += power / 64) classes.push_back(CachingAllocator::sizeClass(n));
+    classes.push_back(CachingAllocator::sizeClass(power));
+    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+    EXPECT_EQ(classes.size(), 4u) << power;
+    EXPECT_EQ(classes.back(), power);
+  }
+}
+
+TEST_F(AllocatorTest, FreedBlocksAreReusedWithoutASystemAllocation) {
+  const AllocatorStats s0 = allocator().stats();
+  std::size_t capacity = 0;
+  void* first = take(5000, &capacity);
+  const AllocatorStats s1 = allocator().stats();
+  EXPECT_EQ(s1.requests, s0.requests + 1);
+  EXPECT_EQ(s1.system_allocations, s0.system_allocations + 1);
+  allocator().free(first, capacity);
+
+  // Any request of the same class gets the cached block back.
+  std::size_t capacity2 = 0;
+  void* second = take(4097, &capacity2);
+  const AllocatorStats s2 = allocator().stats();
+  EXPECT_EQ(capacity2, capacity);
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(s2.requests, s0.requests + 2);
+  EXPECT_EQ(s2.system_allocations, s0.system_allocations + 1) << "reuse must not reach the system";
+
+  // A different class does not take it.
+  std::size_t capacity3 = 0;
+  void* third = take(100, &capacity3);
+  EXPECT_NE(third, second);
+  EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations + 2);
+  allocator().free(second, capacity2);
+  allocator().free(third, capacity3);
+}
+
+TEST_F(AllocatorTest, TensorsReuseCachedStorage) {
+  const AllocatorStats s0 = allocator().stats();
+  for (int i = 0; i < 50; ++i) {
+    Expected<Tensor> t = Tensor::empty(DType::Float32, Shape{33, 65});
+    ASSERT_TRUE(t.hasValue());
+  }
+  const AllocatorStats s1 = allocator().stats();
+  EXPECT_EQ(s1.requests, s0.requests + 50);
+  EXPECT_EQ(s1.system_allocations, s0.system_allocations + 1);
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes);
+}
+
+TEST_F(AllocatorTest, LivePeakAndCachedAccounting) {
+  allocator().resetPeak();
+  const AllocatorStats s0 = allocator().stats();
+  EXPECT_EQ(s0.cached_bytes, 0);
+  EXPECT_EQ(s0.peak_bytes, s0.live_bytes);
+
+  std::size_t a_capacity = 0, b_capacity = 0;
+  void* a = take(10000, &a_capacity);  // class 16384
+  void* b = take(200000, &b_capacity);
+  const auto a_bytes = static_cast<std::int64_t>(a_capacity), b_bytes = static_cast<std::int64_t>(b_capacity);
+  EXPECT_EQ(a_bytes, 16384);
+  AllocatorStats s1 = allocator().stats();
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes + a_bytes + b_bytes) << "live counts whole classes";
+  EXPECT_EQ(s1.peak_bytes, s1.live_bytes);
+
+  allocator().free(a, a_capacity);
+  AllocatorStats s2 = allocator().stats();
+  EXPECT_EQ(s2.live_bytes, s0.live_bytes + b_bytes);
+  EXPECT_EQ(s2.cached_bytes, a_bytes);
+  EXPECT_EQ(s2.peak_bytes, s1.peak_bytes) << "peak does not drop on free";
+
+  allocator().free(b, b_capacity);
+  AllocatorStats s3 = allocator().stats();
+  EXPECT_EQ(s3.live_bytes, s0.live_bytes);
+  EXPECT_EQ(s3.cached_bytes, a_bytes + b_bytes);
+
+  // Taking a cached block moves it back from cached to live.
+  void* again = take(9000, &a_capacity);
+  AllocatorStats s4 = allocator().stats();
+  EXPECT_EQ(s4.cached_bytes, b_bytes);
+  EXPECT_EQ(s4.live_bytes, s0.live_bytes + a_bytes);
+  EXPECT_EQ(s4.peak_bytes, s1.peak_bytes);
+  allocator().free(again, a_capacity);
+
+  allocator().resetPeak();
+  EXPECT_EQ(allocator().stats().peak_bytes, s0.live_bytes);
+
+  allocator().trim();
+  AllocatorStats s5 = allocator().stats();
+  EXPECT_EQ(s5.cached_bytes, 0);
+  EXPECT_EQ(s5.live_bytes, s0.live_bytes) << "trim only touches cached blocks";
+}
+
+TEST_F(AllocatorTest, TrimSendsTheNextRequestToTheSystem) {
+  std::size_t capacity = 0;
+  void* block = take(3000, &capacity);
+  allocator().free(block, capacity);
+  ASSERT_EQ(allocator().stats().cached_bytes, static_cast<std::int64_t>(capacity));
+  allocator().trim();
+  EXPECT_EQ(allocator().stats().cached_bytes, 0);
+  const std::int64_t system_before = allocator().stats().system_allocations;
+  void* fresh = take(3000, &capacity);
+  EXPECT_EQ(allocator().stats().system_allocations, system_before + 1);
+  allocator().free(fresh, capacity);
+}
+
+TEST_F(AllocatorTest, CacheLimitZeroKeepsNothing) {
+  ASSERT_TRUE(Tunables::set(Tunable::AllocatorCacheBytes, 0).isOk());
+  const AllocatorStats s0 = allocator().stats();
+  std::size_t capacity = 0;
+  void* block = take(2048, &capacity);
+  allocator().free(block, capacity);
+  EXPECT_EQ(allocator().stats().cached_bytes, 0);
+  EXPECT_EQ(allocator().stats().live_bytes, s0.live_bytes);
+  block = take(2048, &capacity);
+  EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations + 2) << "nothing was cached to reuse";
+  allocator().free(block, capacity);
+}
+
+TEST_F(AllocatorTest, CacheLimitIsHonouredExactly) {
+  ASSERT_TRUE(Tunables::set(Tunable::AllocatorCacheBytes, 3 * 4096).isOk());
+  std::vector<void*> blocks;
+  std::size_t capacity = 0;
+  for (int i = 0; i < 5; ++i) blocks.push_back(take(4096, &capacity));
+  ASSERT_EQ(capacity, 4096u);
+  for (void* block : blocks) allocator().free(block, capacity);
+  EXPECT_EQ(allocator().stats().cached_bytes, 3 * 4096) << "exactly the limit is kept, the rest released";
+
+  // A block bigger than the remaining room is released even when smaller ones would fit.
+  ASSERT_TRUE(Tunables::set(Tunable::AllocatorCacheBytes, 3 * 4096 + 100).isOk());
+  void* big = take(8192, &capacity);
+  allocator().free(big, capacity);
+  EXPECT_EQ(allocator().stats().cached_bytes, 3 * 4096);
+}
+
+TEST_F(AllocatorTest, MaxTensorBytesRejectsLargeRequests) {
+  ASSERT_TRUE(Tunables::set(Tunable::MaxTensorBytes, 4096).isOk());
+  const AllocatorStats s0 = allocator().stats();
+  std::size_t capacity = 123;
+  Expected<void*> too_big = allocator().allocate(4097, &capacity);
+  ASSERT_FALSE(too_big.hasValue());
+  EXPECT_EQ(too_big.status().code(), ErrorCode::OutOfMemory);
+  EXPECT_EQ(too_big.status().message(),
+            "allocation of 4097 bytes exceeds the limit of 4096 bytes (tunable max_tensor_bytes)");
+  EXPECT_EQ(allocator().stats().live_bytes, s0.live_bytes);
+  EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations);
+  void* fits = take(4096, &capacity);
+  ASSERT_NE(fits, nullptr);
+  allocator().free(fits, capacity);
+}
+
+TEST_F(AllocatorTest, FreeOfNullIsANoOp) {
+  const AllocatorStats s0 = allocator().stats();
+  allocator().free(nullptr, 4096);
+  const AllocatorStats s1 = allocator().stats();
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes);
+  EXPECT_EQ(s1.cached_bytes, s0.cached_bytes);
+}
+
+TEST_F(AllocatorTest, TwoThreadsAllocatingAndFreeingKeepConsistentStats) {
+  const AllocatorStats s0 = allocator().stats();
+  constexpr int kIterations = 20000;
+  std::atomic<int> problems{0};
+  std::atomic<std::int64_t> allocations{0};
+  auto worker = [&problems, &allocations](unsigned seed) {
+    std::mt19937 rng(seed);
+    struct Held {
+      unsigned char* block;
+      std::size_t capacity;
+      unsigned char tag;
+    };
+    std::vector<Held> held;
+    for (int i = 0; i < kIterations; ++i) {
+      if (held.size() < 16 && (held.empty() || rng() % 2 == 0)) {
+        std::size_t nbytes = 1 + rng() % (rng() % 8 == 0 ? 300000 : 5000);
+        std::size_t capacity = 0;
+        Expected<void*> block = CachingAllocator::global().allocate(nbytes, &capacity);
+        ++allocations;
+        if (!block.hasValue() || capacity < nbytes || reinterpret_cast<std::uintptr_t>(*block) % 64 != 0) {
+          ++problems;
+          continue;
+        }
+        auto tag = static_cast<unsigned char>(seed * 31 + static_cast<unsigned>(i));
+        auto* bytes = static_cast<unsigned char*>(*block);
+        bytes[0] = tag;
+        bytes[capacity - 1] = tag;
+        held.push_back({bytes, capacity, tag});
+      } else {
+        std::size_t pick = rng() % held.size();
+        Held h = held[pick];
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
+        // A block handed to both threads at once would show the other thread's tag here.
+        if (h.block[0] != h.tag || h.block[h.capacity - 1] != h.tag) ++problems;
+        CachingAllocator::global().free(h.block, h.capacity);
+      }
+    }
+    for (const Held& h : held) CachingAllocator::global().free(h.block, h.capacity);
+  };
+  std::thread first(worker, 1u), second(worker, 2u);
+  first.join();
+  second.join();
+
+  const AllocatorStats s1 = allocator().stats();
+  EXPECT_EQ(problems.load(), 0);
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes) << "every block was freed";
+  EXPECT_EQ(s1.requests - s0.requests, allocations.load()) << "no request lost or double-counted";
+  EXPECT_LE(s1.system_allocations - s0.system_allocations, s1.requests - s0.requests);
+  EXPECT_LT(s1.system_allocations - s0.system_allocations, (s1.requests - s0.requests) / 4)
+      << "most requests should be served from the cache";
+  EXPECT_GE(s1.cached_bytes, 0);
+  EXPECT_GE(s1.peak_bytes, s1.live_bytes);
+  allocator().trim();
+  EXPECT_EQ(allocator().stats().cached_bytes, 0);
+}
+
+}  // namespace
+}  // namespace shapevm
