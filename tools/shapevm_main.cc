@@ -175,7 +175,7 @@ int runCommand(const RunFlags& flags) {
   }
   for (const std::string& item : flags.input_files) {
     auto equals = item.find('=');
-    if (equals == std::string::npos || equals == 0) {
+    if (equals == std::string::npos || equals == 0 || equals + 1 == item.size()) {
       return fail(makeError(ErrorCode::InvalidArgument, "--input '{}': expected NAME=FILE.npy", item));
     }
     auto tensor = readNpy(item.substr(equals + 1));
@@ -189,7 +189,10 @@ int runCommand(const RunFlags& flags) {
     }
     auto value = parseScalarArg(item.substr(equals + 1));
     if (!value) return fail(std::move(value).status().withContext("--arg " + item));
-    plan.scalars[item.substr(0, equals)] = *value;
+    if (!plan.scalars.emplace(item.substr(0, equals), *value).second) {
+      return fail(makeError(ErrorCode::InvalidArgument, "parameter '{}' is given twice (again in --arg {})",
+                            item.substr(0, equals), item));
+    }
   }
   for (const std::string& item : flags.dims) {
     auto schedule = parseDimFlag(item);
@@ -319,6 +322,19 @@ int main(int argc, char** argv) {
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
   auto* tunables_cmd = app.add_subcommand("tunables", "list tunables with defaults, env variables and meanings");
 
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string word = argv[1];
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->get_name() == word;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      fmt::print(stderr, "shapevm: error: unknown subcommand '{}' (subcommands: {}; see shapevm --help)\n", word, names);
+      return 2;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
 
   if (*asm_cmd) {
@@ -330,13 +346,13 @@ int main(int argc, char** argv) {
   if (*dis_cmd) {
     auto module = loadModuleFile(dis_in);
     if (!module) return fail(module.status());
+    if (!dis_fn.empty()) {
+      if (auto chosen = selectFunction(*module, dis_fn); !chosen) return fail(chosen.status());
+    }
     if (dis_pseudo || !dis_fn.empty()) {
       for (std::size_t i = 0; i < module->functions.size(); ++i) {
         if (!dis_fn.empty() && module->functions[i].name != dis_fn) continue;
         fmt::print("{}", dis_pseudo ? pseudocode(*module, static_cast<int>(i)) : disassembleFunction(*module, static_cast<int>(i)));
-      }
-      if (!dis_fn.empty() && module->findFunction(dis_fn) < 0) {
-        return fail(makeError(ErrorCode::UnknownName, "no function '{}' in {}", dis_fn, dis_in));
       }
     } else {
       fmt::print("{}", disassemble(*module));

@@ -69,6 +69,7 @@ class Storage {
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   std::size_t capacity_ = 0;
+  bool external_ = false;  // adopted memory: never returned to the CachingAllocator
   void (*release_)(void*) = nullptr;
   void* release_context_ = nullptr;
 };

@@ -112,8 +112,8 @@ Status TensorDescriptor::check(const Tensor& tensor, std::string_view what) cons
   }
   for (int i = 0; i < rank(); ++i) {
     if (!dims[static_cast<std::size_t>(i)].accepts(tensor.dim(i))) {
-      return makeError(ErrorCode::ShapeMismatch, "{}: dim {} is {} but the token {} requires {}", what, i, tensor.dim(i),
-                       toString(), dims[static_cast<std::size_t>(i)].toString());
+      return makeError(ErrorCode::ShapeMismatch, "{}: dim {} is {} but the token {} requires {} (got shape {})", what, i,
+                       tensor.dim(i), toString(), dims[static_cast<std::size_t>(i)].toString(), tensor.shape().toString());
     }
   }
   return Status::ok();

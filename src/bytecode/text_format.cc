@@ -18,26 +18,6 @@ namespace {
 
 std::string pcText(std::int64_t pc) { return fmt::format("0x{:04X}", pc); }
 
-std::string quoteString(std::string_view text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    auto byte = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (byte < 0x20 || byte >= 0x7f) {
-          out += fmt::format("\\x{:02x}", byte);
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string floatText(double value) {
   std::string text = fmt::format("{}", value);  // shortest round-trip form
@@ -572,8 +552,8 @@ class Assembler {
       start = end + 1;
     }
     if (function_ != nullptr) {
-      return makeError(ErrorCode::ParseError, "{}:{}:1: expected '.end' before the end of the file (function '{}')", file_,
-                       line_number, function_->name());
+      return makeError(ErrorCode::ParseError, "{}:{}:1: function '{}' has no '.end' before the end of the file", file_,
+                       function_line_, function_->name());
     }
     for (const PendingCall& call : calls_) {
       if (builder_.findFunction(call.callee) < 0) {
@@ -845,6 +825,7 @@ class Assembler {
         SVM_ASSIGN_OR_RETURN(std::string_view fn_name, cur.expectIdent("a function name"));
         if (builder_.findFunction(fn_name) >= 0) return cur.errorAt(name_pos, fmt::format("function '{}' defined twice", fn_name));
         function_ = &builder_.addFunction(std::string(fn_name));
+        function_line_ = current_line_;
         labels_.clear();
       } else {
         return cur.errorAt(start, fmt::format("unknown directive '.{}' (expected .module, .source, .const or .func)", name));
@@ -929,6 +910,7 @@ class Assembler {
   std::map<std::string, LabelUse> labels_;
   std::vector<PendingCall> calls_;
   int current_line_ = 0;
+  int function_line_ = 0;  // where the open `.func` is
 };
 
 }  // namespace
@@ -998,6 +980,27 @@ std::string disassemble(const Module& module) {
     out += "\n" + disassembleFunction(module, static_cast<int>(i));
   }
   return out;
+}
+
+std::string quoteString(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    auto byte = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (byte < 0x20 || byte >= 0x7f) {
+          out += fmt::format("\\x{:02x}", byte);
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace shapevm

@@ -53,6 +53,10 @@ Expected<Module> assemble(std::string_view text, std::string_view filename);
 std::string disassemble(const Module& module);
 std::string disassembleFunction(const Module& module, int function);
 
+// `text` as a double-quoted string with C escapes; bytes outside printable ASCII become \xNN, so
+// names read from a damaged file print safely in messages.
+std::string quoteString(std::string_view text);
+
 // The text of one constant's value as written after `=` ("int 3", "tensor f32[2] {1, 2}").
 std::string constantText(const Constant& constant);
 

@@ -5,6 +5,8 @@
 // bit; joins are bitwise OR, so errors are reported only for what can happen on some path.
 #include "bytecode/verifier.h"
 
+#include "bytecode/text_format.h"
+
 #include <algorithm>
 
 namespace shapevm {
@@ -130,7 +132,7 @@ class FunctionVerifier {
     }
     for (std::size_t i = 0; i < fn_.params.size(); ++i) {
       const Param& p = fn_.params[i];
-      if (!isIdentifier(p.name)) return fail(-1, "param", fmt::format("parameter p{} has a bad name '{}'", i, p.name));
+      if (!isIdentifier(p.name)) return fail(-1, "param", fmt::format("parameter p{} has a bad name {}", i, quoteString(p.name)));
       if (fn_.paramIndex(p.name) != static_cast<int>(i)) return fail(-1, "param", fmt::format("parameter name '{}' is used twice", p.name));
       bool kind_ok = p.kind == ValueKind::Tensor || p.kind == ValueKind::Int || p.kind == ValueKind::Float || p.kind == ValueKind::Bool;
       if (!kind_ok) return fail(-1, "param", fmt::format("parameter '{}' has kind {} (expected tensor, int, float or bool)", p.name, static_cast<int>(p.kind)));
@@ -138,7 +140,7 @@ class FunctionVerifier {
     }
     for (std::size_t i = 0; i < fn_.dim_names.size(); ++i) {
       if (!fn_.dim_names[i].empty() && !isIdentifier(fn_.dim_names[i])) {
-        return fail(-1, "dim-name", fmt::format("dim ?{} has a bad name '{}'", i, fn_.dim_names[i]));
+        return fail(-1, "dim-name", fmt::format("dim ?{} has a bad name {}", i, quoteString(fn_.dim_names[i])));
       }
     }
     return Status::ok();
@@ -597,7 +599,7 @@ Status verifyModule(const Module& module) {
   for (std::size_t i = 0; i < module.functions.size(); ++i) {
     const std::string& name = module.functions[i].name;
     if (!isIdentifier(name)) {
-      return makeError(ErrorCode::VerifyError, "verify: function {}: rule function-name: '{}' is not an identifier", i, name);
+      return makeError(ErrorCode::VerifyError, "verify: function {}: rule function-name: {} is not an identifier", i, quoteString(name));
     }
     if (module.findFunction(name) != static_cast<int>(i)) {
       return makeError(ErrorCode::VerifyError, "verify: function '{}': rule function-name: defined twice", name);

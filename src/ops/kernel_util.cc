@@ -48,7 +48,9 @@ Shape broadcastStrides(const Tensor& t, const Shape& out) {
 }
 
 Expected<int> normalizeAxis(std::string_view op, std::int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank || (rank == 0 && axis != 0 && axis != -1)) {
+  // A 0-d tensor accepts axis 0 and -1 (numpy-style reductions over "the" axis of a scalar).
+  const bool in_range = rank == 0 ? (axis == 0 || axis == -1) : (axis >= -rank && axis < rank);
+  if (!in_range) {
     return makeError(ErrorCode::IndexOutOfRange, "{}: axis {} is out of range for rank {}", op, axis, rank);
   }
   return rank == 0 ? 0 : static_cast<int>(axis < 0 ? axis + rank : axis);

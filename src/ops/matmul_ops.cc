@@ -27,34 +27,43 @@ struct MicroShape {
   static constexpr int kCols = 2 * kLanes;                         // NR
 };
 
-// tile[MR x NR] = sum over p < kc of a_panel[p][r] * b_panel[p][j].
-template <typename C>
+// tile[MR x NR] = sum over p < kc of a_panel[p][r] * b_panel[p][j], in groups of two vectors of
+// kVecBytes across the NR columns so the accumulators stay in registers (16-byte SSE2 vectors
+// take two groups, 32-byte AVX2 vectors one). Each element sums over p in the same order either way.
+template <typename C, int kVecBytes>
 [[gnu::always_inline]] inline void microKernelBody(std::int64_t kc, const C* a_panel, const C* b_panel, C* tile) {
   using Micro = MicroShape<C>;
-  typedef C Vec __attribute__((vector_size(32)));
-  Vec acc[Micro::kRows][2] = {};
-  for (std::int64_t p = 0; p < kc; ++p) {
-    Vec b0, b1;
-    std::memcpy(&b0, b_panel + p * Micro::kCols, sizeof(Vec));
-    std::memcpy(&b1, b_panel + p * Micro::kCols + Micro::kLanes, sizeof(Vec));
-    const C* a = a_panel + p * Micro::kRows;
+  typedef C Vec __attribute__((vector_size(kVecBytes)));
+  constexpr int kVecLanes = kVecBytes / static_cast<int>(sizeof(C));
+  constexpr int kGroups = Micro::kCols / (2 * kVecLanes);
+  for (int group = 0; group < kGroups; ++group) {
+    const C* b_group = b_panel + group * 2 * kVecLanes;
+    Vec acc[Micro::kRows][2] = {};
+    for (std::int64_t p = 0; p < kc; ++p) {
+      Vec b0, b1;
+      std::memcpy(&b0, b_group + p * Micro::kCols, sizeof(Vec));
+      std::memcpy(&b1, b_group + p * Micro::kCols + kVecLanes, sizeof(Vec));
+      const C* a = a_panel + p * Micro::kRows;
 #pragma GCC unroll 8
+      for (int r = 0; r < Micro::kRows; ++r) {
+        acc[r][0] += b0 * a[r];
+        acc[r][1] += b1 * a[r];
+      }
+    }
     for (int r = 0; r < Micro::kRows; ++r) {
-      acc[r][0] += b0 * a[r];
-      acc[r][1] += b1 * a[r];
+      std::memcpy(tile + r * Micro::kCols + group * 2 * kVecLanes, &acc[r][0], 2 * sizeof(Vec));
     }
   }
-  std::memcpy(tile, acc, sizeof(acc));
 }
 
 template <typename C>
 void microKernelPortable(std::int64_t kc, const C* a_panel, const C* b_panel, C* tile) {
-  microKernelBody<C>(kc, a_panel, b_panel, tile);
+  microKernelBody<C, 16>(kc, a_panel, b_panel, tile);
 }
 
 template <typename C>
 [[gnu::target("avx2")]] void microKernelAvx2(std::int64_t kc, const C* a_panel, const C* b_panel, C* tile) {
-  microKernelBody<C>(kc, a_panel, b_panel, tile);
+  microKernelBody<C, 32>(kc, a_panel, b_panel, tile);
 }
 
 template <typename C>

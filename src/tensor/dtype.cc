@@ -80,7 +80,16 @@ double loadAsDouble(const void* base, DType dtype, std::int64_t i) {
 void storeFromDouble(void* base, DType dtype, std::int64_t i, double v) {
   switch (dtype) {
     case DType::Float32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DType::Float16: static_cast<std::uint16_t*>(base)[i] = floatToHalf(static_cast<float>(v)); break;
+    case DType::Float16: {
+      // Round to odd into float32 first, so the float32 -> float16 rounding is the only one that counts.
+      float f = static_cast<float>(v);
+      if (std::isfinite(v) && static_cast<double>(f) != v && std::isfinite(f)) {
+        if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+        f = bitsToFloat(floatToBits(f) | 1u);
+      }
+      static_cast<std::uint16_t*>(base)[i] = floatToHalf(f);
+      break;
+    }
     case DType::BFloat16: static_cast<std::uint16_t*>(base)[i] = floatToBf16(static_cast<float>(v)); break;
     case DType::Float64: static_cast<double*>(base)[i] = v; break;
     case DType::Int32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;

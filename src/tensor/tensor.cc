@@ -136,6 +136,7 @@ Storage* Storage::adopt(void* data, std::size_t nbytes, void (*release)(void*), 
   auto* storage = new (ObjectPool<Storage>::take()) Storage();
   storage->data_ = data;
   storage->nbytes_ = nbytes;
+  storage->external_ = true;
   storage->release_ = release;
   storage->release_context_ = release_context;
   return storage;
@@ -143,8 +144,8 @@ Storage* Storage::adopt(void* data, std::size_t nbytes, void (*release)(void*), 
 
 void Storage::releaseRef() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (release_ != nullptr) {
-    release_(release_context_);
+  if (external_) {
+    if (release_ != nullptr) release_(release_context_);
   } else {
     CachingAllocator::global().free(data_, capacity_);
   }
@@ -221,6 +222,7 @@ Tensor Tensor::wrap(void* data, DType dtype, const Shape& shape, const Shape& st
 }
 
 bool Tensor::isContiguous() const {
+  if (numel() == 0) return true;
   std::int64_t expected = 1;
   for (int i = rank() - 1; i >= 0; --i) {
     if (dim(i) == 1) continue;
@@ -241,8 +243,12 @@ Expected<Tensor> Tensor::asStrided(const Shape& shape, const Shape& strides, std
   for (int i = 0; i < shape.rank(); ++i) {
     if (shape[i] < 0) return makeError(ErrorCode::InvalidArgument, "asStrided: negative extent in {}", shape.toString());
     if (shape[i] == 0) empty_view = true;
-    std::int64_t span = (shape[i] - 1) * strides[i];
-    if (span < 0) low += span; else high += span;
+    std::int64_t span = 0;
+    if (shape[i] > 0 && (__builtin_mul_overflow(shape[i] - 1, strides[i], &span) ||
+                         __builtin_add_overflow(span < 0 ? low : high, span, span < 0 ? &low : &high))) {
+      return makeError(ErrorCode::IndexOutOfRange, "view {} with strides {} overflows the index range", shape.toString(),
+                       strides.toString());
+    }
   }
   auto capacity = static_cast<std::int64_t>(storage()->nbytes() / itemSize());
   if (!empty_view && (low < 0 || high >= capacity)) {
@@ -287,13 +293,17 @@ Expected<Tensor> Tensor::reshapeView(const Shape& new_shape) const {
       if (old_size < new_size) old_size *= dim(old_index++);
       else new_size *= new_shape[new_index++];
     }
-    for (int i = old_start; i + 1 < old_index; ++i) {
-      if (dim(i + 1) != 1 && stride(i) != stride(i + 1) * dim(i + 1)) {
+    // The group's non-unit dims must be nested without gaps (a unit dim's stride is meaningless).
+    int previous = old_start;
+    for (int i = old_start + 1; i < old_index; ++i) {
+      if (dim(i) == 1) continue;
+      if (stride(previous) != stride(i) * dim(i)) {
         return makeError(ErrorCode::Unsupported, "reshape of non-contiguous {} to {} needs a copy", describe(),
                          new_shape.toString());
       }
+      previous = i;
     }
-    std::int64_t step = stride(old_index - 1);
+    std::int64_t step = stride(previous);
     for (int j = new_index - 1; j >= new_start; --j) {
       new_strides[j] = step;
       step *= new_shape[j];

@@ -76,12 +76,29 @@ void Value::release() {
   kind_ = ValueKind::None;
 }
 
+namespace {
+// Element `linear` of an integer or bool tensor, read exactly (no trip through double).
+std::int64_t intElement(const Tensor& t, std::int64_t linear) {
+  std::int64_t position = t.offset();
+  for (int i = t.rank() - 1; i >= 0; --i) {
+    position += (linear % t.dim(i)) * t.stride(i);
+    linear /= t.dim(i);
+  }
+  const void* base = t.storage()->data();
+  switch (t.dtype()) {
+    case DType::Int64: return static_cast<const std::int64_t*>(base)[position];
+    case DType::Int32: return static_cast<const std::int32_t*>(base)[position];
+    case DType::Bool: return static_cast<const bool*>(base)[position] ? 1 : 0;
+    default: return static_cast<std::int64_t>(loadAsDouble(base, t.dtype(), position));
+  }
+}
+bool isIntTensor(const Value& v) { return v.isTensor() && v.tensor().defined() && !isFloating(v.tensor().dtype()); }
+}  // namespace
+
 Expected<std::int64_t> Value::toInt(std::string_view what) const {
   if (kind_ == ValueKind::Int) return i_;
   if (kind_ == ValueKind::Bool) return static_cast<std::int64_t>(b_);
-  if (kind_ == ValueKind::Tensor && tensor().numel() == 1 && !isFloating(tensor().dtype())) {
-    return static_cast<std::int64_t>(tensor().elementAsDouble(0));
-  }
+  if (isIntTensor(*this) && tensor().numel() == 1) return intElement(tensor(), 0);
   return makeError(ErrorCode::KindMismatch, "{} must be an int, got {}", what, describe());
 }
 
@@ -94,8 +111,8 @@ Expected<std::vector<std::int64_t>> Value::toInts(std::string_view what) const {
     }
     return out;
   }
-  if (kind_ == ValueKind::Tensor && tensor().rank() <= 1 && !isFloating(tensor().dtype())) {
-    for (std::int64_t i = 0; i < tensor().numel(); ++i) out.push_back(static_cast<std::int64_t>(tensor().elementAsDouble(i)));
+  if (isIntTensor(*this) && tensor().rank() <= 1) {
+    for (std::int64_t i = 0; i < tensor().numel(); ++i) out.push_back(intElement(tensor(), i));
     return out;
   }
   SVM_ASSIGN_OR_RETURN(std::int64_t v, toInt(what));

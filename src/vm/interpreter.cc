@@ -128,6 +128,7 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
     return makeError(ErrorCode::UnknownName, "module has no function #{}", function);
   }
   AllocatorStats before = CachingAllocator::global().stats();
+  run_start_instructions_ = stats_.instructions;
   std::vector<Value> results;
   Status status = execute(function, args, results, 0);
   AllocatorStats after = CachingAllocator::global().stats();
@@ -209,7 +210,6 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   const bool check_tokens = options_.check_tokens;
   const bool tracing = static_cast<bool>(options_.trace);
   const std::int64_t max_steps = Tunables::get(Tunable::MaxSteps);
-  std::uint64_t branches = 0;
   std::uint64_t executed = 0;
   int pc = 0;
   const Instruction* in = nullptr;
@@ -233,10 +233,14 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   do {                                                            \
     if (tracing) SVM_TRY(options_.trace(function, pc));           \
   } while (0)
-#define SVM_BRANCH_BUDGET()                                                               \
-  do {                                                                                    \
-    if (max_steps > 0 && ++branches > static_cast<std::uint64_t>(max_steps))              \
-      SVM_FAIL(makeError(ErrorCode::LimitExceeded, "step budget of {} exceeded (tunable max_steps)", max_steps)); \
+  // The step budget counts instructions; checking it at control transfers is enough, since
+  // straight-line code between two of them is bounded by the function's length.
+#define SVM_BRANCH_BUDGET()                                                                           \
+  do {                                                                                                \
+    if (max_steps > 0 && stats_.instructions + executed - run_start_instructions_ >                   \
+                             static_cast<std::uint64_t>(max_steps))                                   \
+      SVM_FAIL(makeError(ErrorCode::LimitExceeded, "step budget of {} instructions exceeded (tunable max_steps)", \
+                         max_steps));                                                                 \
   } while (0)
 #define R(i) regs[static_cast<std::size_t>(i)]
 

@@ -91,6 +91,7 @@ class VirtualMachine {
   std::vector<std::unique_ptr<FunctionRuntime>> runtimes_;
   std::vector<const OpSchema*> schemas_;
   ExecStats stats_;
+  std::uint64_t run_start_instructions_ = 0;  // stats_.instructions when the current run() began
   std::mutex run_mutex_;
 };
 

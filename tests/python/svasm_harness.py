@@ -3,6 +3,7 @@
 # function, tensor/scalar parameters with static shape tokens, CallOps, StoreTensor outputs),
 # a runner that feeds numpy inputs through `shapevm run --inputs/--out`, numpy emulation of
 # bfloat16 rounding, and the check that a failing CLI run failed cleanly (no crash).
+import os
 import subprocess
 from pathlib import Path
 
@@ -105,8 +106,11 @@ def fmt_attr(v):
     return str(v)
 
 
-def run_cli(binary, *args, timeout=120):
-    proc = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+def run_cli(binary, *args, timeout=120, env=None):
+    """(exit code, stdout, stderr); undecodable output bytes become U+FFFD instead of raising."""
+    full_env = None if env is None else {**os.environ, **env}
+    proc = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, errors="replace",
+                          timeout=timeout, env=full_env)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -422,7 +422,9 @@ TEST(NpyFuzz, ByteFlipsNeverCrash) {
       mutated[rng() % mutated.size()] = static_cast<std::uint8_t>(alphabet[rng() % alphabet.size()]);
     }
     Expected<Tensor> t = parseNpy(mutated, "random.npy");
-    if (t) EXPECT_LE(static_cast<std::size_t>(t->numel()) * t->itemSize(), mutated.size());
+    if (t) {
+      EXPECT_LE(static_cast<std::size_t>(t->numel()) * t->itemSize(), mutated.size());
+    }
   }
 }
 
