@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `shapevm` CLI: asm, dis, verify, run, ops, tunables. Every failure prints
+// The `shapevm` CLI: compile, asm, dis, verify, run, ops, tunables (.py sources go through the
+// frontend; .svm/.svasm are loaded as modules). Every failure prints
 // "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
 #include <algorithm>
 #include <charconv>
@@ -15,6 +16,7 @@
 #include "bytecode/module_io.h"
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
+#include "frontend/frontend.h"
 #include "ops/registry.h"
 #include "shapevm/npy.h"
 #include "support/tunables.h"
@@ -42,20 +44,28 @@ Status applyTunables(const std::vector<std::string>& settings) {
 }
 
 Expected<int> selectFunction(const Module& module, const std::string& name) {
-  if (!name.empty()) {
-    int index = module.findFunction(name);
-    if (index >= 0) return index;
-  } else if (module.functions.size() == 1) {
-    return 0;
-  } else if (int main_index = module.findFunction("main"); main_index >= 0) {
-    return main_index;
+  return resolveFunction(module, name);
+}
+
+// Frontend options from --no-opt / --opt=LIST (the default: every optimization on).
+Expected<FrontendOptions> frontendOptions(bool no_opt, const std::string& opt_list, bool opt_given,
+                                          const std::string& entry) {
+  FrontendOptions options;
+  if (no_opt && opt_given) return makeError(ErrorCode::InvalidArgument, "--no-opt and --opt cannot be combined");
+  if (no_opt) options = FrontendOptions::none();
+  if (opt_given) {
+    SVM_ASSIGN_OR_RETURN(options, FrontendOptions::parseList(opt_list));
   }
-  std::string known;
-  for (const Function& fn : module.functions) known += (known.empty() ? "" : ", ") + fn.name;
-  if (name.empty()) {
-    return makeError(ErrorCode::InvalidArgument, "module has several functions ({}); choose one with --fn", known);
-  }
-  return makeError(ErrorCode::UnknownName, "no function '{}' in module (functions: {})", name, known);
+  options.entry = entry;
+  return options;
+}
+
+bool isPythonSource(const std::string& path) { return path.size() >= 3 && path.compare(path.size() - 3, 3, ".py") == 0; }
+
+Expected<std::string> readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return makeError(ErrorCode::IoError, "cannot open '{}'", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 Expected<Value> parseScalarArg(const std::string& text) {
@@ -140,7 +150,8 @@ void printProfile(VirtualMachine& vm, int function) {
 }
 
 struct RunFlags {
-  std::string module_path, fn, inputs_npz, params_npz, out;
+  std::string module_path, fn, inputs_npz, params_npz, out, opt_list;
+  bool no_opt = false;
   std::vector<std::string> input_files, args, dims, settings;
   std::uint64_t seed = 0;
   std::int64_t iters = 1;
@@ -150,7 +161,9 @@ struct RunFlags {
 int runCommand(const RunFlags& flags) {
   if (Status s = applyTunables(flags.settings); !s.isOk()) return fail(s);
   if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
-  auto module = loadModuleFile(flags.module_path);
+  auto frontend = frontendOptions(flags.no_opt, flags.opt_list, !flags.opt_list.empty(), isPythonSource(flags.module_path) ? flags.fn : "");
+  if (!frontend) return fail(frontend.status());
+  auto module = loadProgram(flags.module_path, *frontend);
   if (!module) return fail(module.status());
   auto shared = std::make_shared<Module>(std::move(*module));
   auto function = selectFunction(*shared, flags.fn);
@@ -288,12 +301,24 @@ int main(int argc, char** argv) {
   asm_cmd->add_option("input", asm_in, "input .svasm file")->required();
   asm_cmd->add_option("-o,--output", asm_out, "output .svm file")->required();
 
-  std::string dis_in, dis_fn;
+  std::string compile_in, compile_out, compile_fn, compile_opt;
+  bool compile_no_opt = false;
+  auto* compile_cmd = app.add_subcommand("compile", "compile a Python (.py) program to a .svm or .svasm module (verified)");
+  compile_cmd->add_option("input", compile_in, "input .py file")->required();
+  compile_cmd->add_option("-o,--output", compile_out, "output .svm (binary) or .svasm (text) file")->required();
+  compile_cmd->add_option("--fn", compile_fn, "compile only this function (or Class.method) and what it calls");
+  compile_cmd->add_flag("--no-opt", compile_no_opt, "disable every optimization");
+  compile_cmd->add_option("--opt", compile_opt, "only these optimizations: a list of dce,reshape,addn,fold");
+
+  std::string dis_in, dis_fn, dis_opt;
+  bool dis_no_opt = false;
   bool dis_pseudo = false;
   auto* dis_cmd = app.add_subcommand("dis", "disassemble a module (.svm or .svasm) to canonical .svasm");
   dis_cmd->add_option("input", dis_in, "module file")->required();
   dis_cmd->add_flag("--pseudo", dis_pseudo, "print Python-like pseudocode instead");
   dis_cmd->add_option("--fn", dis_fn, "only this function");
+  dis_cmd->add_flag("--no-opt", dis_no_opt, "(.py) compile without optimizations");
+  dis_cmd->add_option("--opt", dis_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
 
   std::string verify_in;
   auto* verify_cmd = app.add_subcommand("verify", "load and verify a module; prints OK or the violated rule");
@@ -301,7 +326,7 @@ int main(int argc, char** argv) {
 
   RunFlags run;
   auto* run_cmd = app.add_subcommand("run", "run a function of a module");
-  run_cmd->add_option("module", run.module_path, "module file (.svm or .svasm)")->required();
+  run_cmd->add_option("module", run.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
   run_cmd->add_option("--fn", run.fn, "function to run (default: the only one, or 'main')");
   run_cmd->add_option("--inputs", run.inputs_npz, ".npz whose arrays are matched to parameters by name");
   run_cmd->add_option("--params", run.params_npz, ".npz of parameters (weights), matched by name");
@@ -317,6 +342,8 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--profile", run.profile, "print the per-site profile (calls, time, shapes seen)");
   run_cmd->add_flag("--no-profile", run.no_profile, "disable per-site timing and shape profiling");
   run_cmd->add_flag("-q,--quiet", run.quiet, "do not print output summaries");
+  run_cmd->add_flag("--no-opt", run.no_opt, "(.py) compile without optimizations");
+  run_cmd->add_option("--opt", run.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
   run_cmd->add_option("--set", run.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
 
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
@@ -337,30 +364,53 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
 
+  if (*compile_cmd) {
+    if (!isPythonSource(compile_in)) {
+      return fail(makeError(ErrorCode::InvalidArgument, "compile: '{}' is not a .py source (use `shapevm asm` for .svasm)", compile_in));
+    }
+    auto options = frontendOptions(compile_no_opt, compile_opt, !compile_opt.empty(), compile_fn);
+    if (!options) return fail(options.status());
+    auto module = loadProgram(compile_in, *options);
+    if (!module) return fail(module.status());
+    if (Status s = saveModuleFile(*module, compile_out); !s.isOk()) return fail(s);
+    return 0;
+  }
   if (*asm_cmd) {
-    auto module = loadModuleFile(asm_in);
+    auto module = loadProgram(asm_in, FrontendOptions());
     if (!module) return fail(module.status());
     if (Status s = writeBytes(asm_out, serializeModule(*module)); !s.isOk()) return fail(s);
     return 0;
   }
   if (*dis_cmd) {
-    auto module = loadModuleFile(dis_in);
+    auto options = frontendOptions(dis_no_opt, dis_opt, !dis_opt.empty(), isPythonSource(dis_in) ? dis_fn : "");
+    if (!options) return fail(options.status());
+    auto module = loadProgram(dis_in, *options);
     if (!module) return fail(module.status());
+    int chosen_index = -1;
     if (!dis_fn.empty()) {
-      if (auto chosen = selectFunction(*module, dis_fn); !chosen) return fail(chosen.status());
+      auto chosen = selectFunction(*module, dis_fn);
+      if (!chosen) return fail(chosen.status());
+      chosen_index = *chosen;
     }
-    if (dis_pseudo || !dis_fn.empty()) {
+    std::string source;  // a .py program's listing shows its source lines
+    if (isPythonSource(dis_in)) {
+      auto text = readText(dis_in);
+      if (!text) return fail(text.status());
+      source = std::move(*text);
+    }
+    DisassembleOptions listing{source};
+    if (dis_pseudo || chosen_index >= 0) {
       for (std::size_t i = 0; i < module->functions.size(); ++i) {
-        if (!dis_fn.empty() && module->functions[i].name != dis_fn) continue;
-        fmt::print("{}", dis_pseudo ? pseudocode(*module, static_cast<int>(i)) : disassembleFunction(*module, static_cast<int>(i)));
+        if (chosen_index >= 0 && static_cast<int>(i) != chosen_index) continue;
+        fmt::print("{}", dis_pseudo ? pseudocode(*module, static_cast<int>(i)) : disassembleFunction(*module, static_cast<int>(i), listing));
       }
     } else {
-      fmt::print("{}", disassemble(*module));
+      fmt::print("{}", disassemble(*module, listing));
     }
     return 0;
   }
   if (*verify_cmd) {
-    auto module = loadModuleFile(verify_in);
+    auto module = loadProgram(verify_in, FrontendOptions());
     if (!module) return fail(module.status());
     fmt::print("OK: {} ({} functions, {} constants)\n", verify_in, module->functions.size(), module->constants.size());
     return 0;

@@ -251,6 +251,18 @@ class Cursor {
     if (!id) return expected(what);
     return *id;
   }
+  // A function name: identifiers joined by dots (`Cell.construct`, a method compiled by the frontend).
+  Expected<std::string_view> expectFunctionName() {
+    skipSpace();
+    std::size_t start = pos_;
+    SVM_ASSIGN_OR_RETURN(std::string_view first, expectIdent("a function name"));
+    (void)first;
+    while (pos_ + 1 < text_.size() && text_[pos_] == '.' && isIdentStart(text_[pos_ + 1])) {
+      ++pos_;
+      while (pos_ < text_.size() && isIdentChar(text_[pos_])) ++pos_;
+    }
+    return text_.substr(start, pos_ - start);
+  }
   // A number-like chunk: [-+]?[0-9A-Za-z_.]* (ints, floats, hex, nan, inf).
   std::string_view numberChunk() {
     skipSpace();
@@ -798,7 +810,7 @@ class Assembler {
 
   Status call(Cursor& cur) {
     std::size_t start = cur.pos();
-    SVM_ASSIGN_OR_RETURN(std::string_view callee, cur.expectIdent("a function name"));
+    SVM_ASSIGN_OR_RETURN(std::string_view callee, cur.expectFunctionName());
     start = cur.pos() - callee.size();
     SVM_ASSIGN_OR_RETURN(std::vector<std::int32_t> results, registers(cur, false, "="));
     SVM_RETURN_IF_ERROR(cur.expect('='));
@@ -822,7 +834,7 @@ class Assembler {
         SVM_RETURN_IF_ERROR(constDirective(cur));
       } else if (name == "func") {
         std::size_t name_pos = cur.mark();
-        SVM_ASSIGN_OR_RETURN(std::string_view fn_name, cur.expectIdent("a function name"));
+        SVM_ASSIGN_OR_RETURN(std::string_view fn_name, cur.expectFunctionName());
         if (builder_.findFunction(fn_name) >= 0) return cur.errorAt(name_pos, fmt::format("function '{}' defined twice", fn_name));
         function_ = &builder_.addFunction(std::string(fn_name));
         function_line_ = current_line_;
@@ -948,8 +960,34 @@ Expected<Module> assemble(std::string_view text, std::string_view filename) {
   return assembler.run();
 }
 
+namespace {
+
+// Line `line` (1-based) of `text` without its indentation; "" when out of range.
+std::string sourceLineText(std::string_view text, int line) {
+  std::size_t start = 0;
+  for (int current = 1; current < line; ++current) {
+    std::size_t nl = text.find('\n', start);
+    if (nl == std::string_view::npos) return "";
+    start = nl + 1;
+  }
+  std::size_t end = text.find('\n', start);
+  std::string_view row = text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+  std::size_t first = row.find_first_not_of(" \t");
+  std::size_t last = row.find_last_not_of(" \t\r");
+  return first == std::string_view::npos ? "" : std::string(row.substr(first, last - first + 1));
+}
+
+}  // namespace
+
 std::string disassembleFunction(const Module& module, int function) {
+  return disassembleFunction(module, function, DisassembleOptions{});
+}
+
+std::string disassemble(const Module& module) { return disassemble(module, DisassembleOptions{}); }
+
+std::string disassembleFunction(const Module& module, int function, const DisassembleOptions& options) {
   const Function& fn = module.functions[static_cast<std::size_t>(function)];
+  int shown_line = 0;
   std::string out = fmt::format(".func {}\n", fn.name);
   for (const Param& param : fn.params) out += fmt::format("  .param {} : {}\n", param.name, paramKindText(param));
   for (std::size_t i = 0; i < fn.dim_names.size(); ++i) {
@@ -962,6 +1000,14 @@ std::string disassembleFunction(const Module& module, int function) {
   for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
     SourceLoc here = pc < fn.locs.size() ? fn.locs[pc] : SourceLoc{};
     if (!(here == loc)) {
+      if (!options.source_text.empty() && here.line > 0 && here.line != shown_line) {
+        std::string text = sourceLineText(options.source_text, here.line);
+        for (char& ch : text) {
+          if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
+        }
+        out += fmt::format("  ; {}: {}\n", here.line, text);
+        shown_line = here.line;
+      }
       out += fmt::format("  .loc {} {}\n", here.line, here.col);
       loc = here;
     }
@@ -970,14 +1016,14 @@ std::string disassembleFunction(const Module& module, int function) {
   return out + ".end\n";
 }
 
-std::string disassemble(const Module& module) {
+std::string disassemble(const Module& module, const DisassembleOptions& options) {
   std::string out = fmt::format(".module {}\n", quoteString(module.name));
   if (!module.source_file.empty()) out += fmt::format(".source {}\n", quoteString(module.source_file));
   for (std::size_t i = 0; i < module.constants.size(); ++i) {
     out += fmt::format(".const k{} = {}\n", i, constantText(module.constants[i]));
   }
   for (std::size_t i = 0; i < module.functions.size(); ++i) {
-    out += "\n" + disassembleFunction(module, static_cast<int>(i));
+    out += "\n" + disassembleFunction(module, static_cast<int>(i), options);
   }
   return out;
 }

@@ -53,6 +53,15 @@ Expected<Module> assemble(std::string_view text, std::string_view filename);
 std::string disassemble(const Module& module);
 std::string disassembleFunction(const Module& module, int function);
 
+// Options for an annotated listing. With `source_text` (the text of module.source_file), each
+// statement's source line is printed as a `; 12: h = o * ops.tanh(c)` comment before its `.loc`;
+// comments are ignored by the assembler, so the listing still assembles. Empty = canonical.
+struct DisassembleOptions {
+  std::string_view source_text;
+};
+std::string disassemble(const Module& module, const DisassembleOptions& options);
+std::string disassembleFunction(const Module& module, int function, const DisassembleOptions& options);
+
 // `text` as a double-quoted string with C escapes; bytes outside printable ASCII become \xNN, so
 // names read from a damaged file print safely in messages.
 std::string quoteString(std::string_view text);

@@ -73,6 +73,17 @@ bool isIdentifier(std::string_view name) {
   return true;
 }
 
+// A function name: identifiers joined by single dots (`Cell.construct` for a compiled method).
+bool isFunctionName(std::string_view name) {
+  std::size_t start = 0;
+  while (true) {
+    std::size_t dot = name.find('.', start);
+    if (!isIdentifier(name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start))) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
 const InputSpec& inputSpecAt(const OpSchema& schema, std::size_t i) {
   return schema.inputs[std::min(i, schema.inputs.size() - 1)];
 }
@@ -598,7 +609,7 @@ Status verifyModule(const Module& module) {
   SVM_RETURN_IF_ERROR(verifyConstants(module));
   for (std::size_t i = 0; i < module.functions.size(); ++i) {
     const std::string& name = module.functions[i].name;
-    if (!isIdentifier(name)) {
+    if (!isFunctionName(name)) {
       return makeError(ErrorCode::VerifyError, "verify: function {}: rule function-name: {} is not an identifier", i, quoteString(name));
     }
     if (module.findFunction(name) != static_cast<int>(i)) {

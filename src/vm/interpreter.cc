@@ -4,6 +4,8 @@
 // trace hook inside SVM_NEXT. CallOp goes through the site's DispatchSlot: JIT patch table first
 // (one acquire load), then the inline cache of the resolved reference kernel (no hashing, no
 // string lookup while the signature key is unchanged).
+// Invariant: no object with a destructor is alive when SVM_NEXT() runs — a computed goto leaves
+// the scope without running cleanups — so case bodies keep such locals in an inner block.
 #include <chrono>
 #include <cstring>
 
@@ -386,16 +388,18 @@ dispatch:
   }
   SVM_CASE(Call) {
     SVM_BRANCH_BUDGET();
-    const CallSite& call = fn.call_sites[static_cast<std::size_t>(in->a)];
-    std::vector<Value> call_args;
-    call_args.reserve(call.args.size());
-    for (std::int32_t r : call.args) call_args.push_back(R(r));
-    std::vector<Value> call_results;
-    stats_.instructions += executed;
-    executed = 0;
-    Status inner = execute(call.callee, call_args, call_results, depth + 1);
-    if (!inner.isOk()) SVM_FAIL(std::move(inner));
-    for (std::size_t i = 0; i < call.results.size(); ++i) R(call.results[i]) = std::move(call_results[i]);
+    {
+      const CallSite& call = fn.call_sites[static_cast<std::size_t>(in->a)];
+      std::vector<Value> call_args;
+      call_args.reserve(call.args.size());
+      for (std::int32_t r : call.args) call_args.push_back(R(r));
+      std::vector<Value> call_results;
+      stats_.instructions += executed;
+      executed = 0;
+      Status inner = execute(call.callee, call_args, call_results, depth + 1);
+      if (!inner.isOk()) SVM_FAIL(std::move(inner));
+      for (std::size_t i = 0; i < call.results.size(); ++i) R(call.results[i]) = std::move(call_results[i]);
+    }
     ++pc;
     SVM_NEXT();
   }
@@ -447,11 +451,13 @@ dispatch:
     SVM_NEXT();
   }
   SVM_CASE(Assert) {
-    auto truth = truthValue(R(in->a));
-    if (!truth) SVM_FAIL(std::move(truth).status().withContext("assert condition"));
-    if (!*truth) {
-      SVM_FAIL(makeError(ErrorCode::AssertionFailed, "assertion failed: {}",
-                         module_->constants[static_cast<std::size_t>(in->b)].text));
+    {
+      auto truth = truthValue(R(in->a));
+      if (!truth) SVM_FAIL(std::move(truth).status().withContext("assert condition"));
+      if (!*truth) {
+        SVM_FAIL(makeError(ErrorCode::AssertionFailed, "assertion failed: {}",
+                           module_->constants[static_cast<std::size_t>(in->b)].text));
+      }
     }
     ++pc;
     SVM_NEXT();
@@ -470,9 +476,11 @@ dispatch:
         }                                                         \
       }                                                           \
     }                                                             \
-    auto value = scalarBinary(Opcode::name, lhs, rhs);            \
-    if (!value) SVM_FAIL(std::move(value).status());              \
-    R(in->a) = std::move(*value);                                 \
+    {                                                             \
+      auto value = scalarBinary(Opcode::name, lhs, rhs);          \
+      if (!value) SVM_FAIL(std::move(value).status());            \
+      R(in->a) = std::move(*value);                               \
+    }                                                             \
     ++pc;                                                         \
     SVM_NEXT();                                                   \
   }
@@ -496,9 +504,11 @@ dispatch:
 #undef SVM_SCALAR_BINARY
 #define SVM_SCALAR_UNARY(name)                            \
   SVM_CASE(name) {                                        \
-    auto value = scalarUnary(Opcode::name, R(in->b));     \
-    if (!value) SVM_FAIL(std::move(value).status());      \
-    R(in->a) = std::move(*value);                         \
+    {                                                     \
+      auto value = scalarUnary(Opcode::name, R(in->b));   \
+      if (!value) SVM_FAIL(std::move(value).status());    \
+      R(in->a) = std::move(*value);                       \
+    }                                                     \
     ++pc;                                                 \
     SVM_NEXT();                                           \
   }
@@ -537,37 +547,43 @@ dispatch:
     SVM_NEXT();
   }
   SVM_CASE(TuplePack) {
-    std::vector<Value> items;
-    items.reserve(static_cast<std::size_t>(in->c));
-    for (std::int32_t i = 0; i < in->c; ++i) items.push_back(R(fn.operand_pool[static_cast<std::size_t>(in->b + i)]));
-    R(in->a) = Value::fromTuple(std::move(items));
+    {
+      std::vector<Value> items;
+      items.reserve(static_cast<std::size_t>(in->c));
+      for (std::int32_t i = 0; i < in->c; ++i) items.push_back(R(fn.operand_pool[static_cast<std::size_t>(in->b + i)]));
+      R(in->a) = Value::fromTuple(std::move(items));
+    }
     ++pc;
     SVM_NEXT();
   }
   SVM_CASE(TupleUnpack) {
-    Value tuple = R(in->a);  // copy: a target register may be the tuple's own
-    if (!tuple.isTuple()) SVM_FAIL(makeError(ErrorCode::KindMismatch, "TupleUnpack needs a tuple, got {}", tuple.describe()));
-    if (tuple.tuple().size() != static_cast<std::size_t>(in->c)) {
-      SVM_FAIL(makeError(ErrorCode::InvalidArgument, "cannot unpack {} ({} items) into {} registers", tuple.describe(),
-                         tuple.tuple().size(), in->c));
+    {
+      Value tuple = R(in->a);  // copy: a target register may be the tuple's own
+      if (!tuple.isTuple()) SVM_FAIL(makeError(ErrorCode::KindMismatch, "TupleUnpack needs a tuple, got {}", tuple.describe()));
+      if (tuple.tuple().size() != static_cast<std::size_t>(in->c)) {
+        SVM_FAIL(makeError(ErrorCode::InvalidArgument, "cannot unpack {} ({} items) into {} registers", tuple.describe(),
+                           tuple.tuple().size(), in->c));
+      }
+      for (std::int32_t i = 0; i < in->c; ++i) R(fn.operand_pool[static_cast<std::size_t>(in->b + i)]) = tuple.tuple()[static_cast<std::size_t>(i)];
     }
-    for (std::int32_t i = 0; i < in->c; ++i) R(fn.operand_pool[static_cast<std::size_t>(in->b + i)]) = tuple.tuple()[static_cast<std::size_t>(i)];
     ++pc;
     SVM_NEXT();
   }
   SVM_CASE(TupleGet) {
     const Value& tuple = R(in->b);
     if (!tuple.isTuple()) SVM_FAIL(makeError(ErrorCode::KindMismatch, "TupleGet needs a tuple, got {}", tuple.describe()));
-    auto index = R(in->c).toInt("tuple index");
-    if (!index) SVM_FAIL(std::move(index).status());
-    const auto size = static_cast<std::int64_t>(tuple.tuple().size());
-    std::int64_t i = *index < 0 ? *index + size : *index;
-    if (i < 0 || i >= size) {
-      SVM_FAIL(makeError(ErrorCode::IndexOutOfRange, "tuple index {} is out of range for {} ({} items)", *index,
-                         tuple.describe(), size));
+    {
+      auto index = R(in->c).toInt("tuple index");
+      if (!index) SVM_FAIL(std::move(index).status());
+      const auto size = static_cast<std::int64_t>(tuple.tuple().size());
+      std::int64_t i = *index < 0 ? *index + size : *index;
+      if (i < 0 || i >= size) {
+        SVM_FAIL(makeError(ErrorCode::IndexOutOfRange, "tuple index {} is out of range for {} ({} items)", *index,
+                           tuple.describe(), size));
+      }
+      Value item = tuple.tuple()[static_cast<std::size_t>(i)];
+      R(in->a) = std::move(item);
     }
-    Value item = tuple.tuple()[static_cast<std::size_t>(i)];
-    R(in->a) = std::move(item);
     ++pc;
     SVM_NEXT();
   }

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ShapeVM Python frontend's entry points: compile a strict Python subset to a verified-ready
+// Module, and load any program (.py compiled, .svm/.svasm read) by extension. Each optimization
+// is switchable through FrontendOptions; `ops.identity(x)` is an anchor none of them removes.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "bytecode/module.h"
+
+namespace shapevm {
+
+struct FrontendOptions {
+  bool dce = true;      // dead-code elimination
+  bool reshape = true;  // merge consecutive reshapes
+  bool addn = true;     // a + b + c (3+ tensor terms) -> add_n
+  bool fold = true;     // constant folding of scalar/shape arithmetic
+  // When set, only this function (a name, `Class.method`, or a method name unique in the module)
+  // and what it calls are compiled; it becomes function 0.
+  std::string entry;
+
+  static FrontendOptions none() { FrontendOptions o; o.dce = o.reshape = o.addn = o.fold = false; return o; }
+  // Parses `--opt=` lists: "dce,reshape,addn,fold" (any subset; "none" or "" = all off, "all" = all on).
+  static Expected<FrontendOptions> parseList(std::string_view list);
+};
+
+// Compiles Python source. Errors: ParseError (syntax), Unsupported (constructs outside the
+// subset), UnknownName (undefined names, unknown ops), InvalidArgument (arity, attributes), each
+// "<filename>: <what> (line L, col C)".
+Expected<Module> compilePython(std::string_view source, std::string_view filename, const FrontendOptions& options);
+
+// `.py`: read, compile and verify; `.svm`/`.svasm`: loadModuleFile (which verifies).
+Expected<Module> loadProgram(const std::string& path, const FrontendOptions& options);
+
+// Resolves a --fn name against a module: exact name, then a method name (`construct` for
+// `Cell.construct`) when it is unique. Empty name: the only function, `main`, or a unique `*.construct`.
+Expected<int> resolveFunction(const Module& module, const std::string& name);
+
+}  // namespace shapevm

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// The frontend's linear IR: bytecode-shaped instructions with symbolic labels, inline op-site
+// and call-site operands and constants by value. Lowering writes it, the optimizations rewrite
+// it, and emitModule() turns it into a Module through the bytecode builder (the one way modules
+// are built). Invariant: temporaries are defined once; named variables keep one register.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bytecode/builder.h"
+#include "bytecode/module.h"
+
+namespace shapevm::frontend {
+
+struct IrConst {
+  ConstKind kind = ConstKind::None;
+  std::int64_t i = 0;
+  double f = 0.0;
+  bool b = false;
+  std::string text;
+  std::vector<std::int64_t> ints;
+};
+
+struct IrInst {
+  Opcode op = Opcode::Nop;
+  std::int32_t a = 0, b = 0, c = 0;   // plain operands (registers, params, slots, immediates, loop ids)
+  int label = -1;                      // >= 0: this entry is a label definition, not an instruction
+  int target_true = -1;                // Jump target / BranchIf true target (label ids)
+  int target_false = -1;               // BranchIf false target
+  IrConst constant;                    // LoadConst value; Assert message (text)
+  std::string op_name;                 // CallOp op; Call callee (module function name)
+  std::vector<std::int32_t> inputs;    // CallOp/Call inputs, TuplePack items
+  std::vector<std::int32_t> outputs;   // CallOp/Call results, TupleUnpack items
+  NamedAttrs attrs;                    // CallOp attributes given explicitly
+  std::vector<TensorDescriptor> in_tokens, out_tokens;
+  SourceLoc loc;
+
+  bool isLabel() const { return label >= 0; }
+};
+
+struct IrParam {
+  std::string name;
+  ValueKind kind = ValueKind::Tensor;
+  TensorDescriptor token;
+};
+
+struct IrFunction {
+  std::string name;
+  std::vector<IrParam> params;
+  std::vector<std::string> dim_names;  // per dynamic dim id
+  int num_outputs = 0;
+  int num_loops = 0;
+  int num_registers = 0;
+  int num_labels = 0;
+  std::vector<IrInst> code;
+};
+
+// Registers an instruction writes / reads (labels and -1 "none" inputs excluded).
+std::vector<std::int32_t> irDefs(const IrInst& inst);
+std::vector<std::int32_t> irUses(const IrInst& inst);
+// True when removing the instruction (its results unused) cannot change the program:
+// not a parameter load, control flow, loop marker, assert, call, output store or identity op.
+bool irIsRemovable(const IrInst& inst);
+
+// Optimizations over one function (each returns the number of rewrites).
+int eliminateDeadCode(IrFunction& fn);
+int mergeReshapes(IrFunction& fn);
+// Renumbers registers densely in order of first appearance.
+void compactRegisters(IrFunction& fn);
+
+// Emits the functions through the builder (labels, sites, constants deduplicated by it).
+Expected<Module> emitModule(const std::vector<IrFunction>& functions, const std::string& module_name,
+                            const std::string& source_file);
+
+}  // namespace shapevm::frontend

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+// IR utilities and the IR-level optimizations: dead-code elimination (whole-function use sets,
+// iterated to a fixpoint), merging of consecutive reshapes, register compaction, and emission
+// through the bytecode builder. `identity` op sites are anchors: never removed or looked through.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "frontend/ir.h"
+
+namespace shapevm::frontend {
+
+std::vector<std::int32_t> irDefs(const IrInst& inst) {
+  if (inst.isLabel()) return {};
+  switch (inst.op) {
+    case Opcode::CallOp:
+    case Opcode::Call:
+    case Opcode::TupleUnpack: return inst.outputs;
+    case Opcode::TuplePack: return {inst.a};
+    default: break;
+  }
+  std::vector<std::int32_t> out;
+  const std::int32_t fields[3] = {inst.a, inst.b, inst.c};
+  for (int f = 0; f < 3; ++f) {
+    if (operandRole(inst.op, f) == OperandRole::RegWrite) out.push_back(fields[f]);
+  }
+  return out;
+}
+
+std::vector<std::int32_t> irUses(const IrInst& inst) {
+  if (inst.isLabel()) return {};
+  std::vector<std::int32_t> out;
+  switch (inst.op) {
+    case Opcode::CallOp:
+    case Opcode::Call:
+    case Opcode::TuplePack:
+      for (std::int32_t r : inst.inputs) {
+        if (r >= 0) out.push_back(r);
+      }
+      return out;
+    case Opcode::TupleUnpack: return {inst.a};
+    default: break;
+  }
+  const std::int32_t fields[3] = {inst.a, inst.b, inst.c};
+  for (int f = 0; f < 3; ++f) {
+    if (operandRole(inst.op, f) == OperandRole::RegRead) out.push_back(fields[f]);
+  }
+  return out;
+}
+
+bool irIsRemovable(const IrInst& inst) {
+  if (inst.isLabel()) return false;
+  switch (inst.op) {
+    case Opcode::LoadConst:
+    case Opcode::Move:
+    case Opcode::ShapeOf:
+    case Opcode::DimOf:
+    case Opcode::RankOf:
+    case Opcode::TuplePack:
+    case Opcode::TupleUnpack:
+    case Opcode::TupleGet:
+    case Opcode::TupleLen:
+    case Opcode::Nop:
+      return true;
+    case Opcode::CallOp: return inst.op_name != "identity";
+    default: break;
+  }
+  auto index = static_cast<int>(inst.op);
+  // Scalar arithmetic, comparisons and conversions (Add .. ToBool) are pure.
+  return index >= static_cast<int>(Opcode::Add) && index <= static_cast<int>(Opcode::ToBool);
+}
+
+int eliminateDeadCode(IrFunction& fn) {
+  int removed = 0;
+  while (true) {
+    std::set<std::int32_t> used;
+    for (const IrInst& inst : fn.code) {
+      for (std::int32_t r : irUses(inst)) used.insert(r);
+    }
+    std::vector<IrInst> kept;
+    kept.reserve(fn.code.size());
+    int removed_now = 0;
+    for (IrInst& inst : fn.code) {
+      bool dead = irIsRemovable(inst);
+      if (dead) {
+        for (std::int32_t r : irDefs(inst)) dead = dead && !used.count(r);
+      }
+      // A Move onto itself does nothing.
+      if (!dead && inst.op == Opcode::Move && !inst.isLabel() && inst.a == inst.b) dead = true;
+      if (dead) {
+        ++removed_now;
+      } else {
+        kept.push_back(std::move(inst));
+      }
+    }
+    fn.code = std::move(kept);
+    removed += removed_now;
+    if (removed_now == 0) break;
+  }
+  return removed;
+}
+
+int mergeReshapes(IrFunction& fn) {
+  int merged = 0;
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    std::map<std::int32_t, int> def_count, use_count;
+    for (const IrInst& inst : fn.code) {
+      for (std::int32_t r : irDefs(inst)) ++def_count[r];
+      for (std::int32_t r : irUses(inst)) ++use_count[r];
+    }
+    for (std::size_t outer = 0; outer < fn.code.size() && !changed; ++outer) {
+      IrInst& o = fn.code[outer];
+      if (o.isLabel() || o.op != Opcode::CallOp || o.op_name != "reshape") continue;
+      std::int32_t mid = o.inputs[0];
+      if (def_count[mid] != 1 || use_count[mid] != 1) continue;
+      // The inner reshape: defined earlier in the same straight-line block.
+      for (std::size_t k = outer; k-- > 0;) {
+        const IrInst& in = fn.code[k];
+        if (in.isLabel() || in.op == Opcode::Jump || in.op == Opcode::BranchIf || in.op == Opcode::Return) break;
+        auto defs = irDefs(in);
+        if (std::find(defs.begin(), defs.end(), mid) == defs.end()) continue;
+        if (in.op != Opcode::CallOp || in.op_name != "reshape") break;
+        std::int32_t source = in.inputs[0];
+        bool redefined = false;  // the source must still hold the same value at the outer reshape
+        for (std::size_t j = k + 1; j < outer; ++j) {
+          auto d = irDefs(fn.code[j]);
+          if (std::find(d.begin(), d.end(), source) != d.end()) redefined = true;
+        }
+        if (redefined) break;
+        o.inputs[0] = source;
+        if (!o.in_tokens.empty() && !in.in_tokens.empty()) o.in_tokens[0] = in.in_tokens[0];
+        fn.code.erase(fn.code.begin() + static_cast<std::ptrdiff_t>(k));
+        ++merged;
+        changed = true;
+        break;
+      }
+    }
+  }
+  return merged;
+}
+
+void compactRegisters(IrFunction& fn) {
+  std::map<std::int32_t, std::int32_t> renumber;
+  auto map = [&](std::int32_t& r) {
+    if (r < 0) return;
+    auto [it, inserted] = renumber.emplace(r, static_cast<std::int32_t>(renumber.size()));
+    r = it->second;
+  };
+  for (IrInst& inst : fn.code) {
+    if (inst.isLabel()) continue;
+    switch (inst.op) {
+      case Opcode::CallOp:
+      case Opcode::Call:
+        for (auto& r : inst.inputs) map(r);
+        for (auto& r : inst.outputs) map(r);
+        continue;
+      case Opcode::TuplePack:
+        for (auto& r : inst.inputs) map(r);
+        map(inst.a);
+        continue;
+      case Opcode::TupleUnpack:
+        map(inst.a);
+        for (auto& r : inst.outputs) map(r);
+        continue;
+      default: break;
+    }
+    std::int32_t* fields[3] = {&inst.a, &inst.b, &inst.c};
+    for (int f = 0; f < 3; ++f) {
+      OperandRole role = operandRole(inst.op, f);
+      if (role == OperandRole::RegRead || role == OperandRole::RegWrite) map(*fields[f]);
+    }
+  }
+  fn.num_registers = static_cast<int>(renumber.size());
+}
+
+namespace {
+
+int constIndex(ModuleBuilder& mb, const IrConst& c) {
+  switch (c.kind) {
+    case ConstKind::Int: return mb.constInt(c.i);
+    case ConstKind::Float: return mb.constFloat(c.f);
+    case ConstKind::Bool: return mb.constBool(c.b);
+    case ConstKind::String: return mb.constString(c.text);
+    case ConstKind::Ints: return mb.constInts(c.ints);
+    default: return mb.constNone();
+  }
+}
+
+}  // namespace
+
+Expected<Module> emitModule(const std::vector<IrFunction>& functions, const std::string& module_name,
+                            const std::string& source_file) {
+  ModuleBuilder mb(module_name);
+  mb.setSourceFile(source_file);
+  for (const IrFunction& fn : functions) {
+    FunctionBuilder& fb = mb.addFunction(fn.name);
+    for (const IrParam& p : fn.params) fb.addParam(p.name, p.kind, p.kind == ValueKind::Tensor ? p.token : TensorDescriptor::notTensor());
+    for (std::size_t i = 0; i < fn.dim_names.size(); ++i) fb.declareDim(static_cast<int>(i), fn.dim_names[i]);
+    fb.setOutputs(fn.num_outputs);
+    fb.setRegisters(std::max(fn.num_registers, 1));
+    fb.setLoops(fn.num_loops);
+    std::vector<Label> labels;
+    for (int i = 0; i < fn.num_labels; ++i) labels.push_back(fb.newLabel());
+    for (const IrInst& inst : fn.code) {
+      if (inst.isLabel()) {
+        SVM_RETURN_IF_ERROR(fb.bind(labels[static_cast<std::size_t>(inst.label)]));
+        continue;
+      }
+      fb.setLoc(inst.loc);
+      switch (inst.op) {
+        case Opcode::LoadConst: fb.emit(Opcode::LoadConst, inst.a, constIndex(mb, inst.constant)); break;
+        case Opcode::Assert: fb.emit(Opcode::Assert, inst.a, mb.constString(inst.constant.text)); break;
+        case Opcode::Jump: fb.emitJump(labels[static_cast<std::size_t>(inst.target_true)]); break;
+        case Opcode::BranchIf:
+          fb.emitBranchIf(inst.a, labels[static_cast<std::size_t>(inst.target_true)],
+                          labels[static_cast<std::size_t>(inst.target_false)]);
+          break;
+        case Opcode::CallOp: {
+          auto pc = fb.emitCallOp(inst.op_name, inst.inputs, inst.outputs, inst.attrs, inst.in_tokens, inst.out_tokens);
+          if (!pc) return std::move(pc).status().withContext(fmt::format("function '{}', line {}", fn.name, inst.loc.line));
+          break;
+        }
+        case Opcode::Call: fb.emitCall(inst.op_name, inst.inputs, inst.outputs); break;
+        case Opcode::TuplePack: fb.emitTuplePack(inst.a, inst.inputs); break;
+        case Opcode::TupleUnpack: fb.emitTupleUnpack(inst.a, inst.outputs); break;
+        default: fb.emit(inst.op, inst.a, inst.b, inst.c); break;
+      }
+    }
+  }
+  return mb.finish();
+}
+
+}  // namespace shapevm::frontend

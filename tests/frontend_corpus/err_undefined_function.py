@@ -1,0 +1,8 @@
+# Calling an unknown function is a compile error naming it.
+# expect-compile-error: 'project'
+# expect-compile-error: line 8
+from shapevm import ops, Tensor
+
+
+def f(x: Tensor[2]):
+    return project(x)

@@ -1,0 +1,8 @@
+# Reading a name that is never assigned is a compile error naming it.
+# expect-compile-error: undefined name 'bias'
+# expect-compile-error: line 8, col 16
+from shapevm import ops, Tensor
+
+
+def f(x: Tensor[2]):
+    return x + bias

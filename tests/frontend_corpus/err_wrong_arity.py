@@ -1,0 +1,13 @@
+# Calling a user function with the wrong number of arguments is a compile error.
+# expect-compile-error: 'scale'
+# expect-compile-error: 2
+# expect-compile-error: line 13
+from shapevm import ops, Tensor
+
+
+def scale(x, k: float):
+    return x * k
+
+
+def f(x: Tensor[2]):
+    return scale(x)
