@@ -40,7 +40,13 @@ class Shape {
     rank_ = static_cast<std::int8_t>(rank);
   }
   std::int64_t numel() const;
-  bool operator==(const Shape& other) const;
+  bool operator==(const Shape& other) const {
+    if (rank_ != other.rank_) return false;
+    for (int i = 0; i < rank_; ++i) {
+      if (dims_[i] != other.dims_[i]) return false;
+    }
+    return true;
+  }
   bool operator!=(const Shape& other) const { return !(*this == other); }
   std::string toString() const;  // "[2,3,4]"
 
@@ -81,7 +87,11 @@ struct TensorImpl {
   Shape strides;
   std::int64_t offset = 0;  // in elements
   Storage* storage = nullptr;
+  bool contiguous = true;   // row-major without gaps (size-1 dims ignored); fixed at creation
 };
+
+// True when `strides` walk `shape` in row-major order without gaps (size-1 dims ignored).
+bool layoutIsContiguous(const Shape& shape, const Shape& strides);
 
 class Tensor {
  public:
@@ -112,7 +122,7 @@ class Tensor {
   std::int64_t offset() const { return impl_->offset; }
   std::int64_t numel() const { return impl_->shape.numel(); }
   std::size_t itemSize() const { return dtypeSize(impl_->dtype); }
-  bool isContiguous() const;
+  bool isContiguous() const { return impl_->contiguous; }
   Storage* storage() const { return impl_->storage; }
   bool sharesStorageWith(const Tensor& other) const { return impl_->storage == other.impl_->storage; }
 

@@ -43,7 +43,7 @@ struct IrInst {
 struct IrParam {
   std::string name;
   ValueKind kind = ValueKind::Tensor;
-  TensorDescriptor token;
+  TensorDescriptor token = TensorDescriptor::anyTensor();
 };
 
 struct IrFunction {
@@ -61,7 +61,8 @@ struct IrFunction {
 std::vector<std::int32_t> irDefs(const IrInst& inst);
 std::vector<std::int32_t> irUses(const IrInst& inst);
 // True when removing the instruction (its results unused) cannot change the program:
-// not a parameter load, control flow, loop marker, assert, call, output store or identity op.
+// not a parameter load, control flow, loop marker, assert, call, output store, identity op or a
+// TupleUnpack (whose arity check can fail at run time).
 bool irIsRemovable(const IrInst& inst);
 
 // Optimizations over one function (each returns the number of rewrites).

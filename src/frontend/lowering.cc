@@ -577,6 +577,21 @@ Status Lowerer::lowerAssign(const Expr& target, Val value, const Stmt& s) {
         return error(ErrorCode::ShapeMismatch, fmt::format("cannot unpack {} values into {} names", value.items.size(), n), target);
       }
       items = value.items;
+      // Parallel assignment (`a, b = b, a`): items held in a target's register are copied first.
+      std::set<std::int32_t> target_regs;
+      for (const ExprPtr& t : target.items) {
+        if (t->kind != ExprKind::Name) continue;
+        auto var = vars_.find(t->name);
+        if (var != vars_.end() && var->second.reg >= 0) target_regs.insert(var->second.reg);
+      }
+      for (Val& item : items) {
+        if (item.reg >= 0 && target_regs.count(item.reg)) {
+          std::int32_t copy = newReg();
+          setLoc(s.line, s.col);
+          emit(Opcode::Move, copy, item.reg);
+          item.reg = copy;
+        }
+      }
     } else if (value.kind == VKind::Tuple) {
       if (value.tuple_len >= 0 && static_cast<std::size_t>(value.tuple_len) != n) {
         return error(ErrorCode::ShapeMismatch, fmt::format("cannot unpack {} values into {} names", value.tuple_len, n), target);
@@ -584,7 +599,10 @@ Status Lowerer::lowerAssign(const Expr& target, Val value, const Stmt& s) {
       std::vector<std::int32_t> regs;
       for (std::size_t i = 0; i < n; ++i) {
         regs.push_back(newReg());
-        items.push_back(Val::reg_of(VKind::Int, regs.back()));
+        // Item kinds/tokens survive a tuple stored in a variable; a shape's items are ints.
+        Val item = value.items.size() == n ? value.items[i] : Val::reg_of(VKind::Int, -1);
+        item.reg = regs.back();
+        items.push_back(item);
       }
       setLoc(s.line, s.col);
       emit(Opcode::TupleUnpack, materialize(value)).outputs = regs;
@@ -663,7 +681,19 @@ Status Lowerer::assignName(const std::string& name, Val v, const Expr& at) {
     stored.kind = VKind::Tuple;
     stored.tuple_len = static_cast<int>(v.items.size());
   }
-  stored.items.clear();
+  // Keep only what a later unpack needs to know about the items: kind and token.
+  std::function<void(Val&)> metadata = [&](Val& x) {
+    x.reg = -1;
+    x.is_const = false;
+    x.dim_id = -1;
+    if (x.static_tuple) {
+      x.static_tuple = false;
+      x.kind = VKind::Tuple;
+    }
+    for (Val& item : x.items) metadata(item);
+  };
+  if (var.assignments > 1) stored.items.clear();
+  for (Val& item : stored.items) metadata(item);
   if (var.assignments > 1) stored.dim_id = -1;
   var.value = stored;
   return Status::ok();

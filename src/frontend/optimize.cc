@@ -57,7 +57,6 @@ bool irIsRemovable(const IrInst& inst) {
     case Opcode::DimOf:
     case Opcode::RankOf:
     case Opcode::TuplePack:
-    case Opcode::TupleUnpack:
     case Opcode::TupleGet:
     case Opcode::TupleLen:
     case Opcode::Nop:

@@ -177,6 +177,27 @@ class Parser {
         }
       } else if (w == "import" || w == "from") {
         s = newStmt(StmtKind::Import, t);
+        ++pos_;
+        // Only the shapevm package (and __future__/typing, which change nothing) may be imported.
+        do {
+          if (atOp(",")) ++pos_;
+          const Token& module_token = cur();
+          std::string module;
+          if (atKind(TokenKind::Name)) module += toks_[pos_++].text;
+          while (atOp(".") && peek().kind == TokenKind::Name) {
+            module += "." + peek().text;
+            pos_ += 2;
+          }
+          const std::string root = module.substr(0, module.find('.'));
+          if (root != "shapevm" && root != "__future__" && root != "typing") {
+            return frontendError(ErrorCode::Unsupported,
+                                 fmt::format("import of module `{}` is not supported in ShapeVM programs (only shapevm)",
+                                             module.empty() ? describe(module_token) : module),
+                                 module_token.line, module_token.col);
+          }
+          if (w == "from") break;
+          if (atName("as")) pos_ += 2;
+        } while (atOp(","));
         while (!atKind(TokenKind::Newline) && !atKind(TokenKind::End) && !atOp(";")) ++pos_;
       } else if (w == "del" || w == "global" || w == "nonlocal" || w == "raise" || w == "yield" || w == "await" ||
                  w == "lambda") {
@@ -328,14 +349,14 @@ class Parser {
   // ---- expressions ----
   Expected<ExprPtr> parseTargetList() {
     int line = cur().line, col = cur().col;
-    SVM_ASSIGN_OR_RETURN(ExprPtr first, parseOr());
+    SVM_ASSIGN_OR_RETURN(ExprPtr first, parseBitOr());
     if (!atOp(",")) return first;
     ExprPtr tuple = newExpr(ExprKind::Tuple, line, col);
     tuple->items.push_back(std::move(first));
     while (atOp(",")) {
       ++pos_;
       if (atName("in")) break;
-      SVM_ASSIGN_OR_RETURN(ExprPtr next, parseOr());
+      SVM_ASSIGN_OR_RETURN(ExprPtr next, parseBitOr());
       tuple->items.push_back(std::move(next));
     }
     return tuple;

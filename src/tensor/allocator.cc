@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // CachingAllocator: size-classed free lists over aligned_alloc. Counts every request and every
-// system allocation so "allocations per run" is measurable. Thread-safe (one mutex; the
+// system allocation so "allocations per run" is measurable. Thread-safe (one spin lock: the
+// critical sections are a few loads and stores, and an uncontended pthread mutex costs more
+// than the rest of an op's allocation; the
 // interpreter and the compile thread both allocate).
 #include <cstdlib>
 #include <map>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "shapevm/tensor.h"
@@ -19,8 +23,24 @@ int smallClassIndex(std::size_t size) {
   return size <= 65536 && (size & (size - 1)) == 0 ? __builtin_ctzll(size) - 6 : -1;
 }
 
+// Test-and-test-and-set lock for the allocator's short critical sections; yields when contended.
+class SpinLock {
+ public:
+  void lock() {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 struct CachingAllocator::Impl {
-  std::mutex mutex;
+  SpinLock mutex;
   std::vector<void*> small_lists[kSmallClasses];
   std::map<std::size_t, std::vector<void*>> large_lists;
   AllocatorStats stats;
@@ -59,7 +79,7 @@ Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capa
   std::size_t size = sizeClass(nbytes);
   Impl& state = impl();
   {
-    std::lock_guard<std::mutex> lock(state.mutex);
+    std::lock_guard<SpinLock> lock(state.mutex);
     ++state.stats.requests;
     std::vector<void*>& list = state.listFor(size);
     if (!list.empty()) {
@@ -78,7 +98,7 @@ Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capa
     ptr = std::aligned_alloc(64, size);
     if (ptr == nullptr) return makeError(ErrorCode::OutOfMemory, "system allocation of {} bytes failed", size);
   }
-  std::lock_guard<std::mutex> lock(state.mutex);
+  std::lock_guard<SpinLock> lock(state.mutex);
   ++state.stats.system_allocations;
   state.stats.live_bytes += static_cast<std::int64_t>(size);
   if (state.stats.live_bytes > state.stats.peak_bytes) state.stats.peak_bytes = state.stats.live_bytes;
@@ -91,7 +111,7 @@ void CachingAllocator::free(void* ptr, std::size_t capacity) {
   Impl& state = impl();
   bool keep = false;
   {
-    std::lock_guard<std::mutex> lock(state.mutex);
+    std::lock_guard<SpinLock> lock(state.mutex);
     state.stats.live_bytes -= static_cast<std::int64_t>(capacity);
     auto limit = Tunables::get(Tunable::AllocatorCacheBytes);
     if (state.stats.cached_bytes + static_cast<std::int64_t>(capacity) <= limit) {
@@ -104,17 +124,17 @@ void CachingAllocator::free(void* ptr, std::size_t capacity) {
 }
 
 AllocatorStats CachingAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(impl().mutex);
+  std::lock_guard<SpinLock> lock(impl().mutex);
   return impl().stats;
 }
 
 void CachingAllocator::resetPeak() {
-  std::lock_guard<std::mutex> lock(impl().mutex);
+  std::lock_guard<SpinLock> lock(impl().mutex);
   impl().stats.peak_bytes = impl().stats.live_bytes;
 }
 
 void CachingAllocator::trim() {
-  std::lock_guard<std::mutex> lock(impl().mutex);
+  std::lock_guard<SpinLock> lock(impl().mutex);
   auto release = [](std::vector<void*>& blocks) {
     for (void* block : blocks) std::free(block);
     blocks.clear();

@@ -92,14 +92,6 @@ std::int64_t Shape::numel() const {
   return n;
 }
 
-bool Shape::operator==(const Shape& other) const {
-  if (rank_ != other.rank_) return false;
-  for (int i = 0; i < rank_; ++i) {
-    if (dims_[i] != other.dims_[i]) return false;
-  }
-  return true;
-}
-
 std::string Shape::toString() const {
   std::string out = "[";
   for (int i = 0; i < rank_; ++i) {
@@ -195,6 +187,7 @@ Expected<Tensor> Tensor::empty(DType dtype, const Shape& shape) {
   impl->dtype = dtype;
   impl->shape = shape;
   impl->strides = contiguousStrides(shape);
+  impl->contiguous = true;
   impl->storage = storage;
   return Tensor(impl);
 }
@@ -217,17 +210,18 @@ Tensor Tensor::wrap(void* data, DType dtype, const Shape& shape, const Shape& st
   impl->dtype = dtype;
   impl->shape = shape;
   impl->strides = strides;
+  impl->contiguous = layoutIsContiguous(shape, strides);
   impl->storage = Storage::adopt(data, nbytes, release, release_context);
   return Tensor(impl);
 }
 
-bool Tensor::isContiguous() const {
-  if (numel() == 0) return true;
+bool layoutIsContiguous(const Shape& shape, const Shape& strides) {
+  if (shape.numel() == 0) return true;
   std::int64_t expected = 1;
-  for (int i = rank() - 1; i >= 0; --i) {
-    if (dim(i) == 1) continue;
-    if (stride(i) != expected) return false;
-    expected *= dim(i);
+  for (int i = shape.rank() - 1; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
   }
   return true;
 }
@@ -259,6 +253,7 @@ Expected<Tensor> Tensor::asStrided(const Shape& shape, const Shape& strides, std
   impl->dtype = dtype();
   impl->shape = shape;
   impl->strides = strides;
+  impl->contiguous = layoutIsContiguous(shape, strides);
   impl->offset = offset;
   impl->storage = storage();
   impl->storage->retain();

@@ -1,5 +1,5 @@
 # Strings are only allowed as assert messages and dim names, not as values.
-# expect-compile-error: not supported
+# expect-compile-error: cannot hold this value
 # expect-compile-error: line 8
 from shapevm import ops, Tensor
 

@@ -1,5 +1,5 @@
 # Executable statements at module level (other than imports, defs and classes) are rejected.
-# expect-compile-error: module level
+# expect-compile-error: module-level
 # expect-compile-error: line 6
 from shapevm import ops, Tensor
 

@@ -1,5 +1,5 @@
 # Calling an unknown function is a compile error naming it.
-# expect-compile-error: 'project'
+# expect-compile-error: name `project` is not defined
 # expect-compile-error: line 8
 from shapevm import ops, Tensor
 

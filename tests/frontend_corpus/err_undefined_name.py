@@ -1,5 +1,5 @@
 # Reading a name that is never assigned is a compile error naming it.
-# expect-compile-error: undefined name 'bias'
+# expect-compile-error: name `bias` is not defined
 # expect-compile-error: line 8, col 16
 from shapevm import ops, Tensor
 

@@ -1,5 +1,5 @@
 # An unknown keyword argument to an op is a compile error naming it.
-# expect-compile-error: 'axes'
+# expect-compile-error: has no argument `axes`
 # expect-compile-error: line 8
 from shapevm import ops, Tensor
 

@@ -1,7 +1,6 @@
 # Calling a user function with the wrong number of arguments is a compile error.
-# expect-compile-error: 'scale'
-# expect-compile-error: 2
-# expect-compile-error: line 13
+# expect-compile-error: `scale` takes 2 arguments, got 1
+# expect-compile-error: line 12
 from shapevm import ops, Tensor
 
 

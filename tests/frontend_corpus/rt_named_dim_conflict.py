@@ -3,7 +3,8 @@
 # no-diff: the entry check of annotations is ShapeVM's; CPython ignores annotations
 # dims: n=2..4
 # input: y shape=(n+1,3)
-# expect-runtime-error: 'n'
+# expect-runtime-error: (n)
+# expect-runtime-error: parameter 'y'
 from shapevm import ops, Tensor
 
 

@@ -82,3 +82,18 @@ def test_corpus_is_large_and_annotated():
         assert spec.fn or spec.compile_errors, f"{path.name}: neither `# run:` nor `# expect-compile-error:`"
         assert spec.expects or spec.compile_errors or spec.runtime_errors or spec.dis, \
             f"{path.name}: states no expectation"
+
+
+def test_every_op_is_used_by_a_running_program():
+    """Each op of src/ops/ops.def (but the internal add_n and slice, reached through `+` and
+    indexing) is called as ops.NAME by a corpus program that is not a known failure."""
+    import re
+
+    names = re.findall(r'^SVM_OP\(\w+,\s*"(\w+)"', (ROOT / "src" / "ops" / "ops.def").read_text(), flags=re.M)
+    used = set()
+    for path in PROGRAMS:
+        spec = parse_header(path)
+        if spec.runnable and not spec.xfail and not spec.runtime_errors:
+            used |= set(re.findall(r"\bops\.(\w+)\(", path.read_text()))
+    missing = [n for n in names if n not in used and n not in ("add_n", "slice")]
+    assert not missing, f"ops without a passing corpus program: {missing}"

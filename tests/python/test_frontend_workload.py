@@ -2,7 +2,7 @@
 # The reference workload (SYSTEM.md section 4) as Python source: examples/lstm_cell.py (flattened
 # cell) and examples/lstm_loop.py (looped recurrence) run through `shapevm run` with batch 32 and
 # seq 10, 20, 30, 120, compared with the same files executed by CPython with python/shapevm as
-# `ops`: relative L2 <= 1e-5 in float32; float16 inputs within relative L2 <= 1e-2.
+# `ops`: relative L2 <= 1e-5 in float32; float16 inputs within relative L2 <= 3e-3.
 import ast
 
 import numpy as np
@@ -14,8 +14,8 @@ EXAMPLES = ROOT / "examples"
 BATCH = 32
 HIDDEN, INPUT, GATES = 256, 128, 1024
 # float16: ShapeVM rounds every op result to float16 (computing in float32), the oracle rounds
-# from float64; over up to 120 recurrent steps the outputs agree to ~1e-3 relative L2.
-F16_REL_L2 = 1e-2
+# from float64; observed relative L2 ~3e-5 (cell) and ~4e-4 (loop, 120 recurrent steps).
+F16_REL_L2 = 3e-3
 
 
 def tensor_shape(name, seq):
@@ -67,12 +67,13 @@ def make_workload_case(rng, params, attrs, seq, dtype):
     return Case(inputs, {}, weights, {"seq": seq})
 
 
-@pytest.mark.parametrize("seq", [10, 20, 30, 120])
-@pytest.mark.parametrize("variant", ["lstm_cell", "lstm_loop"])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+# float32 at every seq; float16 at the shortest and the longest
+CASES = [(v, s, "float32") for v in ("lstm_cell", "lstm_loop") for s in (10, 20, 30, 120)] + \
+        [(v, s, "float16") for v in ("lstm_cell", "lstm_loop") for s in (10, 120)]
+
+
+@pytest.mark.parametrize("variant,seq,dtype", CASES, ids=[f"{v}-seq{s}-{d}" for v, s, d in CASES])
 def test_workload_matches_cpython(run_cli, tmp_path, variant, seq, dtype):
-    if dtype == "float16" and seq not in (10, 120):
-        pytest.skip("float16 runs at the shortest and the longest seq only")
     path = EXAMPLES / f"{variant}.py"
     if not path.exists():
         pytest.skip(f"{path.relative_to(ROOT)} does not exist yet (written with the frontend)")
