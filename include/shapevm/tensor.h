@@ -68,6 +68,8 @@ class Storage {
   std::size_t nbytes() const { return nbytes_; }
   void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void releaseRef();
+  // One reference and memory from the CachingAllocator: its bytes may be overwritten in place.
+  bool isSoleOwner() const { return !external_ && refs_.load(std::memory_order_acquire) == 1; }
 
  private:
   Storage() = default;
@@ -124,6 +126,11 @@ class Tensor {
   std::size_t itemSize() const { return dtypeSize(impl_->dtype); }
   bool isContiguous() const { return impl_->contiguous; }
   Storage* storage() const { return impl_->storage; }
+  // Nothing else can observe this tensor's elements (this handle is the only reference to its
+  // impl and the impl the only reference to its storage).
+  bool isSoleOwner() const {
+    return impl_->refs.load(std::memory_order_acquire) == 1 && impl_->storage->isSoleOwner();
+  }
   bool sharesStorageWith(const Tensor& other) const { return impl_->storage == other.impl_->storage; }
 
   // Address of the element at offset 0 of the view (storage base + offset).

@@ -56,6 +56,12 @@ class Value {
   double toDouble() const { return kind_ == ValueKind::Float ? f_ : kind_ == ValueKind::Int ? static_cast<double>(i_) : (b_ ? 1.0 : 0.0); }
   // The tensor (a borrowed reference; valid while this Value lives).
   const Tensor& tensor() const { return *reinterpret_cast<const Tensor*>(&t_); }
+  // Moves the tensor out, leaving None (caller checked isTensor()).
+  Tensor takeTensor() {
+    Tensor out = std::move(*reinterpret_cast<Tensor*>(&t_));
+    kind_ = ValueKind::None;
+    return out;
+  }
   std::span<const Value> tuple() const { return {tup_->items.data(), tup_->items.size()}; }
 
   // Conversions with a clear error naming `what` ("reshape: shape").

@@ -472,7 +472,7 @@ Status Lowerer::lowerFunctionPass(FunctionInfo& info, IrFunction& out) {
   if (out.num_outputs < 0) out.num_outputs = 0;
   bool ends_in_label = !out.code.empty() && out.code.back().isLabel();
   if (!terminated_ || ends_in_label) {
-    setLoc(def.end_line > 0 ? def.line : def.line, def.col);
+    setLoc(def.line, def.col);
     for (int slot = 0; slot < out.num_outputs; ++slot) {
       Val none = Val::none();
       emit(Opcode::StoreTensor, materialize(none), slot);
@@ -662,9 +662,7 @@ Status Lowerer::assignName(const std::string& name, Val v, const Expr& at) {
       emit(Opcode::Move, var.reg, r);
     } else {
       IrInst& inst = emit(Opcode::LoadConst, var.reg);
-      Val copy = v;
-      std::int32_t tmp = next_reg_;
-      (void)tmp;
+      const Val& copy = v;
       switch (copy.kind) {
         case VKind::Int: inst.constant.kind = ConstKind::Int; inst.constant.i = copy.i; break;
         case VKind::Float: inst.constant.kind = ConstKind::Float; inst.constant.f = copy.f; break;

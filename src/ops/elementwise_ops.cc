@@ -570,7 +570,7 @@ Status binaryFloat32Contiguous(OpContext& ctx) {
     return binaryGeneric<K>(ctx);
   }
   SVM_ASSIGN_OR_RETURN(Tensor out,
-                       Tensor::empty(isComparison(K) ? DType::Bool : DType::Float32, shape_source->shape()));
+                       outputBuffer(ctx, 0, isComparison(K) ? DType::Bool : DType::Float32, shape_source->shape()));
   binaryRun<K, Float32Traits, Out>(pa, sa, pb, sb, out.data<typename Out::Storage>(), 1, out.numel());
   ctx.outputs[0] = Value::fromTensor(std::move(out));
   return Status::ok();
@@ -625,7 +625,7 @@ Status unaryFloat32Contiguous(OpContext& ctx) {
   const Value& v = *ctx.inputs[0];
   if (!v.isTensor()) return unaryGeneric<K>(ctx);
   const Tensor& x = v.tensor();
-  SVM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(DType::Float32, x.shape()));
+  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, DType::Float32, x.shape()));
   unaryRun<K, Float32Traits, Float32Traits>(x.data<float>(), 1, out.data<float>(), 1, out.numel());
   ctx.outputs[0] = Value::fromTensor(std::move(out));
   return Status::ok();

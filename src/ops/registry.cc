@@ -318,6 +318,15 @@ std::string describeInputs(std::span<const Value* const> inputs) {
   return text;
 }
 
+Expected<Tensor> outputBuffer(OpContext& ctx, int index, DType dtype, const Shape& shape) {
+  Value& previous = ctx.outputs[static_cast<std::size_t>(index)];
+  if (previous.isTensor()) {
+    const Tensor& t = previous.tensor();
+    if (t.isSoleOwner() && t.dtype() == dtype && t.shape() == shape && t.isContiguous()) return previous.takeTensor();
+  }
+  return Tensor::empty(dtype, shape);
+}
+
 Status invokeKernel(const KernelEntry& entry, OpContext& ctx) {
   Status status = entry.fn(ctx);
   if (!status.isOk()) status.withContext(fmt::format("{}({})", ctx.schema->name, describeInputs(ctx.inputs)));

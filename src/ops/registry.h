@@ -73,7 +73,9 @@ struct OpSchema {
   int attrIndex(std::string_view name) const;  // -1 if absent
 };
 
-// What a kernel sees. `inputs` may contain nullptr for an omitted optional input.
+// What a kernel sees. `inputs` may contain nullptr for an omitted optional input. On entry
+// `outputs[i]` may hold the tensor this site produced last time (the VM hands it back when no
+// input reads that register); outputBuffer() reuses it when nothing else can observe it.
 struct OpContext {
   const OpSchema* schema = nullptr;
   std::span<const Value* const> inputs;
@@ -129,6 +131,11 @@ Expected<std::vector<AttrValue>> resolveAttrs(const OpSchema& schema,
 Expected<int> numOutputs(const OpSchema& schema, std::span<const AttrValue> attrs);
 // Checks input count and kinds (tensor vs scalar vs ints) against the schema.
 Status checkInputs(const OpSchema& schema, std::span<const Value* const> inputs);
+
+// A contiguous tensor for output `index`: the previous output's tensor when this context is its
+// sole owner (impl and storage unshared, not adopted memory) with the same dtype and shape —
+// so steady-state interpretation allocates nothing — else a fresh Tensor::empty.
+Expected<Tensor> outputBuffer(OpContext& ctx, int index, DType dtype, const Shape& shape);
 
 // Runs the kernel `entry` and, on failure, prefixes the op name and every input's shape:
 // "add(f32[2,3], f32[4]): cannot broadcast ...".

@@ -377,6 +377,14 @@ dispatch:
         ++slot.ic_misses;
         ++stats_.ic_misses;
       }
+      // Hand each output register's previous tensor to the kernel for reuse, unless an input reads
+      // that register (then it must stay put until the kernel is done).
+      for (std::size_t o = 0; o < site.outputs.size(); ++o) {
+        const std::int32_t reg = site.outputs[o];
+        bool read = false;
+        for (std::int32_t r : site.inputs) read = read || r == reg;
+        if (!read) outs[o] = std::move(R(reg));
+      }
       OpContext ctx{&schema, inputs, site.attrs, outs};
       SVM_TRY(invokeKernel(*slot.ic_entry, ctx));
       if (check_tokens) SVM_TRY(checkOutputs(schema, rt.output_checks[static_cast<std::size_t>(in->a)], outs));
