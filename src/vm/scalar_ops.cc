@@ -40,8 +40,7 @@ Expected<Value> compareValues(Opcode op, const Value& a, const Value& b) {
     }
     return Value::fromBool(op == Opcode::Eq ? equal : !equal);
   }
-  if (intLike(a) && intLike(b)) {
-    std::int64_t x = intOf(a), y = intOf(b);
+  auto compare = [op](auto x, auto y) {
     switch (op) {
       case Opcode::Lt: return Value::fromBool(x < y);
       case Opcode::Le: return Value::fromBool(x <= y);
@@ -50,16 +49,10 @@ Expected<Value> compareValues(Opcode op, const Value& a, const Value& b) {
       case Opcode::Eq: return Value::fromBool(x == y);
       default: return Value::fromBool(x != y);
     }
-  }
-  double x = a.toDouble(), y = b.toDouble();
-  switch (op) {
-    case Opcode::Lt: return Value::fromBool(x < y);
-    case Opcode::Le: return Value::fromBool(x <= y);
-    case Opcode::Gt: return Value::fromBool(x > y);
-    case Opcode::Ge: return Value::fromBool(x >= y);
-    case Opcode::Eq: return Value::fromBool(x == y);
-    default: return Value::fromBool(x != y);
-  }
+  };
+  // Ints compare exactly (no trip through double); anything with a float compares as double.
+  if (intLike(a) && intLike(b)) return compare(intOf(a), intOf(b));
+  return compare(a.toDouble(), b.toDouble());
 }
 
 }  // namespace
