@@ -1,5 +1,4 @@
 # `--fn construct` resolves to the only method of that name; two layers of weights, relu between.
-# xfail: KNOWN_ISSUES.md #1: self.NAME parameters get shape token [] (rank 0), so every real weight is rejected on entry
 # run: --fn construct
 # dims: n=1..4
 # param: w1 (8, 4)

@@ -1,5 +1,4 @@
 # A class whose construct(self, x) reads parameters self.w and self.b (bound from --params).
-# xfail: KNOWN_ISSUES.md #1: self.NAME parameters get shape token [] (rank 0), so every real weight is rejected on entry
 # run: --fn Linear.construct
 # dims: n=1..6
 # param: w (5, 4)

@@ -1,5 +1,4 @@
 # A class with two methods; --fn Model.decode picks one, and a module-level helper is called.
-# xfail: KNOWN_ISSUES.md #1: self.NAME parameters get shape token [] (rank 0), so every real weight is rejected on entry
 # run: --fn Model.decode
 # dims: n=1..4
 # param: emb (6, 3)

@@ -1,5 +1,4 @@
 # `from numpy import ...` is not the shapevm namespace: a compile error.
-# xfail: KNOWN_ISSUES.md #2: `from numpy import exp` is accepted; the error names `exp` at its use, not the import
 # expect-compile-error: numpy
 # expect-compile-error: line 4
 from numpy import exp

@@ -1,5 +1,4 @@
 # layer_norm with weight and bias parameters, and with eps given by keyword.
-# xfail: KNOWN_ISSUES.md #1: self.NAME parameters get shape token [] (rank 0), so every real weight is rejected on entry
 # run: --fn Norm.construct
 # dims: n=1..5
 # param: gamma (8,)

@@ -1,5 +1,4 @@
 # Parallel assignment: `a, b = b, a` swaps (the right side is evaluated before any name is bound).
-# xfail: KNOWN_ISSUES.md #5: `a, b = b, a` is lowered to sequential Moves, so both names end up holding b
 # run: --fn f
 # expect: out0 shape (2, 3)
 from shapevm import ops, Tensor
