@@ -715,6 +715,17 @@ Expected<Val> Lowerer::lowerSubscript(const Expr& e) {
     }
     gathers.emplace_back(static_cast<std::int64_t>(axis), index);
   }
+  // One tensor index beside slices matches numpy; a tensor index together with any other
+  // integer or tensor index is numpy "advanced indexing" (broadcast indices, moved axes), which
+  // sequential gathers would get wrong — reject it rather than miscompile.
+  std::size_t tensor_indices = 0;
+  for (const auto& [axis, index] : gathers) tensor_indices += index.isTensorLike() ? 1 : 0;
+  if (tensor_indices > 0 && gathers.size() > 1) {
+    return error(ErrorCode::Unsupported,
+                 "indexing with a tensor index together with other integer or tensor indices (numpy advanced "
+                 "indexing) is not supported; index one axis at a time or use ops.gather",
+                 e);
+  }
   setLoc(e.line, e.col);
   Val result = base;
   if (!axes.empty()) {
