@@ -4,6 +4,7 @@
 // and/or, conditional expressions, the a + b + c -> add_n rewrite, and the compile-time constant
 // evaluator used for op attributes. Folding never changes a result: on overflow, division by zero
 // or anything unsure it leaves the instruction to run.
+#include <optional>
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -114,8 +115,9 @@ Expected<Val> Lowerer::scalarUnary(Opcode op, Val v, VKind result) {
   return Val::reg_of(result, r);
 }
 
-Expected<Val> Lowerer::lowerExpr(const Expr& e) {
-  setLoc(e.line, e.col);
+namespace {
+// The value of a literal expression (int, float, bool, None, string); nullopt for anything else.
+std::optional<Val> literalValue(const Expr& e) {
   switch (e.kind) {
     case ExprKind::Int: return Val::ofInt(e.int_value);
     case ExprKind::Float: return Val::ofFloat(e.float_value);
@@ -127,6 +129,19 @@ Expected<Val> Lowerer::lowerExpr(const Expr& e) {
       v.text = e.name;
       return v;
     }
+    default: return std::nullopt;
+  }
+}
+}  // namespace
+
+Expected<Val> Lowerer::lowerExpr(const Expr& e) {
+  setLoc(e.line, e.col);
+  switch (e.kind) {
+    case ExprKind::Int:
+    case ExprKind::Float:
+    case ExprKind::Bool:
+    case ExprKind::None:
+    case ExprKind::Str: return *literalValue(e);
     case ExprKind::Name: return readName(e);
     case ExprKind::Tuple:
     case ExprKind::List: {
@@ -381,17 +396,8 @@ Expected<Val> Lowerer::lowerAddChain(const Expr& e) {
 // ---- compile-time constants (attributes) ----
 
 std::optional<Val> Lowerer::constEval(const Expr& e) const {
+  if (std::optional<Val> literal = literalValue(e)) return literal;
   switch (e.kind) {
-    case ExprKind::Int: return Val::ofInt(e.int_value);
-    case ExprKind::Float: return Val::ofFloat(e.float_value);
-    case ExprKind::Bool: return Val::ofBool(e.bool_value);
-    case ExprKind::None: return Val::none();
-    case ExprKind::Str: {
-      Val v;
-      v.kind = VKind::Str;
-      v.text = e.name;
-      return v;
-    }
     case ExprKind::Tuple:
     case ExprKind::List: {
       Val v;
