@@ -1,9 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 # Per-op overhead of the ShapeVM interpreter vs PyTorch eager, measured in one script run.
-# ShapeVM: bench binary svm_bench_op_overhead (Google Benchmark, 100 CallOp add per VM run,
-# median of repetitions). PyTorch: torch.add(a, b) in a Python loop, 1 thread, median of
-# repeats. Prints a markdown table with ns/op and the ratio (ShapeVM / PyTorch).
+# ShapeVM: bench binary svm_bench_op_overhead (Google Benchmark, 100 CallOp add per VM run).
+# PyTorch: torch.add in a Python loop, 1 thread. Rounds alternate the two; medians over rounds. Prints a markdown table with ns/op and the ratio (ShapeVM / PyTorch).
 # Usage: /usr/bin/python3 bench/op_overhead.py [--bin build/bench/svm_bench_op_overhead]
 import argparse
 import json
@@ -31,15 +30,19 @@ def cpu_model():
 
 
 def shapevm_ns_per_op(binary, repetitions):
-    out = subprocess.run([binary, "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
-                          "--benchmark_min_time=0.2"], capture_output=True, text=True, check=True).stdout
-    data = json.loads(out)
+    args = [binary, "--benchmark_format=json", "--benchmark_min_time=0.2"]
+    if repetitions > 1:
+        args.append(f"--benchmark_repetitions={repetitions}")
+    data = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
     result = {}
     for b in data["benchmarks"]:
-        if b.get("aggregate_name") == "median":
-            name = b["run_name"].split("/")[-1] if "/" in b["run_name"] else b["run_name"]
-            scale = {"ns": 1.0, "us": 1e3, "ms": 1e6}[b["time_unit"]]
-            result[name.replace("benchAdd", "").strip("_/")] = b["real_time"] * scale / 100.0
+        if repetitions > 1 and b.get("aggregate_name") != "median":
+            continue
+        if repetitions == 1 and b.get("run_type") == "aggregate":
+            continue
+        name = b["run_name"].split("/")[-1] if "/" in b["run_name"] else b["run_name"]
+        scale = {"ns": 1.0, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+        result[name.replace("benchAdd", "").strip("_/")] = b["real_time"] * scale / 100.0
     return result
 
 
@@ -70,15 +73,29 @@ def main():
     parser.add_argument("--bin", default="build/bench/svm_bench_op_overhead")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    svm = shapevm_ns_per_op(args.bin, args.repeats)
+    # Rounds interleave ShapeVM and PyTorch so both see the same machine state (this shared VM's
+    # speed drifts by up to 2x over minutes); each figure is the median over rounds.
+    cases = [("1 element", (1,), "add_1elem"), ("64x64", (64, 64), "add_64x64")]
+    peers = [("torch.add(a, b)", False), ("torch.add(a, b, out=c)", True)]
+    svm_samples = {}
+    torch_samples = {}
+    for _ in range(args.repeats):
+        for name, value in shapevm_ns_per_op(args.bin, 1).items():
+            svm_samples.setdefault(name, []).append(value)
+        for label, shape, key in cases:
+            for peer, preallocated in peers:
+                med, _, _ = torch_ns_per_op(shape, 1, 20000, preallocated)
+                torch_samples.setdefault((key, peer), []).append(med)
     rows = []
-    for label, shape, key in [("1 element", (1,), "add_1elem"), ("64x64", (64, 64), "add_64x64")]:
-        for peer, preallocated in (("torch.add(a, b)", False), ("torch.add(a, b, out=c)", True)):
-            t_med, t_min, t_max = torch_ns_per_op(shape, args.repeats, 20000, preallocated)
+    for label, shape, key in cases:
+        for peer, _ in peers:
+            t = torch_samples[(key, peer)]
+            t_med = statistics.median(t)
             for variant in ("profiled", "unprofiled"):
-                v = svm[f"{key}_{variant}"]
-                rows.append((label, variant, peer, v, t_med, t_min, t_max, v / t_med))
-    print(f"CPU: {cpu_model()}; torch {torch.__version__}, 1 thread; date {time.strftime('%Y-%m-%d')}")
+                v = statistics.median(svm_samples[f"{key}_{variant}"])
+                rows.append((label, variant, peer, v, t_med, min(t), max(t), v / t_med))
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}, 1 thread; date {time.strftime('%Y-%m-%d')}; "
+          f"{args.repeats} interleaved rounds")
     print()
     print("| add on | ShapeVM profiling | ShapeVM ns/op (median) | PyTorch eager peer | PyTorch ns/op (median, min-max) | ratio ShapeVM/PyTorch |")
     print("|---|---|---:|---|---:|---:|")
