@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+// IR-building helpers shared by the kernel families (see codegen_util.h).
+#include "jit/codegen_util.h"
+
+#include <cstddef>
+
+#include <llvm/IR/Intrinsics.h>
+
+namespace shapevm::jit::ir {
+
+namespace {
+// KernelArgs is { ptr data[N]; i64 shape[N][R]; i64 strides[N][R]; i64 scalars[4] } with no padding.
+constexpr std::size_t kShapeOffset = offsetof(KernelArgs, shape);
+constexpr std::size_t kStridesOffset = offsetof(KernelArgs, strides);
+constexpr std::size_t kScalarsOffset = offsetof(KernelArgs, scalars);
+static_assert(kShapeOffset == sizeof(void*) * kMaxKernelOperands, "KernelArgs.shape follows data");
+static_assert(kStridesOffset == kShapeOffset + sizeof(std::int64_t) * kMaxKernelOperands * kMaxRank);
+static_assert(kScalarsOffset == kStridesOffset + sizeof(std::int64_t) * kMaxKernelOperands * kMaxRank);
+
+llvm::Value* loadI64At(Builder& b, llvm::Value* args, std::size_t byte_offset, const char* name) {
+  llvm::Value* ptr = b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), args, byte_offset);
+  llvm::LoadInst* load = b.CreateLoad(b.getInt64Ty(), ptr, name);
+  load->setAlignment(llvm::Align(8));
+  return load;
+}
+}  // namespace
+
+llvm::Function* beginKernel(llvm::Module& module, const std::string& symbol, Builder& builder) {
+  llvm::LLVMContext& context = module.getContext();
+  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context), {llvm::PointerType::getUnqual(context)}, false);
+  llvm::Function* function = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, module);
+  function->addParamAttr(0, llvm::Attribute::NoAlias);
+  function->addParamAttr(0, llvm::Attribute::NoCapture);
+  function->addParamAttr(0, llvm::Attribute::ReadOnly);
+  function->addFnAttr(llvm::Attribute::NoUnwind);
+  function->getArg(0)->setName("args");
+  builder.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", function));
+  return function;
+}
+
+llvm::Value* ArgsView::data(int operand) {
+  llvm::Value* ptr = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), args_, sizeof(void*) * static_cast<std::size_t>(operand));
+  llvm::LoadInst* load = b_.CreateLoad(b_.getPtrTy(), ptr, "data" + std::to_string(operand));
+  load->setAlignment(llvm::Align(8));
+  return load;
+}
+
+llvm::Value* ArgsView::dim(int operand, int axis) {
+  return loadI64At(b_, args_, kShapeOffset + sizeof(std::int64_t) * static_cast<std::size_t>(operand * kMaxRank + axis), "dim");
+}
+
+llvm::Value* ArgsView::stride(int operand, int axis) {
+  return loadI64At(b_, args_, kStridesOffset + sizeof(std::int64_t) * static_cast<std::size_t>(operand * kMaxRank + axis), "stride");
+}
+
+llvm::Value* ArgsView::scalar(int index) {
+  return loadI64At(b_, args_, kScalarsOffset + sizeof(std::int64_t) * static_cast<std::size_t>(index), "scalar");
+}
+
+llvm::Value* ArgsView::dim(const OperandSpec& spec, int operand, int axis) {
+  const DimSpec& d = spec.dims[axis];
+  if (d.isStatic()) return b_.getInt64(static_cast<std::uint64_t>(d.size));
+  return dim(operand, axis);
+}
+
+llvm::Type* elementType(llvm::LLVMContext& context, DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return llvm::Type::getFloatTy(context);
+    case DType::Float16: return llvm::Type::getHalfTy(context);
+    case DType::BFloat16: return llvm::Type::getBFloatTy(context);
+    case DType::Float64: return llvm::Type::getDoubleTy(context);
+    case DType::Int32: return llvm::Type::getInt32Ty(context);
+    case DType::Int64: return llvm::Type::getInt64Ty(context);
+    case DType::Bool: return llvm::Type::getInt8Ty(context);
+  }
+  return llvm::Type::getFloatTy(context);
+}
+
+llvm::Type* computeType(llvm::LLVMContext& context, DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+    case DType::Float16:
+    case DType::BFloat16: return llvm::Type::getFloatTy(context);
+    default: return elementType(context, dtype);
+  }
+}
+
+llvm::Type* withLanes(llvm::Type* scalar, unsigned lanes) {
+  return lanes == 1 ? scalar : llvm::FixedVectorType::get(scalar, lanes);
+}
+
+llvm::Value* elementPtr(Builder& b, DType dtype, llvm::Value* base, llvm::Value* index) {
+  return b.CreateInBoundsGEP(elementType(b.getContext(), dtype), base, index);
+}
+
+llvm::Value* loadCompute(Builder& b, DType dtype, llvm::Value* ptr, unsigned lanes) {
+  llvm::Type* stored = withLanes(elementType(b.getContext(), dtype), lanes);
+  llvm::LoadInst* load = b.CreateLoad(stored, ptr);
+  load->setAlignment(llvm::Align(dtypeSize(dtype)));
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+    return b.CreateFPExt(load, withLanes(b.getFloatTy(), lanes));
+  }
+  return load;
+}
+
+void storeCompute(Builder& b, DType dtype, llvm::Value* value, llvm::Value* ptr) {
+  unsigned lanes = 1;
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+    value = b.CreateFPTrunc(value, withLanes(elementType(b.getContext(), dtype), lanes));
+  }
+  llvm::StoreInst* store = b.CreateStore(value, ptr);
+  store->setAlignment(llvm::Align(dtypeSize(dtype)));
+}
+
+llvm::Value* convert(Builder& b, llvm::Value* value, DType from, DType to) {
+  llvm::LLVMContext& context = b.getContext();
+  unsigned lanes = 1;
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();
+  llvm::Type* target = withLanes(computeType(context, to), lanes);
+  if (from == to || (isFloating(from) && isFloating(to) && value->getType() == target)) return value;
+  if (to == DType::Bool) {
+    llvm::Value* nonzero = isFloating(from) ? b.CreateFCmpUNE(value, llvm::Constant::getNullValue(value->getType()))
+                                            : b.CreateICmpNE(value, llvm::Constant::getNullValue(value->getType()));
+    return b.CreateZExt(nonzero, target);
+  }
+  if (isFloating(from) && isFloating(to)) return b.CreateFPCast(value, target);
+  if (isFloating(from)) {
+    // Truncate toward zero, NaN -> 0, saturating at the integer range (llvm.fptosi.sat).
+    return b.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {target, value->getType()}, {value});
+  }
+  if (from == DType::Bool) {
+    llvm::Value* truth = b.CreateICmpNE(value, llvm::Constant::getNullValue(value->getType()));
+    return isFloating(to) ? b.CreateUIToFP(truth, target) : b.CreateZExt(truth, target);
+  }
+  if (isFloating(to)) return b.CreateSIToFP(value, target);
+  return b.CreateSExtOrTrunc(value, target);
+}
+
+void emitLoop(Builder& b, llvm::Value* begin, llvm::Value* end, std::int64_t step,
+              const std::function<void(llvm::Value* index)>& body, const char* name) {
+  llvm::Function* function = b.GetInsertBlock()->getParent();
+  llvm::LLVMContext& context = b.getContext();
+  llvm::BasicBlock* preheader = b.GetInsertBlock();
+  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, std::string(name) + ".header", function);
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(context, std::string(name) + ".body", function);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, std::string(name) + ".exit", function);
+  b.CreateBr(header);
+  b.SetInsertPoint(header);
+  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, name);
+  index->addIncoming(begin, preheader);
+  b.CreateCondBr(b.CreateICmpSLT(index, end), loop, exit);
+  b.SetInsertPoint(loop);
+  body(index);
+  llvm::Value* next = b.CreateAdd(index, b.getInt64(static_cast<std::uint64_t>(step)), std::string(name) + ".next", true, true);
+  index->addIncoming(next, b.GetInsertBlock());
+  b.CreateBr(header);
+  b.SetInsertPoint(exit);
+}
+
+llvm::Value* constI64(Builder& b, std::int64_t value) { return b.getInt64(static_cast<std::uint64_t>(value)); }
+
+}  // namespace shapevm::jit::ir

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calling generated kernels: output allocation, the KernelArgs block, fault injection.
+#include "jit/compiled_kernel.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace shapevm::jit {
+
+Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs) {
+  const std::size_t num_inputs = inputs.size();
+  const std::size_t num_outputs = static_cast<std::size_t>(kernel.num_outputs);
+  if (num_inputs + num_outputs > kMaxKernelOperands || outputs.size() < num_outputs) {
+    return makeError(ErrorCode::Unsupported, "kernel has too many operands ({} inputs, {} outputs)", num_inputs, num_outputs);
+  }
+  DType dtypes[kMaxKernelOperands];
+  Shape shapes[kMaxKernelOperands];
+  SVM_RETURN_IF_ERROR(kernel.family->outputs(kernel.spec, inputs, std::span<DType>(dtypes, num_outputs),
+                                             std::span<Shape>(shapes, num_outputs)));
+  const OpSchema& schema = OpRegistry::global().schema(kernel.spec.op);
+  OpContext ctx{&schema, inputs, kernel.spec.attrs, outputs};
+  Tensor fresh[kMaxKernelOperands];
+  for (std::size_t o = 0; o < num_outputs; ++o) {
+    SVM_ASSIGN_OR_RETURN(fresh[o], outputBuffer(ctx, static_cast<int>(o), dtypes[o], shapes[o]));
+  }
+  KernelArgs args;
+  std::memset(&args, 0, sizeof(args));
+  for (std::size_t i = 0; i < num_inputs; ++i) {
+    if (inputs[i] == nullptr || !inputs[i]->isTensor()) continue;
+    const Tensor& t = inputs[i]->tensor();
+    args.data[i] = t.rawData();
+    for (int d = 0; d < t.rank(); ++d) {
+      args.shape[i][d] = t.dim(d);
+      args.strides[i][d] = t.stride(d);
+    }
+  }
+  for (std::size_t o = 0; o < num_outputs; ++o) {
+    const Tensor& t = fresh[o];
+    const std::size_t slot = num_inputs + o;
+    args.data[slot] = t.rawData();
+    for (int d = 0; d < t.rank(); ++d) {
+      args.shape[slot][d] = t.dim(d);
+      args.strides[slot][d] = t.stride(d);
+    }
+  }
+  SVM_RETURN_IF_ERROR(kernel.family->prepare(kernel.spec, inputs, std::span<const Tensor>(fresh, num_outputs), args));
+  kernel.fn(&args);
+  if (kernel.corrupt_outputs) {
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      Tensor& t = fresh[o];
+      if (t.numel() == 0) continue;
+      // Flip the sign bit (and more) of the first element's bytes: a wrong but plausible number.
+      auto* bytes = static_cast<unsigned char*>(t.rawData());
+      bytes[t.itemSize() - 1] ^= 0xC0;
+    }
+  }
+  for (std::size_t o = 0; o < num_outputs; ++o) outputs[o] = Value::fromTensor(std::move(fresh[o]));
+  return Status::ok();
+}
+
+bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, std::span<Value> outputs) {
+  return invokeCompiled(*static_cast<const CompiledKernel*>(state), inputs, outputs).isOk();
+}
+
+Expected<std::unique_ptr<CompiledKernel>> compileKernel(JitEngine& engine, const KernelFamily& family,
+                                                        const KernelSpec& spec) {
+  SVM_RETURN_IF_ERROR(family.supports(spec));
+  const OpSchema& schema = OpRegistry::global().schema(spec.op);
+  SVM_ASSIGN_OR_RETURN(int num_outputs, numOutputs(schema, spec.attrs));
+  const std::string symbol = "svm_" + family.symbolStem(spec);
+  SVM_ASSIGN_OR_RETURN(KernelHandle handle,
+                       engine.compile(symbol, [&](llvm::Module& module) { return family.emit(spec, module, symbol); }));
+  auto kernel = std::make_unique<CompiledKernel>();
+  kernel->family = &family;
+  kernel->spec = spec;
+  kernel->fn = reinterpret_cast<GeneratedKernelFn>(handle.address);
+  kernel->handle = std::move(handle);
+  kernel->num_outputs = num_outputs;
+  return kernel;
+}
+
+}  // namespace shapevm::jit

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel specs as text (for logs, symbols and tokens) and the op -> family table.
+#include "jit/kernel_abi.h"
+
+#include <fmt/format.h>
+
+namespace shapevm::jit {
+
+namespace {
+constexpr std::string_view kOpIdents[] = {
+#define SVM_OP(ident, name, inputs, attrs, outputs, meaning) #ident,
+#include "ops/ops.def"
+#undef SVM_OP
+};
+static_assert(sizeof(kOpIdents) / sizeof(kOpIdents[0]) == kNumOps, "one ident per op");
+
+std::string dimText(const DimSpec& d) {
+  if (d.isStatic()) return std::to_string(d.size);
+  std::string text = d.hi == INT64_MAX ? "?" : fmt::format("{}..{}", d.lo, d.hi);
+  if (d.divisor > 1) text += fmt::format("%{}", d.divisor);
+  return text;
+}
+}  // namespace
+
+std::string_view opIdent(OpId op) { return kOpIdents[static_cast<std::size_t>(op)]; }
+
+std::string OperandSpec::toString() const {
+  if (!is_tensor) return "scalar";
+  std::string text = fmt::format("{}[", dtypeShortName(dtype));
+  for (int d = 0; d < rank; ++d) text += (d ? "," : "") + dimText(dims[d]);
+  return text + "]" + (contiguous ? "" : " strided");
+}
+
+std::string KernelSpec::signature() const {
+  std::string text = fmt::format("{}:", opIdent(op));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (i > 0) text += "x";
+    const OperandSpec& in = inputs[i];
+    if (!in.is_tensor) {
+      text += "scalar";
+      continue;
+    }
+    text += "(";
+    for (int d = 0; d < in.rank; ++d) text += (d ? "," : "") + dimText(in.dims[d]);
+    text += ")";
+  }
+  return text;
+}
+
+Status KernelFamily::prepare(const KernelSpec&, std::span<const Value* const>, std::span<const Tensor>, KernelArgs&) const {
+  return Status::ok();
+}
+
+std::string KernelFamily::symbolStem(const KernelSpec& spec) const {
+  std::string stem = fmt::format("{}", OpRegistry::global().schema(spec.op).name);
+  for (const OperandSpec& in : spec.inputs) {
+    if (!in.is_tensor) {
+      stem += "_scalar";
+      continue;
+    }
+    stem += fmt::format("_{}", dtypeShortName(in.dtype));
+    for (int d = 0; d < in.rank; ++d) stem += in.dims[d].isStatic() ? fmt::format("x{}", in.dims[d].size) : "xdyn";
+  }
+  return stem;
+}
+
+const KernelFamily* familyFor(OpId op) {
+  if (const KernelFamily* family = matmulFamily(op)) return family;
+  if (const KernelFamily* family = reduceFamily(op)) return family;
+  return elementwiseFamily(op);
+}
+
+}  // namespace shapevm::jit

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// The contract between the JIT's code generators and the runtime that calls their kernels.
+// A generated kernel is `void svm_<name>(const KernelArgs* args)`: every operand (inputs, then
+// outputs) is a base pointer (view offset already applied) plus its shape and element strides.
+// The C++ side (KernelFamily) decides support, computes output shapes and prepares the strides
+// (e.g. broadcasting = stride 0); the generator bakes every static fact of the KernelSpec into
+// the IR and reads the rest from KernelArgs at run time.
+// Invariant: a kernel never writes an output before it has finished reading the inputs it
+// aliases — outputs are always fresh buffers, distinct from every input.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ops/registry.h"
+#include "shapevm/status.h"
+#include "shapevm/value.h"
+
+namespace llvm {
+class Module;
+class LLVMContext;
+}  // namespace llvm
+
+namespace shapevm::jit {
+
+inline constexpr int kMaxKernelOperands = 16;
+
+// Plain-old-data argument block; its layout is mirrored in IR by kernelArgsType() (codegen_util.h).
+struct KernelArgs {
+  void* data[kMaxKernelOperands];
+  std::int64_t shape[kMaxKernelOperands][kMaxRank];
+  std::int64_t strides[kMaxKernelOperands][kMaxRank];  // in elements
+  std::int64_t scalars[4];                             // family-defined extras (e.g. a reduction size)
+};
+using GeneratedKernelFn = void (*)(const KernelArgs* args);
+
+// One dynamic-or-static dim as the specialization sees it.
+struct DimSpec {
+  std::int64_t size = -1;     // >= 0: static (baked in); -1: dynamic (read from KernelArgs)
+  std::int64_t lo = 0;        // guarded range of a dynamic dim
+  std::int64_t hi = INT64_MAX;
+  std::int64_t divisor = 1;   // every observed value divisible by this (guarded)
+  bool isStatic() const { return size >= 0; }
+};
+
+struct OperandSpec {
+  bool is_tensor = true;      // false: a scalar operand (int/float/bool); kernels read it from KernelArgs.scalars
+  DType dtype = DType::Float32;
+  int rank = 0;
+  DimSpec dims[kMaxRank];
+  bool contiguous = true;     // guarded: row-major dense
+  std::string toString() const;  // "f32[?,128]" / "f32[320..960,128]" / "f32[64%8,128]"
+};
+
+// What to compile: one op (O1) with its attributes and the specialization of its inputs.
+struct KernelSpec {
+  OpId op = OpId::Identity;
+  std::vector<AttrValue> attrs;        // schema order, defaults filled in
+  std::vector<OperandSpec> inputs;
+  std::string signature() const;       // "MatMul:(320..960,128)x(128,1024)"
+};
+
+// A code generator for a family of ops. Implementations are stateless singletons.
+class KernelFamily {
+ public:
+  virtual ~KernelFamily() = default;
+  virtual std::string_view name() const = 0;
+  // OK when `spec` can be compiled; else an error whose message is the reason (logged once per site).
+  virtual Status supports(const KernelSpec& spec) const = 0;
+  // Output dtypes and shapes for these concrete inputs (they already passed the guard).
+  virtual Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
+                         std::span<Shape> shapes) const = 0;
+  // Fills KernelArgs beyond data/shape/strides of the actual operands (e.g. broadcast strides).
+  // Default: nothing more.
+  virtual Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
+                         KernelArgs& args) const;
+  // Emits `void <symbol>(ptr args)` into `module`.
+  virtual Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const = 0;
+  // A readable symbol stem, e.g. "matmul_f32_Mdyn_K128_N1024" (the engine prefixes "svm_").
+  virtual std::string symbolStem(const KernelSpec& spec) const;
+};
+
+// The op's identifier from ops.def, e.g. "MatMul" (used in signatures).
+std::string_view opIdent(OpId op);
+
+// The family that compiles `op`, or nullptr (the op stays interpreted).
+const KernelFamily* familyFor(OpId op);
+
+// Per-family registration (one file per family under src/jit/).
+const KernelFamily* elementwiseFamily(OpId op);   // unary/binary/compare/logical/where/cast
+const KernelFamily* reduceFamily(OpId op);        // sum/mean/max/min/softmax/log_softmax
+const KernelFamily* matmulFamily(OpId op);        // matmul
+
+}  // namespace shapevm::jit

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel validation: before any kernel becomes callable it runs on fresh random inputs of its
+// target signature (never zeros; for a range kernel also at the range ends) and is compared with
+// the reference kernel. Outputs are poisoned with NaN beforehand, so an element the kernel never
+// wrote fails; NaN never passes. Tolerances are relative L2 error per output dtype.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jit/compiled_kernel.h"
+
+namespace shapevm::jit {
+
+// Relative L2 bound for an output of this dtype: float32 1e-5, float16 2e-3, bfloat16 1.6e-2
+// (about four units of their rounding error), float64 1e-12, exact for integers and bool.
+double toleranceFor(DType dtype);
+
+struct Comparison {
+  bool ok = true;
+  double rel_l2 = 0.0;   // worst over the outputs
+  std::string reason;    // why not ok: "output 0: NaN at element 17 (expected 0.25)" / "rel L2 3e-3 > 1e-5"
+};
+// Compares kernel outputs with reference outputs (same count, dtypes and shapes required).
+Comparison compareOutputs(std::span<const Value> expected, std::span<const Value> actual);
+
+// Random inputs for `spec` with these concrete shapes (one per input; ignored for scalars), drawn
+// from the op's valid domain (positive for log/sqrt/rsqrt/pow bases), never all zeros.
+Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed);
+
+// The concrete input shapes to validate a spec on: `observed` (one shape list taken from the
+// profile), plus, for every ranged dynamic dim, the same shapes moved to the range ends (dims of
+// other inputs with the same observed extent move with it). Unbounded dims stay as observed.
+std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::span<const Shape> observed);
+
+// Runs `kernel` and the reference kernel on random inputs for every shape set; OK or the first
+// failure with its reason (shapes included).
+Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed);
+
+}  // namespace shapevm::jit

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// JitEngine: host CPU detection, compiling a hand-built kernel, calling it, removing it.
+#include <gtest/gtest.h>
+
+#include "jit/codegen_util.h"
+#include "jit/engine.h"
+
+namespace shapevm::jit {
+namespace {
+
+// out[i] = in[i] * 2 + 1 over args.shape[0][0] elements of float32.
+Status emitAxpy(llvm::Module& module, const std::string& symbol) {
+  ir::Builder b(module.getContext());
+  llvm::Function* fn = ir::beginKernel(module, symbol, b);
+  ir::ArgsView args(b, fn->getArg(0));
+  llvm::Value* in = args.data(0);
+  llvm::Value* out = args.data(1);
+  llvm::Value* n = args.dim(0, 0);
+  ir::emitLoop(b, b.getInt64(0), n, 1, [&](llvm::Value* i) {
+    llvm::Value* x = ir::loadCompute(b, DType::Float32, ir::elementPtr(b, DType::Float32, in, i));
+    llvm::Value* y = b.CreateFAdd(b.CreateFMul(x, llvm::ConstantFP::get(b.getFloatTy(), 2.0)),
+                                  llvm::ConstantFP::get(b.getFloatTy(), 1.0));
+    ir::storeCompute(b, DType::Float32, y, ir::elementPtr(b, DType::Float32, out, i));
+  });
+  b.CreateRetVoid();
+  return Status::ok();
+}
+
+TEST(JitEngine, CompilesCallsAndRemovesAKernel) {
+  auto engine = JitEngine::create();
+  ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
+  EXPECT_FALSE((*engine)->cpuName().empty());
+  auto handle = (*engine)->compile("svm_test_axpy", [](llvm::Module& m) { return emitAxpy(m, "svm_test_axpy"); });
+  ASSERT_TRUE(handle.hasValue()) << handle.status().toString();
+  EXPECT_NE(handle->symbol.find("svm_test_axpy_v"), std::string::npos);
+  EXPECT_EQ((*engine)->liveKernels(), 1u);
+  std::vector<float> in(37), out(37, -7.0f);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  KernelArgs args{};
+  args.data[0] = in.data();
+  args.data[1] = out.data();
+  args.shape[0][0] = static_cast<std::int64_t>(in.size());
+  reinterpret_cast<GeneratedKernelFn>(handle->address)(&args);
+  for (std::size_t i = 0; i < in.size(); ++i) EXPECT_FLOAT_EQ(out[i], in[i] * 2 + 1) << i;
+  ASSERT_TRUE((*engine)->remove(*handle).isOk());
+  EXPECT_EQ((*engine)->liveKernels(), 0u);
+  EXPECT_FALSE((*engine)->remove(*handle).isOk());  // already removed: an error, not a crash
+}
+
+TEST(JitEngine, InvalidIrIsAnErrorNotACrash) {
+  auto engine = JitEngine::create();
+  ASSERT_TRUE(engine.hasValue());
+  auto handle = (*engine)->compile("svm_bad", [](llvm::Module& module) {
+    ir::Builder b(module.getContext());
+    ir::beginKernel(module, "svm_bad", b);  // no terminator: invalid
+    return Status::ok();
+  });
+  ASSERT_FALSE(handle.hasValue());
+  EXPECT_NE(handle.status().toString().find("invalid"), std::string::npos) << handle.status().toString();
+  auto missing = (*engine)->compile("svm_missing", [](llvm::Module&) { return Status::ok(); });
+  EXPECT_FALSE(missing.hasValue());
+}
+
+TEST(JitEngine, TwoVersionsOfOneSymbolCoexist) {
+  auto engine = JitEngine::create();
+  ASSERT_TRUE(engine.hasValue());
+  auto a = (*engine)->compile("svm_same", [](llvm::Module& m) { return emitAxpy(m, "svm_same"); });
+  auto b = (*engine)->compile("svm_same", [](llvm::Module& m) { return emitAxpy(m, "svm_same"); });
+  ASSERT_TRUE(a.hasValue() && b.hasValue());
+  EXPECT_NE(a->symbol, b->symbol);
+  EXPECT_NE(a->address, b->address);
+  ASSERT_TRUE((*engine)->remove(*a).isOk());
+  std::vector<float> in = {1, 2, 3}, out(3);
+  KernelArgs args{};
+  args.data[0] = in.data();
+  args.data[1] = out.data();
+  args.shape[0][0] = 3;
+  reinterpret_cast<GeneratedKernelFn>(b->address)(&args);  // b survives a's removal
+  EXPECT_FLOAT_EQ(out[2], 7.0f);
+}
+
+}  // namespace
+}  // namespace shapevm::jit
