@@ -47,6 +47,33 @@ std::string KernelSpec::signature() const {
   return text;
 }
 
+KernelSpec exactSpec(OpId op, std::vector<AttrValue> attrs, std::span<const Value* const> inputs) {
+  KernelSpec spec;
+  spec.op = op;
+  spec.attrs = std::move(attrs);
+  for (const Value* value : inputs) {
+    OperandSpec operand;
+    if (value == nullptr || !value->isTensor()) {
+      operand.is_tensor = false;
+    } else {
+      const Tensor& t = value->tensor();
+      operand.dtype = t.dtype();
+      operand.rank = t.rank();
+      for (int d = 0; d < t.rank(); ++d) operand.dims[d].size = t.dim(d);
+      operand.contiguous = t.isContiguous();
+    }
+    spec.inputs.push_back(operand);
+  }
+  return spec;
+}
+
+KernelSpec symbolicSpec(KernelSpec spec) {
+  for (OperandSpec& operand : spec.inputs) {
+    for (int d = 0; d < operand.rank; ++d) operand.dims[d] = DimSpec{};
+  }
+  return spec;
+}
+
 Status KernelFamily::prepare(const KernelSpec&, std::span<const Value* const>, std::span<const Tensor>, KernelArgs&) const {
   return Status::ok();
 }

@@ -63,6 +63,12 @@ struct KernelSpec {
   std::string signature() const;       // "MatMul:(320..960,128)x(128,1024)"
 };
 
+// The spec that exactly fits these inputs: every dim static, contiguity and dtypes as they are;
+// a non-tensor input becomes a scalar operand.
+KernelSpec exactSpec(OpId op, std::vector<AttrValue> attrs, std::span<const Value* const> inputs);
+// The same spec with every dim of every tensor input dynamic and unbounded (a fully symbolic kernel).
+KernelSpec symbolicSpec(KernelSpec spec);
+
 // A code generator for a family of ops. Implementations are stateless singletons.
 class KernelFamily {
  public:
