@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,9 @@
 #include "support/tunables.h"
 #include "tools/cli_inputs.h"
 #include "vm/vm.h"
+#if SHAPEVM_HAVE_JIT
+#include "jit/jit.h"
+#endif
 
 namespace shapevm {
 namespace {
@@ -156,10 +160,24 @@ struct RunFlags {
   std::uint64_t seed = 0;
   std::int64_t iters = 1;
   bool stats = false, profile = false, no_profile = false, quiet = false;
+  std::string jit_level, dump;
+  std::optional<std::int64_t> warmup, hot_count, hot_ms;
+  bool jit_log = false, jit_wait = false;
 };
+
+// --jit-level/--warmup/--hot-count/--hot-ms/--jit-log are shorthands for tunables (one table).
+Status applyJitFlags(const RunFlags& flags) {
+  if (!flags.jit_level.empty()) SVM_RETURN_IF_ERROR(Tunables::set("jit_level", flags.jit_level).withContext("--jit-level"));
+  if (flags.warmup) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::WarmupRuns, *flags.warmup).withContext("--warmup"));
+  if (flags.hot_count) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::HotCount, *flags.hot_count).withContext("--hot-count"));
+  if (flags.hot_ms) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::HotMs, *flags.hot_ms).withContext("--hot-ms"));
+  if (flags.jit_log) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitLog, 1));
+  return Status::ok();
+}
 
 int runCommand(const RunFlags& flags) {
   if (Status s = applyTunables(flags.settings); !s.isOk()) return fail(s);
+  if (Status s = applyJitFlags(flags); !s.isOk()) return fail(s);
   if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
   auto frontend = frontendOptions(flags.no_opt, flags.opt_list, !flags.opt_list.empty(), isPythonSource(flags.module_path) ? flags.fn : "");
   if (!frontend) return fail(frontend.status());
@@ -217,6 +235,20 @@ int runCommand(const RunFlags& flags) {
   VmOptions options;
   options.profile = !flags.no_profile;
   VirtualMachine vm(shared, options);
+#if SHAPEVM_HAVE_JIT
+  std::unique_ptr<jit::Jit> jit;
+  if (Tunables::get(Tunable::JitLevel) >= 1) {
+    jit::JitOptions jit_options;
+    jit_options.wait_for_compiles = flags.jit_wait;
+    auto attached = jit::Jit::attach(vm, jit_options);
+    if (!attached) return fail(attached.status());
+    jit = std::move(*attached);
+  }
+#else
+  if (Tunables::get(Tunable::JitLevel) >= 1 && (!flags.jit_level.empty() || std::getenv("SHAPEVM_JIT_LEVEL"))) {
+    return fail(makeError(ErrorCode::Unsupported, "this shapevm was built without the JIT (SHAPEVM_ENABLE_JIT=OFF); use --jit-level O0"));
+  }
+#endif
   std::vector<double> latencies;
   std::map<std::string, std::vector<double>> by_label;
   std::vector<std::string> label_order;
@@ -275,7 +307,15 @@ int runCommand(const RunFlags& flags) {
     fmt::print("  memory: live {} bytes, peak {} bytes, cached {} bytes\n", alloc.live_bytes, alloc.peak_bytes,
                alloc.cached_bytes);
   }
+#if SHAPEVM_HAVE_JIT
+  if (flags.stats && jit) fmt::print("{}", jit->statsReport());
+  jit.reset();  // stops the compile thread; the VM keeps its (now unpatched) interpreter state
+#endif
   if (flags.profile) printProfile(vm, *function);
+  if (!flags.dump.empty()) {
+    // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for.
+    if (Status written = saveModuleFile(*shared, flags.dump); !written.isOk()) return fail(written);
+  }
   return 0;
 }
 
@@ -344,6 +384,13 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("-q,--quiet", run.quiet, "do not print output summaries");
   run_cmd->add_flag("--no-opt", run.no_opt, "(.py) compile without optimizations");
   run_cmd->add_option("--opt", run.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
+  run_cmd->add_option("--jit-level", run.jit_level, "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default; fusion not built yet: runs O1)");
+  run_cmd->add_option("--warmup", run.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
+  run_cmd->add_option("--hot-count", run.hot_count, "executions before a region is hot (tunable hot_count, default 5)");
+  run_cmd->add_option("--hot-ms", run.hot_ms, "cumulative ms before a region is hot (tunable hot_ms, default 20)");
+  run_cmd->add_flag("--jit-log", run.jit_log, "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1");
+  run_cmd->add_flag("--jit-wait", run.jit_wait, "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
+  run_cmd->add_option("--dump", run.dump, "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
   run_cmd->add_option("--set", run.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
 
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");

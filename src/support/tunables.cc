@@ -57,6 +57,10 @@ Status Tunables::set(std::string_view key, std::string_view value) {
     const TunableInfo& row = all()[i];
     if (row.key != key && row.name != key) continue;
     std::int64_t parsed = 0;
+    // The JIT level is also written as an optimization level: O0 / O1 / O2.
+    if (static_cast<Tunable>(i) == Tunable::JitLevel && value.size() == 2 && (value[0] == 'O' || value[0] == 'o')) {
+      value.remove_prefix(1);
+    }
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
     if (ec != std::errc() || end != value.data() + value.size()) {
       return makeError(ErrorCode::InvalidArgument, "tunable {}: '{}' is not an integer", row.key, value);

@@ -132,7 +132,10 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   AllocatorStats before = CachingAllocator::global().stats();
   run_start_instructions_ = stats_.instructions;
   std::vector<Value> results;
+  run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
   Status status = execute(function, args, results, 0);
+  run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // even: no frame of this VM is running
+  if (options_.observer != nullptr) options_.observer->afterRun(*this, function);
   AllocatorStats after = CachingAllocator::global().stats();
   stats_.alloc_requests += static_cast<std::uint64_t>(after.requests - before.requests);
   stats_.system_allocations += static_cast<std::uint64_t>(after.system_allocations - before.system_allocations);
@@ -210,6 +213,7 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   const OpRegistry& registry = OpRegistry::global();
   const bool profile = options_.profile;
   const bool check_tokens = options_.check_tokens;
+  ExecutionObserver* const observer = options_.observer;
   const bool tracing = static_cast<bool>(options_.trace);
   const std::int64_t max_steps = Tunables::get(Tunable::MaxSteps);
   std::uint64_t executed = 0;
@@ -351,8 +355,18 @@ dispatch:
     ++stats_.op_calls;
     if (profile) rt.profiles[static_cast<std::size_t>(in->a)].record(inputs, call_number);
 
+    // Hand each output register's previous tensor to the kernel (compiled or reference) for
+    // reuse, unless an input reads that register (then it must stay put until the kernel is done).
+    for (std::size_t o = 0; o < site.outputs.size(); ++o) {
+      const std::int32_t reg = site.outputs[o];
+      bool read = false;
+      for (std::int32_t r : site.inputs) read = read || r == reg;
+      if (!read) outs[o] = std::move(R(reg));
+    }
     bool done = false;
-    if (const PatchTable* table = slot.patched.load(std::memory_order_acquire)) {
+    // seq_cst (a plain load on x86-64): ordered after this run's epoch bump, which is what lets
+    // the patch manager retire a replaced table once the epoch moves on (see runEpoch()).
+    if (const PatchTable* table = slot.patched.load(std::memory_order_seq_cst)) {
       for (const CompiledEntry& entry : table->entries) {
         if (entry.guard.passes(inputs) && entry.fn(entry.state, inputs, outs)) {
           done = true;
@@ -377,17 +391,11 @@ dispatch:
         ++slot.ic_misses;
         ++stats_.ic_misses;
       }
-      // Hand each output register's previous tensor to the kernel for reuse, unless an input reads
-      // that register (then it must stay put until the kernel is done).
-      for (std::size_t o = 0; o < site.outputs.size(); ++o) {
-        const std::int32_t reg = site.outputs[o];
-        bool read = false;
-        for (std::int32_t r : site.inputs) read = read || r == reg;
-        if (!read) outs[o] = std::move(R(reg));
-      }
       OpContext ctx{&schema, inputs, site.attrs, outs};
       SVM_TRY(invokeKernel(*slot.ic_entry, ctx));
-      if (check_tokens) SVM_TRY(checkOutputs(schema, rt.output_checks[static_cast<std::size_t>(in->a)], outs));
+    }
+    if (check_tokens) {
+      SVM_TRY(checkOutputs(*schemas_[static_cast<std::size_t>(site.op)], rt.output_checks[static_cast<std::size_t>(in->a)], outs));
     }
     for (std::size_t i = 0; i < site.outputs.size(); ++i) R(site.outputs[i]) = std::move(outs[i]);
     if (profile) bumpCounter(slot.ticks, nowTicks() - start);
@@ -449,6 +457,10 @@ dispatch:
     LoopCounters& loop = rt.loops[static_cast<std::size_t>(in->a)];
     bumpCounter(loop.iterations);
     if (profile) bumpCounter(loop.ticks, nowTicks() - loop_start[static_cast<std::size_t>(in->a)]);
+    // Mid-run hotness: a long loop may become hot inside one run.
+    if (observer != nullptr && loop.iterations.load(std::memory_order_relaxed) % kLoopPollInterval == 0) {
+      observer->onLoopPoll(*this, function, in->a);
+    }
     ++pc;
     SVM_NEXT();
   }

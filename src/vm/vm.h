@@ -58,11 +58,27 @@ struct ExecStats {
   std::uint64_t system_allocations = 0; // ... that reached the system allocator
 };
 
+class VirtualMachine;
+
+// The hook through which a higher layer (the JIT) watches execution. Called on the interpreter
+// thread; implementations must return quickly and never wait for compiles.
+class ExecutionObserver {
+ public:
+  virtual ~ExecutionObserver() = default;
+  // After every top-level run() (successful or not), outside any frame.
+  virtual void afterRun(VirtualMachine& vm, int function) = 0;
+  // Every kLoopPollInterval iterations of a loop region, inside the run.
+  virtual void onLoopPoll(VirtualMachine& vm, int function, int loop) = 0;
+};
+inline constexpr std::uint64_t kLoopPollInterval = 16;
+
 struct VmOptions {
   bool profile = true;       // per-site timing and ProfileBuffer recording
   bool check_tokens = true;  // check CallOp outputs against their tokens' rank/dtype/static dims
   // Called before every instruction when set (the debugger's hook); returning an error stops the run.
   std::function<Status(int function, int pc)> trace;
+  // The JIT's hook (not owned); nullptr = interpret only.
+  ExecutionObserver* observer = nullptr;
 };
 
 class VirtualMachine {
@@ -81,6 +97,9 @@ class VirtualMachine {
   const ExecStats& stats() const { return stats_; }
   void resetStats() { stats_ = ExecStats{}; }
   VmOptions& options() { return options_; }
+  // Odd while a run() is in progress, even between runs; bumped (seq_cst) at run entry and exit.
+  // A patch table unpublished when the epoch was E can be freed once runEpoch() != E or E is even.
+  std::uint64_t runEpoch() const { return run_epoch_.load(std::memory_order_seq_cst); }
 
  private:
   Status execute(int function, std::span<const Value> args, std::vector<Value>& results, int depth);
@@ -93,6 +112,7 @@ class VirtualMachine {
   ExecStats stats_;
   std::uint64_t run_start_instructions_ = 0;  // stats_.instructions when the current run() began
   std::mutex run_mutex_;
+  std::atomic<std::uint64_t> run_epoch_{0};
 };
 
 }  // namespace shapevm

@@ -57,7 +57,7 @@ TEST_F(TunablesTest, KnownRowsHaveTheirDocumentedDefaults) {
   EXPECT_EQ(hot.key, "hot_count");
   EXPECT_EQ(hot.env, "SHAPEVM_HOT_COUNT");
   EXPECT_EQ(hot.default_value, 5);
-  EXPECT_EQ(hot.min_value, 1);
+  EXPECT_EQ(hot.min_value, 0);
 
   EXPECT_EQ(Tunables::info(Tunable::WarmupRuns).key, "warmup");
   EXPECT_EQ(Tunables::info(Tunable::AllocatorCacheBytes).env, "SHAPEVM_ALLOC_CACHE_BYTES");
@@ -92,11 +92,21 @@ TEST_F(TunablesTest, SetByEnumAcceptsTheInclusiveRange) {
   EXPECT_EQ(Tunables::get(Tunable::HotCount), 77);
 }
 
+TEST_F(TunablesTest, JitLevelAcceptsOptimizationLevelNames) {
+  ASSERT_TRUE(Tunables::set("jit_level", "O1").isOk());
+  EXPECT_EQ(Tunables::get(Tunable::JitLevel), 1);
+  ASSERT_TRUE(Tunables::set("jit_level", "o0").isOk());
+  EXPECT_EQ(Tunables::get(Tunable::JitLevel), 0);
+  EXPECT_FALSE(Tunables::set("jit_level", "O3").isOk());
+  EXPECT_FALSE(Tunables::set("jit_level", "fast").isOk());
+  EXPECT_FALSE(Tunables::set("hot_count", "O1").isOk());  // only the JIT level takes the O prefix
+}
+
 TEST_F(TunablesTest, SetOutsideTheRangeFailsAndKeepsTheOldValue) {
   ASSERT_TRUE(Tunables::set(Tunable::HotCount, 9).isOk());
-  Status below = Tunables::set(Tunable::HotCount, 0);
+  Status below = Tunables::set(Tunable::HotCount, -1);
   EXPECT_EQ(below.code(), ErrorCode::InvalidArgument);
-  EXPECT_EQ(below.message(), "tunable hot_count = 0 is outside its range [1, 1000000000]");
+  EXPECT_EQ(below.message(), "tunable hot_count = -1 is outside its range [0, 1000000000]");
   Status above = Tunables::set(Tunable::HotCount, 1000000001);
   EXPECT_EQ(above.code(), ErrorCode::InvalidArgument);
   EXPECT_TRUE(contains(above.message(), "hot_count")) << above.message();
@@ -156,7 +166,7 @@ TEST_F(TunablesTest, SetByKeyRejectsNonIntegersNamingTheKey) {
 TEST_F(TunablesTest, SetByKeyRangeChecks) {
   Status status = Tunables::set("HotCount", "-3");
   EXPECT_EQ(status.code(), ErrorCode::InvalidArgument);
-  EXPECT_EQ(status.message(), "tunable hot_count = -3 is outside its range [1, 1000000000]");
+  EXPECT_EQ(status.message(), "tunable hot_count = -3 is outside its range [0, 1000000000]");
   EXPECT_EQ(Tunables::get(Tunable::HotCount), 5);
 }
 

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Region discovery and heat measurement (see hot_path.h).
+#include "jit/hot_path.h"
+
+#include <algorithm>
+
+#include "support/tunables.h"
+
+namespace shapevm::jit {
+
+std::vector<Region> findRegions(const Function& function) {
+  const int size = static_cast<int>(function.code.size());
+  // Innermost loop of every PC: loops nest, so a stack over LoopStart/LoopEnd in PC order works
+  // for the structured loops the frontend and assembler emit.
+  std::vector<int> innermost(static_cast<std::size_t>(size), -1);
+  std::vector<Region> loops(static_cast<std::size_t>(function.num_loops));
+  std::vector<int> stack;
+  std::vector<bool> leader(static_cast<std::size_t>(size) + 1, false);
+  leader[0] = true;
+  for (int pc = 0; pc < size; ++pc) {
+    const Instruction& in = function.code[static_cast<std::size_t>(pc)];
+    switch (in.op) {
+      case Opcode::LoopStart: {
+        Region& loop = loops[static_cast<std::size_t>(in.a)];
+        loop.kind = Region::Kind::Loop;
+        loop.loop = in.a;
+        loop.start_pc = pc;
+        stack.push_back(in.a);
+        break;
+      }
+      case Opcode::LoopEnd: {
+        loops[static_cast<std::size_t>(in.a)].end_pc = pc + 1;
+        auto it = std::find(stack.rbegin(), stack.rend(), in.a);
+        if (it != stack.rend()) stack.erase(std::next(it).base());
+        break;
+      }
+      case Opcode::Jump: leader[static_cast<std::size_t>(in.a)] = true; leader[static_cast<std::size_t>(pc) + 1] = true; break;
+      case Opcode::BranchIf:
+        leader[static_cast<std::size_t>(in.b)] = true;
+        leader[static_cast<std::size_t>(in.c)] = true;
+        leader[static_cast<std::size_t>(pc) + 1] = true;
+        break;
+      case Opcode::Return: leader[static_cast<std::size_t>(pc) + 1] = true; break;
+      default: break;
+    }
+    innermost[static_cast<std::size_t>(pc)] = stack.empty() ? -1 : stack.back();
+  }
+  std::vector<Region> regions;
+  Region block;
+  auto flush = [&] {
+    if (!block.sites.empty()) regions.push_back(block);
+    block = Region{};
+  };
+  for (int pc = 0; pc < size; ++pc) {
+    if (leader[static_cast<std::size_t>(pc)]) flush();
+    const Instruction& in = function.code[static_cast<std::size_t>(pc)];
+    if (in.op != Opcode::CallOp) continue;
+    const int loop = innermost[static_cast<std::size_t>(pc)];
+    if (loop >= 0) {
+      loops[static_cast<std::size_t>(loop)].sites.push_back(in.a);
+      loops[static_cast<std::size_t>(loop)].pcs.push_back(pc);
+      continue;
+    }
+    if (block.sites.empty()) block.start_pc = pc;
+    block.end_pc = pc + 1;
+    block.sites.push_back(in.a);
+    block.pcs.push_back(pc);
+  }
+  flush();
+  for (Region& loop : loops) {
+    if (!loop.sites.empty()) regions.push_back(std::move(loop));
+  }
+  std::sort(regions.begin(), regions.end(), [](const Region& a, const Region& b) { return a.start_pc < b.start_pc; });
+  return regions;
+}
+
+RegionHeat measureRegion(const Region& region, const FunctionRuntime& runtime) {
+  RegionHeat heat;
+  if (region.kind == Region::Kind::Loop) {
+    const LoopCounters& loop = runtime.loops[static_cast<std::size_t>(region.loop)];
+    heat.executions = loop.iterations.load(std::memory_order_relaxed);
+    heat.milliseconds = ticksToNanos(loop.ticks.load(std::memory_order_relaxed)) * 1e-6;
+    return heat;
+  }
+  // A block runs as often as its first CallOp; its time is its sites' time.
+  heat.executions = runtime.pc_counts[static_cast<std::size_t>(region.pcs.front())].load(std::memory_order_relaxed);
+  std::uint64_t ticks = 0;
+  for (int site : region.sites) ticks += runtime.slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed);
+  heat.milliseconds = ticksToNanos(ticks) * 1e-6;
+  return heat;
+}
+
+bool isHot(const RegionHeat& heat) {
+  return heat.executions >= static_cast<std::uint64_t>(Tunables::get(Tunable::HotCount)) &&
+         heat.milliseconds >= static_cast<double>(Tunables::get(Tunable::HotMs));
+}
+
+}  // namespace shapevm::jit

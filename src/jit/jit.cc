@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tiered JIT: hotness checks on the interpreter thread, compiles on the worker thread(s)
+// (see jit.h for the flow and the invariants).
+#include "jit/jit.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "jit/compiled_kernel.h"
+#include "jit/shape_infer.h"
+#include "jit/validate.h"
+#include "support/logging.h"
+#include "support/tunables.h"
+
+namespace shapevm::jit {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// "MatMul:(320,128)x(128,1024)" from a profile record (what the detector saw).
+std::string recordSignature(OpId op, const ProfileRecord& record) {
+  std::string text = fmt::format("{}:", opIdent(op));
+  for (std::size_t i = 0; i < record.inputs.size(); ++i) {
+    if (i > 0) text += "x";
+    const OperandProfile& operand = record.inputs[i];
+    if (!operand.is_tensor) {
+      text += "scalar";
+      continue;
+    }
+    text += "(";
+    for (int d = 0; d < operand.shape.rank(); ++d) text += (d ? "," : "") + std::to_string(operand.shape[d]);
+    text += ")";
+  }
+  return text;
+}
+
+const ProfileRecord* newest(const std::vector<ProfileRecord>& records) {
+  const ProfileRecord* best = nullptr;
+  for (const ProfileRecord& record : records) {
+    if (best == nullptr || record.last_seen > best->last_seen) best = &record;
+  }
+  return best;
+}
+}  // namespace
+
+Jit::Jit(VirtualMachine& vm, JitOptions options) : vm_(vm), options_(options) {}
+
+Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions options) {
+  std::unique_ptr<Jit> jit(new Jit(vm, options));
+  jit->level_ = options.level >= 0 ? options.level : static_cast<int>(Tunables::get(Tunable::JitLevel));
+  if (Tunables::get(Tunable::JitLog) != 0 && !Log::enabled(LogLevel::Info)) Log::setThreshold(LogLevel::Info);
+  if (jit->level_ >= 1) {
+    EngineOptions engine_options = options.engine;
+    engine_options.debugger_support = Tunables::get(Tunable::JitDebugger) != 0;
+    engine_options.perf_support = Tunables::get(Tunable::JitPerf) != 0;
+    SVM_ASSIGN_OR_RETURN(jit->engine_, JitEngine::create(engine_options));
+    jit->patches_ = std::make_unique<RuntimePatchManager>(vm, *jit->engine_);
+  }
+  const Module& module = vm.module();
+  for (std::size_t f = 0; f < module.functions.size(); ++f) {
+    const Function& fn = module.functions[f];
+    jit->regions_.push_back(findRegions(fn));
+    std::vector<SiteState> states(fn.op_sites.size());
+    for (std::size_t r = 0; r < jit->regions_.back().size(); ++r) {
+      const Region& region = jit->regions_.back()[r];
+      for (std::size_t k = 0; k < region.sites.size(); ++k) {
+        SiteState& state = states[static_cast<std::size_t>(region.sites[k])];
+        state.region = static_cast<int>(r);
+        state.pc = region.pcs[k];
+      }
+    }
+    jit->sites_.push_back(std::move(states));
+  }
+  if (jit->level_ >= 1) {
+    const auto threads = static_cast<int>(Tunables::get(Tunable::CompileThreads));
+    for (int t = 0; t < threads; ++t) jit->workers_.emplace_back([raw = jit.get()] { raw->workerLoop(); });
+  }
+  vm.options().observer = jit.get();
+  return jit;
+}
+
+Jit::~Jit() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  queue_cv_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+  if (vm_.options().observer == this) vm_.options().observer = nullptr;
+  patches_.reset();  // unpublishes every table (the VM is not running) and frees the kernels
+  engine_.reset();
+}
+
+void Jit::afterRun(VirtualMachine&, int) {
+  if (level_ < 1) return;
+  for (std::size_t f = 0; f < regions_.size(); ++f) scan(static_cast<int>(f), -1);
+  if (options_.wait_for_compiles) waitIdle();
+  patches_->reclaim();
+}
+
+void Jit::onLoopPoll(VirtualMachine&, int function, int loop) {
+  if (level_ < 1) return;
+  scan(function, loop);
+}
+
+void Jit::scan(int function, int only_loop) {
+  FunctionRuntime& runtime = vm_.runtime(function);
+  if (runtime.calls.load(std::memory_order_relaxed) < static_cast<std::uint64_t>(Tunables::get(Tunable::WarmupRuns))) return;
+  const std::vector<Region>& regions = regions_[static_cast<std::size_t>(function)];
+  for (const Region& region : regions) {
+    if (only_loop >= 0 && (region.kind != Region::Kind::Loop || region.loop != only_loop)) continue;
+    const RegionHeat heat = measureRegion(region, runtime);
+    if (!isHot(heat)) continue;
+    for (int site : region.sites) considerSite(function, site, heat);
+  }
+}
+
+void Jit::considerSite(int function, int site, const RegionHeat& heat) {
+  const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
+  const OpSite& op_site = fn.op_sites[static_cast<std::size_t>(site)];
+  DispatchSlot& slot = vm_.runtime(function).slots[static_cast<std::size_t>(site)];
+  std::unique_lock<std::mutex> lock(mutex_);
+  SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
+  using Phase = SiteState::Phase;
+  if (state.phase == Phase::NoKernel || state.phase == Phase::Unsupported || state.phase == Phase::Blacklisted ||
+      state.phase == Phase::Queued) {
+    return;
+  }
+  if (state.compiles == 0 && state.failures == 0 && familyFor(op_site.op) == nullptr) {
+    state.phase = Phase::NoKernel;
+    logAt(LogLevel::Info, "JIT", "Fallback at PC=0x{:02X}: no kernel for op '{}' ({}); it stays interpreted", state.pc,
+          OpRegistry::global().schema(op_site.op).name, jitReasonName(JitReason::NoKernel));
+    return;
+  }
+  if (heat.executions < state.retry_after) return;
+  const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
+  if (state.compiles > 0) {
+    if (misses > state.misses_logged) logGuardMisses(function, site, state);
+    if (misses - state.misses_at_request < static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile))) return;
+  }
+  const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+  const ProfileRecord* target = newest(records);
+  if (target == nullptr) return;  // profiling is off: nothing to specialize for
+  if (queue_.size() >= static_cast<std::size_t>(Tunables::get(Tunable::CompileQueue))) {
+    ++stats_.dropped_requests;
+    ++stats_.fallbacks[static_cast<std::size_t>(JitReason::QueueFull)];
+    logAt(LogLevel::Info, "JIT", "Compile queue full ({}/{}), dropped request for PC=0x{:02X}; will retry", queue_.size(),
+          Tunables::get(Tunable::CompileQueue), state.pc);
+    return;
+  }
+  logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc, recordSignature(op_site.op, *target));
+  state.phase = Phase::Queued;
+  state.misses_at_request = misses;
+  queue_.push_back(Request{function, site});
+  ++stats_.requests;
+  logAt(LogLevel::Info, "JIT", "Compile queued for PC=0x{:02X} ({}/{} in queue)", state.pc, queue_.size(),
+        Tunables::get(Tunable::CompileQueue));
+  lock.unlock();
+  queue_cv_.notify_one();
+}
+
+void Jit::logGuardMisses(int function, int site, SiteState& state) {
+  // Called with mutex_ held. Rate limit: the 1st, 2nd, 4th, 8th... miss at a site is logged; all are counted.
+  DispatchSlot& slot = vm_.runtime(function).slots[static_cast<std::size_t>(site)];
+  const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
+  const std::uint64_t delta = misses - state.misses_logged;
+  const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+  const ProfileRecord* target = newest(records);
+  JitReason reason = JitReason::Declined;
+  std::string why = "the kernel declined the inputs";
+  if (target != nullptr) {
+    for (const Guard& guard : patches_->guards(function, site)) {
+      JitReason r = JitReason::Declined;
+      std::string text = guardMissReason(guard, *target, &r);
+      if (text.empty()) {
+        reason = JitReason::Declined;
+        why = "the kernel declined the inputs";
+        break;
+      }
+      reason = r;
+      why = text;
+    }
+  }
+  stats_.fallbacks[static_cast<std::size_t>(reason)] += delta;
+  stats_.guard_misses += delta;
+  const bool log = std::has_single_bit(misses) || (misses >> 1) >= state.misses_logged + 1 ? true : false;
+  if (log) {
+    logAt(LogLevel::Info, "JIT", "Guard miss at PC=0x{:02X}: {} ({}; {} misses so far, ran interpreted)", state.pc, why,
+          jitReasonName(reason), misses);
+  }
+  state.misses_logged = misses;
+}
+
+void Jit::waitIdle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_cv_.wait(lock, [&] { return (queue_.empty() && in_flight_ == 0) || stopping_; });
+}
+
+void Jit::workerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) break;
+    Request request = queue_.front();
+    queue_.pop_front();
+    ++in_flight_;
+    lock.unlock();
+    compileSite(request);
+    lock.lock();
+    --in_flight_;
+    idle_cv_.notify_all();
+  }
+  idle_cv_.notify_all();
+}
+
+void Jit::recordFailure(int function, int site, JitReason reason, const std::string& why) {
+  const SiteState snapshot = siteState(function, site);
+  const Region& region = regions_[static_cast<std::size_t>(function)][static_cast<std::size_t>(snapshot.region)];
+  const RegionHeat heat = measureRegion(region, vm_.runtime(function));
+  std::lock_guard<std::mutex> lock(mutex_);
+  SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
+  ++state.failures;
+  if (reason == JitReason::ValidationFailed) ++stats_.validation_failures;
+  else ++stats_.compile_failures;
+  ++stats_.fallbacks[static_cast<std::size_t>(reason)];
+  const char* what = reason == JitReason::ValidationFailed ? "Validation failed" : "Compile failed";
+  if (state.failures >= Tunables::get(Tunable::BlacklistAfter)) {
+    state.phase = SiteState::Phase::Blacklisted;
+    ++stats_.blacklisted_sites;
+    logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}", what, state.pc, why);
+    logAt(LogLevel::Info, "JIT", "Blacklisted PC=0x{:02X} after {} failures ({}); the site stays interpreted", state.pc,
+          state.failures, jitReasonName(reason));
+    return;
+  }
+  const std::uint64_t backoff = static_cast<std::uint64_t>(Tunables::get(Tunable::BackoffExecutions)) << (state.failures - 1);
+  state.retry_after = heat.executions + backoff;
+  state.phase = state.compiles > 0 ? SiteState::Phase::Compiled : SiteState::Phase::Cold;
+  state.misses_at_request = vm_.runtime(function).slots[static_cast<std::size_t>(site)].guard_misses.load(std::memory_order_relaxed);
+  logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}; backing off {} executions ({})", what, state.pc, why, backoff,
+        jitReasonName(reason));
+}
+
+void Jit::compileSite(const Request& request) {
+  const std::int64_t delay = Tunables::get(Tunable::JitTestCompileDelayMs);
+  if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+  const int function = request.function;
+  const int site = request.site;
+  const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
+  const OpSite& op_site = fn.op_sites[static_cast<std::size_t>(site)];
+  const Clock::time_point start = Clock::now();
+  const SiteState before = siteState(function, site);
+
+  // 1. Shape inference from the profile.
+  const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+  auto inferred = inferSpec(op_site.op, op_site.attrs, records, before.compiles);
+  auto settle = [&](SiteState::Phase phase) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)].phase = phase;
+  };
+  if (!inferred) {
+    settle(before.compiles > 0 ? SiteState::Phase::Compiled : SiteState::Phase::Cold);
+    return;
+  }
+  // Already covered (the misses came from shapes an entry installed meanwhile admits)?
+  if (const ProfileRecord* target = newest(records)) {
+    for (const Guard& guard : patches_->guards(function, site)) {
+      if (guardMissReason(guard, *target, nullptr).empty()) {
+        settle(SiteState::Phase::Compiled);
+        return;
+      }
+    }
+  }
+  const double infer_ms = msSince(start);
+
+  // 2. Code generation.
+  const KernelFamily* family = familyFor(op_site.op);
+  if (Status supported = family->supports(inferred->spec); !supported.isOk()) {
+    settle(SiteState::Phase::Unsupported);
+    logAt(LogLevel::Info, "JIT", "Fallback at PC=0x{:02X}: {} is not supported by the {} kernels: {} ({}); it stays interpreted",
+          before.pc, inferred->spec.signature(), family->name(), supported.message(), jitReasonName(JitReason::Unsupported));
+    return;
+  }
+  const Clock::time_point codegen_start = Clock::now();
+  auto kernel = compileKernel(*engine_, *family, inferred->spec);
+  const double codegen_ms = msSince(codegen_start);
+  if (!kernel) {
+    recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());
+    return;
+  }
+  (*kernel)->corrupt_outputs = Tunables::get(Tunable::JitTestCorruptKernels) != 0;
+
+  // 3. Validation against the reference kernel, then the patch.
+  const Clock::time_point validate_start = Clock::now();
+  const std::uint64_t seed = (static_cast<std::uint64_t>(function) << 40) ^ (static_cast<std::uint64_t>(site) << 20) ^
+                             static_cast<std::uint64_t>(before.compiles * 7919 + before.failures * 104729) ^
+                             static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+  Status valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
+  if (!valid.isOk()) {
+    (void)engine_->remove((*kernel)->handle);
+    recordFailure(function, site, JitReason::ValidationFailed, valid.message());
+    return;
+  }
+  const std::string symbol = (*kernel)->handle.symbol;
+  const int entries = patches_->install(function, site, guardFor(inferred->spec), std::move(*kernel));
+  std::shared_ptr<Module> module = vm_.sharedModule();
+  for (std::size_t i = 0; i < inferred->spec.inputs.size() && i < op_site.input_tokens.size(); ++i) {
+    const TensorDescriptor current = module->tokenSnapshot(function, site, false, static_cast<int>(i));
+    TensorDescriptor rewritten = rewriteToken(current, inferred->spec.inputs[i]);
+    if (!(rewritten == current)) (void)module->rewriteSiteToken(function, site, false, static_cast<int>(i), rewritten);
+  }
+  const double validate_ms = msSince(validate_start);
+  const double total_ms = msSince(start);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
+    state.phase = SiteState::Phase::Compiled;
+    ++state.compiles;
+    ++stats_.compiles;
+    stats_.shape_infer_ms += infer_ms;
+    stats_.codegen_ms += codegen_ms;
+    stats_.validate_patch_ms += validate_ms;
+    stats_.compile_ms.push_back(total_ms);
+  }
+  logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
+  logAt(LogLevel::Info, "JIT",
+        "Installed {} at PC=0x{:02X} for {} ({}; {} dispatch {}; shape inference {:.1f}ms, codegen {:.1f}ms, "
+        "validation+patch {:.1f}ms)",
+        symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
+        infer_ms, codegen_ms, validate_ms);
+}
+
+Jit::SiteState Jit::siteState(int function, int site) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
+}
+
+JitStats Jit::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  JitStats out = stats_;
+  for (std::size_t f = 0; f < sites_.size(); ++f) {
+    FunctionRuntime& runtime = vm_.runtime(static_cast<int>(f));
+    for (std::size_t s = 0; s < sites_[f].size(); ++s) {
+      const DispatchSlot& slot = runtime.slots[s];
+      const std::uint64_t calls = slot.calls.load(std::memory_order_relaxed);
+      const std::uint64_t compiled = slot.compiled_calls.load(std::memory_order_relaxed);
+      out.compiled_calls += compiled;
+      out.interpreted_calls += calls - compiled;
+      switch (sites_[f][s].phase) {
+        case SiteState::Phase::NoKernel: out.fallbacks[static_cast<std::size_t>(JitReason::NoKernel)] += calls; break;
+        case SiteState::Phase::Unsupported: out.fallbacks[static_cast<std::size_t>(JitReason::Unsupported)] += calls; break;
+        case SiteState::Phase::Blacklisted: out.fallbacks[static_cast<std::size_t>(JitReason::Blacklisted)] += calls; break;
+        default: break;
+      }
+    }
+  }
+  return out;
+}
+
+std::string Jit::statsReport() const {
+  const JitStats s = stats();
+  std::string text = fmt::format(
+      "jit: level O{}, {} compile requests ({} dropped), {} kernels installed, {} compile failures, {} validation "
+      "failures, {} blacklisted sites\n",
+      level_, s.requests, s.dropped_requests, s.compiles, s.compile_failures, s.validation_failures, s.blacklisted_sites);
+  std::vector<double> times = s.compile_ms;
+  std::sort(times.begin(), times.end());
+  double total = 0;
+  for (double t : times) total += t;
+  text += fmt::format(
+      "jit: compile time {:.1f} ms (shape inference {:.1f} ms, codegen {:.1f} ms, validation+patch {:.1f} ms); per "
+      "kernel median {:.1f} ms, max {:.1f} ms\n",
+      total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
+      times.empty() ? 0.0 : times.back());
+  text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",
+                      s.compiled_calls, s.interpreted_calls, s.guard_misses);
+  std::string reasons;
+  for (int r = 0; r < kNumJitReasons; ++r) {
+    if (s.fallbacks[static_cast<std::size_t>(r)] == 0) continue;
+    reasons += fmt::format("{}{} {}", reasons.empty() ? "" : ", ", jitReasonName(static_cast<JitReason>(r)),
+                           s.fallbacks[static_cast<std::size_t>(r)]);
+  }
+  text += fmt::format("jit: fallbacks by reason: {}\n", reasons.empty() ? "none" : reasons);
+  return text;
+}
+
+}  // namespace shapevm::jit

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tiered JIT attached to one VirtualMachine. On the interpreter thread (afterRun/onLoopPoll,
+// cheap): after the warm-up runs, find hot regions (HotPathDetector), and queue one compile
+// request per hot site (O1: one kernel per op) or per site whose guards keep missing (a new
+// shape). On the compile thread(s): shape inference from the site's ProfileBuffer, codegen
+// through LLVM, validation against the reference kernel, then RuntimePatchManager installs the
+// kernel. Failures are logged with a reason from abort_reasons.def; the site backs off (doubling)
+// and is blacklisted after BlacklistAfter failures. Results never change: every fallback is the
+// reference kernel.
+// Invariant: the interpreter never waits for a compile (unless JitOptions::wait_for_compiles, a
+// test/benchmark switch), and the Jit must be destroyed while its VM is not running.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jit/engine.h"
+#include "jit/hot_path.h"
+#include "jit/patch_manager.h"
+#include "jit/reasons.h"
+#include "vm/vm.h"
+
+namespace shapevm::jit {
+
+struct JitOptions {
+  int level = -1;                  // 0/1/2; -1 = the JitLevel tunable
+  bool wait_for_compiles = false;  // afterRun waits until queued compiles finish (deterministic tier-up)
+  EngineOptions engine;            // debugger/perf support: defaults from the JitDebugger/JitPerf tunables
+};
+
+struct JitStats {
+  std::uint64_t hot_regions = 0;
+  std::uint64_t requests = 0;            // compile requests queued
+  std::uint64_t dropped_requests = 0;    // queue full
+  std::uint64_t compiles = 0;            // kernels installed
+  std::uint64_t compile_failures = 0;    // codegen/LLVM errors
+  std::uint64_t validation_failures = 0;
+  std::uint64_t blacklisted_sites = 0;
+  double shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;  // summed over installed kernels
+  std::vector<double> compile_ms;        // end-to-end per installed kernel
+  std::uint64_t compiled_calls = 0;      // executions served by a compiled kernel (cache reuse)
+  std::uint64_t interpreted_calls = 0;   // CallOp executions that ran a reference kernel
+  std::uint64_t guard_misses = 0;
+  std::array<std::uint64_t, kNumJitReasons> fallbacks{};  // executions/events per reason
+};
+
+class Jit final : public ExecutionObserver {
+ public:
+  // Attaches to `vm` (sets its observer). Level 0 attaches nothing that compiles but still
+  // reports stats. Errors when LLVM cannot target the host.
+  static Expected<std::unique_ptr<Jit>> attach(VirtualMachine& vm, JitOptions options = {});
+  ~Jit() override;
+  Jit(const Jit&) = delete;
+  Jit& operator=(const Jit&) = delete;
+
+  void afterRun(VirtualMachine& vm, int function) override;
+  void onLoopPoll(VirtualMachine& vm, int function, int loop) override;
+
+  // Blocks until no compile request is queued or running (tests, benchmarks, end of a CLI run).
+  void waitIdle();
+  int level() const { return level_; }
+  JitStats stats() const;
+  std::string statsReport() const;  // the block `shapevm run --stats` prints
+  const RuntimePatchManager& patches() const { return *patches_; }
+  JitEngine& engine() { return *engine_; }
+
+  struct SiteState {
+    enum class Phase : std::uint8_t { Cold, Queued, Compiled, NoKernel, Unsupported, Blacklisted };
+    Phase phase = Phase::Cold;
+    int compiles = 0;                 // kernels installed at this site
+    int failures = 0;
+    std::uint64_t retry_after = 0;    // region executions before another attempt (back-off)
+    std::uint64_t misses_at_request = 0;
+    std::uint64_t misses_logged = 0;  // guard misses already reported (log rate limit: doubling)
+    int region = -1;
+    int pc = 0;
+  };
+  SiteState siteState(int function, int site) const;
+
+ private:
+  struct Request {
+    int function = 0;
+    int site = 0;
+  };
+  Jit(VirtualMachine& vm, JitOptions options);
+  void scan(int function, int only_loop);
+  void considerSite(int function, int site, const RegionHeat& heat);
+  void workerLoop();
+  void compileSite(const Request& request);
+  void recordFailure(int function, int site, JitReason reason, const std::string& why);
+  void logGuardMisses(int function, int site, SiteState& state);
+
+  VirtualMachine& vm_;
+  JitOptions options_;
+  int level_ = 0;
+  std::unique_ptr<JitEngine> engine_;
+  std::unique_ptr<RuntimePatchManager> patches_;
+  std::vector<std::vector<Region>> regions_;          // per function
+  std::vector<std::vector<SiteState>> sites_;         // per function, per op site
+
+  mutable std::mutex mutex_;                          // sites_, stats_, queue_
+  std::condition_variable queue_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<Request> queue_;
+  int in_flight_ = 0;
+  bool stopping_ = false;
+  JitStats stats_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace shapevm::jit

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// RuntimePatchManager: THE single place that changes dispatch. It owns every installed kernel,
+// publishes each site's immutable PatchTable with one atomic store (readers never lock), keeps
+// several entries per site (polymorphic: newest first; an entry whose guard the new kernel's
+// guard covers is dropped), and retires replaced tables and kernels only when no frame can still
+// be running them: a table unpublished at VM run epoch E is freed once the epoch has moved past E
+// (or immediately when E is even, i.e. no run was in progress). See LuaJIT's lj_dispatch_update
+// and ORC's ReOptimizeLayer for the same rule.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "jit/compiled_kernel.h"
+#include "jit/engine.h"
+#include "vm/vm.h"
+
+namespace shapevm::jit {
+
+class RuntimePatchManager {
+ public:
+  RuntimePatchManager(VirtualMachine& vm, JitEngine& engine) : vm_(vm), engine_(engine) {}
+  // Unpublishes every table and frees all kernels. The VM must not be running.
+  ~RuntimePatchManager();
+
+  // Installs a validated kernel at (function, site) behind `guard`; returns the entry count of
+  // the site's new table.
+  int install(int function, int site, Guard guard, std::unique_ptr<CompiledKernel> kernel);
+  // Frees retired tables/kernels that no frame can still be running.
+  void reclaim();
+  // Unpublishes all tables of every site (used before detaching). Kernels are retired normally.
+  void uninstallAll();
+
+  std::size_t entries(int function, int site) const;
+  std::size_t retiredPending() const;
+  // The guards of the site's current entries (for guard-miss explanations).
+  std::vector<Guard> guards(int function, int site) const;
+
+ private:
+  struct SiteKernels {
+    std::unique_ptr<PatchTable> table;                     // the published one
+    std::vector<std::unique_ptr<CompiledKernel>> kernels;  // parallel to table->entries
+  };
+  struct Retired {
+    std::uint64_t epoch = 0;
+    std::unique_ptr<PatchTable> table;
+    std::vector<std::unique_ptr<CompiledKernel>> kernels;
+  };
+  void retire(std::unique_ptr<PatchTable> table, std::vector<std::unique_ptr<CompiledKernel>> kernels);
+  void reclaimLocked();
+
+  VirtualMachine& vm_;
+  JitEngine& engine_;
+  mutable std::mutex mutex_;
+  std::map<std::pair<int, int>, SiteKernels> sites_;
+  std::vector<Retired> retired_;
+};
+
+}  // namespace shapevm::jit
