@@ -241,8 +241,11 @@ int runCommand(const RunFlags& flags) {
     jit::JitOptions jit_options;
     jit_options.wait_for_compiles = flags.jit_wait;
     auto attached = jit::Jit::attach(vm, jit_options);
-    if (!attached) return fail(attached.status());
-    jit = std::move(*attached);
+    if (attached) {
+      jit = std::move(*attached);
+    } else {  // JIT trouble never changes results: run interpreted, and say so
+      fmt::print(stderr, "[WARN] JIT: cannot start ({}); running interpreted (O0)\n", attached.status().toString());
+    }
   }
 #else
   if (Tunables::get(Tunable::JitLevel) >= 1 && (!flags.jit_level.empty() || std::getenv("SHAPEVM_JIT_LEVEL"))) {
