@@ -2,7 +2,9 @@
 // Kernel validation against the reference kernels (see validate.h).
 #include "jit/validate.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -44,9 +46,13 @@ Comparison compareOutputs(std::span<const Value> expected, std::span<const Value
     const double tolerance = toleranceFor(want.dtype());
     double diff2 = 0.0;
     double ref2 = 0.0;
+    // Contiguous float32 (the common case) is read directly; everything else element by element.
+    const bool direct = want.dtype() == DType::Float32 && want.isContiguous() && got.isContiguous();
+    const float* want_f32 = direct ? want.data<float>() : nullptr;
+    const float* got_f32 = direct ? got.data<float>() : nullptr;
     for (std::int64_t i = 0; i < n; ++i) {
-      const double w = want.elementAsDouble(i);
-      const double g = got.elementAsDouble(i);
+      const double w = direct ? static_cast<double>(want_f32[i]) : want.elementAsDouble(i);
+      const double g = direct ? static_cast<double>(got_f32[i]) : got.elementAsDouble(i);
       if (std::isnan(g)) {
         result.ok = false;
         result.reason = fmt::format("output {}: NaN at element {} (expected {})", o, i, w);
@@ -174,7 +180,9 @@ namespace {
 Expected<Tensor> poisoned(DType dtype, const Shape& shape) {
   SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
   const std::int64_t n = t.numel();
-  if (isFloating(dtype)) {
+  if (dtype == DType::Float32) {
+    std::fill_n(t.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
+  } else if (isFloating(dtype)) {
     for (std::int64_t k = 0; k < n; ++k) storeFromDouble(t.rawData(), dtype, k, std::numeric_limits<double>::quiet_NaN());
   } else {
     std::memset(t.rawData(), 0x5A, static_cast<std::size_t>(n) * t.itemSize());

@@ -2,8 +2,32 @@
 // JitEngine: host CPU detection, compiling a hand-built kernel, calling it, removing it.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
+
 #include "jit/codegen_util.h"
 #include "jit/engine.h"
+
+// gdb's JIT interface (GDB manual, "JIT Compilation Interface"), defined by LLVM's JIT loader.
+extern "C" {
+struct JitCodeEntry {
+  JitCodeEntry* next;
+  JitCodeEntry* prev;
+  const char* symfile;
+  std::uint64_t size;
+};
+struct JitDescriptor {
+  std::uint32_t version;
+  std::uint32_t action;
+  JitCodeEntry* relevant;
+  JitCodeEntry* first;
+};
+extern JitDescriptor __jit_debug_descriptor;
+}
 
 namespace shapevm::jit {
 namespace {
@@ -77,6 +101,46 @@ TEST(JitEngine, TwoVersionsOfOneSymbolCoexist) {
   args.shape[0][0] = 3;
   reinterpret_cast<GeneratedKernelFn>(b->address)(&args);  // b survives a's removal
   EXPECT_FLOAT_EQ(out[2], 7.0f);
+}
+
+TEST(JitEngine, KernelsAreRegisteredWithGdb) {
+  EngineOptions options;
+  options.debugger_support = true;
+  auto engine = JitEngine::create(options);
+  ASSERT_TRUE(engine.hasValue());
+  auto handle = (*engine)->compile("svm_gdb_visible", [](llvm::Module& m) { return emitAxpy(m, "svm_gdb_visible"); });
+  ASSERT_TRUE(handle.hasValue()) << handle.status().toString();
+  // The object file gdb reads is in the descriptor's list, with the readable symbol in it.
+  bool found = false;
+  for (JitCodeEntry* entry = __jit_debug_descriptor.first; entry != nullptr && !found; entry = entry->next) {
+    std::string_view object(entry->symfile, entry->size);
+    found = object.find(handle->symbol) != std::string_view::npos;
+  }
+  EXPECT_TRUE(found) << handle->symbol << " is not in any object registered with gdb";
+}
+
+TEST(JitEngine, PerfSupportWritesAJitdumpWithTheKernelNames) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("svm_jitdump_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ::setenv("JITDUMPDIR", dir.c_str(), 1);
+  {
+    EngineOptions options;
+    options.perf_support = true;
+    auto engine = JitEngine::create(options);
+    ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
+    auto handle = (*engine)->compile("svm_perf_visible", [](llvm::Module& m) { return emitAxpy(m, "svm_perf_visible"); });
+    ASSERT_TRUE(handle.hasValue());
+  }
+  ::unsetenv("JITDUMPDIR");
+  std::string contents;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() != ".dump") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    contents.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(contents.find("svm_perf_visible"), std::string::npos) << "no jitdump with the kernel's name";
 }
 
 }  // namespace
