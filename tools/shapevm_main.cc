@@ -25,6 +25,7 @@
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
+#include "tools/bench.h"
 #endif
 
 namespace shapevm {
@@ -369,6 +370,14 @@ int main(int argc, char** argv) {
 
   RunFlags run;
   auto* run_cmd = app.add_subcommand("run", "run a function of a module");
+#if SHAPEVM_HAVE_JIT
+  BenchFlags bench;
+  auto* bench_cmd = app.add_subcommand("bench", "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)");
+  bench_cmd->add_option("--suite", bench.suites, "only these suites: workload, cold, matmul, elementwise, overhead, memory (repeatable)");
+  bench_cmd->add_flag("--quick", bench.quick, "smaller sizes and fewer repeats (under 2 minutes; a smoke test)");
+  bench_cmd->add_option("--out", bench.out, "write DIR/shapevm.json");
+  bench_cmd->add_option("--examples", bench.examples, "folder with lstm_cell.py and lstm_loop.py (default: the source tree's examples/)");
+#endif
   run_cmd->add_option("module", run.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
   run_cmd->add_option("--fn", run.fn, "function to run (default: the only one, or 'main')");
   run_cmd->add_option("--inputs", run.inputs_npz, ".npz whose arrays are matched to parameters by name");
@@ -466,6 +475,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*run_cmd) return runCommand(run);
+#if SHAPEVM_HAVE_JIT
+  if (*bench_cmd) return benchCommand(bench);
+#endif
   if (*ops_cmd) {
     for (const OpSchema& schema : OpRegistry::global().schemas()) {
       std::string inputs, attrs;

@@ -326,6 +326,9 @@ void Jit::compileSite(const Request& request) {
     stats_.codegen_ms += codegen_ms;
     stats_.validate_patch_ms += validate_ms;
     stats_.compile_ms.push_back(total_ms);
+    stats_.events.push_back(CompileEvent{inferred->spec.signature(),
+                                         std::chrono::duration<double, std::milli>(start - attached_at_).count(), infer_ms,
+                                         codegen_ms, validate_ms});
   }
   logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",

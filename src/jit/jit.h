@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,6 +37,12 @@ struct JitOptions {
   EngineOptions engine;            // debugger/perf support: defaults from the JitDebugger/JitPerf tunables
 };
 
+// One installed compile, for timelines (times in ms since the Jit was attached).
+struct CompileEvent {
+  std::string signature;
+  double start_ms = 0, shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;
+};
+
 struct JitStats {
   std::uint64_t hot_regions = 0;
   std::uint64_t requests = 0;            // compile requests queued
@@ -46,6 +53,7 @@ struct JitStats {
   std::uint64_t blacklisted_sites = 0;
   double shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;  // summed over installed kernels
   std::vector<double> compile_ms;        // end-to-end per installed kernel
+  std::vector<CompileEvent> events;      // per installed kernel, in install order
   std::uint64_t compiled_calls = 0;      // executions served by a compiled kernel (cache reuse)
   std::uint64_t interpreted_calls = 0;   // CallOp executions that ran a reference kernel
   std::uint64_t guard_misses = 0;
@@ -114,6 +122,7 @@ class Jit final : public ExecutionObserver {
   bool stopping_ = false;
   JitStats stats_;
   std::vector<std::thread> workers_;
+  std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace shapevm::jit

@@ -1,0 +1,683 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shapevm bench`: the reference workload at O0/O1/O2, cold costs and latency while compiles are
+// in flight, JIT matmul vs the reference kernel, oneDNN and the measured FMA peak, elementwise
+// chains vs a one-pass roofline and memcpy, per-op overhead, compile latency and memory. Results
+// go to DIR/shapevm.json for bench/report.py. Outputs are checked before anything is timed.
+#include "tools/bench.h"
+
+#include <malloc.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.h>
+
+#include "bytecode/text_format.h"
+#include "frontend/frontend.h"
+#include "jit/codegen_util.h"
+#include "jit/compiled_kernel.h"
+#include "jit/jit.h"
+#include "jit/validate.h"
+#include "support/tunables.h"
+#include "tools/cli_inputs.h"
+#include "vm/vm.h"
+
+namespace shapevm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+struct Summary {
+  double median = 0, min = 0, max = 0, p99 = 0;
+};
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = v[v.size() / 2];
+  s.min = v.front();
+  s.max = v.back();
+  s.p99 = v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1)];
+  return s;
+}
+
+double relL2(const Tensor& got, const Tensor& want) {
+  double diff = 0, ref = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const double w = want.elementAsDouble(i), g = got.elementAsDouble(i);
+    diff += (g - w) * (g - w);
+    ref += w * w;
+  }
+  return std::sqrt(diff / std::max(ref, 1e-300));
+}
+
+// Heap bytes in use (glibc's allocator): page-granular RSS misses small structures.
+std::int64_t heapBytes() { return static_cast<std::int64_t>(mallinfo2().uordblks); }
+
+std::int64_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string cpuModel() {
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(info, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+Tensor randomTensor(const Shape& shape, std::mt19937_64& rng, double scale = 1.0) {
+  Tensor t = std::move(Tensor::empty(DType::Float32, shape).value());
+  std::normal_distribution<float> dist(0.0f, static_cast<float>(scale));
+  float* p = t.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+// ---- the reference workload ----
+
+struct Weights {
+  Tensor w_ih, w_hh, b_ih, b_hh;
+};
+
+std::vector<Value> workloadArgs(const Function& fn, const Weights& w, std::int64_t batch, std::int64_t seq,
+                                std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Value> args;
+  for (const Param& p : fn.params) {
+    if (p.name == "x") args.push_back(Value::fromTensor(randomTensor(Shape{batch, seq, 128}, rng)));
+    else if (p.name == "h" || p.name == "c") args.push_back(Value::fromTensor(randomTensor(Shape{batch, 256}, rng)));
+    else if (p.name == "W_ih") args.push_back(Value::fromTensor(w.w_ih));
+    else if (p.name == "W_hh") args.push_back(Value::fromTensor(w.w_hh));
+    else if (p.name == "b_ih") args.push_back(Value::fromTensor(w.b_ih));
+    else args.push_back(Value::fromTensor(w.b_hh));
+  }
+  return args;
+}
+
+struct Instance {
+  std::string variant;
+  int level = 0;
+  std::shared_ptr<Module> module;
+  std::unique_ptr<VirtualMachine> vm;
+  std::unique_ptr<jit::Jit> jit;
+  int function = 0;
+};
+
+Expected<Instance> makeInstance(const BenchFlags& flags, const std::string& variant, int level) {
+  Instance instance;
+  instance.variant = variant;
+  instance.level = level;
+  SVM_ASSIGN_OR_RETURN(Module module, loadProgram(flags.examples + "/" + variant + ".py", FrontendOptions()));
+  instance.module = std::make_shared<Module>(std::move(module));
+  SVM_ASSIGN_OR_RETURN(instance.function, resolveFunction(*instance.module, variant));
+  instance.vm = std::make_unique<VirtualMachine>(instance.module);
+  if (level >= 1) {
+    jit::JitOptions options;
+    options.level = level;
+    SVM_ASSIGN_OR_RETURN(instance.jit, jit::Jit::attach(*instance.vm, options));
+  }
+  return instance;
+}
+
+Expected<Tensor> firstOutput(Instance& instance, const std::vector<Value>& args) {
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> out, instance.vm->run(instance.function, args));
+  return out[0].tensor().clone();
+}
+
+Status workloadSuite(const BenchFlags& flags, const Weights& weights, json& out, json& compile_out) {
+  const std::int64_t batch = 32;
+  const std::vector<std::int64_t> seqs = flags.quick ? std::vector<std::int64_t>{10, 30} : std::vector<std::int64_t>{10, 20, 30, 120};
+  std::vector<std::int64_t> stream;
+  std::mt19937_64 stream_rng(42);
+  for (int i = 0; i < (flags.quick ? 8 : 24); ++i) stream.push_back(8 + static_cast<std::int64_t>(stream_rng() % 121));
+  const int rounds = flags.quick ? 3 : 7;
+  const int per_round = flags.quick ? 2 : 4;
+  std::vector<double> compile_ms;
+  double infer = 0, codegen = 0, validate = 0;
+  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
+    std::vector<Instance> instances;
+    for (int level = 0; level <= 2; ++level) {
+      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level));
+      instances.push_back(std::move(instance));
+    }
+    const Function& fn = instances[0].module->functions[static_cast<std::size_t>(instances[0].function)];
+    // Warm-up: every shape of the run, several times, compiles allowed to finish.
+    for (Instance& instance : instances) {
+      for (int r = 0; r < 6; ++r) {
+        for (std::int64_t seq : seqs) {
+          if (auto ran = instance.vm->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran) return ran.status();
+          if (instance.jit) instance.jit->waitIdle();
+        }
+      }
+      for (std::int64_t seq : stream) {
+        if (auto ran = instance.vm->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran) return ran.status();
+        if (instance.jit) instance.jit->waitIdle();
+      }
+    }
+    // Outputs of every level equal O0's on fresh inputs.
+    for (std::int64_t seq : seqs) {
+      auto args = workloadArgs(fn, weights, batch, seq, 1000 + static_cast<std::uint64_t>(seq));
+      SVM_ASSIGN_OR_RETURN(Tensor want, firstOutput(instances[0], args));
+      for (std::size_t l = 1; l < instances.size(); ++l) {
+        SVM_ASSIGN_OR_RETURN(Tensor got, firstOutput(instances[l], args));
+        const double err = relL2(got, want);
+        if (!(err <= 1e-5)) {
+          return makeError(ErrorCode::Internal, "{} at O{} differs from O0 at seq {}: rel L2 {:.3g}", variant, l, seq, err);
+        }
+      }
+    }
+    // Timing: rounds interleave the levels; each round runs every seq `per_round` times.
+    struct Acc {
+      std::vector<double> ms;
+      std::uint64_t runs = 0, allocs = 0, system_allocs = 0, compiled = 0, calls = 0;
+    };
+    std::map<std::pair<int, std::int64_t>, Acc> acc;  // (level, seq or -1 = stream)
+    std::map<std::int64_t, std::vector<Value>> args_by_seq;
+    for (std::int64_t seq : seqs) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 2000 + static_cast<std::uint64_t>(seq));
+    for (std::int64_t seq : stream) {
+      if (!args_by_seq.count(seq)) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 3000 + static_cast<std::uint64_t>(seq));
+    }
+    for (int round = 0; round < rounds; ++round) {
+      for (Instance& instance : instances) {
+        auto timed = [&](std::int64_t seq, std::int64_t key) -> Status {
+          const ExecStats before = instance.vm->stats();
+          const Clock::time_point start = Clock::now();
+          auto ran = instance.vm->run(instance.function, args_by_seq[seq]);
+          const double ms = msSince(start);
+          if (!ran) return ran.status();
+          const ExecStats& after = instance.vm->stats();
+          Acc& a = acc[{instance.level, key}];
+          a.ms.push_back(key < 0 ? ms / static_cast<double>(batch * seq) * 1e3 : ms);  // stream: us per token
+          ++a.runs;
+          a.allocs += after.alloc_requests - before.alloc_requests;
+          a.system_allocs += after.system_allocations - before.system_allocations;
+          a.compiled += after.compiled_calls - before.compiled_calls;
+          a.calls += after.op_calls - before.op_calls;
+          return Status::ok();
+        };
+        for (std::int64_t seq : seqs) {
+          for (int k = 0; k < per_round; ++k) SVM_RETURN_IF_ERROR(timed(seq, seq));
+        }
+        for (std::int64_t seq : stream) SVM_RETURN_IF_ERROR(timed(seq, -1));
+      }
+    }
+    for (auto& [key, a] : acc) {
+      Summary s = summarize(a.ms);
+      const double runs = static_cast<double>(a.runs);
+      json row = {{"variant", variant}, {"level", fmt::format("O{}", key.first)}, {"batch", batch},
+                  {"runs", a.runs}, {"allocs_per_run", static_cast<double>(a.allocs) / runs},
+                  {"system_allocs_per_run", static_cast<double>(a.system_allocs) / runs},
+                  {"compiled_calls_per_run", static_cast<double>(a.compiled) / runs},
+                  {"interpreted_calls_per_run", static_cast<double>(a.calls - a.compiled) / runs}};
+      if (key.second < 0) {
+        row["seq"] = "stream";
+        row["median_us_per_token"] = s.median;
+        row["min_us_per_token"] = s.min;
+        row["max_us_per_token"] = s.max;
+      } else {
+        row["seq"] = key.second;
+        row["median_ms"] = s.median;
+        row["min_ms"] = s.min;
+        row["max_ms"] = s.max;
+        row["p99_ms"] = s.p99;
+        row["median_us_per_token"] = s.median * 1e3 / static_cast<double>(batch * key.second);
+      }
+      out.push_back(row);
+      fmt::print("workload {:<9} O{} seq {:>6}: median {:.3f} {} (min {:.3f}, max {:.3f}), {:.1f} allocs/run, {:.0f}/{:.0f} compiled/interpreted calls/run\n",
+                 variant, key.first, key.second < 0 ? std::string("stream") : std::to_string(key.second), s.median,
+                 key.second < 0 ? "us/token" : "ms", s.min, s.max, static_cast<double>(a.allocs) / runs,
+                 static_cast<double>(a.compiled) / runs, static_cast<double>(a.calls - a.compiled) / runs);
+    }
+    for (Instance& instance : instances) {
+      if (!instance.jit || instance.level != 1) continue;
+      jit::JitStats stats = instance.jit->stats();
+      compile_ms.insert(compile_ms.end(), stats.compile_ms.begin(), stats.compile_ms.end());
+      infer += stats.shape_infer_ms;
+      codegen += stats.codegen_ms;
+      validate += stats.validate_patch_ms;
+    }
+  }
+  if (!compile_ms.empty()) {
+    std::sort(compile_ms.begin(), compile_ms.end());
+    const double n = static_cast<double>(compile_ms.size());
+    compile_out = {{"count", compile_ms.size()}, {"median_ms", compile_ms[compile_ms.size() / 2]},
+                   {"p90_ms", compile_ms[std::min(compile_ms.size() - 1, static_cast<std::size_t>(0.9 * n))]},
+                   {"shape_infer_ms", infer / n}, {"codegen_ms", codegen / n}, {"validate_patch_ms", validate / n}};
+    fmt::print("compile (O1, per kernel): median {:.1f} ms, p90 {:.1f} ms; shape inference {:.2f} ms, codegen {:.1f} ms, validation+patch {:.1f} ms (means)\n",
+               compile_out["median_ms"].get<double>(), compile_out["p90_ms"].get<double>(), infer / n, codegen / n, validate / n);
+  }
+  return Status::ok();
+}
+
+// ---- cold costs: first call, first call after a new shape, latency while compiles are in flight ----
+
+Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline) {
+  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
+    const Clock::time_point t0 = Clock::now();
+    SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, 1));
+    const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+    std::vector<double> during, steady;
+    double first = 0;
+    const std::int64_t cycle[] = {10, 20, 30};
+    const int runs = flags.quick ? 40 : 120;
+    for (int i = 0; i < runs; ++i) {
+      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
+      const Clock::time_point start = Clock::now();
+      if (auto ran = instance.vm->run(instance.function, args); !ran) return ran.status();
+      const double ms = msSince(start);
+      if (i == 0) first = ms;
+      const jit::JitStats stats = instance.jit->stats();
+      const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
+      if (compiling) during.push_back(ms);
+      if (variant == "lstm_cell" && timeline.size() < 400) {
+        timeline.push_back({{"thread", "interpreter"}, {"name", fmt::format("run seq={}", cycle[i % 3])},
+                            {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()}, {"dur_ms", ms}});
+      }
+    }
+    instance.jit->waitIdle();
+    for (int i = 0; i < 30; ++i) {
+      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
+      const Clock::time_point start = Clock::now();
+      if (auto ran = instance.vm->run(instance.function, args); !ran) return ran.status();
+      if (cycle[i % 3] == 20) steady.push_back(msSince(start));
+    }
+    // A shape never seen: interpreted (guard miss) at first.
+    auto fresh = workloadArgs(fn, weights, 32, 77, 12);
+    const Clock::time_point start = Clock::now();
+    if (auto ran = instance.vm->run(instance.function, fresh); !ran) return ran.status();
+    const double after_new_shape = msSince(start);
+    if (variant == "lstm_cell") {
+      for (const jit::CompileEvent& e : instance.jit->stats().events) {
+        timeline.push_back({{"thread", "compile"}, {"name", e.signature}, {"start_ms", e.start_ms},
+                            {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
+      }
+    }
+    Summary d = summarize(during), s = summarize(steady);
+    out.push_back({{"variant", variant}, {"level", "O1"}, {"first_call_ms", first}, {"first_after_new_shape_ms", after_new_shape},
+                   {"p50_during_compile_ms", d.median}, {"p99_during_compile_ms", d.p99}, {"runs_during_compile", during.size()},
+                   {"p50_steady_ms", s.median}});
+    fmt::print("cold {:<9} O1: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 {:.2f} ms ({} runs), steady p50 {:.2f} ms (seq 20)\n",
+               variant, first, after_new_shape, d.median, d.p99, during.size(), s.median);
+  }
+  return Status::ok();
+}
+
+// ---- matmul ----
+
+// An FMA loop with `accumulators` independent <lanes x float> chains: the machine's FMA peak.
+Status emitFmaPeak(llvm::Module& module, const std::string& symbol, unsigned lanes, int accumulators) {
+  jit::ir::Builder b(module.getContext());
+  llvm::Function* fn = jit::ir::beginKernel(module, symbol, b);
+  jit::ir::ArgsView args(b, fn->getArg(0));
+  llvm::Value* out = args.data(0);
+  llvm::Value* iterations = args.scalar(0);
+  llvm::Type* vec = llvm::FixedVectorType::get(b.getFloatTy(), lanes);
+  llvm::BasicBlock* entry = b.GetInsertBlock();
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(module.getContext(), "loop", fn);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(module.getContext(), "exit", fn);
+  llvm::Value* x = llvm::ConstantFP::get(vec, 0.999);
+  llvm::Value* y = llvm::ConstantFP::get(vec, 0.001);
+  b.CreateBr(loop);
+  b.SetInsertPoint(loop);
+  llvm::PHINode* i = b.CreatePHI(b.getInt64Ty(), 2);
+  i->addIncoming(b.getInt64(0), entry);
+  std::vector<llvm::PHINode*> acc;
+  std::vector<llvm::Value*> next;
+  for (int a = 0; a < accumulators; ++a) {  // PHIs first: they must head the block
+    acc.push_back(b.CreatePHI(vec, 2));
+    acc.back()->addIncoming(llvm::ConstantFP::get(vec, 1.0 + a), entry);
+  }
+  for (int a = 0; a < accumulators; ++a) {
+    next.push_back(b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {acc[static_cast<std::size_t>(a)], x, y}));
+  }
+  llvm::Value* i_next = b.CreateAdd(i, b.getInt64(1));
+  i->addIncoming(i_next, loop);
+  for (int a = 0; a < accumulators; ++a) acc[static_cast<std::size_t>(a)]->addIncoming(next[static_cast<std::size_t>(a)], loop);
+  b.CreateCondBr(b.CreateICmpSLT(i_next, iterations), loop, exit);
+  b.SetInsertPoint(exit);
+  llvm::Value* sum = next[0];
+  for (int a = 1; a < accumulators; ++a) sum = b.CreateFAdd(sum, next[static_cast<std::size_t>(a)]);
+  b.CreateAlignedStore(sum, out, llvm::Align(4));
+  b.CreateRetVoid();
+  return Status::ok();
+}
+
+// y[i] = a[i] * b[i] + c[i]: one pass over memory, the roofline for elementwise chains.
+Status emitAxpy(llvm::Module& module, const std::string& symbol) {
+  jit::ir::Builder b(module.getContext());
+  llvm::Function* fn = jit::ir::beginKernel(module, symbol, b);
+  jit::ir::ArgsView args(b, fn->getArg(0));
+  llvm::Value* pa = args.data(0);
+  llvm::Value* pb = args.data(1);
+  llvm::Value* pc = args.data(2);
+  llvm::Value* py = args.data(3);
+  llvm::Value* n = args.dim(0, 0);
+  jit::ir::emitLoop(b, b.getInt64(0), n, 1, [&](llvm::Value* i) {
+    auto load = [&](llvm::Value* p) { return jit::ir::loadCompute(b, DType::Float32, jit::ir::elementPtr(b, DType::Float32, p, i)); };
+    llvm::Value* v = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b.getFloatTy()}, {load(pa), load(pb), load(pc)});
+    jit::ir::storeCompute(b, DType::Float32, v, jit::ir::elementPtr(b, DType::Float32, py, i));
+  });
+  b.CreateRetVoid();
+  return Status::ok();
+}
+
+template <typename F>
+double medianMs(int repeats, F&& f) {
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    const Clock::time_point start = Clock::now();
+    f();
+    ms.push_back(msSince(start));
+  }
+  return summarize(ms).median;
+}
+
+Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
+  // Peak: FMA throughput of this core, measured with a JIT-built loop.
+  // Peak: the best of several independent-chain counts (enough chains to cover FMA latency x
+  // pipes), measured in every round right beside the matmuls, since this machine's clock drifts.
+  const unsigned lanes = engine.hasAvx512() ? 16 : 8;
+  struct PeakKernel {
+    int chains;
+    jit::KernelHandle handle;
+  };
+  std::vector<PeakKernel> peak_kernels;
+  for (int chains : {8, 12, 16, 24}) {
+    SVM_ASSIGN_OR_RETURN(jit::KernelHandle handle, engine.compile("svm_bench_fma_peak", [&](llvm::Module& m) {
+      return emitFmaPeak(m, "svm_bench_fma_peak", lanes, chains);
+    }));
+    peak_kernels.push_back(PeakKernel{chains, handle});
+  }
+  auto measurePeak = [&] {
+    double best = 0;
+    for (const PeakKernel& kernel : peak_kernels) {
+      alignas(64) float sink[16] = {};
+      jit::KernelArgs args{};
+      args.data[0] = sink;
+      args.scalars[0] = 2'000'000;
+      auto fn = reinterpret_cast<jit::GeneratedKernelFn>(kernel.handle.address);
+      const double ms = medianMs(3, [&] { fn(&args); });
+      best = std::max(best, 2.0 * lanes * kernel.chains * static_cast<double>(args.scalars[0]) / (ms * 1e6));
+    }
+    return best;
+  };
+  double overall_peak = 0;
+
+  struct MatmulShape {
+    std::int64_t m, k, n;
+  };
+  std::vector<MatmulShape> shapes = {{640, 128, 1024}, {32, 768, 4096}, {256, 256, 256}, {1024, 1024, 1024},
+                                     {320, 128, 1024}, {960, 128, 1024}, {32, 256, 1024}};
+  if (flags.quick) shapes = {{640, 128, 1024}, {256, 256, 256}, {32, 256, 1024}};
+  const jit::KernelFamily* family = jit::familyFor(OpId::MatMul);
+  if (family == nullptr) return makeError(ErrorCode::Unsupported, "no JIT matmul family");
+  std::mt19937_64 rng(5);
+  for (const MatmulShape& s : shapes) {
+    Value a = Value::fromTensor(randomTensor(Shape{s.m, s.k}, rng));
+    Value b = Value::fromTensor(randomTensor(Shape{s.k, s.n}, rng));
+    std::vector<const Value*> inputs = {&a, &b};
+    const KernelEntry& reference = OpRegistry::global().resolve(OpId::MatMul, inputs);
+    const OpSchema& schema = OpRegistry::global().schema(OpId::MatMul);
+    std::vector<Value> ref_out(1), jit_out(1);
+    auto runReference = [&] {
+      OpContext ctx{&schema, inputs, {}, ref_out};
+      (void)invokeKernel(reference, ctx);
+    };
+    SVM_ASSIGN_OR_RETURN(auto kernel, jit::compileKernel(engine, *family, jit::exactSpec(OpId::MatMul, {}, inputs)));
+    auto runJit = [&] { (void)jit::invokeCompiled(*kernel, inputs, jit_out); };
+    Tensor c = std::move(Tensor::empty(DType::Float32, Shape{s.m, s.n}).value());
+    auto runOnednn = [&] {
+      dnnl_sgemm('N', 'N', s.m, s.n, s.k, 1.0f, a.tensor().data<float>(), s.k, b.tensor().data<float>(), s.n, 0.0f,
+                 c.data<float>(), s.n);
+    };
+    runReference();
+    runJit();
+    runOnednn();
+    const double jit_err = relL2(jit_out[0].tensor(), ref_out[0].tensor());
+    const double dnnl_err = relL2(c, ref_out[0].tensor());
+    if (!(jit_err <= 1e-5) || !(dnnl_err <= 1e-5)) {
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: JIT rel L2 {:.3g}, oneDNN rel L2 {:.3g} vs the reference",
+                       s.m, s.k, s.n, jit_err, dnnl_err);
+    }
+    const double flop = 2.0 * static_cast<double>(s.m * s.k * s.n);
+    const int repeats = std::max(3, static_cast<int>(std::min<double>(flags.quick ? 10 : 40, 3e9 / flop)));
+    std::vector<double> jit_ms, ref_ms, dnnl_ms;
+    double peak = 0;
+    for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {  // interleaved rounds
+      peak = std::max(peak, measurePeak());
+      jit_ms.push_back(medianMs(repeats, runJit));
+      dnnl_ms.push_back(medianMs(repeats, runOnednn));
+      ref_ms.push_back(medianMs(repeats, runReference));
+    }
+    const double jit_g = flop / (summarize(jit_ms).median * 1e6);
+    const double ref_g = flop / (summarize(ref_ms).median * 1e6);
+    const double dnnl_g = flop / (summarize(dnnl_ms).median * 1e6);
+    out.push_back({{"m", s.m}, {"k", s.k}, {"n", s.n}, {"jit_gflops", jit_g}, {"reference_gflops", ref_g},
+                   {"onednn_gflops", dnnl_g}, {"peak_gflops", peak}, {"jit_level", "O1"}});
+    fmt::print("matmul {:>4}x{:>4}x{:>4}: JIT (O1) {:6.1f} GFLOP/s, reference {:6.1f}, oneDNN sgemm {:6.1f} ({:.2f}x oneDNN, {:.0f}% of peak)\n",
+               s.m, s.k, s.n, jit_g, ref_g, dnnl_g, jit_g / dnnl_g, 100.0 * jit_g / peak);
+    (void)engine.remove(kernel->handle);
+    overall_peak = std::max(overall_peak, peak);
+  }
+  fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes, overall_peak);
+  for (const PeakKernel& kernel : peak_kernels) (void)engine.remove(kernel.handle);
+  return Status::ok();
+}
+
+// ---- elementwise ----
+
+constexpr const char* kChainProgram = R"(.module "chain"
+.func chain
+  .param a : f32[?0]
+  .param b : f32[?0]
+  .param c : f32[?0]
+  .outputs 1
+  LoadTensor r0, a
+  LoadTensor r1, b
+  LoadTensor r2, c
+  CallOp mul r3 = r0, r1 : f32[?0] x f32[?0] -> f32[?0]
+  CallOp add r4 = r3, r2 : f32[?0] x f32[?0] -> f32[?0]
+  CallOp sigmoid r5 = r4 : f32[?0] -> f32[?0]
+  StoreTensor r5, o0
+  Return
+.end
+)";
+
+Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
+  const std::int64_t n = flags.quick ? (1 << 20) : (1 << 24);
+  std::mt19937_64 rng(9);
+  std::vector<Value> args = {Value::fromTensor(randomTensor(Shape{n}, rng)), Value::fromTensor(randomTensor(Shape{n}, rng)),
+                             Value::fromTensor(randomTensor(Shape{n}, rng))};
+  SVM_ASSIGN_OR_RETURN(Module parsed, assemble(kChainProgram, "chain.svasm"));
+  auto module = std::make_shared<Module>(std::move(parsed));
+  VirtualMachine o0(module);
+  VirtualMachine o1(std::make_shared<Module>(*module));
+  jit::JitOptions options;
+  options.level = 1;
+  options.wait_for_compiles = true;
+  SVM_ASSIGN_OR_RETURN(auto jit, jit::Jit::attach(o1, options));
+  for (int i = 0; i < 8; ++i) {
+    if (auto ran = o1.run(0, args); !ran) return ran.status();
+  }
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> want, o0.run(0, args));
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> got, o1.run(0, args));
+  if (relL2(got[0].tensor(), want[0].tensor()) > 1e-5) return makeError(ErrorCode::Internal, "elementwise chain: O1 differs from O0");
+  SVM_ASSIGN_OR_RETURN(jit::KernelHandle axpy, engine.compile("svm_bench_axpy", [](llvm::Module& m) { return emitAxpy(m, "svm_bench_axpy"); }));
+  Tensor y = std::move(Tensor::empty(DType::Float32, Shape{n}).value());
+  jit::KernelArgs axpy_args{};
+  for (int i = 0; i < 3; ++i) axpy_args.data[i] = args[static_cast<std::size_t>(i)].tensor().rawData();
+  axpy_args.data[3] = y.rawData();
+  axpy_args.shape[0][0] = n;
+  auto axpy_fn = reinterpret_cast<jit::GeneratedKernelFn>(axpy.address);
+  std::vector<float> copy_dst(static_cast<std::size_t>(n));
+  std::vector<double> o1_ms, o0_ms, axpy_ms, copy_ms;
+  const int repeats = flags.quick ? 5 : 9;
+  for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {
+    o1_ms.push_back(medianMs(repeats, [&] { (void)o1.run(0, args); }));
+    o0_ms.push_back(medianMs(repeats, [&] { (void)o0.run(0, args); }));
+    axpy_ms.push_back(medianMs(repeats, [&] { axpy_fn(&axpy_args); }));
+    copy_ms.push_back(medianMs(repeats, [&] {
+      std::memcpy(copy_dst.data(), args[0].tensor().rawData(), static_cast<std::size_t>(n) * 4);
+    }));
+  }
+  const double bytes = 16.0 * static_cast<double>(n);  // 3 inputs + 1 output, one pass
+  const double chain = bytes / (summarize(o1_ms).median * 1e6);
+  const double chain0 = bytes / (summarize(o0_ms).median * 1e6);
+  const double roof = bytes / (summarize(axpy_ms).median * 1e6);
+  const double copy = 8.0 * static_cast<double>(n) / (summarize(copy_ms).median * 1e6);
+  out.push_back({{"n", n}, {"chain", "sigmoid(a*b+c)"}, {"level", "O1"}, {"chain_gbps", chain}, {"chain_o0_gbps", chain0},
+                 {"axpy_gbps", roof}, {"memcpy_gbps", copy}, {"chain_ms", summarize(o1_ms).median},
+                 {"axpy_ms", summarize(axpy_ms).median}});
+  fmt::print("elementwise sigmoid(a*b+c) over {} f32: O1 {:.1f} GB/s effective (O0 {:.1f}), one-pass y=a*b+c roofline {:.1f} GB/s ({:.0f}%), memcpy {:.1f} GB/s\n",
+             n, chain, chain0, roof, 100.0 * chain / roof, copy);
+  (void)engine.remove(axpy);
+  return Status::ok();
+}
+
+// ---- per-op overhead ----
+
+Status overheadSuite(const BenchFlags& flags, json& out) {
+  std::string text = ".module \"overhead\"\n.func f\n  .param a : f32[1]\n  .outputs 1\n  LoadTensor r0, a\n";
+  const int ops = 64;
+  for (int i = 0; i < ops; ++i) text += fmt::format("  CallOp add r{} = r{}, r0 : f32[1] x f32[1] -> f32[1]\n", i + 1, i);
+  text += fmt::format("  StoreTensor r{}, o0\n  Return\n.end\n", ops);
+  SVM_ASSIGN_OR_RETURN(Module parsed, assemble(text, "overhead.svasm"));
+  auto module = std::make_shared<Module>(std::move(parsed));
+  for (bool profile : {true, false}) {
+    VmOptions options;
+    options.profile = profile;
+    VirtualMachine vm(module, options);
+    std::vector<Value> args = {Value::fromTensor(std::move(Tensor::empty(DType::Float32, Shape{1}).value()))};
+    args[0].tensor().data<float>()[0] = 1.0f;
+    for (int i = 0; i < 100; ++i) (void)vm.run(0, args);
+    std::vector<double> per_op;
+    const int calls = flags.quick ? 200 : 2000;
+    for (int round = 0; round < 7; ++round) {
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < calls; ++i) (void)vm.run(0, args);
+      per_op.push_back(msSince(start) * 1e6 / (static_cast<double>(calls) * ops));
+    }
+    const double ns = summarize(per_op).median;
+    out.push_back({{"what", fmt::format("CallOp add 1-elem f32 ({})", profile ? "profiled" : "unprofiled")}, {"ns", ns}});
+    fmt::print("per-op overhead, CallOp add on 1-element f32, {}: {:.1f} ns/op\n", profile ? "profiled" : "unprofiled", ns);
+  }
+  return Status::ok();
+}
+
+// ---- memory ----
+
+Status memorySuite(const BenchFlags& flags, const Weights& weights, json& out) {
+  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
+    const std::int64_t before = heapBytes();
+    SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, 0));
+    const std::int64_t context = heapBytes() - before;
+    // The JIT beside it: engine, kernels, LLVM's own code pages — reported separately.
+    const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+    const std::int64_t before_jit = residentBytes();
+    const std::int64_t before_jit_heap = heapBytes();
+    jit::JitOptions options;
+    options.level = 1;
+    options.wait_for_compiles = true;
+    SVM_ASSIGN_OR_RETURN(instance.jit, jit::Jit::attach(*instance.vm, options));
+    for (int i = 0; i < 8; ++i) {
+      if (auto ran = instance.vm->run(instance.function, workloadArgs(fn, weights, 32, 10, 3)); !ran) return ran.status();
+    }
+    const std::int64_t jit_bytes = residentBytes() - before_jit;
+    const std::int64_t jit_heap = heapBytes() - before_jit_heap;
+    out.push_back({{"module", variant}, {"context_bytes", context}, {"llvm_code_bytes", jit_bytes},
+                   {"jit_heap_bytes", jit_heap}, {"kernels", instance.jit->stats().compiles}});
+    fmt::print("memory {:<9}: VM context (module + runtime state, heap) {:.1f} KB; JIT with {} kernels (incl. LLVM): {:.1f} KB RSS, {:.1f} KB heap\n",
+               variant, static_cast<double>(context) / 1024, instance.jit->stats().compiles, static_cast<double>(jit_bytes) / 1024,
+               static_cast<double>(jit_heap) / 1024);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int benchCommand(const BenchFlags& flags_in) {
+  BenchFlags flags = flags_in;
+  const std::vector<std::string> known = {"workload", "cold", "matmul", "elementwise", "overhead", "memory"};
+  std::vector<std::string> suites = flags.suites.empty() ? known : flags.suites;
+  for (const std::string& suite : suites) {
+    if (std::find(known.begin(), known.end(), suite) == known.end()) {
+      fmt::print(stderr, "shapevm: error: unknown bench suite '{}' (suites: workload, cold, matmul, elementwise, overhead, memory)\n", suite);
+      return 2;
+    }
+  }
+  if (flags.examples.empty()) flags.examples = std::string(SHAPEVM_SOURCE_DIR) + "/examples";
+  omp_set_num_threads(1);  // oneDNN (OpenMP build): single thread like everything else here
+  Tunables::resetToDefaults();
+  auto wants = [&](const char* name) { return std::find(suites.begin(), suites.end(), name) != suites.end(); };
+
+  std::mt19937_64 rng(123);
+  Weights weights{randomTensor(Shape{1024, 128}, rng, 0.1), randomTensor(Shape{1024, 256}, rng, 0.1),
+                  randomTensor(Shape{1024}, rng), randomTensor(Shape{1024}, rng)};
+  auto engine = jit::JitEngine::create();
+  if (!engine) {
+    fmt::print(stderr, "shapevm: error: {}\n", engine.status().toString());
+    return 1;
+  }
+  json result = {{"cpu", cpuModel()}, {"features", (*engine)->cpuFeatures()}, {"cpu_name", (*engine)->cpuName()},
+                 {"quick", flags.quick}, {"threads", 1}};
+  {
+    std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+    result["date"] = date;
+  }
+  fmt::print("shapevm bench{}: {} ({}), single thread\n", flags.quick ? " --quick" : "", cpuModel(), (*engine)->cpuName());
+  auto check = [&](Status status, const char* suite) {
+    if (status.isOk()) return true;
+    fmt::print(stderr, "shapevm: error: bench suite '{}': {}\n", suite, status.toString());
+    return false;
+  };
+  json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
+       matmul = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array();
+  bool ok = true;
+  if (wants("overhead")) ok = check(overheadSuite(flags, overhead), "overhead") && ok;
+  if (wants("matmul")) ok = check(matmulSuite(flags, **engine, matmul), "matmul") && ok;
+  if (wants("elementwise")) ok = check(elementwiseSuite(flags, **engine, elementwise), "elementwise") && ok;
+  if (wants("workload")) ok = check(workloadSuite(flags, weights, workload, compile), "workload") && ok;
+  if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
+  if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
+  result["workload"] = workload;
+  result["compile"] = compile;
+  result["cold"] = cold;
+  result["timeline"] = timeline;
+  result["matmul"] = matmul;
+  result["elementwise"] = elementwise;
+  result["overhead"] = overhead;
+  result["memory"] = memory;
+  if (!flags.out.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(flags.out, error);
+    std::ofstream file(flags.out + "/shapevm.json");
+    if (!file) {
+      fmt::print(stderr, "shapevm: error: cannot write {}/shapevm.json\n", flags.out);
+      return 1;
+    }
+    file << result.dump(1) << "\n";
+    fmt::print("wrote {}/shapevm.json\n", flags.out);
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace shapevm
