@@ -1,7 +1,1031 @@
 // SPDX-License-Identifier: Apache-2.0
-// Placeholder until the elementwise family lands: no op of this family is compiled (they stay interpreted).
+// The elementwise kernel family: binary math (add sub mul div pow maximum minimum), comparisons
+// (-> bool), logical and/or/not, unary math (neg abs exp log sqrt rsqrt sigmoid tanh relu gelu erf
+// silu), where, cast and add_n, with numpy broadcasting of any rank, strided inputs, scalar
+// operands (numpy weak scalars, as the reference's tensorArg) and the reference's dtype promotion.
+//
+// A kernel has up to two code paths, chosen per call by prepare():
+//  * flat: every tensor input is dense in the output's row-major order (or a single broadcast
+//    element): one unit-stride loop over all elements, which the loop vectorizer turns into
+//    AVX2/AVX-512 code. When the spec proves this statically it is the only path.
+//  * N-d: a loop nest over the output (static dims and the strides they fix are constants), other
+//    strides from KernelArgs (broadcast axes have stride 0, written by prepare()). The innermost
+//    loop comes in variants for the inner strides the spec cannot fix (all 1; one input 0 and the
+//    rest 1; any), so the common broadcasts (row vector, column vector) keep a unit-stride,
+//    vectorizable inner loop; the "any" variant stays scalar unless its body is transcendental.
+// Loads and stores carry alias-scope metadata (the output never aliases an input), so the
+// vectorizer needs no runtime overlap checks; loop metadata keeps static trip counts from being
+// fully unrolled (see emitLoop).
+// float16/bfloat16 compute in float32 and round on store (bfloat16 with integer ops, exactly the
+// reference's floatToBf16, denormals included); an operand whose dtype differs from the promoted
+// one is converted with the reference's cast semantics and rounded to the promoted dtype, exactly
+// like the reference's castTensor. float32 transcendental functions come from ir_math
+// (vectorizable, within 1e-6 of the reference); pow, rsqrt and float64 math compute in double
+// with libm like the reference does (bit-identical).
+//
+// Not compiled (supports() says why; the op stays interpreted): integer div and pow (the
+// reference reports zero divisors and negative exponents as errors, a kernel cannot), ops the
+// reference rejects (sub/div/pow on bool, logical ops on non-bool, neg on bool), scalar operands
+// of unary ops and cast, scalar where conditions, all-scalar calls, more than 3 scalar operands.
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <fmt/format.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+
+#include "jit/codegen_util.h"
+#include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
+#include "ops/kernel_util.h"
 
 namespace shapevm::jit {
-const KernelFamily* elementwiseFamily(OpId) { return nullptr; }
+
+namespace {
+
+enum class Kind { Binary, Unary, Where, Cast, AddN };
+
+bool kindOf(OpId op, Kind& kind) {
+  switch (op) {
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Pow:
+    case OpId::Maximum:
+    case OpId::Minimum:
+    case OpId::Equal:
+    case OpId::NotEqual:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+      kind = Kind::Binary;
+      return true;
+    case OpId::Neg:
+    case OpId::Abs:
+    case OpId::Exp:
+    case OpId::Log:
+    case OpId::Sqrt:
+    case OpId::Rsqrt:
+    case OpId::Sigmoid:
+    case OpId::Tanh:
+    case OpId::Relu:
+    case OpId::Gelu:
+    case OpId::Erf:
+    case OpId::Silu:
+    case OpId::LogicalNot:
+      kind = Kind::Unary;
+      return true;
+    case OpId::Where:
+      kind = Kind::Where;
+      return true;
+    case OpId::Cast:
+      kind = Kind::Cast;
+      return true;
+    case OpId::AddN:
+      kind = Kind::AddN;
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool isComparison(OpId op) {
+  return op == OpId::Equal || op == OpId::NotEqual || op == OpId::Less || op == OpId::LessEqual ||
+         op == OpId::Greater || op == OpId::GreaterEqual;
+}
+bool isLogical(OpId op) {
+  return op == OpId::LogicalAnd || op == OpId::LogicalOr;
+}
+// Unary ops that produce a float result (integer and bool inputs are cast to float32 first).
+bool isFloatMath(OpId op) {
+  switch (op) {
+    case OpId::Exp:
+    case OpId::Log:
+    case OpId::Sqrt:
+    case OpId::Rsqrt:
+    case OpId::Sigmoid:
+    case OpId::Tanh:
+    case OpId::Gelu:
+    case OpId::Erf:
+    case OpId::Silu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+constexpr int kMaxInputs = kMaxKernelOperands - 1;
+constexpr int kMaxScalarOperands = 3;
+constexpr int kFlatFlagSlot = 3;  // KernelArgs.scalars[3]: 1 when this call can take the flat path
+
+struct InputPlan {
+  bool tensor = true;
+  DType dtype = DType::Float32;  // storage dtype; for a scalar operand the dtype the reference gives it
+  int slot = -1;                 // scalar operand: its KernelArgs.scalars index
+  int like = -1;                 // scalar operand: the tensor input whose dtype it takes
+  int rank = 0;
+  bool contiguous = true;
+  bool splat = false;             // tensor whose dims are all static 1: one element for all
+  std::int64_t stride[kMaxRank];  // per output axis: static element stride, or -1 (from KernelArgs)
+};
+
+struct Plan {
+  OpId op = OpId::Add;
+  Kind kind = Kind::Binary;
+  int num_inputs = 0;
+  InputPlan inputs[kMaxInputs];
+  DType common = DType::Float32;  // the dtype inputs are converted to (binary, unary, where)
+  DType out = DType::Float32;
+  int rank = 0;
+  std::int64_t out_dims[kMaxRank];     // static size or -1
+  std::int64_t out_strides[kMaxRank];  // static stride or -1
+  bool static_flat = false;            // the flat path always applies
+};
+
+std::string_view opName(OpId op) {
+  return OpRegistry::global().schema(op).name;
+}
+
+// The dtype the reference gives a scalar operand next to a tensor of dtype `like` (tensorArg).
+DType weakScalarDType(const Value& v, DType like) {
+  if (v.isFloat() && !isFloating(like)) return DType::Float32;
+  if (v.isInt() && like == DType::Bool) return DType::Int64;
+  return like;
+}
+
+Status planTypes(const KernelSpec& spec, Plan& p) {
+  const std::string_view name = opName(spec.op);
+  auto dt = [&](int k) { return p.inputs[k].dtype; };
+  switch (p.kind) {
+    case Kind::Binary: {
+      if (isLogical(spec.op) && (dt(0) != DType::Bool || dt(1) != DType::Bool)) {
+        return makeError(ErrorCode::Unsupported, "{} on {} and {}: the reference rejects non-bool operands", name,
+                         dtypeName(dt(0)), dtypeName(dt(1)));
+      }
+      p.common = promoteTypes(dt(0), dt(1));
+      const bool arithmetic_only = spec.op == OpId::Sub || spec.op == OpId::Div || spec.op == OpId::Pow;
+      if (p.common == DType::Bool && arithmetic_only) {
+        return makeError(ErrorCode::Unsupported, "{} on bool operands: the reference rejects it", name);
+      }
+      if (isInteger(p.common) && (spec.op == OpId::Div || spec.op == OpId::Pow)) {
+        return makeError(ErrorCode::Unsupported,
+                         "{} on {}: integer {} stays interpreted (the reference reports {} as an error, a kernel "
+                         "cannot)",
+                         name, dtypeName(p.common), name,
+                         spec.op == OpId::Div ? "division by zero" : "negative exponents");
+      }
+      p.out = isComparison(spec.op) || isLogical(spec.op) ? DType::Bool : p.common;
+      return Status::ok();
+    }
+    case Kind::Unary: {
+      if (spec.op == OpId::LogicalNot && dt(0) != DType::Bool) {
+        return makeError(ErrorCode::Unsupported, "logical_not on {}: the reference rejects non-bool operands",
+                         dtypeName(dt(0)));
+      }
+      if (spec.op == OpId::Neg && dt(0) == DType::Bool) {
+        return makeError(ErrorCode::Unsupported, "neg on bool: the reference rejects it");
+      }
+      p.common = isFloatMath(spec.op) && !isFloating(dt(0)) ? DType::Float32 : dt(0);
+      p.out = p.common;
+      return Status::ok();
+    }
+    case Kind::Where:
+      p.common = promoteTypes(dt(1), dt(2));
+      p.out = p.common;
+      return Status::ok();
+    case Kind::Cast:
+      if (spec.attrs.empty() || spec.attrs[0].kind != AttrKind::DType) {
+        return makeError(ErrorCode::Unsupported, "cast without a dtype attribute");
+      }
+      p.common = dt(0);
+      p.out = spec.attrs[0].dtype;
+      return Status::ok();
+    case Kind::AddN: {
+      DType acc = dt(0);
+      for (int k = 1; k < p.num_inputs; ++k) acc = promoteTypes(acc, dt(k));
+      p.common = acc;
+      p.out = acc;
+      return Status::ok();
+    }
+  }
+  return Status::ok();
+}
+
+Status planGeometry(const KernelSpec& spec, Plan& p) {
+  p.rank = 0;
+  for (int k = 0; k < p.num_inputs; ++k) {
+    if (p.inputs[k].tensor) p.rank = std::max(p.rank, p.inputs[k].rank);
+  }
+  const int rank = p.rank;
+  for (int d = 0; d < rank; ++d) {
+    std::int64_t size = -1;
+    bool dynamic = false;
+    for (int k = 0; k < p.num_inputs; ++k) {
+      const InputPlan& in = p.inputs[k];
+      const int j = d - (rank - in.rank);
+      if (!in.tensor || j < 0) continue;
+      const DimSpec& dim = spec.inputs[static_cast<std::size_t>(k)].dims[j];
+      if (!dim.isStatic()) {
+        dynamic = true;
+      } else if (dim.size != 1) {
+        if (size >= 0 && size != dim.size) {
+          return makeError(ErrorCode::ShapeMismatch,
+                           "{}: the spec's shapes cannot be broadcast together (axis {}: {} vs {})", spec.signature(),
+                           d, size, dim.size);
+        }
+        size = dim.size;
+      }
+    }
+    p.out_dims[d] = size >= 0 ? size : dynamic ? -1 : 1;
+  }
+  // Output strides (the output is a fresh row-major tensor).
+  std::int64_t suffix = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    p.out_strides[d] = suffix;
+    suffix = (suffix >= 0 && p.out_dims[d] >= 0) ? suffix * p.out_dims[d] : -1;
+  }
+  p.static_flat = true;
+  for (int d = 0; d < rank; ++d) p.static_flat = p.static_flat && p.out_dims[d] >= 0;
+  for (int k = 0; k < p.num_inputs; ++k) {
+    InputPlan& in = p.inputs[k];
+    if (!in.tensor) continue;
+    const OperandSpec& operand = spec.inputs[static_cast<std::size_t>(k)];
+    const int lead = rank - in.rank;
+    in.splat = true;
+    for (int j = 0; j < in.rank; ++j) in.splat = in.splat && operand.dims[j].isStatic() && operand.dims[j].size == 1;
+    // Static strides: broadcast axes (absent or static 1) are 0; a contiguous input's axis whose
+    // size and every later size are static has its row-major stride.
+    std::int64_t natural = 1;
+    bool natural_known = true;
+    bool dense = operand.contiguous;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int j = d - lead;
+      if (j < 0) {
+        in.stride[d] = 0;
+        dense = dense && p.out_dims[d] == 1;
+        continue;
+      }
+      const DimSpec& dim = operand.dims[j];
+      if (dim.isStatic() && dim.size == 1) {
+        in.stride[d] = 0;
+      } else if (operand.contiguous && natural_known && dim.isStatic()) {
+        in.stride[d] = natural;
+      } else {
+        in.stride[d] = -1;
+      }
+      dense = dense && dim.isStatic() && dim.size == p.out_dims[d];
+      if (dim.isStatic() && natural_known) {
+        natural *= dim.size;
+      } else {
+        natural_known = false;
+      }
+    }
+    p.static_flat = p.static_flat && (in.splat || dense);
+  }
+  return Status::ok();
+}
+
+Status makePlan(const KernelSpec& spec, Plan& p) {
+  p.op = spec.op;
+  if (!kindOf(spec.op, p.kind)) {
+    return makeError(ErrorCode::Unsupported, "{} is not an elementwise op", opName(spec.op));
+  }
+  const std::string_view name = opName(spec.op);
+  const int count = static_cast<int>(spec.inputs.size());
+  const int expected = p.kind == Kind::Binary ? 2 : p.kind == Kind::Where ? 3 : p.kind == Kind::AddN ? -1 : 1;
+  if ((expected > 0 && count != expected) || count < 1) {
+    return makeError(ErrorCode::Unsupported, "{} with {} inputs", name, count);
+  }
+  if (count > kMaxInputs) {
+    return makeError(ErrorCode::Unsupported, "{} with {} inputs: a kernel takes at most {}", name, count, kMaxInputs);
+  }
+  p.num_inputs = count;
+  int first_tensor = -1;
+  for (int k = 0; k < count; ++k) {
+    const OperandSpec& operand = spec.inputs[static_cast<std::size_t>(k)];
+    InputPlan& in = p.inputs[k];
+    in = InputPlan{};
+    in.tensor = operand.is_tensor;
+    if (!operand.is_tensor) continue;
+    if (operand.rank < 0 || operand.rank > kMaxRank) {
+      return makeError(ErrorCode::Unsupported, "{}: input {} has rank {}", name, k, operand.rank);
+    }
+    in.dtype = operand.dtype;
+    in.rank = operand.rank;
+    in.contiguous = operand.contiguous;
+    if (first_tensor < 0) first_tensor = k;
+  }
+  if (first_tensor < 0) return makeError(ErrorCode::Unsupported, "{}: every operand is a scalar", name);
+  // Scalar operands: a numpy weak scalar takes its tensor neighbour's dtype (the kernel assumes
+  // the scalar's kind keeps it so; outputs() declines a call where it does not).
+  int scalars = 0;
+  for (int k = 0; k < count; ++k) {
+    InputPlan& in = p.inputs[k];
+    if (in.tensor) continue;
+    switch (p.kind) {
+      case Kind::Unary:
+      case Kind::Cast:
+        return makeError(ErrorCode::Unsupported, "{} of a scalar operand is not compiled", name);
+      case Kind::Where:
+        if (k == 0) return makeError(ErrorCode::Unsupported, "where with a scalar condition is not compiled");
+        in.like = k == 1 ? 2 : 1;
+        if (!p.inputs[in.like].tensor) {
+          return makeError(ErrorCode::Unsupported, "where with two scalar values is not compiled");
+        }
+        break;
+      case Kind::Binary:
+        in.like = 1 - k;
+        break;
+      case Kind::AddN:
+        in.like = first_tensor;
+        break;
+    }
+    in.dtype = p.inputs[in.like].dtype;
+    in.slot = scalars++;
+  }
+  if (scalars > kMaxScalarOperands) {
+    return makeError(ErrorCode::Unsupported, "{} with {} scalar operands: a kernel takes at most {}", name, scalars,
+                     kMaxScalarOperands);
+  }
+  SVM_RETURN_IF_ERROR(planTypes(spec, p));
+  return planGeometry(spec, p);
+}
+
+// ---- code generation ----
+
+// How a loop from emitLoop may be transformed by the O3 pipeline.
+enum class LoopKind {
+  Outer,         // not innermost: never unrolled
+  Vectorize,     // innermost: vectorized and interleaved as the cost model likes
+  NoInterleave,  // innermost with runtime strides and a costly body: vectorized (gathers), not interleaved
+  Scalar,        // innermost with runtime strides and a cheap body: left scalar (no stride versioning)
+};
+
+// for (i = 0; i < end; ++i) body(i), like ir::emitLoop, plus loop metadata that keeps the O3
+// pipeline from fully unrolling loops with static trip counts (seconds of compile time and
+// icache-hostile code otherwise): loops the vectorizer does not touch get
+// llvm.loop.unroll.disable; the loops it produces are marked vectorized and not to be unrolled
+// through llvm.loop.vectorize.followup_all (an unroll.disable on the original loop would also stop
+// the vectorizer from interleaving).
+void emitLoop(ir::Builder& b, llvm::Value* end, const std::function<void(llvm::Value* index)>& body,
+              const std::string& name, LoopKind kind) {
+  llvm::Function* function = b.GetInsertBlock()->getParent();
+  llvm::LLVMContext& context = b.getContext();
+  llvm::BasicBlock* preheader = b.GetInsertBlock();
+  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, name + ".header", function);
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(context, name + ".body", function);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, name + ".exit", function);
+  b.CreateBr(header);
+  b.SetInsertPoint(header);
+  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, name);
+  index->addIncoming(b.getInt64(0), preheader);
+  b.CreateCondBr(b.CreateICmpSLT(index, end), loop, exit);
+  b.SetInsertPoint(loop);
+  body(index);
+  llvm::Value* next = b.CreateAdd(index, b.getInt64(1), name + ".next", true, true);
+  index->addIncoming(next, b.GetInsertBlock());
+  llvm::BranchInst* back = b.CreateBr(header);
+  auto flag = [&](const char* key) { return llvm::MDNode::get(context, {llvm::MDString::get(context, key)}); };
+  auto number = [&](const char* key, int value) {
+    return llvm::MDNode::get(context, {llvm::MDString::get(context, key),
+                                       llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(b.getInt32Ty(), value))});
+  };
+  std::vector<llvm::Metadata*> attributes = {nullptr};
+  if (kind == LoopKind::Outer || kind == LoopKind::Scalar) attributes.push_back(flag("llvm.loop.unroll.disable"));
+  if (kind == LoopKind::Scalar) attributes.push_back(number("llvm.loop.vectorize.width", 1));
+  if (kind == LoopKind::Scalar || kind == LoopKind::NoInterleave)
+    attributes.push_back(number("llvm.loop.interleave.count", 1));
+  if (kind == LoopKind::Vectorize || kind == LoopKind::NoInterleave) {
+    attributes.push_back(
+        llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.vectorize.followup_all"),
+                                    number("llvm.loop.isvectorized", 1), flag("llvm.loop.unroll.disable")}));
+  }
+  llvm::MDNode* loop_id = llvm::MDNode::getDistinct(context, attributes);
+  loop_id->replaceOperandWith(0, loop_id);
+  back->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
+  b.SetInsertPoint(exit);
+}
+
+enum class Inner { Zero, One, Runtime };  // an input's innermost stride in one loop-nest variant
+
+class Emitter {
+ public:
+  Emitter(ir::Builder& b, llvm::Value* args_ptr, const Plan& p)
+      : b_(b), args_(b, args_ptr), args_ptr_(args_ptr), p_(p), out_(p.num_inputs) {
+    llvm::LLVMContext& context = b.getContext();
+    llvm::MDBuilder md(context);
+    llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.elementwise");
+    llvm::MDNode* scope = md.createAnonymousAliasScope(domain, "output");
+    output_scope_ = llvm::MDNode::get(context, {scope});
+  }
+
+  void run() {
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      if (p_.inputs[k].tensor) base_[k] = args_.data(k);
+    }
+    out_base_ = args_.data(out_);
+    // Loop-invariant operands: scalars and single-element tensors, loaded once.
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      const InputPlan& in = p_.inputs[k];
+      invariant_[k] = nullptr;
+      if (!in.tensor) {
+        llvm::Value* ptr = b_.CreateConstInBoundsGEP1_64(
+            b_.getInt8Ty(), args_ptr_,
+            offsetof(KernelArgs, scalars) + sizeof(std::int64_t) * static_cast<std::size_t>(in.slot));
+        invariant_[k] = loadOperand(k, ptr);
+      } else if (in.splat) {
+        invariant_[k] = loadOperand(k, base_[k]);
+      }
+    }
+    for (int d = 0; d < p_.rank; ++d) {
+      out_dim_[d] = p_.out_dims[d] >= 0 ? ir::constI64(b_, p_.out_dims[d]) : args_.dim(out_, d);
+    }
+    if (p_.static_flat) {
+      emitFlat();
+      b_.CreateRetVoid();
+      return;
+    }
+    if (p_.rank >= 2) {
+      llvm::Function* function = b_.GetInsertBlock()->getParent();
+      llvm::BasicBlock* flat = llvm::BasicBlock::Create(b_.getContext(), "flat", function);
+      llvm::BasicBlock* nested = llvm::BasicBlock::Create(b_.getContext(), "nested", function);
+      b_.CreateCondBr(b_.CreateICmpNE(args_.scalar(kFlatFlagSlot), ir::constI64(b_, 0)), flat, nested);
+      b_.SetInsertPoint(flat);
+      emitFlat();
+      b_.CreateRetVoid();
+      b_.SetInsertPoint(nested);
+    }
+    emitNested();
+  }
+
+ private:
+  // ---- element access ----
+
+  // bfloat16 moves as i16 bits and widens/rounds with integer ops: given `fpext bfloat`, InstCombine
+  // narrows e.g. fabs to bfloat, which x86 then promotes through the denormal-flushing
+  // AVX512-BF16 conversion.
+  llvm::Type* storageType(DType dtype) {
+    return dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype);
+  }
+
+  llvm::LoadInst* rawLoad(DType dtype, llvm::Value* ptr) {
+    llvm::LoadInst* load = b_.CreateLoad(storageType(dtype), ptr);
+    load->setAlignment(llvm::Align(dtypeSize(dtype)));
+    load->setMetadata(llvm::LLVMContext::MD_noalias, output_scope_);
+    return load;
+  }
+
+  // A stored element -> its compute value (float16/bfloat16 widen to float exactly).
+  llvm::Value* widen(llvm::Value* stored, DType dtype) {
+    if (dtype == DType::BFloat16) {
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(stored, b_.getInt32Ty()), 16), b_.getFloatTy());
+    }
+    if (dtype == DType::Float16) return b_.CreateFPExt(stored, b_.getFloatTy());
+    return stored;
+  }
+
+  // float -> bfloat16 bits (i16), round to nearest even with integer ops exactly like the reference's
+  // floatToBf16: denormals kept (the AVX512-BF16 conversion instruction that `fptrunc` selects
+  // flushes them to zero), NaN quieted.
+  llvm::Value* bf16Bits(llvm::Value* value) {
+    llvm::Value* bits = b_.CreateBitCast(value, b_.getInt32Ty());
+    llvm::Value* odd = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+    llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(odd, b_.getInt32(0x7fff))), 16);
+    llvm::Value* quiet = b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40));
+    return b_.CreateTrunc(b_.CreateSelect(b_.CreateFCmpUNO(value, value), quiet, rounded), b_.getInt16Ty());
+  }
+
+  // computeType value -> the storage-precision value of `dtype` (float16/bfloat16 round).
+  llvm::Value* roundTo(llvm::Value* value, DType dtype) {
+    if (dtype == DType::BFloat16) return widen(bf16Bits(value), dtype);
+    if (dtype != DType::Float16) return value;
+    return b_.CreateFPExt(b_.CreateFPTrunc(value, ir::elementType(b_.getContext(), dtype)), value->getType());
+  }
+
+  // The reference's castTensor(x, to) as seen by the compute that follows: convert, then round
+  // to the target dtype's storage precision.
+  llvm::Value* castTo(llvm::Value* value, DType from, DType to) {
+    if (from == to) return value;
+    return roundTo(ir::convert(b_, value, from, to), to);
+  }
+
+  llvm::Value* toStorage(llvm::Value* value, DType dtype) {
+    if (dtype == DType::BFloat16) return bf16Bits(value);
+    if (dtype != DType::Float16) return value;
+    return b_.CreateFPTrunc(value, ir::elementType(b_.getContext(), dtype));
+  }
+
+  llvm::Value* nonzero(llvm::Value* value, DType dtype) {
+    llvm::Constant* zero = llvm::Constant::getNullValue(value->getType());
+    return isFloating(dtype) ? b_.CreateFCmpUNE(value, zero) : b_.CreateICmpNE(value, zero);
+  }
+
+  // Where and same-dtype cast move bits without converting them.
+  bool rawForm(int k) const {
+    const DType dtype = p_.inputs[k].dtype;
+    if (p_.kind == Kind::Where) return k > 0 && dtype == p_.common;
+    if (p_.kind == Kind::Cast) return dtype == p_.out;
+    return false;
+  }
+
+  // Loads operand k at `ptr` in the form apply() takes it.
+  llvm::Value* loadOperand(int k, llvm::Value* ptr) {
+    const DType dtype = p_.inputs[k].dtype;
+    llvm::LoadInst* load = rawLoad(dtype, ptr);
+    if (rawForm(k)) return load;
+    llvm::Value* value = widen(load, dtype);
+    switch (p_.kind) {
+      case Kind::Binary:
+      case Kind::Unary:
+        return castTo(value, dtype, p_.common);
+      case Kind::Where:
+        if (k == 0) return nonzero(value, dtype);
+        return toStorage(castTo(value, dtype, p_.common), p_.common);
+      case Kind::Cast:
+      case Kind::AddN:
+        return value;
+    }
+    return value;
+  }
+
+  void storeResult(llvm::Value* ptr, llvm::Value* value, bool raw) {
+    if (!raw) value = toStorage(value, p_.out);
+    llvm::StoreInst* store = b_.CreateStore(value, ptr);
+    store->setAlignment(llvm::Align(dtypeSize(p_.out)));
+    store->setMetadata(llvm::LLVMContext::MD_alias_scope, output_scope_);
+  }
+
+  // ---- the element function ----
+
+  llvm::Value* binary(OpId op, DType t, llvm::Value* a, llvm::Value* c) {
+    const bool fp = isFloating(t);
+    const bool boolean = t == DType::Bool;
+    auto asBool = [&](llvm::Value* v) { return b_.CreateZExt(v, b_.getInt8Ty()); };
+    switch (op) {
+      case OpId::Add:
+        return fp ? b_.CreateFAdd(a, c) : boolean ? b_.CreateOr(a, c) : b_.CreateAdd(a, c);
+      case OpId::Sub:
+        return fp ? b_.CreateFSub(a, c) : b_.CreateSub(a, c);
+      case OpId::Mul:
+        return fp ? b_.CreateFMul(a, c) : boolean ? b_.CreateAnd(a, c) : b_.CreateMul(a, c);
+      case OpId::Div:
+        return b_.CreateFDiv(a, c);
+      case OpId::Pow: {
+        // The reference's std::pow(double, double), rounded once: the same libm call.
+        if (t == DType::Float64) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, c);
+        llvm::Value* wide = b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, b_.CreateFPExt(a, b_.getDoubleTy()),
+                                                     b_.CreateFPExt(c, b_.getDoubleTy()));
+        return b_.CreateFPTrunc(wide, b_.getFloatTy());
+      }
+      case OpId::Maximum:
+      case OpId::Minimum: {
+        // (a != a || a > b) ? a : b — a NaN `a` wins, a NaN `b` fails the comparison.
+        const bool max = op == OpId::Maximum;
+        llvm::Value* wins;
+        if (fp) {
+          wins = b_.CreateOr(b_.CreateFCmpUNO(a, a), max ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c));
+        } else if (boolean) {
+          wins = max ? b_.CreateICmpUGT(a, c) : b_.CreateICmpULT(a, c);
+        } else {
+          wins = max ? b_.CreateICmpSGT(a, c) : b_.CreateICmpSLT(a, c);
+        }
+        return b_.CreateSelect(wins, a, c);
+      }
+      case OpId::Equal:
+        return asBool(fp ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c));
+      case OpId::NotEqual:
+        return asBool(fp ? b_.CreateFCmpUNE(a, c) : b_.CreateICmpNE(a, c));
+      case OpId::Less:
+        return asBool(fp ? b_.CreateFCmpOLT(a, c) : boolean ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c));
+      case OpId::LessEqual:
+        return asBool(fp ? b_.CreateFCmpOLE(a, c) : boolean ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c));
+      case OpId::Greater:
+        return asBool(fp ? b_.CreateFCmpOGT(a, c) : boolean ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c));
+      case OpId::GreaterEqual:
+        return asBool(fp ? b_.CreateFCmpOGE(a, c) : boolean ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c));
+      case OpId::LogicalAnd:
+        return asBool(b_.CreateAnd(nonzero(a, t), nonzero(c, t)));
+      case OpId::LogicalOr:
+        return asBool(b_.CreateOr(nonzero(a, t), nonzero(c, t)));
+      default:
+        return a;
+    }
+  }
+
+  llvm::Value* unary(OpId op, DType t, llvm::Value* x) {
+    const bool fp = isFloating(t);
+    const bool boolean = t == DType::Bool;
+    llvm::Constant* zero = llvm::Constant::getNullValue(x->getType());
+    switch (op) {
+      case OpId::Neg:
+        return fp ? b_.CreateFNeg(x) : b_.CreateSub(zero, x);
+      case OpId::Abs:
+        if (fp) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+        return boolean ? x : b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
+      case OpId::Relu:  // x < 0 ? 0 : x (keeps NaN and -0)
+        if (fp) return b_.CreateSelect(b_.CreateFCmpOLT(x, zero), zero, x);
+        return boolean ? x : b_.CreateSelect(b_.CreateICmpSLT(x, zero), zero, x);
+      case OpId::Exp:
+        return ir::expF(b_, x);
+      case OpId::Log:
+        return ir::logF(b_, x);
+      case OpId::Sqrt:
+        return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+      case OpId::Rsqrt: {
+        // The reference's 1 / sqrt(double), rounded once (vectorizes as vsqrtpd/vdivpd).
+        llvm::Value* wide = t == DType::Float64 ? x : b_.CreateFPExt(x, b_.getDoubleTy());
+        llvm::Value* r = b_.CreateFDiv(llvm::ConstantFP::get(wide->getType(), 1.0),
+                                       b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, wide));
+        return t == DType::Float64 ? r : b_.CreateFPTrunc(r, b_.getFloatTy());
+      }
+      case OpId::Sigmoid:
+        return ir::sigmoidF(b_, x);
+      case OpId::Tanh:
+        return ir::tanhF(b_, x);
+      case OpId::Gelu:
+        return ir::geluF(b_, x);
+      case OpId::Erf:
+        return ir::erfF(b_, x);
+      case OpId::Silu:
+        return ir::siluF(b_, x);
+      case OpId::LogicalNot:
+        return b_.CreateZExt(b_.CreateICmpEQ(x, zero), b_.getInt8Ty());
+      default:
+        return x;
+    }
+  }
+
+  // The output element from the operands (in loadOperand's form); `raw` says it is already in
+  // storage form.
+  llvm::Value* apply(llvm::Value* const* v, bool& raw) {
+    raw = false;
+    switch (p_.kind) {
+      case Kind::Binary:
+        return binary(p_.op, p_.common, v[0], v[1]);
+      case Kind::Unary:
+        return unary(p_.op, p_.common, v[0]);
+      case Kind::Where:
+        raw = true;
+        return b_.CreateSelect(v[0], v[1], v[2]);
+      case Kind::Cast:
+        if (rawForm(0)) {
+          raw = true;
+          return v[0];
+        }
+        return ir::convert(b_, v[0], p_.inputs[0].dtype, p_.out);
+      case Kind::AddN: {
+        // Left fold with the reference's promotion and rounding after every step.
+        DType acc_type = p_.inputs[0].dtype;
+        llvm::Value* acc = v[0];
+        for (int k = 1; k < p_.num_inputs; ++k) {
+          const DType t = promoteTypes(acc_type, p_.inputs[k].dtype);
+          acc = roundTo(binary(OpId::Add, t, castTo(acc, acc_type, t), castTo(v[k], p_.inputs[k].dtype, t)), t);
+          acc_type = t;
+        }
+        return acc;
+      }
+    }
+    return v[0];
+  }
+
+  // ---- loops ----
+
+  // One loop over every element: dense inputs at index i, invariant ones hoisted.
+  void emitFlat() {
+    llvm::Value* total = ir::constI64(b_, 1);
+    for (int d = 0; d < p_.rank; ++d) total = b_.CreateMul(total, out_dim_[d], "numel", true, true);
+    emitLoop(
+        b_, total,
+        [&](llvm::Value* i) {
+          llvm::Value* values[kMaxInputs];
+          for (int k = 0; k < p_.num_inputs; ++k) {
+            values[k] = invariant_[k] != nullptr ? invariant_[k]
+                                                 : loadOperand(k, ir::elementPtr(b_, p_.inputs[k].dtype, base_[k], i));
+          }
+          bool raw = false;
+          llvm::Value* result = apply(values, raw);
+          storeResult(ir::elementPtr(b_, p_.out, out_base_, i), result, raw);
+        },
+        "i", LoopKind::Vectorize);
+  }
+
+  void emitNested() {
+    const int rank = p_.rank;
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      const InputPlan& in = p_.inputs[k];
+      if (!in.tensor || in.splat) continue;
+      for (int d = 0; d < rank; ++d) {
+        stride_[k][d] = in.stride[d] >= 0 ? ir::constI64(b_, in.stride[d]) : args_.stride(k, d);
+      }
+    }
+    for (int d = 0; d < rank; ++d) {
+      out_stride_[d] = p_.out_strides[d] >= 0 ? ir::constI64(b_, p_.out_strides[d]) : args_.stride(out_, d);
+    }
+    // Innermost stride per input: fixed by the spec, or one of the runtime variants.
+    Inner fixed[kMaxInputs];
+    int runtime[kMaxInputs];
+    int num_runtime = 0;
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      const InputPlan& in = p_.inputs[k];
+      fixed[k] = Inner::Zero;  // scalars and splats are invariant anyway
+      if (!in.tensor || in.splat || rank == 0) continue;
+      const std::int64_t s = in.stride[rank - 1];
+      fixed[k] = s == 0 ? Inner::Zero : s == 1 ? Inner::One : Inner::Runtime;
+      if (s < 0) runtime[num_runtime++] = k;
+    }
+    if (num_runtime > 0) {
+      // Variant "all 1", then "one of them 0, the rest 1" (row/column broadcasts), then any.
+      std::vector<std::vector<Inner>> variants;
+      std::vector<Inner> all_one(fixed, fixed + p_.num_inputs);
+      for (int r = 0; r < num_runtime; ++r) all_one[static_cast<std::size_t>(runtime[r])] = Inner::One;
+      variants.push_back(all_one);
+      if (num_runtime <= 3) {
+        for (int r = 0; r < num_runtime; ++r) {
+          std::vector<Inner> one_zero = all_one;
+          one_zero[static_cast<std::size_t>(runtime[r])] = Inner::Zero;
+          variants.push_back(one_zero);
+        }
+      }
+      llvm::Function* function = b_.GetInsertBlock()->getParent();
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        llvm::Value* matches = b_.getTrue();
+        for (int r = 0; r < num_runtime; ++r) {
+          const int k = runtime[r];
+          const std::int64_t want = variants[v][static_cast<std::size_t>(k)] == Inner::One ? 1 : 0;
+          matches = b_.CreateAnd(matches, b_.CreateICmpEQ(stride_[k][rank - 1], ir::constI64(b_, want)));
+        }
+        llvm::BasicBlock* taken = llvm::BasicBlock::Create(b_.getContext(), fmt::format("inner.v{}", v), function);
+        llvm::BasicBlock* next = llvm::BasicBlock::Create(b_.getContext(), fmt::format("inner.not_v{}", v), function);
+        b_.CreateCondBr(matches, taken, next);
+        b_.SetInsertPoint(taken);
+        emitNest(variants[v].data());
+        b_.CreateRetVoid();
+        b_.SetInsertPoint(next);
+      }
+    }
+    emitNest(fixed);
+    b_.CreateRetVoid();
+  }
+
+  void emitNest(const Inner* inner) {
+    llvm::Value* offsets[kMaxKernelOperands];
+    for (int k = 0; k <= p_.num_inputs; ++k) offsets[k] = ir::constI64(b_, 0);
+    if (p_.rank == 0) {
+      emitRow(inner, offsets, nullptr);
+      return;
+    }
+    emitAxis(0, inner, offsets);
+  }
+
+  bool walks(int k) const { return p_.inputs[k].tensor && !p_.inputs[k].splat; }
+
+  // A body worth vectorizing even with gathers (the float32 transcendental functions).
+  bool costly() const {
+    return p_.kind == Kind::Unary && isFloatMath(p_.op) && p_.op != OpId::Sqrt && p_.common != DType::Float64;
+  }
+
+  void emitAxis(int d, const Inner* inner, llvm::Value* const* offsets) {
+    if (d == p_.rank - 1) {
+      emitRow(inner, offsets, out_dim_[d]);
+      return;
+    }
+    emitLoop(
+        b_, out_dim_[d],
+        [&](llvm::Value* i) {
+          llvm::Value* next[kMaxKernelOperands];
+          for (int k = 0; k <= p_.num_inputs; ++k) {
+            if (k < p_.num_inputs && !walks(k)) continue;
+            llvm::Value* stride = k == out_ ? out_stride_[d] : stride_[k][d];
+            next[k] = b_.CreateAdd(offsets[k], b_.CreateMul(i, stride, "", true, true), "", true, true);
+          }
+          emitAxis(d + 1, inner, next);
+        },
+        fmt::format("d{}", d), LoopKind::Outer);
+  }
+
+  // The innermost loop (or the single element of a 0-d output when `length` is null).
+  void emitRow(const Inner* inner, llvm::Value* const* offsets, llvm::Value* length) {
+    llvm::Value* rows[kMaxKernelOperands];
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      if (walks(k)) rows[k] = ir::elementPtr(b_, p_.inputs[k].dtype, base_[k], offsets[k]);
+    }
+    llvm::Value* out_row = ir::elementPtr(b_, p_.out, out_base_, offsets[out_]);
+    auto body = [&](llvm::Value* j) {
+      llvm::Value* values[kMaxInputs];
+      for (int k = 0; k < p_.num_inputs; ++k) {
+        if (!walks(k)) {
+          values[k] = invariant_[k];
+          continue;
+        }
+        llvm::Value* index = nullptr;
+        switch (inner[k]) {
+          case Inner::Zero:
+            index = nullptr;
+            break;
+          case Inner::One:
+            index = j;
+            break;
+          case Inner::Runtime:
+            index = b_.CreateMul(j, stride_[k][p_.rank - 1], "", true, true);
+            break;
+        }
+        llvm::Value* ptr = index == nullptr ? rows[k] : ir::elementPtr(b_, p_.inputs[k].dtype, rows[k], index);
+        values[k] = loadOperand(k, ptr);
+      }
+      bool raw = false;
+      llvm::Value* result = apply(values, raw);
+      storeResult(j == nullptr ? out_row : ir::elementPtr(b_, p_.out, out_row, j), result, raw);
+    };
+    if (length == nullptr) {
+      body(nullptr);
+      return;
+    }
+    LoopKind kind = LoopKind::Vectorize;
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      if (walks(k) && inner[k] == Inner::Runtime) kind = costly() ? LoopKind::NoInterleave : LoopKind::Scalar;
+    }
+    emitLoop(b_, length, body, "j", kind);
+  }
+
+  ir::Builder& b_;
+  ir::ArgsView args_;
+  llvm::Value* args_ptr_;
+  const Plan& p_;
+  const int out_;
+  llvm::MDNode* output_scope_ = nullptr;
+  llvm::Value* base_[kMaxInputs] = {};
+  llvm::Value* out_base_ = nullptr;
+  llvm::Value* invariant_[kMaxInputs] = {};
+  llvm::Value* out_dim_[kMaxRank] = {};
+  llvm::Value* out_stride_[kMaxRank] = {};
+  llvm::Value* stride_[kMaxInputs][kMaxRank] = {};
+};
+
+// ---- the family ----
+
+class ElementwiseFamily final : public KernelFamily {
+ public:
+  std::string_view name() const override { return "elementwise"; }
+
+  Status supports(const KernelSpec& spec) const override {
+    Plan plan;
+    return makePlan(spec, plan);
+  }
+
+  Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
+                 std::span<Shape> shapes) const override {
+    Plan p;
+    SVM_RETURN_IF_ERROR(makePlan(spec, p));
+    if (static_cast<int>(inputs.size()) != p.num_inputs || dtypes.empty() || shapes.empty()) {
+      return makeError(ErrorCode::Internal, "{}: {} inputs for a kernel of {}", opName(spec.op), inputs.size(),
+                       p.num_inputs);
+    }
+    Shape operand_shapes[kMaxInputs];
+    for (int k = 0; k < p.num_inputs; ++k) {
+      const Value* value = inputs[static_cast<std::size_t>(k)];
+      const InputPlan& in = p.inputs[k];
+      if (value == nullptr) return makeError(ErrorCode::Unsupported, "input {} is missing", k);
+      if (!in.tensor) {
+        if (value->isTensor() || !value->isScalar()) {
+          return makeError(ErrorCode::Unsupported, "input {} is {}, the kernel takes a scalar", k, value->describe());
+        }
+        const DType actual = weakScalarDType(*value, p.inputs[in.like].dtype);
+        if (actual != in.dtype) {
+          return makeError(ErrorCode::Unsupported, "scalar input {} ({}) acts as {}, the kernel was compiled for {}", k,
+                           value->describe(), dtypeName(actual), dtypeName(in.dtype));
+        }
+        continue;
+      }
+      if (!value->isTensor()) {
+        return makeError(ErrorCode::Unsupported, "input {} is {}, the kernel takes a tensor", k, value->describe());
+      }
+      const Tensor& t = value->tensor();
+      const OperandSpec& operand = spec.inputs[static_cast<std::size_t>(k)];
+      if (t.dtype() != in.dtype || t.rank() != in.rank || (in.contiguous && !t.isContiguous())) {
+        return makeError(ErrorCode::Unsupported, "input {} is {}, the kernel was compiled for {}", k, t.describe(),
+                         operand.toString());
+      }
+      for (int d = 0; d < t.rank(); ++d) {
+        if (operand.dims[d].isStatic() && operand.dims[d].size != t.dim(d)) {
+          return makeError(ErrorCode::Unsupported, "input {} is {}, the kernel was compiled for {}", k, t.describe(),
+                           operand.toString());
+        }
+      }
+      operand_shapes[k] = t.shape();
+    }
+    SVM_ASSIGN_OR_RETURN(
+        Shape shape, broadcastShapes(std::span<const Shape>(operand_shapes, static_cast<std::size_t>(p.num_inputs))));
+    if (shape.rank() != p.rank)
+      return makeError(ErrorCode::Internal, "output rank {} for a rank-{} kernel", shape.rank(), p.rank);
+    for (int d = 0; d < p.rank; ++d) {
+      if (p.out_dims[d] >= 0 && p.out_dims[d] != shape[d]) {
+        return makeError(ErrorCode::Unsupported, "output {} does not fit the kernel's static dims", shape.toString());
+      }
+    }
+    dtypes[0] = p.out;
+    shapes[0] = shape;
+    return Status::ok();
+  }
+
+  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
+                 KernelArgs& args) const override {
+    Plan p;
+    SVM_RETURN_IF_ERROR(makePlan(spec, p));
+    if (outputs.empty() || static_cast<int>(inputs.size()) != p.num_inputs) {
+      return makeError(ErrorCode::Internal, "{}: prepare() without its operands", opName(spec.op));
+    }
+    const Tensor& out = outputs[0];
+    const int rank = out.rank();
+    bool flat = true;
+    for (int k = 0; k < p.num_inputs; ++k) {
+      const InputPlan& in = p.inputs[k];
+      const Value& value = *inputs[static_cast<std::size_t>(k)];
+      if (!in.tensor) {
+        // The scalar in its dtype's storage bits, as Tensor::scalar stores it.
+        args.scalars[in.slot] = 0;
+        storeFromDouble(&args.scalars[in.slot], in.dtype, 0, value.toDouble());
+        continue;
+      }
+      // Shape and strides aligned to the output's axes; broadcast axes get stride 0.
+      const Tensor& t = value.tensor();
+      const int lead = rank - t.rank();
+      std::int64_t shape[kMaxRank];
+      std::int64_t strides[kMaxRank];
+      for (int d = 0; d < rank; ++d) {
+        const int j = d - lead;
+        shape[d] = j < 0 ? 1 : t.dim(j);
+        strides[d] = j < 0 || t.dim(j) == 1 ? 0 : t.stride(j);
+        if (!in.splat && out.dim(d) > 1 && strides[d] != out.stride(d)) flat = false;
+      }
+      for (int d = 0; d < kMaxRank; ++d) {
+        args.shape[k][d] = d < rank ? shape[d] : 0;
+        args.strides[k][d] = d < rank ? strides[d] : 0;
+      }
+    }
+    args.scalars[kFlatFlagSlot] = flat ? 1 : 0;
+    return Status::ok();
+  }
+
+  Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
+    Plan p;
+    SVM_RETURN_IF_ERROR(makePlan(spec, p));
+    ir::Builder b(module.getContext());
+    llvm::Function* function = ir::beginKernel(module, symbol, b);
+    Emitter(b, function->getArg(0), p).run();
+    return Status::ok();
+  }
+
+  // "add_f32_xdyn_x256", "mul_f16_x7_x65_bcast", "cast_f32_to_bf16_xdyn_strided", "where_bool_f32_x3".
+  std::string symbolStem(const KernelSpec& spec) const override {
+    Plan p;
+    if (!makePlan(spec, p).isOk()) return KernelFamily::symbolStem(spec);
+    std::string stem(opName(spec.op));
+    std::vector<std::string_view> dtypes;
+    bool scalar = false;
+    bool broadcast = false;
+    bool strided = false;
+    for (int k = 0; k < p.num_inputs; ++k) {
+      const InputPlan& in = p.inputs[k];
+      if (!in.tensor) {
+        scalar = true;
+        continue;
+      }
+      dtypes.push_back(dtypeShortName(in.dtype));
+      strided = strided || !in.contiguous;
+      // Broadcast as far as the spec tells: a missing axis or a static size that differs.
+      const OperandSpec& operand = spec.inputs[static_cast<std::size_t>(k)];
+      broadcast = broadcast || in.rank != p.rank;
+      for (int j = 0; j < in.rank; ++j) {
+        broadcast =
+            broadcast || (operand.dims[j].isStatic() && operand.dims[j].size != p.out_dims[j + p.rank - in.rank]);
+      }
+    }
+    bool uniform = true;
+    for (std::string_view d : dtypes) uniform = uniform && d == dtypes[0];
+    std::string joined(dtypes[0]);
+    for (std::size_t k = 1; k < dtypes.size() && !uniform; ++k) joined += fmt::format("_{}", dtypes[k]);
+    stem += "_" + joined;
+    if (p.kind == Kind::Cast) stem += fmt::format("_to_{}", dtypeShortName(p.out));
+    for (int d = 0; d < p.rank; ++d) stem += p.out_dims[d] >= 0 ? fmt::format("_x{}", p.out_dims[d]) : "_xdyn";
+    if (scalar) stem += "_scalar";
+    if (broadcast) stem += "_bcast";
+    if (strided) stem += "_strided";
+    return stem;
+  }
+};
+
+}  // namespace
+
+const KernelFamily* elementwiseFamily(OpId op) {
+  static const ElementwiseFamily family;
+  Kind kind;
+  return kindOf(op, kind) ? &family : nullptr;
+}
+
 }  // namespace shapevm::jit

@@ -1,13 +1,38 @@
 // SPDX-License-Identifier: Apache-2.0
 // Vectorizable float32 math in IR (see ir_math.h).
+// The polynomial coefficients were fitted with mpmath's chebyfit (near-minimax on Chebyshev
+// nodes, 40 digits) and rounded to float32:
+//   log:   P(f)  = (log1p(f) - f + f^2/2) / f^3      on [sqrt(1/2) - 1, sqrt(2) - 1], degree 8
+//   tanh:  P(s)  = (tanh(sqrt s) - sqrt s) / s^1.5   on [0, 0.625^2],                degree 5
+//   erf:   P(s)  = erf(sqrt s) / sqrt s              on [0, 1],                      degree 6
+//   erfcx: P(u)  = e^{a^2} erfc(a), a = 2/(u + c) - 2 on t = u + c in [1/6.05, 0.8],  degree 10
+// (fit error below 4e-9 relative in each case; the float32 evaluation adds a few ulp).
 #include "jit/ir_math.h"
+
+#include <limits>
 
 #include <llvm/IR/Intrinsics.h>
 
 namespace shapevm::jit::ir {
 
 namespace {
-llvm::Constant* splat(llvm::Type* type, double value) { return llvm::ConstantFP::get(type, value); }
+
+constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f, -0.124256872f, 0.142490581f,
+                                      -0.166678026f, 0.200007156f,  -0.24999997f, 0.333333313f};
+constexpr float kTanhCoefficients[] = {0.00229274482f, -0.00834394526f, 0.0217689183f,
+                                       -0.0539592579f, 0.133333042f,    -0.333333343f};
+constexpr float kErfCoefficients[] = {7.87587487e-05f, -0.00080168643f, 0.00518908724f, -0.0268542115f,
+                                      0.112835944f,    -0.37612626f,    1.12837911f};
+constexpr float kErfcxCenter = 0.48264461755752563f;
+constexpr float kErfcxCoefficients[] = {0.00474368082f, -0.07581231f,  0.0264933463f, 0.121463113f,
+                                        -0.0693987906f, -0.217408463f, 0.0788901821f, 0.62701267f,
+                                        0.933855474f,   0.821388721f,  0.24085559f};
+constexpr float kFloatMin = 1.17549435e-38f;  // smallest normal float
+constexpr float kInvSqrt2 = 0.707106781f;
+
+llvm::Constant* splat(llvm::Type* type, double value) {
+  return llvm::ConstantFP::get(type, value);
+}
 
 llvm::Type* intTypeLike(Builder& b, llvm::Type* type) {
   if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(type)) {
@@ -16,28 +41,90 @@ llvm::Type* intTypeLike(Builder& b, llvm::Type* type) {
   return b.getInt32Ty();
 }
 
+llvm::Constant* splatInt(Builder& b, llvm::Type* float_type, std::int64_t value) {
+  return llvm::ConstantInt::get(intTypeLike(b, float_type), static_cast<std::uint64_t>(value), true);
+}
+
+bool isDouble(llvm::Value* x) {
+  return x->getType()->getScalarType()->isDoubleTy();
+}
+
+// x*y + z, fused where the target has FMA (it does wherever AVX2/AVX-512 code runs).
 llvm::Value* fma(Builder& b, llvm::Value* x, llvm::Value* y, llvm::Value* z) {
   return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {x->getType()}, {x, y, z});
+}
+
+// x*y + z with a single rounding, always (used where exactness matters: a*a - hi).
+llvm::Value* exactFma(Builder& b, llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+  return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z});
+}
+
+template <std::size_t N>
+llvm::Value* horner(Builder& b, const float (&coefficients)[N], llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  llvm::Value* p = splat(type, coefficients[0]);
+  for (std::size_t k = 1; k < N; ++k) p = fma(b, p, x, splat(type, coefficients[k]));
+  return p;
+}
+
+llvm::Value* fabs(Builder& b, llvm::Value* x) {
+  return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+}
+
+llvm::Value* copysign(Builder& b, llvm::Value* magnitude, llvm::Value* sign) {
+  return b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, magnitude, sign);
+}
+
+// NaN in, the same NaN out (selects and clamps above would have turned it into a number).
+llvm::Value* keepNaN(Builder& b, llvm::Value* x, llvm::Value* result) {
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
 }
 
 // 2^n for integer-valued float n in [-126, 127], built from the exponent bits.
 llvm::Value* pow2(Builder& b, llvm::Value* n_int) {
   llvm::Type* int_type = n_int->getType();
-  llvm::Value* bits = b.CreateShl(b.CreateAdd(n_int, llvm::ConstantInt::get(int_type, 127)), llvm::ConstantInt::get(int_type, 23));
+  llvm::Value* bits =
+      b.CreateShl(b.CreateAdd(n_int, llvm::ConstantInt::get(int_type, 127)), llvm::ConstantInt::get(int_type, 23));
   llvm::Type* float_type = int_type->isVectorTy()
-                               ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(b.getFloatTy(), llvm::cast<llvm::FixedVectorType>(int_type)->getNumElements()))
+                               ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(
+                                     b.getFloatTy(), llvm::cast<llvm::FixedVectorType>(int_type)->getNumElements()))
                                : b.getFloatTy();
   return b.CreateBitCast(bits, float_type);
 }
-}  // namespace
 
-llvm::Value* expF(Builder& b, llvm::Value* x) {
+// A C library function `double name(double)` applied to a double scalar or lane by lane to a
+// double vector (the JIT resolves the symbol in the process).
+llvm::Value* callLibm(Builder& b, const char* name, llvm::Value* x) {
+  llvm::Module* module = b.GetInsertBlock()->getModule();
+  llvm::FunctionCallee callee = module->getOrInsertFunction(name, b.getDoubleTy(), b.getDoubleTy());
+  if (auto* function = llvm::dyn_cast<llvm::Function>(callee.getCallee())) function->setDoesNotThrow();
+  auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(x->getType());
+  if (vector == nullptr) return b.CreateCall(callee, {x});
+  llvm::Value* result = llvm::PoisonValue::get(vector);
+  for (unsigned lane = 0; lane < vector->getNumElements(); ++lane) {
+    llvm::Value* element = b.CreateCall(callee, {b.CreateExtractElement(x, lane)});
+    result = b.CreateInsertElement(result, element, lane);
+  }
+  return result;
+}
+
+// e^x = p * s1 * s2 with p = e^r in [0.7, 1.42] and s1, s2 normal powers of two, for x clamped to
+// [lowest, 89] (lowest >= -120): Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, degree-7
+// polynomial. Keeping the scale apart lets a caller multiply p by its other factors first, so a
+// result in the denormal range is rounded once.
+struct ExpParts {
+  llvm::Value* p;
+  llvm::Value* s1;
+  llvm::Value* s2;
+};
+
+ExpParts expParts(Builder& b, llvm::Value* x, double lowest) {
   llvm::Type* type = x->getType();
-  if (type->getScalarType()->isDoubleTy()) return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
   llvm::Type* int_type = intTypeLike(b, type);
   // Beyond these e^x is +inf / 0 in float32; clamping keeps n inside the two-step scale's range.
-  llvm::Value* clamped = b.CreateMinNum(b.CreateMaxNum(x, splat(type, -104.0)), splat(type, 89.0));
-  llvm::Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(clamped, splat(type, 1.4426950408889634)));
+  llvm::Value* clamped = b.CreateMinNum(b.CreateMaxNum(x, splat(type, lowest)), splat(type, 89.0));
+  llvm::Value* n =
+      b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(clamped, splat(type, 1.4426950408889634)));
   // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
   llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
   r = fma(b, n, splat(type, 2.12194440e-4), r);
@@ -47,12 +134,183 @@ llvm::Value* expF(Builder& b, llvm::Value* x) {
   for (std::size_t k = 1; k < sizeof(kCoefficients) / sizeof(kCoefficients[0]); ++k) {
     p = fma(b, p, r, splat(type, kCoefficients[k]));
   }
-  // Scale by 2^n = 2^(n/2) * 2^(n - n/2): each half stays a normal float for n in [-150, 128].
+  // 2^n = 2^(n/2) * 2^(n - n/2): each half stays a normal float for n in [-173, 128].
   llvm::Value* n_int = b.CreateFPToSI(n, int_type);
   llvm::Value* half = b.CreateAShr(n_int, llvm::ConstantInt::get(int_type, 1));
-  llvm::Value* result = b.CreateFMul(b.CreateFMul(p, pow2(b, half)), pow2(b, b.CreateSub(n_int, half)));
-  // NaN in, NaN out (the clamp above would have turned it into a number).
-  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
+  return ExpParts{p, pow2(b, half), pow2(b, b.CreateSub(n_int, half))};
+}
+
+// factor * e^x from its parts: ((factor * p) * s1) * s2, one rounding into the denormal range.
+// A null factor means 1.
+llvm::Value* scaleBy(Builder& b, const ExpParts& e, llvm::Value* factor) {
+  llvm::Value* v = factor == nullptr ? e.p : b.CreateFMul(factor, e.p);
+  return b.CreateFMul(b.CreateFMul(v, e.s1), e.s2);
+}
+
+// x * P(x^2) ~ erf(x) for |x| <= 1.
+llvm::Value* erfSmall(Builder& b, llvm::Value* x) {
+  return b.CreateFMul(x, horner(b, kErfCoefficients, b.CreateFMul(x, x)));
+}
+
+// erfc(a) for a in [0.5, 10.1] given a^2 = sq_hi + sq_lo exactly (|sq_lo| <= ulp(sq_hi)/2), as
+// the pieces of factor * e^{-sq_hi} (1 - sq_lo) erfcx(a); times(factor) multiplies them in an
+// order that rounds a denormal result once.
+struct ErfcTail {
+  llvm::Value* g;  // erfcx(a) * (1 - sq_lo)
+  ExpParts e;      // e^{-sq_hi}
+  llvm::Value* times(Builder& b, llvm::Value* factor) const {
+    return scaleBy(b, e, factor == nullptr ? g : b.CreateFMul(factor, g));
+  }
+};
+
+ErfcTail erfcTail(Builder& b, llvm::Value* a, llvm::Value* sq_hi, llvm::Value* sq_lo) {
+  llvm::Type* type = a->getType();
+  llvm::Value* t = b.CreateFDiv(splat(type, 1.0), fma(b, a, splat(type, 0.5), splat(type, 1.0)));
+  llvm::Value* g = horner(b, kErfcxCoefficients, b.CreateFSub(t, splat(type, kErfcxCenter)));
+  g = b.CreateFMul(g, b.CreateFSub(splat(type, 1.0), sq_lo));
+  return ErfcTail{g, expParts(b, b.CreateFNeg(sq_hi), -120.0)};
+}
+
+}  // namespace
+
+llvm::Value* expF(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+  return keepNaN(b, x, scaleBy(b, expParts(b, x, -104.0), nullptr));
+}
+
+llvm::Value* logF(Builder& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  if (isDouble(x)) return b.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
+  llvm::Type* int_type = intTypeLike(b, type);
+  // Denormals: scale into the normal range first (x * 2^23) and take 23 off the exponent.
+  llvm::Value* denormal = b.CreateFCmpOLT(x, splat(type, kFloatMin));
+  llvm::Value* scaled = b.CreateSelect(denormal, b.CreateFMul(x, splat(type, 8388608.0)), x);
+  llvm::Value* bits = b.CreateBitCast(scaled, int_type);
+  llvm::Value* exponent = b.CreateSub(b.CreateAShr(bits, splatInt(b, type, 23)), splatInt(b, type, 127));
+  exponent = b.CreateSub(exponent, b.CreateSelect(denormal, splatInt(b, type, 23), splatInt(b, type, 0)));
+  // Mantissa m in [1, 2); halve it (and bump the exponent) above sqrt(2) so m is in [0.707, 1.414].
+  llvm::Value* mantissa_bits =
+      b.CreateOr(b.CreateAnd(bits, splatInt(b, type, 0x007fffff)), splatInt(b, type, 0x3f800000));
+  llvm::Value* above = b.CreateICmpSGT(mantissa_bits, splatInt(b, type, 0x3fb504f3));
+  llvm::Value* m = b.CreateBitCast(mantissa_bits, type);
+  m = b.CreateSelect(above, b.CreateFMul(m, splat(type, 0.5)), m);
+  exponent = b.CreateAdd(exponent, b.CreateZExt(above, int_type));
+  llvm::Value* f = b.CreateFSub(m, splat(type, 1.0));  // exact (Sterbenz)
+  llvm::Value* e = b.CreateSIToFP(exponent, type);
+  llvm::Value* z = b.CreateFMul(f, f);
+  llvm::Value* y = b.CreateFMul(b.CreateFMul(f, z), horner(b, kLogCoefficients, f));
+  y = fma(b, e, splat(type, -2.12194440e-4), y);
+  y = fma(b, z, splat(type, -0.5), y);
+  llvm::Value* result = b.CreateFAdd(f, y);
+  result = fma(b, e, splat(type, 0.693359375), result);
+  result = b.CreateSelect(b.CreateFCmpOLT(x, splat(type, 0.0)), splat(type, std::numeric_limits<double>::quiet_NaN()),
+                          result);
+  result = b.CreateSelect(b.CreateFCmpOEQ(x, splat(type, 0.0)), splat(type, -std::numeric_limits<double>::infinity()),
+                          result);
+  llvm::Constant* inf = splat(type, std::numeric_limits<double>::infinity());
+  result = b.CreateSelect(b.CreateFCmpOEQ(x, inf), inf, result);
+  return keepNaN(b, x, result);
+}
+
+llvm::Value* tanhF(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return callLibm(b, "tanh", x);
+  llvm::Type* type = x->getType();
+  llvm::Value* a = fabs(b, x);
+  llvm::Value* s = b.CreateFMul(x, x);
+  // copysign keeps tanh(-0) = -0 (the fma would give +0).
+  llvm::Value* small = copysign(b, fma(b, b.CreateFMul(x, s), horner(b, kTanhCoefficients, s), x), x);
+  llvm::Value* e = expF(b, b.CreateFMul(a, splat(type, 2.0)));
+  llvm::Value* one = splat(type, 1.0);
+  llvm::Value* large = b.CreateFSub(one, b.CreateFDiv(splat(type, 2.0), b.CreateFAdd(e, one)));
+  large = copysign(b, large, x);
+  return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(a, splat(type, 0.625)), small, large));
+}
+
+namespace {
+// sigmoid(x) = s for x >= 0, e*s for x < 0, where e = e^-|x| and s = 1/(1+e); returns
+// factor * sigmoid(x) with the factor applied before the final scaling (silu: factor = x), so a
+// denormal result is rounded once.
+llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
+  llvm::Type* type = x->getType();
+  llvm::Value* one = splat(type, 1.0);
+  const ExpParts e = expParts(b, b.CreateFNeg(fabs(b, x)), -120.0);
+  llvm::Value* s = b.CreateFDiv(one, b.CreateFAdd(one, scaleBy(b, e, nullptr)));
+  llvm::Value* scaled_s = factor == nullptr ? s : b.CreateFMul(factor, s);
+  return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), scaled_s, scaleBy(b, e, scaled_s));
+}
+}  // namespace
+
+llvm::Value* sigmoidF(Builder& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  llvm::Value* one = splat(type, 1.0);
+  if (isDouble(x)) return b.CreateFDiv(one, b.CreateFAdd(one, expF(b, b.CreateFNeg(x))));
+  return keepNaN(b, x, sigmoidTimes(b, x, nullptr));
+}
+
+llvm::Value* siluF(Builder& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  if (isDouble(x)) {
+    return b.CreateFDiv(x, b.CreateFAdd(splat(type, 1.0), expF(b, b.CreateFNeg(x))));
+  }
+  // Below -120 the result is -0 (x e^x underflows; the clamp inside would not see x); -inf gives
+  // the reference's NaN (-inf / inf).
+  llvm::Value* result = sigmoidTimes(b, x, x);
+  result = b.CreateSelect(b.CreateFCmpOLT(x, splat(type, -120.0)), splat(type, -0.0), result);
+  result = b.CreateSelect(b.CreateFCmpOEQ(x, splat(type, -std::numeric_limits<double>::infinity())),
+                          splat(type, std::numeric_limits<double>::quiet_NaN()), result);
+  return keepNaN(b, x, result);
+}
+
+llvm::Value* erfF(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return callLibm(b, "erf", x);
+  llvm::Type* type = x->getType();
+  llvm::Value* ax = fabs(b, x);
+  llvm::Value* a = b.CreateMinNum(ax, splat(type, 4.0));  // erf(4) rounds to 1
+  llvm::Value* hi = b.CreateFMul(a, a);
+  llvm::Value* lo = exactFma(b, a, a, b.CreateFNeg(hi));
+  llvm::Value* tail = erfcTail(b, a, hi, lo).times(b, nullptr);
+  llvm::Value* large = copysign(b, b.CreateFSub(splat(type, 1.0), tail), x);
+  return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(ax, splat(type, 1.0)), erfSmall(b, x), large));
+}
+
+llvm::Value* erfcF(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return callLibm(b, "erfc", x);
+  llvm::Type* type = x->getType();
+  llvm::Value* ax = fabs(b, x);
+  llvm::Value* a = b.CreateMinNum(ax, splat(type, 10.1));  // erfc(10.1) rounds to 0
+  llvm::Value* hi = b.CreateFMul(a, a);
+  llvm::Value* lo = exactFma(b, a, a, b.CreateFNeg(hi));
+  llvm::Value* tail = erfcTail(b, a, hi, lo).times(b, nullptr);
+  llvm::Value* large = b.CreateSelect(b.CreateFCmpOGT(x, splat(type, 0.0)), tail, b.CreateFSub(splat(type, 2.0), tail));
+  llvm::Value* small = b.CreateFSub(splat(type, 1.0), erfSmall(b, x));
+  return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(ax, splat(type, 0.5)), small, large));
+}
+
+llvm::Value* geluF(Builder& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  llvm::Value* half_x = b.CreateFMul(splat(type, 0.5), x);
+  if (isDouble(x)) {
+    // The reference's 0.5 * v * erfc(-v * 0.70710678118654752440), operation for operation.
+    return b.CreateFMul(half_x,
+                        callLibm(b, "erfc", b.CreateFMul(b.CreateFNeg(x), splat(type, 0.70710678118654752440))));
+  }
+  // 0.5 x erfc(z) with z = -x/sqrt2: |z| = a, z^2 = x^2/2 = hi/2 + lo/2 exactly.
+  llvm::Value* xa = b.CreateMinNum(fabs(b, x), splat(type, 14.3));  // 14.3/sqrt2 > 10.1
+  llvm::Value* a = b.CreateFMul(xa, splat(type, kInvSqrt2));
+  llvm::Value* hi = b.CreateFMul(xa, xa);
+  llvm::Value* lo = exactFma(b, xa, xa, b.CreateFNeg(hi));
+  const ErfcTail tail = erfcTail(b, a, b.CreateFMul(hi, splat(type, 0.5)), b.CreateFMul(lo, splat(type, 0.5)));
+  // x < 0: 0.5 x erfc(a), the factor applied before the final scaling (a denormal result rounds once);
+  // x > 0: 0.5 x (2 - erfc(a)); |x| < 0.5 sqrt2: 0.5 x (1 + erf(x/sqrt2)).
+  llvm::Value* negative = tail.times(b, half_x);
+  // Beyond the clamp the true value rounds to -0 (and -inf gives the reference's -inf * 0 = NaN).
+  negative =
+      b.CreateSelect(b.CreateFCmpOGT(fabs(b, x), splat(type, 14.3)), b.CreateFMul(half_x, splat(type, 0.0)), negative);
+  llvm::Value* positive = b.CreateFMul(half_x, b.CreateFSub(splat(type, 2.0), tail.times(b, nullptr)));
+  llvm::Value* small =
+      b.CreateFMul(half_x, b.CreateFAdd(splat(type, 1.0), erfSmall(b, b.CreateFMul(x, splat(type, kInvSqrt2)))));
+  llvm::Value* large = b.CreateSelect(b.CreateFCmpOLT(x, splat(type, 0.0)), negative, positive);
+  return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(a, splat(type, 0.5)), small, large));
 }
 
 }  // namespace shapevm::jit::ir

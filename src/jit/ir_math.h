@@ -1,9 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // Vectorizable math in IR: float32 (scalar or <N x float>) functions built from arithmetic,
 // bit operations and selects only — no libm calls — so the loop vectorizer keeps whole loops in
-// vector registers. Accuracy target: a few ulp (relative error <= 1e-6) over the whole range,
-// NaN propagated, overflow to +inf and underflow to 0 like libm.
-// float64 values go to LLVM's libm intrinsics instead (scalar calls).
+// vector registers. Every branch of a piecewise function is computed and the result selected.
+// Accuracy (tests/jit/ir_math_test.cc, against double-precision libm over dense sweeps, bound
+// asserted 1e-6): worst relative error wherever the result is a normal float: exp, log ~8e-8,
+// tanh ~1.5e-7, sigmoid, silu, erf ~2e-7, erfc, gelu ~5e-7 (far tails); denormal results within a
+// few denormal ulps (every factor is applied before the final power-of-two scaling, so a denormal
+// result is rounded once). NaN propagated; overflow to +inf and underflow to 0 like libm; limits
+// exact (tanh(±big) = ±1, sigmoid(-100) = 3.78e-44, erf(±big) = ±1, log(0) = -inf, log(x < 0) = NaN).
+// At ±inf, silu and gelu give what the reference's formulas give (silu(-inf) = gelu(-inf) = NaN).
+// float64 values (scalar or vector) go to LLVM's libm intrinsics or to the C library's functions
+// (tanh, erf, erfc) instead; their formulas match the reference kernels' (src/ops/elementwise_ops.cc)
+// operation for operation, so float64 results are bit-identical to the reference.
 #pragma once
 
 #include "jit/codegen_util.h"
@@ -11,7 +19,35 @@
 namespace shapevm::jit::ir {
 
 // e^x: Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, degree-7 polynomial, scale by 2^n in two
-// steps so results down to the denormal range are right.
+// steps so results down to the denormal range are right. Max relative error ~8e-8.
 llvm::Value* expF(Builder& b, llvm::Value* x);
+
+// ln x: x = m * 2^e with m in [sqrt(1/2), sqrt(2)) (denormals pre-scaled by 2^23), f = m - 1 exact,
+// ln(1+f) = f - f^2/2 + f^3 P(f) (degree 8), plus e*ln2 in two parts. x < 0 -> NaN, 0 -> -inf.
+llvm::Value* logF(Builder& b, llvm::Value* x);
+
+// tanh x: x + x^3 P(x^2) for |x| < 0.625 (no cancellation near 0), else sign(x) (1 - 2/(e^{2|x|} + 1)).
+llvm::Value* tanhF(Builder& b, llvm::Value* x);
+
+// 1 / (1 + e^-x), evaluated as e/(1+e) with e = e^-|x| for x < 0 so the left tail keeps its
+// relative accuracy (sigmoid(-100) = 3.78e-44, never NaN).
+llvm::Value* sigmoidF(Builder& b, llvm::Value* x);
+
+// x * sigmoid(x), x applied before the final scaling so the left tail keeps relative accuracy
+// down to the denormals (float64: x / (1 + e^-x), the reference's formula).
+llvm::Value* siluF(Builder& b, llvm::Value* x);
+
+// erf x: x P(x^2) for |x| < 1; else sign(x) (1 - erfc|x|).
+llvm::Value* erfF(Builder& b, llvm::Value* x);
+
+// erfc x: 1 - erf x for |x| < 0.5; else e^{-x^2} * erfcx(|x|) (x > 0) or 2 - that (x < 0), with
+// erfcx(a) = e^{a^2} erfc(a) a degree-10 polynomial in t = 1/(1 + a/2) on [0.5, 10.1] and a^2 split
+// exactly into two floats, so the right tail has full relative accuracy down to the denormals.
+llvm::Value* erfcF(Builder& b, llvm::Value* x);
+
+// gelu x = 0.5 x erfc(-x/sqrt 2) (exact erf form). The tail's e^{-x^2/2} is computed from the exact
+// split of x^2, so gelu keeps its relative accuracy for large negative x. gelu(-inf) = NaN like
+// the reference (-inf * 0).
+llvm::Value* geluF(Builder& b, llvm::Value* x);
 
 }  // namespace shapevm::jit::ir

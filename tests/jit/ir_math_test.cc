@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// ir_math: every float32 function, compiled into a vectorized map kernel (and an explicit
+// <16 x float> one), against double-precision libm on dense sweeps and special values.
+// Bound asserted: relative error <= 1e-6 wherever the double result is a normal float32
+// (measured worst cases: exp/log ~8e-8, tanh ~1.4e-7, sigmoid/erf ~2e-7, erfc/gelu ~5e-7 in their
+// far tails); where the result is a denormal, absolute error <= 1e-44 (a few denormal ulps).
+// float64 goes to libm, and must be bit-identical to the reference kernels' formulas.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "jit/codegen_util.h"
+#include "jit/ir_math.h"
+#include "jit_test_util.h"
+
+namespace shapevm::jit {
+namespace {
+
+using testing::sharedEngine;
+using MathFn = llvm::Value* (*)(ir::Builder&, llvm::Value*);
+
+constexpr double kMaxRelError = 1e-6;
+constexpr double kMaxDenormalError = 1e-44;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct MathCase {
+  const char* name;
+  MathFn fn;
+  double (*reference)(double);  // the reference kernels' double formula
+};
+
+double sigmoidRef(double v) {
+  return 1.0 / (1.0 + std::exp(-v));
+}
+double siluRef(double v) {
+  return v / (1.0 + std::exp(-v));
+}
+double geluRef(double v) {
+  return 0.5 * v * std::erfc(-v * 0.70710678118654752440);
+}
+double expRef(double v) {
+  return std::exp(v);
+}
+double logRef(double v) {
+  return std::log(v);
+}
+double tanhRef(double v) {
+  return std::tanh(v);
+}
+double erfRef(double v) {
+  return std::erf(v);
+}
+double erfcRef(double v) {
+  return std::erfc(v);
+}
+
+const MathCase kCases[] = {
+    {"exp", &ir::expF, &expRef},    {"log", &ir::logF, &logRef},
+    {"tanh", &ir::tanhF, &tanhRef}, {"sigmoid", &ir::sigmoidF, &sigmoidRef},
+    {"silu", &ir::siluF, &siluRef}, {"erf", &ir::erfF, &erfRef},
+    {"erfc", &ir::erfcF, &erfcRef}, {"gelu", &ir::geluF, &geluRef},
+};
+
+// A compiled `out[i] = fn(in[i])` over args.shape[0][0] elements of `dtype` (float32 or float64).
+// lanes == 1: a scalar loop the O3 pipeline vectorizes; lanes > 1: explicit <lanes x T> steps
+// (the element count must then be a multiple of lanes).
+class MapKernel {
+ public:
+  MapKernel(MathFn fn, DType dtype, unsigned lanes, const std::string& name) {
+    const std::string symbol = "svm_test_math_" + name;
+    auto handle = sharedEngine().compile(symbol, [&](llvm::Module& module) {
+      ir::Builder b(module.getContext());
+      llvm::Function* function = ir::beginKernel(module, symbol, b);
+      ir::ArgsView args(b, function->getArg(0));
+      llvm::Value* in = args.data(0);
+      llvm::Value* out = args.data(1);
+      ir::emitLoop(b, b.getInt64(0), args.dim(0, 0), lanes, [&](llvm::Value* i) {
+        llvm::Value* x = ir::loadCompute(b, dtype, ir::elementPtr(b, dtype, in, i), lanes);
+        ir::storeCompute(b, dtype, fn(b, x), ir::elementPtr(b, dtype, out, i));
+      });
+      b.CreateRetVoid();
+      return Status::ok();
+    });
+    EXPECT_TRUE(handle.hasValue()) << handle.status().toString();
+    if (handle) handle_ = *handle;
+  }
+  ~MapKernel() {
+    if (handle_.address != nullptr) {
+      EXPECT_TRUE(sharedEngine().remove(handle_).isOk());
+    }
+  }
+  MapKernel(const MapKernel&) = delete;
+  MapKernel& operator=(const MapKernel&) = delete;
+
+  template <typename T>
+  std::vector<T> operator()(const std::vector<T>& in) const {
+    std::vector<T> out(in.size(), T(-12345));
+    if (handle_.address == nullptr) return out;
+    KernelArgs args{};
+    args.data[0] = const_cast<T*>(in.data());
+    args.data[1] = out.data();
+    args.shape[0][0] = static_cast<std::int64_t>(in.size());
+    reinterpret_cast<GeneratedKernelFn>(handle_.address)(&args);
+    return out;
+  }
+
+ private:
+  KernelHandle handle_;
+};
+
+// Worst relative error of got[i] against reference(x[i]) over results that are normal floats;
+// denormal / zero results must be within kMaxDenormalError; NaN and inf must match exactly.
+struct ErrorStats {
+  double worst = 0.0;
+  float worst_at = 0.0f;
+  int failures = 0;
+  std::string first_failure;
+};
+
+ErrorStats measure(const MathCase& c, const std::vector<float>& x, const std::vector<float>& got) {
+  ErrorStats stats;
+  auto fail = [&](std::size_t i, double want) {
+    if (stats.failures++ == 0) {
+      stats.first_failure = std::string(c.name) + "(" + std::to_string(x[i]) + ") = " + std::to_string(got[i]) +
+                            ", expected " + std::to_string(want);
+      char buffer[128];
+      std::snprintf(buffer, sizeof(buffer), " [x = %.9g, got %.9g, want %.17g]", x[i], got[i], want);
+      stats.first_failure += buffer;
+    }
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = c.reference(static_cast<double>(x[i]));
+    const double g = got[i];
+    if (std::isnan(want)) {
+      if (!std::isnan(g)) fail(i, want);
+      continue;
+    }
+    if (std::isinf(want) || std::isinf(static_cast<float>(want))) {
+      if (g != static_cast<double>(static_cast<float>(want))) fail(i, want);
+      continue;
+    }
+    if (std::fabs(want) < FLT_MIN) {
+      if (!(std::fabs(g - want) <= kMaxDenormalError)) fail(i, want);
+      continue;
+    }
+    const double rel = std::fabs(g - want) / std::fabs(want);
+    if (!(rel <= kMaxRelError)) fail(i, want);
+    if (rel > stats.worst || std::isnan(rel)) {
+      stats.worst = rel;
+      stats.worst_at = x[i];
+    }
+  }
+  return stats;
+}
+
+// Evenly spaced points on [lo, hi] plus, for wide ranges, log-spaced magnitudes of both signs.
+std::vector<float> sweep(float lo, float hi, int n) {
+  std::vector<float> x;
+  x.reserve(static_cast<std::size_t>(n) + 1);
+  for (int i = 0; i <= n; ++i) x.push_back(static_cast<float>(lo + (static_cast<double>(hi) - lo) * i / n));
+  return x;
+}
+
+std::vector<float> magnitudes(double from, double to, int n, bool negative_too) {
+  std::vector<float> x;
+  const double step = std::log(to / from) / n;
+  for (int i = 0; i <= n; ++i) {
+    const float v = static_cast<float>(from * std::exp(step * i));
+    x.push_back(v);
+    if (negative_too) x.push_back(-v);
+  }
+  return x;
+}
+
+const std::vector<float>& specialValues() {
+  static const std::vector<float> values = {
+      0.0f,        -0.0f,      kInf,   -kInf,   kNaN,   -kNaN,   1.0f,    -1.0f,    0.5f,       -0.5f,
+      FLT_MIN,     -FLT_MIN,   1e-40f, -1e-40f, 1e-45f, -1e-45f, FLT_MAX, -FLT_MAX, 1e30f,      -1e30f,
+      1e-30f,      -1e-30f,    88.0f,  88.7f,   89.0f,  -87.0f,  -103.0f, -104.0f,  -110.0f,    100.0f,
+      -100.0f,     9.0f,       -9.0f,  10.0f,   -10.0f, 10.1f,   -14.0f,  0.625f,   -0.625f,    0.62499994f,
+      0.99999994f, 1.0000001f, 4.0f,   -4.0f,   3.9f,   2.0f,    1e-7f,   -1e-7f,   1.4142135f, 0.70710677f};
+  return values;
+}
+
+TEST(IrMath, Float32DenseSweepsWithinBound) {
+  for (const MathCase& c : kCases) {
+    MapKernel kernel(c.fn, DType::Float32, 1, c.name);
+    std::vector<float> x;
+    const std::string name = c.name;
+    if (name == "log") {
+      x = sweep(1e-6f, 8.0f, 800000);
+      for (float v : sweep(0.5f, 2.0f, 300000)) x.push_back(v);
+      for (float v : sweep(0.9999f, 1.0001f, 20000)) x.push_back(v);
+      for (float v : magnitudes(1e-45, 3e38, 200000, false)) x.push_back(v);
+    } else {
+      const float range = name == "exp" ? 104.0f : name == "erfc" || name == "gelu" ? 16.0f : 40.0f;
+      x = sweep(-range, range, 1000000);
+      for (float v : sweep(-2.0f, 2.0f, 200000)) x.push_back(v);
+      for (float v : magnitudes(1e-38, 1e3, 100000, true)) x.push_back(v);
+    }
+    // Odd length: the vector body, its epilogue and the scalar remainder all run.
+    if (x.size() % 2 == 0) x.push_back(0.25f);
+    const std::vector<float> got = kernel(x);
+    const ErrorStats stats = measure(c, x, got);
+    EXPECT_EQ(stats.failures, 0) << stats.failures << " points out of bound; first: " << stats.first_failure;
+    EXPECT_LE(stats.worst, kMaxRelError) << c.name << " at " << stats.worst_at;
+    std::printf("[ IrMath   ] %-8s max relative error %.3g at x = %.9g over %zu points\n", c.name, stats.worst,
+                stats.worst_at, x.size());
+  }
+}
+
+TEST(IrMath, Float32SpecialValues) {
+  for (const MathCase& c : kCases) {
+    MapKernel kernel(c.fn, DType::Float32, 1, std::string(c.name) + "_special");
+    const std::vector<float>& x = specialValues();
+    const std::vector<float> got = kernel(x);
+    const ErrorStats stats = measure(c, x, got);
+    EXPECT_EQ(stats.failures, 0) << stats.first_failure;
+  }
+}
+
+TEST(IrMath, Float32Limits) {
+  MapKernel exp_kernel(&ir::expF, DType::Float32, 1, "exp_limits");
+  MapKernel log_kernel(&ir::logF, DType::Float32, 1, "log_limits");
+  MapKernel tanh_kernel(&ir::tanhF, DType::Float32, 1, "tanh_limits");
+  MapKernel sigmoid_kernel(&ir::sigmoidF, DType::Float32, 1, "sigmoid_limits");
+  MapKernel erf_kernel(&ir::erfF, DType::Float32, 1, "erf_limits");
+  MapKernel erfc_kernel(&ir::erfcF, DType::Float32, 1, "erfc_limits");
+  MapKernel gelu_kernel(&ir::geluF, DType::Float32, 1, "gelu_limits");
+
+  const auto e = exp_kernel(std::vector<float>{-kInf, kInf, 0.0f, 89.0f, -110.0f, kNaN});
+  EXPECT_EQ(e[0], 0.0f);
+  EXPECT_EQ(e[1], kInf);
+  EXPECT_EQ(e[2], 1.0f);
+  EXPECT_EQ(e[3], kInf);
+  EXPECT_EQ(e[4], 0.0f);
+  EXPECT_TRUE(std::isnan(e[5]));
+
+  const auto l = log_kernel(std::vector<float>{0.0f, -0.0f, -1.0f, -kInf, kInf, 1.0f, kNaN, 1e-45f});
+  EXPECT_EQ(l[0], -kInf);
+  EXPECT_EQ(l[1], -kInf);
+  EXPECT_TRUE(std::isnan(l[2]));
+  EXPECT_TRUE(std::isnan(l[3]));
+  EXPECT_EQ(l[4], kInf);
+  EXPECT_EQ(l[5], 0.0f);
+  EXPECT_TRUE(std::isnan(l[6]));
+  EXPECT_NEAR(l[7], std::log(1.4012984643e-45), 1e-5);
+
+  const auto t = tanh_kernel(std::vector<float>{20.0f, -20.0f, kInf, -kInf, -0.0f, 1e-30f, kNaN});
+  EXPECT_EQ(t[0], 1.0f);
+  EXPECT_EQ(t[1], -1.0f);
+  EXPECT_EQ(t[2], 1.0f);
+  EXPECT_EQ(t[3], -1.0f);
+  EXPECT_EQ(t[4], 0.0f);
+  EXPECT_TRUE(std::signbit(t[4]));
+  EXPECT_EQ(t[5], 1e-30f);
+  EXPECT_TRUE(std::isnan(t[6]));
+
+  const auto s = sigmoid_kernel(std::vector<float>{-100.0f, -kInf, kInf, 0.0f, kNaN, 100.0f});
+  EXPECT_GT(s[0], 0.0f);  // 3.78e-44, a denormal: not 0, not NaN
+  EXPECT_NEAR(s[0], 3.7835e-44, 3e-45);
+  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_EQ(s[2], 1.0f);
+  EXPECT_EQ(s[3], 0.5f);
+  EXPECT_TRUE(std::isnan(s[4]));
+  EXPECT_EQ(s[5], 1.0f);
+
+  const auto r = erf_kernel(std::vector<float>{kInf, -kInf, 5.0f, -0.0f, kNaN});
+  EXPECT_EQ(r[0], 1.0f);
+  EXPECT_EQ(r[1], -1.0f);
+  EXPECT_EQ(r[2], 1.0f);
+  EXPECT_TRUE(std::signbit(r[3]) && r[3] == 0.0f);
+  EXPECT_TRUE(std::isnan(r[4]));
+
+  const auto rc = erfc_kernel(std::vector<float>{kInf, -kInf, 0.0f, 20.0f, kNaN});
+  EXPECT_EQ(rc[0], 0.0f);
+  EXPECT_EQ(rc[1], 2.0f);
+  EXPECT_EQ(rc[2], 1.0f);
+  EXPECT_EQ(rc[3], 0.0f);
+  EXPECT_TRUE(std::isnan(rc[4]));
+
+  // gelu(-inf) is the reference's -inf * erfc(inf) = -inf * 0 = NaN; gelu(+inf) = inf.
+  const auto g = gelu_kernel(std::vector<float>{kInf, -kInf, 0.0f, -30.0f, kNaN});
+  EXPECT_EQ(g[0], kInf);
+  EXPECT_TRUE(std::isnan(g[1]));
+  EXPECT_EQ(g[2], 0.0f);
+  EXPECT_EQ(g[3], 0.0f);
+  EXPECT_TRUE(std::isnan(g[4]));
+}
+
+// The functions take <N x float> too (what the vectorizer produces from the scalar form).
+TEST(IrMath, ExplicitVectorsAgreeWithTheBound) {
+  for (const MathCase& c : kCases) {
+    MapKernel kernel(c.fn, DType::Float32, 16, std::string(c.name) + "_v16");
+    std::vector<float> x = sweep(std::string(c.name) == "log" ? 1e-3f : -12.0f, 12.0f, 16 * 4096 - 1);
+    for (float v : specialValues()) x.push_back(v);
+    while (x.size() % 16 != 0) x.push_back(1.5f);
+    const ErrorStats stats = measure(c, x, kernel(x));
+    EXPECT_EQ(stats.failures, 0) << stats.first_failure;
+  }
+}
+
+// float64: libm (intrinsics or calls), bit-identical to the reference kernels' double formulas.
+TEST(IrMath, Float64MatchesTheReferenceFormulasExactly) {
+  std::vector<double> x;
+  for (int i = 0; i <= 20000; ++i) x.push_back(-30.0 + 60.0 * i / 20000.0);
+  for (double v : {0.0, -0.0, 1e-300, -1e-300, 700.0, -700.0, 1e300}) x.push_back(v);
+  for (const MathCase& c : kCases) {
+    MapKernel kernel(c.fn, DType::Float64, 1, std::string(c.name) + "_f64");
+    const std::vector<double> got = kernel(x);
+    int mismatches = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = c.reference(x[i]);
+      const bool same = (std::isnan(want) && std::isnan(got[i])) || want == got[i];
+      if (!same && mismatches++ == 0) {
+        ADD_FAILURE() << c.name << "(" << x[i] << ") = " << got[i] << ", reference " << want;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace shapevm::jit
