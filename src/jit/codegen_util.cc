@@ -93,20 +93,48 @@ llvm::Value* elementPtr(Builder& b, DType dtype, llvm::Value* base, llvm::Value*
   return b.CreateInBoundsGEP(elementType(b.getContext(), dtype), base, index);
 }
 
+llvm::Value* bf16BitsToFloat(Builder& b, llvm::Value* bits) {
+  unsigned lanes = 1;
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(bits->getType())) lanes = vector->getNumElements();
+  llvm::Value* wide = b.CreateShl(b.CreateZExt(bits, withLanes(b.getInt32Ty(), lanes)), 16);
+  return b.CreateBitCast(wide, withLanes(b.getFloatTy(), lanes));
+}
+
+llvm::Value* floatToBf16Bits(Builder& b, llvm::Value* value) {
+  unsigned lanes = 1;
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();
+  llvm::Type* i32 = withLanes(b.getInt32Ty(), lanes);
+  auto splat = [&](std::uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+  llvm::Value* bits = b.CreateBitCast(value, i32);
+  // Round to nearest even on the upper half; NaN stays a quiet NaN (as floatToBf16 does).
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, splat(16)), splat(1));
+  llvm::Value* rounded = b.CreateLShr(b.CreateAdd(bits, b.CreateAdd(lsb, splat(0x7fff))), splat(16));
+  llvm::Value* quiet = b.CreateOr(b.CreateLShr(bits, splat(16)), splat(0x40));
+  llvm::Value* is_nan = b.CreateICmpUGT(b.CreateAnd(bits, splat(0x7fffffff)), splat(0x7f800000));
+  return b.CreateTrunc(b.CreateSelect(is_nan, quiet, rounded), withLanes(b.getInt16Ty(), lanes));
+}
+
 llvm::Value* loadCompute(Builder& b, DType dtype, llvm::Value* ptr, unsigned lanes) {
+  if (dtype == DType::BFloat16) {
+    // Integer widening: exact, and keeps LLVM from narrowing later math to bfloat (whose
+    // hardware conversions flush denormals).
+    llvm::LoadInst* load = b.CreateLoad(withLanes(b.getInt16Ty(), lanes), ptr);
+    load->setAlignment(llvm::Align(2));
+    return bf16BitsToFloat(b, load);
+  }
   llvm::Type* stored = withLanes(elementType(b.getContext(), dtype), lanes);
   llvm::LoadInst* load = b.CreateLoad(stored, ptr);
   load->setAlignment(llvm::Align(dtypeSize(dtype)));
-  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
-    return b.CreateFPExt(load, withLanes(b.getFloatTy(), lanes));
-  }
+  if (dtype == DType::Float16) return b.CreateFPExt(load, withLanes(b.getFloatTy(), lanes));
   return load;
 }
 
 void storeCompute(Builder& b, DType dtype, llvm::Value* value, llvm::Value* ptr) {
   unsigned lanes = 1;
   if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();
-  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+  if (dtype == DType::BFloat16) {
+    value = floatToBf16Bits(b, value);  // integer rounding: the same bits as floatToBf16, denormals kept
+  } else if (dtype == DType::Float16) {
     value = b.CreateFPTrunc(value, withLanes(elementType(b.getContext(), dtype), lanes));
   }
   llvm::StoreInst* store = b.CreateStore(value, ptr);

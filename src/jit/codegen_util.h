@@ -50,6 +50,10 @@ llvm::Value* elementPtr(Builder& b, DType dtype, llvm::Value* base, llvm::Value*
 // Loads `lanes` consecutive elements at `ptr` and converts them to computeType(dtype)
 // (bool -> i1 is NOT done here: bool loads as i8).
 llvm::Value* loadCompute(Builder& b, DType dtype, llvm::Value* ptr, unsigned lanes = 1);
+// bfloat16 bits (i16 lanes) <-> float32 lanes with integer ops, bit-identical to bf16ToFloat /
+// floatToBf16 (round to nearest even, NaN kept quiet, denormals kept).
+llvm::Value* bf16BitsToFloat(Builder& b, llvm::Value* bits);
+llvm::Value* floatToBf16Bits(Builder& b, llvm::Value* value);
 // Converts `value` (computeType lanes) to the storage type and stores `lanes` consecutive elements.
 void storeCompute(Builder& b, DType dtype, llvm::Value* value, llvm::Value* ptr);
 // Converts a compute value between dtypes with ShapeVM's cast semantics (float->int truncates

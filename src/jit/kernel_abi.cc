@@ -55,6 +55,8 @@ KernelSpec exactSpec(OpId op, std::vector<AttrValue> attrs, std::span<const Valu
     OperandSpec operand;
     if (value == nullptr || !value->isTensor()) {
       operand.is_tensor = false;
+      operand.scalar_kind = value == nullptr ? ValueKind::None : value->kind();
+      if (value != nullptr && (value->isInt() || value->isFloat() || value->isBool())) operand.scalar_example = value->toDouble();
     } else {
       const Tensor& t = value->tensor();
       operand.dtype = t.dtype();

@@ -48,6 +48,8 @@ struct DimSpec {
 
 struct OperandSpec {
   bool is_tensor = true;      // false: a scalar operand (int/float/bool); kernels read it from KernelArgs.scalars
+  ValueKind scalar_kind = ValueKind::None;  // !is_tensor: Int, Float, Bool (guarded), or None (omitted input)
+  double scalar_example = 0;  // !is_tensor: a value seen at the site (validation uses values of its kind)
   DType dtype = DType::Float32;
   int rank = 0;
   DimSpec dims[kMaxRank];

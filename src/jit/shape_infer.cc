@@ -35,7 +35,10 @@ bool sameGroup(const ProfileRecord& a, const ProfileRecord& b) {
     const OperandProfile& x = a.inputs[i];
     const OperandProfile& y = b.inputs[i];
     if (x.is_tensor != y.is_tensor) return false;
-    if (!x.is_tensor) continue;
+    if (!x.is_tensor) {
+      if (x.kind != y.kind) return false;
+      continue;
+    }
     if (x.dtype != y.dtype || x.shape.rank() != y.shape.rank() || isRowMajor(x) != isRowMajor(y)) return false;
   }
   return true;
@@ -66,6 +69,8 @@ Expected<ShapeInference> inferSpec(OpId op, std::span<const AttrValue> attrs, st
     const OperandProfile& operand = target->inputs[i];
     OperandSpec spec;
     spec.is_tensor = operand.is_tensor;
+    spec.scalar_kind = operand.kind;
+    spec.scalar_example = operand.scalar;
     result.observed.push_back(operand.shape);
     if (operand.is_tensor) {
       spec.dtype = operand.dtype;
@@ -108,6 +113,7 @@ Guard guardFor(const KernelSpec& spec) {
   for (const OperandSpec& operand : spec.inputs) {
     InputGuard input;
     input.is_tensor = operand.is_tensor;
+    input.scalar_kind = operand.scalar_kind;
     input.dtype = operand.dtype;
     input.rank = operand.rank;
     input.require_contiguous = operand.contiguous;
@@ -126,7 +132,10 @@ bool guardCovers(const Guard& outer, const Guard& inner) {
     const InputGuard& o = outer.inputs[i];
     const InputGuard& n = inner.inputs[i];
     if (o.is_tensor != n.is_tensor) return false;
-    if (!o.is_tensor) continue;
+    if (!o.is_tensor) {
+      if (o.scalar_kind != n.scalar_kind) return false;
+      continue;
+    }
     if (o.dtype != n.dtype || o.rank != n.rank) return false;
     if (o.require_contiguous && !n.require_contiguous) return false;
     for (int d = 0; d < o.rank; ++d) {
@@ -149,7 +158,13 @@ std::string guardMissReason(const Guard& guard, const ProfileRecord& record, Jit
     if (g.is_tensor != operand.is_tensor) {
       return fail(JitReason::GuardKind, fmt::format("input {} is {}", i, operand.is_tensor ? "a tensor" : "not a tensor"));
     }
-    if (!g.is_tensor) continue;
+    if (!g.is_tensor) {
+      if (operand.kind != g.scalar_kind) {
+        return fail(JitReason::GuardKind, fmt::format("input {} is a {} scalar, compiled for {}", i, valueKindName(operand.kind),
+                                                      valueKindName(g.scalar_kind)));
+      }
+      continue;
+    }
     if (operand.dtype != g.dtype) {
       return fail(JitReason::GuardDtype, fmt::format("input {} is {}, compiled for {}", i, dtypeName(operand.dtype), dtypeName(g.dtype)));
     }

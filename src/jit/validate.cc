@@ -115,7 +115,25 @@ Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<cons
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
     const OperandSpec& in = spec.inputs[i];
-    if (!in.is_tensor) return makeError(ErrorCode::Unsupported, "cannot draw a random scalar input");
+    if (!in.is_tensor) {
+      // A scalar of the compiled kind: the observed example, or a fresh value of its domain.
+      const bool use_example = generator() % 2 == 0 && in.scalar_example != 0.0;
+      switch (in.scalar_kind) {
+        case ValueKind::Int:
+          values.push_back(Value::fromInt(use_example ? static_cast<std::int64_t>(in.scalar_example)
+                                                      : static_cast<std::int64_t>(1 + generator() % 9)));
+          break;
+        case ValueKind::Float: {
+          std::uniform_real_distribution<double> positive(0.1, 3.0);
+          values.push_back(Value::fromFloat(use_example ? in.scalar_example : positive(generator)));
+          break;
+        }
+        case ValueKind::Bool: values.push_back(Value::fromBool(generator() % 2 == 0)); break;
+        case ValueKind::None: values.push_back(Value()); break;
+        default: return makeError(ErrorCode::Unsupported, "cannot draw a random {} input", valueKindName(in.scalar_kind));
+      }
+      continue;
+    }
     if (i >= shapes.size()) return makeError(ErrorCode::Internal, "no shape for input {}", i);
     SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(in.dtype, shapes[i]));
     const Domain domain = in.dtype == DType::Bool ? Domain::Bool : domainFor(spec.op, i);
@@ -199,7 +217,7 @@ Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<
   for (const std::vector<Shape>& shapes : shape_sets) {
     SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, randomInputs(kernel.spec, shapes, seed + round++));
     std::vector<const Value*> pointers;
-    for (const Value& v : inputs) pointers.push_back(&v);
+    for (const Value& v : inputs) pointers.push_back(v.isNone() ? nullptr : &v);  // None = an omitted input
     std::string described = describeInputs(pointers);
     // Reference first: an input combination the op itself rejects is not a validation case.
     std::vector<Value> expected(static_cast<std::size_t>(kernel.num_outputs));

@@ -24,6 +24,7 @@ struct GuardDim {
 };
 struct InputGuard {
   bool is_tensor = true;
+  ValueKind scalar_kind = ValueKind::None;  // !is_tensor: the kind the kernel was compiled for (None = omitted)
   DType dtype = DType::Float32;
   int rank = 0;
   bool require_contiguous = true;

@@ -16,7 +16,10 @@ bool ProfileBuffer::matches(const Slot& slot, std::span<const Value* const> inpu
     const Value* v = inputs[i];
     bool is_tensor = v != nullptr && v->isTensor();
     if (p.is_tensor != is_tensor) return false;
-    if (!is_tensor) continue;
+    if (!is_tensor) {
+      if (p.kind != (v == nullptr ? ValueKind::None : v->kind())) return false;
+      continue;
+    }
     const Tensor& t = v->tensor();
     if (t.dtype() != p.dtype || t.shape() != p.shape || t.strides() != p.strides) return false;
   }
@@ -50,6 +53,9 @@ void ProfileBuffer::record(std::span<const Value* const> inputs, std::uint64_t c
       p.dtype = v->tensor().dtype();
       p.shape = v->tensor().shape();
       p.strides = v->tensor().strides();
+    } else if (v != nullptr) {
+      p.kind = v->kind();
+      if (v->isInt() || v->isFloat() || v->isBool()) p.scalar = v->toDouble();
     }
     profile.push_back(p);
   }
@@ -130,7 +136,7 @@ bool Guard::passes(std::span<const Value* const> values) const {
     const InputGuard& g = inputs[i];
     const Value* v = values[i];
     if (!g.is_tensor) {
-      if (v != nullptr && v->isTensor()) return false;
+      if ((v == nullptr ? ValueKind::None : v->kind()) != g.scalar_kind) return false;
       continue;
     }
     if (v == nullptr || !v->isTensor()) return false;

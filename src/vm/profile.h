@@ -22,8 +22,11 @@ struct OperandProfile {
   DType dtype = DType::Float32;
   Shape shape;
   Shape strides;
+  ValueKind kind = ValueKind::None;  // non-tensors: None (omitted input), Int, Float, Bool, Tuple
+  double scalar = 0.0;               // non-tensors: the value when first recorded (an example)
   bool operator==(const OperandProfile& other) const {
-    return is_tensor == other.is_tensor && dtype == other.dtype && shape == other.shape && strides == other.strides;
+    return is_tensor == other.is_tensor && dtype == other.dtype && shape == other.shape && strides == other.strides &&
+           kind == other.kind;
   }
 };
 

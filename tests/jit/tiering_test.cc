@@ -377,6 +377,37 @@ TEST_F(TieringTest, ThreadsRunTheModuleWhileTheCompileThreadPatches) {
   EXPECT_GT((*jit)->stats().compiles, 0u);
 }
 
+TEST_F(TieringTest, ScalarOperandSitesCompileValidateAndGuardTheScalarKind) {
+  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  auto module = load(R"(.module "scalar"
+.func f
+  .param a : f32[?0]
+  .param s : float
+  .outputs 1
+  LoadTensor r0, a
+  LoadArg r1, s
+  CallOp mul r2 = r0, r1 : f32[?0] x _ -> f32[?0]
+  StoreTensor r2, o0
+  Return
+.end
+)");
+  VirtualMachine vm(module);
+  JitOptions options;
+  options.wait_for_compiles = true;
+  auto jit = Jit::attach(vm, options);
+  ASSERT_TRUE(jit.hasValue());
+  for (double scale : {0.5, -3.25, 7.0}) {
+    std::vector<Value> in = {Value::fromTensor(random(DType::Float32, Shape{33}, 4)), Value::fromFloat(scale)};
+    auto out = vm.run(0, in);
+    ASSERT_TRUE(out.hasValue()) << out.status().toString();
+    expectSame(callOp("mul", {in[0], in[1]}).value()[0].tensor(), (*out)[0]);
+  }
+  EXPECT_EQ((*jit)->siteState(0, 0).compiles, 1);
+  EXPECT_EQ((*jit)->stats().validation_failures, 0u);
+  EXPECT_EQ(vm.stats().compiled_calls, 2u) << "runs 2 and 3 ran the compiled kernel with new scalar values";
+}
+
 TEST_F(TieringTest, LevelZeroNeverCompiles) {
   ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::HotCount, 0).isOk());
