@@ -4,6 +4,7 @@
 #include "jit/jit.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -189,8 +190,8 @@ void Jit::logGuardMisses(int function, int site, SiteState& state) {
   }
   stats_.fallbacks[static_cast<std::size_t>(reason)] += delta;
   stats_.guard_misses += delta;
-  const bool log = std::has_single_bit(misses) || (misses >> 1) >= state.misses_logged + 1 ? true : false;
-  if (log) {
+  // Logged at the 1st, 2nd, 4th, 8th... miss, or when the count more than doubled since the last check.
+  if (std::has_single_bit(misses) || misses > 2 * state.misses_logged + 1) {
     logAt(LogLevel::Info, "JIT", "Guard miss at PC=0x{:02X}: {} ({}; {} misses so far, ran interpreted)", state.pc, why,
           jitReasonName(reason), misses);
   }
