@@ -39,20 +39,6 @@ using json = nlohmann::json;
 
 double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
-struct Summary {
-  double median = 0, min = 0, max = 0, p99 = 0;
-};
-Summary summarize(std::vector<double> v) {
-  Summary s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.median = v[v.size() / 2];
-  s.min = v.front();
-  s.max = v.back();
-  s.p99 = v[std::min(v.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1)];
-  return s;
-}
-
 double relL2(const Tensor& got, const Tensor& want) {
   double diff = 0, ref = 0;
   for (std::int64_t i = 0; i < want.numel(); ++i) {
@@ -219,7 +205,7 @@ Status workloadSuite(const BenchFlags& flags, const Weights& weights, json& out,
       }
     }
     for (auto& [key, a] : acc) {
-      Summary s = summarize(a.ms);
+      LatencySummary s = summarizeLatency(a.ms);
       const double runs = static_cast<double>(a.runs);
       json row = {{"variant", variant}, {"level", fmt::format("O{}", key.first)}, {"batch", batch},
                   {"runs", a.runs}, {"allocs_per_run", static_cast<double>(a.allocs) / runs},
@@ -229,20 +215,20 @@ Status workloadSuite(const BenchFlags& flags, const Weights& weights, json& out,
       if (key.second < 0) {
         row["seq"] = "stream";
         row["median_us_per_token"] = s.median;
-        row["min_us_per_token"] = s.min;
-        row["max_us_per_token"] = s.max;
+        row["min_us_per_token"] = s.low;
+        row["max_us_per_token"] = s.high;
       } else {
         row["seq"] = key.second;
         row["median_ms"] = s.median;
-        row["min_ms"] = s.min;
-        row["max_ms"] = s.max;
+        row["min_ms"] = s.low;
+        row["max_ms"] = s.high;
         row["p99_ms"] = s.p99;
         row["median_us_per_token"] = s.median * 1e3 / static_cast<double>(batch * key.second);
       }
       out.push_back(row);
       fmt::print("workload {:<9} O{} seq {:>6}: median {:.3f} {} (min {:.3f}, max {:.3f}), {:.1f} allocs/run, {:.0f}/{:.0f} compiled/interpreted calls/run\n",
                  variant, key.first, key.second < 0 ? std::string("stream") : std::to_string(key.second), s.median,
-                 key.second < 0 ? "us/token" : "ms", s.min, s.max, static_cast<double>(a.allocs) / runs,
+                 key.second < 0 ? "us/token" : "ms", s.low, s.high, static_cast<double>(a.allocs) / runs,
                  static_cast<double>(a.compiled) / runs, static_cast<double>(a.calls - a.compiled) / runs);
     }
     for (Instance& instance : instances) {
@@ -309,7 +295,7 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, jso
                             {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
       }
     }
-    Summary d = summarize(during), s = summarize(steady);
+    LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
     out.push_back({{"variant", variant}, {"level", "O1"}, {"first_call_ms", first}, {"first_after_new_shape_ms", after_new_shape},
                    {"p50_during_compile_ms", d.median}, {"p99_during_compile_ms", d.p99}, {"runs_during_compile", during.size()},
                    {"p50_steady_ms", s.median}});
@@ -386,7 +372,7 @@ double medianMs(int repeats, F&& f) {
     f();
     ms.push_back(msSince(start));
   }
-  return summarize(ms).median;
+  return summarizeLatency(ms).median;
 }
 
 Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
@@ -466,9 +452,9 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
       dnnl_ms.push_back(medianMs(repeats, runOnednn));
       ref_ms.push_back(medianMs(repeats, runReference));
     }
-    const double jit_g = flop / (summarize(jit_ms).median * 1e6);
-    const double ref_g = flop / (summarize(ref_ms).median * 1e6);
-    const double dnnl_g = flop / (summarize(dnnl_ms).median * 1e6);
+    const double jit_g = flop / (summarizeLatency(jit_ms).median * 1e6);
+    const double ref_g = flop / (summarizeLatency(ref_ms).median * 1e6);
+    const double dnnl_g = flop / (summarizeLatency(dnnl_ms).median * 1e6);
     out.push_back({{"m", s.m}, {"k", s.k}, {"n", s.n}, {"jit_gflops", jit_g}, {"reference_gflops", ref_g},
                    {"onednn_gflops", dnnl_g}, {"peak_gflops", peak}, {"jit_level", "O1"}});
     fmt::print("matmul {:>4}x{:>4}x{:>4}: JIT (O1) {:6.1f} GFLOP/s, reference {:6.1f}, oneDNN sgemm {:6.1f} ({:.2f}x oneDNN, {:.0f}% of peak)\n",
@@ -538,13 +524,13 @@ Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& o
     }));
   }
   const double bytes = 16.0 * static_cast<double>(n);  // 3 inputs + 1 output, one pass
-  const double chain = bytes / (summarize(o1_ms).median * 1e6);
-  const double chain0 = bytes / (summarize(o0_ms).median * 1e6);
-  const double roof = bytes / (summarize(axpy_ms).median * 1e6);
-  const double copy = 8.0 * static_cast<double>(n) / (summarize(copy_ms).median * 1e6);
+  const double chain = bytes / (summarizeLatency(o1_ms).median * 1e6);
+  const double chain0 = bytes / (summarizeLatency(o0_ms).median * 1e6);
+  const double roof = bytes / (summarizeLatency(axpy_ms).median * 1e6);
+  const double copy = 8.0 * static_cast<double>(n) / (summarizeLatency(copy_ms).median * 1e6);
   out.push_back({{"n", n}, {"chain", "sigmoid(a*b+c)"}, {"level", "O1"}, {"chain_gbps", chain}, {"chain_o0_gbps", chain0},
-                 {"axpy_gbps", roof}, {"memcpy_gbps", copy}, {"chain_ms", summarize(o1_ms).median},
-                 {"axpy_ms", summarize(axpy_ms).median}});
+                 {"axpy_gbps", roof}, {"memcpy_gbps", copy}, {"chain_ms", summarizeLatency(o1_ms).median},
+                 {"axpy_ms", summarizeLatency(axpy_ms).median}});
   fmt::print("elementwise sigmoid(a*b+c) over {} f32: O1 {:.1f} GB/s effective (O0 {:.1f}), one-pass y=a*b+c roofline {:.1f} GB/s ({:.0f}%), memcpy {:.1f} GB/s\n",
              n, chain, chain0, roof, 100.0 * chain / roof, copy);
   (void)engine.remove(axpy);
@@ -574,7 +560,7 @@ Status overheadSuite(const BenchFlags& flags, json& out) {
       for (int i = 0; i < calls; ++i) (void)vm.run(0, args);
       per_op.push_back(msSince(start) * 1e6 / (static_cast<double>(calls) * ops));
     }
-    const double ns = summarize(per_op).median;
+    const double ns = summarizeLatency(per_op).median;
     out.push_back({{"what", fmt::format("CallOp add 1-elem f32 ({})", profile ? "profiled" : "unprofiled")}, {"ns", ns}});
     fmt::print("per-op overhead, CallOp add on 1-element f32, {}: {:.1f} ns/op\n", profile ? "profiled" : "unprofiled", ns);
   }

@@ -115,19 +115,6 @@ std::string summarize(const Value& v) {
   return fmt::format("{} mean={:.6g} min={:.6g} max={:.6g}", t.describe(), sum / static_cast<double>(t.numel()), low, high);
 }
 
-struct LatencySummary {
-  double median = 0, p99 = 0, low = 0, high = 0;
-};
-LatencySummary summarizeLatency(std::vector<double> samples) {
-  LatencySummary s;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  s.median = samples[samples.size() / 2];
-  s.p99 = samples[std::min(samples.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(samples.size()))) - 1)];
-  s.low = samples.front();
-  s.high = samples.back();
-  return s;
-}
 
 void printProfile(VirtualMachine& vm, int function) {
   const Function& fn = vm.module().functions[static_cast<std::size_t>(function)];
