@@ -9,7 +9,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libzip-dev zlib1g-dev
   libprotobuf-dev protobuf-compiler libonnx-dev
-  llvm-19-dev libdnnl-dev
+  llvm-19-dev libdnnl-dev libopenblas0-pthread
   python3 python3-numpy python3-pytest python3-onnx python3-torch python3-matplotlib
 )
 missing=()
