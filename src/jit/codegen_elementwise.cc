@@ -15,7 +15,7 @@
 //    vectorizable inner loop; the "any" variant stays scalar unless its body is transcendental.
 // Loads and stores carry alias-scope metadata (the output never aliases an input), so the
 // vectorizer needs no runtime overlap checks; loop metadata keeps static trip counts from being
-// fully unrolled (see emitLoop).
+// fully unrolled (see loopHints).
 // float16/bfloat16 compute in float32 and round on store (bfloat16 with integer ops, exactly the
 // reference's floatToBf16, denormals included); an operand whose dtype differs from the promoted
 // one is converted with the reference's cast semantics and rounded to the promoted dtype, exactly
@@ -359,7 +359,7 @@ Status makePlan(const KernelSpec& spec, Plan& p) {
 
 // ---- code generation ----
 
-// How a loop from emitLoop may be transformed by the O3 pipeline.
+// How a loop may be transformed by the O3 pipeline.
 enum class LoopKind {
   Outer,         // not innermost: never unrolled
   Vectorize,     // innermost: vectorized and interleaved as the cost model likes
@@ -367,49 +367,18 @@ enum class LoopKind {
   Scalar,        // innermost with runtime strides and a cheap body: left scalar (no stride versioning)
 };
 
-// for (i = 0; i < end; ++i) body(i), like ir::emitLoop, plus loop metadata that keeps the O3
-// pipeline from fully unrolling loops with static trip counts (seconds of compile time and
-// icache-hostile code otherwise): loops the vectorizer does not touch get
-// llvm.loop.unroll.disable; the loops it produces are marked vectorized and not to be unrolled
+// Loop metadata that keeps the O3 pipeline from fully unrolling loops with static trip counts
+// (seconds of compile time and icache-hostile code otherwise): loops the vectorizer does not touch
+// get llvm.loop.unroll.disable; the loops it produces are marked vectorized and not to be unrolled
 // through llvm.loop.vectorize.followup_all (an unroll.disable on the original loop would also stop
 // the vectorizer from interleaving).
-void emitLoop(ir::Builder& b, llvm::Value* end, const std::function<void(llvm::Value* index)>& body,
-              const std::string& name, LoopKind kind) {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::LLVMContext& context = b.getContext();
-  llvm::BasicBlock* preheader = b.GetInsertBlock();
-  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, name + ".header", function);
-  llvm::BasicBlock* loop = llvm::BasicBlock::Create(context, name + ".body", function);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, name + ".exit", function);
-  b.CreateBr(header);
-  b.SetInsertPoint(header);
-  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, name);
-  index->addIncoming(b.getInt64(0), preheader);
-  b.CreateCondBr(b.CreateICmpSLT(index, end), loop, exit);
-  b.SetInsertPoint(loop);
-  body(index);
-  llvm::Value* next = b.CreateAdd(index, b.getInt64(1), name + ".next", true, true);
-  index->addIncoming(next, b.GetInsertBlock());
-  llvm::BranchInst* back = b.CreateBr(header);
-  auto flag = [&](const char* key) { return llvm::MDNode::get(context, {llvm::MDString::get(context, key)}); };
-  auto number = [&](const char* key, int value) {
-    return llvm::MDNode::get(context, {llvm::MDString::get(context, key),
-                                       llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(b.getInt32Ty(), value))});
-  };
-  std::vector<llvm::Metadata*> attributes = {nullptr};
-  if (kind == LoopKind::Outer || kind == LoopKind::Scalar) attributes.push_back(flag("llvm.loop.unroll.disable"));
-  if (kind == LoopKind::Scalar) attributes.push_back(number("llvm.loop.vectorize.width", 1));
-  if (kind == LoopKind::Scalar || kind == LoopKind::NoInterleave)
-    attributes.push_back(number("llvm.loop.interleave.count", 1));
-  if (kind == LoopKind::Vectorize || kind == LoopKind::NoInterleave) {
-    attributes.push_back(
-        llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.vectorize.followup_all"),
-                                    number("llvm.loop.isvectorized", 1), flag("llvm.loop.unroll.disable")}));
-  }
-  llvm::MDNode* loop_id = llvm::MDNode::getDistinct(context, attributes);
-  loop_id->replaceOperandWith(0, loop_id);
-  back->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
-  b.SetInsertPoint(exit);
+ir::LoopHints loopHints(LoopKind kind) {
+  ir::LoopHints hints;
+  hints.no_unroll = kind == LoopKind::Outer || kind == LoopKind::Scalar;
+  if (kind == LoopKind::Scalar) hints.vectorize_width = 1;
+  if (kind == LoopKind::Scalar || kind == LoopKind::NoInterleave) hints.interleave_count = 1;
+  hints.no_unroll_after_vectorize = kind == LoopKind::Vectorize || kind == LoopKind::NoInterleave;
+  return hints;
 }
 
 enum class Inner { Zero, One, Runtime };  // an input's innermost stride in one loop-nest variant
@@ -700,8 +669,8 @@ class Emitter {
   void emitFlat() {
     llvm::Value* total = ir::constI64(b_, 1);
     for (int d = 0; d < p_.rank; ++d) total = b_.CreateMul(total, out_dim_[d], "numel", true, true);
-    emitLoop(
-        b_, total,
+    ir::emitLoop(
+        b_, ir::constI64(b_, 0), total, 1,
         [&](llvm::Value* i) {
           llvm::Value* values[kMaxInputs];
           for (int k = 0; k < p_.num_inputs; ++k) {
@@ -712,7 +681,7 @@ class Emitter {
           llvm::Value* result = apply(values, raw);
           storeResult(ir::elementPtr(b_, p_.out, out_base_, i), result, raw);
         },
-        "i", LoopKind::Vectorize);
+        "i", loopHints(LoopKind::Vectorize));
   }
 
   void emitNested() {
@@ -795,8 +764,8 @@ class Emitter {
       emitRow(inner, offsets, out_dim_[d]);
       return;
     }
-    emitLoop(
-        b_, out_dim_[d],
+    ir::emitLoop(
+        b_, ir::constI64(b_, 0), out_dim_[d], 1,
         [&](llvm::Value* i) {
           llvm::Value* next[kMaxKernelOperands];
           for (int k = 0; k <= p_.num_inputs; ++k) {
@@ -806,7 +775,7 @@ class Emitter {
           }
           emitAxis(d + 1, inner, next);
         },
-        fmt::format("d{}", d), LoopKind::Outer);
+        fmt::format("d{}", d), loopHints(LoopKind::Outer));
   }
 
   // The innermost loop (or the single element of a 0-d output when `length` is null).
@@ -850,7 +819,7 @@ class Emitter {
     for (int k = 0; k < p_.num_inputs; ++k) {
       if (walks(k) && inner[k] == Inner::Runtime) kind = costly() ? LoopKind::NoInterleave : LoopKind::Scalar;
     }
-    emitLoop(b_, length, body, "j", kind);
+    ir::emitLoop(b_, ir::constI64(b_, 0), length, 1, body, "j", loopHints(kind));
   }
 
   ir::Builder& b_;

@@ -18,6 +18,8 @@
 // Loops carry no-unroll / no-vectorize metadata (vectorized by hand; keeps compiles ~30 ms).
 // Invariant: the first K block initializes C (so K = 0 writes zeros), later blocks add to it.
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
@@ -37,6 +39,9 @@ constexpr std::int64_t kBlockK = 256;  // KC: a KC x NR packed panel is 32 KiB (
 constexpr int kSlotA = 3;              // canonical 4-D views written by prepare()
 constexpr int kSlotB = 4;
 constexpr int kMaxBatchRank = 2;
+// Every loop is left as emitted: vectorized by hand, or a short tail / strided walk where extra
+// copies only cost compile time.
+constexpr ir::LoopHints kAsEmitted = ir::LoopHints::asEmitted();
 
 bool isComputeFloat(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
@@ -119,66 +124,6 @@ Status checkFits(const OperandSpec& spec, const Tensor& x, const char* which) {
 
 // ---- IR ----
 
-llvm::AllocaInst* entryAlloca(Builder& b, llvm::Type* type, std::uint64_t align, const char* name) {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock& entry = function->getEntryBlock();
-  Builder at(&entry, entry.begin());
-  llvm::AllocaInst* alloca = at.CreateAlloca(type, nullptr, name);
-  alloca->setAlignment(llvm::Align(align));
-  return alloca;
-}
-
-// for (i = begin; i < end; i += step) body(i), like ir::emitLoop, but the loop carries metadata
-// that keeps LLVM from unrolling or vectorizing it again: the generators already vectorize by
-// hand, and the rest are short tails or strided walks where extra copies cost compile time.
-void loop(Builder& b, llvm::Value* begin, llvm::Value* end, std::int64_t step,
-          const std::function<void(llvm::Value* index)>& body, const char* name = "i") {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::LLVMContext& context = b.getContext();
-  llvm::BasicBlock* preheader = b.GetInsertBlock();
-  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, std::string(name) + ".header", function);
-  llvm::BasicBlock* body_block = llvm::BasicBlock::Create(context, std::string(name) + ".body", function);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, std::string(name) + ".exit", function);
-  b.CreateBr(header);
-  b.SetInsertPoint(header);
-  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, name);
-  index->addIncoming(begin, preheader);
-  b.CreateCondBr(b.CreateICmpSLT(index, end), body_block, exit);
-  b.SetInsertPoint(body_block);
-  body(index);
-  llvm::Value* next =
-      b.CreateAdd(index, b.getInt64(static_cast<std::uint64_t>(step)), std::string(name) + ".next", true, true);
-  index->addIncoming(next, b.GetInsertBlock());
-  llvm::BranchInst* back = b.CreateBr(header);
-  llvm::Metadata* no_unroll = llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.unroll.disable")});
-  llvm::Metadata* no_vectorize = llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.vectorize.enable"),
-                                                             llvm::ConstantAsMetadata::get(b.getFalse())});
-  llvm::Metadata* no_interleave = llvm::MDNode::get(
-      context,
-      {llvm::MDString::get(context, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b.getInt32(1))});
-  llvm::MDNode* id = llvm::MDNode::getDistinct(context, {nullptr, no_unroll, no_vectorize, no_interleave});
-  id->replaceOperandWith(0, id);
-  back->setMetadata(llvm::LLVMContext::MD_loop, id);
-  b.SetInsertPoint(exit);
-}
-
-void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>& then_body,
-                const std::function<void()>& else_body) {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::LLVMContext& context = b.getContext();
-  auto* then_block = llvm::BasicBlock::Create(context, "then", function);
-  auto* else_block = llvm::BasicBlock::Create(context, "else", function);
-  auto* join = llvm::BasicBlock::Create(context, "join", function);
-  b.CreateCondBr(condition, then_block, else_block);
-  b.SetInsertPoint(then_block);
-  then_body();
-  b.CreateBr(join);
-  b.SetInsertPoint(else_block);
-  else_body();
-  b.CreateBr(join);
-  b.SetInsertPoint(join);
-}
-
 class MatmulEmitter {
  public:
   MatmulEmitter(Builder& b, const KernelSpec& spec, DType out_dtype)
@@ -206,36 +151,17 @@ class MatmulEmitter {
     llvm::Value* a_batch1 = args.stride(kSlotA, 1);
     llvm::Value* b_batch0 = args.stride(kSlotB, 0);
     llvm::Value* b_batch1 = args.stride(kSlotB, 1);
-    // Matrix strides: baked in for contiguous operands.
-    if (a_spec_.rank == 1) {
-      a_row_ = b_.getInt64(0);
-      a_col_ = a_spec_.contiguous ? b_.getInt64(1) : args.stride(kSlotA, 3);
-    } else if (a_spec_.contiguous) {
-      a_row_ = k_;
-      a_col_ = b_.getInt64(1);
-    } else {
-      a_row_ = args.stride(kSlotA, 2);
-      a_col_ = args.stride(kSlotA, 3);
-    }
-    if (b_spec_.rank == 1) {
-      b_row_ = b_spec_.contiguous ? b_.getInt64(1) : args.stride(kSlotB, 2);
-      b_col_ = b_.getInt64(0);
-    } else if (b_spec_.contiguous) {
-      b_row_ = n_;
-      b_col_ = b_.getInt64(1);
-    } else {
-      b_row_ = args.stride(kSlotB, 2);
-      b_col_ = args.stride(kSlotB, 3);
-    }
+    std::tie(a_row_, a_col_) = matrixStrides(args, a_spec_, kSlotA, k_, /*is_left=*/true);
+    std::tie(b_row_, b_col_) = matrixStrides(args, b_spec_, kSlotB, n_, /*is_left=*/false);
     llvm::Type* fvec = vecType();
-    pack_ = entryAlloca(b_, llvm::ArrayType::get(b_.getFloatTy(), static_cast<std::uint64_t>(kBlockK * tile_.cols())),
-                        64, "bpack");
-    edge_ = entryAlloca(
-        b_, llvm::ArrayType::get(b_.getFloatTy(), static_cast<std::uint64_t>(tile_.rows * tile_.cols())), 64, "edge");
+    pack_ = ir::entryAlloca(
+        b_, llvm::ArrayType::get(b_.getFloatTy(), static_cast<std::uint64_t>(kBlockK * tile_.cols())), "bpack", 64);
+    edge_ = ir::entryAlloca(
+        b_, llvm::ArrayType::get(b_.getFloatTy(), static_cast<std::uint64_t>(tile_.rows * tile_.cols())), "edge", 64);
     for (int r = 0; r < tile_.rows; ++r) {
-      for (int v = 0; v < tile_.vectors; ++v) acc_.push_back(entryAlloca(b_, fvec, 64, "acc"));
+      for (int v = 0; v < tile_.vectors; ++v) acc_.push_back(ir::entryAlloca(b_, fvec, "acc", 64));
     }
-    for (int c = 0; c < 4; ++c) dot_sum_.push_back(entryAlloca(b_, b_.getFloatTy(), 4, "dot"));
+    for (int c = 0; c < 4; ++c) dot_sum_.push_back(ir::entryAlloca(b_, b_.getFloatTy(), "dot", 4));
 
     // K = 0 still runs one (empty) K block so C is written with zeros.
     llvm::Value* k_loop_end = b_.CreateSelect(b_.CreateICmpEQ(k_, b_.getInt64(0)), b_.getInt64(1), k_);
@@ -250,7 +176,7 @@ class MatmulEmitter {
     llvm::Value* use_dot =
         b_.CreateAnd(dot_layout, b_.CreateOr(b_.CreateICmpSLT(m_, mr), b_.CreateICmpSLT(n_, i64(kLanes))));
     auto* never_dot = llvm::dyn_cast<llvm::ConstantInt>(use_dot);
-    loop(
+    ir::emitLoop(
         b_, b_.getInt64(0), batches, 1,
         [&](llvm::Value* batch) {
           llvm::Value* i0 = b_.CreateUDiv(batch, batch1);
@@ -259,11 +185,11 @@ class MatmulEmitter {
           llvm::Value* b_base = b_.CreateAdd(b_.CreateMul(i0, b_batch0), b_.CreateMul(i1, b_batch1));
           llvm::Value* c_base = b_.CreateMul(batch, matrix_size);
           auto tiled = [&] {
-            loop(
+            ir::emitLoop(
                 b_, b_.getInt64(0), n_, tile_.cols(),
                 [&](llvm::Value* jt) {
                   llvm::Value* cols = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, nr, b_.CreateSub(n_, jt));
-                  loop(
+                  ir::emitLoop(
                       b_, b_.getInt64(0), k_loop_end, kBlockK,
                       [&](llvm::Value* pc) {
                         llvm::Value* kc =
@@ -273,32 +199,46 @@ class MatmulEmitter {
                                  kc, cols);
                         llvm::Value* a_block = b_.CreateAdd(a_base, b_.CreateMul(pc, a_col_));
                         llvm::Value* c_block = b_.CreateAdd(c_base, jt);
-                        loop(
+                        ir::emitLoop(
                             b_, b_.getInt64(0), m_full, tile_.rows,
-                            [&](llvm::Value* it) { emitTile(it, a_block, c_block, kc, cols, first, nullptr); }, "it");
-                        emitIfElse(
+                            [&](llvm::Value* it) { emitTile(it, a_block, c_block, kc, cols, first, nullptr); }, "it",
+                            kAsEmitted);
+                        ir::emitIfElse(
                             b_, b_.CreateICmpSLT(m_full, m_),
                             [&] { emitTile(m_full, a_block, c_block, kc, cols, first, b_.CreateSub(m_, m_full)); },
                             [] {});
                       },
-                      "pc");
+                      "pc", kAsEmitted);
                 },
-                "jt");
+                "jt", kAsEmitted);
           };
           if (never_dot != nullptr && never_dot->isZero()) {
             tiled();
           } else {
-            emitIfElse(
+            ir::emitIfElse(
                 b_, use_dot, [&] { emitDot(a_base, b_base, c_base); }, tiled);
           }
         },
-        "batch");
+        "batch", kAsEmitted);
     b_.CreateRetVoid();
   }
 
  private:
   llvm::Type* vecType() const { return ir::withLanes(b_.getFloatTy(), kLanes); }
   llvm::Value* i64(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
+
+  // Row and column strides of an operand's matrix: baked in for a contiguous one (rows of
+  // `row_length` elements), else read from its canonical view in `slot`. A 1-D operand is a row
+  // (left) or a column (right) as in viewOf: the other stride is 0.
+  std::pair<llvm::Value*, llvm::Value*> matrixStrides(ir::ArgsView& args, const OperandSpec& spec, int slot,
+                                                      llvm::Value* row_length, bool is_left) {
+    if (spec.rank == 1) {
+      llvm::Value* step = spec.contiguous ? i64(1) : args.stride(slot, is_left ? 3 : 2);
+      return is_left ? std::pair{i64(0), step} : std::pair{step, i64(0)};
+    }
+    if (spec.contiguous) return {row_length, i64(1)};
+    return {args.stride(slot, 2), args.stride(slot, 3)};
+  }
   llvm::Value* packPtr(llvm::Value* index) { return b_.CreateInBoundsGEP(b_.getFloatTy(), pack_, index); }
 
   // C[i, j] = dot(A[i, :], B[:, j]) with A's rows and B's columns contiguous: <16 x float>
@@ -311,7 +251,7 @@ class MatmulEmitter {
     llvm::Value* n_group = b_.CreateAnd(n_, i64(-kColumns));
     const DType a_dtype = a_spec_.dtype;
     const DType b_dtype = b_spec_.dtype;
-    loop(
+    ir::emitLoop(
         b_, i64(0), m_, 1,
         [&](llvm::Value* i) {
           llvm::Value* a_row = b_.CreateAdd(a_base, b_.CreateMul(i, a_row_));
@@ -322,7 +262,7 @@ class MatmulEmitter {
               b_col.push_back(b_.CreateAdd(b_base, b_.CreateMul(b_.CreateAdd(j, i64(c)), b_col_)));
             for (int c = 0; c < count; ++c)
               b_.CreateStore(llvm::Constant::getNullValue(fvec), acc_[static_cast<std::size_t>(c)]);
-            loop(
+            ir::emitLoop(
                 b_, i64(0), k_vec, kLanes,
                 [&](llvm::Value* p) {
                   llvm::Value* a =
@@ -337,14 +277,14 @@ class MatmulEmitter {
                         b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {fvec}, {a, x, b_.CreateLoad(fvec, acc)}), acc);
                   }
                 },
-                "dk");
+                "dk", kAsEmitted);
             for (int c = 0; c < count; ++c) {
               auto* sum = b_.CreateFAddReduce(llvm::ConstantFP::get(b_.getFloatTy(), -0.0),
                                               b_.CreateLoad(fvec, acc_[static_cast<std::size_t>(c)]));
               sum->setHasAllowReassoc(true);
               llvm::AllocaInst* scalar = dot_sum_[static_cast<std::size_t>(c)];
               b_.CreateStore(sum, scalar);
-              loop(
+              ir::emitLoop(
                   b_, k_vec, k_, 1,
                   [&](llvm::Value* p) {
                     llvm::Value* a =
@@ -356,17 +296,17 @@ class MatmulEmitter {
                                                       {a, x, b_.CreateLoad(b_.getFloatTy(), scalar)}),
                                    scalar);
                   },
-                  "dt");
+                  "dt", kAsEmitted);
               ir::storeCompute(b_, out_dtype_, b_.CreateLoad(b_.getFloatTy(), scalar),
                                cPtr(b_.CreateAdd(c_row, b_.CreateAdd(j, i64(c)))));
             }
           };
-          loop(
-              b_, i64(0), n_group, kColumns, [&](llvm::Value* j) { columns(j, kColumns); }, "dj");
-          loop(
-              b_, n_group, n_, 1, [&](llvm::Value* j) { columns(j, 1); }, "dj1");
+          ir::emitLoop(
+              b_, i64(0), n_group, kColumns, [&](llvm::Value* j) { columns(j, kColumns); }, "dj", kAsEmitted);
+          ir::emitLoop(
+              b_, n_group, n_, 1, [&](llvm::Value* j) { columns(j, 1); }, "dj1", kAsEmitted);
         },
-        "di");
+        "di", kAsEmitted);
   }
 
   // pack[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR.
@@ -374,11 +314,11 @@ class MatmulEmitter {
     const std::int64_t nr = tile_.cols();
     const DType dtype = b_spec_.dtype;
     llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(nr)), b_.CreateICmpEQ(b_col_, i64(1)));
-    emitIfElse(
+    ir::emitIfElse(
         b_, full_rows,
         [&] {
           // Row-major panel: NR/16 vector loads per k.
-          loop(
+          ir::emitLoop(
               b_, i64(0), kc, 1,
               [&](llvm::Value* p) {
                 llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(p, b_row_));
@@ -390,36 +330,36 @@ class MatmulEmitter {
                   store->setAlignment(llvm::Align(64));
                 }
               },
-              "pk");
+              "pk", kAsEmitted);
         },
         [&] {
           // Any layout: column by column (a transposed B reads each column contiguously).
-          loop(
+          ir::emitLoop(
               b_, i64(0), cols, 1,
               [&](llvm::Value* j) {
                 llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(j, b_col_));
-                loop(
+                ir::emitLoop(
                     b_, i64(0), kc, 1,
                     [&](llvm::Value* p) {
                       llvm::Value* x = ir::loadCompute(
                           b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(column, b_.CreateMul(p, b_row_))));
                       b_.CreateStore(x, packPtr(b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
                     },
-                    "pp");
+                    "pp", kAsEmitted);
               },
-              "pj");
-          loop(
+              "pj", kAsEmitted);
+          ir::emitLoop(
               b_, cols, i64(nr), 1,
               [&](llvm::Value* j) {
-                loop(
+                ir::emitLoop(
                     b_, i64(0), kc, 1,
                     [&](llvm::Value* p) {
                       b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
                                      packPtr(b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
                     },
-                    "pz");
+                    "pz", kAsEmitted);
               },
-              "pzj");
+              "pzj", kAsEmitted);
         });
   }
 
@@ -448,7 +388,7 @@ class MatmulEmitter {
     // Stores of row r: unconditional, or only when the row is in the matrix.
     auto guarded = [&](int r, const std::function<void()>& body) {
       if (llvm::Value* ok = valid(r)) {
-        emitIfElse(b_, ok, body, [] {});
+        ir::emitIfElse(b_, ok, body, [] {});
       } else {
         body();
       }
@@ -458,7 +398,7 @@ class MatmulEmitter {
       return b_.CreateInBoundsGEP(b_.getFloatTy(), edge_, b_.CreateAdd(i64(r * nr), j));
     };
     // Accumulators: zero on the first K block, else C.
-    emitIfElse(
+    ir::emitIfElse(
         b_, first,
         [&] {
           for (int r = 0; r < rows; ++r) {
@@ -466,7 +406,7 @@ class MatmulEmitter {
           }
         },
         [&] {
-          emitIfElse(
+          ir::emitIfElse(
               b_, full,
               [&] {
                 for (int r = 0; r < rows; ++r) {
@@ -480,14 +420,14 @@ class MatmulEmitter {
               },
               [&] {
                 for (int r = 0; r < rows; ++r) {
-                  loop(
+                  ir::emitLoop(
                       b_, i64(0), cols, 1,
                       [&](llvm::Value* j) {
                         b_.CreateStore(
                             ir::loadCompute(b_, out_dtype_, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], j))),
                             edgePtr(r, j));
                       },
-                      "el");
+                      "el", kAsEmitted);
                   for (int v = 0; v < vectors; ++v) {
                     llvm::LoadInst* x = b_.CreateLoad(fvec, edgePtr(r, i64(v * kLanes)));
                     x->setAlignment(llvm::Align(64));
@@ -498,7 +438,7 @@ class MatmulEmitter {
         });
     // The K loop.
     const DType a_dtype = a_spec_.dtype;
-    loop(
+    ir::emitLoop(
         b_, i64(0), kc, 1,
         [&](llvm::Value* p) {
           std::vector<llvm::Value*> bv;
@@ -520,9 +460,9 @@ class MatmulEmitter {
             }
           }
         },
-        "k");
+        "k", kAsEmitted);
     // Store.
-    emitIfElse(
+    ir::emitIfElse(
         b_, full,
         [&] {
           for (int r = 0; r < rows; ++r) {
@@ -543,13 +483,13 @@ class MatmulEmitter {
               store->setAlignment(llvm::Align(64));
             }
             guarded(r, [&] {
-              loop(
+              ir::emitLoop(
                   b_, i64(0), cols, 1,
                   [&](llvm::Value* j) {
                     llvm::Value* x = b_.CreateLoad(b_.getFloatTy(), edgePtr(r, j));
                     ir::storeCompute(b_, out_dtype_, x, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], j)));
                   },
-                  "es");
+                  "es", kAsEmitted);
             });
           }
         });

@@ -22,6 +22,7 @@
 // Invariant: every generated kernel writes each output element exactly once.
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
@@ -38,29 +39,20 @@ using ir::Builder;
 
 enum class Kind { Sum, Mean, Max, Min, Softmax, LogSoftmax };
 
+// The ops the family compiles.
+constexpr std::pair<OpId, Kind> kKinds[] = {
+    {OpId::Sum, Kind::Sum}, {OpId::Mean, Kind::Mean},       {OpId::Max, Kind::Max},
+    {OpId::Min, Kind::Min}, {OpId::Softmax, Kind::Softmax}, {OpId::LogSoftmax, Kind::LogSoftmax},
+};
+
 bool kindFor(OpId op, Kind& kind) {
-  switch (op) {
-    case OpId::Sum:
-      kind = Kind::Sum;
+  for (const auto& [id, k] : kKinds) {
+    if (id == op) {
+      kind = k;
       return true;
-    case OpId::Mean:
-      kind = Kind::Mean;
-      return true;
-    case OpId::Max:
-      kind = Kind::Max;
-      return true;
-    case OpId::Min:
-      kind = Kind::Min;
-      return true;
-    case OpId::Softmax:
-      kind = Kind::Softmax;
-      return true;
-    case OpId::LogSoftmax:
-      kind = Kind::LogSoftmax;
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
 
 bool isReduction(Kind kind) {
@@ -72,6 +64,9 @@ bool isSum(Kind kind) {
 
 constexpr unsigned kLanes = 16;  // one zmm of float32
 constexpr int kUnroll = 4;       // vector accumulators in the row loop / vectors per column block
+// Every loop is left as emitted: vectorized by hand, or a short tail / strided walk where extra
+// copies only cost compile time.
+constexpr ir::LoopHints kAsEmitted = ir::LoopHints::asEmitted();
 
 // The axes an op works along, normalized against the input's rank.
 struct AxisPlan {
@@ -110,14 +105,6 @@ bool isComputeFloat(DType dtype) {
 
 // ---- IR helpers ----
 
-// An alloca in the entry block (so SROA turns it into SSA values).
-llvm::AllocaInst* entryAlloca(Builder& b, llvm::Type* type, const char* name) {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock& entry = function->getEntryBlock();
-  Builder at(&entry, entry.begin());
-  return at.CreateAlloca(type, nullptr, name);
-}
-
 llvm::Value* withReassoc(llvm::Value* value) {
   if (auto* inst = llvm::dyn_cast<llvm::Instruction>(value)) inst->setHasAllowReassoc(true);
   return value;
@@ -140,40 +127,6 @@ llvm::Value* fence(Builder& b, llvm::Value* value) {
   return b.CreateUnaryIntrinsic(llvm::Intrinsic::arithmetic_fence, value);
 }
 
-// for (i = begin; i < end; i += step) body(i), like ir::emitLoop, but the loop carries metadata
-// that keeps LLVM from unrolling or vectorizing it again: the generators already vectorize by
-// hand, and the rest are short tails or strided walks where extra copies cost compile time.
-void loop(Builder& b, llvm::Value* begin, llvm::Value* end, std::int64_t step,
-          const std::function<void(llvm::Value* index)>& body, const char* name = "i") {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::LLVMContext& context = b.getContext();
-  llvm::BasicBlock* preheader = b.GetInsertBlock();
-  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, std::string(name) + ".header", function);
-  llvm::BasicBlock* body_block = llvm::BasicBlock::Create(context, std::string(name) + ".body", function);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, std::string(name) + ".exit", function);
-  b.CreateBr(header);
-  b.SetInsertPoint(header);
-  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, name);
-  index->addIncoming(begin, preheader);
-  b.CreateCondBr(b.CreateICmpSLT(index, end), body_block, exit);
-  b.SetInsertPoint(body_block);
-  body(index);
-  llvm::Value* next =
-      b.CreateAdd(index, b.getInt64(static_cast<std::uint64_t>(step)), std::string(name) + ".next", true, true);
-  index->addIncoming(next, b.GetInsertBlock());
-  llvm::BranchInst* back = b.CreateBr(header);
-  llvm::Metadata* no_unroll = llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.unroll.disable")});
-  llvm::Metadata* no_vectorize = llvm::MDNode::get(context, {llvm::MDString::get(context, "llvm.loop.vectorize.enable"),
-                                                             llvm::ConstantAsMetadata::get(b.getFalse())});
-  llvm::Metadata* no_interleave = llvm::MDNode::get(
-      context,
-      {llvm::MDString::get(context, "llvm.loop.interleave.count"), llvm::ConstantAsMetadata::get(b.getInt32(1))});
-  llvm::MDNode* id = llvm::MDNode::getDistinct(context, {nullptr, no_unroll, no_vectorize, no_interleave});
-  id->replaceOperandWith(0, id);
-  back->setMetadata(llvm::LLVMContext::MD_loop, id);
-  b.SetInsertPoint(exit);
-}
-
 // One loop of a nest: its extent and how far one step moves the input and the output.
 struct LoopAxis {
   llvm::Value* extent;
@@ -190,7 +143,7 @@ void emitNest(Builder& b, const std::vector<LoopAxis>& axes, std::size_t level, 
     return;
   }
   const LoopAxis& axis = axes[level];
-  loop(
+  ir::emitLoop(
       b, b.getInt64(0), axis.extent, 1,
       [&](llvm::Value* index) {
         llvm::Value* in_next = b.CreateAdd(in_offset, b.CreateMul(index, axis.in_stride));
@@ -198,25 +151,7 @@ void emitNest(Builder& b, const std::vector<LoopAxis>& axes, std::size_t level, 
             axis.out_stride ? b.CreateAdd(out_offset, b.CreateMul(index, axis.out_stride)) : out_offset;
         emitNest(b, axes, level + 1, in_next, out_next, body);
       },
-      "ax");
-}
-
-// Emits `then_body` when `condition` holds, else `else_body`; continues after both.
-void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>& then_body,
-                const std::function<void()>& else_body) {
-  llvm::Function* function = b.GetInsertBlock()->getParent();
-  llvm::LLVMContext& context = b.getContext();
-  auto* then_block = llvm::BasicBlock::Create(context, "then", function);
-  auto* else_block = llvm::BasicBlock::Create(context, "else", function);
-  auto* join = llvm::BasicBlock::Create(context, "join", function);
-  b.CreateCondBr(condition, then_block, else_block);
-  b.SetInsertPoint(then_block);
-  then_body();
-  b.CreateBr(join);
-  b.SetInsertPoint(else_block);
-  else_body();
-  b.CreateBr(join);
-  b.SetInsertPoint(join);
+      "ax", kAsEmitted);
 }
 
 // ---- the generator ----
@@ -296,30 +231,27 @@ class ReduceEmitter {
     for (std::size_t i = 0; i <= last; ++i) {
       if (reduced[i]) count = b_.CreateMul(count, extents[i]);
     }
+    // Axes [0, end): the kept ones (outer loops) and the reduced ones (walked per output element).
+    std::vector<LoopAxis> kept, inner;
+    auto split = [&](std::size_t end) {
+      for (std::size_t i = 0; i < end; ++i) {
+        if (reduced[i]) {
+          inner.push_back({extents[i], in_strides[i], nullptr});
+        } else {
+          kept.push_back({extents[i], in_strides[i], out_strides[i]});
+        }
+      }
+    };
     if (reduced[last]) {
       // The run: the trailing reduced axes, fused.
       std::size_t run_begin = last;
       while (run_begin > 0 && reduced[run_begin - 1]) --run_begin;
       llvm::Value* run_length = i64(1);
       for (std::size_t i = run_begin; i <= last; ++i) run_length = b_.CreateMul(run_length, extents[i]);
-      std::vector<LoopAxis> kept, inner;
-      for (std::size_t i = 0; i < run_begin; ++i) {
-        if (reduced[i]) {
-          inner.push_back({extents[i], in_strides[i], nullptr});
-        } else {
-          kept.push_back({extents[i], in_strides[i], out_strides[i]});
-        }
-      }
+      split(run_begin);
       emitRows(kept, inner, {run_length, i64(1), nullptr}, count);
     } else {
-      std::vector<LoopAxis> kept, inner;
-      for (std::size_t i = 0; i < last; ++i) {
-        if (reduced[i]) {
-          inner.push_back({extents[i], in_strides[i], nullptr});
-        } else {
-          kept.push_back({extents[i], in_strides[i], out_strides[i]});
-        }
-      }
+      split(last);
       emitColumns(kept, inner, {extents[last], i64(1), i64(1)}, count, /*gathered=*/false);
     }
   }
@@ -343,57 +275,57 @@ class ReduceEmitter {
     std::vector<LoopAxis> inner = slotAxes(args, kInnerSlot, -1, num_reduced);
     llvm::Value* count = i64(1);
     for (const LoopAxis& axis : inner) count = b_.CreateMul(count, axis.extent);
-    auto rows = [&] {
-      std::vector<LoopAxis> walk(inner.begin(), inner.end() - 1);
-      emitRows(outer, walk, inner.back(), count);
-    };
-    if (outer.empty()) {
-      rows();
-      return;
-    }
-    emitIfElse(
-        b_, b_.CreateICmpNE(args.scalar(kStyleScalar), i64(0)),
+    emitByStyle(
+        args, outer,
         [&] {
-          std::vector<LoopAxis> kept(outer.begin(), outer.end() - 1);
-          const LoopAxis& lane = outer.back();
-          emitIfElse(
-              b_, b_.CreateAnd(isOne(lane.in_stride), isOne(lane.out_stride)),
-              [&] {
-                emitColumns(kept, inner, {lane.extent, i64(1), i64(1)}, count, false);
-              },
-              [&] { emitColumns(kept, inner, lane, count, true); });
+          std::vector<LoopAxis> walk(inner.begin(), inner.end() - 1);
+          emitRows(outer, walk, inner.back(), count);
         },
-        rows);
+        [&](const std::vector<LoopAxis>& kept, const LoopAxis& lane, bool gathered) {
+          emitColumns(kept, inner, lane, count, gathered);
+        });
   }
 
   void emitStridedSoftmax(ir::ArgsView& args) {
     std::vector<LoopAxis> outer = slotAxes(args, kOuterSlot, kOuterOutSlot, plan_.rank - 1);
     const LoopAxis along{args.dim(kInnerSlot, 0), args.stride(kInnerSlot, 0), args.stride(kInnerOutSlot, 0)};
-    auto rows = [&] {
-      emitIfElse(
-          b_, b_.CreateAnd(isOne(along.in_stride), isOne(along.out_stride)),
-          [&] {
-            emitSoftmaxRows(outer, {along.extent, i64(1), i64(1)}, false);
-          },
-          [&] { emitSoftmaxRows(outer, along, true); });
-    };
+    emitByStyle(
+        args, outer,
+        [&] {
+          emitByStride(along, [&](const LoopAxis& axis, bool gathered) { emitSoftmaxRows(outer, axis, gathered); });
+        },
+        [&](const std::vector<LoopAxis>& others, const LoopAxis& lane, bool gathered) {
+          emitSoftmaxColumns(others, lane, along, gathered);
+        });
+  }
+
+  // A strided kernel's style, picked by prepare() (scalars[kStyleScalar]): `columns(others, lane,
+  // gathered)` with the lanes along the last outer loop, else `rows()` (also when there is no
+  // outer loop). The lane axis goes through emitByStride.
+  void emitByStyle(ir::ArgsView& args, const std::vector<LoopAxis>& outer, const std::function<void()>& rows,
+                   const std::function<void(const std::vector<LoopAxis>&, const LoopAxis&, bool)>& columns) {
     if (outer.empty()) {
       rows();
       return;
     }
-    emitIfElse(
+    ir::emitIfElse(
         b_, b_.CreateICmpNE(args.scalar(kStyleScalar), i64(0)),
         [&] {
           std::vector<LoopAxis> others(outer.begin(), outer.end() - 1);
-          const LoopAxis& lane = outer.back();
-          emitIfElse(
-              b_, b_.CreateAnd(isOne(lane.in_stride), isOne(lane.out_stride)),
-              [&] {
-                emitSoftmaxColumns(others, {lane.extent, i64(1), i64(1)}, along, false);
-              },
-              [&] { emitSoftmaxColumns(others, lane, along, true); });
+          emitByStride(outer.back(), [&](const LoopAxis& lane, bool gathered) { columns(others, lane, gathered); });
         },
         rows);
+  }
+
+  // `body(axis, gathered)`: the unit-stride vector variant when both of `axis`' strides are 1 at
+  // run time, else the gathered one with its actual strides.
+  void emitByStride(const LoopAxis& axis, const std::function<void(const LoopAxis&, bool gathered)>& body) {
+    ir::emitIfElse(
+        b_, b_.CreateAnd(isOne(axis.in_stride), isOne(axis.out_stride)),
+        [&] {
+          body({axis.extent, i64(1), i64(1)}, false);
+        },
+        [&] { body(axis, true); });
   }
 
   // ---- element access ----
@@ -494,8 +426,8 @@ class ReduceEmitter {
   void emitRows(const std::vector<LoopAxis>& kept, const std::vector<LoopAxis>& inner, const LoopAxis& run,
                 llvm::Value* count) {
     vector_acc_.clear();
-    for (int u = 0; u < kUnroll; ++u) vector_acc_.push_back(entryAlloca(b_, accType(kLanes), "vacc"));
-    scalar_acc_ = entryAlloca(b_, accScalar(), "sacc");
+    for (int u = 0; u < kUnroll; ++u) vector_acc_.push_back(ir::entryAlloca(b_, accType(kLanes), "vacc"));
+    scalar_acc_ = ir::entryAlloca(b_, accScalar(), "sacc");
     auto* unit = llvm::dyn_cast<llvm::ConstantInt>(run.in_stride);
     emitNest(b_, kept, 0, i64(0), i64(0), [&](llvm::Value* in_offset, llvm::Value* out_offset) {
       for (llvm::AllocaInst* acc : vector_acc_) b_.CreateStore(identity(kLanes), acc);
@@ -504,7 +436,7 @@ class ReduceEmitter {
         if (unit != nullptr && unit->isOne()) {
           emitUnitRun(run_offset, run.extent);
         } else {
-          emitIfElse(
+          ir::emitIfElse(
               b_, isOne(run.in_stride), [&] { emitUnitRun(run_offset, run.extent); },
               [&] { emitStridedRun(run_offset, run.extent, run.in_stride); });
         }
@@ -522,7 +454,7 @@ class ReduceEmitter {
     constexpr std::int64_t kBlock = kUnroll * kLanes;
     llvm::Value* end_block = b_.CreateAnd(length, i64(-kBlock));
     llvm::Value* end_vector = b_.CreateAnd(length, i64(-static_cast<std::int64_t>(kLanes)));
-    loop(
+    ir::emitLoop(
         b_, i64(0), end_block, kBlock,
         [&](llvm::Value* j) {
           for (int u = 0; u < kUnroll; ++u) {
@@ -531,41 +463,41 @@ class ReduceEmitter {
             b_.CreateStore(combine(b_.CreateLoad(accType(kLanes), acc), loadAcc(offset, kLanes)), acc);
           }
         },
-        "j64");
-    loop(
+        "j64", kAsEmitted);
+    ir::emitLoop(
         b_, end_block, end_vector, kLanes,
         [&](llvm::Value* j) {
           llvm::AllocaInst* acc = vector_acc_[0];
           b_.CreateStore(combine(b_.CreateLoad(accType(kLanes), acc), loadAcc(b_.CreateAdd(base, j), kLanes)), acc);
         },
-        "j16");
-    loop(
+        "j16", kAsEmitted);
+    ir::emitLoop(
         b_, end_vector, length, 1,
         [&](llvm::Value* j) {
           b_.CreateStore(combine(b_.CreateLoad(accScalar(), scalar_acc_), loadAcc(b_.CreateAdd(base, j), 1)),
                          scalar_acc_);
         },
-        "j1");
+        "j1", kAsEmitted);
   }
 
   // The same for a run of any stride: gathered 16-lane steps and a scalar tail.
   void emitStridedRun(llvm::Value* base, llvm::Value* length, llvm::Value* stride) {
     llvm::Value* end_vector = b_.CreateAnd(length, i64(-static_cast<std::int64_t>(kLanes)));
-    loop(
+    ir::emitLoop(
         b_, i64(0), end_vector, kLanes,
         [&](llvm::Value* j) {
           llvm::AllocaInst* acc = vector_acc_[0];
           llvm::Value* offset = b_.CreateAdd(base, b_.CreateMul(j, stride));
           b_.CreateStore(combine(b_.CreateLoad(accType(kLanes), acc), loadAcc(offset, kLanes, stride)), acc);
         },
-        "js16");
-    loop(
+        "js16", kAsEmitted);
+    ir::emitLoop(
         b_, end_vector, length, 1,
         [&](llvm::Value* j) {
           llvm::Value* offset = b_.CreateAdd(base, b_.CreateMul(j, stride));
           b_.CreateStore(combine(b_.CreateLoad(accScalar(), scalar_acc_), loadAcc(offset, 1)), scalar_acc_);
         },
-        "js1");
+        "js1", kAsEmitted);
   }
 
   // Blocks of adjacent lanes along `lane`: body(j, vectors, lanes) for 4 x 16, 16 and 1 lanes
@@ -577,13 +509,13 @@ class ReduceEmitter {
     if (!gathered) {
       constexpr std::int64_t kBlock = kUnroll * kLanes;
       begin_vector = b_.CreateAnd(extent, i64(-kBlock));
-      loop(
-          b_, i64(0), begin_vector, kBlock, [&](llvm::Value* j) { body(j, kUnroll, kLanes); }, "c64");
+      ir::emitLoop(
+          b_, i64(0), begin_vector, kBlock, [&](llvm::Value* j) { body(j, kUnroll, kLanes); }, "c64", kAsEmitted);
     }
-    loop(
-        b_, begin_vector, end_vector, kLanes, [&](llvm::Value* j) { body(j, 1, kLanes); }, "c16");
-    loop(
-        b_, end_vector, extent, 1, [&](llvm::Value* j) { body(j, 1, 1); }, "c1");
+    ir::emitLoop(
+        b_, begin_vector, end_vector, kLanes, [&](llvm::Value* j) { body(j, 1, kLanes); }, "c16", kAsEmitted);
+    ir::emitLoop(
+        b_, end_vector, extent, 1, [&](llvm::Value* j) { body(j, 1, 1); }, "c1", kAsEmitted);
   }
 
   // Output elements along `lane` reduced together, lane-parallel: for each position of `kept`,
@@ -591,8 +523,8 @@ class ReduceEmitter {
   void emitColumns(const std::vector<LoopAxis>& kept, const std::vector<LoopAxis>& inner, const LoopAxis& lane,
                    llvm::Value* count, bool gathered) {
     std::vector<llvm::AllocaInst*> vector_acc, scalar_acc;
-    for (int u = 0; u < kUnroll; ++u) vector_acc.push_back(entryAlloca(b_, accType(kLanes), "cacc"));
-    scalar_acc.push_back(entryAlloca(b_, accScalar(), "csacc"));
+    for (int u = 0; u < kUnroll; ++u) vector_acc.push_back(ir::entryAlloca(b_, accType(kLanes), "cacc"));
+    scalar_acc.push_back(ir::entryAlloca(b_, accScalar(), "csacc"));
     llvm::Value* in_gather = gathered ? lane.in_stride : nullptr;
     llvm::Value* out_scatter = gathered ? lane.out_stride : nullptr;
     emitNest(b_, kept, 0, i64(0), i64(0), [&](llvm::Value* in_offset, llvm::Value* out_offset) {
@@ -653,10 +585,10 @@ class ReduceEmitter {
   void emitSoftmaxRows(const std::vector<LoopAxis>& outer, const LoopAxis& along, bool gathered) {
     llvm::Type* fvec = ir::withLanes(b_.getFloatTy(), kLanes);
     llvm::Type* dvec = ir::withLanes(b_.getDoubleTy(), kLanes);
-    llvm::AllocaInst* vmax[2] = {entryAlloca(b_, fvec, "vmax0"), entryAlloca(b_, fvec, "vmax1")};
-    llvm::AllocaInst* smax = entryAlloca(b_, b_.getFloatTy(), "smax");
-    llvm::AllocaInst* vsum[2] = {entryAlloca(b_, dvec, "vsum0"), entryAlloca(b_, dvec, "vsum1")};
-    llvm::AllocaInst* ssum = entryAlloca(b_, b_.getDoubleTy(), "ssum");
+    llvm::AllocaInst* vmax[2] = {ir::entryAlloca(b_, fvec, "vmax0"), ir::entryAlloca(b_, fvec, "vmax1")};
+    llvm::AllocaInst* smax = ir::entryAlloca(b_, b_.getFloatTy(), "smax");
+    llvm::AllocaInst* vsum[2] = {ir::entryAlloca(b_, dvec, "vsum0"), ir::entryAlloca(b_, dvec, "vsum1")};
+    llvm::AllocaInst* ssum = ir::entryAlloca(b_, b_.getDoubleTy(), "ssum");
     llvm::Constant* neg_inf = llvm::ConstantFP::getInfinity(b_.getFloatTy(), true);
     llvm::Constant* zero = llvm::ConstantFP::get(b_.getDoubleTy(), 0.0);
     llvm::Value* n = along.extent;
@@ -674,7 +606,7 @@ class ReduceEmitter {
       b_.CreateStore(fence(b_, splat(b_, kLanes, neg_inf)), vmax[1]);
       b_.CreateStore(fence(b_, neg_inf), smax);
       if (!gathered) {
-        loop(
+        ir::emitLoop(
             b_, i64(0), end_2v, 2 * kLanes,
             [&](llvm::Value* j) {
               for (int u = 0; u < 2; ++u) {
@@ -682,16 +614,16 @@ class ReduceEmitter {
                 b_.CreateStore(maximum(b_.CreateLoad(fvec, vmax[u]), load(jj, kLanes)), vmax[u]);
               }
             },
-            "m32");
+            "m32", kAsEmitted);
       }
-      loop(
+      ir::emitLoop(
           b_, end_2v, end_v, kLanes,
           [&](llvm::Value* j) { b_.CreateStore(maximum(b_.CreateLoad(fvec, vmax[0]), load(j, kLanes)), vmax[0]); },
-          "m16");
-      loop(
+          "m16", kAsEmitted);
+      ir::emitLoop(
           b_, end_v, n, 1,
           [&](llvm::Value* j) { b_.CreateStore(maximum(b_.CreateLoad(b_.getFloatTy(), smax), load(j, 1)), smax); },
-          "m1");
+          "m1", kAsEmitted);
       llvm::Value* max =
           maximum(b_.CreateFPMaximumReduce(maximum(b_.CreateLoad(fvec, vmax[0]), b_.CreateLoad(fvec, vmax[1]))),
                   b_.CreateLoad(b_.getFloatTy(), smax));
@@ -707,10 +639,10 @@ class ReduceEmitter {
       };
       // One <16 x float> exp per step: iterations are independent but for the sum, so they
       // overlap anyway (unrolling by 2 measured no faster, and doubles the exp code).
-      loop(
-          b_, i64(0), end_v, kLanes, [&](llvm::Value* j) { exp_step(j, kLanes, vsum[0]); }, "e16");
-      loop(
-          b_, end_v, n, 1, [&](llvm::Value* j) { exp_step(j, 1, ssum); }, "e1");
+      ir::emitLoop(
+          b_, i64(0), end_v, kLanes, [&](llvm::Value* j) { exp_step(j, kLanes, vsum[0]); }, "e16", kAsEmitted);
+      ir::emitLoop(
+          b_, end_v, n, 1, [&](llvm::Value* j) { exp_step(j, 1, ssum); }, "e1", kAsEmitted);
       llvm::Value* sum =
           sumAdd(withReassoc(b_.CreateFAddReduce(llvm::ConstantFP::get(b_.getDoubleTy(), -0.0),
                                                  sumAdd(b_.CreateLoad(dvec, vsum[0]), b_.CreateLoad(dvec, vsum[1])))),
@@ -718,18 +650,18 @@ class ReduceEmitter {
       // Pass 3: scale or shift.
       llvm::Value* factor = factorOf(max, sum);
       llvm::Value* factor_v = splat(b_, kLanes, factor);
-      loop(
+      ir::emitLoop(
           b_, i64(0), end_v, kLanes,
           [&](llvm::Value* j) {
             storeLanes(finalValue(load(j, kLanes), out_at(j), keeps, max_v, factor_v), out_at(j), out_scatter);
           },
-          "s16");
-      loop(
+          "s16", kAsEmitted);
+      ir::emitLoop(
           b_, end_v, n, 1,
           [&](llvm::Value* j) {
             storeLanes(finalValue(load(j, 1), out_at(j), keeps, max, factor), out_at(j), nullptr);
           },
-          "s1");
+          "s1", kAsEmitted);
     });
   }
 
@@ -745,8 +677,8 @@ class ReduceEmitter {
     std::vector<llvm::AllocaInst*> max_acc, sum_acc;
     for (int u = 0; u <= kUnroll; ++u) {
       const unsigned lanes = u == kUnroll ? 1 : kLanes;
-      max_acc.push_back(entryAlloca(b_, ir::withLanes(b_.getFloatTy(), lanes), "cmax"));
-      sum_acc.push_back(entryAlloca(b_, ir::withLanes(b_.getDoubleTy(), lanes), "csum"));
+      max_acc.push_back(ir::entryAlloca(b_, ir::withLanes(b_.getFloatTy(), lanes), "cmax"));
+      sum_acc.push_back(ir::entryAlloca(b_, ir::withLanes(b_.getDoubleTy(), lanes), "csum"));
     }
     emitNest(b_, outer, 0, i64(0), i64(0), [&](llvm::Value* in_offset, llvm::Value* out_offset) {
       emitLaneBlocks(lane.extent, gathered, [&](llvm::Value* j, int vectors, unsigned lanes) {
@@ -775,7 +707,7 @@ class ReduceEmitter {
           b_.CreateStore(splat(b_, lanes, llvm::ConstantFP::get(b_.getDoubleTy(), 0.0)),
                          sum_slot[static_cast<std::size_t>(u)]);
         }
-        loop(
+        ir::emitLoop(
             b_, i64(0), along.extent, 1,
             [&](llvm::Value* t) {
               for (int u = 0; u < vectors; ++u) {
@@ -783,10 +715,10 @@ class ReduceEmitter {
                 b_.CreateStore(maximum(b_.CreateLoad(ftype, slot), load(u, t)), slot);
               }
             },
-            "cm");
+            "cm", kAsEmitted);
         std::vector<llvm::Value*> max;
         for (int u = 0; u < vectors; ++u) max.push_back(b_.CreateLoad(ftype, max_slot[static_cast<std::size_t>(u)]));
-        loop(
+        ir::emitLoop(
             b_, i64(0), along.extent, 1,
             [&](llvm::Value* t) {
               for (int u = 0; u < vectors; ++u) {
@@ -796,13 +728,13 @@ class ReduceEmitter {
                 b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(dtype, slot), toDouble(e)), slot);
               }
             },
-            "ce");
+            "ce", kAsEmitted);
         std::vector<llvm::Value*> factor;
         for (int u = 0; u < vectors; ++u) {
           factor.push_back(
               factorOf(max[static_cast<std::size_t>(u)], b_.CreateLoad(dtype, sum_slot[static_cast<std::size_t>(u)])));
         }
-        loop(
+        ir::emitLoop(
             b_, i64(0), along.extent, 1,
             [&](llvm::Value* t) {
               for (int u = 0; u < vectors; ++u) {
@@ -810,7 +742,7 @@ class ReduceEmitter {
                 storeLanes(finalValue(load(u, t), out_at(u, t), keeps, max[i], factor[i]), out_at(u, t), out_scatter);
               }
             },
-            "cs");
+            "cs", kAsEmitted);
       });
     });
   }

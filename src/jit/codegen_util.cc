@@ -3,6 +3,7 @@
 #include "jit/codegen_util.h"
 
 #include <cstddef>
+#include <vector>
 
 #include <llvm/IR/Intrinsics.h>
 
@@ -165,25 +166,82 @@ llvm::Value* convert(Builder& b, llvm::Value* value, DType from, DType to) {
   return b.CreateSExtOrTrunc(value, target);
 }
 
+llvm::AllocaInst* entryAlloca(Builder& b, llvm::Type* type, const char* name, std::uint64_t align) {
+  llvm::BasicBlock& entry = b.GetInsertBlock()->getParent()->getEntryBlock();
+  Builder at(&entry, entry.begin());
+  llvm::AllocaInst* alloca = at.CreateAlloca(type, nullptr, name);
+  if (align != 0) alloca->setAlignment(llvm::Align(align));
+  return alloca;
+}
+
+namespace {
+// The distinct, self-referencing loop ID for `hints` (attributes in a fixed order).
+llvm::MDNode* loopID(Builder& b, const LoopHints& hints) {
+  llvm::LLVMContext& context = b.getContext();
+  auto flag = [&](const char* key) { return llvm::MDNode::get(context, {llvm::MDString::get(context, key)}); };
+  auto setting = [&](const char* key, llvm::Constant* value) {
+    return llvm::MDNode::get(context, {llvm::MDString::get(context, key), llvm::ConstantAsMetadata::get(value)});
+  };
+  std::vector<llvm::Metadata*> attributes = {nullptr};
+  if (hints.no_unroll) attributes.push_back(flag("llvm.loop.unroll.disable"));
+  if (hints.no_vectorize) attributes.push_back(setting("llvm.loop.vectorize.enable", b.getFalse()));
+  if (hints.vectorize_width > 0) {
+    attributes.push_back(
+        setting("llvm.loop.vectorize.width", b.getInt32(static_cast<std::uint32_t>(hints.vectorize_width))));
+  }
+  if (hints.interleave_count > 0) {
+    attributes.push_back(
+        setting("llvm.loop.interleave.count", b.getInt32(static_cast<std::uint32_t>(hints.interleave_count))));
+  }
+  if (hints.no_unroll_after_vectorize) {
+    attributes.push_back(llvm::MDNode::get(
+        context, {llvm::MDString::get(context, "llvm.loop.vectorize.followup_all"),
+                  setting("llvm.loop.isvectorized", b.getInt32(1)), flag("llvm.loop.unroll.disable")}));
+  }
+  llvm::MDNode* id = llvm::MDNode::getDistinct(context, attributes);
+  id->replaceOperandWith(0, id);
+  return id;
+}
+}  // namespace
+
 void emitLoop(Builder& b, llvm::Value* begin, llvm::Value* end, std::int64_t step,
-              const std::function<void(llvm::Value* index)>& body, const char* name) {
+              const std::function<void(llvm::Value* index)>& body, std::string_view name, const LoopHints& hints) {
   llvm::Function* function = b.GetInsertBlock()->getParent();
   llvm::LLVMContext& context = b.getContext();
+  const std::string prefix(name);
   llvm::BasicBlock* preheader = b.GetInsertBlock();
-  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, std::string(name) + ".header", function);
-  llvm::BasicBlock* loop = llvm::BasicBlock::Create(context, std::string(name) + ".body", function);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, std::string(name) + ".exit", function);
+  llvm::BasicBlock* header = llvm::BasicBlock::Create(context, prefix + ".header", function);
+  llvm::BasicBlock* loop = llvm::BasicBlock::Create(context, prefix + ".body", function);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(context, prefix + ".exit", function);
   b.CreateBr(header);
   b.SetInsertPoint(header);
-  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, name);
+  llvm::PHINode* index = b.CreatePHI(b.getInt64Ty(), 2, prefix);
   index->addIncoming(begin, preheader);
   b.CreateCondBr(b.CreateICmpSLT(index, end), loop, exit);
   b.SetInsertPoint(loop);
   body(index);
-  llvm::Value* next = b.CreateAdd(index, b.getInt64(static_cast<std::uint64_t>(step)), std::string(name) + ".next", true, true);
+  llvm::Value* next = b.CreateAdd(index, b.getInt64(static_cast<std::uint64_t>(step)), prefix + ".next", true, true);
   index->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(header);
+  llvm::BranchInst* back = b.CreateBr(header);
+  if (hints.any()) back->setMetadata(llvm::LLVMContext::MD_loop, loopID(b, hints));
   b.SetInsertPoint(exit);
+}
+
+void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>& then_body,
+                const std::function<void()>& else_body) {
+  llvm::Function* function = b.GetInsertBlock()->getParent();
+  llvm::LLVMContext& context = b.getContext();
+  auto* then_block = llvm::BasicBlock::Create(context, "then", function);
+  auto* else_block = llvm::BasicBlock::Create(context, "else", function);
+  auto* join = llvm::BasicBlock::Create(context, "join", function);
+  b.CreateCondBr(condition, then_block, else_block);
+  b.SetInsertPoint(then_block);
+  then_body();
+  b.CreateBr(join);
+  b.SetInsertPoint(else_block);
+  else_body();
+  b.CreateBr(join);
+  b.SetInsertPoint(join);
 }
 
 llvm::Value* constI64(Builder& b, std::int64_t value) { return b.getInt64(static_cast<std::uint64_t>(value)); }

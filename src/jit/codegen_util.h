@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // IR-building helpers shared by the kernel families: the KernelArgs layout in IR, the kernel
 // function declaration, typed element access (float16/bfloat16 widened to float32 on load and
-// rounded on store), static-or-dynamic dims, and counted loops.
+// rounded on store), static-or-dynamic dims, entry-block allocas, counted loops with loop metadata
+// and if/else.
 // Invariant: KernelArgs' IR layout is derived from the C++ struct's constants (static_asserts in
 // codegen_util.cc), never written twice by hand.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
@@ -60,9 +63,40 @@ void storeCompute(Builder& b, DType dtype, llvm::Value* value, llvm::Value* ptr)
 // toward zero with NaN -> 0 and saturation, int->float rounds, anything->bool is != 0).
 llvm::Value* convert(Builder& b, llvm::Value* value, DType from, DType to);
 
-// for (i = begin; i < end; i += step) body(i); i64 induction; returns after the loop.
+// An alloca in the function's entry block (so SROA turns it into SSA values); `align` 0 keeps
+// the type's preferred alignment.
+llvm::AllocaInst* entryAlloca(Builder& b, llvm::Type* type, const char* name, std::uint64_t align = 0);
+
+// What the O3 pipeline may do to a loop from emitLoop, as !llvm.loop metadata on its back edge.
+// Generated kernels need it: without it LLVM fully unrolls loops with static trip counts and
+// re-unrolls / re-vectorizes loops the generators already vectorized by hand, which costs seconds
+// of compile time (2-10x) and icache-hostile code. The default attaches no metadata.
+struct LoopHints {
+  bool no_unroll = false;     // llvm.loop.unroll.disable
+  bool no_vectorize = false;  // llvm.loop.vectorize.enable = false
+  int vectorize_width = 0;    // > 0: llvm.loop.vectorize.width (1: stays scalar)
+  int interleave_count = 0;   // > 0: llvm.loop.interleave.count (1: not interleaved)
+  // llvm.loop.vectorize.followup_all: the loops the vectorizer produces are marked vectorized and
+  // not to be unrolled (an unroll.disable on the original loop would also stop interleaving).
+  bool no_unroll_after_vectorize = false;
+
+  bool any() const {
+    return no_unroll || no_vectorize || vectorize_width > 0 || interleave_count > 0 || no_unroll_after_vectorize;
+  }
+  // Left as emitted: not unrolled, vectorized or interleaved (loops vectorized by hand, short
+  // tails, strided walks where extra copies only cost compile time).
+  static constexpr LoopHints asEmitted() { return {.no_unroll = true, .no_vectorize = true, .interleave_count = 1}; }
+};
+
+// for (i = begin; i < end; i += step) body(i); i64 induction; returns after the loop. Blocks are
+// named <name>.header / .body / .exit.
 void emitLoop(Builder& b, llvm::Value* begin, llvm::Value* end, std::int64_t step,
-              const std::function<void(llvm::Value* index)>& body, const char* name = "i");
+              const std::function<void(llvm::Value* index)>& body, std::string_view name = "i",
+              const LoopHints& hints = {});
+
+// Emits `then_body` when `condition` holds, else `else_body`; continues after both.
+void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>& then_body,
+                const std::function<void()>& else_body);
 
 llvm::Value* constI64(Builder& b, std::int64_t value);
 

@@ -28,12 +28,28 @@ namespace shapevm::jit {
 
 inline constexpr int kMaxKernelOperands = 16;
 
-// Plain-old-data argument block; its layout is mirrored in IR by kernelArgsType() (codegen_util.h).
+// Plain-old-data argument block; its layout is mirrored in IR by ir::ArgsView (codegen_util.h).
+// The caller (invokeCompiled) zeroes the block, fills operand slots 0 .. inputs+outputs-1 with
+// each tensor operand's data, shape and strides (inputs, then outputs; a scalar operand's slot
+// stays empty), then calls KernelFamily::prepare(), which may rewrite those slots and fill
+// family-defined extras:
+//  - operand slots past inputs+outputs, as extra shape/stride rows (data unused):
+//      reduce, strided kernels only: slot 2 = outer loops (shape: extents, strides: input
+//      strides), slot 3 = their output strides (strides only), slot 4 = inner loops (reduced axes
+//      or the softmax axis; shape and input strides), slot 5 = the softmax axis' output stride
+//      (strides only), innermost loop last in each (see kOuterSlot .. kInnerOutSlot);
+//      matmul: slots 3 (a) and 4 (b) = canonical 4-D views [batch0, batch1, rows, cols], stride 0
+//      on broadcast batch dims and on the missing axis of a 1-D operand (see kSlotA / kSlotB);
+//  - scalars[]: reduce, strided kernels: scalars[0] = 1 for the column style (lanes along the last
+//    outer loop), else 0; elementwise: scalars[0..2] = scalar operands (the value's storage bits
+//    in its dtype), scalars[3] = 1 when the call can take the flat path.
+// Kernels read slots and scalars the way their family's prepare() wrote them; the runtime never
+// interprets the extras.
 struct KernelArgs {
   void* data[kMaxKernelOperands];
   std::int64_t shape[kMaxKernelOperands][kMaxRank];
   std::int64_t strides[kMaxKernelOperands][kMaxRank];  // in elements
-  std::int64_t scalars[4];                             // family-defined extras (e.g. a reduction size)
+  std::int64_t scalars[4];                             // family-defined extras (see above)
 };
 using GeneratedKernelFn = void (*)(const KernelArgs* args);
 
@@ -81,8 +97,8 @@ class KernelFamily {
   // Output dtypes and shapes for these concrete inputs (they already passed the guard).
   virtual Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
                          std::span<Shape> shapes) const = 0;
-  // Fills KernelArgs beyond data/shape/strides of the actual operands (e.g. broadcast strides).
-  // Default: nothing more.
+  // Fills KernelArgs beyond data/shape/strides of the actual operands (e.g. broadcast strides,
+  // extra operand slots and scalars; see KernelArgs). Default: nothing more.
   virtual Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
                          KernelArgs& args) const;
   // Emits `void <symbol>(ptr args)` into `module`.

@@ -21,14 +21,7 @@
 namespace shapevm::jit {
 namespace {
 
-using shapevm::testing::Layout;
-using shapevm::testing::randomTensor;
-using shapevm::testing::setAt;
-using shapevm::testing::unravel;
-using testing::Attrs;
-using testing::Dims;
-using testing::sharedEngine;
-using testing::specFor;
+using namespace testing;  // jit_test_util.h
 
 // ---- inputs ----
 
@@ -97,25 +90,7 @@ Tensor input(DType dtype, const Shape& shape, std::mt19937& rng, Domain domain =
   return t;
 }
 
-Value tv(const Tensor& t) {
-  return Value::fromTensor(t);
-}
-
-std::string describe(const std::vector<Value>& inputs) {
-  std::vector<const Value*> pointers;
-  for (const Value& v : inputs) pointers.push_back(&v);
-  return describeInputs(pointers);
-}
-
 // ---- compile once, run many times ----
-
-// Expected outputs of the reference kernel for `spec`'s op and attributes.
-Expected<std::vector<Value>> reference(const KernelSpec& spec, const std::vector<Value>& inputs) {
-  const OpSchema& schema = OpRegistry::global().schema(spec.op);
-  std::vector<std::pair<std::string, AttrValue>> named;
-  for (std::size_t a = 0; a < schema.attrs.size(); ++a) named.emplace_back(schema.attrs[a].name, spec.attrs[a]);
-  return callOp(schema.name, inputs, named);
-}
 
 class Kernel {
  public:
@@ -146,22 +121,21 @@ class Kernel {
 
   Status run(const std::vector<Value>& inputs, std::vector<Value>& outputs) const {
     if (kernel_ == nullptr) return makeError(ErrorCode::Internal, "kernel did not compile");
-    std::vector<const Value*> pointers;
-    for (const Value& v : inputs) pointers.push_back(&v);
     outputs.assign(static_cast<std::size_t>(kernel_->num_outputs), Value());
-    return invokeCompiled(*kernel_, pointers, outputs);
+    return invokeCompiled(*kernel_, pointersTo(inputs), outputs);
   }
 
   // Kernel vs reference with validate.h's tolerance for the output dtype.
   ::testing::AssertionResult matches(const std::vector<Value>& inputs) const {
-    auto expected = reference(spec_, inputs);
+    auto expected = referenceOutputs(spec_, inputs);
     if (!expected) return ::testing::AssertionFailure() << "reference failed: " << expected.status().toString();
     std::vector<Value> actual;
     Status status = run(inputs, actual);
     if (!status.isOk()) return ::testing::AssertionFailure() << spec_.signature() << ": " << status.toString();
     Comparison comparison = compareOutputs(*expected, actual);
     if (!comparison.ok) {
-      return ::testing::AssertionFailure() << symbolOrSpec() << " on " << describe(inputs) << ": " << comparison.reason;
+      return ::testing::AssertionFailure()
+             << symbolOrSpec() << " on " << describeInputs(pointersTo(inputs)) << ": " << comparison.reason;
     }
     return ::testing::AssertionSuccess() << "rel L2 " << comparison.rel_l2;
   }
@@ -169,7 +143,7 @@ class Kernel {
   // Kernel vs reference element by element, NaN equal to NaN: exact, or within `rel` for values
   // that are finite in both.
   ::testing::AssertionResult matchesWithNaN(const std::vector<Value>& inputs, double rel = 0.0) const {
-    auto expected = reference(spec_, inputs);
+    auto expected = referenceOutputs(spec_, inputs);
     if (!expected) return ::testing::AssertionFailure() << "reference failed: " << expected.status().toString();
     std::vector<Value> actual;
     Status status = run(inputs, actual);
@@ -186,8 +160,8 @@ class Kernel {
           (std::isnan(w) && std::isnan(g)) || w == g ||
           (rel > 0 && std::isfinite(w) && std::isfinite(g) && std::fabs(g - w) <= rel * std::fabs(w) + 1e-44);
       if (!same) {
-        return ::testing::AssertionFailure() << symbolOrSpec() << " on " << describe(inputs) << ": element " << i
-                                             << " is " << g << ", reference " << w;
+        return ::testing::AssertionFailure() << symbolOrSpec() << " on " << describeInputs(pointersTo(inputs))
+                                             << ": element " << i << " is " << g << ", reference " << w;
       }
     }
     return ::testing::AssertionSuccess();

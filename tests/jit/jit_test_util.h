@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // Helpers for the JIT's differential tests: one shared engine, specs from concrete inputs, and
 // "compile this spec, run it and the reference kernel on these inputs, compare" as one assertion
-// (ggml's test-backend-ops style: the declared case runs on both paths).
+// (ggml's test-backend-ops style: the declared case runs on both paths), once or for one kernel on
+// many input sets, and on guard-paged copies that fault on any access outside the operands.
+// Test files say `using namespace testing;` (inside shapevm::jit) to get these and the op-test
+// helpers re-exported below.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+#include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +29,11 @@
 namespace shapevm::jit::testing {
 
 using shapevm::testing::Attrs;
+using shapevm::testing::Layout;
+using shapevm::testing::randomTensor;
+using shapevm::testing::setAt;
+using shapevm::testing::tv;
+using shapevm::testing::unravel;
 
 // One engine for the whole test binary (creating LLJIT costs ~10 ms).
 inline JitEngine& sharedEngine() {
@@ -49,6 +63,21 @@ inline KernelSpec specFor(std::string_view op_name, const std::vector<Value>& in
   return dims == Dims::Symbolic ? symbolicSpec(std::move(spec)) : spec;
 }
 
+// Pointers to `values`, the form kernels and families take their inputs in.
+inline std::vector<const Value*> pointersTo(const std::vector<Value>& values) {
+  std::vector<const Value*> pointers;
+  for (const Value& v : values) pointers.push_back(&v);
+  return pointers;
+}
+
+// Expected outputs of the reference kernel for `spec`'s op and attributes.
+inline Expected<std::vector<Value>> referenceOutputs(const KernelSpec& spec, const std::vector<Value>& inputs) {
+  const OpSchema& schema = OpRegistry::global().schema(spec.op);
+  std::vector<std::pair<std::string, AttrValue>> named;
+  for (std::size_t a = 0; a < schema.attrs.size(); ++a) named.emplace_back(schema.attrs[a].name, spec.attrs[a]);
+  return callOp(schema.name, inputs, named);
+}
+
 // Compiles `spec` (must be supported), runs it and the reference on `inputs`, compares with the
 // dtype's tolerance (validate.h). The message names the op, the spec and the error.
 inline ::testing::AssertionResult matchesReference(const KernelSpec& spec, const std::vector<Value>& inputs) {
@@ -56,13 +85,9 @@ inline ::testing::AssertionResult matchesReference(const KernelSpec& spec, const
   if (family == nullptr) return ::testing::AssertionFailure() << "no kernel family for " << spec.signature();
   auto kernel = compileKernel(sharedEngine(), *family, spec);
   if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
-  const OpSchema& schema = OpRegistry::global().schema(spec.op);
-  std::vector<std::pair<std::string, AttrValue>> named;
-  for (std::size_t a = 0; a < schema.attrs.size(); ++a) named.emplace_back(schema.attrs[a].name, spec.attrs[a]);
-  auto expected = callOp(schema.name, inputs, named);
+  auto expected = referenceOutputs(spec, inputs);
   if (!expected) return ::testing::AssertionFailure() << "reference failed: " << expected.status().toString();
-  std::vector<const Value*> pointers;
-  for (const Value& v : inputs) pointers.push_back(&v);
+  std::vector<const Value*> pointers = pointersTo(inputs);
   std::vector<Value> actual(static_cast<std::size_t>((*kernel)->num_outputs));
   Status run = invokeCompiled(**kernel, pointers, actual);
   if (!run.isOk()) return ::testing::AssertionFailure() << spec.signature() << ": " << run.toString();
@@ -74,6 +99,147 @@ inline ::testing::AssertionResult matchesReference(const KernelSpec& spec, const
   }
   if (!removed.isOk()) return ::testing::AssertionFailure() << removed.toString();
   return ::testing::AssertionSuccess() << "rel L2 " << comparison.rel_l2;
+}
+
+// Compiles a kernel for `spec` once, then runs it and the reference on every input set (a
+// symbolic spec covers them all).
+inline ::testing::AssertionResult sameKernelMatches(const KernelSpec& spec,
+                                                    const std::vector<std::vector<Value>>& input_sets) {
+  const KernelFamily* family = familyFor(spec.op);
+  if (family == nullptr) return ::testing::AssertionFailure() << "no family for " << spec.signature();
+  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for (const std::vector<Value>& inputs : input_sets) {
+    std::vector<const Value*> pointers = pointersTo(inputs);
+    auto expected = referenceOutputs(spec, inputs);
+    if (!expected) {
+      result = ::testing::AssertionFailure() << "reference failed: " << expected.status().toString();
+      break;
+    }
+    std::vector<Value> actual(static_cast<std::size_t>((*kernel)->num_outputs));
+    Status run = invokeCompiled(**kernel, pointers, actual);
+    if (!run.isOk()) {
+      result = ::testing::AssertionFailure()
+               << spec.signature() << " on " << describeInputs(pointers) << ": " << run.toString();
+      break;
+    }
+    Comparison comparison = compareOutputs(*expected, actual);
+    if (!comparison.ok) {
+      result = ::testing::AssertionFailure()
+               << spec.signature() << " on " << describeInputs(pointers) << ": " << comparison.reason;
+      break;
+    }
+  }
+  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  return result;
+}
+
+// ---- guard pages: kernels must not touch a byte outside their operands ----
+
+namespace detail {
+struct Mapping {
+  void* base;
+  std::size_t size;
+};
+inline void unmapGuarded(void* context) {
+  auto* mapping = static_cast<Mapping*>(context);
+  munmap(mapping->base, mapping->size);
+  delete mapping;
+}
+}  // namespace detail
+
+// A copy of `src` (same shape; contiguous, or stored transposed) whose bytes end right before a
+// PROT_NONE page, or with `at_start` begin right after one: a kernel reading or writing past
+// that end faults.
+inline Tensor guardedCopy(const Tensor& src, bool at_start, bool transposed = false) {
+  const Shape& shape = src.shape();
+  const int rank = shape.rank();
+  Shape storage_shape = shape;
+  if (transposed) {
+    for (int d = 0; d < rank; ++d) storage_shape[d] = shape[rank - 1 - d];
+  }
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t nbytes =
+      static_cast<std::size_t>(std::max<std::int64_t>(shape.numel(), 1)) * dtypeSize(src.dtype());
+  const std::size_t data_pages = (nbytes + page - 1) / page;
+  const std::size_t size = (data_pages + 2) * page;
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT_NE(base, MAP_FAILED);
+  char* bytes = static_cast<char*>(base);
+  EXPECT_EQ(mprotect(bytes, page, PROT_NONE), 0);
+  EXPECT_EQ(mprotect(bytes + (data_pages + 1) * page, page, PROT_NONE), 0);
+  char* data = at_start ? bytes + page : bytes + (data_pages + 1) * page - nbytes;
+  Tensor stored = Tensor::wrap(data, src.dtype(), storage_shape, contiguousStrides(storage_shape), nbytes,
+                               &detail::unmapGuarded, new detail::Mapping{base, size});
+  Tensor view = stored;
+  if (transposed) {
+    Shape strides;
+    strides.resize(rank);
+    for (int d = 0; d < rank; ++d) strides[d] = stored.stride(rank - 1 - d);
+    view = stored.asStrided(shape, strides, 0).value();
+  }
+  for (std::int64_t i = 0; i < shape.numel(); ++i) {
+    const shapevm::testing::Index index = shapevm::testing::unravel(i, shape);
+    shapevm::testing::setAt(view, index, shapevm::testing::at(src, index));
+  }
+  return view;
+}
+
+// Runs `spec`'s kernel (one output) on guarded copies of `inputs` (ending at a guard page, then
+// starting at one) into a guarded, NaN-filled output (KernelArgs filled like invokeCompiled does)
+// and compares with the reference.
+inline ::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, const std::vector<Value>& inputs,
+                                                    bool transposed = false) {
+  const KernelFamily* family = familyFor(spec.op);
+  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  if (!kernel) return ::testing::AssertionFailure() << kernel.status().toString();
+  auto expected = referenceOutputs(spec, inputs);
+  if (!expected) return ::testing::AssertionFailure() << expected.status().toString();
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for (bool at_start : {false, true}) {
+    std::vector<Value> copies;
+    for (const Value& v : inputs) copies.push_back(Value::fromTensor(guardedCopy(v.tensor(), at_start, transposed)));
+    std::vector<const Value*> pointers = pointersTo(copies);
+    DType dtype;
+    Shape shape;
+    Status status = family->outputs(spec, pointers, std::span<DType>(&dtype, 1), std::span<Shape>(&shape, 1));
+    if (!status.isOk()) {
+      result = ::testing::AssertionFailure() << status.toString();
+      break;
+    }
+    Tensor poison = Tensor::empty(dtype, shape).value();
+    for (std::int64_t i = 0; i < poison.numel(); ++i) {
+      storeFromDouble(poison.rawData(), dtype, i, std::numeric_limits<double>::quiet_NaN());
+    }
+    Tensor out = guardedCopy(poison, at_start);
+    KernelArgs args;
+    std::memset(&args, 0, sizeof(args));
+    const std::size_t n = copies.size();
+    for (std::size_t i = 0; i <= n; ++i) {
+      const Tensor& t = i < n ? copies[i].tensor() : out;
+      args.data[i] = t.rawData();
+      for (int d = 0; d < t.rank(); ++d) {
+        args.shape[i][d] = t.dim(d);
+        args.strides[i][d] = t.stride(d);
+      }
+    }
+    status = family->prepare(spec, pointers, std::span<const Tensor>(&out, 1), args);
+    if (!status.isOk()) {
+      result = ::testing::AssertionFailure() << status.toString();
+      break;
+    }
+    (*kernel)->fn(&args);
+    std::vector<Value> actual = {Value::fromTensor(out)};
+    Comparison comparison = compareOutputs(*expected, actual);
+    if (!comparison.ok) {
+      result = ::testing::AssertionFailure()
+               << spec.signature() << (at_start ? " (at start)" : "") << ": " << comparison.reason;
+      break;
+    }
+  }
+  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  return result;
 }
 
 }  // namespace shapevm::jit::testing

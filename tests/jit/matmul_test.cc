@@ -3,12 +3,7 @@
 // shapes (M and N tails), batched with numpy broadcasting of batch dims, 1-D operands, transposed
 // and strided operands (x @ W.T), float16 / bfloat16 / mixed dtypes, static and symbolic specs.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -20,12 +15,7 @@
 namespace shapevm::jit {
 namespace {
 
-using shapevm::testing::Layout;
-using shapevm::testing::randomTensor;
-using testing::Dims;
-using testing::matchesReference;
-using testing::sharedEngine;
-using testing::specFor;
+using namespace testing;  // jit_test_util.h
 
 Value operand(DType dtype, const Shape& shape, std::mt19937& rng, Layout layout = Layout::Contiguous) {
   return Value::fromTensor(randomTensor(dtype, shape, rng, layout, 1.0));
@@ -42,142 +32,9 @@ Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::mt19937
   return matchesReference(specFor("matmul", inputs, {}, dims), inputs);
 }
 
-// Compiles one kernel for the first pair, runs it on every pair.
-::testing::AssertionResult sameKernelMatches(const std::vector<std::vector<Value>>& pairs) {
-  const KernelSpec spec = specFor("matmul", pairs[0], {}, Dims::Symbolic);
-  auto kernel = compileKernel(sharedEngine(), *familyFor(OpId::MatMul), spec);
-  if (!kernel) return ::testing::AssertionFailure() << kernel.status().toString();
-  ::testing::AssertionResult result = ::testing::AssertionSuccess();
-  for (const std::vector<Value>& inputs : pairs) {
-    std::vector<const Value*> pointers = {&inputs[0], &inputs[1]};
-    auto expected = callOp("matmul", inputs, {});
-    if (!expected) {
-      result = ::testing::AssertionFailure() << expected.status().toString();
-      break;
-    }
-    std::vector<Value> actual(1);
-    Status run = invokeCompiled(**kernel, pointers, actual);
-    if (!run.isOk()) {
-      result = ::testing::AssertionFailure() << describeInputs(pointers) << ": " << run.toString();
-      break;
-    }
-    Comparison comparison = compareOutputs(*expected, actual);
-    if (!comparison.ok) {
-      result = ::testing::AssertionFailure() << describeInputs(pointers) << ": " << comparison.reason;
-      break;
-    }
-  }
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
-  return result;
-}
-
-// ---- guard pages: kernels must not touch a byte outside their operands ----
-
-struct Mapping {
-  void* base;
-  std::size_t size;
-};
-void unmapGuarded(void* context) {
-  auto* mapping = static_cast<Mapping*>(context);
-  munmap(mapping->base, mapping->size);
-  delete mapping;
-}
-
-// A copy of `src` (same shape; contiguous, or stored transposed) whose bytes end right before a
-// PROT_NONE page, or with `at_start` begin right after one: a kernel reading or writing past
-// that end faults.
-Tensor guardedCopy(const Tensor& src, bool at_start, bool transposed = false) {
-  const Shape& shape = src.shape();
-  const int rank = shape.rank();
-  Shape storage_shape = shape;
-  if (transposed) {
-    for (int d = 0; d < rank; ++d) storage_shape[d] = shape[rank - 1 - d];
-  }
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  const std::size_t nbytes =
-      static_cast<std::size_t>(std::max<std::int64_t>(shape.numel(), 1)) * dtypeSize(src.dtype());
-  const std::size_t data_pages = (nbytes + page - 1) / page;
-  const std::size_t size = (data_pages + 2) * page;
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  EXPECT_NE(base, MAP_FAILED);
-  char* bytes = static_cast<char*>(base);
-  EXPECT_EQ(mprotect(bytes, page, PROT_NONE), 0);
-  EXPECT_EQ(mprotect(bytes + (data_pages + 1) * page, page, PROT_NONE), 0);
-  char* data = at_start ? bytes + page : bytes + (data_pages + 1) * page - nbytes;
-  Tensor stored = Tensor::wrap(data, src.dtype(), storage_shape, contiguousStrides(storage_shape), nbytes,
-                               &unmapGuarded, new Mapping{base, size});
-  Tensor view = stored;
-  if (transposed) {
-    Shape strides;
-    strides.resize(rank);
-    for (int d = 0; d < rank; ++d) strides[d] = stored.stride(rank - 1 - d);
-    view = stored.asStrided(shape, strides, 0).value();
-  }
-  for (std::int64_t i = 0; i < shape.numel(); ++i) {
-    const shapevm::testing::Index index = shapevm::testing::unravel(i, shape);
-    shapevm::testing::setAt(view, index, shapevm::testing::at(src, index));
-  }
-  return view;
-}
-
-// Runs `spec`'s kernel on guarded copies of `inputs` (ending at a guard page, then starting at
-// one) into a guarded, NaN-filled output (KernelArgs filled like invokeCompiled does) and
-// compares with the reference.
-::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, const std::vector<Value>& inputs,
-                                             bool transposed = false) {
-  const KernelFamily* family = familyFor(spec.op);
-  auto kernel = compileKernel(sharedEngine(), *family, spec);
-  if (!kernel) return ::testing::AssertionFailure() << kernel.status().toString();
-  const OpSchema& schema = OpRegistry::global().schema(spec.op);
-  std::vector<std::pair<std::string, AttrValue>> named;
-  for (std::size_t a = 0; a < schema.attrs.size(); ++a) named.emplace_back(schema.attrs[a].name, spec.attrs[a]);
-  auto expected = callOp(schema.name, inputs, named);
-  if (!expected) return ::testing::AssertionFailure() << expected.status().toString();
-  ::testing::AssertionResult result = ::testing::AssertionSuccess();
-  for (bool at_start : {false, true}) {
-    std::vector<Value> copies;
-    for (const Value& v : inputs) copies.push_back(Value::fromTensor(guardedCopy(v.tensor(), at_start, transposed)));
-    std::vector<const Value*> pointers;
-    for (const Value& v : copies) pointers.push_back(&v);
-    DType dtype;
-    Shape shape;
-    Status status = family->outputs(spec, pointers, std::span<DType>(&dtype, 1), std::span<Shape>(&shape, 1));
-    if (!status.isOk()) {
-      result = ::testing::AssertionFailure() << status.toString();
-      break;
-    }
-    Tensor poison = Tensor::empty(dtype, shape).value();
-    for (std::int64_t i = 0; i < poison.numel(); ++i) {
-      storeFromDouble(poison.rawData(), dtype, i, std::numeric_limits<double>::quiet_NaN());
-    }
-    Tensor out = guardedCopy(poison, at_start);
-    KernelArgs args;
-    std::memset(&args, 0, sizeof(args));
-    const std::size_t n = copies.size();
-    for (std::size_t i = 0; i <= n; ++i) {
-      const Tensor& t = i < n ? copies[i].tensor() : out;
-      args.data[i] = t.rawData();
-      for (int d = 0; d < t.rank(); ++d) {
-        args.shape[i][d] = t.dim(d);
-        args.strides[i][d] = t.stride(d);
-      }
-    }
-    status = family->prepare(spec, pointers, std::span<const Tensor>(&out, 1), args);
-    if (!status.isOk()) {
-      result = ::testing::AssertionFailure() << status.toString();
-      break;
-    }
-    (*kernel)->fn(&args);
-    std::vector<Value> actual = {Value::fromTensor(out)};
-    Comparison comparison = compareOutputs(*expected, actual);
-    if (!comparison.ok) {
-      result = ::testing::AssertionFailure()
-               << spec.signature() << (at_start ? " (at start)" : "") << ": " << comparison.reason;
-      break;
-    }
-  }
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
-  return result;
+// One symbolic kernel compiled for the first pair, run on every pair.
+::testing::AssertionResult symbolicKernelMatches(const std::vector<std::vector<Value>>& pairs) {
+  return sameKernelMatches(specFor("matmul", pairs[0], {}, Dims::Symbolic), pairs);
 }
 
 // Tails (M, N, K blocks, the dot path) at the very edge of mapped memory.
@@ -318,7 +175,7 @@ TEST(MatmulJit, SymbolicKernelOnSeveralShapes) {
                          {9, 8, 0}}) {
     pairs.push_back({operand(DType::Float32, Shape{m, k}, rng), operand(DType::Float32, Shape{k, n}, rng)});
   }
-  EXPECT_TRUE(sameKernelMatches(pairs));
+  EXPECT_TRUE(symbolicKernelMatches(pairs));
   // The same strided kernel takes the tiled and the dot-product path by the runtime layout.
   std::vector<std::vector<Value>> paths = {
       {operand(DType::Float32, Shape{3, 40}, rng, Layout::Strided), transposedWeight(DType::Float32, 40, 50, rng)},
@@ -326,20 +183,20 @@ TEST(MatmulJit, SymbolicKernelOnSeveralShapes) {
       {operand(DType::Float32, Shape{30, 40}, rng), transposedWeight(DType::Float32, 40, 50, rng)},
       {operand(DType::Float32, Shape{30, 40}, rng), transposedWeight(DType::Float32, 40, 5, rng)},
       {operand(DType::Float32, Shape{3, 40}, rng), operand(DType::Float32, Shape{40, 50}, rng)}};
-  EXPECT_TRUE(sameKernelMatches(paths));
+  EXPECT_TRUE(symbolicKernelMatches(paths));
   // A strided kernel takes any layout.
   std::vector<std::vector<Value>> strided = {
       {operand(DType::Float32, Shape{9, 20}, rng, Layout::Strided), transposedWeight(DType::Float32, 20, 33, rng)},
       {operand(DType::Float32, Shape{40, 70}, rng), operand(DType::Float32, Shape{70, 20}, rng)},
       {operand(DType::Float32, Shape{3, 5}, rng, Layout::Transposed),
        operand(DType::Float32, Shape{5, 129}, rng, Layout::Strided)}};
-  EXPECT_TRUE(sameKernelMatches(strided));
+  EXPECT_TRUE(symbolicKernelMatches(strided));
   // A batched kernel with different broadcasts per call.
   std::vector<std::vector<Value>> batched = {
       {operand(DType::Float32, Shape{2, 3, 5, 6}, rng), operand(DType::Float32, Shape{2, 3, 6, 7}, rng)},
       {operand(DType::Float32, Shape{1, 3, 5, 6}, rng), operand(DType::Float32, Shape{4, 1, 6, 9}, rng)},
       {operand(DType::Float32, Shape{4, 2, 17, 9}, rng), operand(DType::Float32, Shape{1, 1, 9, 40}, rng)}};
-  EXPECT_TRUE(sameKernelMatches(batched));
+  EXPECT_TRUE(symbolicKernelMatches(batched));
 }
 
 TEST(MatmulJit, SupportAndSymbols) {
