@@ -199,6 +199,9 @@ TEST_F(TieringTest, GuardMissesFallBackThenARangeKernelCoversTheNewShapes) {
   for (std::int64_t rows : {16, 33, 64}) run(rows, static_cast<std::uint32_t>(rows));
   EXPECT_EQ(vm.stats().guard_misses, misses) << "16..64 is inside the bucketed range";
   EXPECT_EQ(vm.stats().compiled_calls - compiled, 6u);
+  // The replaced specialized kernels were retired and their code freed (no run was in progress).
+  EXPECT_EQ((*jit)->patches().retiredPending(), 0u);
+  EXPECT_EQ((*jit)->engine().liveKernels(), 2u) << "only the two range kernels are still loaded";
   run(65, 9);  // leaves the range: a counted miss, still the right answer
   EXPECT_EQ(vm.stats().guard_misses - misses, 2u);
   // dis shows what the JIT believes.
@@ -406,6 +409,31 @@ TEST_F(TieringTest, ScalarOperandSitesCompileValidateAndGuardTheScalarKind) {
   EXPECT_EQ((*jit)->siteState(0, 0).compiles, 1);
   EXPECT_EQ((*jit)->stats().validation_failures, 0u);
   EXPECT_EQ(vm.stats().compiled_calls, 2u) << "runs 2 and 3 ran the compiled kernel with new scalar values";
+}
+
+TEST_F(TieringTest, AFullQueueDropsRequestsThatAreRetriedLater) {
+  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::CompileQueue, 1).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 30).isOk());
+  auto module = load(kProgram);
+  VirtualMachine vm(module);
+  auto jit = Jit::attach(vm);
+  ASSERT_TRUE(jit.hasValue());
+  auto in = args(DType::Float32, Shape{4, 4}, 1);
+  const Tensor want = expected(in[0], in[1]);
+  // add and tanh become hot together; the 1-slot queue takes one and drops the other.
+  for (int i = 0; i < 300 && (*jit)->stats().compiles < 2; ++i) {
+    auto out = vm.run(0, in);
+    ASSERT_TRUE(out.hasValue());
+    expectSame(want, (*out)[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  (*jit)->waitIdle();
+  const JitStats stats = (*jit)->stats();
+  EXPECT_GE(stats.dropped_requests, 1u);
+  EXPECT_GE(stats.fallbacks[static_cast<std::size_t>(JitReason::QueueFull)], 1u);
+  EXPECT_EQ(stats.compiles, 2u) << "the dropped site was requested again and compiled";
 }
 
 TEST_F(TieringTest, LevelZeroNeverCompiles) {
