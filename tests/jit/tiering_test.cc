@@ -80,6 +80,18 @@ class TieringTest : public ::testing::Test {
   }
   void TearDown() override { Tunables::resetToDefaults(); }
 
+  // No warm-up, hot after one execution (hot_ms is already 0).
+  void eagerTierUp() {
+    ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
+    ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  }
+  // A JIT whose compiles finish before the next run starts (reproducible tier-up).
+  static Expected<std::unique_ptr<Jit>> attachWaiting(VirtualMachine& vm) {
+    JitOptions options;
+    options.wait_for_compiles = true;
+    return Jit::attach(vm, options);
+  }
+
   std::vector<Value> args(DType dtype, const Shape& shape, std::uint32_t seed) {
     return {Value::fromTensor(random(dtype, shape, seed)), Value::fromTensor(random(dtype, shape, seed + 1))};
   }
@@ -90,9 +102,7 @@ TEST_F(TieringTest, TiersUpExactlyAtTheThresholdsWithTheSameResults) {
   ASSERT_TRUE(Tunables::set(Tunable::HotCount, 5).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue()) << jit.status().toString();
   for (int run = 1; run <= 8; ++run) {
     auto in = args(DType::Float32, Shape{6, 37}, static_cast<std::uint32_t>(run));
@@ -122,9 +132,7 @@ TEST_F(TieringTest, WarmupRunsAreRespectedEvenWhenTheRegionIsHot) {
   ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   for (int run = 1; run <= 6; ++run) {
     auto in = args(DType::Float32, Shape{3, 5}, static_cast<std::uint32_t>(run));
@@ -135,8 +143,7 @@ TEST_F(TieringTest, WarmupRunsAreRespectedEvenWhenTheRegionIsHot) {
 }
 
 TEST_F(TieringTest, SlowCompilesNeverStallTheInterpreter) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 400).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
@@ -170,14 +177,11 @@ TEST_F(TieringTest, SlowCompilesNeverStallTheInterpreter) {
 }
 
 TEST_F(TieringTest, GuardMissesFallBackThenARangeKernelCoversTheNewShapes) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::GuardMissRecompile, 2).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   auto run = [&](std::int64_t rows, std::uint32_t seed) {
     auto in = args(DType::Float32, Shape{rows, 24}, seed);
@@ -210,16 +214,13 @@ TEST_F(TieringTest, GuardMissesFallBackThenARangeKernelCoversTheNewShapes) {
 }
 
 TEST_F(TieringTest, RecompileCapEndsInAFullySymbolicKernel) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::GuardMissRecompile, 1).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::MaxRecompiles, 2).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::RangeBuckets, 0).isOk());  // exact min..max ranges: every new extreme misses
   auto module = load(kProgram);
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   std::uint32_t seed = 1;
   for (std::int64_t rows : {5, 9, 13, 17, 21, 25, 29}) {
@@ -238,8 +239,7 @@ TEST_F(TieringTest, RecompileCapEndsInAFullySymbolicKernel) {
 }
 
 TEST_F(TieringTest, ASiteTableGrowsFromOneEntryToTwoForASecondDtype) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::GuardMissRecompile, 1).isOk());
   auto module = load(R"(.module "poly"
 .func f
@@ -254,9 +254,7 @@ TEST_F(TieringTest, ASiteTableGrowsFromOneEntryToTwoForASecondDtype) {
 .end
 )");
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   auto in32 = args(DType::Float32, Shape{8, 8}, 1);
   ASSERT_TRUE(vm.run(0, in32).hasValue());
@@ -277,16 +275,13 @@ TEST_F(TieringTest, ASiteTableGrowsFromOneEntryToTwoForASecondDtype) {
 }
 
 TEST_F(TieringTest, CorruptedKernelsAreRejectedBackedOffAndBlacklisted) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::BackoffExecutions, 2).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::BlacklistAfter, 3).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::JitTestCorruptKernels, 1).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   std::vector<int> attempts_at;  // runs after which the failure count grew
   int failures = 0;
@@ -313,14 +308,11 @@ TEST_F(TieringTest, CorruptedKernelsAreRejectedBackedOffAndBlacklisted) {
 }
 
 TEST_F(TieringTest, NonContiguousInputsUseAStridedKernelOrAreCountedMisses) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::GuardMissRecompile, 1).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   auto in = args(DType::Float32, Shape{12, 12}, 3);
   ASSERT_TRUE(vm.run(0, in).hasValue());  // contiguous kernels
@@ -381,8 +373,7 @@ TEST_F(TieringTest, ThreadsRunTheModuleWhileTheCompileThreadPatches) {
 }
 
 TEST_F(TieringTest, ScalarOperandSitesCompileValidateAndGuardTheScalarKind) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   auto module = load(R"(.module "scalar"
 .func f
   .param a : f32[?0]
@@ -396,9 +387,7 @@ TEST_F(TieringTest, ScalarOperandSitesCompileValidateAndGuardTheScalarKind) {
 .end
 )");
   VirtualMachine vm(module);
-  JitOptions options;
-  options.wait_for_compiles = true;
-  auto jit = Jit::attach(vm, options);
+  auto jit = attachWaiting(vm);
   ASSERT_TRUE(jit.hasValue());
   for (double scale : {0.5, -3.25, 7.0}) {
     std::vector<Value> in = {Value::fromTensor(random(DType::Float32, Shape{33}, 4)), Value::fromFloat(scale)};
@@ -412,8 +401,7 @@ TEST_F(TieringTest, ScalarOperandSitesCompileValidateAndGuardTheScalarKind) {
 }
 
 TEST_F(TieringTest, AFullQueueDropsRequestsThatAreRetriedLater) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::CompileQueue, 1).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 30).isOk());
   auto module = load(kProgram);
@@ -452,14 +440,11 @@ TEST_F(TieringTest, LevelZeroNeverCompiles) {
 }
 
 TEST_F(TieringTest, DetachingLeavesTheVmInterpreting) {
-  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1).isOk());
+  eagerTierUp();
   auto module = load(kProgram);
   VirtualMachine vm(module);
   {
-    JitOptions options;
-    options.wait_for_compiles = true;
-    auto jit = Jit::attach(vm, options);
+    auto jit = attachWaiting(vm);
     ASSERT_TRUE(jit.hasValue());
     ASSERT_TRUE(vm.run(0, args(DType::Float32, Shape{3, 3}, 1)).hasValue());
     ASSERT_TRUE(vm.run(0, args(DType::Float32, Shape{3, 3}, 2)).hasValue());
