@@ -40,13 +40,6 @@ std::string recordSignature(OpId op, const ProfileRecord& record) {
   return text;
 }
 
-const ProfileRecord* newest(const std::vector<ProfileRecord>& records) {
-  const ProfileRecord* best = nullptr;
-  for (const ProfileRecord& record : records) {
-    if (best == nullptr || record.last_seen > best->last_seen) best = &record;
-  }
-  return best;
-}
 }  // namespace
 
 Jit::Jit(VirtualMachine& vm, JitOptions options) : vm_(vm), options_(options) {}
@@ -146,7 +139,7 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
     if (misses - state.misses_at_request < static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile))) return;
   }
   const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
-  const ProfileRecord* target = newest(records);
+  const ProfileRecord* target = newestRecord(records);
   if (target == nullptr) return;  // profiling is off: nothing to specialize for
   if (queue_.size() >= static_cast<std::size_t>(Tunables::get(Tunable::CompileQueue))) {
     ++stats_.dropped_requests;
@@ -172,7 +165,7 @@ void Jit::logGuardMisses(int function, int site, SiteState& state) {
   const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
   const std::uint64_t delta = misses - state.misses_logged;
   const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
-  const ProfileRecord* target = newest(records);
+  const ProfileRecord* target = newestRecord(records);
   JitReason reason = JitReason::Declined;
   std::string why = "the kernel declined the inputs";
   if (target != nullptr) {
@@ -269,7 +262,7 @@ void Jit::compileSite(const Request& request) {
     return;
   }
   // Already covered (the misses came from shapes an entry installed meanwhile admits)?
-  if (const ProfileRecord* target = newest(records)) {
+  if (const ProfileRecord* target = newestRecord(records)) {
     for (const Guard& guard : patches_->guards(function, site)) {
       if (guardMissReason(guard, *target, nullptr).empty()) {
         settle(SiteState::Phase::Compiled);

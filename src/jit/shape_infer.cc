@@ -48,16 +48,21 @@ std::int64_t floorPow2(std::int64_t v) { return v <= 0 ? 0 : std::int64_t{1} << 
 std::int64_t ceilPow2(std::int64_t v) { return v <= 1 ? 1 : std::int64_t{1} << (64 - std::countl_zero(static_cast<std::uint64_t>(v - 1))); }
 }  // namespace
 
+const ProfileRecord* newestRecord(std::span<const ProfileRecord> records) {
+  const ProfileRecord* best = nullptr;
+  for (const ProfileRecord& record : records) {
+    if (best == nullptr || record.last_seen > best->last_seen) best = &record;
+  }
+  return best;
+}
+
 std::string_view jitReasonName(JitReason reason) { return kReasonNames[static_cast<std::size_t>(reason)]; }
 std::string_view jitReasonMeaning(JitReason reason) { return kReasonMeanings[static_cast<std::size_t>(reason)]; }
 
 Expected<ShapeInference> inferSpec(OpId op, std::span<const AttrValue> attrs, std::span<const ProfileRecord> records,
                                    int compiles) {
-  if (records.empty()) return makeError(ErrorCode::JitError, "no profiled signature at this site");
-  const ProfileRecord* target = &records[0];
-  for (const ProfileRecord& record : records) {
-    if (record.last_seen > target->last_seen) target = &record;
-  }
+  const ProfileRecord* target = newestRecord(records);
+  if (target == nullptr) return makeError(ErrorCode::JitError, "no profiled signature at this site");
   ShapeInference result;
   result.spec.op = op;
   result.spec.attrs.assign(attrs.begin(), attrs.end());

@@ -28,6 +28,9 @@ struct ShapeInference {
   std::int64_t divisibility = 1; // largest power of two (<= 64) dividing every observed varying dim
 };
 
+// The most recently seen record (the signature a compile targets), or nullptr when empty.
+const ProfileRecord* newestRecord(std::span<const ProfileRecord> records);
+
 // `compiles` = kernels compiled at this site so far (for the recompile cap).
 Expected<ShapeInference> inferSpec(OpId op, std::span<const AttrValue> attrs, std::span<const ProfileRecord> records,
                                    int compiles);
