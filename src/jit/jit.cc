@@ -280,6 +280,12 @@ void Jit::compileSite(const Request& request) {
           before.pc, inferred->spec.signature(), family->name(), supported.message(), jitReasonName(JitReason::Unsupported));
     return;
   }
+  // 2a. O2: the AutoTuner picks the kernel's parameters (from its database or by timing).
+  TuneOutcome tuned;
+  if (level_ >= 2 && options_.tuner != nullptr) {
+    tuned = tuneSpec(*family, inferred->spec, inferred->observed, before.pc);
+    inferred->spec.params = tuned.params;
+  }
   const Clock::time_point codegen_start = Clock::now();
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
   const double codegen_ms = msSince(codegen_start);
@@ -322,7 +328,8 @@ void Jit::compileSite(const Request& request) {
     stats_.compile_ms.push_back(total_ms);
     stats_.events.push_back(CompileEvent{inferred->spec.signature(),
                                          std::chrono::duration<double, std::milli>(start - attached_at_).count(), infer_ms,
-                                         codegen_ms, validate_ms});
+                                         codegen_ms, validate_ms, tuned.tuning_ms, tuned.from_database});
+    noteTuning(tuned);
   }
   logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",
@@ -330,6 +337,36 @@ void Jit::compileSite(const Request& request) {
         "validation+patch {:.1f}ms)",
         symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
         infer_ms, codegen_ms, validate_ms);
+}
+
+TuneOutcome Jit::tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc) {
+  TuneOutcome none;
+  if (family.searchSpace(spec).empty()) return none;
+  auto examples = randomInputs(spec, observed, 0x5eed ^ static_cast<std::uint64_t>(pc));
+  if (!examples) return none;
+  std::vector<const Value*> pointers;
+  for (const Value& v : *examples) pointers.push_back(&v);
+  auto outcome = options_.tuner->tune(*engine_, family, spec, pointers);
+  if (!outcome) {
+    logAt(LogLevel::Info, "JIT", "Tuning {} at PC=0x{:02X} failed ({}); compiling with default parameters",
+          spec.signature(), pc, outcome.status().message());
+    return none;
+  }
+  if (outcome->from_database) {
+    logAt(LogLevel::Info, "JIT", "Tuning cache hit for {} at PC=0x{:02X}: {}", spec.signature(), pc,
+          outcome->params.toString());
+  } else if (outcome->timed > 0) {
+    logAt(LogLevel::Info, "JIT", "Tuned {} at PC=0x{:02X} in {:.0f}ms: {} of {} candidates timed ({} failed), chose {} "
+          "({:.1f}us vs default {:.1f}us)", spec.signature(), pc, outcome->tuning_ms, outcome->timed, outcome->candidates,
+          outcome->failed, outcome->params.toString(), outcome->best_us, outcome->default_us);
+  }
+  return *outcome;
+}
+
+void Jit::noteTuning(const TuneOutcome& tuned) {
+  stats_.tuning_ms += tuned.tuning_ms;
+  if (tuned.from_database) ++stats_.tuning_cache_hits;
+  else if (tuned.timed > 0) ++stats_.tuned_kernels;
 }
 
 Jit::SiteState Jit::siteState(int function, int site) const {
@@ -374,6 +411,8 @@ std::string Jit::statsReport() const {
       "kernel median {:.1f} ms, max {:.1f} ms\n",
       total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
       times.empty() ? 0.0 : times.back());
+  text += fmt::format("jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits\n", s.tuning_ms,
+                      s.tuned_kernels, s.tuning_cache_hits);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",
                       s.compiled_calls, s.interpreted_calls, s.guard_misses);
   std::string reasons;

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "jit/hot_path.h"
 #include "jit/patch_manager.h"
 #include "jit/reasons.h"
+#include "jit/tuner.h"
 #include "vm/vm.h"
 
 namespace shapevm::jit {
@@ -35,12 +37,15 @@ struct JitOptions {
   int level = -1;                  // 0/1/2; -1 = the JitLevel tunable
   bool wait_for_compiles = false;  // afterRun waits until queued compiles finish (deterministic tier-up)
   EngineOptions engine;            // debugger/perf support: defaults from the JitDebugger/JitPerf tunables
+  Tuner* tuner = nullptr;          // O2: chooses kernel parameters (src/tune's AutoTuner); not owned
 };
 
 // One installed compile, for timelines (times in ms since the Jit was attached).
 struct CompileEvent {
   std::string signature;
   double start_ms = 0, shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;
+  double tuning_ms = 0;
+  bool tuning_cache_hit = false;
 };
 
 struct JitStats {
@@ -52,6 +57,9 @@ struct JitStats {
   std::uint64_t validation_failures = 0;
   std::uint64_t blacklisted_sites = 0;
   double shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;  // summed over installed kernels
+  double tuning_ms = 0;                  // summed: AutoTuner time (compiling + timing candidates)
+  std::uint64_t tuned_kernels = 0;       // kernels whose parameters were chosen by timing
+  std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
   std::vector<double> compile_ms;        // end-to-end per installed kernel
   std::vector<CompileEvent> events;      // per installed kernel, in install order
   std::uint64_t compiled_calls = 0;      // executions served by a compiled kernel (cache reuse)
@@ -104,6 +112,8 @@ class Jit final : public ExecutionObserver {
   void workerLoop();
   void compileSite(const Request& request);
   void recordFailure(int function, int site, JitReason reason, const std::string& why);
+  TuneOutcome tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc);
+  void noteTuning(const TuneOutcome& tuned);  // callers hold mutex_
   void logGuardMisses(int function, int site, SiteState& state);
 
   VirtualMachine& vm_;

@@ -2,6 +2,8 @@
 // Kernel specs as text (for logs, symbols and tokens) and the op -> family table.
 #include "jit/kernel_abi.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 namespace shapevm::jit {
@@ -78,6 +80,59 @@ KernelSpec symbolicSpec(KernelSpec spec) {
 
 Status KernelFamily::prepare(const KernelSpec&, std::span<const Value* const>, std::span<const Tensor>, KernelArgs&) const {
   return Status::ok();
+}
+
+std::vector<KernelParams> KernelFamily::searchSpace(const KernelSpec&) const { return {}; }
+
+namespace {
+// KernelParams' fields by name, in toString() order (one table for printing and parsing).
+struct ParamField {
+  std::string_view name;
+  int KernelParams::* field;
+};
+constexpr ParamField kParamFields[] = {
+    {"mr", &KernelParams::mr},         {"nr", &KernelParams::nr},
+    {"mc", &KernelParams::mc},         {"kc", &KernelParams::kc},
+    {"nc", &KernelParams::nc},         {"kunroll", &KernelParams::k_unroll},
+    {"prefetch", &KernelParams::prefetch}, {"threads", &KernelParams::threads},
+    {"vw", &KernelParams::vector_width}, {"unroll", &KernelParams::unroll},
+    {"chunk", &KernelParams::chunk},
+};
+}  // namespace
+
+std::string KernelParams::toString() const {
+  std::string text;
+  for (const ParamField& f : kParamFields) {
+    if (this->*f.field != 0) text += fmt::format("{}{}={}", text.empty() ? "" : " ", f.name, this->*f.field);
+  }
+  return text.empty() ? "default" : text;
+}
+
+Expected<KernelParams> KernelParams::parse(std::string_view text) {
+  KernelParams params;
+  if (text == "default") return params;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    const ParamField* found = nullptr;
+    for (const ParamField& f : kParamFields) {
+      if (eq != std::string_view::npos && item.substr(0, eq) == f.name) found = &f;
+    }
+    if (found == nullptr) return makeError(ErrorCode::InvalidArgument, "kernel parameter '{}' is not name=value with a known name", item);
+    const std::string number(item.substr(eq + 1));
+    char* rest = nullptr;
+    const long value = std::strtol(number.c_str(), &rest, 10);
+    if (number.empty() || *rest != '\0' || value < -1000000 || value > 1000000) {
+      return makeError(ErrorCode::InvalidArgument, "kernel parameter '{}' has a bad value", item);
+    }
+    params.*(found->field) = static_cast<int>(value);
+  }
+  return params;
 }
 
 std::string KernelFamily::symbolStem(const KernelSpec& spec) const {

@@ -73,11 +73,40 @@ struct OperandSpec {
   std::string toString() const;  // "f32[?,128]" / "f32[320..960,128]" / "f32[64%8,128]"
 };
 
+// The AutoTuner's knobs for one kernel; 0 = the family's default. A family declares which ones
+// it reads and their candidate values in searchSpace(); the tuning database stores toString().
+struct KernelParams {
+  int mr = 0, nr = 0;          // matmul register tile (rows x columns of C)
+  int mc = 0, kc = 0, nc = 0;  // matmul cache blocking
+  int k_unroll = 0;            // matmul inner K loop unroll
+  int prefetch = 0;            // prefetch distance in K steps (-1: no software prefetch)
+  int threads = 0;             // worker threads over the output (0: the KernelThreads tunable)
+  int vector_width = 0;        // elementwise/reduction lanes
+  int unroll = 0;              // elementwise/reduction interleave (vectors in flight)
+  int chunk = 0;               // elements per thread chunk
+  bool isDefault() const { return *this == KernelParams{}; }
+  bool operator==(const KernelParams&) const = default;
+  std::string toString() const;                       // "mr=8 nr=32 kc=256" (non-zero fields only; "default")
+  static Expected<KernelParams> parse(std::string_view text);  // inverse of toString()
+};
+
+// A matmul epilogue step (fused into the matmul's store): value = op(value) for a unary op, or
+// value = op(value, extra) / op(extra, value) (swapped) for a binary op whose other operand is
+// spec.inputs[operand] (an input after A and B, broadcastable to the matmul's output shape).
+struct EpilogueStep {
+  OpId op = OpId::Identity;
+  int operand = -1;      // binary: index into KernelSpec::inputs (>= 2); unary: -1
+  bool swapped = false;  // binary: extra is the left operand (sub, div, pow ...)
+  bool operator==(const EpilogueStep&) const = default;
+};
+
 // What to compile: one op (O1) with its attributes and the specialization of its inputs.
 struct KernelSpec {
   OpId op = OpId::Identity;
   std::vector<AttrValue> attrs;        // schema order, defaults filled in
   std::vector<OperandSpec> inputs;
+  std::vector<EpilogueStep> epilogue;  // matmul only: fused elementwise steps on the output
+  KernelParams params;                 // tuning knobs (AutoTuner); default = family defaults
   std::string signature() const;       // "MatMul:(320..960,128)x(128,1024)"
 };
 
@@ -105,6 +134,9 @@ class KernelFamily {
   virtual Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const = 0;
   // A readable symbol stem, e.g. "matmul_f32_Mdyn_K128_N1024" (the engine prefixes "svm_").
   virtual std::string symbolStem(const KernelSpec& spec) const;
+  // The AutoTuner's candidates for `spec` (each a KernelParams this family reads); empty = nothing
+  // to tune. The first candidate is the family's default choice.
+  virtual std::vector<KernelParams> searchSpace(const KernelSpec& spec) const;
 };
 
 // The op's identifier from ops.def, e.g. "MatMul" (used in signatures).
