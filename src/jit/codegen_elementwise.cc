@@ -36,6 +36,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 
+#include "jit/codegen_math.h"
 #include "jit/codegen_util.h"
 #include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
@@ -490,10 +491,8 @@ class Emitter {
     return b_.CreateFPTrunc(value, ir::elementType(b_.getContext(), dtype));
   }
 
-  llvm::Value* nonzero(llvm::Value* value, DType dtype) {
-    llvm::Constant* zero = llvm::Constant::getNullValue(value->getType());
-    return isFloating(dtype) ? b_.CreateFCmpUNE(value, zero) : b_.CreateICmpNE(value, zero);
-  }
+  llvm::Value* nonzero(llvm::Value* value, DType dtype) { return ir::nonzero(b_, value, dtype); }
+
 
   // Where and same-dtype cast move bits without converting them.
   bool rawForm(int k) const {
@@ -532,103 +531,8 @@ class Emitter {
 
   // ---- the element function ----
 
-  llvm::Value* binary(OpId op, DType t, llvm::Value* a, llvm::Value* c) {
-    const bool fp = isFloating(t);
-    const bool boolean = t == DType::Bool;
-    auto asBool = [&](llvm::Value* v) { return b_.CreateZExt(v, b_.getInt8Ty()); };
-    switch (op) {
-      case OpId::Add:
-        return fp ? b_.CreateFAdd(a, c) : boolean ? b_.CreateOr(a, c) : b_.CreateAdd(a, c);
-      case OpId::Sub:
-        return fp ? b_.CreateFSub(a, c) : b_.CreateSub(a, c);
-      case OpId::Mul:
-        return fp ? b_.CreateFMul(a, c) : boolean ? b_.CreateAnd(a, c) : b_.CreateMul(a, c);
-      case OpId::Div:
-        return b_.CreateFDiv(a, c);
-      case OpId::Pow: {
-        // The reference's std::pow(double, double), rounded once: the same libm call.
-        if (t == DType::Float64) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, c);
-        llvm::Value* wide = b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, b_.CreateFPExt(a, b_.getDoubleTy()),
-                                                     b_.CreateFPExt(c, b_.getDoubleTy()));
-        return b_.CreateFPTrunc(wide, b_.getFloatTy());
-      }
-      case OpId::Maximum:
-      case OpId::Minimum: {
-        // (a != a || a > b) ? a : b — a NaN `a` wins, a NaN `b` fails the comparison.
-        const bool max = op == OpId::Maximum;
-        llvm::Value* wins;
-        if (fp) {
-          wins = b_.CreateOr(b_.CreateFCmpUNO(a, a), max ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c));
-        } else if (boolean) {
-          wins = max ? b_.CreateICmpUGT(a, c) : b_.CreateICmpULT(a, c);
-        } else {
-          wins = max ? b_.CreateICmpSGT(a, c) : b_.CreateICmpSLT(a, c);
-        }
-        return b_.CreateSelect(wins, a, c);
-      }
-      case OpId::Equal:
-        return asBool(fp ? b_.CreateFCmpOEQ(a, c) : b_.CreateICmpEQ(a, c));
-      case OpId::NotEqual:
-        return asBool(fp ? b_.CreateFCmpUNE(a, c) : b_.CreateICmpNE(a, c));
-      case OpId::Less:
-        return asBool(fp ? b_.CreateFCmpOLT(a, c) : boolean ? b_.CreateICmpULT(a, c) : b_.CreateICmpSLT(a, c));
-      case OpId::LessEqual:
-        return asBool(fp ? b_.CreateFCmpOLE(a, c) : boolean ? b_.CreateICmpULE(a, c) : b_.CreateICmpSLE(a, c));
-      case OpId::Greater:
-        return asBool(fp ? b_.CreateFCmpOGT(a, c) : boolean ? b_.CreateICmpUGT(a, c) : b_.CreateICmpSGT(a, c));
-      case OpId::GreaterEqual:
-        return asBool(fp ? b_.CreateFCmpOGE(a, c) : boolean ? b_.CreateICmpUGE(a, c) : b_.CreateICmpSGE(a, c));
-      case OpId::LogicalAnd:
-        return asBool(b_.CreateAnd(nonzero(a, t), nonzero(c, t)));
-      case OpId::LogicalOr:
-        return asBool(b_.CreateOr(nonzero(a, t), nonzero(c, t)));
-      default:
-        return a;
-    }
-  }
-
-  llvm::Value* unary(OpId op, DType t, llvm::Value* x) {
-    const bool fp = isFloating(t);
-    const bool boolean = t == DType::Bool;
-    llvm::Constant* zero = llvm::Constant::getNullValue(x->getType());
-    switch (op) {
-      case OpId::Neg:
-        return fp ? b_.CreateFNeg(x) : b_.CreateSub(zero, x);
-      case OpId::Abs:
-        if (fp) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
-        return boolean ? x : b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
-      case OpId::Relu:  // x < 0 ? 0 : x (keeps NaN and -0)
-        if (fp) return b_.CreateSelect(b_.CreateFCmpOLT(x, zero), zero, x);
-        return boolean ? x : b_.CreateSelect(b_.CreateICmpSLT(x, zero), zero, x);
-      case OpId::Exp:
-        return ir::expF(b_, x);
-      case OpId::Log:
-        return ir::logF(b_, x);
-      case OpId::Sqrt:
-        return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
-      case OpId::Rsqrt: {
-        // The reference's 1 / sqrt(double), rounded once (vectorizes as vsqrtpd/vdivpd).
-        llvm::Value* wide = t == DType::Float64 ? x : b_.CreateFPExt(x, b_.getDoubleTy());
-        llvm::Value* r = b_.CreateFDiv(llvm::ConstantFP::get(wide->getType(), 1.0),
-                                       b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, wide));
-        return t == DType::Float64 ? r : b_.CreateFPTrunc(r, b_.getFloatTy());
-      }
-      case OpId::Sigmoid:
-        return ir::sigmoidF(b_, x);
-      case OpId::Tanh:
-        return ir::tanhF(b_, x);
-      case OpId::Gelu:
-        return ir::geluF(b_, x);
-      case OpId::Erf:
-        return ir::erfF(b_, x);
-      case OpId::Silu:
-        return ir::siluF(b_, x);
-      case OpId::LogicalNot:
-        return b_.CreateZExt(b_.CreateICmpEQ(x, zero), b_.getInt8Ty());
-      default:
-        return x;
-    }
-  }
+  llvm::Value* binary(OpId op, DType t, llvm::Value* a, llvm::Value* c) { return ir::binaryOp(b_, op, t, a, c); }
+  llvm::Value* unary(OpId op, DType t, llvm::Value* x) { return ir::unaryOp(b_, op, t, x); }
 
   // The output element from the operands (in loadOperand's form); `raw` says it is already in
   // storage form.

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// The elementwise ops' element math in IR (see codegen_math.h).
+#include "jit/codegen_math.h"
+
+#include <llvm/IR/Intrinsics.h>
+
+#include "jit/ir_math.h"
+
+namespace shapevm::jit::ir {
+
+llvm::Value* nonzero(Builder& b, llvm::Value* value, DType t) {
+  llvm::Constant* zero = llvm::Constant::getNullValue(value->getType());
+  return isFloating(t) ? b.CreateFCmpUNE(value, zero) : b.CreateICmpNE(value, zero);
+}
+
+llvm::Value* roundTo(Builder& b, llvm::Value* value, DType dtype) {
+  if (dtype == DType::BFloat16) return bf16BitsToFloat(b, floatToBf16Bits(b, value));
+  if (dtype != DType::Float16) return value;
+  unsigned lanes = 1;
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();
+  return b.CreateFPExt(b.CreateFPTrunc(value, withLanes(elementType(b.getContext(), dtype), lanes)), value->getType());
+}
+
+llvm::Value* castTo(Builder& b, llvm::Value* value, DType from, DType to) {
+  if (from == to) return value;
+  return roundTo(b, convert(b, value, from, to), to);
+}
+
+llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value* c) {
+  const bool fp = isFloating(t);
+  const bool boolean = t == DType::Bool;
+  auto asBool = [&](llvm::Value* v) { return b.CreateZExt(v, b.getInt8Ty()); };
+  switch (op) {
+    case OpId::Add:
+      return fp ? b.CreateFAdd(a, c) : boolean ? b.CreateOr(a, c) : b.CreateAdd(a, c);
+    case OpId::Sub:
+      return fp ? b.CreateFSub(a, c) : b.CreateSub(a, c);
+    case OpId::Mul:
+      return fp ? b.CreateFMul(a, c) : boolean ? b.CreateAnd(a, c) : b.CreateMul(a, c);
+    case OpId::Div:
+      return b.CreateFDiv(a, c);
+    case OpId::Pow: {
+      // The reference's std::pow(double, double), rounded once: the same libm call.
+      if (t == DType::Float64) return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, c);
+      llvm::Value* wide = b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, b.CreateFPExt(a, b.getDoubleTy()),
+                                                   b.CreateFPExt(c, b.getDoubleTy()));
+      return b.CreateFPTrunc(wide, b.getFloatTy());
+    }
+    case OpId::Maximum:
+    case OpId::Minimum: {
+      // (a != a || a > b) ? a : b — a NaN `a` wins, a NaN `b` fails the comparison.
+      const bool max = op == OpId::Maximum;
+      llvm::Value* wins;
+      if (fp) {
+        wins = b.CreateOr(b.CreateFCmpUNO(a, a), max ? b.CreateFCmpOGT(a, c) : b.CreateFCmpOLT(a, c));
+      } else if (boolean) {
+        wins = max ? b.CreateICmpUGT(a, c) : b.CreateICmpULT(a, c);
+      } else {
+        wins = max ? b.CreateICmpSGT(a, c) : b.CreateICmpSLT(a, c);
+      }
+      return b.CreateSelect(wins, a, c);
+    }
+    case OpId::Equal:
+      return asBool(fp ? b.CreateFCmpOEQ(a, c) : b.CreateICmpEQ(a, c));
+    case OpId::NotEqual:
+      return asBool(fp ? b.CreateFCmpUNE(a, c) : b.CreateICmpNE(a, c));
+    case OpId::Less:
+      return asBool(fp ? b.CreateFCmpOLT(a, c) : boolean ? b.CreateICmpULT(a, c) : b.CreateICmpSLT(a, c));
+    case OpId::LessEqual:
+      return asBool(fp ? b.CreateFCmpOLE(a, c) : boolean ? b.CreateICmpULE(a, c) : b.CreateICmpSLE(a, c));
+    case OpId::Greater:
+      return asBool(fp ? b.CreateFCmpOGT(a, c) : boolean ? b.CreateICmpUGT(a, c) : b.CreateICmpSGT(a, c));
+    case OpId::GreaterEqual:
+      return asBool(fp ? b.CreateFCmpOGE(a, c) : boolean ? b.CreateICmpUGE(a, c) : b.CreateICmpSGE(a, c));
+    case OpId::LogicalAnd:
+      return asBool(b.CreateAnd(nonzero(b, a, t), nonzero(b, c, t)));
+    case OpId::LogicalOr:
+      return asBool(b.CreateOr(nonzero(b, a, t), nonzero(b, c, t)));
+    default:
+      return a;
+  }
+}
+
+
+llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x) {
+  const bool fp = isFloating(t);
+  const bool boolean = t == DType::Bool;
+  llvm::Constant* zero = llvm::Constant::getNullValue(x->getType());
+  switch (op) {
+    case OpId::Neg:
+      return fp ? b.CreateFNeg(x) : b.CreateSub(zero, x);
+    case OpId::Abs:
+      if (fp) return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+      return boolean ? x : b.CreateSelect(b.CreateICmpSLT(x, zero), b.CreateSub(zero, x), x);
+    case OpId::Relu:  // x < 0 ? 0 : x (keeps NaN and -0)
+      if (fp) return b.CreateSelect(b.CreateFCmpOLT(x, zero), zero, x);
+      return boolean ? x : b.CreateSelect(b.CreateICmpSLT(x, zero), zero, x);
+    case OpId::Exp:
+      return expF(b, x);
+    case OpId::Log:
+      return logF(b, x);
+    case OpId::Sqrt:
+      return b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+    case OpId::Rsqrt: {
+      // The reference's 1 / sqrt(double), rounded once (vectorizes as vsqrtpd/vdivpd).
+      llvm::Value* wide = t == DType::Float64 ? x : b.CreateFPExt(x, b.getDoubleTy());
+      llvm::Value* r = b.CreateFDiv(llvm::ConstantFP::get(wide->getType(), 1.0),
+                                     b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, wide));
+      return t == DType::Float64 ? r : b.CreateFPTrunc(r, b.getFloatTy());
+    }
+    case OpId::Sigmoid:
+      return sigmoidF(b, x);
+    case OpId::Tanh:
+      return tanhF(b, x);
+    case OpId::Gelu:
+      return geluF(b, x);
+    case OpId::Erf:
+      return erfF(b, x);
+    case OpId::Silu:
+      return siluF(b, x);
+    case OpId::LogicalNot:
+      return b.CreateZExt(b.CreateICmpEQ(x, zero), b.getInt8Ty());
+    default:
+      return x;
+  }
+}
+
+}  // namespace shapevm::jit::ir

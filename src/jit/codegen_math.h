@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// The element math of ShapeVM's elementwise ops in IR, shared by every generator that computes
+// them: the elementwise family, fused region kernels and matmul epilogues. Values are in compute
+// form (float32 for f32/f16/bf16, double for f64, the integer type for ints, i8 for bool). Every op
+// works on scalars; on vectors all but pow and rsqrt (they widen to a scalar double).
+// Invariant: one op's semantics live here once; a generator that fuses several ops rounds each
+// intermediate with roundTo() so results match the reference op by op.
+#pragma once
+
+#include "jit/codegen_util.h"
+#include "ops/registry.h"
+
+namespace shapevm::jit::ir {
+
+// `op` on a and c computed in dtype `t` (comparisons and logical ops return i8 0/1).
+llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value* c);
+// `op` on x computed in dtype `t`.
+llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x);
+// x != 0 (i1), NaN counts as nonzero.
+llvm::Value* nonzero(Builder& b, llvm::Value* value, DType t);
+// A compute value rounded to `dtype`'s storage precision (float16/bfloat16; identity otherwise).
+llvm::Value* roundTo(Builder& b, llvm::Value* value, DType dtype);
+// The reference's castTensor as seen by the compute that follows: convert, then round.
+llvm::Value* castTo(Builder& b, llvm::Value* value, DType from, DType to);
+
+}  // namespace shapevm::jit::ir
