@@ -2,6 +2,8 @@
 // Calling generated kernels: output allocation, the KernelArgs block, fault injection.
 #include "jit/compiled_kernel.h"
 
+#include "jit/fusion.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -67,6 +69,7 @@ Expected<std::unique_ptr<CompiledKernel>> compileKernel(JitEngine& engine, const
   SVM_RETURN_IF_ERROR(family.supports(spec));
   const OpSchema& schema = OpRegistry::global().schema(spec.op);
   SVM_ASSIGN_OR_RETURN(int num_outputs, numOutputs(schema, spec.attrs));
+  if (spec.fused) num_outputs = static_cast<int>(spec.fused->outputs.size());
   const std::string symbol = "svm_" + family.symbolStem(spec);
   SVM_ASSIGN_OR_RETURN(KernelHandle handle,
                        engine.compile(symbol, [&](llvm::Module& module) { return family.emit(spec, module, symbol); }));

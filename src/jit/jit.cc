@@ -69,6 +69,21 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
       }
     }
     jit->sites_.push_back(std::move(states));
+    std::vector<RangeState> ranges;
+    if (jit->level_ >= 2) {
+      for (std::size_t r = 0; r < jit->regions_.back().size(); ++r) {
+        for (FusionRange& range : fusionRanges(fn, jit->regions_.back()[r])) {
+          RangeState state;
+          state.range = std::move(range);
+          state.region = static_cast<int>(r);
+          ranges.push_back(std::move(state));
+        }
+      }
+      jit->liveness_.push_back(std::make_unique<Liveness>(fn));
+    } else {
+      jit->liveness_.push_back(nullptr);
+    }
+    jit->ranges_.push_back(std::move(ranges));
   }
   if (jit->level_ >= 1) {
     const auto threads = static_cast<int>(Tunables::get(Tunable::CompileThreads));
@@ -111,6 +126,11 @@ void Jit::scan(int function, int only_loop) {
     if (only_loop >= 0 && (region.kind != Region::Kind::Loop || region.loop != only_loop)) continue;
     const RegionHeat heat = measureRegion(region, runtime);
     if (!isHot(heat)) continue;
+    const int region_index = static_cast<int>(&region - regions.data());
+    const std::vector<RangeState>& ranges = ranges_[static_cast<std::size_t>(function)];
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      if (ranges[r].region == region_index) considerRange(function, static_cast<int>(r), heat);
+    }
     for (int site : region.sites) considerSite(function, site, heat);
   }
 }
@@ -123,7 +143,7 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
   SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
   using Phase = SiteState::Phase;
   if (state.phase == Phase::NoKernel || state.phase == Phase::Unsupported || state.phase == Phase::Blacklisted ||
-      state.phase == Phase::Queued) {
+      state.phase == Phase::Queued || (state.compiles == 0 && coveredByRange(function, site))) {
     return;
   }
   if (state.compiles == 0 && state.failures == 0 && familyFor(op_site.op) == nullptr) {
@@ -205,7 +225,11 @@ void Jit::workerLoop() {
     queue_.pop_front();
     ++in_flight_;
     lock.unlock();
-    compileSite(request);
+    if (request.range >= 0) {
+      compileRange(request);
+    } else {
+      compileSite(request);
+    }
     lock.lock();
     --in_flight_;
     idle_cv_.notify_all();
@@ -369,6 +393,132 @@ void Jit::noteTuning(const TuneOutcome& tuned) {
   else if (tuned.timed > 0) ++stats_.tuned_kernels;
 }
 
+bool Jit::coveredByRange(int function, int site) const {
+  for (const RangeState& state : ranges_[static_cast<std::size_t>(function)]) {
+    if (state.phase != RangeState::Phase::Queued && state.phase != RangeState::Phase::Installed) continue;
+    if (state.phase == RangeState::Phase::Installed &&
+        state.declines->load(std::memory_order_relaxed) - state.declines_at_request > 0) {
+      continue;  // the region declines some inputs: its ops need their own kernels
+    }
+    if (std::find(state.range.sites.begin(), state.range.sites.end(), site) != state.range.sites.end()) return true;
+  }
+  return false;
+}
+
+void Jit::considerRange(int function, int range, const RegionHeat& heat) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(range)];
+  using Phase = RangeState::Phase;
+  if (state.phase == Phase::Queued || state.phase == Phase::NotFused || state.phase == Phase::Blacklisted) return;
+  if (heat.executions < state.retry_after) return;
+  const std::uint64_t declines = state.declines->load(std::memory_order_relaxed);
+  if (state.phase == Phase::Installed) {
+    // New shapes the region's kernels do not cover: recompile for the wider range (capped).
+    if (declines - state.declines_at_request < static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile)) ||
+        state.compiles > Tunables::get(Tunable::MaxRecompiles)) {
+      return;
+    }
+  }
+  const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
+  std::string signature = "Region:";
+  for (std::size_t k = 0; k < state.range.sites.size(); ++k) {
+    const OpSite& site = fn.op_sites[static_cast<std::size_t>(state.range.sites[k])];
+    const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(state.range.sites[k])].snapshot();
+    if (newestRecord(records) == nullptr) return;  // not profiled (yet): nothing to specialize for
+    signature += (k ? "+" : "") + std::string(opIdent(site.op));
+  }
+  if (queue_.size() >= static_cast<std::size_t>(Tunables::get(Tunable::CompileQueue))) {
+    ++stats_.dropped_requests;
+    ++stats_.fallbacks[static_cast<std::size_t>(JitReason::QueueFull)];
+    return;
+  }
+  logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+  state.phase = Phase::Queued;
+  state.declines_at_request = declines;
+  queue_.push_back(Request{function, state.range.sites[0], range});
+  ++stats_.requests;
+  lock.unlock();
+  queue_cv_.notify_one();
+}
+
+void Jit::compileRange(const Request& request) {
+  const int function = request.function;
+  const Clock::time_point start = Clock::now();
+  RangeState snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    snapshot = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(request.range)];
+  }
+  const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
+  std::vector<std::vector<ProfileRecord>> records;
+  for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
+  double tuning_ms = 0;
+  auto region = compileRegion(*engine_, fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
+                              snapshot.compiles, level_ >= 2 ? options_.tuner : nullptr, &tuning_ms);
+  const double total_ms = msSince(start);
+  std::unique_lock<std::mutex> lock(mutex_);
+  RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(request.range)];
+  using Phase = RangeState::Phase;
+  if (!region) {
+    const bool unsupported = region.status().code() == ErrorCode::Unsupported;
+    if (unsupported) {
+      state.phase = state.compiles > 0 ? Phase::Installed : Phase::NotFused;
+      logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}..0x{:02X} not fused: {} ({}); its ops compile one by one",
+            snapshot.range.start_pc, snapshot.range.resume_pc - 1, region.status().message(), jitReasonName(JitReason::Unsupported));
+      return;
+    }
+    ++state.failures;
+    const bool validation = region.status().message().find("disagrees") != std::string::npos;
+    ++(validation ? stats_.validation_failures : stats_.compile_failures);
+    const JitReason reason = validation ? JitReason::ValidationFailed : JitReason::CodegenFailed;
+    ++stats_.fallbacks[static_cast<std::size_t>(reason)];
+    if (state.failures >= Tunables::get(Tunable::BlacklistAfter)) {
+      state.phase = Phase::Blacklisted;
+      ++stats_.blacklisted_sites;
+      logAt(LogLevel::Info, "JIT", "Blacklisted region at PC=0x{:02X} after {} failures ({}): {}; its ops compile one by one",
+            snapshot.range.start_pc, state.failures, jitReasonName(reason), region.status().message());
+      return;
+    }
+    const Region& hot = regions_[static_cast<std::size_t>(function)][static_cast<std::size_t>(snapshot.region)];
+    const std::uint64_t backoff = static_cast<std::uint64_t>(Tunables::get(Tunable::BackoffExecutions)) << (state.failures - 1);
+    state.retry_after = measureRegion(hot, vm_.runtime(function)).executions + backoff;
+    state.phase = state.compiles > 0 ? Phase::Installed : Phase::Cold;
+    logAt(LogLevel::Info, "JIT", "{} for region at PC=0x{:02X}: {}; backing off {} executions ({})",
+          validation ? "Validation failed" : "Compile failed", snapshot.range.start_pc, region.status().message(), backoff,
+          jitReasonName(reason));
+    return;
+  }
+  (*region)->decline_counter = state.declines;
+  const std::string description = (*region)->describe();
+  const int kernels = (*region)->kernels();
+  const int fused = (*region)->fusedOps();
+  const int entries = patches_->installRegion(function, snapshot.range.sites[0], std::move(*region));
+  state.phase = Phase::Installed;
+  ++state.compiles;
+  state.description = description;
+  state.declines_at_request = state.declines->load(std::memory_order_relaxed);
+  ++stats_.compiles;
+  ++stats_.fused_regions;
+  stats_.fused_ops += static_cast<std::uint64_t>(fused);
+  stats_.codegen_ms += total_ms - tuning_ms;
+  stats_.tuning_ms += tuning_ms;
+  stats_.compile_ms.push_back(total_ms);
+  stats_.events.push_back(CompileEvent{fmt::format("Region@0x{:02X}", snapshot.range.start_pc),
+                                       std::chrono::duration<double, std::milli>(start - attached_at_).count(), 0,
+                                       total_ms - tuning_ms, 0, tuning_ms, false});
+  lock.unlock();
+  logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
+  logAt(LogLevel::Info, "JIT",
+        "Installed fused region at PC=0x{:02X}..0x{:02X} ({} kernels, {} ops fused: {}; {} region {}; tuning {:.1f}ms)",
+        snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description, entries,
+        entries == 1 ? "entry" : "entries", tuning_ms);
+}
+
+std::vector<Jit::RangeState> Jit::rangeStates(int function) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ranges_[static_cast<std::size_t>(function)];
+}
+
 Jit::SiteState Jit::siteState(int function, int site) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
@@ -393,6 +543,9 @@ JitStats Jit::stats() const {
       }
     }
   }
+  for (const std::vector<RangeState>& ranges : ranges_) {
+    for (const RangeState& range : ranges) out.region_declines += range.declines->load(std::memory_order_relaxed);
+  }
   return out;
 }
 
@@ -411,6 +564,9 @@ std::string Jit::statsReport() const {
       "kernel median {:.1f} ms, max {:.1f} ms\n",
       total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
       times.empty() ? 0.0 : times.back());
+  text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
+                      "executions declined (ran op by op)\n",
+                      s.fused_regions, s.fused_ops, s.region_declines);
   text += fmt::format("jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits\n", s.tuning_ms,
                       s.tuned_kernels, s.tuning_cache_hits);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",

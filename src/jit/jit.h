@@ -28,6 +28,7 @@
 #include "jit/hot_path.h"
 #include "jit/patch_manager.h"
 #include "jit/reasons.h"
+#include "jit/region.h"
 #include "jit/tuner.h"
 #include "vm/vm.h"
 
@@ -60,6 +61,10 @@ struct JitStats {
   double tuning_ms = 0;                  // summed: AutoTuner time (compiling + timing candidates)
   std::uint64_t tuned_kernels = 0;       // kernels whose parameters were chosen by timing
   std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
+  std::uint64_t fused_regions = 0;       // O2 fused ranges installed
+  std::uint64_t fused_ops = 0;           // CallOps folded into their fused kernels and epilogues
+  std::uint64_t region_runs = 0;         // (stats() time) executions served by fused regions
+  std::uint64_t region_declines = 0;     // executions a fused region declined (ran op by op)
   std::vector<double> compile_ms;        // end-to-end per installed kernel
   std::vector<CompileEvent> events;      // per installed kernel, in install order
   std::uint64_t compiled_calls = 0;      // executions served by a compiled kernel (cache reuse)
@@ -101,16 +106,35 @@ class Jit final : public ExecutionObserver {
   };
   SiteState siteState(int function, int site) const;
 
+  // O2: one fusible range of a hot region (region.h) and how far it got.
+  struct RangeState {
+    enum class Phase : std::uint8_t { Cold, Queued, Installed, NotFused, Blacklisted };
+    FusionRange range;
+    int region = -1;
+    Phase phase = Phase::Cold;
+    int compiles = 0;
+    int failures = 0;
+    std::uint64_t retry_after = 0;
+    std::uint64_t declines_at_request = 0;
+    std::shared_ptr<std::atomic<std::uint64_t>> declines = std::make_shared<std::atomic<std::uint64_t>>(0);
+    std::string description;  // of the installed region
+  };
+  std::vector<RangeState> rangeStates(int function) const;
+
  private:
   struct Request {
     int function = 0;
     int site = 0;
+    int range = -1;  // >= 0: a fused-range request (index into ranges_[function])
   };
   Jit(VirtualMachine& vm, JitOptions options);
   void scan(int function, int only_loop);
   void considerSite(int function, int site, const RegionHeat& heat);
   void workerLoop();
   void compileSite(const Request& request);
+  void considerRange(int function, int range, const RegionHeat& heat);
+  void compileRange(const Request& request);
+  bool coveredByRange(int function, int site) const;  // callers hold mutex_
   void recordFailure(int function, int site, JitReason reason, const std::string& why);
   TuneOutcome tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc);
   void noteTuning(const TuneOutcome& tuned);  // callers hold mutex_
@@ -123,6 +147,8 @@ class Jit final : public ExecutionObserver {
   std::unique_ptr<RuntimePatchManager> patches_;
   std::vector<std::vector<Region>> regions_;          // per function
   std::vector<std::vector<SiteState>> sites_;         // per function, per op site
+  std::vector<std::vector<RangeState>> ranges_;       // per function (O2)
+  std::vector<std::unique_ptr<Liveness>> liveness_;   // per function (O2)
 
   mutable std::mutex mutex_;                          // sites_, stats_, queue_
   std::condition_variable queue_cv_;

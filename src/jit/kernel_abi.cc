@@ -2,6 +2,9 @@
 // Kernel specs as text (for logs, symbols and tokens) and the op -> family table.
 #include "jit/kernel_abi.h"
 
+#include "jit/fusion.h"
+
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -34,6 +37,7 @@ std::string OperandSpec::toString() const {
 }
 
 std::string KernelSpec::signature() const {
+  if (fused) return fmt::format("Fused:{}", fused->describe());
   std::string text = fmt::format("{}:", opIdent(op));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (i > 0) text += "x";
@@ -79,6 +83,33 @@ KernelSpec symbolicSpec(KernelSpec spec) {
 }
 
 Status KernelFamily::prepare(const KernelSpec&, std::span<const Value* const>, std::span<const Tensor>, KernelArgs&) const {
+  return Status::ok();
+}
+
+Status KernelFamily::reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const {
+  const OpRegistry& registry = OpRegistry::global();
+  const OpSchema& schema = registry.schema(spec.op);
+  const std::size_t own = spec.epilogue.empty() ? inputs.size() : std::min(inputs.size(), schema.inputs.size());
+  const std::span<const Value* const> op_inputs = inputs.first(own);
+  {
+    OpContext ctx{&schema, op_inputs, spec.attrs, outputs};
+    SVM_RETURN_IF_ERROR(invokeKernel(registry.resolve(spec.op, op_inputs), ctx));
+  }
+  for (const EpilogueStep& step : spec.epilogue) {
+    const OpSchema& step_schema = registry.schema(step.op);
+    std::vector<AttrValue> attrs;
+    for (const AttrSpec& attr : step_schema.attrs) attrs.push_back(attr.default_value.value_or(AttrValue{}));
+    const Value current = outputs[0];
+    std::vector<const Value*> step_inputs{&current};
+    if (step.operand >= 0) {
+      const Value* extra = inputs[static_cast<std::size_t>(step.operand)];
+      step_inputs = step.swapped ? std::vector<const Value*>{extra, &current} : std::vector<const Value*>{&current, extra};
+    }
+    Value result;
+    OpContext ctx{&step_schema, step_inputs, attrs, std::span<Value>(&result, 1)};
+    SVM_RETURN_IF_ERROR(invokeKernel(registry.resolve(step.op, step_inputs), ctx));
+    outputs[0] = std::move(result);
+  }
   return Status::ok();
 }
 

@@ -26,6 +26,8 @@ class LLVMContext;
 
 namespace shapevm::jit {
 
+struct FusedProgram;  // fusion.h
+
 inline constexpr int kMaxKernelOperands = 16;
 
 // Plain-old-data argument block; its layout is mirrored in IR by ir::ArgsView (codegen_util.h).
@@ -107,6 +109,7 @@ struct KernelSpec {
   std::vector<OperandSpec> inputs;
   std::vector<EpilogueStep> epilogue;  // matmul only: fused elementwise steps on the output
   KernelParams params;                 // tuning knobs (AutoTuner); default = family defaults
+  std::shared_ptr<const FusedProgram> fused;  // the fused family only: the region's dataflow (fusion.h)
   std::string signature() const;       // "MatMul:(320..960,128)x(128,1024)"
 };
 
@@ -134,6 +137,9 @@ class KernelFamily {
   virtual Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const = 0;
   // A readable symbol stem, e.g. "matmul_f32_Mdyn_K128_N1024" (the engine prefixes "svm_").
   virtual std::string symbolStem(const KernelSpec& spec) const;
+  // What the kernel must compute, with the reference kernels (validation's oracle). Default: the
+  // spec's op on its first schema-many inputs, then each epilogue step op by op.
+  virtual Status reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const;
   // The AutoTuner's candidates for `spec` (each a KernelParams this family reads); empty = nothing
   // to tune. The first candidate is the family's default choice.
   virtual std::vector<KernelParams> searchSpace(const KernelSpec& spec) const;

@@ -10,10 +10,15 @@ RuntimePatchManager::~RuntimePatchManager() {
   uninstallAll();
   std::lock_guard<std::mutex> lock(mutex_);
   // The VM is not running (documented precondition), so everything retired is unreachable.
-  for (Retired& retired : retired_) {
-    for (auto& kernel : retired.kernels) (void)engine_.remove(kernel->handle);
-  }
+  for (Retired& retired : retired_) release(retired);
   retired_.clear();
+}
+
+void RuntimePatchManager::release(Retired& retired) {
+  for (auto& kernel : retired.kernels) (void)engine_.remove(kernel->handle);
+  for (auto& region : retired.regions) {
+    for (KernelHandle* handle : region->handles()) (void)engine_.remove(*handle);
+  }
 }
 
 int RuntimePatchManager::install(int function, int site, Guard guard, std::unique_ptr<CompiledKernel> kernel) {
@@ -22,34 +27,73 @@ int RuntimePatchManager::install(int function, int site, Guard guard, std::uniqu
   auto table = std::make_unique<PatchTable>();
   std::vector<std::unique_ptr<CompiledKernel>> kept;
   std::vector<std::unique_ptr<CompiledKernel>> dropped;
+  const std::size_t regions = current.regions.size();
+  for (std::size_t e = 0; e < regions; ++e) table->entries.push_back(current.table->entries[e]);
+  table->has_region = regions > 0;
   table->entries.push_back(CompiledEntry{guard, &runCompiledKernel, kernel.get(), kernel->handle.id});
   kept.push_back(std::move(kernel));
   if (current.table) {
-    for (std::size_t e = 0; e < current.table->entries.size(); ++e) {
+    for (std::size_t e = regions; e < current.table->entries.size(); ++e) {
       const CompiledEntry& entry = current.table->entries[e];
       if (guardCovers(guard, entry.guard)) {
-        dropped.push_back(std::move(current.kernels[e]));
+        dropped.push_back(std::move(current.kernels[e - regions]));
       } else {
         table->entries.push_back(entry);
-        kept.push_back(std::move(current.kernels[e]));
+        kept.push_back(std::move(current.kernels[e - regions]));
       }
     }
   }
-  const int count = static_cast<int>(table->entries.size());
+  const int count = static_cast<int>(table->entries.size() - regions);
+  publish(function, site, current, std::move(table), std::move(current.regions), std::move(kept), std::move(dropped), {});
+  return count;
+}
+
+int RuntimePatchManager::installRegion(int function, int site, std::unique_ptr<CompiledRegion> region) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SiteKernels& current = sites_[{function, site}];
+  auto table = std::make_unique<PatchTable>();
+  table->has_region = true;
+  CompiledEntry entry;
+  entry.state = region.get();
+  entry.region = &runCompiledRegion;
+  entry.resume_pc = region->range.resume_pc;
+  table->entries.push_back(entry);
+  std::vector<std::unique_ptr<CompiledRegion>> regions;
+  std::vector<std::unique_ptr<CompiledRegion>> dropped;
+  regions.push_back(std::move(region));
+  for (std::size_t e = 0; e < current.regions.size(); ++e) {
+    if (regions.size() < kMaxRegionEntries) {
+      table->entries.push_back(current.table->entries[e]);
+      regions.push_back(std::move(current.regions[e]));
+    } else {
+      dropped.push_back(std::move(current.regions[e]));
+    }
+  }
+  if (current.table) {
+    for (std::size_t e = current.regions.size(); e < current.table->entries.size(); ++e) table->entries.push_back(current.table->entries[e]);
+  }
+  const int count = static_cast<int>(regions.size());
+  publish(function, site, current, std::move(table), std::move(regions), std::move(current.kernels), {}, std::move(dropped));
+  return count;
+}
+
+void RuntimePatchManager::publish(int function, int site, SiteKernels& current, std::unique_ptr<PatchTable> table,
+                                  std::vector<std::unique_ptr<CompiledRegion>> regions,
+                                  std::vector<std::unique_ptr<CompiledKernel>> kernels,
+                                  std::vector<std::unique_ptr<CompiledKernel>> dropped_kernels,
+                                  std::vector<std::unique_ptr<CompiledRegion>> dropped_regions) {
   DispatchSlot& slot = vm_.runtime(function).slots[static_cast<std::size_t>(site)];
   slot.patched.store(table.get(), std::memory_order_seq_cst);
   std::unique_ptr<PatchTable> old = std::move(current.table);
   current.table = std::move(table);
-  current.kernels = std::move(kept);
-  if (old || !dropped.empty()) retire(std::move(old), std::move(dropped));
-  reclaimLocked();
-  return count;
-}
-
-void RuntimePatchManager::retire(std::unique_ptr<PatchTable> table, std::vector<std::unique_ptr<CompiledKernel>> kernels) {
-  // Read after the new table's seq_cst store: a run that could still see `table` had bumped the
+  current.regions = std::move(regions);
+  current.kernels = std::move(kernels);
+  // Read after the new table's seq_cst store: a run that could still see `old` had bumped the
   // epoch to this odd value (or an earlier one) before loading it.
-  retired_.push_back(Retired{vm_.runEpoch(), std::move(table), std::move(kernels)});
+  if (old || !dropped_kernels.empty() || !dropped_regions.empty()) {
+    retired_.push_back(Retired{vm_.runEpoch(), std::move(old), std::move(dropped_kernels), std::move(dropped_regions)});
+  }
+  reclaimLocked();
 }
 
 void RuntimePatchManager::reclaim() {
@@ -66,7 +110,7 @@ void RuntimePatchManager::reclaimLocked() {
       pending.push_back(std::move(retired));
       continue;
     }
-    for (auto& kernel : retired.kernels) (void)engine_.remove(kernel->handle);
+    release(retired);
   }
   retired_ = std::move(pending);
 }
@@ -75,7 +119,9 @@ void RuntimePatchManager::uninstallAll() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [key, current] : sites_) {
     vm_.runtime(key.first).slots[static_cast<std::size_t>(key.second)].patched.store(nullptr, std::memory_order_seq_cst);
-    if (current.table) retire(std::move(current.table), std::move(current.kernels));
+    if (current.table) {
+      retired_.push_back(Retired{vm_.runEpoch(), std::move(current.table), std::move(current.kernels), std::move(current.regions)});
+    }
   }
   sites_.clear();
   reclaimLocked();
@@ -84,7 +130,13 @@ void RuntimePatchManager::uninstallAll() {
 std::size_t RuntimePatchManager::entries(int function, int site) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sites_.find({function, site});
-  return it == sites_.end() || !it->second.table ? 0 : it->second.table->entries.size();
+  return it == sites_.end() || !it->second.table ? 0 : it->second.table->entries.size() - it->second.regions.size();
+}
+
+std::size_t RuntimePatchManager::regionEntries(int function, int site) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sites_.find({function, site});
+  return it == sites_.end() ? 0 : it->second.regions.size();
 }
 
 std::size_t RuntimePatchManager::retiredPending() const {
@@ -97,7 +149,9 @@ std::vector<Guard> RuntimePatchManager::guards(int function, int site) const {
   std::vector<Guard> out;
   auto it = sites_.find({function, site});
   if (it != sites_.end() && it->second.table) {
-    for (const CompiledEntry& entry : it->second.table->entries) out.push_back(entry.guard);
+    for (const CompiledEntry& entry : it->second.table->entries) {
+      if (entry.region == nullptr) out.push_back(entry.guard);
+    }
   }
   return out;
 }

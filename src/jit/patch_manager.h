@@ -17,6 +17,7 @@
 
 #include "jit/compiled_kernel.h"
 #include "jit/engine.h"
+#include "jit/region.h"
 #include "vm/vm.h"
 
 namespace shapevm::jit {
@@ -30,12 +31,18 @@ class RuntimePatchManager {
   // Installs a validated kernel at (function, site) behind `guard`; returns the entry count of
   // the site's new table.
   int install(int function, int site, Guard guard, std::unique_ptr<CompiledKernel> kernel);
+  // Installs a validated fused region at the slot of its first CallOp; region entries come first
+  // in the table (newest first, at most kMaxRegionEntries) and the op's own entries stay behind
+  // them as the fallback. Returns the site's region entry count.
+  int installRegion(int function, int site, std::unique_ptr<CompiledRegion> region);
+  static constexpr std::size_t kMaxRegionEntries = 4;
   // Frees retired tables/kernels that no frame can still be running.
   void reclaim();
   // Unpublishes all tables of every site (used before detaching). Kernels are retired normally.
   void uninstallAll();
 
-  std::size_t entries(int function, int site) const;
+  std::size_t entries(int function, int site) const;        // the op's own entries
+  std::size_t regionEntries(int function, int site) const;  // fused regions installed there
   std::size_t retiredPending() const;
   // The guards of the site's current entries (for guard-miss explanations).
   std::vector<Guard> guards(int function, int site) const;
@@ -43,14 +50,20 @@ class RuntimePatchManager {
  private:
   struct SiteKernels {
     std::unique_ptr<PatchTable> table;                     // the published one
-    std::vector<std::unique_ptr<CompiledKernel>> kernels;  // parallel to table->entries
+    std::vector<std::unique_ptr<CompiledRegion>> regions;  // parallel to the table's region entries (first)
+    std::vector<std::unique_ptr<CompiledKernel>> kernels;  // parallel to the op entries after them
   };
   struct Retired {
     std::uint64_t epoch = 0;
     std::unique_ptr<PatchTable> table;
     std::vector<std::unique_ptr<CompiledKernel>> kernels;
+    std::vector<std::unique_ptr<CompiledRegion>> regions;
   };
-  void retire(std::unique_ptr<PatchTable> table, std::vector<std::unique_ptr<CompiledKernel>> kernels);
+  void publish(int function, int site, SiteKernels& current, std::unique_ptr<PatchTable> table,
+               std::vector<std::unique_ptr<CompiledRegion>> regions, std::vector<std::unique_ptr<CompiledKernel>> kernels,
+               std::vector<std::unique_ptr<CompiledKernel>> dropped_kernels,
+               std::vector<std::unique_ptr<CompiledRegion>> dropped_regions);
+  void release(Retired& retired);
   void reclaimLocked();
 
   VirtualMachine& vm_;

@@ -39,16 +39,27 @@ struct Guard {
 // like a guard miss and runs the reference kernel instead.
 using CompiledKernelFn = bool (*)(const void* state, std::span<const Value* const> inputs, std::span<Value> outputs);
 
+// A compiled region (O2 fusion), installed at the slot of the first CallOp of a fused PC range:
+// it checks its own guards on the frame's registers, computes the whole range (every register the
+// range writes and that is read later gets its final value) and the interpreter continues at the
+// entry's resume_pc. Returns false to decline, before writing any register: the slot then runs
+// its own op as usual and the interpreter goes on op by op.
+using CompiledRegionFn = bool (*)(const void* state, std::span<Value> registers);
+
 struct CompiledEntry {
   Guard guard;
   CompiledKernelFn fn = nullptr;
   const void* state = nullptr;  // owned by the JIT; lives at least as long as the table
   std::uint64_t id = 0;         // kernel version id (for logs and stats)
+  CompiledRegionFn region = nullptr;  // set: a region entry (fn and guard unused)
+  std::int32_t resume_pc = -1;        // region entries: the PC after the fused range
 };
 
 // Immutable once published; several entries = a polymorphic site (keyed by signature/range).
+// Region entries come first and are tried before the op's own entries.
 struct PatchTable {
   std::vector<CompiledEntry> entries;
+  bool has_region = false;
 };
 
 struct DispatchSlot {

@@ -337,6 +337,26 @@ dispatch:
   SVM_CASE(CallOp) {
     const OpSite& site = fn.op_sites[static_cast<std::size_t>(in->a)];
     DispatchSlot& slot = rt.slots[static_cast<std::size_t>(in->a)];
+    // seq_cst (a plain load on x86-64): ordered after this run's epoch bump, which is what lets
+    // the patch manager retire a replaced table once the epoch moves on (see runEpoch()).
+    const PatchTable* table = slot.patched.load(std::memory_order_seq_cst);
+    if (table != nullptr && table->has_region) {
+      const std::uint64_t region_start = profile ? nowTicks() : 0;
+      bool ran = false;
+      for (const CompiledEntry& entry : table->entries) {
+        if (entry.region != nullptr && entry.region(entry.state, std::span<Value>(regs))) {
+          bumpCounter(slot.calls);
+          bumpCounter(slot.compiled_calls);
+          ++stats_.op_calls;
+          ++stats_.compiled_calls;
+          if (profile) bumpCounter(slot.ticks, nowTicks() - region_start);
+          pc = entry.resume_pc;
+          ran = true;
+          break;
+        }
+      }
+      if (ran) SVM_NEXT();
+    }
     const std::size_t count = site.inputs.size();
     const Value** inputs_ptr = input_buffer;
     if (count > kInlineInputs) {
@@ -364,11 +384,9 @@ dispatch:
       if (!read) outs[o] = std::move(R(reg));
     }
     bool done = false;
-    // seq_cst (a plain load on x86-64): ordered after this run's epoch bump, which is what lets
-    // the patch manager retire a replaced table once the epoch moves on (see runEpoch()).
-    if (const PatchTable* table = slot.patched.load(std::memory_order_seq_cst)) {
+    if (table != nullptr) {
       for (const CompiledEntry& entry : table->entries) {
-        if (entry.guard.passes(inputs) && entry.fn(entry.state, inputs, outs)) {
+        if (entry.fn != nullptr && entry.guard.passes(inputs) && entry.fn(entry.state, inputs, outs)) {
           done = true;
           bumpCounter(slot.compiled_calls);
           ++stats_.compiled_calls;

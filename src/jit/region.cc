@@ -1,0 +1,913 @@
+// SPDX-License-Identifier: Apache-2.0
+// O2 region fusion: planning, compiling, validating and running fused ranges (see region.h).
+#include "jit/region.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "jit/shape_infer.h"
+#include "jit/validate.h"
+#include "ops/kernel_util.h"
+
+namespace shapevm::jit {
+
+namespace {
+
+enum class OpClass : std::uint8_t { Elementwise, View, MatMul, Opaque };
+
+bool isViewOp(OpId op) {
+  return op == OpId::Transpose || op == OpId::Squeeze || op == OpId::Unsqueeze || op == OpId::Split || op == OpId::Slice;
+}
+
+bool isFloat16or32(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
+}
+
+// Ops a range may hold: every input a tensor (or omitted), at least one tensor input. Ops with
+// scalar or tuple inputs (reshape's shape, gather's index ...) end a range: their values are
+// computed by the interpreter's scalar code, which a region does not replay.
+bool rangeOp(const OpSite& site) {
+  if (site.inputs.empty()) return false;
+  for (const TensorDescriptor& token : site.input_tokens) {
+    if (!token.is_tensor) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<FusionRange> fusionRanges(const Function& function, const Region& region) {
+  std::vector<FusionRange> ranges;
+  FusionRange current;
+  auto flush = [&](int end_pc) {
+    if (current.sites.size() >= 2) {
+      current.resume_pc = end_pc;
+      ranges.push_back(current);
+    }
+    current = FusionRange{};
+  };
+  for (int pc = region.start_pc; pc < region.end_pc; ++pc) {
+    const Instruction& in = function.code[static_cast<std::size_t>(pc)];
+    if (in.op == Opcode::CallOp) {
+      const OpSite& site = function.op_sites[static_cast<std::size_t>(in.a)];
+      if (rangeOp(site)) {
+        if (current.sites.empty()) current.start_pc = pc;
+        current.sites.push_back(in.a);
+        current.pcs.push_back(pc);
+        continue;
+      }
+    } else if (in.op == Opcode::Move && !current.sites.empty()) {
+      continue;
+    }
+    // The range ends at its last CallOp (trailing Moves stay interpreted).
+    flush(current.pcs.empty() ? pc : current.pcs.back() + 1);
+  }
+  flush(current.pcs.empty() ? region.end_pc : current.pcs.back() + 1);
+  return ranges;
+}
+
+// ---- the plan ----
+
+struct RValue {
+  int reg = -1;  // External: the register read at the range's entry
+  int op = -1;   // else: the producing op (index into RegionPlan::ops) and its output number
+  int out = 0;
+  DType dtype = DType::Float32;
+  Shape shape;   // as observed in the planning run (the reference on random inputs)
+  bool tensor = true;
+};
+
+struct ROp {
+  int site = 0;
+  int pc = 0;
+  OpId op = OpId::Identity;
+  const std::vector<AttrValue>* attrs = nullptr;
+  std::vector<int> in;   // value ids (-1 = omitted input)
+  std::vector<int> out;  // value ids
+  OpClass cls = OpClass::Opaque;
+  int absorbed_by = -1;  // a matmul step whose epilogue computes this op
+};
+
+struct ChainItem {
+  bool expand = false;  // true: broadcast to the shape of `value`; false: view op `op`, output `out`
+  int op = -1;
+  int out = 0;
+  int value = -1;
+  bool operator<(const ChainItem& o) const {
+    return std::tie(expand, op, out, value) < std::tie(o.expand, o.op, o.out, o.value);
+  }
+  bool operator==(const ChainItem&) const = default;
+};
+
+struct Leaf {
+  int base = -1;
+  std::vector<ChainItem> chain;  // applied in order to the base value
+};
+
+struct Step {
+  enum class Kind : std::uint8_t { Fused, MatMul, Opaque };
+  Kind kind = Kind::Fused;
+  int op = -1;                  // MatMul/Opaque: the op
+  std::vector<Leaf> leaves;     // Fused: the kernel's leaves; MatMul: A, B, epilogue operands
+  std::vector<int> outputs;     // values this step makes real
+  std::vector<EpilogueStep> epilogue;
+  std::vector<int> absorbed;    // MatMul: the epilogue's ops
+  std::unique_ptr<CompiledKernel> kernel;
+  Guard guard;                  // MatMul: the kernel's guard on A, B and the extras
+  std::shared_ptr<FusedProgram> program;
+  mutable std::vector<std::vector<Value>> pool;  // per output: reusable buffers (two, alternating)
+};
+
+struct RegionPlan {
+  std::vector<RValue> values;
+  std::vector<ROp> ops;
+  std::vector<Step> steps;
+  std::vector<int> producer;                   // per value: the step making it real, -1 none
+  std::vector<std::pair<int, int>> writeback;  // (register, value) for registers live after the range
+  std::vector<int> externals;                  // value ids read from registers at entry
+  int fused_ops = 0;
+};
+
+namespace {
+
+Status runOp(const ROp& op, std::span<const Value* const> inputs, std::span<Value> outputs) {
+  const OpRegistry& registry = OpRegistry::global();
+  const OpSchema& schema = registry.schema(op.op);
+  OpContext ctx{&schema, inputs, *op.attrs, outputs};
+  return invokeKernel(registry.resolve(op.op, inputs), ctx);
+}
+
+// `t` read as if it had `shape` (numpy broadcasting, stride 0); `t` itself when the shapes match.
+Expected<Tensor> expandTo(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  SVM_ASSIGN_OR_RETURN(Shape common, broadcastShapes(t.shape(), shape));
+  if (common != shape) return makeError(ErrorCode::ShapeMismatch, "cannot broadcast {} to {}", t.describe(), shape.toString());
+  return t.asStrided(shape, broadcastStrides(t, shape), t.offset());
+}
+
+// One execution's values: real tensors, and zero-stride stand-ins ("phantoms") that carry only
+// the shape of a value no step materializes.
+class Eval {
+ public:
+  Eval(const RegionPlan& plan, bool poison) : plan_(plan), poison_(poison) {
+    real_.resize(plan.values.size());
+    phantom_.resize(plan.values.size());
+  }
+
+  void setReal(int v, Value value) { real_[static_cast<std::size_t>(v)] = std::move(value); }
+  bool hasReal(int v) const { return !real_[static_cast<std::size_t>(v)].isNone(); }
+  const Value& realValue(int v) const { return real_[static_cast<std::size_t>(v)]; }
+
+  // The value as a real tensor: given, produced by a step already run, or a view of one.
+  Expected<const Value*> real(int v) {
+    if (hasReal(v)) return &real_[static_cast<std::size_t>(v)];
+    const RValue& value = plan_.values[static_cast<std::size_t>(v)];
+    if (value.op < 0) return makeError(ErrorCode::Internal, "region external {} missing", v);
+    const ROp& op = plan_.ops[static_cast<std::size_t>(value.op)];
+    if (op.cls != OpClass::View) return makeError(ErrorCode::Internal, "region value {} used before its step", v);
+    std::vector<const Value*> inputs;
+    for (int in : op.in) {
+      if (in < 0) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      SVM_ASSIGN_OR_RETURN(const Value* input, real(in));
+      inputs.push_back(input);
+    }
+    std::vector<Value> outputs(op.out.size());
+    SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
+    for (std::size_t o = 0; o < op.out.size(); ++o) real_[static_cast<std::size_t>(op.out[o])] = std::move(outputs[o]);
+    return &real_[static_cast<std::size_t>(v)];
+  }
+
+  bool realizable(int v) const {
+    if (hasReal(v)) return true;
+    const RValue& value = plan_.values[static_cast<std::size_t>(v)];
+    if (value.op < 0) return false;
+    const ROp& op = plan_.ops[static_cast<std::size_t>(value.op)];
+    return op.cls == OpClass::View && op.in[0] >= 0 && realizable(op.in[0]);
+  }
+
+  // A tensor with v's runtime shape: the real value when there is one, else a phantom.
+  Expected<const Value*> shaped(int v) {
+    if (realizable(v)) return real(v);
+    if (!phantom_[static_cast<std::size_t>(v)].isNone()) return &phantom_[static_cast<std::size_t>(v)];
+    const RValue& value = plan_.values[static_cast<std::size_t>(v)];
+    if (value.op < 0) return makeError(ErrorCode::Internal, "region external {} missing", v);
+    const ROp& op = plan_.ops[static_cast<std::size_t>(value.op)];
+    if (op.cls == OpClass::View) {
+      SVM_ASSIGN_OR_RETURN(const Value* input, shaped(op.in[0]));
+      std::vector<const Value*> inputs{input};
+      std::vector<Value> outputs(op.out.size());
+      SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
+      for (std::size_t o = 0; o < op.out.size(); ++o) phantom_[static_cast<std::size_t>(op.out[o])] = std::move(outputs[o]);
+      return &phantom_[static_cast<std::size_t>(v)];
+    }
+    if (op.cls != OpClass::Elementwise) return makeError(ErrorCode::Internal, "region value {} has no shape yet", v);
+    Shape shape;
+    bool first = true;
+    for (int in : op.in) {
+      SVM_ASSIGN_OR_RETURN(const Value* input, shaped(in));
+      if (first) {
+        shape = input->tensor().shape();
+        first = false;
+      } else {
+        SVM_ASSIGN_OR_RETURN(shape, broadcastShapes(shape, input->tensor().shape()));
+      }
+    }
+    SVM_ASSIGN_OR_RETURN(Tensor dummy, Tensor::empty(value.dtype, Shape{1}));
+    Shape zero;
+    zero.resize(shape.rank());
+    for (int d = 0; d < shape.rank(); ++d) zero[d] = 0;
+    SVM_ASSIGN_OR_RETURN(Tensor stand_in, dummy.asStrided(shape, zero, 0));
+    phantom_[static_cast<std::size_t>(v)] = Value::fromTensor(std::move(stand_in));
+    return &phantom_[static_cast<std::size_t>(v)];
+  }
+
+  // The leaf's view of its base, broadcast to `iteration`.
+  Expected<Value> leaf(const Leaf& leaf, const Shape& iteration) {
+    SVM_ASSIGN_OR_RETURN(const Value* base, real(leaf.base));
+    Value current = *base;
+    for (const ChainItem& item : leaf.chain) {
+      if (item.expand) {
+        SVM_ASSIGN_OR_RETURN(const Value* target, shaped(item.value));
+        SVM_ASSIGN_OR_RETURN(Tensor t, expandTo(current.tensor(), target->tensor().shape()));
+        current = Value::fromTensor(std::move(t));
+        continue;
+      }
+      const ROp& op = plan_.ops[static_cast<std::size_t>(item.op)];
+      std::vector<const Value*> inputs{&current};
+      std::vector<Value> outputs(op.out.size());
+      SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
+      current = std::move(outputs[static_cast<std::size_t>(item.out)]);
+    }
+    SVM_ASSIGN_OR_RETURN(Tensor t, expandTo(current.tensor(), iteration));
+    return Value::fromTensor(std::move(t));
+  }
+
+  // Output buffers for a step: a pooled buffer nobody else holds, else a fresh one (NaN-poisoned
+  // in validation runs so an element the kernel skips shows).
+  void takeBuffers(const Step& step, std::span<Value> outs, bool pooled) {
+    if (!pooled || poison_) return;
+    if (step.pool.size() < outs.size()) step.pool.resize(outs.size());
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      for (Value& slot : step.pool[o]) {
+        if (slot.isTensor() && slot.tensor().isSoleOwner()) {
+          outs[o] = std::move(slot);
+          slot = Value();
+          break;
+        }
+      }
+    }
+  }
+  static void keepBuffers(const Step& step, std::span<const Value> outs, bool pooled) {
+    if (!pooled) return;
+    if (step.pool.size() < outs.size()) step.pool.resize(outs.size());
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      std::vector<Value>& slots = step.pool[o];
+      auto empty = std::find_if(slots.begin(), slots.end(), [](const Value& v) { return v.isNone(); });
+      if (empty != slots.end()) {
+        *empty = outs[o];
+      } else if (slots.size() < 2) {
+        slots.push_back(outs[o]);
+      } else {
+        slots[0] = std::move(slots[1]);
+        slots[1] = outs[o];
+      }
+    }
+  }
+
+  Status poisonOutputs(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outs) {
+    if (!poison_) return Status::ok();
+    std::vector<DType> dtypes(outs.size());
+    std::vector<Shape> shapes(outs.size());
+    SVM_RETURN_IF_ERROR(kernel.family->outputs(kernel.spec, inputs, dtypes, shapes));
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtypes[o], shapes[o]));
+      for (std::int64_t k = 0; k < t.numel(); ++k) storeFromDouble(t.rawData(), dtypes[o], k, std::numeric_limits<double>::quiet_NaN());
+      outs[o] = Value::fromTensor(std::move(t));
+    }
+    return Status::ok();
+  }
+
+  Status runStep(const Step& step, bool pooled) {
+    std::vector<Value> outs(step.outputs.size());
+    if (step.kind == Step::Kind::Opaque) {
+      const ROp& op = plan_.ops[static_cast<std::size_t>(step.op)];
+      std::vector<const Value*> inputs;
+      for (int in : op.in) {
+        if (in < 0) {
+          inputs.push_back(nullptr);
+          continue;
+        }
+        SVM_ASSIGN_OR_RETURN(const Value* input, real(in));
+        inputs.push_back(input);
+      }
+      takeBuffers(step, outs, pooled);
+      SVM_RETURN_IF_ERROR(runOp(op, inputs, outs));
+    } else {
+      Shape iteration;
+      if (step.kind == Step::Kind::Fused) {
+        SVM_ASSIGN_OR_RETURN(const Value* first, shaped(step.outputs[0]));
+        iteration = first->tensor().shape();
+        for (int out : step.outputs) {
+          SVM_ASSIGN_OR_RETURN(const Value* other, shaped(out));
+          if (other->tensor().shape() != iteration) {
+            return makeError(ErrorCode::ShapeMismatch, "fused outputs have shapes {} and {}", iteration.toString(),
+                             other->tensor().shape().toString());
+          }
+        }
+      }
+      std::vector<Value> leaves;
+      leaves.reserve(step.leaves.size());
+      for (const Leaf& leaf : step.leaves) {
+        if (step.kind == Step::Kind::Fused) {
+          SVM_ASSIGN_OR_RETURN(Value value, this->leaf(leaf, iteration));
+          leaves.push_back(std::move(value));
+        } else {
+          SVM_ASSIGN_OR_RETURN(const Value* value, real(leaf.base));
+          leaves.push_back(*value);
+        }
+      }
+      std::vector<const Value*> inputs;
+      for (const Value& v : leaves) inputs.push_back(&v);
+      if (step.kind == Step::Kind::MatMul && !step.guard.passes(inputs)) {
+        return makeError(ErrorCode::ShapeMismatch, "matmul guard: {}", describeInputs(inputs));
+      }
+      takeBuffers(step, outs, pooled);
+      SVM_RETURN_IF_ERROR(poisonOutputs(*step.kernel, inputs, outs));
+      SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
+    }
+    for (std::size_t o = 0; o < step.outputs.size(); ++o) real_[static_cast<std::size_t>(step.outputs[o])] = outs[o];
+    keepBuffers(step, outs, pooled);
+    return Status::ok();
+  }
+
+ private:
+  const RegionPlan& plan_;
+  bool poison_ = false;
+  std::vector<Value> real_;
+  std::vector<Value> phantom_;
+};
+
+// ---- planning ----
+
+class Planner {
+ public:
+  Planner(RegionPlan& plan, const Function& function, const FusionRange& range, const Liveness& liveness)
+      : p_(plan), function_(function), range_(range), liveness_(liveness) {}
+
+  // SSA values and ops for the range; externals get the shapes the reference run will fill in.
+  void buildGraph() {
+    std::map<int, int> current;  // register -> value
+    auto lookup = [&](int reg) {
+      auto it = current.find(reg);
+      if (it != current.end()) return it->second;
+      const int v = static_cast<int>(p_.values.size());
+      RValue value;
+      value.reg = reg;
+      p_.values.push_back(value);
+      p_.externals.push_back(v);
+      current[reg] = v;
+      return v;
+    };
+    std::vector<int> written;
+    for (int pc = range_.start_pc; pc < range_.resume_pc; ++pc) {
+      const Instruction& in = function_.code[static_cast<std::size_t>(pc)];
+      if (in.op == Opcode::Move) {
+        current[in.a] = lookup(in.b);
+        written.push_back(in.a);
+        continue;
+      }
+      const OpSite& site = function_.op_sites[static_cast<std::size_t>(in.a)];
+      ROp op;
+      op.site = in.a;
+      op.pc = pc;
+      op.op = site.op;
+      op.attrs = &site.attrs;
+      for (std::int32_t r : site.inputs) op.in.push_back(r < 0 ? -1 : lookup(r));
+      const int index = static_cast<int>(p_.ops.size());
+      for (std::size_t o = 0; o < site.outputs.size(); ++o) {
+        const int v = static_cast<int>(p_.values.size());
+        RValue value;
+        value.op = index;
+        value.out = static_cast<int>(o);
+        p_.values.push_back(value);
+        op.out.push_back(v);
+        current[site.outputs[o]] = v;
+        written.push_back(site.outputs[o]);
+      }
+      p_.ops.push_back(std::move(op));
+    }
+    std::sort(written.begin(), written.end());
+    written.erase(std::unique(written.begin(), written.end()), written.end());
+    for (int reg : written) {
+      if (liveness_.liveAt(range_.resume_pc, reg)) p_.writeback.emplace_back(reg, current[reg]);
+    }
+  }
+
+  void classify() {
+    for (ROp& op : p_.ops) {
+      bool tensors = true;
+      bool same_float = true;
+      const DType dtype = p_.values[static_cast<std::size_t>(op.out[0])].dtype;
+      for (int in : op.in) {
+        if (in < 0) {
+          tensors = false;
+          continue;
+        }
+        const RValue& v = p_.values[static_cast<std::size_t>(in)];
+        tensors = tensors && v.tensor;
+        same_float = same_float && v.tensor && v.dtype == dtype;
+      }
+      same_float = same_float && isFloat16or32(dtype);
+      if (isFusableElementwise(op.op) && tensors && same_float && op.out.size() == 1 && op.in.size() <= 2) {
+        op.cls = OpClass::Elementwise;
+      } else if (isViewOp(op.op) && tensors && !op.in.empty()) {
+        op.cls = OpClass::View;
+      } else if (op.op == OpId::MatMul && tensors && same_float && op.in.size() == 2) {
+        op.cls = OpClass::MatMul;
+      } else {
+        op.cls = OpClass::Opaque;
+      }
+    }
+    p_.producer.assign(p_.values.size(), -1);
+  }
+
+  Status plan() {
+    for (std::size_t i = 0; i < p_.ops.size(); ++i) {
+      ROp& op = p_.ops[i];
+      if (op.absorbed_by >= 0) continue;
+      if (op.cls == OpClass::MatMul) {
+        SVM_RETURN_IF_ERROR(planMatMul(static_cast<int>(i)));
+      } else if (op.cls == OpClass::Opaque) {
+        for (int in : op.in) {
+          if (in >= 0) SVM_RETURN_IF_ERROR(requireReal(in));
+        }
+        Step step;
+        step.kind = Step::Kind::Opaque;
+        step.op = static_cast<int>(i);
+        step.outputs = op.out;
+        addStep(std::move(step));
+      }
+    }
+    for (const auto& [reg, v] : p_.writeback) SVM_RETURN_IF_ERROR(requireReal(v));
+    return Status::ok();
+  }
+
+  // The fused steps' programs (after every step and output is known).
+  Status buildPrograms() {
+    for (std::size_t k = 0; k < p_.steps.size(); ++k) {
+      Step& step = p_.steps[k];
+      if (step.kind != Step::Kind::Fused) continue;
+      step_ = static_cast<int>(k);
+      memo_.clear();
+      leaf_index_.clear();
+      auto program = std::make_shared<FusedProgram>();
+      program_ = program.get();
+      leaves_ = &step.leaves;
+      program->dtype = p_.values[static_cast<std::size_t>(step.outputs[0])].dtype;
+      program->rank = p_.values[static_cast<std::size_t>(step.outputs[0])].shape.rank();
+      for (int out : step.outputs) {
+        SVM_ASSIGN_OR_RETURN(int ref, build(out, {}));
+        if (ref < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a view");
+        program->outputs.push_back(ref);
+      }
+      step.program = std::move(program);
+      p_.fused_ops += static_cast<int>(step.program->nodes.size());
+    }
+    return Status::ok();
+  }
+
+ private:
+  bool isReal(int v) const {
+    const RValue& value = p_.values[static_cast<std::size_t>(v)];
+    if (value.op < 0 || p_.producer[static_cast<std::size_t>(v)] >= 0) return true;
+    const ROp& op = p_.ops[static_cast<std::size_t>(value.op)];
+    return op.cls == OpClass::View && op.in[0] >= 0 && isReal(op.in[0]);
+  }
+
+  Status requireReal(int v) {
+    if (isReal(v)) return Status::ok();
+    const RValue& value = p_.values[static_cast<std::size_t>(v)];
+    const ROp& op = p_.ops[static_cast<std::size_t>(value.op)];
+    if (op.cls == OpClass::View) {
+      for (int in : op.in) {
+        if (in >= 0) SVM_RETURN_IF_ERROR(requireReal(in));
+      }
+      return Status::ok();
+    }
+    if (op.cls != OpClass::Elementwise || op.absorbed_by >= 0) {
+      return makeError(ErrorCode::Unsupported, "value of {} at PC=0x{:02X} is needed before it exists", opIdent(op.op), op.pc);
+    }
+    // Materialize: join the last step when it is a fused kernel over the same shape.
+    if (!p_.steps.empty()) {
+      Step& last = p_.steps.back();
+      if (last.kind == Step::Kind::Fused && last.outputs.size() < 4 &&
+          p_.values[static_cast<std::size_t>(last.outputs[0])].shape == value.shape) {
+        last.outputs.push_back(v);
+        p_.producer[static_cast<std::size_t>(v)] = static_cast<int>(p_.steps.size()) - 1;
+        return Status::ok();
+      }
+    }
+    Step step;
+    step.kind = Step::Kind::Fused;
+    step.outputs = {v};
+    addStep(std::move(step));
+    return Status::ok();
+  }
+
+  void addStep(Step step) {
+    const int index = static_cast<int>(p_.steps.size());
+    for (int out : step.outputs) p_.producer[static_cast<std::size_t>(out)] = index;
+    p_.steps.push_back(std::move(step));
+  }
+
+  std::vector<std::pair<int, int>> uses(int v) const {
+    std::vector<std::pair<int, int>> out;
+    for (std::size_t i = 0; i < p_.ops.size(); ++i) {
+      for (std::size_t k = 0; k < p_.ops[i].in.size(); ++k) {
+        if (p_.ops[i].in[k] == v) out.emplace_back(static_cast<int>(i), static_cast<int>(k));
+      }
+    }
+    return out;
+  }
+  bool liveOut(int v) const {
+    return std::any_of(p_.writeback.begin(), p_.writeback.end(), [&](const auto& w) { return w.second == v; });
+  }
+
+  Status planMatMul(int index) {
+    ROp& mm = p_.ops[static_cast<std::size_t>(index)];
+    SVM_RETURN_IF_ERROR(requireReal(mm.in[0]));
+    SVM_RETURN_IF_ERROR(requireReal(mm.in[1]));
+    Step step;
+    step.kind = Step::Kind::MatMul;
+    step.op = index;
+    step.leaves = {Leaf{mm.in[0], {}}, Leaf{mm.in[1], {}}};
+    int current = mm.out[0];
+    const int step_index = static_cast<int>(p_.steps.size());
+    while (!liveOut(current)) {
+      const auto consumers = uses(current);
+      if (consumers.size() != 1) break;
+      const auto [user, position] = consumers[0];
+      ROp& e = p_.ops[static_cast<std::size_t>(user)];
+      const RValue& out = p_.values[static_cast<std::size_t>(e.out[0])];
+      if (e.cls != OpClass::Elementwise || out.shape != p_.values[static_cast<std::size_t>(current)].shape) break;
+      EpilogueStep epilogue{e.op, -1, false};
+      if (e.in.size() == 2) {
+        const int other = e.in[static_cast<std::size_t>(1 - position)];
+        if (other == current || !isReal(other)) break;
+        epilogue.operand = static_cast<int>(step.leaves.size());
+        epilogue.swapped = position == 1;
+        step.leaves.push_back(Leaf{other, {}});
+      }
+      step.epilogue.push_back(epilogue);
+      step.absorbed.push_back(user);
+      e.absorbed_by = step_index;
+      current = e.out[0];
+    }
+    step.outputs = {current};
+    p_.fused_ops += static_cast<int>(step.absorbed.size());
+    addStep(std::move(step));
+    return Status::ok();
+  }
+
+  // Broadcasting twice is broadcasting to the second shape, and a chain's last broadcast is
+  // implied by the final one to the iteration shape: dropping both keeps one leaf (and one node)
+  // per distinct view instead of one per consumer path.
+  static std::vector<ChainItem> normalized(std::vector<ChainItem> chain) {
+    std::vector<ChainItem> out;
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      if (chain[i].expand && (i + 1 == chain.size() || chain[i + 1].expand)) continue;
+      out.push_back(chain[i]);
+    }
+    return out;
+  }
+
+  // Operand ref of value v seen through `chain` inside fused step step_.
+  Expected<int> build(int v, std::vector<ChainItem> chain) {
+    chain = normalized(std::move(chain));
+    auto key = std::make_pair(v, chain);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    const RValue& value = p_.values[static_cast<std::size_t>(v)];
+    const int producer = p_.producer[static_cast<std::size_t>(v)];
+    int ref;
+    if (value.op < 0 || (producer >= 0 && producer < step_)) {
+      ref = FusedProgram::leafRef(addLeaf(v, chain));
+    } else {
+      const ROp& op = p_.ops[static_cast<std::size_t>(value.op)];
+      if (op.cls == OpClass::View) {
+        std::vector<ChainItem> inner{ChainItem{false, value.op, value.out, -1}};
+        inner.insert(inner.end(), chain.begin(), chain.end());
+        SVM_ASSIGN_OR_RETURN(ref, build(op.in[0], inner));
+      } else if (op.cls == OpClass::Elementwise && op.absorbed_by < 0) {
+        std::vector<ChainItem> inner{ChainItem{true, -1, 0, v}};
+        inner.insert(inner.end(), chain.begin(), chain.end());
+        FusedProgram::Node node;
+        node.op = op.op;
+        SVM_ASSIGN_OR_RETURN(node.a, build(op.in[0], inner));
+        if (op.in.size() == 2) {
+          SVM_ASSIGN_OR_RETURN(node.b, build(op.in[1], inner));
+        }
+        program_->nodes.push_back(node);
+        ref = static_cast<int>(program_->nodes.size()) - 1;
+      } else {
+        return makeError(ErrorCode::Unsupported, "{} at PC=0x{:02X} is read by a fused kernel before it is computed",
+                         opIdent(op.op), op.pc);
+      }
+    }
+    memo_[key] = ref;
+    return ref;
+  }
+
+  int addLeaf(int base, const std::vector<ChainItem>& chain) {
+    auto key = std::make_pair(base, chain);
+    if (auto it = leaf_index_.find(key); it != leaf_index_.end()) return it->second;
+    const int index = static_cast<int>(leaves_->size());
+    leaves_->push_back(Leaf{base, chain});
+    program_->leaf_inner.push_back(-1);
+    leaf_index_[key] = index;
+    return index;
+  }
+
+  RegionPlan& p_;
+  const Function& function_;
+  const FusionRange& range_;
+  const Liveness& liveness_;
+  int step_ = 0;
+  FusedProgram* program_ = nullptr;
+  std::vector<Leaf>* leaves_ = nullptr;
+  std::map<std::pair<int, std::vector<ChainItem>>, int> memo_;
+  std::map<std::pair<int, std::vector<ChainItem>>, int> leaf_index_;
+};
+
+std::string opName(OpId op) { return std::string(OpRegistry::global().schema(op).name); }
+
+// Runs the range with the reference kernels, op by op (the interpreter's semantics): the
+// planning run that observes every value and the oracle of validation.
+Status referenceRun(const RegionPlan& plan, Eval& eval) {
+  for (const ROp& op : plan.ops) {
+    std::vector<const Value*> inputs;
+    for (int in : op.in) inputs.push_back(in < 0 ? nullptr : &eval.realValue(in));
+    std::vector<Value> outputs(op.out.size());
+    SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs).withContext(fmt::format("{} at PC=0x{:02X}", opName(op.op), op.pc)));
+    for (std::size_t o = 0; o < op.out.size(); ++o) eval.setReal(op.out[o], std::move(outputs[o]));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- CompiledRegion ----
+
+CompiledRegion::~CompiledRegion() = default;
+
+std::string CompiledRegion::describe() const {
+  std::string text;
+  for (const Step& step : plan->steps) {
+    std::string part;
+    if (step.kind == Step::Kind::Fused) {
+      part = fmt::format("fused({})", step.program->describe());
+    } else {
+      part = opName(plan->ops[static_cast<std::size_t>(step.op)].op);
+      for (int e : step.absorbed) part += "+" + opName(plan->ops[static_cast<std::size_t>(e)].op);
+    }
+    text += (text.empty() ? "" : ", ") + part;
+  }
+  return text;
+}
+
+std::vector<KernelHandle*> CompiledRegion::handles() {
+  std::vector<KernelHandle*> out;
+  for (Step& step : plan->steps) {
+    if (step.kernel) out.push_back(&step.kernel->handle);
+  }
+  return out;
+}
+
+int CompiledRegion::kernels() const {
+  return static_cast<int>(std::count_if(plan->steps.begin(), plan->steps.end(), [](const Step& s) { return s.kernel != nullptr; }));
+}
+
+int CompiledRegion::fusedOps() const { return plan->fused_ops; }
+
+bool CompiledRegion::run(std::span<Value> registers) const {
+  const RegionPlan& p = *plan;
+  Eval eval(p, false);
+  for (int v : p.externals) {
+    const RValue& value = p.values[static_cast<std::size_t>(v)];
+    const Value& reg = registers[static_cast<std::size_t>(value.reg)];
+    if (!reg.isTensor() || reg.tensor().dtype() != value.dtype || reg.tensor().rank() != value.shape.rank()) {
+      declines_.fetch_add(1, std::memory_order_relaxed);
+      if (decline_counter) decline_counter->fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    eval.setReal(v, reg);
+  }
+  // Buffers are reused only by one execution at a time (a re-entrant or concurrent run allocates).
+  const bool pooled = !busy_.exchange(true, std::memory_order_acquire);
+  bool ok = true;
+  for (const Step& step : p.steps) {
+    if (!eval.runStep(step, pooled).isOk()) {
+      ok = false;
+      break;
+    }
+  }
+  std::vector<Value> results;
+  if (ok) {
+    results.reserve(p.writeback.size());
+    for (const auto& [reg, v] : p.writeback) {
+      auto value = eval.real(v);
+      if (!value) {
+        ok = false;
+        break;
+      }
+      results.push_back(**value);
+    }
+  }
+  if (pooled) busy_.store(false, std::memory_order_release);
+  if (!ok) {
+    declines_.fetch_add(1, std::memory_order_relaxed);
+    if (decline_counter) decline_counter->fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  for (std::size_t i = 0; i < results.size(); ++i) registers[static_cast<std::size_t>(p.writeback[i].first)] = std::move(results[i]);
+  runs_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool runCompiledRegion(const void* state, std::span<Value> registers) {
+  return static_cast<const CompiledRegion*>(state)->run(registers);
+}
+
+namespace {
+
+// The spec of an external value's random stand-in.
+OperandSpec operandFor(const OperandProfile& profile) {
+  OperandSpec spec;
+  spec.dtype = profile.dtype;
+  spec.rank = profile.shape.rank();
+  for (int d = 0; d < spec.rank; ++d) spec.dims[d].size = profile.shape[d];
+  return spec;
+}
+
+Expected<KernelParams> tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
+                                  std::span<const Value* const> examples, double* tuning_ms) {
+  if (tuner == nullptr || family.searchSpace(spec).empty()) return KernelParams{};
+  auto outcome = tuner->tune(engine, family, spec, examples);
+  if (!outcome) return KernelParams{};
+  if (tuning_ms != nullptr) *tuning_ms += outcome->tuning_ms;
+  return outcome->params;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Function& function,
+                                                        const FusionRange& range, const Liveness& liveness,
+                                                        std::span<const std::vector<ProfileRecord>> records, int compiles,
+                                                        Tuner* tuner, double* tuning_ms) {
+  auto region = std::make_unique<CompiledRegion>();
+  region->range = range;
+  region->plan = std::make_unique<RegionPlan>();
+  RegionPlan& p = *region->plan;
+  Planner planner(p, function, range, liveness);
+  planner.buildGraph();
+
+  // Externals: dtype and shape from the newest profile record of a site that reads them.
+  std::vector<const ProfileRecord*> newest;
+  for (const auto& site_records : records) newest.push_back(newestRecord(site_records));
+  for (int v : p.externals) {
+    RValue& value = p.values[static_cast<std::size_t>(v)];
+    bool found = false;
+    for (std::size_t i = 0; i < p.ops.size() && !found; ++i) {
+      const ProfileRecord* record = newest[i];
+      for (std::size_t k = 0; k < p.ops[i].in.size() && record != nullptr && !found; ++k) {
+        if (p.ops[i].in[k] != v || k >= record->inputs.size()) continue;
+        const OperandProfile& operand = record->inputs[k];
+        if (!operand.is_tensor) return makeError(ErrorCode::Unsupported, "a region input is not a tensor");
+        value.dtype = operand.dtype;
+        value.shape = operand.shape;
+        found = true;
+      }
+    }
+    if (!found) return makeError(ErrorCode::JitError, "no profile for region input r{}", value.reg);
+  }
+
+  // The planning run: random inputs of the observed shapes through the reference kernels.
+  const std::uint64_t seed = 0x9e37 ^ (static_cast<std::uint64_t>(range.start_pc) << 16) ^ static_cast<std::uint64_t>(compiles);
+  KernelSpec input_spec;
+  std::vector<Shape> shapes;
+  for (int v : p.externals) {
+    OperandProfile profile;
+    profile.dtype = p.values[static_cast<std::size_t>(v)].dtype;
+    profile.shape = p.values[static_cast<std::size_t>(v)].shape;
+    input_spec.inputs.push_back(operandFor(profile));
+    shapes.push_back(profile.shape);
+  }
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, randomInputs(input_spec, shapes, seed));
+  Eval reference(p, false);
+  for (std::size_t i = 0; i < p.externals.size(); ++i) reference.setReal(p.externals[i], inputs[i]);
+  SVM_RETURN_IF_ERROR(referenceRun(p, reference).withContext("the region's reference run on its observed shapes"));
+  for (std::size_t v = 0; v < p.values.size(); ++v) {
+    const Value& observed = reference.realValue(static_cast<int>(v));
+    RValue& value = p.values[v];
+    value.tensor = observed.isTensor();
+    if (value.tensor) {
+      value.dtype = observed.tensor().dtype();
+      value.shape = observed.tensor().shape();
+    }
+  }
+
+  planner.classify();
+  SVM_RETURN_IF_ERROR(planner.plan());
+  SVM_RETURN_IF_ERROR(planner.buildPrograms());
+  bool worthwhile = false;
+  for (const Step& step : p.steps) {
+    worthwhile = worthwhile || (step.kind == Step::Kind::MatMul && !step.epilogue.empty()) ||
+                 (step.kind == Step::Kind::Fused && step.program->nodes.size() >= 2);
+  }
+  if (!worthwhile) return makeError(ErrorCode::Unsupported, "nothing to fuse in this range");
+
+  // Kernels, step by step, on the reference run's values (which also give the leaves' layouts).
+  for (std::size_t k = 0; k < p.steps.size(); ++k) {
+    Step& step = p.steps[k];
+    if (step.kind == Step::Kind::Opaque) continue;
+    std::vector<Value> leaves;
+    if (step.kind == Step::Kind::Fused) {
+      const Shape iteration = p.values[static_cast<std::size_t>(step.outputs[0])].shape;
+      for (const Leaf& leaf : step.leaves) {
+        SVM_ASSIGN_OR_RETURN(Value value, reference.leaf(leaf, iteration));
+        leaves.push_back(std::move(value));
+      }
+    } else {
+      for (const Leaf& leaf : step.leaves) leaves.push_back(reference.realValue(leaf.base));
+    }
+    std::vector<const Value*> pointers;
+    for (const Value& v : leaves) pointers.push_back(&v);
+    KernelSpec spec;
+    const KernelFamily* family = nullptr;
+    if (step.kind == Step::Kind::Fused) {
+      FusedProgram& program = *step.program;
+      for (std::size_t l = 0; l < leaves.size(); ++l) {
+        const Tensor& t = leaves[l].tensor();
+        const std::int64_t inner = t.rank() == 0 ? 1 : t.stride(t.rank() - 1);
+        program.leaf_inner[l] = inner == 0 || inner == 1 ? static_cast<int>(inner) : -1;
+        OperandSpec operand;
+        operand.dtype = t.dtype();
+        operand.rank = t.rank();
+        operand.contiguous = false;
+        spec.inputs.push_back(operand);
+      }
+      spec.op = OpId::Identity;
+      spec.fused = step.program;
+      family = fusedFamily();
+    } else {
+      const ROp& mm = p.ops[static_cast<std::size_t>(step.op)];
+      const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
+      SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(OpId::MatMul, *mm.attrs, records[site_index], compiles));
+      spec = inferred.spec;
+      for (std::size_t e = 2; e < leaves.size(); ++e) {
+        const Tensor& t = leaves[e].tensor();
+        OperandSpec operand;
+        operand.dtype = t.dtype();
+        operand.rank = t.rank();
+        operand.contiguous = t.isContiguous();
+        spec.inputs.push_back(operand);
+      }
+      spec.epilogue = step.epilogue;
+      family = familyFor(OpId::MatMul);
+      step.guard = guardFor(spec);
+    }
+    SVM_RETURN_IF_ERROR(family->supports(spec).withContext(fmt::format("step {} of the region", k)));
+    SVM_ASSIGN_OR_RETURN(spec.params, tuneKernel(tuner, engine, *family, spec, pointers, tuning_ms));
+    SVM_ASSIGN_OR_RETURN(step.kernel, compileKernel(engine, *family, spec));
+  }
+
+  // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
+  // reference run's values of every register the range writes back.
+  {
+    Eval eval(p, true);
+    for (std::size_t i = 0; i < p.externals.size(); ++i) eval.setReal(p.externals[i], inputs[i]);
+    for (std::size_t k = 0; k < p.steps.size(); ++k) {
+      SVM_RETURN_IF_ERROR(eval.runStep(p.steps[k], false).withContext(fmt::format("validation run of region step {}", k)));
+    }
+    std::vector<Value> expected, actual;
+    for (const auto& [reg, v] : p.writeback) {
+      if (!reference.realValue(v).isTensor()) continue;
+      expected.push_back(reference.realValue(v));
+      SVM_ASSIGN_OR_RETURN(const Value* got, eval.real(v));
+      actual.push_back(*got);
+    }
+    const Comparison comparison = compareOutputs(expected, actual);
+    if (!comparison.ok) {
+      return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
+    }
+  }
+  return region;
+}
+
+}  // namespace shapevm::jit

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// O2 region fusion: a fused PC range of a hot region compiled as a whole.
+//
+// A fusible range is a maximal run of CallOps (and Moves between them) inside one hot region
+// whose ops take only tensor inputs. The planner turns it into SSA values and a short list of
+// steps: matmuls with their epilogue (bias, activation, residual add absorbed into the matmul's
+// store), fused elementwise kernels (fusion.h; every view and broadcast on the way becomes a
+// leaf's strides, so reshape/transpose/split/squeeze cost no copy and intermediates are never
+// materialized) and opaque ops run by their reference kernels. A value is materialized only when
+// a matmul or opaque op reads it or a register still needed after the range (liveness.h) holds it.
+//
+// At run time the region entry (CompiledRegionFn, installed at the range's first CallOp slot by
+// the one patch point) reads the external registers, checks dtype/rank guards and every kernel's
+// own guard, runs the steps into output buffers it keeps and reuses across executions, and only
+// then writes the live registers and resumes after the range. Any mismatch before the write-back
+// declines: the interpreter runs the range op by op, so results never change.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bytecode/module.h"
+#include "jit/compiled_kernel.h"
+#include "jit/fusion.h"
+#include "jit/hot_path.h"
+#include "jit/liveness.h"
+#include "jit/tuner.h"
+#include "vm/profile.h"
+
+namespace shapevm::jit {
+
+// A candidate range: [start_pc, resume_pc) with its CallOp sites in PC order.
+struct FusionRange {
+  int start_pc = 0;   // the first CallOp (where the region entry is installed)
+  int resume_pc = 0;  // one past the last instruction of the range
+  std::vector<int> sites;
+  std::vector<int> pcs;
+};
+
+// The fusible ranges of a region (each with >= 2 CallOps that could fuse).
+std::vector<FusionRange> fusionRanges(const Function& function, const Region& region);
+
+struct RegionPlan;  // region.cc
+
+// The state behind an installed region entry.
+class CompiledRegion {
+ public:
+  ~CompiledRegion();
+  std::string describe() const;               // "matmul+add, matmul+add+add, fused(...)"
+  std::vector<KernelHandle*> handles();       // every kernel's code (for the patch manager)
+  std::uint64_t declines() const { return declines_.load(std::memory_order_relaxed); }
+  std::uint64_t runs() const { return runs_.load(std::memory_order_relaxed); }
+  int kernels() const;
+  int fusedOps() const;                       // CallOps folded into fused kernels and epilogues
+
+  // Runs the range on `registers`; false = declined (no register written).
+  bool run(std::span<Value> registers) const;
+
+  std::unique_ptr<RegionPlan> plan;
+  FusionRange range;
+  std::shared_ptr<std::atomic<std::uint64_t>> decline_counter;  // optional: also counts declines (the Jit's view)
+
+ private:
+  mutable std::atomic<std::uint64_t> declines_{0};
+  mutable std::atomic<std::uint64_t> runs_{0};
+  mutable std::atomic<bool> busy_{false};     // buffer reuse only when not re-entered
+};
+
+// The CompiledRegionFn installed in the dispatch slot (state = const CompiledRegion*).
+bool runCompiledRegion(const void* state, std::span<Value> registers);
+
+// Plans, compiles and validates `range`: `records[k]` are the profile records of range.sites[k].
+// `compiles` = earlier compiles of this range (the matmul range policy widens with it). With a
+// tuner, each kernel's parameters are tuned (time added to *tuning_ms). The result is validated
+// against the reference kernels run op by op on fresh random inputs of the observed shapes.
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Function& function,
+                                                        const FusionRange& range, const Liveness& liveness,
+                                                        std::span<const std::vector<ProfileRecord>> records, int compiles,
+                                                        Tuner* tuner, double* tuning_ms);
+
+}  // namespace shapevm::jit
