@@ -412,12 +412,15 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   if (state.phase == Phase::Queued || state.phase == Phase::NotFused || state.phase == Phase::Blacklisted) return;
   if (heat.executions < state.retry_after) return;
   const std::uint64_t declines = state.declines->load(std::memory_order_relaxed);
+  bool tune = false;
   if (state.phase == Phase::Installed) {
     // New shapes the region's kernels do not cover: recompile for the wider range (capped).
-    if (declines - state.declines_at_request < static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile)) ||
-        state.compiles > Tunables::get(Tunable::MaxRecompiles)) {
-      return;
-    }
+    // Otherwise, once: tune the installed region's kernels in the background (the untuned
+    // region serves meanwhile, so tuning never delays the first compiled execution).
+    const bool widen = declines - state.declines_at_request >= static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile)) &&
+                       state.compiles <= Tunables::get(Tunable::MaxRecompiles);
+    tune = !widen && !state.tuned && level_ >= 2 && options_.tuner != nullptr;
+    if (!widen && !tune) return;
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   std::string signature = "Region:";
@@ -432,10 +435,10 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
     ++stats_.fallbacks[static_cast<std::size_t>(JitReason::QueueFull)];
     return;
   }
-  logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+  if (!tune) logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
   state.phase = Phase::Queued;
   state.declines_at_request = declines;
-  queue_.push_back(Request{function, state.range.sites[0], range});
+  queue_.push_back(Request{function, state.range.sites[0], range, tune});
   ++stats_.requests;
   lock.unlock();
   queue_cv_.notify_one();
@@ -454,11 +457,18 @@ void Jit::compileRange(const Request& request) {
   for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
   double tuning_ms = 0;
   auto region = compileRegion(*engine_, fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
-                              snapshot.compiles, level_ >= 2 ? options_.tuner : nullptr, &tuning_ms);
+                              snapshot.compiles, request.tune ? options_.tuner : nullptr, &tuning_ms);
   const double total_ms = msSince(start);
   std::unique_lock<std::mutex> lock(mutex_);
   RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(request.range)];
   using Phase = RangeState::Phase;
+  if (!region && request.tune) {
+    state.phase = Phase::Installed;
+    state.tuned = true;  // keep the untuned region; do not retry
+    logAt(LogLevel::Info, "JIT", "Tuning the region at PC=0x{:02X} failed: {}; the untuned region stays", snapshot.range.start_pc,
+          region.status().message());
+    return;
+  }
   if (!region) {
     const bool unsupported = region.status().code() == ErrorCode::Unsupported;
     if (unsupported) {
@@ -494,12 +504,15 @@ void Jit::compileRange(const Request& request) {
   const int fused = (*region)->fusedOps();
   const int entries = patches_->installRegion(function, snapshot.range.sites[0], std::move(*region));
   state.phase = Phase::Installed;
-  ++state.compiles;
+  if (!request.tune) ++state.compiles;
+  state.tuned = request.tune;
   state.description = description;
   state.declines_at_request = state.declines->load(std::memory_order_relaxed);
   ++stats_.compiles;
-  ++stats_.fused_regions;
-  stats_.fused_ops += static_cast<std::uint64_t>(fused);
+  if (!request.tune) {
+    ++stats_.fused_regions;
+    stats_.fused_ops += static_cast<std::uint64_t>(fused);
+  }
   stats_.codegen_ms += total_ms - tuning_ms;
   stats_.tuning_ms += tuning_ms;
   stats_.compile_ms.push_back(total_ms);
@@ -507,11 +520,11 @@ void Jit::compileRange(const Request& request) {
                                        std::chrono::duration<double, std::milli>(start - attached_at_).count(), 0,
                                        total_ms - tuning_ms, 0, tuning_ms, false});
   lock.unlock();
-  logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
+  if (!request.tune) logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",
-        "Installed fused region at PC=0x{:02X}..0x{:02X} ({} kernels, {} ops fused: {}; {} region {}; tuning {:.1f}ms)",
-        snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description, entries,
-        entries == 1 ? "entry" : "entries", tuning_ms);
+        "Installed {}fused region at PC=0x{:02X}..0x{:02X} ({} kernels, {} ops fused: {}; {} region {}; tuning {:.1f}ms)",
+        request.tune ? "tuned " : "", snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description,
+        entries, entries == 1 ? "entry" : "entries", tuning_ms);
 }
 
 std::vector<Jit::RangeState> Jit::rangeStates(int function) const {

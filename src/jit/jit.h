@@ -118,6 +118,7 @@ class Jit final : public ExecutionObserver {
     std::uint64_t declines_at_request = 0;
     std::shared_ptr<std::atomic<std::uint64_t>> declines = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::string description;  // of the installed region
+    bool tuned = false;       // the installed region's kernels have tuned parameters
   };
   std::vector<RangeState> rangeStates(int function) const;
 
@@ -126,6 +127,7 @@ class Jit final : public ExecutionObserver {
     int function = 0;
     int site = 0;
     int range = -1;  // >= 0: a fused-range request (index into ranges_[function])
+    bool tune = false;  // a fused-range request that tunes the installed region's kernels
   };
   Jit(VirtualMachine& vm, JitOptions options);
   void scan(int function, int only_loop);

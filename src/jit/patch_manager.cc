@@ -61,8 +61,11 @@ int RuntimePatchManager::installRegion(int function, int site, std::unique_ptr<C
   std::vector<std::unique_ptr<CompiledRegion>> regions;
   std::vector<std::unique_ptr<CompiledRegion>> dropped;
   regions.push_back(std::move(region));
+  const FusionRange& range = regions[0]->range;
   for (std::size_t e = 0; e < current.regions.size(); ++e) {
-    if (regions.size() < kMaxRegionEntries) {
+    const FusionRange& other = current.regions[e]->range;
+    const bool same_range = other.start_pc == range.start_pc && other.resume_pc == range.resume_pc;
+    if (!same_range && regions.size() < kMaxRegionEntries) {
       table->entries.push_back(current.table->entries[e]);
       regions.push_back(std::move(current.regions[e]));
     } else {

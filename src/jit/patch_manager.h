@@ -32,8 +32,9 @@ class RuntimePatchManager {
   // the site's new table.
   int install(int function, int site, Guard guard, std::unique_ptr<CompiledKernel> kernel);
   // Installs a validated fused region at the slot of its first CallOp; region entries come first
-  // in the table (newest first, at most kMaxRegionEntries) and the op's own entries stay behind
-  // them as the fallback. Returns the site's region entry count.
+  // in the table (newest first, at most kMaxRegionEntries; a region for the same PC range is
+  // replaced) and the op's own entries stay behind them as the fallback. Returns the site's
+  // region entry count.
   int installRegion(int function, int site, std::unique_ptr<CompiledRegion> region);
   static constexpr std::size_t kMaxRegionEntries = 4;
   // Frees retired tables/kernels that no frame can still be running.

@@ -149,6 +149,18 @@ Expected<Tensor> expandTo(const Tensor& t, const Shape& shape) {
   return t.asStrided(shape, broadcastStrides(t, shape), t.offset());
 }
 
+// A one-element tensor per dtype whose storage backs every phantom (made once, never written).
+Expected<Tensor> standIn(DType dtype) {
+  static std::mutex mutex;
+  static std::map<DType, Tensor> tensors;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = tensors.find(dtype);
+  if (it != tensors.end()) return it->second;
+  SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, Shape{1}));
+  tensors.emplace(dtype, t);
+  return t;
+}
+
 // One execution's values: real tensors, and zero-stride stand-ins ("phantoms") that carry only
 // the shape of a value no step materializes.
 class Eval {
@@ -219,7 +231,7 @@ class Eval {
         SVM_ASSIGN_OR_RETURN(shape, broadcastShapes(shape, input->tensor().shape()));
       }
     }
-    SVM_ASSIGN_OR_RETURN(Tensor dummy, Tensor::empty(value.dtype, Shape{1}));
+    SVM_ASSIGN_OR_RETURN(Tensor dummy, standIn(value.dtype));
     Shape zero;
     zero.resize(shape.rank());
     for (int d = 0; d < shape.rank(); ++d) zero[d] = 0;
@@ -232,14 +244,25 @@ class Eval {
   Expected<Value> leaf(const Leaf& leaf, const Shape& iteration) {
     SVM_ASSIGN_OR_RETURN(const Value* base, real(leaf.base));
     Value current = *base;
+    int same_as = leaf.base;  // the value `current` equals, while the chain has only taken views of real values
     for (const ChainItem& item : leaf.chain) {
       if (item.expand) {
         SVM_ASSIGN_OR_RETURN(const Value* target, shaped(item.value));
+        if (current.tensor().shape() == target->tensor().shape()) continue;
         SVM_ASSIGN_OR_RETURN(Tensor t, expandTo(current.tensor(), target->tensor().shape()));
         current = Value::fromTensor(std::move(t));
+        same_as = -1;
         continue;
       }
       const ROp& op = plan_.ops[static_cast<std::size_t>(item.op)];
+      if (same_as >= 0 && op.in[0] == same_as) {
+        // A view of a real value: computed once per execution for all its consumers.
+        same_as = op.out[static_cast<std::size_t>(item.out)];
+        SVM_ASSIGN_OR_RETURN(const Value* view, real(same_as));
+        current = *view;
+        continue;
+      }
+      same_as = -1;
       std::vector<const Value*> inputs{&current};
       std::vector<Value> outputs(op.out.size());
       SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
@@ -425,7 +448,8 @@ class Planner {
         same_float = same_float && v.tensor && v.dtype == dtype;
       }
       same_float = same_float && isFloat16or32(dtype);
-      if (isFusableElementwise(op.op) && tensors && same_float && op.out.size() == 1 && op.in.size() <= 2) {
+      const bool arity_ok = op.op == OpId::AddN ? op.in.size() >= 2 : op.in.size() <= 2;
+      if ((isFusableElementwise(op.op) || op.op == OpId::AddN) && tensors && same_float && op.out.size() == 1 && arity_ok) {
         op.cls = OpClass::Elementwise;
       } else if (isViewOp(op.op) && tensors && !op.in.empty()) {
         op.cls = OpClass::View;
@@ -557,15 +581,32 @@ class Planner {
       ROp& e = p_.ops[static_cast<std::size_t>(user)];
       const RValue& out = p_.values[static_cast<std::size_t>(e.out[0])];
       if (e.cls != OpClass::Elementwise || out.shape != p_.values[static_cast<std::size_t>(current)].shape) break;
-      EpilogueStep epilogue{e.op, -1, false};
-      if (e.in.size() == 2) {
+      std::vector<EpilogueStep> steps;
+      bool absorbable = true;
+      if (e.op == OpId::AddN) {
+        // current + the other terms, each real already (float addition in another order: within
+        // validation's tolerance, not bit-identical to the reference's left fold).
+        for (std::size_t k = 0; k < e.in.size(); ++k) {
+          if (static_cast<int>(k) == position) continue;
+          const int other = e.in[k];
+          absorbable = absorbable && other != current && isReal(other);
+          steps.push_back(EpilogueStep{OpId::Add, static_cast<int>(step.leaves.size() + steps.size()), false});
+        }
+        if (absorbable) {
+          for (std::size_t k = 0; k < e.in.size(); ++k) {
+            if (static_cast<int>(k) != position) step.leaves.push_back(Leaf{e.in[k], {}});
+          }
+        }
+      } else if (e.in.size() == 2) {
         const int other = e.in[static_cast<std::size_t>(1 - position)];
-        if (other == current || !isReal(other)) break;
-        epilogue.operand = static_cast<int>(step.leaves.size());
-        epilogue.swapped = position == 1;
-        step.leaves.push_back(Leaf{other, {}});
+        absorbable = other != current && isReal(other);
+        steps.push_back(EpilogueStep{e.op, static_cast<int>(step.leaves.size()), position == 1});
+        if (absorbable) step.leaves.push_back(Leaf{other, {}});
+      } else {
+        steps.push_back(EpilogueStep{e.op, -1, false});
       }
-      step.epilogue.push_back(epilogue);
+      if (!absorbable) break;
+      step.epilogue.insert(step.epilogue.end(), steps.begin(), steps.end());
       step.absorbed.push_back(user);
       e.absorbed_by = step_index;
       current = e.out[0];
@@ -607,11 +648,16 @@ class Planner {
       } else if (op.cls == OpClass::Elementwise && op.absorbed_by < 0) {
         std::vector<ChainItem> inner{ChainItem{true, -1, 0, v}};
         inner.insert(inner.end(), chain.begin(), chain.end());
+        // add_n is a left fold of adds (the reference rounds after every step, as the nodes do).
         FusedProgram::Node node;
-        node.op = op.op;
+        node.op = op.op == OpId::AddN ? OpId::Add : op.op;
         SVM_ASSIGN_OR_RETURN(node.a, build(op.in[0], inner));
-        if (op.in.size() == 2) {
-          SVM_ASSIGN_OR_RETURN(node.b, build(op.in[1], inner));
+        for (std::size_t k = 1; k < op.in.size(); ++k) {
+          if (k > 1) {
+            program_->nodes.push_back(node);
+            node.a = static_cast<int>(program_->nodes.size()) - 1;
+          }
+          SVM_ASSIGN_OR_RETURN(node.b, build(op.in[k], inner));
         }
         program_->nodes.push_back(node);
         ref = static_cast<int>(program_->nodes.size()) - 1;
