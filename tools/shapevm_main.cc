@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `shapevm` CLI: compile, asm, dis, verify, run, ops, tunables (.py sources go through the
-// frontend; .svm/.svasm are loaded as modules). Every failure prints
+// The `shapevm` CLI: compile, asm, dis, verify, run, tune, ops, tunables (.py sources go through
+// the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds,
+// waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
 // "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
 #include <algorithm>
 #include <charconv>
@@ -8,8 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +30,7 @@
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
 #include "tools/bench.h"
+#include "tune/auto_tuner.h"
 #endif
 
 namespace shapevm {
@@ -151,7 +156,95 @@ struct RunFlags {
   std::string jit_level, dump;
   std::optional<std::int64_t> warmup, hot_count, hot_ms;
   bool jit_log = false, jit_wait = false;
+  bool no_cache = false;                  // run/tune: neither read nor write the tuning database
+  // `shapevm tune` only:
+  bool tune = false;
+  std::vector<std::string> ranges;        // NAME=LO..HI, expanded to a --dim schedule
+  std::optional<std::int64_t> budget_ms;  // the TuneBudgetMs tunable
+  std::optional<std::int64_t> tune_iters;
 };
+
+// `--range NAME=LO..HI`: LO, every power of two strictly between, and HI (the range buckets'
+// edges), so a tuning run compiles what a run over that range would.
+Expected<DimSchedule> parseRangeFlag(const std::string& flag) {
+  const auto equals = flag.find('=');
+  const auto dots = flag.find("..", equals == std::string::npos ? 0 : equals);
+  std::int64_t lo = -1, hi = -1;
+  if (equals != std::string::npos && equals > 0 && dots != std::string::npos) {
+    const char* begin = flag.data() + equals + 1;
+    const char* middle = flag.data() + dots;
+    const char* end = flag.data() + flag.size();
+    auto first = std::from_chars(begin, middle, lo);
+    auto second = std::from_chars(middle + 2, end, hi);
+    if (first.ec != std::errc() || first.ptr != middle || second.ec != std::errc() || second.ptr != end) lo = hi = -1;
+  }
+  if (lo < 0 || hi < lo) return makeError(ErrorCode::InvalidArgument, "--range '{}': expected NAME=LO..HI with 0 <= LO <= HI", flag);
+  DimSchedule schedule;
+  schedule.target = flag.substr(0, equals);
+  schedule.values.push_back(lo);
+  for (std::int64_t p = 1; p < hi && p > 0; p *= 2) {
+    if (p > lo) schedule.values.push_back(p);
+  }
+  if (hi != lo) schedule.values.push_back(hi);
+  return schedule;
+}
+
+#if SHAPEVM_HAVE_JIT
+// The tuning progress bar on stderr: redrawn in place on a terminal, one line per kernel otherwise.
+std::function<void(const tune::TuneProgress&)> progressPrinter() {
+  const bool terminal = isatty(fileno(stderr)) != 0;
+  auto mutex = std::make_shared<std::mutex>();
+  return [terminal, mutex](const tune::TuneProgress& p) {
+    std::lock_guard<std::mutex> lock(*mutex);
+    if (!p.done) {
+      if (!terminal) return;
+      constexpr int kWidth = 24;
+      const int filled = p.to_time > 0 ? p.candidate * kWidth / p.to_time : kWidth;
+      fmt::print(stderr, "\r[tune] kernel {} {:<40.40} [{}{}] {}/{} candidates", p.kernel, p.signature,
+                 std::string(static_cast<std::size_t>(filled), '#'), std::string(static_cast<std::size_t>(kWidth - filled), '.'),
+                 p.candidate, p.to_time);
+      std::fflush(stderr);
+      return;
+    }
+    const jit::TuneOutcome& o = p.report->outcome;
+    std::string what = o.from_database ? "from the tuning database"
+                                       : fmt::format("{} timed, {} failed", o.timed, o.failed);
+    fmt::print(stderr, "{}[tune] kernel {} {}: {} -> {} ({:.0f} ms)\n", terminal ? "\r\033[K" : "", p.kernel, p.signature,
+               what, o.params.toString(), o.tuning_ms);
+  };
+}
+
+void printTuneSummary(const tune::AutoTuner& tuner, double total_ms) {
+  const std::vector<tune::TuneReport> reports = tuner.reports();
+  if (reports.empty()) {
+    fmt::print("tune: no compiled kernel has a search space (nothing to tune)\n");
+    return;
+  }
+  int timed = 0, failed = 0, hits = 0;
+  double tuning_ms = 0;
+  for (const tune::TuneReport& r : reports) {
+    timed += r.outcome.timed;
+    failed += r.outcome.failed;
+    hits += r.outcome.from_database ? 1 : 0;
+    tuning_ms += r.outcome.tuning_ms;
+  }
+  fmt::print("tune: {} kernels ({} tuned by timing, {} from the tuning database), {} candidates timed, {} failed; "
+             "tuning {:.0f} ms of {:.0f} ms\n",
+             reports.size(), reports.size() - static_cast<std::size_t>(hits), hits, timed, failed, tuning_ms, total_ms);
+  fmt::print("  {:<44} {:<36} {:>8} {:>10} {:>7}\n", "kernel", "params", "speedup", "tuning ms", "timed");
+  for (const tune::TuneReport& r : reports) {
+    const jit::TuneOutcome& o = r.outcome;
+    const std::string speedup = o.best_us > 0 && o.default_us > 0 ? fmt::format("{:.2f}x", o.default_us / o.best_us) : "-";
+    const std::string count = o.from_database ? "cached" : fmt::format("{}/{}", o.timed, o.candidates);
+    fmt::print("  {:<44} {:<36} {:>8} {:>10.1f} {:>7}\n", r.signature, o.params.toString(), speedup, o.tuning_ms, count);
+  }
+  if (tuner.databaseEnabled()) {
+    fmt::print("tuning database: {} ({} records)\n", tuner.database().path(), tuner.database().size());
+  } else {
+    fmt::print("tuning database: off (--no-cache)\n");
+  }
+}
+#endif
 
 // --jit-level/--warmup/--hot-count/--hot-ms/--jit-log are shorthands for tunables (one table).
 Status applyJitFlags(const RunFlags& flags) {
@@ -163,8 +256,23 @@ Status applyJitFlags(const RunFlags& flags) {
   return Status::ok();
 }
 
-int runCommand(const RunFlags& flags) {
+int runCommand(RunFlags flags) {
+  const auto command_start = std::chrono::steady_clock::now();
   if (Status s = applyTunables(flags.settings); !s.isOk()) return fail(s);
+  if (flags.tune) {
+    // Tuning ahead of time: O2, every region hot at once, every compile waited for.
+    if (!flags.jit_level.empty() && flags.jit_level != "O2" && flags.jit_level != "2") {
+      return fail(makeError(ErrorCode::InvalidArgument, "tune: tuning happens at O2 only (got --jit-level {})", flags.jit_level));
+    }
+    flags.jit_level = "O2";
+    if (!flags.hot_count) flags.hot_count = 0;
+    if (!flags.hot_ms) flags.hot_ms = 0;
+    flags.jit_wait = true;
+    flags.quiet = true;
+    if (flags.budget_ms) {
+      if (Status s = Tunables::set(Tunable::TuneBudgetMs, *flags.budget_ms).withContext("--budget-ms"); !s.isOk()) return fail(s);
+    }
+  }
   if (Status s = applyJitFlags(flags); !s.isOk()) return fail(s);
   if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
   auto frontend = frontendOptions(flags.no_opt, flags.opt_list, !flags.opt_list.empty(), isPythonSource(flags.module_path) ? flags.fn : "");
@@ -218,19 +326,45 @@ int runCommand(const RunFlags& flags) {
     if (!schedule) return fail(schedule.status());
     plan.dims.push_back(*schedule);
   }
+  for (const std::string& item : flags.ranges) {
+    auto schedule = parseRangeFlag(item);
+    if (!schedule) return fail(schedule.status());
+    plan.dims.push_back(*schedule);
+  }
   if (Status s = validatePlan(fn, plan); !s.isOk()) return fail(s);
+  if (flags.tune) {
+    // Enough passes over the longest schedule for the warm-up, the first compile and the range
+    // recompiles that guard misses trigger.
+    std::size_t longest = 1;
+    for (const DimSchedule& d : plan.dims) longest = std::max(longest, d.values.size());
+    flags.iters = flags.tune_iters ? *flags.tune_iters
+                                   : std::max<std::int64_t>(Tunables::get(Tunable::WarmupRuns) + 2,
+                                                            static_cast<std::int64_t>(longest) *
+                                                                (Tunables::get(Tunable::GuardMissRecompile) + 2));
+    if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
+  }
 
   VmOptions options;
   options.profile = !flags.no_profile;
   VirtualMachine vm(shared, options);
 #if SHAPEVM_HAVE_JIT
+  std::unique_ptr<tune::AutoTuner> tuner;  // outlives the Jit that calls it
   std::unique_ptr<jit::Jit> jit;
+  if (Tunables::get(Tunable::JitLevel) >= 2) {
+    tune::AutoTunerOptions tune_options;
+    tune_options.use_database = !flags.no_cache;
+    tuner = std::make_unique<tune::AutoTuner>(tune_options);
+    if (flags.tune) tuner->setProgress(progressPrinter());
+  }
   if (Tunables::get(Tunable::JitLevel) >= 1) {
     jit::JitOptions jit_options;
     jit_options.wait_for_compiles = flags.jit_wait;
+    jit_options.tuner = tuner.get();
     auto attached = jit::Jit::attach(vm, jit_options);
     if (attached) {
       jit = std::move(*attached);
+    } else if (flags.tune) {
+      return fail(std::move(attached).status().withContext("tune: cannot start the JIT"));
     } else {  // JIT trouble never changes results: run interpreted, and say so
       fmt::print(stderr, "[WARN] JIT: cannot start ({}); running interpreted (O0)\n", attached.status().toString());
     }
@@ -299,7 +433,25 @@ int runCommand(const RunFlags& flags) {
                alloc.cached_bytes);
   }
 #if SHAPEVM_HAVE_JIT
+  if (flags.tune && jit) {
+    jit->waitIdle();
+    printTuneSummary(*tuner, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - command_start).count());
+  }
   if (flags.stats && jit) fmt::print("{}", jit->statsReport());
+  if (flags.stats && tuner) {
+    int tuned = 0, hits = 0, timed = 0, failed = 0;
+    double tuning_ms = 0;
+    for (const tune::TuneReport& r : tuner->reports()) {
+      tuned += !r.outcome.from_database && r.outcome.timed > 0 ? 1 : 0;
+      hits += r.outcome.from_database ? 1 : 0;
+      timed += r.outcome.timed;
+      failed += r.outcome.failed;
+      tuning_ms += r.outcome.tuning_ms;
+    }
+    fmt::print("autotuner: {} kernels tuned by timing ({} candidates timed, {} failed, {:.1f} ms), {} tuning-database hits; "
+               "database {}\n", tuned, timed, failed, tuning_ms, hits,
+               tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"));
+  }
   jit.reset();  // stops the compile thread; the VM keeps its (now unpatched) interpreter state
 #endif
   if (flags.profile) printProfile(vm, *function);
@@ -391,6 +543,32 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--jit-wait", run.jit_wait, "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
   run_cmd->add_option("--dump", run.dump, "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
   run_cmd->add_option("--set", run.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
+  run_cmd->add_flag("--no-cache", run.no_cache, "O2: neither read nor write the tuning database ($SHAPEVM_CACHE_DIR/tuning.jsonl)");
+
+#if SHAPEVM_HAVE_JIT
+  RunFlags tune_flags;
+  tune_flags.tune = true;
+  auto* tune_cmd = app.add_subcommand(
+      "tune", "tune a module's kernels ahead of time: run it at O2 over the given shapes, time each kernel's "
+              "candidates and write the winners to the tuning database");
+  tune_cmd->add_option("module", tune_flags.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
+  tune_cmd->add_option("--fn", tune_flags.fn, "function to tune (default: the only one, or 'main')");
+  tune_cmd->add_option("--inputs", tune_flags.inputs_npz, ".npz whose arrays are matched to parameters by name");
+  tune_cmd->add_option("--params", tune_flags.params_npz, ".npz of parameters (weights), matched by name");
+  tune_cmd->add_option("--input", tune_flags.input_files, "NAME=FILE.npy for one parameter (repeatable)");
+  tune_cmd->add_option("--arg", tune_flags.args, "NAME=VALUE for a scalar parameter (repeatable)");
+  tune_cmd->add_option("--dim", tune_flags.dims,
+                       "NAME=V[,V...] (or PARAM.AXIS=...): the dynamic dims' values to tune for, cycled as in `run` (repeatable)");
+  tune_cmd->add_option("--range", tune_flags.ranges,
+                       "NAME=LO..HI: tune for LO, every power of two in between and HI (repeatable)");
+  tune_cmd->add_option("--budget-ms", tune_flags.budget_ms, "milliseconds per kernel for timing candidates (tunable tune_budget_ms, default 2000)");
+  tune_cmd->add_option("--iters", tune_flags.tune_iters, "runs (default: enough passes over the --dim schedule for every recompile)");
+  tune_cmd->add_option("--seed", tune_flags.seed, "seed for generated inputs (default 0)");
+  tune_cmd->add_flag("--no-cache", tune_flags.no_cache, "time every kernel without reading or writing the tuning database");
+  tune_cmd->add_flag("--stats", tune_flags.stats, "also print the run's statistics");
+  tune_cmd->add_flag("--jit-log", tune_flags.jit_log, "print the JIT's log lines");
+  tune_cmd->add_option("--set", tune_flags.settings, "KEY=VALUE for a tunable (repeatable)");
+#endif
 
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
   auto* tunables_cmd = app.add_subcommand("tunables", "list tunables with defaults, env variables and meanings");
@@ -463,6 +641,7 @@ int main(int argc, char** argv) {
   }
   if (*run_cmd) return runCommand(run);
 #if SHAPEVM_HAVE_JIT
+  if (*tune_cmd) return runCommand(tune_flags);
   if (*bench_cmd) return benchCommand(bench);
 #endif
   if (*ops_cmd) {

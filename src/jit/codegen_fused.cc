@@ -275,6 +275,8 @@ class FusedFamily final : public KernelFamily {
     return Status::ok();
   }
 
+  bool splitsAlongAxis0() const override { return true; }
+
   std::vector<KernelParams> searchSpace(const KernelSpec&) const override {
     std::vector<KernelParams> space{KernelParams{}};
     for (int vw : {8, 16}) {

@@ -1,23 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
-// The matmul family (O1): batched C = A @ B for float32/float16/bfloat16 operands (any mix; the
-// result dtype is promoteTypes(a, b), computed in float32), ranks 1..4 with numpy broadcasting of
-// the batch dims, any strides. prepare() rewrites both operands as canonical 4-D views
-// [batch0, batch1, rows, cols] (broadcast batch dims get stride 0, 1-D operands a stride-0 row or
-// column) in spare KernelArgs slots, so one kernel body covers every rank.
+// The matmul family: batched C = A @ B for float32/float16/bfloat16 operands (any mix; the result
+// dtype is promoteTypes(a, b), computed in float32), ranks 1..4 with numpy broadcasting of the
+// batch dims, any strides, and an optional fused epilogue (bias, residual, activations) applied to
+// C before it is stored. prepare() rewrites A and B as canonical 4-D views [batch0, batch1, rows,
+// cols] in spare KernelArgs slots, and each epilogue operand's strides relative to the output
+// [batch0, batch1, M, N] in its own slot, so one kernel body covers every rank.
 //
-// Kernel: for each batch matrix, for each NR-wide column panel of B and each KC-deep block of K,
-// the panel block is packed (converted to float32, zero-padded to NR columns) into a 64-byte
-// aligned stack buffer, so transposed or 16-bit B costs the same in the inner loop as row-major
-// float32. Then an MR x NR register tile of <16 x float> accumulators walks the block: per k
-// step, NR/16 vector loads of the packed panel, MR broadcast elements of A, MR*NR/16
-// llvm.fmuladd. With AVX-512 the tile is 8 x 32 (16 zmm accumulators), else 4 x 16. The M tail
-// runs one more full tile whose extra rows re-read a valid row and store nothing; N tails go
-// through a stack tile. Static M/K/N and unit strides of contiguous operands are baked in.
-// When A's rows and B's columns are both contiguous along K and M < MR or N < 16 (x @ W.T for a
-// few rows, matrix @ vector), a dot-product path runs instead: packing would dominate there.
-// Loops carry no-unroll / no-vectorize metadata (vectorized by hand; keeps compiles ~30 ms).
-// Invariant: the first K block initializes C (so K = 0 writes zeros), later blocks add to it.
+// Loop nest (BLIS-style, every size a KernelParams knob; see Plan): split the output across
+// tasks (column panels, or rows when there are few panels), then per batch matrix
+//   jc (NC columns) -> pc (KC of K) -> pack B block -> ic (MC rows) -> pack A block
+//     -> jr (NR-wide panel) -> ir (MR rows) -> micro-kernel over kc.
+// The micro-kernel keeps an MR x NR tile of <16 x float> accumulators in registers: per k step
+// NR/16 loads of B, MR broadcasts of A, MR*NR/16 llvm.fmuladd, and a software prefetch of the B
+// rows packed next (or, reading B in place, of B a few rows ahead).
+// Packing converts to float32 and zero-pads tails, so transposed or 16-bit operands cost the same
+// in the inner loop. B may also be read in place (f32, rows contiguous; a tuning candidate for
+// small M). Defaults: 6x64 tiles, KC 256; M <= 64: 4x64, KC 128 (see defaultPlan). M tails re-read a valid row and store nothing; N tails use
+// masked loads/stores. When A's rows and B's columns are both contiguous along K and M < MR or
+// N < 16 (x @ W.T for a few rows, matrix @ vector), a dot-product path runs instead.
+// The kernel body is an internal function `part(args, task, tasks, scratch)`; the exported symbol
+// calls back into C++ (the address prepare() stores in scalars[0]) which runs the tasks on the
+// ThreadPool with a per-thread, 64-byte aligned scratch buffer for the packed panels.
+// Loops carry no-unroll / no-vectorize metadata (vectorized by hand; keeps compiles short).
+// Invariant: the first K block initializes C (so K = 0 writes zeros), later blocks add to it, and
+// only the last one applies the epilogue.
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -25,23 +35,33 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/TargetParser/Host.h>
 
+#include "jit/codegen_math.h"
 #include "jit/codegen_util.h"
 #include "jit/kernel_abi.h"
 #include "ops/kernel_util.h"
+#include "support/thread_pool.h"
+#include "support/tunables.h"
 
 namespace shapevm::jit {
 namespace {
 
 using ir::Builder;
 
-constexpr unsigned kLanes = 16;        // <16 x float>
-constexpr std::int64_t kBlockK = 256;  // KC: a KC x NR packed panel is 32 KiB (fits L1)
-constexpr int kSlotA = 3;              // canonical 4-D views written by prepare()
-constexpr int kSlotB = 4;
+constexpr unsigned kLanes = 16;  // <16 x float>
 constexpr int kMaxBatchRank = 2;
+constexpr int kMaxAccumulators = 28;  // of 32 zmm registers: the rest hold B and A values
+// scalars[] written by prepare(): the task runner's address and the number of tasks.
+constexpr int kScalarRunner = 0;
+constexpr int kScalarTasks = 1;
+// Below this many multiply-adds a call stays on one thread (waking workers costs ~10 us).
+constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
 // Every loop is left as emitted: vectorized by hand, or a short tail / strided walk where extra
 // copies only cost compile time.
 constexpr ir::LoopHints kAsEmitted = ir::LoopHints::asEmitted();
+
+// Canonical view slots: right after the operands (inputs, then the one output).
+int slotA(const KernelSpec& spec) { return static_cast<int>(spec.inputs.size()) + 1; }
+int slotB(const KernelSpec& spec) { return static_cast<int>(spec.inputs.size()) + 2; }
 
 bool isComputeFloat(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
@@ -56,14 +76,23 @@ bool hostHasAvx512() {
   return avx512;
 }
 
-// Register tile: kRows x (vectors * 16).
-struct TileShape {
-  int rows;
-  int vectors;
-  std::int64_t cols() const { return static_cast<std::int64_t>(vectors) * kLanes; }
-};
-TileShape tileShape() {
-  return hostHasAvx512() ? TileShape{8, 2} : TileShape{4, 1};
+bool isEpilogueUnary(OpId op) {
+  switch (op) {
+    case OpId::Neg: case OpId::Abs: case OpId::Relu: case OpId::Exp: case OpId::Log: case OpId::Sqrt:
+    case OpId::Sigmoid: case OpId::Tanh: case OpId::Gelu: case OpId::Erf: case OpId::Silu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool isEpilogueBinary(OpId op) {
+  switch (op) {
+    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Maximum: case OpId::Minimum:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // What the spec fixes about the matrices: -1 = known only at run time.
@@ -82,6 +111,140 @@ MatmulDims staticDims(const KernelSpec& spec) {
   dims.n = b.rank == 1 ? 1 : size(b, b.rank - 1);
   return dims;
 }
+
+// ---- the plan: KernelParams resolved against the shape and the host ----
+
+// Every knob of the generated code. B is packed in KC x NC blocks (panels of NR columns), A in
+// MC x KC blocks (panels of MR rows) when mc > 0; direct_b reads B in place (f32 rows only).
+struct Plan {
+  int mr = 8;           // register tile rows
+  int vectors = 2;      // register tile columns / 16 (NR = 16 * vectors)
+  int kc = 256;         // K block
+  int mc = 0;           // M block of packed A; 0 = A read in place
+  int nc = 32;          // N block of packed B (multiple of NR)
+  bool direct_b = false;
+  int k_unroll = 1;
+  int prefetch = 0;     // > 0: prefetch B (in place: this many k steps ahead; packed: the next panel)
+  int threads = 0;      // 0 = the KernelThreads tunable at run time
+  std::int64_t nr() const { return static_cast<std::int64_t>(vectors) * kLanes; }
+};
+
+// B can be read in place: float32 with contiguous rows (a row-major [K, N] matrix).
+bool directBPossible(const KernelSpec& spec) {
+  const OperandSpec& b = spec.inputs[1];
+  return b.dtype == DType::Float32 && b.contiguous && b.rank >= 2;
+}
+
+// The family's default choices for this spec (the first searchSpace candidate).
+Plan defaultPlan(const KernelSpec& spec) {
+  Plan plan;
+  const MatmulDims dims = staticDims(spec);
+  if (!hostHasAvx512()) {
+    plan.mr = 4;
+    plan.vectors = 1;
+    plan.nc = 16;
+    return plan;
+  }
+  // 6 x 64: 24 accumulators, 10 loads per 24 FMAs. Few rows: 4 x 64 (less of a partial M tile
+  // wasted) with K blocks of 128, so the A rows and the packed panel both stay in L1. Packed B
+  // panels with the next panel's rows prefetched while the tiles run measured faster than
+  // reading B in place (nc = -1) even at M = 32: B's rows alias in L1/L2 at power-of-two widths.
+  const bool small_m = dims.m >= 0 && dims.m <= 64;
+  plan.mr = small_m ? 4 : 6;
+  plan.vectors = 4;
+  plan.kc = small_m ? 128 : 256;
+  plan.prefetch = 1;
+  plan.nc = static_cast<int>(plan.nr());
+  return plan;
+}
+
+Plan resolvePlan(const KernelSpec& spec) {
+  Plan plan = defaultPlan(spec);
+  const KernelParams& p = spec.params;
+  if (p.mr > 0) plan.mr = p.mr;
+  if (p.nr > 0) plan.vectors = p.nr / static_cast<int>(kLanes);
+  if (p.kc > 0) plan.kc = p.kc;
+  if (p.mc > 0) plan.mc = p.mc;
+  if (p.mc < 0) plan.mc = 0;
+  if (p.nc > 0) {
+    plan.nc = p.nc;
+    plan.direct_b = false;
+  }
+  if (p.nc < 0) plan.direct_b = directBPossible(spec);
+  if (p.nc == 0 && !plan.direct_b) plan.nc = static_cast<int>(plan.nr());
+  if (p.k_unroll > 0) plan.k_unroll = p.k_unroll;
+  if (p.prefetch > 0) plan.prefetch = p.prefetch;
+  if (p.prefetch < 0) plan.prefetch = 0;
+  if (p.threads > 0) plan.threads = p.threads;
+  // Blocks in whole tiles.
+  plan.nc = static_cast<int>(std::max<std::int64_t>(plan.nr(), plan.nc / plan.nr() * plan.nr()));
+  if (plan.mc > 0) plan.mc = std::max(plan.mr, plan.mc / plan.mr * plan.mr);
+  return plan;
+}
+
+Status checkParams(const KernelParams& p) {
+  if (p.vector_width != 0 || p.unroll != 0 || p.chunk != 0) {
+    return makeError(ErrorCode::Unsupported, "matmul kernels take no vector_width/unroll/chunk parameters ({})",
+                     p.toString());
+  }
+  // The tile as far as the parameters fix it (the family's defaults fill in the rest; see supports()).
+  const int vectors = p.nr > 0 ? p.nr / static_cast<int>(kLanes) : 1;
+  const int mr = p.mr > 0 ? p.mr : 1;
+  if (p.mr < 0 || p.mr > 16 || p.nr < 0 || p.nr % static_cast<int>(kLanes) != 0 || p.nr > 64 ||
+      mr * vectors > kMaxAccumulators) {
+    return makeError(ErrorCode::Unsupported,
+                     "matmul register tile {}x{} is not supported (mr <= 16, nr a multiple of 16 up to 64, "
+                     "mr * nr / 16 <= {} accumulators)",
+                     mr, vectors * static_cast<int>(kLanes), kMaxAccumulators);
+  }
+  if (p.kc < 0 || p.kc > 4096 || p.mc < -1 || p.mc > 4096 || p.nc < -1 || p.nc > 16384 || p.k_unroll < 0 ||
+      p.k_unroll > 8 || p.prefetch < -1 || p.prefetch > 64 || p.threads < 0 || p.threads > 64) {
+    return makeError(ErrorCode::Unsupported, "matmul parameters out of range: {}", p.toString());
+  }
+  return Status::ok();
+}
+
+// Bytes of scratch one task needs: the packed B block, then the packed A block.
+std::int64_t bPackFloats(const Plan& plan) {
+  return static_cast<std::int64_t>(plan.kc) * (plan.direct_b ? plan.nr() : plan.nc);
+}
+std::int64_t scratchBytes(const Plan& plan) {
+  const std::int64_t a_floats = static_cast<std::int64_t>(plan.mc) * plan.kc;
+  return (bPackFloats(plan) + a_floats) * 4 + 64;
+}
+
+// ---- the runtime side: tasks and scratch ----
+
+using PartFn = void (*)(const KernelArgs* args, std::int64_t task, std::int64_t tasks, void* scratch);
+
+// A per-thread scratch buffer, 64-byte aligned, grown on demand and kept.
+void* threadScratch(std::int64_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    std::int64_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < bytes) {
+    std::free(buffer.data);
+    const std::int64_t rounded = (bytes + 4095) / 4096 * 4096;
+    buffer.data = std::aligned_alloc(64, static_cast<std::size_t>(rounded));
+    buffer.size = buffer.data != nullptr ? rounded : 0;
+  }
+  return buffer.data;
+}
+
+// Called by every generated matmul kernel: runs part() for each task with its thread's scratch.
+void runMatmulTasks(PartFn part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes) {
+  if (tasks <= 1) {
+    part(args, 0, 1, threadScratch(scratch_bytes));
+    return;
+  }
+  ThreadPool::global().run(static_cast<int>(tasks),
+                           [&](int task) { part(args, task, tasks, threadScratch(scratch_bytes)); });
+}
+
+// ---- prepare(): views of the operands ----
 
 // The row/col view of one operand for prepare(): 1-D a is a row [1, K], 1-D b a column [K, 1].
 struct MatrixView {
@@ -122,54 +285,97 @@ Status checkFits(const OperandSpec& spec, const Tensor& x, const char* which) {
   return Status::ok();
 }
 
+// How an epilogue operand varies along N: not at all (the output has no N axis, or the operand's
+// dim aligned with N is statically 1: one value per row), with stride 1 (lanes loaded as
+// vectors), or as the run-time stride says (0 or 1; a dynamic dim that may be 1).
+enum class AlongN { Broadcast, Contiguous, RunTime };
+AlongN extraAlongN(const KernelSpec& spec, const OperandSpec& extra) {
+  if (spec.inputs[1].rank < 2 || extra.rank == 0) return AlongN::Broadcast;
+  const DimSpec& last = extra.dims[extra.rank - 1];
+  if (!last.isStatic()) return AlongN::RunTime;
+  return last.size == 1 ? AlongN::Broadcast : AlongN::Contiguous;
+}
+
 // ---- IR ----
 
 class MatmulEmitter {
  public:
   MatmulEmitter(Builder& b, const KernelSpec& spec, DType out_dtype)
       : b_(b),
+        spec_(spec),
         a_spec_(spec.inputs[0]),
         b_spec_(spec.inputs[1]),
         out_dtype_(out_dtype),
         dims_(staticDims(spec)),
-        tile_(tileShape()) {}
+        plan_(resolvePlan(spec)) {}
 
-  void emit(llvm::Value* args_ptr) {
+  // `part` is void(ptr args, i64 task, i64 tasks, ptr scratch).
+  void emitPart(llvm::Function* part) {
+    llvm::Value* args_ptr = part->getArg(0);
+    llvm::Value* task = part->getArg(1);
+    llvm::Value* tasks = part->getArg(2);
+    llvm::Value* scratch = part->getArg(3);
     ir::ArgsView args(b_, args_ptr);
+    const int sa = slotA(spec_), sb = slotB(spec_);
     a_ = args.data(0);
     b_ptr_ = args.data(1);
-    c_ = args.data(2);
+    c_ = args.data(static_cast<int>(spec_.inputs.size()));
     auto known = [&](std::int64_t value, int slot, int axis) {
-      return value >= 0 ? b_.getInt64(static_cast<std::uint64_t>(value)) : args.dim(slot, axis);
+      return value >= 0 ? i64(value) : args.dim(slot, axis);
     };
-    m_ = known(dims_.m, kSlotA, 2);
-    k_ = known(dims_.k, kSlotA, 3);
-    n_ = known(dims_.n, kSlotB, 3);
-    llvm::Value* batch0 = args.dim(kSlotA, 0);
-    llvm::Value* batch1 = args.dim(kSlotA, 1);
-    llvm::Value* a_batch0 = args.stride(kSlotA, 0);
-    llvm::Value* a_batch1 = args.stride(kSlotA, 1);
-    llvm::Value* b_batch0 = args.stride(kSlotB, 0);
-    llvm::Value* b_batch1 = args.stride(kSlotB, 1);
-    std::tie(a_row_, a_col_) = matrixStrides(args, a_spec_, kSlotA, k_, /*is_left=*/true);
-    std::tie(b_row_, b_col_) = matrixStrides(args, b_spec_, kSlotB, n_, /*is_left=*/false);
-    llvm::Type* fvec = vecType();
-    pack_ = ir::entryAlloca(
-        b_, llvm::ArrayType::get(b_.getFloatTy(), static_cast<std::uint64_t>(kBlockK * tile_.cols())), "bpack", 64);
-    edge_ = ir::entryAlloca(
-        b_, llvm::ArrayType::get(b_.getFloatTy(), static_cast<std::uint64_t>(tile_.rows * tile_.cols())), "edge", 64);
-    for (int r = 0; r < tile_.rows; ++r) {
-      for (int v = 0; v < tile_.vectors; ++v) acc_.push_back(ir::entryAlloca(b_, fvec, "acc", 64));
+    m_ = known(dims_.m, sa, 2);
+    k_ = known(dims_.k, sa, 3);
+    n_ = known(dims_.n, sb, 3);
+    llvm::Value* batch0 = args.dim(sa, 0);
+    llvm::Value* batch1 = args.dim(sa, 1);
+    llvm::Value* a_batch0 = args.stride(sa, 0);
+    llvm::Value* a_batch1 = args.stride(sa, 1);
+    llvm::Value* b_batch0 = args.stride(sb, 0);
+    llvm::Value* b_batch1 = args.stride(sb, 1);
+    std::tie(a_row_, a_col_) = matrixStrides(args, a_spec_, sa, k_, /*is_left=*/true);
+    std::tie(b_row_, b_col_) = matrixStrides(args, b_spec_, sb, n_, /*is_left=*/false);
+    for (const EpilogueStep& step : spec_.epilogue) {
+      if (step.operand < 0) continue;
+      Extra extra;
+      extra.dtype = spec_.inputs[static_cast<std::size_t>(step.operand)].dtype;
+      extra.data = args.data(step.operand);
+      for (int d = 0; d < 3; ++d) extra.strides[d] = args.stride(step.operand, d);
+      extra.along_n = extraAlongN(spec_, spec_.inputs[static_cast<std::size_t>(step.operand)]);
+      extra.n_stride = extra.along_n == AlongN::Broadcast  ? i64(0)
+                       : extra.along_n == AlongN::Contiguous ? i64(1)
+                                                             : args.stride(step.operand, 3);
+      extras_.emplace(step.operand, extra);
     }
+    bpack_ = scratch;
+    apack_ = b_.CreateInBoundsGEP(b_.getFloatTy(), scratch, i64(bPackFloats(plan_)));
+    llvm::Type* fvec = vecType();
+    for (int r = 0; r < plan_.mr; ++r) {
+      for (int v = 0; v < plan_.vectors; ++v) acc_.push_back(ir::entryAlloca(b_, fvec, "acc", 64));
+    }
+    while (acc_.size() < 4) acc_.push_back(ir::entryAlloca(b_, fvec, "acc", 64));
     for (int c = 0; c < 4; ++c) dot_sum_.push_back(ir::entryAlloca(b_, b_.getFloatTy(), "dot", 4));
 
+    // This task's share of the output: whole column panels, or whole row tiles when there are
+    // fewer panels than tasks.
+    llvm::Value* nr = i64(plan_.nr());
+    llvm::Value* mr = i64(plan_.mr);
+    llvm::Value* panels = ceilDiv(n_, nr);
+    llvm::Value* by_columns = b_.CreateICmpSGE(panels, tasks);
+    llvm::Value* col_share = b_.CreateMul(ceilDiv(panels, tasks), nr);
+    llvm::Value* row_share = b_.CreateMul(ceilDiv(ceilDiv(m_, mr), tasks), mr);
+    llvm::Value* share = b_.CreateSelect(by_columns, col_share, row_share);
+    llvm::Value* extent = b_.CreateSelect(by_columns, n_, m_);
+    llvm::Value* lo = smin(b_.CreateMul(task, share), extent);
+    llvm::Value* hi = smin(b_.CreateAdd(lo, share), extent);
+    n_lo_ = b_.CreateSelect(by_columns, lo, i64(0));
+    n_hi_ = b_.CreateSelect(by_columns, hi, n_);
+    m_lo_ = b_.CreateSelect(by_columns, i64(0), lo);
+    m_hi_ = b_.CreateSelect(by_columns, m_, hi);
+
     // K = 0 still runs one (empty) K block so C is written with zeros.
-    llvm::Value* k_loop_end = b_.CreateSelect(b_.CreateICmpEQ(k_, b_.getInt64(0)), b_.getInt64(1), k_);
+    k_loop_end_ = b_.CreateSelect(b_.CreateICmpEQ(k_, i64(0)), i64(1), k_);
     llvm::Value* matrix_size = b_.CreateMul(m_, n_);
     llvm::Value* batches = b_.CreateMul(batch0, batch1);
-    llvm::Value* nr = b_.getInt64(static_cast<std::uint64_t>(tile_.cols()));
-    llvm::Value* mr = b_.getInt64(static_cast<std::uint64_t>(tile_.rows));
-    llvm::Value* m_full = b_.CreateSub(m_, b_.CreateURem(m_, mr));
     // Small M (or N) with both operands contiguous along K (x @ W.T with few rows, matrix @
     // vector): dot products along K instead of packed tiles, which would mostly pack or idle.
     llvm::Value* dot_layout = b_.CreateAnd(b_.CreateICmpEQ(a_col_, i64(1)), b_.CreateICmpEQ(b_row_, i64(1)));
@@ -177,46 +383,21 @@ class MatmulEmitter {
         b_.CreateAnd(dot_layout, b_.CreateOr(b_.CreateICmpSLT(m_, mr), b_.CreateICmpSLT(n_, i64(kLanes))));
     auto* never_dot = llvm::dyn_cast<llvm::ConstantInt>(use_dot);
     ir::emitLoop(
-        b_, b_.getInt64(0), batches, 1,
+        b_, i64(0), batches, 1,
         [&](llvm::Value* batch) {
-          llvm::Value* i0 = b_.CreateUDiv(batch, batch1);
-          llvm::Value* i1 = b_.CreateURem(batch, batch1);
-          llvm::Value* a_base = b_.CreateAdd(b_.CreateMul(i0, a_batch0), b_.CreateMul(i1, a_batch1));
-          llvm::Value* b_base = b_.CreateAdd(b_.CreateMul(i0, b_batch0), b_.CreateMul(i1, b_batch1));
-          llvm::Value* c_base = b_.CreateMul(batch, matrix_size);
-          auto tiled = [&] {
-            ir::emitLoop(
-                b_, b_.getInt64(0), n_, tile_.cols(),
-                [&](llvm::Value* jt) {
-                  llvm::Value* cols = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, nr, b_.CreateSub(n_, jt));
-                  ir::emitLoop(
-                      b_, b_.getInt64(0), k_loop_end, kBlockK,
-                      [&](llvm::Value* pc) {
-                        llvm::Value* kc =
-                            b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(kBlockK), b_.CreateSub(k_, pc));
-                        llvm::Value* first = b_.CreateICmpEQ(pc, b_.getInt64(0));
-                        emitPack(b_.CreateAdd(b_base, b_.CreateAdd(b_.CreateMul(pc, b_row_), b_.CreateMul(jt, b_col_))),
-                                 kc, cols);
-                        llvm::Value* a_block = b_.CreateAdd(a_base, b_.CreateMul(pc, a_col_));
-                        llvm::Value* c_block = b_.CreateAdd(c_base, jt);
-                        ir::emitLoop(
-                            b_, b_.getInt64(0), m_full, tile_.rows,
-                            [&](llvm::Value* it) { emitTile(it, a_block, c_block, kc, cols, first, nullptr); }, "it",
-                            kAsEmitted);
-                        ir::emitIfElse(
-                            b_, b_.CreateICmpSLT(m_full, m_),
-                            [&] { emitTile(m_full, a_block, c_block, kc, cols, first, b_.CreateSub(m_, m_full)); },
-                            [] {});
-                      },
-                      "pc", kAsEmitted);
-                },
-                "jt", kAsEmitted);
-          };
+          i0_ = b_.CreateUDiv(batch, batch1);
+          i1_ = b_.CreateURem(batch, batch1);
+          a_base_ = b_.CreateAdd(b_.CreateMul(i0_, a_batch0), b_.CreateMul(i1_, a_batch1));
+          b_base_ = b_.CreateAdd(b_.CreateMul(i0_, b_batch0), b_.CreateMul(i1_, b_batch1));
+          c_base_ = b_.CreateMul(batch, matrix_size);
+          for (auto& [operand, extra] : extras_) {
+            extra.base = b_.CreateAdd(b_.CreateMul(i0_, extra.strides[0]), b_.CreateMul(i1_, extra.strides[1]));
+          }
           if (never_dot != nullptr && never_dot->isZero()) {
-            tiled();
+            emitTiled();
           } else {
             ir::emitIfElse(
-                b_, use_dot, [&] { emitDot(a_base, b_base, c_base); }, tiled);
+                b_, use_dot, [&] { emitDot(); }, [&] { emitTiled(); });
           }
         },
         "batch", kAsEmitted);
@@ -224,8 +405,26 @@ class MatmulEmitter {
   }
 
  private:
+  // An epilogue operand: base pointer, strides along batch0, batch1, M and N (0 or 1).
+  struct Extra {
+    DType dtype = DType::Float32;
+    llvm::Value* data = nullptr;
+    llvm::Value* strides[3] = {};
+    llvm::Value* n_stride = nullptr;
+    llvm::Value* base = nullptr;  // this batch matrix's offset
+    AlongN along_n = AlongN::Contiguous;
+  };
+
   llvm::Type* vecType() const { return ir::withLanes(b_.getFloatTy(), kLanes); }
   llvm::Value* i64(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
+  llvm::Value* smin(llvm::Value* x, llvm::Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); }
+  llvm::Value* ceilDiv(llvm::Value* x, llvm::Value* y) {
+    return b_.CreateUDiv(b_.CreateAdd(x, b_.CreateSub(y, i64(1))), y);
+  }
+  llvm::Value* floatAt(llvm::Value* base, llvm::Value* index) {
+    return b_.CreateInBoundsGEP(b_.getFloatTy(), base, index);
+  }
+  llvm::Value* cPtr(llvm::Value* offset) { return ir::elementPtr(b_, out_dtype_, c_, offset); }
 
   // Row and column strides of an operand's matrix: baked in for a contiguous one (rows of
   // `row_length` elements), else read from its canonical view in `slot`. A 1-D operand is a row
@@ -239,27 +438,99 @@ class MatmulEmitter {
     if (spec.contiguous) return {row_length, i64(1)};
     return {args.stride(slot, 2), args.stride(slot, 3)};
   }
-  llvm::Value* packPtr(llvm::Value* index) { return b_.CreateInBoundsGEP(b_.getFloatTy(), pack_, index); }
+
+  // ---- masked access of `lanes` (<= 16) leading lanes ----
+
+  llvm::Value* laneMask(llvm::Value* count) {
+    std::vector<llvm::Constant*> iota;
+    for (unsigned l = 0; l < kLanes; ++l) iota.push_back(b_.getInt64(l));
+    return b_.CreateICmpSLT(llvm::ConstantVector::get(iota), b_.CreateVectorSplat(kLanes, count));
+  }
+  llvm::Value* maskedLoad(DType dtype, llvm::Value* ptr, llvm::Value* mask) {
+    llvm::Type* stored =
+        ir::withLanes(dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
+    llvm::Value* x =
+        b_.CreateMaskedLoad(stored, ptr, llvm::Align(dtypeSize(dtype)), mask, llvm::Constant::getNullValue(stored));
+    if (dtype == DType::BFloat16) return ir::bf16BitsToFloat(b_, x);
+    if (dtype == DType::Float16) return b_.CreateFPExt(x, vecType());
+    return x;
+  }
+  void maskedStore(DType dtype, llvm::Value* value, llvm::Value* ptr, llvm::Value* mask) {
+    if (dtype == DType::BFloat16) {
+      value = ir::floatToBf16Bits(b_, value);
+    } else if (dtype == DType::Float16) {
+      value = b_.CreateFPTrunc(value, ir::withLanes(b_.getHalfTy(), kLanes));
+    }
+    b_.CreateMaskedStore(value, ptr, llvm::Align(dtypeSize(dtype)), mask);
+  }
+
+  // ---- epilogue ----
+
+  // The fused steps on `value` (<16 x float> or float) = C[row, col .. col + lanes), rounded to
+  // the output dtype after the matmul and after every step, as the op-by-op reference does.
+  // `mask`: the valid lanes of a partial vector (nullptr: all).
+  llvm::Value* applyEpilogue(llvm::Value* value, llvm::Value* row, llvm::Value* col, llvm::Value* mask) {
+    if (spec_.epilogue.empty()) return value;
+    const bool vector = value->getType()->isVectorTy();
+    value = ir::roundTo(b_, value, out_dtype_);
+    for (const EpilogueStep& step : spec_.epilogue) {
+      if (step.operand < 0) {
+        value = ir::unaryOp(b_, step.op, out_dtype_, value);
+      } else {
+        const Extra& extra = extras_.at(step.operand);
+        llvm::Value* offset = b_.CreateAdd(extra.base, b_.CreateMul(row, extra.strides[2]));
+        llvm::Value* other = nullptr;
+        if (!vector) {
+          other = ir::loadCompute(
+              b_, extra.dtype,
+              ir::elementPtr(b_, extra.dtype, extra.data, b_.CreateAdd(offset, b_.CreateMul(col, extra.n_stride))));
+        } else if (extra.along_n == AlongN::Broadcast) {
+          other = b_.CreateVectorSplat(
+              kLanes, ir::loadCompute(b_, extra.dtype, ir::elementPtr(b_, extra.dtype, extra.data, offset)));
+        } else {
+          llvm::Value* ptr = ir::elementPtr(b_, extra.dtype, extra.data, b_.CreateAdd(offset, col));
+          if (extra.along_n == AlongN::Contiguous) {
+            other = mask != nullptr ? maskedLoad(extra.dtype, ptr, mask) : ir::loadCompute(b_, extra.dtype, ptr, kLanes);
+          } else {
+            // Stride 1: the lanes (no lane past the operand's row is touched); stride 0: one value.
+            llvm::Value* contiguous = b_.CreateICmpEQ(extra.n_stride, i64(1));
+            llvm::Value* lanes = b_.CreateVectorSplat(kLanes, contiguous);
+            if (mask != nullptr) lanes = b_.CreateAnd(lanes, mask);
+            llvm::Value* scalar =
+                ir::loadCompute(b_, extra.dtype, ir::elementPtr(b_, extra.dtype, extra.data, offset));
+            other = b_.CreateSelect(contiguous, maskedLoad(extra.dtype, ptr, lanes),
+                                    b_.CreateVectorSplat(kLanes, scalar));
+          }
+        }
+        value = step.swapped ? ir::binaryOp(b_, step.op, out_dtype_, other, value)
+                             : ir::binaryOp(b_, step.op, out_dtype_, value, other);
+      }
+      value = ir::roundTo(b_, value, out_dtype_);
+    }
+    return value;
+  }
+
+  // ---- the dot-product path ----
 
   // C[i, j] = dot(A[i, :], B[:, j]) with A's rows and B's columns contiguous: <16 x float>
   // chunks of K for 4 columns at a time (one A load shared by 4 FMAs), horizontal sums, scalar
   // K tail.
-  void emitDot(llvm::Value* a_base, llvm::Value* b_base, llvm::Value* c_base) {
+  void emitDot() {
     constexpr int kColumns = 4;
     llvm::Type* fvec = vecType();
     llvm::Value* k_vec = b_.CreateAnd(k_, i64(-static_cast<std::int64_t>(kLanes)));
-    llvm::Value* n_group = b_.CreateAnd(n_, i64(-kColumns));
+    llvm::Value* n_group = b_.CreateAdd(n_lo_, b_.CreateAnd(b_.CreateSub(n_hi_, n_lo_), i64(-kColumns)));
     const DType a_dtype = a_spec_.dtype;
     const DType b_dtype = b_spec_.dtype;
     ir::emitLoop(
-        b_, i64(0), m_, 1,
+        b_, m_lo_, m_hi_, 1,
         [&](llvm::Value* i) {
-          llvm::Value* a_row = b_.CreateAdd(a_base, b_.CreateMul(i, a_row_));
-          llvm::Value* c_row = b_.CreateAdd(c_base, b_.CreateMul(i, n_));
+          llvm::Value* a_row = b_.CreateAdd(a_base_, b_.CreateMul(i, a_row_));
+          llvm::Value* c_row = b_.CreateAdd(c_base_, b_.CreateMul(i, n_));
           auto columns = [&](llvm::Value* j, int count) {
             std::vector<llvm::Value*> b_col;
             for (int c = 0; c < count; ++c)
-              b_col.push_back(b_.CreateAdd(b_base, b_.CreateMul(b_.CreateAdd(j, i64(c)), b_col_)));
+              b_col.push_back(b_.CreateAdd(b_base_, b_.CreateMul(b_.CreateAdd(j, i64(c)), b_col_)));
             for (int c = 0; c < count; ++c)
               b_.CreateStore(llvm::Constant::getNullValue(fvec), acc_[static_cast<std::size_t>(c)]);
             ir::emitLoop(
@@ -297,21 +568,143 @@ class MatmulEmitter {
                                    scalar);
                   },
                   "dt", kAsEmitted);
-              ir::storeCompute(b_, out_dtype_, b_.CreateLoad(b_.getFloatTy(), scalar),
-                               cPtr(b_.CreateAdd(c_row, b_.CreateAdd(j, i64(c)))));
+              llvm::Value* col = b_.CreateAdd(j, i64(c));
+              llvm::Value* value = applyEpilogue(b_.CreateLoad(b_.getFloatTy(), scalar), i, col, nullptr);
+              ir::storeCompute(b_, out_dtype_, value, cPtr(b_.CreateAdd(c_row, col)));
             }
           };
           ir::emitLoop(
-              b_, i64(0), n_group, kColumns, [&](llvm::Value* j) { columns(j, kColumns); }, "dj", kAsEmitted);
+              b_, n_lo_, n_group, kColumns, [&](llvm::Value* j) { columns(j, kColumns); }, "dj", kAsEmitted);
           ir::emitLoop(
-              b_, n_group, n_, 1, [&](llvm::Value* j) { columns(j, 1); }, "dj1", kAsEmitted);
+              b_, n_group, n_hi_, 1, [&](llvm::Value* j) { columns(j, 1); }, "dj1", kAsEmitted);
         },
         "di", kAsEmitted);
   }
 
-  // pack[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR.
-  void emitPack(llvm::Value* src, llvm::Value* kc, llvm::Value* cols) {
-    const std::int64_t nr = tile_.cols();
+  // ---- the tiled path ----
+
+  void emitTiled() {
+    const std::int64_t nr = plan_.nr();
+    // Reading B in place needs no N blocks: one block spans the task's columns.
+    const std::int64_t nc = plan_.direct_b ? std::int64_t{1} << 40 : plan_.nc;
+    ir::emitLoop(
+        b_, n_lo_, n_hi_, nc,
+        [&](llvm::Value* jc) {
+          llvm::Value* jc_end = smin(b_.CreateAdd(jc, i64(nc)), n_hi_);
+          ir::emitLoop(
+              b_, i64(0), k_loop_end_, plan_.kc,
+              [&](llvm::Value* pc) {
+                llvm::Value* kc = smin(i64(plan_.kc), b_.CreateSub(k_, pc));
+                llvm::Value* first = b_.CreateICmpEQ(pc, i64(0));
+                llvm::Value* last = b_.CreateICmpSGE(b_.CreateAdd(pc, i64(plan_.kc)), k_);
+                llvm::Value* b_block = b_.CreateAdd(b_base_, b_.CreateMul(pc, b_row_));
+                llvm::Value* tail_panel = nullptr;
+                if (plan_.direct_b) {
+                  // Only a partial last panel is packed (its columns end before NR).
+                  llvm::Value* width = b_.CreateSub(jc_end, jc);
+                  tail_panel = b_.CreateAdd(jc, b_.CreateSub(width, b_.CreateURem(width, i64(nr))));
+                  ir::emitIfElse(
+                      b_, b_.CreateICmpSLT(tail_panel, jc_end),
+                      [&] {
+                        emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(tail_panel, b_col_)), kc,
+                                       b_.CreateSub(jc_end, tail_panel), bpack_);
+                      },
+                      [] {});
+                } else {
+                  ir::emitLoop(
+                      b_, jc, jc_end, nr,
+                      [&](llvm::Value* jr) {
+                        llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
+                        emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(jr, b_col_)), kc, cols,
+                                       panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr));
+                      },
+                      "pb", kAsEmitted);
+                }
+                // Packed B: the tiles prefetch the rows of the block packed next (the next K block
+                // of these columns, else the first of the next columns), one row per k step, so
+                // packing finds it in cache instead of waiting on memory row by row.
+                llvm::Value* next_block = nullptr;
+                if (!plan_.direct_b && plan_.prefetch > 0) {
+                  llvm::Value* more_k = b_.CreateICmpSLT(b_.CreateAdd(pc, i64(plan_.kc)), k_);
+                  llvm::Value* next = b_.CreateSelect(
+                      more_k, b_.CreateAdd(b_block, b_.CreateAdd(b_.CreateMul(i64(plan_.kc), b_row_), b_.CreateMul(jc, b_col_))),
+                      b_.CreateAdd(b_base_, b_.CreateMul(jc_end, b_col_)));
+                  next_block = b_.CreateGEP(b_.getFloatTy(), b_ptr_, next);
+                }
+                auto rowBlock = [&](llvm::Value* ic, llvm::Value* ic_end) {
+                  if (plan_.mc > 0) {
+                    ir::emitLoop(
+                        b_, ic, ic_end, plan_.mr,
+                        [&](llvm::Value* ir_) {
+                          emitPackAPanel(pc, ir_, smin(i64(plan_.mr), b_.CreateSub(ic_end, ir_)), kc,
+                                         panelPtr(apack_, b_.CreateSub(ir_, ic), kc, plan_.mr));
+                        },
+                        "pa", kAsEmitted);
+                  }
+                  ir::emitLoop(
+                      b_, jc, jc_end, nr,
+                      [&](llvm::Value* jr) {
+                        llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
+                        auto tiles = [&](bool direct) {
+                          ir::emitLoop(
+                              b_, ic, ic_end, plan_.mr,
+                              [&](llvm::Value* ir_) {
+                                TileArgs t;
+                                t.row = ir_;
+                                t.col = jr;
+                                t.rows = smin(i64(plan_.mr), b_.CreateSub(ic_end, ir_));
+                                t.cols = cols;
+                                t.kc = kc;
+                                t.pc = pc;
+                                t.first = first;
+                                t.last = last;
+                                t.direct_b = direct;
+                                if (direct) {
+                                  t.b_src = floatAt(b_ptr_, b_.CreateAdd(b_block, jr));
+                                } else if (plan_.direct_b) {
+                                  t.b_src = bpack_;
+                                } else {
+                                  t.b_src = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
+                                }
+                                if (plan_.mc > 0) t.a_src = panelPtr(apack_, b_.CreateSub(ir_, ic), kc, plan_.mr);
+                                if (!direct && !plan_.direct_b && plan_.prefetch > 0) t.pf_src = next_block;
+                                emitTile(t);
+                              },
+                              "ir", kAsEmitted);
+                        };
+                        if (plan_.direct_b) {
+                          ir::emitIfElse(
+                              b_, b_.CreateICmpSLT(jr, tail_panel), [&] { tiles(true); }, [&] { tiles(false); });
+                        } else {
+                          tiles(false);
+                        }
+                      },
+                      "jr", kAsEmitted);
+                };
+                if (plan_.mc > 0) {
+                  ir::emitLoop(
+                      b_, m_lo_, m_hi_, plan_.mc,
+                      [&](llvm::Value* ic) { rowBlock(ic, smin(b_.CreateAdd(ic, i64(plan_.mc)), m_hi_)); }, "ic",
+                      kAsEmitted);
+                } else {
+                  rowBlock(m_lo_, m_hi_);
+                }
+              },
+              "pc", kAsEmitted);
+        },
+        "jc", kAsEmitted);
+  }
+
+  // Start of panel `index / width` in a packed block whose panels hold kc x width floats.
+  llvm::Value* panelPtr(llvm::Value* block, llvm::Value* offset, llvm::Value* kc, std::int64_t width) {
+    // offset is a multiple of width: panel q starts at q * kc * width = offset * kc.
+    (void)width;
+    return floatAt(block, b_.CreateMul(offset, kc));
+  }
+
+  // dst[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR.
+  void emitPackBPanel(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
+    const std::int64_t nr = plan_.nr();
     const DType dtype = b_spec_.dtype;
     llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(nr)), b_.CreateICmpEQ(b_col_, i64(1)));
     ir::emitIfElse(
@@ -322,11 +715,11 @@ class MatmulEmitter {
               b_, i64(0), kc, 1,
               [&](llvm::Value* p) {
                 llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(p, b_row_));
-                for (int v = 0; v < tile_.vectors; ++v) {
+                for (int v = 0; v < plan_.vectors; ++v) {
                   llvm::Value* x = ir::loadCompute(
                       b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(row, i64(v * kLanes))), kLanes);
                   llvm::StoreInst* store =
-                      b_.CreateStore(x, packPtr(b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
+                      b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
                   store->setAlignment(llvm::Align(64));
                 }
               },
@@ -343,7 +736,7 @@ class MatmulEmitter {
                     [&](llvm::Value* p) {
                       llvm::Value* x = ir::loadCompute(
                           b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(column, b_.CreateMul(p, b_row_))));
-                      b_.CreateStore(x, packPtr(b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
+                      b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
                     },
                     "pp", kAsEmitted);
               },
@@ -355,7 +748,7 @@ class MatmulEmitter {
                     b_, i64(0), kc, 1,
                     [&](llvm::Value* p) {
                       b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
-                                     packPtr(b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
+                                     floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
                     },
                     "pz", kAsEmitted);
               },
@@ -363,45 +756,88 @@ class MatmulEmitter {
         });
   }
 
-  llvm::Value* cPtr(llvm::Value* offset) { return ir::elementPtr(b_, out_dtype_, c_, offset); }
+  // dst[p * MR + r] = A[row + r, pc + p] (float32) for r < rows; 0 for rows <= r < MR.
+  void emitPackAPanel(llvm::Value* pc, llvm::Value* row, llvm::Value* rows, llvm::Value* kc, llvm::Value* dst) {
+    const std::int64_t mr = plan_.mr;
+    const DType dtype = a_spec_.dtype;
+    ir::emitLoop(
+        b_, i64(0), i64(mr), 1,
+        [&](llvm::Value* r) {
+          llvm::Value* valid = b_.CreateICmpSLT(r, rows);
+          llvm::Value* src = b_.CreateAdd(a_base_, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(row, r), a_row_),
+                                                                b_.CreateMul(pc, a_col_)));
+          ir::emitIfElse(
+              b_, valid,
+              [&] {
+                ir::emitLoop(
+                    b_, i64(0), kc, 1,
+                    [&](llvm::Value* p) {
+                      llvm::Value* x = ir::loadCompute(
+                          b_, dtype, ir::elementPtr(b_, dtype, a_, b_.CreateAdd(src, b_.CreateMul(p, a_col_))));
+                      b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
+                    },
+                    "pap", kAsEmitted);
+              },
+              [&] {
+                ir::emitLoop(
+                    b_, i64(0), kc, 1,
+                    [&](llvm::Value* p) {
+                      b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
+                                     floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
+                    },
+                    "paz", kAsEmitted);
+              });
+        },
+        "par", kAsEmitted);
+  }
 
-  // C[it .. it+MR, jt .. jt+cols] (+)= A[it.., block] @ pack. With `valid_rows` (the M tail),
-  // rows from valid_rows on read row `it` again (in bounds; results dropped) and store nothing.
-  void emitTile(llvm::Value* it, llvm::Value* a_block, llvm::Value* c_block, llvm::Value* kc, llvm::Value* cols,
-                llvm::Value* first, llvm::Value* valid_rows) {
-    const int rows = tile_.rows;
-    const int vectors = tile_.vectors;
-    const std::int64_t nr = tile_.cols();
+  struct TileArgs {
+    llvm::Value* row;    // first row of the tile (absolute)
+    llvm::Value* col;    // first column (absolute)
+    llvm::Value* rows;   // valid rows (1 .. MR)
+    llvm::Value* cols;   // valid columns (1 .. NR)
+    llvm::Value* kc;
+    llvm::Value* pc;     // K offset of the block
+    llvm::Value* first;  // first K block: start from zero
+    llvm::Value* last;   // last K block: apply the epilogue
+    bool direct_b = false;
+    llvm::Value* b_src = nullptr;  // packed panel, or &B[pc, col] when direct_b
+    llvm::Value* a_src = nullptr;  // packed A panel, or nullptr (A read in place)
+    llvm::Value* pf_src = nullptr; // packed B: &B[row 0 of the next block to pack] (prefetched row by row)
+  };
+
+  // C[row .. row+MR, col .. col+cols] (+)= A[rows, block] @ B[block, cols]. Rows from `rows` on
+  // read row `row` again (in bounds; results dropped) and store nothing.
+  void emitTile(const TileArgs& t) {
+    const int mr = plan_.mr;
+    const int vectors = plan_.vectors;
+    const std::int64_t nr = plan_.nr();
     llvm::Type* fvec = vecType();
     auto acc = [&](int r, int v) { return acc_[static_cast<std::size_t>(r * vectors + v)]; };
-    // C row r of the tile starts at c_row[r].
-    std::vector<llvm::Value*> c_row, a_row;
-    auto valid = [&](int r) -> llvm::Value* {
-      return valid_rows == nullptr || r == 0 ? nullptr : b_.CreateICmpSLT(i64(r), valid_rows);
-    };
-    for (int r = 0; r < rows; ++r) {
-      llvm::Value* row = b_.CreateAdd(it, i64(r));
-      if (llvm::Value* ok = valid(r)) row = b_.CreateSelect(ok, row, it);
-      c_row.push_back(b_.CreateAdd(c_block, b_.CreateMul(row, n_)));
-      a_row.push_back(b_.CreateAdd(a_block, b_.CreateMul(row, a_row_)));
+    std::vector<llvm::Value*> c_row, a_row, row_index;
+    for (int r = 0; r < mr; ++r) {
+      llvm::Value* row = b_.CreateAdd(t.row, i64(r));
+      if (r > 0) row = b_.CreateSelect(b_.CreateICmpSLT(i64(r), t.rows), row, t.row);
+      row_index.push_back(row);
+      c_row.push_back(b_.CreateAdd(c_base_, b_.CreateAdd(b_.CreateMul(row, n_), t.col)));
+      if (t.a_src == nullptr) {
+        a_row.push_back(b_.CreateAdd(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_), b_.CreateMul(t.pc, a_col_))));
+      }
     }
-    // Stores of row r: unconditional, or only when the row is in the matrix.
     auto guarded = [&](int r, const std::function<void()>& body) {
-      if (llvm::Value* ok = valid(r)) {
-        ir::emitIfElse(b_, ok, body, [] {});
-      } else {
+      if (r == 0) {
         body();
+      } else {
+        ir::emitIfElse(b_, b_.CreateICmpSLT(i64(r), t.rows), body, [] {});
       }
     };
-    llvm::Value* full = b_.CreateICmpEQ(cols, i64(nr));
-    auto edgePtr = [&](int r, llvm::Value* j) {
-      return b_.CreateInBoundsGEP(b_.getFloatTy(), edge_, b_.CreateAdd(i64(r * nr), j));
-    };
+    llvm::Value* full = b_.CreateICmpEQ(t.cols, i64(nr));
+    std::vector<llvm::Value*> masks;
     // Accumulators: zero on the first K block, else C.
     ir::emitIfElse(
-        b_, first,
+        b_, t.first,
         [&] {
-          for (int r = 0; r < rows; ++r) {
+          for (int r = 0; r < mr; ++r) {
             for (int v = 0; v < vectors; ++v) b_.CreateStore(llvm::Constant::getNullValue(fvec), acc(r, v));
           }
         },
@@ -409,98 +845,148 @@ class MatmulEmitter {
           ir::emitIfElse(
               b_, full,
               [&] {
-                for (int r = 0; r < rows; ++r) {
+                for (int r = 0; r < mr; ++r) {
                   for (int v = 0; v < vectors; ++v) {
-                    b_.CreateStore(ir::loadCompute(
-                                       b_, out_dtype_,
-                                       cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))), kLanes),
-                                   acc(r, v));
+                    b_.CreateStore(
+                        ir::loadCompute(b_, out_dtype_,
+                                        cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))), kLanes),
+                        acc(r, v));
                   }
                 }
               },
               [&] {
-                for (int r = 0; r < rows; ++r) {
-                  ir::emitLoop(
-                      b_, i64(0), cols, 1,
-                      [&](llvm::Value* j) {
-                        b_.CreateStore(
-                            ir::loadCompute(b_, out_dtype_, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], j))),
-                            edgePtr(r, j));
-                      },
-                      "el", kAsEmitted);
+                for (int r = 0; r < mr; ++r) {
                   for (int v = 0; v < vectors; ++v) {
-                    llvm::LoadInst* x = b_.CreateLoad(fvec, edgePtr(r, i64(v * kLanes)));
-                    x->setAlignment(llvm::Align(64));
-                    b_.CreateStore(x, acc(r, v));
+                    llvm::Value* mask = laneMask(b_.CreateSub(t.cols, i64(v * kLanes)));
+                    b_.CreateStore(
+                        maskedLoad(out_dtype_, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))),
+                                   mask),
+                        acc(r, v));
                   }
                 }
               });
         });
-    // The K loop.
+    // The K loop, unrolled by k_unroll, then single steps.
     const DType a_dtype = a_spec_.dtype;
-    ir::emitLoop(
-        b_, i64(0), kc, 1,
-        [&](llvm::Value* p) {
-          std::vector<llvm::Value*> bv;
-          for (int v = 0; v < vectors; ++v) {
-            llvm::LoadInst* x = b_.CreateLoad(fvec, packPtr(b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
-            x->setAlignment(llvm::Align(64));
-            bv.push_back(x);
-          }
-          llvm::Value* a_step = b_.CreateMul(p, a_col_);
-          for (int r = 0; r < rows; ++r) {
-            llvm::Value* a = ir::loadCompute(
-                b_, a_dtype, ir::elementPtr(b_, a_dtype, a_, b_.CreateAdd(a_row[static_cast<std::size_t>(r)], a_step)));
-            llvm::Value* a_splat = b_.CreateVectorSplat(kLanes, a);
-            for (int v = 0; v < vectors; ++v) {
-              llvm::Value* sum =
-                  b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {fvec},
-                                     {a_splat, bv[static_cast<std::size_t>(v)], b_.CreateLoad(fvec, acc(r, v))});
-              b_.CreateStore(sum, acc(r, v));
+    auto step = [&](llvm::Value* p) {
+      std::vector<llvm::Value*> bv;
+      for (int v = 0; v < vectors; ++v) {
+        llvm::LoadInst* x = nullptr;
+        if (t.direct_b) {
+          x = b_.CreateLoad(fvec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, b_row_), i64(v * kLanes))));
+          x->setAlignment(llvm::Align(4));
+        } else {
+          x = b_.CreateLoad(fvec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
+          x->setAlignment(llvm::Align(64));
+        }
+        bv.push_back(x);
+      }
+      if (t.direct_b && plan_.prefetch > 0) {
+        llvm::Value* ahead = b_.CreateMul(b_.CreateAdd(p, i64(plan_.prefetch)), b_row_);
+        for (int v = 0; v < vectors; ++v) {
+          llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.b_src, b_.CreateAdd(ahead, i64(v * kLanes)));
+          b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
+                             {ptr, b_.getInt32(0), b_.getInt32(3), b_.getInt32(1)});
+        }
+      }
+      if (t.pf_src != nullptr) {
+        llvm::Value* row = b_.CreateMul(p, b_row_);
+        for (int v = 0; v < vectors; ++v) {
+          llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.pf_src, b_.CreateAdd(row, i64(v * kLanes)));
+          b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
+                             {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
+        }
+      }
+      llvm::Value* a_step = t.a_src == nullptr ? b_.CreateMul(p, a_col_) : b_.CreateMul(p, i64(mr));
+      for (int r = 0; r < mr; ++r) {
+        llvm::Value* a = nullptr;
+        if (t.a_src != nullptr) {
+          a = b_.CreateLoad(b_.getFloatTy(), floatAt(t.a_src, b_.CreateAdd(a_step, i64(r))));
+        } else {
+          a = ir::loadCompute(b_, a_dtype,
+                              ir::elementPtr(b_, a_dtype, a_, b_.CreateAdd(a_row[static_cast<std::size_t>(r)], a_step)));
+        }
+        llvm::Value* a_splat = b_.CreateVectorSplat(kLanes, a);
+        for (int v = 0; v < vectors; ++v) {
+          llvm::Value* sum = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {fvec},
+                                                {a_splat, bv[static_cast<std::size_t>(v)], b_.CreateLoad(fvec, acc(r, v))});
+          b_.CreateStore(sum, acc(r, v));
+        }
+      }
+    };
+    const int unroll = std::max(1, plan_.k_unroll);
+    llvm::Value* k_main = i64(0);
+    if (unroll > 1) {
+      k_main = b_.CreateSub(t.kc, b_.CreateURem(t.kc, i64(unroll)));
+      ir::emitLoop(
+          b_, i64(0), k_main, unroll,
+          [&](llvm::Value* p) {
+            for (int u = 0; u < unroll; ++u) step(b_.CreateAdd(p, i64(u)));
+          },
+          "ku", kAsEmitted);
+    }
+    ir::emitLoop(b_, k_main, t.kc, 1, step, "k", kAsEmitted);
+    // Store (after the epilogue on the last K block).
+    auto finish = [&](bool epilogue) {
+      ir::emitIfElse(
+          b_, full,
+          [&] {
+            for (int r = 0; r < mr; ++r) {
+              std::vector<llvm::Value*> values;
+              for (int v = 0; v < vectors; ++v) values.push_back(b_.CreateLoad(fvec, acc(r, v)));
+              guarded(r, [&] {
+                for (int v = 0; v < vectors; ++v) {
+                  llvm::Value* value = values[static_cast<std::size_t>(v)];
+                  if (epilogue) {
+                    value = applyEpilogue(value, row_index[static_cast<std::size_t>(r)],
+                                          b_.CreateAdd(t.col, i64(v * kLanes)), nullptr);
+                  }
+                  ir::storeCompute(b_, out_dtype_, value,
+                                   cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))));
+                }
+              });
             }
-          }
-        },
-        "k", kAsEmitted);
-    // Store.
-    ir::emitIfElse(
-        b_, full,
-        [&] {
-          for (int r = 0; r < rows; ++r) {
-            std::vector<llvm::Value*> values;
-            for (int v = 0; v < vectors; ++v) values.push_back(b_.CreateLoad(fvec, acc(r, v)));
-            guarded(r, [&] {
-              for (int v = 0; v < vectors; ++v) {
-                ir::storeCompute(b_, out_dtype_, values[static_cast<std::size_t>(v)],
-                                 cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))));
-              }
-            });
-          }
-        },
-        [&] {
-          for (int r = 0; r < rows; ++r) {
-            for (int v = 0; v < vectors; ++v) {
-              llvm::StoreInst* store = b_.CreateStore(b_.CreateLoad(fvec, acc(r, v)), edgePtr(r, i64(v * kLanes)));
-              store->setAlignment(llvm::Align(64));
+          },
+          [&] {
+            for (int r = 0; r < mr; ++r) {
+              std::vector<llvm::Value*> values;
+              for (int v = 0; v < vectors; ++v) values.push_back(b_.CreateLoad(fvec, acc(r, v)));
+              guarded(r, [&] {
+                for (int v = 0; v < vectors; ++v) {
+                  llvm::Value* live = b_.CreateSub(t.cols, i64(v * kLanes));
+                  ir::emitIfElse(
+                      b_, b_.CreateICmpSGT(live, i64(0)),
+                      [&] {
+                        llvm::Value* mask = laneMask(live);
+                        llvm::Value* value = values[static_cast<std::size_t>(v)];
+                        if (epilogue) {
+                          value = applyEpilogue(value, row_index[static_cast<std::size_t>(r)],
+                                                b_.CreateAdd(t.col, i64(v * kLanes)), mask);
+                        }
+                        maskedStore(out_dtype_, value,
+                                    cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))), mask);
+                      },
+                      [] {});
+                }
+              });
             }
-            guarded(r, [&] {
-              ir::emitLoop(
-                  b_, i64(0), cols, 1,
-                  [&](llvm::Value* j) {
-                    llvm::Value* x = b_.CreateLoad(b_.getFloatTy(), edgePtr(r, j));
-                    ir::storeCompute(b_, out_dtype_, x, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], j)));
-                  },
-                  "es", kAsEmitted);
-            });
-          }
-        });
+          });
+    };
+    if (spec_.epilogue.empty()) {
+      finish(false);
+    } else {
+      ir::emitIfElse(
+          b_, t.last, [&] { finish(true); }, [&] { finish(false); });
+    }
   }
 
   Builder& b_;
+  const KernelSpec& spec_;
   const OperandSpec& a_spec_;
   const OperandSpec& b_spec_;
   DType out_dtype_;
   MatmulDims dims_;
-  TileShape tile_;
+  Plan plan_;
   llvm::Value* a_ = nullptr;
   llvm::Value* b_ptr_ = nullptr;
   llvm::Value* c_ = nullptr;
@@ -511,8 +997,19 @@ class MatmulEmitter {
   llvm::Value* a_col_ = nullptr;
   llvm::Value* b_row_ = nullptr;
   llvm::Value* b_col_ = nullptr;
-  llvm::AllocaInst* pack_ = nullptr;
-  llvm::AllocaInst* edge_ = nullptr;
+  llvm::Value* m_lo_ = nullptr;
+  llvm::Value* m_hi_ = nullptr;
+  llvm::Value* n_lo_ = nullptr;
+  llvm::Value* n_hi_ = nullptr;
+  llvm::Value* k_loop_end_ = nullptr;
+  llvm::Value* i0_ = nullptr;
+  llvm::Value* i1_ = nullptr;
+  llvm::Value* a_base_ = nullptr;
+  llvm::Value* b_base_ = nullptr;
+  llvm::Value* c_base_ = nullptr;
+  llvm::Value* bpack_ = nullptr;
+  llvm::Value* apack_ = nullptr;
+  std::map<int, Extra> extras_;             // epilogue operands by input index
   std::vector<llvm::AllocaInst*> acc_;      // tile accumulators (the dot path uses the first 4)
   std::vector<llvm::AllocaInst*> dot_sum_;  // dot path: scalar sums
 };
@@ -525,7 +1022,7 @@ class MatmulFamily final : public KernelFamily {
 
   Status supports(const KernelSpec& spec) const override {
     if (spec.op != OpId::MatMul) return makeError(ErrorCode::Unsupported, "the matmul family compiles matmul only");
-    if (spec.inputs.size() != 2 || !spec.inputs[0].is_tensor || !spec.inputs[1].is_tensor) {
+    if (spec.inputs.size() < 2 || !spec.inputs[0].is_tensor || !spec.inputs[1].is_tensor) {
       return makeError(ErrorCode::Unsupported, "matmul kernels take two tensor operands");
     }
     const OperandSpec& a = spec.inputs[0];
@@ -545,17 +1042,20 @@ class MatmulFamily final : public KernelFamily {
     if (ka >= 0 && kb_dim.isStatic() && ka != kb_dim.size) {
       return makeError(ErrorCode::ShapeMismatch, "matmul contracting dims differ: {} vs {}", ka, kb_dim.size);
     }
-    return Status::ok();
+    SVM_RETURN_IF_ERROR(checkParams(spec.params));
+    const Plan plan = resolvePlan(spec);
+    if (plan.mr * plan.vectors > kMaxAccumulators) {
+      return makeError(ErrorCode::Unsupported, "matmul register tile {}x{} needs more than {} accumulators", plan.mr,
+                       plan.nr(), kMaxAccumulators);
+    }
+    return supportsEpilogue(spec);
   }
 
   Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
                  std::span<Shape> shapes) const override {
     SVM_ASSIGN_OR_RETURN(Geometry g, geometry(spec, inputs));
     dtypes[0] = promoteTypes(g.a->dtype(), g.b->dtype());
-    Shape out = g.batch;
-    if (g.a->rank() >= 2) out.push_back(g.left.rows);
-    if (g.b->rank() >= 2) out.push_back(g.right.cols);
-    shapes[0] = out;
+    shapes[0] = g.out;
     return Status::ok();
   }
 
@@ -565,7 +1065,7 @@ class MatmulFamily final : public KernelFamily {
     // Canonical [batch0, batch1, rows, cols] views; batch dims right-aligned, stride 0 where broadcast.
     const int nb = g.batch.rank();
     const MatrixView* views[2] = {&g.left, &g.right};
-    const int slots[2] = {kSlotA, kSlotB};
+    const int slots[2] = {slotA(spec), slotB(spec)};
     for (int o = 0; o < 2; ++o) {
       const MatrixView& view = *views[o];
       std::int64_t* shape = args.shape[slots[o]];
@@ -582,21 +1082,75 @@ class MatmulFamily final : public KernelFamily {
       strides[2] = view.row_stride;
       strides[3] = view.col_stride;
     }
+    // Epilogue operands: strides over the output's canonical axes (0 where broadcast).
+    const int out_rank = g.out.rank();
+    int canonical[kMaxRank];  // output axis -> canonical axis
+    for (int d = 0; d < nb; ++d) canonical[d] = kMaxBatchRank - nb + d;
+    int axis = nb;
+    if (g.a->rank() >= 2) canonical[axis++] = 2;
+    if (g.b->rank() >= 2) canonical[axis++] = 3;
+    for (std::size_t e = 2; e < spec.inputs.size(); ++e) {
+      const Tensor& x = inputs[e]->tensor();
+      std::int64_t* strides = args.strides[e];
+      std::int64_t own[4] = {0, 0, 0, 0};
+      for (int d = 0; d < x.rank(); ++d) {
+        const int out_axis = out_rank - x.rank() + d;
+        if (x.dim(d) != 1) own[canonical[out_axis]] = x.stride(d);
+      }
+      // Along N the kernel assumes stride 1 (vector loads) or 0 (a broadcast scalar).
+      const AlongN along_n = extraAlongN(spec, spec.inputs[e]);
+      const bool fits = along_n == AlongN::Broadcast || g.right.cols <= 1 || own[3] == 1 ||
+                        (along_n == AlongN::RunTime && own[3] == 0);
+      if (!fits) {
+        return makeError(ErrorCode::Unsupported, "matmul epilogue operand {} is not contiguous along N",
+                         x.describe());
+      }
+      for (int d = 0; d < 4; ++d) strides[d] = own[d];
+    }
+    const Plan plan = resolvePlan(spec);
+    const std::int64_t threads = plan.threads > 0 ? plan.threads : Tunables::get(Tunable::KernelThreads);
+    std::int64_t batches = 1;
+    for (int d = 0; d < nb; ++d) batches *= g.batch[d];
+    const std::int64_t work = batches * g.left.rows * g.left.cols * g.right.cols;
+    args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
+    args.scalars[kScalarTasks] = work >= kMinParallelWork ? std::max<std::int64_t>(1, threads) : 1;
     return Status::ok();
   }
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(supports(spec));
-    Builder b(module.getContext());
+    llvm::LLVMContext& context = module.getContext();
+    Builder b(context);
     llvm::Function* function = ir::beginKernel(module, symbol, b);
+    // The body: void part(ptr args, i64 task, i64 tasks, ptr scratch).
+    llvm::Type* ptr = llvm::PointerType::getUnqual(context);
+    auto* part_type = llvm::FunctionType::get(b.getVoidTy(), {ptr, b.getInt64Ty(), b.getInt64Ty(), ptr}, false);
+    llvm::Function* part =
+        llvm::Function::Create(part_type, llvm::Function::InternalLinkage, symbol + "_part", module);
+    part->addParamAttr(0, llvm::Attribute::NoAlias);
+    part->addParamAttr(0, llvm::Attribute::ReadOnly);
+    part->addParamAttr(3, llvm::Attribute::NoAlias);
+    part->addFnAttr(llvm::Attribute::NoUnwind);
+    // The exported entry: runMatmulTasks(part, args, tasks, scratch bytes).
+    ir::ArgsView args(b, function->getArg(0));
+    llvm::Value* runner = b.CreateIntToPtr(args.scalar(kScalarRunner), ptr);
+    llvm::Value* tasks = args.scalar(kScalarTasks);
+    auto* runner_type =
+        llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, b.getInt64Ty(), b.getInt64Ty()}, false);
+    b.CreateCall(runner_type, runner,
+                 {part, function->getArg(0), tasks, b.getInt64(static_cast<std::uint64_t>(scratchBytes(resolvePlan(spec))))});
+    b.CreateRetVoid();
+
+    b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", part));
     MatmulEmitter emitter(b, spec, promoteTypes(spec.inputs[0].dtype, spec.inputs[1].dtype));
-    emitter.emit(function->getArg(0));
+    emitter.emitPart(part);
     return Status::ok();
   }
 
-  // e.g. "matmul_f32_Mdyn_K128_N1024", "matmul_bf16_b2_M17_K9_N11_Bstrided", "matmul_f32f16_Mvec_K9_Ndyn".
+  // e.g. "matmul_f32_Mdyn_K128_N1024", "matmul_bf16_b2_M17_K9_N11_Bstrided", "matmul_f32f16_Mvec_K9_Ndyn",
+  // "matmul_f32_M32_K768_N4096_mr8_nr32_kc512", "matmul_f32_M7_K9_N11_Add2_Sigmoid".
   std::string symbolStem(const KernelSpec& spec) const override {
-    if (spec.op != OpId::MatMul || spec.inputs.size() != 2) return KernelFamily::symbolStem(spec);
+    if (spec.op != OpId::MatMul || spec.inputs.size() < 2) return KernelFamily::symbolStem(spec);
     const OperandSpec& a = spec.inputs[0];
     const OperandSpec& b = spec.inputs[1];
     std::string stem = fmt::format("matmul_{}", dtypeShortName(a.dtype));
@@ -610,7 +1164,56 @@ class MatmulFamily final : public KernelFamily {
     stem += "_N" + (b.rank == 1 ? std::string("vec") : text(dims.n));
     if (!a.contiguous) stem += "_Astrided";
     if (!b.contiguous) stem += "_Bstrided";
+    for (const EpilogueStep& step : spec.epilogue) {
+      stem += fmt::format("_{}{}{}", step.swapped ? "r" : "", opIdent(step.op),
+                          step.operand >= 0 ? std::to_string(step.operand) : std::string());
+    }
+    if (!spec.params.isDefault()) {
+      stem += '_';
+      for (char c : spec.params.toString()) {
+        if (c == ' ') {
+          stem += '_';
+        } else if (c == '-') {
+          stem += 'm';
+        } else if (c != '=') {
+          stem += c;
+        }
+      }
+    }
     return stem;
+  }
+
+  // Register tiles x blocking for this shape; the default (KernelParams{}) first.
+  std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
+    std::vector<KernelParams> space = {KernelParams{}};
+    if (!hostHasAvx512()) return space;
+    const MatmulDims dims = staticDims(spec);
+    const bool direct = directBPossible(spec);
+    const bool small_m = dims.m >= 0 && dims.m <= 64;
+    struct Tile {
+      int mr, nr;
+    };
+    const Tile tiles[] = {{8, 32}, {6, 64}, {4, 64}, {12, 32}, {14, 32}, {8, 48}};
+    auto add = [&](KernelParams p) {
+      if (checkParams(p).isOk() && std::find(space.begin(), space.end(), p) == space.end()) space.push_back(p);
+    };
+    for (const Tile& t : tiles) {
+      // Packed B one panel at a time, with and without prefetching the next panel's rows.
+      add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = 1});
+      add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = -1});
+      add({.mr = t.mr, .nr = t.nr, .kc = 512, .nc = t.nr, .prefetch = 1});
+      add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
+      if (small_m && direct) {
+        // B read in place with a prefetch ahead.
+        add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = -1, .prefetch = 8});
+        add({.mr = t.mr, .nr = t.nr, .kc = 128, .nc = t.nr, .prefetch = 1});
+      } else {
+        // Packed A and B blocks (BLIS).
+        add({.mr = t.mr, .nr = t.nr, .mc = t.mr * 16, .kc = 256, .nc = 512, .prefetch = -1});
+        add({.mr = t.mr, .nr = t.nr, .mc = t.mr * 8, .kc = 384, .nc = 1024, .prefetch = -1});
+      }
+    }
+    return space;
   }
 
  private:
@@ -619,14 +1222,51 @@ class MatmulFamily final : public KernelFamily {
     const Tensor* b;
     MatrixView left, right;
     Shape batch;
+    Shape out;
   };
 
-  static Expected<Geometry> geometry(const KernelSpec& spec, std::span<const Value* const> inputs) {
-    if (spec.inputs.size() != 2 || inputs.size() != 2 || inputs[0] == nullptr || inputs[1] == nullptr ||
-        !inputs[0]->isTensor() || !inputs[1]->isTensor()) {
-      return makeError(ErrorCode::Unsupported, "matmul kernels take two tensor operands");
+  static Status supportsEpilogue(const KernelSpec& spec) {
+    const DType out = promoteTypes(spec.inputs[0].dtype, spec.inputs[1].dtype);
+    std::vector<bool> used(spec.inputs.size(), false);
+    for (const EpilogueStep& step : spec.epilogue) {
+      if (step.operand < 0) {
+        if (!isEpilogueUnary(step.op)) {
+          return makeError(ErrorCode::Unsupported, "matmul epilogue: {} is not a fusable unary op", opIdent(step.op));
+        }
+        continue;
+      }
+      if (!isEpilogueBinary(step.op)) {
+        return makeError(ErrorCode::Unsupported, "matmul epilogue: {} is not a fusable binary op", opIdent(step.op));
+      }
+      if (step.operand < 2 || static_cast<std::size_t>(step.operand) >= spec.inputs.size()) {
+        return makeError(ErrorCode::Unsupported, "matmul epilogue operand {} out of range", step.operand);
+      }
+      const OperandSpec& extra = spec.inputs[static_cast<std::size_t>(step.operand)];
+      if (!extra.is_tensor || extra.dtype != out || extra.rank > kMaxBatchRank + 2) {
+        return makeError(ErrorCode::Unsupported,
+                         "matmul epilogue operand {} must be a tensor of the output dtype {} (rank <= 4)",
+                         extra.toString(), dtypeName(out));
+      }
+      used[static_cast<std::size_t>(step.operand)] = true;
     }
-    Geometry g{&inputs[0]->tensor(), &inputs[1]->tensor(), {}, {}, {}};
+    for (std::size_t e = 2; e < spec.inputs.size(); ++e) {
+      if (!used[e]) return makeError(ErrorCode::Unsupported, "matmul input {} is not used by the epilogue", e);
+    }
+    if (spec.inputs.size() + 3 > static_cast<std::size_t>(kMaxKernelOperands)) {
+      return makeError(ErrorCode::Unsupported, "matmul epilogue has too many operands");
+    }
+    return Status::ok();
+  }
+
+  static Expected<Geometry> geometry(const KernelSpec& spec, std::span<const Value* const> inputs) {
+    if (spec.inputs.size() < 2 || inputs.size() != spec.inputs.size()) {
+      return makeError(ErrorCode::Unsupported, "matmul kernel takes {} operands, got {}", spec.inputs.size(),
+                       inputs.size());
+    }
+    for (const Value* v : inputs) {
+      if (v == nullptr || !v->isTensor()) return makeError(ErrorCode::Unsupported, "matmul kernels take tensor operands");
+    }
+    Geometry g{&inputs[0]->tensor(), &inputs[1]->tensor(), {}, {}, {}, {}};
     SVM_RETURN_IF_ERROR(checkFits(spec.inputs[0], *g.a, "a"));
     SVM_RETURN_IF_ERROR(checkFits(spec.inputs[1], *g.b, "b"));
     g.left = viewOf(*g.a, true);
@@ -636,6 +1276,23 @@ class MatmulFamily final : public KernelFamily {
     }
     SVM_ASSIGN_OR_RETURN(g.batch, broadcastShapes(g.left.batch, g.right.batch));
     if (g.batch.rank() > kMaxBatchRank) return makeError(ErrorCode::Unsupported, "matmul: too many batch dims");
+    g.out = g.batch;
+    if (g.a->rank() >= 2) g.out.push_back(g.left.rows);
+    if (g.b->rank() >= 2) g.out.push_back(g.right.cols);
+    // Epilogue operands broadcast to the output, never the other way round.
+    for (std::size_t e = 2; e < spec.inputs.size(); ++e) {
+      const Tensor& x = inputs[e]->tensor();
+      SVM_RETURN_IF_ERROR(checkFits(spec.inputs[e], x, "epilogue"));
+      bool fits = x.rank() <= g.out.rank();
+      for (int d = 0; fits && d < x.rank(); ++d) {
+        const std::int64_t want = g.out[g.out.rank() - x.rank() + d];
+        fits = x.dim(d) == want || x.dim(d) == 1;
+      }
+      if (!fits) {
+        return makeError(ErrorCode::ShapeMismatch, "matmul epilogue operand {} does not broadcast to the output {}",
+                         x.describe(), g.out.toString());
+      }
+    }
     return g;
   }
 };

@@ -3,7 +3,10 @@
 #include "jit/compiled_kernel.h"
 
 #include "jit/fusion.h"
+#include "support/thread_pool.h"
+#include "support/tunables.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -46,7 +49,31 @@ Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const
     }
   }
   SVM_RETURN_IF_ERROR(kernel.family->prepare(kernel.spec, inputs, std::span<const Tensor>(fresh, num_outputs), args));
-  kernel.fn(&args);
+  const int threads = kernel.spec.params.threads > 0 ? kernel.spec.params.threads
+                                                     : static_cast<int>(Tunables::get(Tunable::KernelThreads));
+  const std::int64_t rows = num_outputs > 0 && fresh[0].rank() >= 1 ? fresh[0].dim(0) : 0;
+  if (threads > 1 && rows >= 2 && kernel.family->splitsAlongAxis0()) {
+    // Row chunks of every operand, one task each (the calling thread takes one too).
+    std::size_t item[kMaxKernelOperands] = {};
+    for (std::size_t i = 0; i < num_inputs; ++i) {
+      if (inputs[i] != nullptr && inputs[i]->isTensor()) item[i] = inputs[i]->tensor().itemSize();
+    }
+    for (std::size_t o = 0; o < num_outputs; ++o) item[num_inputs + o] = fresh[o].itemSize();
+    const int tasks = static_cast<int>(std::min<std::int64_t>(threads, rows));
+    ThreadPool::global().run(tasks, [&](int t) {
+      const std::int64_t begin = rows * t / tasks;
+      const std::int64_t end = rows * (t + 1) / tasks;
+      KernelArgs chunk = args;
+      for (std::size_t k = 0; k < num_inputs + num_outputs; ++k) {
+        if (chunk.data[k] == nullptr) continue;
+        chunk.data[k] = static_cast<char*>(args.data[k]) + begin * args.strides[k][0] * static_cast<std::int64_t>(item[k]);
+        chunk.shape[k][0] = end - begin;
+      }
+      kernel.fn(&chunk);
+    });
+  } else {
+    kernel.fn(&args);
+  }
   if (kernel.corrupt_outputs) {
     for (std::size_t o = 0; o < num_outputs; ++o) {
       Tensor& t = fresh[o];

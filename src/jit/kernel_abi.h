@@ -140,6 +140,10 @@ class KernelFamily {
   // What the kernel must compute, with the reference kernels (validation's oracle). Default: the
   // spec's op on its first schema-many inputs, then each epilogue step op by op.
   virtual Status reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const;
+  // True when every operand (inputs and outputs) is indexed by the output's axis 0 with its
+  // stride, so the runtime may split axis 0 across threads (KernelParams::threads, else the
+  // KernelThreads tunable) by calling the kernel on row chunks.
+  virtual bool splitsAlongAxis0() const { return false; }
   // The AutoTuner's candidates for `spec` (each a KernelParams this family reads); empty = nothing
   // to tune. The first candidate is the family's default choice.
   virtual std::vector<KernelParams> searchSpace(const KernelSpec& spec) const;

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Differential tests of the JIT's matmul family against the reference kernel: odd and tile-sized
 // shapes (M and N tails), batched with numpy broadcasting of batch dims, 1-D operands, transposed
-// and strided operands (x @ W.T), float16 / bfloat16 / mixed dtypes, static and symbolic specs.
+// and strided operands (x @ W.T), float16 / bfloat16 / mixed dtypes, static and symbolic specs;
+// every candidate of the tuning search space; fused epilogues against the reference run op by op;
+// several threads giving the same bits as one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -11,6 +16,7 @@
 #include <vector>
 
 #include "jit_test_util.h"
+#include "support/thread_pool.h"
 
 namespace shapevm::jit {
 namespace {
@@ -233,6 +239,265 @@ TEST(MatmulJit, SupportAndSymbols) {
   std::vector<const Value*> pointers = {&other[0], &other[1]};
   std::vector<Value> out(1);
   EXPECT_FALSE(invokeCompiled(**kernel, pointers, out).isOk());
+  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+}
+
+// ---- the search space: every candidate is a correct kernel ----
+
+::testing::AssertionResult everyCandidateMatches(const std::vector<Value>& inputs, Dims dims = Dims::Static) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  const KernelSpec base = specFor("matmul", inputs, {}, dims);
+  const std::vector<KernelParams> space = family->searchSpace(base);
+  if (space.empty() || !space[0].isDefault()) return ::testing::AssertionFailure() << "the default is not first";
+  for (const KernelParams& params : space) {
+    KernelSpec spec = base;
+    spec.params = params;
+    ::testing::AssertionResult result = matchesReference(spec, inputs);
+    if (!result) return result << " [" << params.toString() << "]";
+  }
+  return ::testing::AssertionSuccess() << space.size() << " candidates";
+}
+
+TEST(MatmulJit, EveryCandidateMatchesReference) {
+  std::mt19937 rng(9);
+  // Small M (B read in place, tail panels packed), large M with several K / M / N blocks and tails.
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{17, 300, 65},
+                         {1, 17, 7},
+                         {63, 513, 97},
+                         {130, 600, 530}}) {
+    std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng), operand(DType::Float32, Shape{k, n}, rng)};
+    ::testing::AssertionResult result = everyCandidateMatches(inputs);
+    EXPECT_TRUE(result) << m << "x" << k << "x" << n;
+  }
+  // 16-bit operands (converted while packing), batches, a transposed B, a symbolic kernel.
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    EXPECT_TRUE(everyCandidateMatches({operand(dtype, Shape{65, 129}, rng), operand(dtype, Shape{129, 33}, rng)}))
+        << dtypeName(dtype);
+  }
+  EXPECT_TRUE(everyCandidateMatches(
+      {operand(DType::Float32, Shape{2, 3, 17, 40}, rng), operand(DType::Float32, Shape{3, 40, 70}, rng)}));
+  EXPECT_TRUE(
+      everyCandidateMatches({operand(DType::Float32, Shape{33, 64}, rng), transposedWeight(DType::Float32, 64, 48, rng)}));
+  EXPECT_TRUE(everyCandidateMatches(
+      {operand(DType::Float32, Shape{70, 300}, rng), operand(DType::Float32, Shape{300, 45}, rng)}, Dims::Symbolic));
+}
+
+TEST(MatmulJit, SearchSpaceAndParamSymbols) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  std::mt19937 rng(10);
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{32, 768, 4096}, {640, 128, 1024}}) {
+    std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng), operand(DType::Float32, Shape{k, n}, rng)};
+    const KernelSpec base = specFor("matmul", inputs);
+    const std::vector<KernelParams> space = family->searchSpace(base);
+    ASSERT_FALSE(space.empty());
+    EXPECT_TRUE(space[0].isDefault());
+    std::vector<std::string> stems;
+    for (const KernelParams& params : space) {
+      KernelSpec spec = base;
+      spec.params = params;
+      EXPECT_TRUE(family->supports(spec).isOk()) << params.toString();
+      stems.push_back(family->symbolStem(spec));
+    }
+    std::sort(stems.begin(), stems.end());
+    EXPECT_EQ(std::adjacent_find(stems.begin(), stems.end()), stems.end()) << "two candidates share a symbol";
+  }
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{8, 8}, rng), operand(DType::Float32, Shape{8, 8}, rng)};
+  KernelSpec spec = specFor("matmul", inputs);
+  spec.params = KernelParams{.mr = 8, .nr = 32, .kc = 512};
+  EXPECT_EQ(family->symbolStem(spec), "matmul_f32_M8_K8_N8_mr8_nr32_kc512");
+  spec.params = KernelParams{.mr = 16, .nr = 64};  // 64 accumulators: more than the registers
+  EXPECT_FALSE(family->supports(spec).isOk());
+  spec.params = KernelParams{.nr = 24};
+  EXPECT_FALSE(family->supports(spec).isOk());
+}
+
+// ---- threads ----
+
+TEST(MatmulJit, TwoThreadsGiveTheSameBits) {
+  std::mt19937 rng(11);
+  // Split by column panels (packed and in-place B), and by rows when there are too few panels.
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{100, 300, 200},
+                         {32, 256, 1024},
+                         {1000, 100, 16},
+                         {3, 4096, 400}}) {
+    std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng), operand(DType::Float32, Shape{k, n}, rng)};
+    std::vector<const Value*> pointers = pointersTo(inputs);
+    std::vector<Value> results[2];
+    for (int threads : {1, 2}) {
+      KernelSpec spec = specFor("matmul", inputs);
+      spec.params.threads = threads;
+      auto kernel = compileKernel(sharedEngine(), *matmulFamily(OpId::MatMul), spec);
+      ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+      std::vector<Value>& out = results[threads - 1];
+      out.resize(1);
+      ASSERT_TRUE(invokeCompiled(**kernel, pointers, out).isOk());
+      EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+    }
+    const Tensor& one = results[0][0].tensor();
+    const Tensor& two = results[1][0].tensor();
+    ASSERT_EQ(one.shape(), two.shape());
+    EXPECT_EQ(std::memcmp(one.rawData(), two.rawData(), static_cast<std::size_t>(one.numel()) * 4), 0)
+        << m << "x" << k << "x" << n;
+    EXPECT_TRUE(matchesReference(specFor("matmul", inputs), inputs));
+  }
+  EXPECT_GE(ThreadPool::global().workers(), 1);
+}
+
+TEST(ThreadPool, RunsEveryTaskOnceAndNests) {
+  std::vector<std::atomic<int>> hits(100);
+  ThreadPool::global().run(100, [&](int i) {
+    hits[static_cast<std::size_t>(i)].fetch_add(1);
+    ThreadPool::global().run(3, [&](int) {});  // nested: inline, no deadlock
+  });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+// ---- epilogues ----
+
+struct EpilogueCase {
+  std::string name;
+  std::vector<Value> inputs;        // a, b, extras
+  std::vector<EpilogueStep> steps;  // operands index into inputs
+};
+
+// matmul, then each step with the reference kernels (each op's output rounded to its dtype).
+Expected<std::vector<Value>> epilogueReference(const EpilogueCase& c) {
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> value, callOp("matmul", {c.inputs[0], c.inputs[1]}, {}));
+  for (const EpilogueStep& step : c.steps) {
+    const std::string_view op = OpRegistry::global().schema(step.op).name;
+    if (step.operand < 0) {
+      SVM_ASSIGN_OR_RETURN(value, callOp(op, {value[0]}, {}));
+    } else {
+      const Value& extra = c.inputs[static_cast<std::size_t>(step.operand)];
+      SVM_ASSIGN_OR_RETURN(value, callOp(op, step.swapped ? std::vector<Value>{extra, value[0]}
+                                                          : std::vector<Value>{value[0], extra},
+                                         {}));
+    }
+  }
+  return value;
+}
+
+::testing::AssertionResult epilogueMatches(const EpilogueCase& c, const KernelParams& params = {},
+                                           Dims dims = Dims::Static) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  KernelSpec spec = exactSpec(OpId::MatMul, {}, pointersTo(c.inputs));
+  if (dims == Dims::Symbolic) spec = symbolicSpec(std::move(spec));
+  spec.epilogue = c.steps;
+  spec.params = params;
+  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  if (!kernel) return ::testing::AssertionFailure() << c.name << ": " << kernel.status().toString();
+  auto expected = epilogueReference(c);
+  if (!expected) return ::testing::AssertionFailure() << c.name << ": reference: " << expected.status().toString();
+  std::vector<Value> actual(1);
+  Status run = invokeCompiled(**kernel, pointersTo(c.inputs), actual);
+  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  if (!run.isOk()) return ::testing::AssertionFailure() << c.name << ": " << run.toString();
+  Comparison comparison = compareOutputs(*expected, actual);
+  if (!comparison.ok) {
+    return ::testing::AssertionFailure() << c.name << " [" << params.toString() << "]: " << comparison.reason;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Value filled(DType dtype, const Shape& shape, double value) {
+  Tensor t = Tensor::empty(dtype, shape).value();
+  for (std::int64_t i = 0; i < t.numel(); ++i) storeFromDouble(t.rawData(), dtype, i, value);
+  return Value::fromTensor(t);
+}
+
+std::vector<EpilogueCase> epilogueCases(DType dtype, std::int64_t m, std::int64_t k, std::int64_t n,
+                                        std::mt19937& rng) {
+  auto a = [&] { return operand(dtype, Shape{m, k}, rng); };
+  auto b = [&] { return operand(dtype, Shape{k, n}, rng); };
+  auto bias = [&] { return operand(dtype, Shape{n}, rng); };
+  const EpilogueStep add_bias{OpId::Add, 2, false};
+  std::vector<EpilogueCase> cases = {
+      {"bias", {a(), b(), bias()}, {add_bias}},
+      {"residual", {a(), b(), operand(dtype, Shape{m, n}, rng)}, {{OpId::Add, 2, false}}},
+      {"column mul", {a(), b(), operand(dtype, Shape{m, 1}, rng)}, {{OpId::Mul, 2, false}}},
+      {"scalar-like max", {a(), b(), operand(dtype, Shape{1, 1}, rng)}, {{OpId::Maximum, 2, true}}},
+      {"swapped sub", {a(), b(), bias()}, {{OpId::Sub, 2, true}}},
+      // |C| + 2 keeps the divisor away from 0.
+      {"swapped div",
+       {a(), b(), filled(dtype, Shape{n}, 2.0), bias()},
+       {{OpId::Abs, -1, false}, {OpId::Add, 2, false}, {OpId::Div, 3, true}}},
+      {"bias residual min", {a(), b(), bias(), operand(dtype, Shape{m, n}, rng)},
+       {add_bias, {OpId::Add, 3, true}, {OpId::Minimum, 3, false}}},
+  };
+  for (OpId act : {OpId::Sigmoid, OpId::Tanh, OpId::Relu, OpId::Gelu, OpId::Silu}) {
+    cases.push_back({fmt::format("bias {}", opIdent(act)), {a(), b(), bias()}, {add_bias, {act, -1, false}}});
+  }
+  return cases;
+}
+
+TEST(MatmulJit, EpiloguesMatchTheOpByOpReference) {
+  std::mt19937 rng(12);
+  const std::vector<KernelParams> params = {
+      KernelParams{},
+      KernelParams{.mr = 6, .nr = 64, .kc = 256, .nc = -1, .prefetch = 8},           // B in place (small M)
+      KernelParams{.mr = 12, .nr = 32, .mc = 48, .kc = 64, .nc = 64, .k_unroll = 4},  // A and B packed, K blocks
+  };
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{17, 300, 65},
+                         {1, 7, 17},
+                         {65, 129, 63}}) {
+    for (const EpilogueCase& c : epilogueCases(DType::Float32, m, k, n, rng)) {
+      for (const KernelParams& p : params) EXPECT_TRUE(epilogueMatches(c, p)) << m << "x" << k << "x" << n;
+    }
+  }
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    for (const EpilogueCase& c : epilogueCases(dtype, 33, 70, 40, rng)) {
+      EXPECT_TRUE(epilogueMatches(c, params[2])) << dtypeName(dtype);
+      EXPECT_TRUE(epilogueMatches(c)) << dtypeName(dtype);
+    }
+  }
+  // Batched, with operands broadcast over the batch dims; a symbolic kernel.
+  EpilogueCase batched{"batched",
+                       {operand(DType::Float32, Shape{2, 5, 7}, rng), operand(DType::Float32, Shape{7, 9}, rng),
+                        operand(DType::Float32, Shape{9}, rng), operand(DType::Float32, Shape{2, 5, 9}, rng),
+                        operand(DType::Float32, Shape{5, 1}, rng)},
+                       {{OpId::Add, 2, false}, {OpId::Tanh, -1, false}, {OpId::Add, 3, false}, {OpId::Mul, 4, true}}};
+  EXPECT_TRUE(epilogueMatches(batched));
+  EXPECT_TRUE(epilogueMatches(batched, {}, Dims::Symbolic));
+  // The dot-product path (few rows, B = W.T) and matrix @ vector.
+  EpilogueCase dot{"dot path",
+                   {operand(DType::Float32, Shape{3, 40}, rng), transposedWeight(DType::Float32, 40, 50, rng),
+                    operand(DType::Float32, Shape{50}, rng)},
+                   {{OpId::Add, 2, false}, {OpId::Relu, -1, false}}};
+  EXPECT_TRUE(epilogueMatches(dot));
+  EpilogueCase vec{"matrix @ vector",
+                   {operand(DType::Float32, Shape{20, 40}, rng), operand(DType::Float32, Shape{40}, rng),
+                    operand(DType::Float32, Shape{20}, rng)},
+                   {{OpId::Sub, 2, true}, {OpId::Sigmoid, -1, false}}};
+  EXPECT_TRUE(epilogueMatches(vec));
+}
+
+TEST(MatmulJit, EpilogueSupport) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  std::mt19937 rng(13);
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{4, 5}, rng), operand(DType::Float32, Shape{5, 6}, rng),
+                               operand(DType::Float16, Shape{6}, rng)};
+  KernelSpec spec = exactSpec(OpId::MatMul, {}, pointersTo(inputs));
+  spec.epilogue = {{OpId::Add, 2, false}};
+  EXPECT_FALSE(family->supports(spec).isOk());  // dtype differs from the output's
+  inputs[2] = operand(DType::Float32, Shape{6}, rng);
+  spec = exactSpec(OpId::MatMul, {}, pointersTo(inputs));
+  spec.epilogue = {{OpId::Add, 2, false}};
+  EXPECT_TRUE(family->supports(spec).isOk());
+  spec.epilogue = {{OpId::Equal, 2, false}};
+  EXPECT_FALSE(family->supports(spec).isOk());  // not an arithmetic op
+  spec.epilogue = {{OpId::Add, 2, false}, {OpId::Rsqrt, -1, false}};
+  EXPECT_FALSE(family->supports(spec).isOk());
+  spec.epilogue = {};
+  EXPECT_FALSE(family->supports(spec).isOk());  // an input nothing uses
+  // An operand that would broadcast the output up is declined at run time.
+  std::vector<Value> bigger = {operand(DType::Float32, Shape{4, 5}, rng), operand(DType::Float32, Shape{5, 6}, rng),
+                               operand(DType::Float32, Shape{3, 4, 6}, rng)};
+  spec = exactSpec(OpId::MatMul, {}, pointersTo(bigger));
+  spec.epilogue = {{OpId::Add, 2, false}};
+  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  std::vector<Value> out(1);
+  EXPECT_FALSE(invokeCompiled(**kernel, pointersTo(bigger), out).isOk());
   EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
 }
 

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// ThreadPool: generation-counted jobs under one mutex; tasks are claimed with an atomic counter
+// so the caller and the workers share them without further locking. A job lives on the caller's
+// stack, so the caller waits until every worker that joined it has left before returning.
+#include "support/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace shapevm {
+namespace {
+thread_local bool t_in_pool_task = false;
+}  // namespace
+
+struct ThreadPool::Job {
+  const std::function<void(int)>* fn;
+  int n_tasks;
+  std::atomic<int> next{0};
+  std::atomic<int> finished{0};
+};
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool* pool = new ThreadPool();  // leaked on purpose: workers outlive static destruction
+  return *pool;
+}
+
+int ThreadPool::workers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(threads_.size());
+}
+
+void ThreadPool::ensureWorkers(int count) {
+  count = std::min(count, kMaxWorkers);
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (static_cast<int>(threads_.size()) < count) {
+    threads_.emplace_back([this] { workerLoop(); });
+    threads_.back().detach();
+  }
+}
+
+void ThreadPool::workerLoop() {
+  t_in_pool_task = true;
+  std::uint64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seen = generation_;
+  }
+  for (;;) {
+    Job* job = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      job = job_;
+      if (job == nullptr) continue;
+      ++active_;
+    }
+    for (int i = job->next.fetch_add(1); i < job->n_tasks; i = job->next.fetch_add(1)) {
+      (*job->fn)(i);
+      job->finished.fetch_add(1, std::memory_order_acq_rel);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --active_;
+    }
+    done_.notify_all();
+  }
+}
+
+void ThreadPool::run(int n_tasks, const std::function<void(int)>& fn) {
+  std::unique_lock<std::mutex> run_lock(run_mutex_, std::defer_lock);
+  if (n_tasks <= 1 || t_in_pool_task || !run_lock.try_lock()) {
+    for (int i = 0; i < n_tasks; ++i) fn(i);
+    return;
+  }
+  ensureWorkers(n_tasks - 1);
+  Job job{&fn, n_tasks};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &job;
+    ++generation_;
+  }
+  wake_.notify_all();
+  t_in_pool_task = true;  // a nested run() from fn on this thread runs inline
+  for (int i = job.next.fetch_add(1); i < n_tasks; i = job.next.fetch_add(1)) {
+    fn(i);
+    job.finished.fetch_add(1, std::memory_order_acq_rel);
+  }
+  t_in_pool_task = false;
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return job.finished.load(std::memory_order_acquire) == n_tasks && active_ == 0; });
+  job_ = nullptr;
+}
+
+}  // namespace shapevm

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+// The AutoTuner (see auto_tuner.h): database lookup, candidate ordering, compile + measure, and
+// the record of the winner.
+#include "tune/auto_tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "jit/compiled_kernel.h"
+#include "jit/validate.h"
+#include "support/logging.h"
+#include "support/tunables.h"
+
+namespace shapevm::tune {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A non-default candidate must beat the default's median by this fraction to be chosen: smaller
+// differences are timing noise, and the default is the better-tested code.
+constexpr double kNoiseMargin = 0.02;
+// Calls per timed sample are capped so a mis-measured warm-up cannot stall the compile thread.
+constexpr std::int64_t kMaxCallsPerSample = 100000;
+
+double usSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+std::int64_t setting(std::int64_t option, Tunable tunable) { return option >= 0 ? option : Tunables::get(tunable); }
+
+bool contains(const std::vector<jit::KernelParams>& list, const jit::KernelParams& params) {
+  return std::find(list.begin(), list.end(), params) != list.end();
+}
+
+// log2 of every dim of the example tensors: the predictor's distance space.
+std::vector<double> shapePoint(std::span<const Value* const> examples) {
+  std::vector<double> point;
+  for (const Value* value : examples) {
+    if (value == nullptr || !value->isTensor()) continue;
+    const Tensor& t = value->tensor();
+    for (int d = 0; d < t.rank(); ++d) point.push_back(std::log2(static_cast<double>(std::max<std::int64_t>(t.dim(d), 1))));
+  }
+  return point;
+}
+
+double distance(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += std::fabs(a[i] - b[i]);
+  return sum;
+}
+
+struct Measurement {
+  double median_us = 0;
+};
+
+// Runs `kernel` on the examples: a warm-up call checked against `baseline` (set by the first
+// candidate that runs), then `repeats` samples of enough calls to last `sample_us` each.
+Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const Value* const> examples,
+                              std::vector<Value>& baseline, std::int64_t repeats, std::int64_t sample_us) {
+  std::vector<Value> outputs(static_cast<std::size_t>(kernel.num_outputs));
+  SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+  if (baseline.empty()) {
+    baseline = std::move(outputs);  // keep the reference result; time with fresh buffers
+    outputs.assign(static_cast<std::size_t>(kernel.num_outputs), Value());
+    SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+  } else {
+    jit::Comparison comparison = jit::compareOutputs(baseline, outputs);
+    if (!comparison.ok) {
+      return makeError(ErrorCode::JitError, "its result disagrees with the first candidate's: {}", comparison.reason);
+    }
+  }
+  // Calibrate: one call (outputs are reused from here on, as on the compiled path).
+  Clock::time_point start = Clock::now();
+  SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+  const double one_us = std::max(usSince(start), 0.01);
+  const std::int64_t calls =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(static_cast<double>(sample_us) / one_us)), 1,
+                               kMaxCallsPerSample);
+  std::vector<double> samples;
+  for (std::int64_t r = 0; r < repeats; ++r) {
+    start = Clock::now();
+    for (std::int64_t c = 0; c < calls; ++c) SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+    samples.push_back(usSince(start) / static_cast<double>(calls));
+  }
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
+  return Measurement{samples[samples.size() / 2]};
+}
+
+}  // namespace
+
+AutoTuner::AutoTuner(AutoTunerOptions options) : options_(std::move(options)) {
+  use_database_ = options_.use_database && Tunables::get(Tunable::TuneCache) != 0;
+  if (!use_database_) return;
+  std::string path = options_.database_path;
+  if (path.empty()) {
+    const std::string dir = defaultCacheDir();
+    if (dir.empty()) {
+      logAt(LogLevel::Warn, "tune", "no cache directory (set SHAPEVM_CACHE_DIR or HOME); tuning results are not kept");
+      use_database_ = false;
+      return;
+    }
+    path = dir + "/tuning.jsonl";
+  }
+  database_ = TuningDatabase::open(std::move(path));
+}
+
+void AutoTuner::setProgress(std::function<void(const TuneProgress&)> progress) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  progress_ = std::move(progress);
+}
+
+std::vector<TuneReport> AutoTuner::reports() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return reports_;
+}
+
+std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelParams>& space, const KernelKey& key,
+                                                const std::vector<double>& point, std::int64_t limit) const {
+  std::vector<jit::KernelParams> ordered{space.front()};  // the default is always timed, first
+  if (use_database_) {
+    std::vector<TuningRecord> history = database_.similar(key.shape_class, key.cpu, key.features);
+    std::stable_sort(history.begin(), history.end(), [&](const TuningRecord& a, const TuningRecord& b) {
+      return distance(point, a.point) < distance(point, b.point);
+    });
+    for (const TuningRecord& record : history) {
+      if (contains(space, record.params) && !contains(ordered, record.params)) ordered.push_back(record.params);
+    }
+  }
+  for (const jit::KernelParams& params : space) {
+    if (!contains(ordered, params)) ordered.push_back(params);
+  }
+  if (limit > 0 && static_cast<std::int64_t>(ordered.size()) > limit) ordered.resize(static_cast<std::size_t>(limit));
+  return ordered;
+}
+
+Expected<jit::TuneOutcome> AutoTuner::tune(jit::JitEngine& engine, const jit::KernelFamily& family,
+                                           const jit::KernelSpec& spec, std::span<const Value* const> examples) {
+  std::lock_guard<std::mutex> tuning(tuning_mutex_);
+  const Clock::time_point start = Clock::now();
+  jit::TuneOutcome outcome;
+  const std::vector<jit::KernelParams> space = family.searchSpace(spec);
+  outcome.candidates = static_cast<int>(space.size());
+  if (space.size() <= 1) return outcome;  // nothing to choose between: the default, untimed
+  const std::string signature = spec.signature();
+  const KernelKey key = kernelKey(family, spec, engine.cpuName(), engine.cpuFeatures());
+  const std::string key_text = key.key();
+  const std::vector<double> point = shapePoint(examples);
+
+  TuneReport report{signature, std::string(family.name()), {}};
+  int kernel_index = 0;
+  std::function<void(const TuneProgress&)> progress;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    kernel_index = static_cast<int>(reports_.size()) + 1;
+    progress = progress_;
+  }
+  auto finish = [&](const jit::TuneOutcome& result) {
+    report.outcome = result;
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      reports_.push_back(report);
+    }
+    if (progress) progress(TuneProgress{signature, kernel_index, result.timed + result.failed, result.timed + result.failed, true, &report});
+  };
+
+  // 1. The database: a winner for exactly this kernel, bucket and host, still in the space.
+  if (use_database_) {
+    if (std::optional<TuningRecord> record = database_.find(key_text)) {
+      if (contains(space, record->params)) {
+        outcome.params = record->params;
+        outcome.from_database = true;
+        outcome.tuning_ms = usSince(start) / 1000.0;
+        finish(outcome);
+        return outcome;
+      }
+      database_.warn(fmt::format("{}: the record for {} (key {}) chose '{}', which is not in the {} family's search space; "
+                                 "ignored and tuned again", database_.path(), signature, key_text, record->params.toString(),
+                                 family.name()));
+      database_.forget(key_text);
+    }
+  }
+
+  // 2. Time the candidates, default first, within the budget.
+  const std::int64_t budget_ms = setting(options_.budget_ms, Tunable::TuneBudgetMs);
+  const std::int64_t repeats = std::max<std::int64_t>(1, setting(options_.repeats, Tunable::TuneRepeats));
+  const std::int64_t sample_us = setting(options_.sample_us, Tunable::TuneSampleUs);
+  const std::int64_t limit = setting(options_.max_candidates, Tunable::TuneCandidates);
+  const std::vector<jit::KernelParams> candidates = order(space, key, point, limit);
+  const int to_time = static_cast<int>(candidates.size());
+
+  std::vector<jit::KernelHandle> handles;
+  std::vector<Value> baseline;
+  double best_us = std::numeric_limits<double>::infinity();
+  jit::KernelParams best = space.front();
+  bool default_timed = false;
+  std::string first_failure;
+  for (int i = 0; i < to_time; ++i) {
+    if (i > 0 && usSince(start) / 1000.0 >= static_cast<double>(budget_ms)) break;
+    jit::KernelSpec candidate_spec = spec;
+    candidate_spec.params = candidates[static_cast<std::size_t>(i)];
+    const std::string params_text = candidate_spec.params.toString();
+    auto kernel = jit::compileKernel(engine, family, candidate_spec);
+    Expected<Measurement> measured = kernel ? measure(**kernel, examples, baseline, repeats, sample_us)
+                                            : Expected<Measurement>(kernel.status());
+    if (kernel) handles.push_back((*kernel)->handle);
+    if (!measured) {
+      ++outcome.failed;
+      logAt(LogLevel::Info, "JIT", "Tuning {}: candidate {} skipped ({})", signature, params_text, measured.status().message());
+      if (first_failure.empty()) first_failure = fmt::format("{}: {}", params_text, measured.status().message());
+    } else {
+      ++outcome.timed;
+      if (i == 0) {
+        default_timed = true;
+        outcome.default_us = measured->median_us;
+      }
+      if (measured->median_us < best_us) {
+        best_us = measured->median_us;
+        best = candidate_spec.params;
+      }
+    }
+    if (progress) progress(TuneProgress{signature, kernel_index, i + 1, to_time, false, nullptr});
+  }
+  for (const jit::KernelHandle& handle : handles) (void)engine.remove(handle);
+  outcome.tuning_ms = usSince(start) / 1000.0;
+  if (outcome.timed == 0) {
+    finish(outcome);
+    return makeError(ErrorCode::JitError, "every candidate failed ({} of {}; first: {})", outcome.failed, to_time,
+                     first_failure);
+  }
+  if (default_timed && !(best == space.front()) && best_us > outcome.default_us * (1.0 - kNoiseMargin)) {
+    best = space.front();  // within noise of the default: keep the default
+    best_us = outcome.default_us;
+  }
+  outcome.params = best;
+  outcome.best_us = best_us;
+
+  // 3. Remember the winner.
+  if (use_database_) {
+    TuningRecord record;
+    record.key = key_text;
+    record.family = key.family;
+    record.signature = signature;
+    record.kernel = key.kernel;
+    record.bucket = key.bucket;
+    record.shape_class = key.shape_class;
+    record.point = point;
+    record.cpu = key.cpu;
+    record.features = key.features;
+    record.params = best;
+    record.us = best_us;
+    record.default_us = outcome.default_us;
+    record.candidates = outcome.candidates;
+    record.timed = outcome.timed;
+    if (Status appended = database_.append(record); !appended.isOk()) {
+      database_.warn(fmt::format("{}: cannot record the winner for {}: {}", database_.path(), signature, appended.message()));
+    }
+  }
+  finish(outcome);
+  return outcome;
+}
+
+}  // namespace shapevm::tune

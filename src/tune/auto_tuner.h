@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// AutoTuner: the JIT's Tuner (jit/tuner.h). For a kernel it first asks the tuning database; on a
+// miss it compiles the family's searchSpace() candidates one by one in the calling (compile)
+// thread, runs each on scratch copies of the example inputs (a warm-up call whose outputs must
+// agree with the first candidate that ran, then the median of TuneRepeats timed samples), stops
+// starting new candidates once TuneBudgetMs is spent, and appends the winner to the database.
+// A light predictor orders the candidates: the default first, then the winners of the nearest
+// shapes of the same kind in the database; TuneCandidates > 0 times only that many.
+// Invariant: every candidate's code is removed from the engine before tune() returns (the JIT
+// compiles the winner's params again through its validated path); a candidate that fails to
+// compile, to run or to agree counts as infinitely slow; tune() never throws away the default.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "jit/tuner.h"
+#include "tune/tuning_db.h"
+
+namespace shapevm::tune {
+
+struct AutoTunerOptions {
+  bool use_database = true;      // read and append the tuning database (false: --no-cache)
+  std::string database_path;     // "" = defaultCacheDir() + "/tuning.jsonl"
+  // -1: read from the tunables table at each tune() (TuneBudgetMs, TuneRepeats, TuneSampleUs,
+  // TuneCandidates); use_database is also cleared by TuneCache=0.
+  std::int64_t budget_ms = -1;
+  std::int64_t repeats = -1;
+  std::int64_t sample_us = -1;
+  std::int64_t max_candidates = -1;
+};
+
+// One tune() call as the CLI's summary and progress bar see it.
+struct TuneReport {
+  std::string signature;
+  std::string family;
+  jit::TuneOutcome outcome;
+};
+
+struct TuneProgress {
+  std::string signature;
+  int kernel = 0;         // 1-based index of the kernel being tuned (tune() calls so far)
+  int candidate = 0;      // candidates finished for this kernel
+  int to_time = 0;        // candidates this kernel will time at most
+  bool done = false;      // the kernel is finished (report holds its outcome)
+  const TuneReport* report = nullptr;
+};
+
+class AutoTuner final : public jit::Tuner {
+ public:
+  explicit AutoTuner(AutoTunerOptions options = {});
+
+  Expected<jit::TuneOutcome> tune(jit::JitEngine& engine, const jit::KernelFamily& family, const jit::KernelSpec& spec,
+                                  std::span<const Value* const> examples) override;
+
+  // Called from the compile thread after every candidate and at the end of every kernel.
+  void setProgress(std::function<void(const TuneProgress&)> progress);
+  std::vector<TuneReport> reports() const;
+  const TuningDatabase& database() const { return database_; }
+  bool databaseEnabled() const { return use_database_; }
+
+ private:
+  std::vector<jit::KernelParams> order(const std::vector<jit::KernelParams>& space, const KernelKey& key,
+                                       const std::vector<double>& point, std::int64_t limit) const;
+
+  AutoTunerOptions options_;
+  bool use_database_ = true;
+  TuningDatabase database_;
+  std::mutex tuning_mutex_;   // one kernel timed at a time (compile threads would disturb each other)
+  mutable std::mutex state_mutex_;
+  std::vector<TuneReport> reports_;
+  std::function<void(const TuneProgress&)> progress_;
+};
+
+}  // namespace shapevm::tune

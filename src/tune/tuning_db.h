@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tuning database: one JSON object per line in `tuning.jsonl` under the cache directory
+// ($SHAPEVM_CACHE_DIR, else $XDG_CACHE_HOME/shapevm, else $HOME/.cache/shapevm). Each line records
+// one winner: the kernel's key (a hash of its fingerprint, shape bucket, CPU model and features),
+// the readable parts of that key, the chosen KernelParams and its timing.
+// Invariant: nothing read from disk is trusted — a line that does not parse, lacks a field, has a
+// key that does not match its own fields or params that do not parse is reported (one warning
+// naming the file and line) and ignored. Appends are one write() of a whole line under flock().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jit/kernel_abi.h"
+#include "shapevm/status.h"
+
+namespace shapevm::tune {
+
+inline constexpr int kTuningDbVersion = 1;
+
+// The cache directory named by the environment (see the file comment); "" when none can be named.
+std::string defaultCacheDir();
+
+// What identifies a tuned kernel. `kernel` is everything static about the kernel (family, op,
+// attributes, operand dtypes, static dims, contiguity, epilogue); `bucket` is the ranges of its
+// dynamic dims; `cpu`/`features` describe the host. `key()` hashes all four.
+struct KernelKey {
+  std::string family;
+  std::string kernel;
+  std::string bucket;
+  std::string cpu;
+  std::string features;
+  std::string shape_class;  // the predictor compares shapes within it: family, op, dtypes, ranks
+  std::string key() const;  // 16 hex digits
+};
+
+KernelKey kernelKey(const jit::KernelFamily& family, const jit::KernelSpec& spec, const std::string& cpu,
+                    const std::string& features);
+
+struct TuningRecord {
+  std::string key;
+  std::string family;
+  std::string signature;
+  std::string kernel;
+  std::string bucket;
+  std::string shape_class;
+  std::vector<double> point;  // log2 of the example shapes' dims (the predictor's distance space)
+  std::string cpu;
+  std::string features;
+  jit::KernelParams params;
+  double us = 0;           // the winner's median time per call
+  double default_us = 0;   // the default candidate's
+  int candidates = 0;
+  int timed = 0;
+  int version = kTuningDbVersion;
+};
+
+class TuningDatabase {
+ public:
+  // An in-memory database with no file (nothing is read or written).
+  TuningDatabase() = default;
+  // Loads `path` if it exists (creating its directory is left to append()); every bad line
+  // becomes one entry of warnings() and one "[WARN] tune: FILE:LINE: ..." log line.
+  static TuningDatabase open(std::string path);
+
+  const std::string& path() const { return path_; }
+  bool hasFile() const { return !path_.empty(); }
+  std::optional<TuningRecord> find(const std::string& key) const;
+  // Records on this host in the same shape class (for the predictor).
+  std::vector<TuningRecord> similar(const std::string& shape_class, const std::string& cpu,
+                                    const std::string& features) const;
+  // Adds the record in memory and, with a file, appends it as one line.
+  Status append(const TuningRecord& record);
+  // Drops a record from memory (the predictor/lookup found it unusable).
+  void forget(const std::string& key);
+  std::size_t size() const;
+  std::vector<std::string> warnings() const;
+  void warn(std::string message);
+
+  TuningDatabase(TuningDatabase&& other) noexcept;
+  TuningDatabase& operator=(TuningDatabase&& other) noexcept;
+
+ private:
+  std::string path_;
+  mutable std::mutex mutex_;
+  std::map<std::string, TuningRecord> records_;  // by key; a later line replaces an earlier one
+  std::vector<std::string> warnings_;
+};
+
+// Record <-> one JSON line (no newline). parseRecord's error says what is wrong with the line.
+std::string recordToJson(const TuningRecord& record);
+Expected<TuningRecord> parseRecord(const std::string& line);
+
+}  // namespace shapevm::tune
