@@ -455,9 +455,16 @@ void Jit::compileRange(const Request& request) {
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   std::vector<std::vector<ProfileRecord>> records;
   for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
-  double tuning_ms = 0;
+  std::vector<TuneOutcome> tuning;
+  RegionCompileTimes times;
   auto region = compileRegion(*engine_, fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
-                              snapshot.compiles, request.tune ? options_.tuner : nullptr, &tuning_ms);
+                              snapshot.compiles, request.tune ? options_.tuner : nullptr, &tuning, &times);
+  double tuning_ms = 0;
+  bool all_from_database = !tuning.empty();
+  for (const TuneOutcome& outcome : tuning) {
+    tuning_ms += outcome.tuning_ms;
+    all_from_database = all_from_database && outcome.from_database;
+  }
   const double total_ms = msSince(start);
   std::unique_lock<std::mutex> lock(mutex_);
   RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(request.range)];
@@ -513,12 +520,16 @@ void Jit::compileRange(const Request& request) {
     ++stats_.fused_regions;
     stats_.fused_ops += static_cast<std::uint64_t>(fused);
   }
-  stats_.codegen_ms += total_ms - tuning_ms;
-  stats_.tuning_ms += tuning_ms;
+  // Patching is part of validation+patch; tuning is reported on its own.
+  const double validate_patch_ms = total_ms - times.plan_ms - times.codegen_ms - tuning_ms;
+  stats_.shape_infer_ms += times.plan_ms;
+  stats_.codegen_ms += times.codegen_ms;
+  stats_.validate_patch_ms += validate_patch_ms;
+  for (const TuneOutcome& outcome : tuning) noteTuning(outcome);
   stats_.compile_ms.push_back(total_ms);
-  stats_.events.push_back(CompileEvent{fmt::format("Region@0x{:02X}", snapshot.range.start_pc),
-                                       std::chrono::duration<double, std::milli>(start - attached_at_).count(), 0,
-                                       total_ms - tuning_ms, 0, tuning_ms, false});
+  stats_.events.push_back(CompileEvent{fmt::format("Region@0x{:02X}{}", snapshot.range.start_pc, request.tune ? " (tuned)" : ""),
+                                       std::chrono::duration<double, std::milli>(start - attached_at_).count(),
+                                       times.plan_ms, times.codegen_ms, validate_patch_ms, tuning_ms, all_from_database});
   lock.unlock();
   if (!request.tune) logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",

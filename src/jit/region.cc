@@ -801,12 +801,12 @@ OperandSpec operandFor(const OperandProfile& profile) {
   return spec;
 }
 
-Expected<KernelParams> tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
-                                  std::span<const Value* const> examples, double* tuning_ms) {
+KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
+                        std::span<const Value* const> examples, std::vector<TuneOutcome>* outcomes) {
   if (tuner == nullptr || family.searchSpace(spec).empty()) return KernelParams{};
   auto outcome = tuner->tune(engine, family, spec, examples);
-  if (!outcome) return KernelParams{};
-  if (tuning_ms != nullptr) *tuning_ms += outcome->tuning_ms;
+  if (!outcome) return KernelParams{};  // a tuner error means default parameters
+  if (outcomes != nullptr) outcomes->push_back(*outcome);
   return outcome->params;
 }
 
@@ -815,7 +815,13 @@ Expected<KernelParams> tuneKernel(Tuner* tuner, JitEngine& engine, const KernelF
 Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Function& function,
                                                         const FusionRange& range, const Liveness& liveness,
                                                         std::span<const std::vector<ProfileRecord>> records, int compiles,
-                                                        Tuner* tuner, double* tuning_ms) {
+                                                        Tuner* tuner, std::vector<TuneOutcome>* tuning,
+                                                        RegionCompileTimes* times) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  Clock::time_point phase = Clock::now();
+  RegionCompileTimes local;
+  if (times == nullptr) times = &local;
   auto region = std::make_unique<CompiledRegion>();
   region->range = range;
   region->plan = std::make_unique<RegionPlan>();
@@ -878,6 +884,9 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   }
   if (!worthwhile) return makeError(ErrorCode::Unsupported, "nothing to fuse in this range");
 
+  times->plan_ms = since(phase);
+  phase = Clock::now();
+  double tuned_ms = 0;
   // Kernels, step by step, on the reference run's values (which also give the leaves' layouts).
   for (std::size_t k = 0; k < p.steps.size(); ++k) {
     Step& step = p.steps[k];
@@ -929,10 +938,14 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       step.guard = guardFor(spec);
     }
     SVM_RETURN_IF_ERROR(family->supports(spec).withContext(fmt::format("step {} of the region", k)));
-    SVM_ASSIGN_OR_RETURN(spec.params, tuneKernel(tuner, engine, *family, spec, pointers, tuning_ms));
+    const Clock::time_point tune_start = Clock::now();
+    spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
+    tuned_ms += since(tune_start);
     SVM_ASSIGN_OR_RETURN(step.kernel, compileKernel(engine, *family, spec));
   }
 
+  times->codegen_ms = since(phase) - tuned_ms;
+  phase = Clock::now();
   // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
   // reference run's values of every register the range writes back.
   {
@@ -953,6 +966,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
     }
   }
+  times->validate_ms = since(phase);
   return region;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -71,16 +72,23 @@ class CompiledRegion {
   mutable std::atomic<bool> busy_{false};     // buffer reuse only when not re-entered
 };
 
+// Where a region compile's time went (ms): planning (graph, reference run on the observed shapes,
+// fusion decisions — the region's shape inference), kernel codegen (tuning excluded) and validation.
+struct RegionCompileTimes {
+  double plan_ms = 0, codegen_ms = 0, validate_ms = 0;
+};
+
 // The CompiledRegionFn installed in the dispatch slot (state = const CompiledRegion*).
 bool runCompiledRegion(const void* state, std::span<Value> registers);
 
 // Plans, compiles and validates `range`: `records[k]` are the profile records of range.sites[k].
 // `compiles` = earlier compiles of this range (the matmul range policy widens with it). With a
-// tuner, each kernel's parameters are tuned (time added to *tuning_ms). The result is validated
+// tuner, each kernel's parameters are tuned (one outcome per tuned kernel in *tuning). The result is validated
 // against the reference kernels run op by op on fresh random inputs of the observed shapes.
 Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Function& function,
                                                         const FusionRange& range, const Liveness& liveness,
                                                         std::span<const std::vector<ProfileRecord>> records, int compiles,
-                                                        Tuner* tuner, double* tuning_ms);
+                                                        Tuner* tuner, std::vector<TuneOutcome>* tuning,
+                                                        RegionCompileTimes* times = nullptr);
 
 }  // namespace shapevm::jit
