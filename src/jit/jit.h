@@ -117,6 +117,7 @@ class Jit final : public ExecutionObserver {
     std::uint64_t retry_after = 0;
     std::uint64_t declines_at_request = 0;
     std::shared_ptr<std::atomic<std::uint64_t>> declines = std::make_shared<std::atomic<std::uint64_t>>(0);
+    std::shared_ptr<std::atomic<std::uint64_t>> runs = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::string description;  // of the installed region
     bool tuned = false;       // the installed region's kernels have tuned parameters
   };

@@ -78,6 +78,7 @@ struct RValue {
   int out = 0;
   DType dtype = DType::Float32;
   Shape shape;   // as observed in the planning run (the reference on random inputs)
+  std::int64_t inner_stride = 1;  // the observed innermost stride (1 when rank 0 or that dim is 1)
   bool tensor = true;
 };
 
@@ -560,6 +561,11 @@ class Planner {
     }
     return out;
   }
+  // An epilogue operand is read along N with stride 0 or 1 (else the op stays in a fused kernel).
+  bool epilogueOperand(int v, int current) const {
+    const std::int64_t inner = p_.values[static_cast<std::size_t>(v)].inner_stride;
+    return v != current && isReal(v) && (inner == 0 || inner == 1);
+  }
   bool liveOut(int v) const {
     return std::any_of(p_.writeback.begin(), p_.writeback.end(), [&](const auto& w) { return w.second == v; });
   }
@@ -589,7 +595,7 @@ class Planner {
         for (std::size_t k = 0; k < e.in.size(); ++k) {
           if (static_cast<int>(k) == position) continue;
           const int other = e.in[k];
-          absorbable = absorbable && other != current && isReal(other);
+          absorbable = absorbable && epilogueOperand(other, current);
           steps.push_back(EpilogueStep{OpId::Add, static_cast<int>(step.leaves.size() + steps.size()), false});
         }
         if (absorbable) {
@@ -599,7 +605,7 @@ class Planner {
         }
       } else if (e.in.size() == 2) {
         const int other = e.in[static_cast<std::size_t>(1 - position)];
-        absorbable = other != current && isReal(other);
+        absorbable = epilogueOperand(other, current);
         steps.push_back(EpilogueStep{e.op, static_cast<int>(step.leaves.size()), position == 1});
         if (absorbable) step.leaves.push_back(Leaf{other, {}});
       } else {
@@ -783,6 +789,7 @@ bool CompiledRegion::run(std::span<Value> registers) const {
   }
   for (std::size_t i = 0; i < results.size(); ++i) registers[static_cast<std::size_t>(p.writeback[i].first)] = std::move(results[i]);
   runs_.fetch_add(1, std::memory_order_relaxed);
+  if (run_counter) run_counter->fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -792,13 +799,37 @@ bool runCompiledRegion(const void* state, std::span<Value> registers) {
 
 namespace {
 
-// The spec of an external value's random stand-in.
-OperandSpec operandFor(const OperandProfile& profile) {
-  OperandSpec spec;
-  spec.dtype = profile.dtype;
-  spec.rank = profile.shape.rank();
-  for (int d = 0; d < spec.rank; ++d) spec.dims[d].size = profile.shape[d];
-  return spec;
+// A random tensor of `value`'s dtype and shape laid out with `strides` (as observed: broadcast
+// zeros, transposes, negative steps) over a fresh random buffer.
+Expected<Value> stridedRandom(const RValue& value, const Shape& strides, bool positive, std::uint64_t seed) {
+  std::int64_t lo = 0, hi = 0;
+  bool empty = false;
+  for (int d = 0; d < value.shape.rank(); ++d) {
+    if (value.shape[d] == 0) empty = true;
+    const std::int64_t reach = (value.shape[d] - 1) * (d < strides.rank() ? strides[d] : 0);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  if (empty) {
+    SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(value.dtype, value.shape));
+    return Value::fromTensor(std::move(t));
+  }
+  const bool usable = strides.rank() == value.shape.rank();
+  KernelSpec spec;
+  OperandSpec operand;
+  operand.dtype = value.dtype;
+  operand.rank = 1;
+  spec.inputs.push_back(operand);
+  const std::int64_t span = usable ? hi - lo + 1 : std::max<std::int64_t>(value.shape.numel(), 1);
+  const Shape backing_shape{span};
+  const bool positives[1] = {positive};
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> backing, randomInputs(spec, std::span<const Shape>(&backing_shape, 1), seed, positives));
+  const Tensor& flat = backing[0].tensor();
+  if (!usable) {
+    SVM_ASSIGN_OR_RETURN(Tensor t, flat.reshapeView(value.shape));
+    return Value::fromTensor(std::move(t));
+  }
+  SVM_ASSIGN_OR_RETURN(Tensor t, flat.asStrided(value.shape, strides, -lo));
+  return Value::fromTensor(std::move(t));
 }
 
 KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
@@ -829,7 +860,8 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   Planner planner(p, function, range, liveness);
   planner.buildGraph();
 
-  // Externals: dtype and shape from the newest profile record of a site that reads them.
+  // Externals: dtype, shape and strides from the newest profile record of a site that reads them.
+  std::vector<Shape> external_strides;
   std::vector<const ProfileRecord*> newest;
   for (const auto& site_records : records) newest.push_back(newestRecord(site_records));
   for (int v : p.externals) {
@@ -843,24 +875,27 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
         if (!operand.is_tensor) return makeError(ErrorCode::Unsupported, "a region input is not a tensor");
         value.dtype = operand.dtype;
         value.shape = operand.shape;
+        external_strides.push_back(operand.strides);
         found = true;
       }
     }
     if (!found) return makeError(ErrorCode::JitError, "no profile for region input r{}", value.reg);
   }
 
-  // The planning run: random inputs of the observed shapes through the reference kernels.
+  // The planning run: random inputs of the observed shapes and layouts (strides, broadcasts,
+  // negative steps) through the reference kernels; inputs that some op needs positive (log,
+  // sqrt, divisors) are drawn positive.
   const std::uint64_t seed = 0x9e37 ^ (static_cast<std::uint64_t>(range.start_pc) << 16) ^ static_cast<std::uint64_t>(compiles);
-  KernelSpec input_spec;
-  std::vector<Shape> shapes;
-  for (int v : p.externals) {
-    OperandProfile profile;
-    profile.dtype = p.values[static_cast<std::size_t>(v)].dtype;
-    profile.shape = p.values[static_cast<std::size_t>(v)].shape;
-    input_spec.inputs.push_back(operandFor(profile));
-    shapes.push_back(profile.shape);
+  std::vector<Value> inputs;
+  for (std::size_t e = 0; e < p.externals.size(); ++e) {
+    const int v = p.externals[e];
+    bool positive = false;
+    for (const ROp& op : p.ops) {
+      for (std::size_t k = 0; k < op.in.size(); ++k) positive = positive || (op.in[k] == v && needsPositiveInput(op.op, k));
+    }
+    SVM_ASSIGN_OR_RETURN(Value input, stridedRandom(p.values[static_cast<std::size_t>(v)], external_strides[e], positive, seed + e));
+    inputs.push_back(std::move(input));
   }
-  SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, randomInputs(input_spec, shapes, seed));
   Eval reference(p, false);
   for (std::size_t i = 0; i < p.externals.size(); ++i) reference.setReal(p.externals[i], inputs[i]);
   SVM_RETURN_IF_ERROR(referenceRun(p, reference).withContext("the region's reference run on its observed shapes"));
@@ -869,8 +904,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
     RValue& value = p.values[v];
     value.tensor = observed.isTensor();
     if (value.tensor) {
-      value.dtype = observed.tensor().dtype();
-      value.shape = observed.tensor().shape();
+      const Tensor& t = observed.tensor();
+      value.dtype = t.dtype();
+      value.shape = t.shape();
+      value.inner_stride = t.rank() == 0 || t.dim(t.rank() - 1) == 1 ? 1 : t.stride(t.rank() - 1);
     }
   }
 

@@ -65,6 +65,7 @@ class CompiledRegion {
   std::unique_ptr<RegionPlan> plan;
   FusionRange range;
   std::shared_ptr<std::atomic<std::uint64_t>> decline_counter;  // optional: also counts declines (the Jit's view)
+  std::shared_ptr<std::atomic<std::uint64_t>> run_counter;      // optional: also counts executions served
 
  private:
   mutable std::atomic<std::uint64_t> declines_{0};

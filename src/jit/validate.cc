@@ -110,7 +110,10 @@ Domain domainFor(OpId op, std::size_t input) {
 }
 }  // namespace
 
-Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed) {
+bool needsPositiveInput(OpId op, std::size_t input) { return domainFor(op, input) == Domain::Positive; }
+
+Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
+                                          std::span<const bool> positive) {
   std::mt19937_64 generator(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -136,7 +139,9 @@ Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<cons
     }
     if (i >= shapes.size()) return makeError(ErrorCode::Internal, "no shape for input {}", i);
     SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(in.dtype, shapes[i]));
-    const Domain domain = in.dtype == DType::Bool ? Domain::Bool : domainFor(spec.op, i);
+    const Domain domain = in.dtype == DType::Bool                 ? Domain::Bool
+                          : i < positive.size() && positive[i] ? Domain::Positive
+                                                               : domainFor(spec.op, i);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::uniform_real_distribution<double> positive(0.1, 3.0);
     std::uniform_int_distribution<int> small_int(-9, 9);

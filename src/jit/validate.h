@@ -28,7 +28,10 @@ Comparison compareOutputs(std::span<const Value> expected, std::span<const Value
 
 // Random inputs for `spec` with these concrete shapes (one per input; ignored for scalars), drawn
 // from the op's valid domain (positive for log/sqrt/rsqrt/pow bases), never all zeros.
-Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed);
+Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
+                                          std::span<const bool> positive = {});
+// True when validation must draw input `input` of `op` from positive values (log, sqrt, divisors ...).
+bool needsPositiveInput(OpId op, std::size_t input);
 
 // The concrete input shapes to validate a spec on: `observed` (one shape list taken from the
 // profile), plus, for every ranged dynamic dim, the same shapes moved to the range ends (dims of
