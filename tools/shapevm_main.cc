@@ -535,7 +535,7 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("-q,--quiet", run.quiet, "do not print output summaries");
   run_cmd->add_flag("--no-opt", run.no_opt, "(.py) compile without optimizations");
   run_cmd->add_option("--opt", run.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
-  run_cmd->add_option("--jit-level", run.jit_level, "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default; fusion not built yet: runs O1)");
+  run_cmd->add_option("--jit-level", run.jit_level, "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default: hot-region fusion + autotuning)");
   run_cmd->add_option("--warmup", run.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
   run_cmd->add_option("--hot-count", run.hot_count, "executions before a region is hot (tunable hot_count, default 5)");
   run_cmd->add_option("--hot-ms", run.hot_ms, "cumulative ms before a region is hot (tunable hot_ms, default 20)");
