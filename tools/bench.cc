@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <fmt/format.h>
@@ -29,6 +30,7 @@
 #include "jit/validate.h"
 #include "support/tunables.h"
 #include "tools/cli_inputs.h"
+#include "tune/auto_tuner.h"
 #include "vm/vm.h"
 
 namespace shapevm {
@@ -76,242 +78,7 @@ Tensor randomTensor(const Shape& shape, std::mt19937_64& rng, double scale = 1.0
   return t;
 }
 
-// ---- the reference workload ----
-
-struct Weights {
-  Tensor w_ih, w_hh, b_ih, b_hh;
-};
-
-std::vector<Value> workloadArgs(const Function& fn, const Weights& w, std::int64_t batch, std::int64_t seq,
-                                std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Value> args;
-  for (const Param& p : fn.params) {
-    if (p.name == "x") args.push_back(Value::fromTensor(randomTensor(Shape{batch, seq, 128}, rng)));
-    else if (p.name == "h" || p.name == "c") args.push_back(Value::fromTensor(randomTensor(Shape{batch, 256}, rng)));
-    else if (p.name == "W_ih") args.push_back(Value::fromTensor(w.w_ih));
-    else if (p.name == "W_hh") args.push_back(Value::fromTensor(w.w_hh));
-    else if (p.name == "b_ih") args.push_back(Value::fromTensor(w.b_ih));
-    else args.push_back(Value::fromTensor(w.b_hh));
-  }
-  return args;
-}
-
-struct Instance {
-  std::string variant;
-  int level = 0;
-  std::shared_ptr<Module> module;
-  std::unique_ptr<VirtualMachine> vm;
-  std::unique_ptr<jit::Jit> jit;
-  int function = 0;
-};
-
-Expected<Instance> makeInstance(const BenchFlags& flags, const std::string& variant, int level) {
-  Instance instance;
-  instance.variant = variant;
-  instance.level = level;
-  SVM_ASSIGN_OR_RETURN(Module module, loadProgram(flags.examples + "/" + variant + ".py", FrontendOptions()));
-  instance.module = std::make_shared<Module>(std::move(module));
-  SVM_ASSIGN_OR_RETURN(instance.function, resolveFunction(*instance.module, variant));
-  instance.vm = std::make_unique<VirtualMachine>(instance.module);
-  if (level >= 1) {
-    jit::JitOptions options;
-    options.level = level;
-    SVM_ASSIGN_OR_RETURN(instance.jit, jit::Jit::attach(*instance.vm, options));
-  }
-  return instance;
-}
-
-Expected<Tensor> firstOutput(Instance& instance, const std::vector<Value>& args) {
-  SVM_ASSIGN_OR_RETURN(std::vector<Value> out, instance.vm->run(instance.function, args));
-  return out[0].tensor().clone();
-}
-
-// The shuffled stream of seq drawn from 8..128 (fixed seed; the peers time the same list).
-std::vector<std::int64_t> benchStream(bool quick) {
-  std::vector<std::int64_t> stream;
-  std::mt19937_64 rng(42);
-  for (int i = 0; i < (quick ? 8 : 24); ++i) stream.push_back(8 + static_cast<std::int64_t>(rng() % 121));
-  return stream;
-}
-
-Status workloadSuite(const BenchFlags& flags, const Weights& weights, json& out, json& compile_out) {
-  const std::int64_t batch = 32;
-  const std::vector<std::int64_t> seqs = flags.quick ? std::vector<std::int64_t>{10, 30} : std::vector<std::int64_t>{10, 20, 30, 120};
-  const std::vector<std::int64_t> stream = benchStream(flags.quick);
-  const int rounds = flags.quick ? 3 : 7;
-  const int per_round = flags.quick ? 2 : 4;
-  std::vector<double> compile_ms;
-  double infer = 0, codegen = 0, validate = 0;
-  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
-    std::vector<Instance> instances;
-    for (int level = 0; level <= 2; ++level) {
-      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level));
-      instances.push_back(std::move(instance));
-    }
-    const Function& fn = instances[0].module->functions[static_cast<std::size_t>(instances[0].function)];
-    // Warm-up: every shape of the run, several times, compiles allowed to finish.
-    for (Instance& instance : instances) {
-      for (int r = 0; r < 6; ++r) {
-        for (std::int64_t seq : seqs) {
-          if (auto ran = instance.vm->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran) return ran.status();
-          if (instance.jit) instance.jit->waitIdle();
-        }
-      }
-      for (std::int64_t seq : stream) {
-        if (auto ran = instance.vm->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran) return ran.status();
-        if (instance.jit) instance.jit->waitIdle();
-      }
-    }
-    // Outputs of every level equal O0's on fresh inputs.
-    for (std::int64_t seq : seqs) {
-      auto args = workloadArgs(fn, weights, batch, seq, 1000 + static_cast<std::uint64_t>(seq));
-      SVM_ASSIGN_OR_RETURN(Tensor want, firstOutput(instances[0], args));
-      for (std::size_t l = 1; l < instances.size(); ++l) {
-        SVM_ASSIGN_OR_RETURN(Tensor got, firstOutput(instances[l], args));
-        const double err = relL2(got, want);
-        if (!(err <= 1e-5)) {
-          return makeError(ErrorCode::Internal, "{} at O{} differs from O0 at seq {}: rel L2 {:.3g}", variant, l, seq, err);
-        }
-      }
-    }
-    // Timing: rounds interleave the levels; each round runs every seq `per_round` times.
-    struct Acc {
-      std::vector<double> ms;
-      std::uint64_t runs = 0, allocs = 0, system_allocs = 0, compiled = 0, calls = 0;
-    };
-    std::map<std::pair<int, std::int64_t>, Acc> acc;  // (level, seq or -1 = stream)
-    std::map<std::int64_t, std::vector<Value>> args_by_seq;
-    for (std::int64_t seq : seqs) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 2000 + static_cast<std::uint64_t>(seq));
-    for (std::int64_t seq : stream) {
-      if (!args_by_seq.count(seq)) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 3000 + static_cast<std::uint64_t>(seq));
-    }
-    for (int round = 0; round < rounds; ++round) {
-      for (Instance& instance : instances) {
-        auto timed = [&](std::int64_t seq, std::int64_t key) -> Status {
-          const ExecStats before = instance.vm->stats();
-          const Clock::time_point start = Clock::now();
-          auto ran = instance.vm->run(instance.function, args_by_seq[seq]);
-          const double ms = msSince(start);
-          if (!ran) return ran.status();
-          const ExecStats& after = instance.vm->stats();
-          Acc& a = acc[{instance.level, key}];
-          a.ms.push_back(key < 0 ? ms / static_cast<double>(batch * seq) * 1e3 : ms);  // stream: us per token
-          ++a.runs;
-          a.allocs += after.alloc_requests - before.alloc_requests;
-          a.system_allocs += after.system_allocations - before.system_allocations;
-          a.compiled += after.compiled_calls - before.compiled_calls;
-          a.calls += after.op_calls - before.op_calls;
-          return Status::ok();
-        };
-        for (std::int64_t seq : seqs) {
-          for (int k = 0; k < per_round; ++k) SVM_RETURN_IF_ERROR(timed(seq, seq));
-        }
-        for (std::int64_t seq : stream) SVM_RETURN_IF_ERROR(timed(seq, -1));
-      }
-    }
-    for (auto& [key, a] : acc) {
-      LatencySummary s = summarizeLatency(a.ms);
-      const double runs = static_cast<double>(a.runs);
-      json row = {{"variant", variant}, {"level", fmt::format("O{}", key.first)}, {"batch", batch},
-                  {"runs", a.runs}, {"allocs_per_run", static_cast<double>(a.allocs) / runs},
-                  {"system_allocs_per_run", static_cast<double>(a.system_allocs) / runs},
-                  {"compiled_calls_per_run", static_cast<double>(a.compiled) / runs},
-                  {"interpreted_calls_per_run", static_cast<double>(a.calls - a.compiled) / runs}};
-      if (key.second < 0) {
-        row["seq"] = "stream";
-        row["median_us_per_token"] = s.median;
-        row["min_us_per_token"] = s.low;
-        row["max_us_per_token"] = s.high;
-      } else {
-        row["seq"] = key.second;
-        row["median_ms"] = s.median;
-        row["min_ms"] = s.low;
-        row["max_ms"] = s.high;
-        row["p99_ms"] = s.p99;
-        row["median_us_per_token"] = s.median * 1e3 / static_cast<double>(batch * key.second);
-      }
-      out.push_back(row);
-      fmt::print("workload {:<9} O{} seq {:>6}: median {:.3f} {} (min {:.3f}, max {:.3f}), {:.1f} allocs/run, {:.0f}/{:.0f} compiled/interpreted calls/run\n",
-                 variant, key.first, key.second < 0 ? std::string("stream") : std::to_string(key.second), s.median,
-                 key.second < 0 ? "us/token" : "ms", s.low, s.high, static_cast<double>(a.allocs) / runs,
-                 static_cast<double>(a.compiled) / runs, static_cast<double>(a.calls - a.compiled) / runs);
-    }
-    for (Instance& instance : instances) {
-      if (!instance.jit || instance.level != 1) continue;
-      jit::JitStats stats = instance.jit->stats();
-      compile_ms.insert(compile_ms.end(), stats.compile_ms.begin(), stats.compile_ms.end());
-      infer += stats.shape_infer_ms;
-      codegen += stats.codegen_ms;
-      validate += stats.validate_patch_ms;
-    }
-  }
-  if (!compile_ms.empty()) {
-    std::sort(compile_ms.begin(), compile_ms.end());
-    const double n = static_cast<double>(compile_ms.size());
-    compile_out = {{"count", compile_ms.size()}, {"median_ms", compile_ms[compile_ms.size() / 2]},
-                   {"p90_ms", compile_ms[std::min(compile_ms.size() - 1, static_cast<std::size_t>(0.9 * n))]},
-                   {"shape_infer_ms", infer / n}, {"codegen_ms", codegen / n}, {"validate_patch_ms", validate / n}};
-    fmt::print("compile (O1, per kernel): median {:.1f} ms, p90 {:.1f} ms; shape inference {:.2f} ms, codegen {:.1f} ms, validation+patch {:.1f} ms (means)\n",
-               compile_out["median_ms"].get<double>(), compile_out["p90_ms"].get<double>(), infer / n, codegen / n, validate / n);
-  }
-  return Status::ok();
-}
-
-// ---- cold costs: first call, first call after a new shape, latency while compiles are in flight ----
-
-Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline) {
-  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
-    const Clock::time_point t0 = Clock::now();
-    SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, 1));
-    const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
-    std::vector<double> during, steady;
-    double first = 0;
-    const std::int64_t cycle[] = {10, 20, 30};
-    const int runs = flags.quick ? 40 : 120;
-    for (int i = 0; i < runs; ++i) {
-      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
-      const Clock::time_point start = Clock::now();
-      if (auto ran = instance.vm->run(instance.function, args); !ran) return ran.status();
-      const double ms = msSince(start);
-      if (i == 0) first = ms;
-      const jit::JitStats stats = instance.jit->stats();
-      const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
-      if (compiling) during.push_back(ms);
-      if (variant == "lstm_cell" && timeline.size() < 400) {
-        timeline.push_back({{"thread", "interpreter"}, {"name", fmt::format("run seq={}", cycle[i % 3])},
-                            {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()}, {"dur_ms", ms}});
-      }
-    }
-    instance.jit->waitIdle();
-    for (int i = 0; i < 30; ++i) {
-      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
-      const Clock::time_point start = Clock::now();
-      if (auto ran = instance.vm->run(instance.function, args); !ran) return ran.status();
-      if (cycle[i % 3] == 20) steady.push_back(msSince(start));
-    }
-    // A shape never seen: interpreted (guard miss) at first.
-    auto fresh = workloadArgs(fn, weights, 32, 77, 12);
-    const Clock::time_point start = Clock::now();
-    if (auto ran = instance.vm->run(instance.function, fresh); !ran) return ran.status();
-    const double after_new_shape = msSince(start);
-    if (variant == "lstm_cell") {
-      for (const jit::CompileEvent& e : instance.jit->stats().events) {
-        timeline.push_back({{"thread", "compile"}, {"name", e.signature}, {"start_ms", e.start_ms},
-                            {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
-      }
-    }
-    LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
-    out.push_back({{"variant", variant}, {"level", "O1"}, {"first_call_ms", first}, {"first_after_new_shape_ms", after_new_shape},
-                   {"p50_during_compile_ms", d.median}, {"p99_during_compile_ms", d.p99}, {"runs_during_compile", during.size()},
-                   {"p50_steady_ms", s.median}});
-    fmt::print("cold {:<9} O1: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 {:.2f} ms ({} runs), steady p50 {:.2f} ms (seq 20)\n",
-               variant, first, after_new_shape, d.median, d.p99, during.size(), s.median);
-  }
-  return Status::ok();
-}
-
-// ---- matmul ----
+// ---- shared helpers: the FMA peak, the one-pass roofline kernel, medians ----
 
 // An FMA loop with `accumulators` independent <lanes x float> chains: the machine's FMA peak.
 Status emitFmaPeak(llvm::Module& module, const std::string& symbol, unsigned lanes, int accumulators) {
@@ -381,6 +148,529 @@ double medianMs(int repeats, F&& f) {
   return summarizeLatency(ms).median;
 }
 
+// The FMA peak of this core: the best of several independent-chain counts (enough chains to cover
+// FMA latency x pipes). measure() is cheap (~10 ms); suites call it in every round right beside
+// what they time, since this machine's clock drifts, and keep the best value seen.
+class PeakMeter {
+ public:
+  static Expected<std::unique_ptr<PeakMeter>> create(jit::JitEngine& engine) {
+    auto meter = std::unique_ptr<PeakMeter>(new PeakMeter(engine));
+    meter->lanes_ = engine.hasAvx512() ? 16 : 8;
+    for (int chains : {8, 12, 16, 24}) {
+      const unsigned lanes = meter->lanes_;
+      SVM_ASSIGN_OR_RETURN(jit::KernelHandle handle, engine.compile("svm_bench_fma_peak", [&](llvm::Module& m) {
+        return emitFmaPeak(m, "svm_bench_fma_peak", lanes, chains);
+      }));
+      meter->kernels_.push_back(Kernel{chains, handle});
+    }
+    return meter;
+  }
+  ~PeakMeter() {
+    for (const Kernel& kernel : kernels_) (void)engine_.remove(kernel.handle);
+  }
+  // GFLOP/s of this measurement; best() keeps the maximum over all of them.
+  double measure() {
+    double now = 0;
+    for (const Kernel& kernel : kernels_) {
+      alignas(64) float sink[16] = {};
+      jit::KernelArgs args{};
+      args.data[0] = sink;
+      args.scalars[0] = 2'000'000;
+      auto fn = reinterpret_cast<jit::GeneratedKernelFn>(kernel.handle.address);
+      const double ms = medianMs(3, [&] { fn(&args); });
+      now = std::max(now, 2.0 * lanes_ * kernel.chains * static_cast<double>(args.scalars[0]) / (ms * 1e6));
+    }
+    best_ = std::max(best_, now);
+    return now;
+  }
+  double best() const { return best_; }
+  unsigned lanes() const { return lanes_; }
+
+ private:
+  struct Kernel {
+    int chains;
+    jit::KernelHandle handle;
+  };
+  explicit PeakMeter(jit::JitEngine& engine) : engine_(engine) {}
+  jit::JitEngine& engine_;
+  unsigned lanes_ = 8;
+  std::vector<Kernel> kernels_;
+  double best_ = 0;
+};
+
+// ---- the reference workload ----
+
+struct Weights {
+  Tensor w_ih, w_hh, b_ih, b_hh;
+};
+
+std::vector<Value> workloadArgs(const Function& fn, const Weights& w, std::int64_t batch, std::int64_t seq,
+                                std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Value> args;
+  for (const Param& p : fn.params) {
+    if (p.name == "x") args.push_back(Value::fromTensor(randomTensor(Shape{batch, seq, 128}, rng)));
+    else if (p.name == "h" || p.name == "c") args.push_back(Value::fromTensor(randomTensor(Shape{batch, 256}, rng)));
+    else if (p.name == "W_ih") args.push_back(Value::fromTensor(w.w_ih));
+    else if (p.name == "W_hh") args.push_back(Value::fromTensor(w.w_hh));
+    else if (p.name == "b_ih") args.push_back(Value::fromTensor(w.b_ih));
+    else args.push_back(Value::fromTensor(w.b_hh));
+  }
+  return args;
+}
+
+struct Instance {
+  std::string variant;
+  int level = 0;
+  std::shared_ptr<Module> module;
+  std::unique_ptr<tune::AutoTuner> tuner;  // declared before vm/jit: outlives the Jit that calls it
+  std::unique_ptr<VirtualMachine> vm;
+  std::unique_ptr<jit::Jit> jit;
+  int function = 0;
+};
+
+// At O2 with a non-empty `tuning_db`, an AutoTuner on that database file is attached (a fresh
+// AutoTuner each time: it reads whatever the file holds when it is created).
+Expected<Instance> makeInstance(const BenchFlags& flags, const std::string& variant, int level,
+                                const std::string& tuning_db = "", std::int64_t tune_budget_ms = -1) {
+  Instance instance;
+  instance.variant = variant;
+  instance.level = level;
+  SVM_ASSIGN_OR_RETURN(Module module, loadProgram(flags.examples + "/" + variant + ".py", FrontendOptions()));
+  instance.module = std::make_shared<Module>(std::move(module));
+  SVM_ASSIGN_OR_RETURN(instance.function, resolveFunction(*instance.module, variant));
+  instance.vm = std::make_unique<VirtualMachine>(instance.module);
+  if (level >= 1) {
+    jit::JitOptions options;
+    options.level = level;
+    if (level >= 2 && !tuning_db.empty()) {
+      tune::AutoTunerOptions tune_options;
+      tune_options.database_path = tuning_db;
+      tune_options.budget_ms = tune_budget_ms;
+      instance.tuner = std::make_unique<tune::AutoTuner>(tune_options);
+      options.tuner = instance.tuner.get();
+    }
+    SVM_ASSIGN_OR_RETURN(instance.jit, jit::Jit::attach(*instance.vm, options));
+  }
+  return instance;
+}
+
+Expected<Tensor> firstOutput(Instance& instance, const std::vector<Value>& args) {
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> out, instance.vm->run(instance.function, args));
+  return out[0].tensor().clone();
+}
+
+// The shuffled stream of seq drawn from 8..128 (fixed seed; the peers time the same list).
+std::vector<std::int64_t> benchStream(bool quick) {
+  std::vector<std::int64_t> stream;
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < (quick ? 8 : 24); ++i) stream.push_back(8 + static_cast<std::int64_t>(rng() % 121));
+  return stream;
+}
+
+// Matmul FLOPs of one call (2mnk per matmul). The cell: [B*S,128]x[128,1024] and [B,256]x[256,1024];
+// the loop: [B,128]x[128,1024] and [B,256]x[256,1024] per step. The elementwise tail (bias adds,
+// gate nonlinearities, c/h updates: ~4.4 kflop per row of batch*seq vs 262 kflop of matmul, under 2%)
+// is not counted, so the floor is slightly optimistic.
+double workloadFlops(const std::string& variant, std::int64_t batch, std::int64_t seq) {
+  const double b = static_cast<double>(batch), s = static_cast<double>(seq);
+  if (variant == "lstm_loop") return s * (2.0 * b * 128 * 1024 + 2.0 * b * 256 * 1024);
+  return 2.0 * b * s * 128 * 1024 + 2.0 * b * 256 * 1024;
+}
+
+// Fused ranges still waiting for their one background tuning: queued, or installed untuned.
+int untunedRanges(const Instance& instance) {
+  int untuned = 0;
+  for (std::size_t f = 0; f < instance.module->functions.size(); ++f) {
+    for (const jit::Jit::RangeState& range : instance.jit->rangeStates(static_cast<int>(f))) {
+      using Phase = jit::Jit::RangeState::Phase;
+      if (range.phase == Phase::Queued || (range.phase == Phase::Installed && !range.tuned)) ++untuned;
+    }
+  }
+  return untuned;
+}
+
+struct WarmUp {
+  double ms = 0;
+  int extra_passes = 0;  // passes over every shape after the first seven, waiting for tuning
+  int untuned = 0;       // fused ranges still untuned at the end (0 unless the pass cap was hit)
+};
+
+// Every shape of the run (the fixed seqs six times, then the stream), each compile allowed to
+// finish after the run that queued it. With a tuner attached, more passes follow until every
+// installed fused region has been re-tuned: a region is installed untuned first, and a later run
+// queues its tuning (and a region widened for new shapes is installed untuned again).
+Expected<WarmUp> warmUp(Instance& instance, const Weights& weights, std::int64_t batch, const std::vector<std::int64_t>& seqs,
+                        const std::vector<std::int64_t>& stream) {
+  const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+  const Clock::time_point start = Clock::now();
+  auto pass = [&](const std::vector<std::int64_t>& list) -> Status {
+    for (std::int64_t seq : list) {
+      if (auto ran = instance.vm->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran) return ran.status();
+      if (instance.jit) instance.jit->waitIdle();
+    }
+    return Status::ok();
+  };
+  for (int r = 0; r < 6; ++r) SVM_RETURN_IF_ERROR(pass(seqs));
+  SVM_RETURN_IF_ERROR(pass(stream));
+  WarmUp result;
+  if (instance.tuner) {
+    constexpr int kMaxExtraPasses = 12;
+    while ((result.untuned = untunedRanges(instance)) > 0 && result.extra_passes < kMaxExtraPasses) {
+      SVM_RETURN_IF_ERROR(pass(seqs));
+      SVM_RETURN_IF_ERROR(pass(stream));
+      ++result.extra_passes;
+    }
+  }
+  result.ms = msSince(start);
+  return result;
+}
+
+// Outputs of `instance` equal O0's (`reference`) on fresh inputs at every seq.
+Status checkAgainst(Instance& reference, Instance& instance, const Weights& weights, std::int64_t batch,
+                    const std::vector<std::int64_t>& seqs, const std::string& what) {
+  const Function& fn = reference.module->functions[static_cast<std::size_t>(reference.function)];
+  for (std::int64_t seq : seqs) {
+    auto args = workloadArgs(fn, weights, batch, seq, 1000 + static_cast<std::uint64_t>(seq));
+    SVM_ASSIGN_OR_RETURN(Tensor want, firstOutput(reference, args));
+    SVM_ASSIGN_OR_RETURN(Tensor got, firstOutput(instance, args));
+    const double err = relL2(got, want);
+    if (!(err <= 1e-5)) {
+      return makeError(ErrorCode::Internal, "{} {} differs from O0 at seq {}: rel L2 {:.3g}", instance.variant, what, seq, err);
+    }
+  }
+  return Status::ok();
+}
+
+// One compile event, classified for the compile-latency tables.
+struct TaggedEvent {
+  std::string variant;
+  std::string category;
+  jit::CompileEvent event;
+};
+
+// O1: every event is one op's kernel. O2: "Region@PC" = a fused range installed untuned,
+// "Region@PC (tuned)" = its background re-tune (the AutoTuner, then codegen of the winners), other
+// signatures = single-op kernels outside fused ranges (tuned inline when a tuner is attached).
+std::string eventCategory(int level, const jit::CompileEvent& e, bool cache_instance) {
+  if (level == 1) return "O1 op kernel";
+  const bool region = e.signature.rfind("Region@", 0) == 0;
+  const bool tuned = e.signature.find("(tuned)") != std::string::npos;
+  if (region && !tuned) return "O2 fused region, untuned install";
+  if (region) {
+    if (e.tuning_cache_hit) return "O2 fused region re-tune, tuning-database hit";
+    return cache_instance ? "O2 fused region re-tune, database miss (timed)" : "O2 fused region re-tune, cold (timed)";
+  }
+  if (e.tuning_cache_hit) return "O2 op kernel, tuning-database hit";
+  return e.tuning_ms > 0 ? "O2 op kernel, tuned by timing" : "O2 op kernel";
+}
+
+json jitStatsJson(const std::string& variant, const std::string& role, int level, const jit::JitStats& stats,
+                  const WarmUp& warm) {
+  return {{"variant", variant}, {"role", role}, {"level", fmt::format("O{}", level)}, {"compiles", stats.compiles},
+          {"fused_regions", stats.fused_regions}, {"fused_ops", stats.fused_ops}, {"region_declines", stats.region_declines},
+          {"tuning_ms", stats.tuning_ms}, {"tuned_kernels", stats.tuned_kernels},
+          {"tuning_cache_hits", stats.tuning_cache_hits}, {"compile_failures", stats.compile_failures},
+          {"validation_failures", stats.validation_failures}, {"warmup_s", warm.ms / 1000.0},
+          {"warmup_extra_passes", warm.extra_passes}, {"untuned_ranges", warm.untuned}};
+}
+
+// `out`: the workload rows; `compile_out`: the O1 per-kernel summary (end to end median/p90, mean
+// split); `extra`: compile_latency (per category, median/p90 of each part), compile_paths (per
+// fused range: untuned install, cold re-tune, database-hit re-tune) and workload_jit (JIT stats).
+Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weights& weights, const std::string& tmp_dir,
+                     json& out, json& compile_out, json& extra) {
+  const std::int64_t batch = 32;
+  const std::vector<std::int64_t> seqs = flags.quick ? std::vector<std::int64_t>{10, 30} : std::vector<std::int64_t>{10, 20, 30, 120};
+  const std::vector<std::int64_t> stream = benchStream(flags.quick);
+  const int rounds = flags.quick ? 3 : 7;
+  const int per_round = flags.quick ? 2 : 4;
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<PeakMeter> meter, PeakMeter::create(engine));
+  // --quick keeps under its 2 minutes with a shorter tuning budget (the matmul suite's tuning-
+  // quality check keeps the default).
+  const std::int64_t tune_budget_ms = flags.quick ? std::min<std::int64_t>(500, Tunables::get(Tunable::TuneBudgetMs))
+                                                  : Tunables::get(Tunable::TuneBudgetMs);
+  std::vector<TaggedEvent> events;
+  json jit_stats = json::array(), paths = json::array();
+  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
+    // O2 tunes with an AutoTuner on a fresh database (per variant): the warm-up includes tuning.
+    const std::string tuning_db = tmp_dir + "/" + variant + "/tuning.jsonl";
+    std::vector<Instance> instances;
+    for (int level = 0; level <= 2; ++level) {
+      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, tuning_db, tune_budget_ms));
+      instances.push_back(std::move(instance));
+    }
+    const Function& fn = instances[0].module->functions[static_cast<std::size_t>(instances[0].function)];
+    std::vector<WarmUp> warm;
+    for (Instance& instance : instances) {
+      SVM_ASSIGN_OR_RETURN(WarmUp w, warmUp(instance, weights, batch, seqs, stream));
+      warm.push_back(w);
+    }
+    for (std::size_t l = 1; l < instances.size(); ++l) {
+      SVM_RETURN_IF_ERROR(checkAgainst(instances[0], instances[l], weights, batch, seqs, fmt::format("at O{}", l)));
+    }
+    if (warm[2].untuned > 0) {
+      fmt::print("workload {:<9} O2: {} fused ranges still untuned after {} extra warm-up passes\n", variant, warm[2].untuned,
+                 warm[2].extra_passes);
+    }
+    // Timing: rounds interleave the levels (and an FMA-peak measurement); each round runs every
+    // seq `per_round` times, then the stream once.
+    struct Acc {
+      std::vector<double> ms;
+      std::uint64_t runs = 0, allocs = 0, system_allocs = 0, compiled = 0, calls = 0;
+    };
+    std::map<std::pair<int, std::int64_t>, Acc> acc;  // (level, seq or -1 = stream)
+    std::map<std::int64_t, std::vector<Value>> args_by_seq;
+    for (std::int64_t seq : seqs) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 2000 + static_cast<std::uint64_t>(seq));
+    for (std::int64_t seq : stream) {
+      if (!args_by_seq.count(seq)) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 3000 + static_cast<std::uint64_t>(seq));
+    }
+    for (int round = 0; round < rounds; ++round) {
+      meter->measure();
+      for (Instance& instance : instances) {
+        auto timed = [&](std::int64_t seq, std::int64_t key) -> Status {
+          const ExecStats before = instance.vm->stats();
+          const Clock::time_point start = Clock::now();
+          auto ran = instance.vm->run(instance.function, args_by_seq[seq]);
+          const double ms = msSince(start);
+          if (!ran) return ran.status();
+          const ExecStats& after = instance.vm->stats();
+          Acc& a = acc[{instance.level, key}];
+          a.ms.push_back(key < 0 ? ms / static_cast<double>(batch * seq) * 1e3 : ms);  // stream: us per token
+          ++a.runs;
+          a.allocs += after.alloc_requests - before.alloc_requests;
+          a.system_allocs += after.system_allocations - before.system_allocations;
+          a.compiled += after.compiled_calls - before.compiled_calls;
+          a.calls += after.op_calls - before.op_calls;
+          return Status::ok();
+        };
+        for (std::int64_t seq : seqs) {
+          for (int k = 0; k < per_round; ++k) SVM_RETURN_IF_ERROR(timed(seq, seq));
+        }
+        for (std::int64_t seq : stream) SVM_RETURN_IF_ERROR(timed(seq, -1));
+      }
+    }
+    const double peak = meter->best();
+    double stream_flops = 0, stream_tokens = 0;
+    for (std::int64_t seq : stream) {
+      stream_flops += workloadFlops(variant, batch, seq);
+      stream_tokens += static_cast<double>(batch * seq);
+    }
+    std::map<std::pair<int, std::int64_t>, double> medians;
+    for (auto& [key, a] : acc) medians[key] = summarizeLatency(a.ms).median;
+    for (auto& [key, a] : acc) {
+      LatencySummary s = summarizeLatency(a.ms);
+      const double runs = static_cast<double>(a.runs);
+      json row = {{"variant", variant}, {"level", fmt::format("O{}", key.first)}, {"batch", batch},
+                  {"runs", a.runs}, {"allocs_per_run", static_cast<double>(a.allocs) / runs},
+                  {"system_allocs_per_run", static_cast<double>(a.system_allocs) / runs},
+                  {"compiled_calls_per_run", static_cast<double>(a.compiled) / runs},
+                  {"interpreted_calls_per_run", static_cast<double>(a.calls - a.compiled) / runs},
+                  {"peak_gflops", peak}};
+      // The compute floor: matmul FLOPs / the FMA peak measured in the same rounds.
+      double floor = 0;
+      if (key.second < 0) {
+        row["seq"] = "stream";
+        row["median_us_per_token"] = s.median;
+        row["min_us_per_token"] = s.low;
+        row["max_us_per_token"] = s.high;
+        row["gflop_per_token"] = stream_flops / stream_tokens / 1e9;
+        floor = stream_flops / stream_tokens / (peak * 1e3);  // us per token, averaged over the stream
+        row["floor_us_per_token"] = floor;
+      } else {
+        row["seq"] = key.second;
+        row["median_ms"] = s.median;
+        row["min_ms"] = s.low;
+        row["max_ms"] = s.high;
+        row["p99_ms"] = s.p99;
+        row["median_us_per_token"] = s.median * 1e3 / static_cast<double>(batch * key.second);
+        row["gflop_per_call"] = workloadFlops(variant, batch, key.second) / 1e9;
+        floor = workloadFlops(variant, batch, key.second) / (peak * 1e6);  // ms
+        row["floor_ms"] = floor;
+      }
+      if (peak > 0) {
+        row["vs_floor"] = s.median / floor;
+        row["gflops"] = (key.second < 0 ? stream_flops / stream_tokens / (s.median * 1e3)
+                                         : workloadFlops(variant, batch, key.second) / (s.median * 1e6));
+      }
+      if (medians.count({0, key.second}) && s.median > 0) row["speedup_vs_o0"] = medians[{0, key.second}] / s.median;
+      out.push_back(row);
+      fmt::print("workload {:<9} O{} seq {:>6}: median {:.3f} {} (min {:.3f}, max {:.3f}) = {:.2f}x the floor, {:.2f}x O0; "
+                 "{:.1f} allocs/run, {:.0f}/{:.0f} compiled/interpreted calls/run\n",
+                 variant, key.first, key.second < 0 ? std::string("stream") : std::to_string(key.second), s.median,
+                 key.second < 0 ? "us/token" : "ms", s.low, s.high, s.median / floor,
+                 row.value("speedup_vs_o0", 0.0), static_cast<double>(a.allocs) / runs,
+                 static_cast<double>(a.compiled) / runs, static_cast<double>(a.calls - a.compiled) / runs);
+    }
+    fmt::print("workload {:<9}: FMA peak {:.1f} GFLOP/s (best of the rounds); the floor counts matmul FLOPs only\n", variant, peak);
+
+    // Compile events of O1 and of the cold O2 instance (its tuning timed every candidate).
+    for (int level = 1; level <= 2; ++level) {
+      const jit::JitStats stats = instances[static_cast<std::size_t>(level)].jit->stats();
+      jit_stats.push_back(jitStatsJson(variant, level == 2 ? "cold" : "", level, stats, warm[static_cast<std::size_t>(level)]));
+      if (level == 2) jit_stats.back()["tune_budget_ms"] = tune_budget_ms;
+      for (const jit::CompileEvent& e : stats.events) events.push_back({variant, eventCategory(level, e, false), e});
+    }
+    // Tuning-cache hits: a second O2 VM + Jit with a NEW AutoTuner reading the database the first
+    // one wrote, warmed up on the same shapes; its re-tunes should all come from the database.
+    SVM_ASSIGN_OR_RETURN(Instance cached, makeInstance(flags, variant, 2, tuning_db, tune_budget_ms));
+    SVM_ASSIGN_OR_RETURN(WarmUp cached_warm, warmUp(cached, weights, batch, seqs, stream));
+    SVM_RETURN_IF_ERROR(checkAgainst(instances[0], cached, weights, batch, seqs, "at O2 (tuning-database instance)"));
+    const jit::JitStats cached_stats = cached.jit->stats();
+    jit_stats.push_back(jitStatsJson(variant, "database", 2, cached_stats, cached_warm));
+    jit_stats.back()["tune_budget_ms"] = tune_budget_ms;
+    for (const jit::CompileEvent& e : cached_stats.events) events.push_back({variant, eventCategory(2, e, true), e});
+    const jit::JitStats cold_stats = instances[2].jit->stats();
+    fmt::print("workload {:<9} O2 tuning: cold {:.0f} ms ({} kernels timed, {} database hits, warm-up {:.1f} s); "
+               "second AutoTuner on its database: {:.1f} ms ({} timed, {} hits, warm-up {:.1f} s)\n",
+               variant, cold_stats.tuning_ms, cold_stats.tuned_kernels, cold_stats.tuning_cache_hits, warm[2].ms / 1000.0,
+               cached_stats.tuning_ms, cached_stats.tuned_kernels, cached_stats.tuning_cache_hits, cached_warm.ms / 1000.0);
+    // Per hot path (fused range): its untuned install, the cold re-tune and the database-hit re-tune.
+    std::map<std::string, json> by_path;
+    std::vector<std::string> order;
+    auto path_of = [](const std::string& signature) {
+      const std::size_t cut = signature.find(" (tuned)");
+      return cut == std::string::npos ? signature : signature.substr(0, cut);
+    };
+    auto note = [&](const jit::CompileEvent& e, const char* prefix) {
+      const std::string path = path_of(e.signature);
+      if (path.rfind("Region@", 0) != 0) return;
+      if (!by_path.count(path)) {
+        by_path[path] = {{"variant", variant}, {"path", path}};
+        order.push_back(path);
+      }
+      json& row = by_path[path];
+      const bool tuned = e.signature != path;
+      const std::string key = std::string(prefix) + (tuned ? "retune" : "install");
+      if (row.contains(key + "_total_ms")) {  // a widened range compiles again: count, keep the first
+        row[key + "_count"] = row.value(key + "_count", 1) + 1;
+        return;
+      }
+      row[key + "_total_ms"] = e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms + e.tuning_ms;
+      row[key + "_tuning_ms"] = e.tuning_ms;
+      row[key + "_codegen_ms"] = e.codegen_ms;
+      row[key + "_cache_hit"] = e.tuning_cache_hit;
+      row[key + "_count"] = 1;
+    };
+    for (const jit::CompileEvent& e : cold_stats.events) note(e, "cold_");
+    for (const jit::CompileEvent& e : cached_stats.events) note(e, "db_");
+    for (const std::string& path : order) paths.push_back(by_path[path]);
+  }
+  // Compile latency per hot path and category, over both variants: median and p90 of each part.
+  const std::vector<std::string> known_order = {
+      "O1 op kernel", "O2 fused region, untuned install", "O2 fused region re-tune, cold (timed)",
+      "O2 fused region re-tune, tuning-database hit", "O2 fused region re-tune, database miss (timed)", "O2 op kernel",
+      "O2 op kernel, tuned by timing", "O2 op kernel, tuning-database hit"};
+  std::vector<std::string> categories;
+  for (const std::string& category : known_order) {
+    if (std::any_of(events.begin(), events.end(), [&](const TaggedEvent& t) { return t.category == category; })) {
+      categories.push_back(category);
+    }
+  }
+  json latency = json::array();
+  auto pct = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+  };
+  for (const std::string& category : categories) {
+    std::vector<double> total, infer, codegen, tuning, validate;
+    for (const TaggedEvent& t : events) {
+      if (t.category != category) continue;
+      const jit::CompileEvent& e = t.event;
+      total.push_back(e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms + e.tuning_ms);
+      infer.push_back(e.shape_infer_ms);
+      codegen.push_back(e.codegen_ms);
+      tuning.push_back(e.tuning_ms);
+      validate.push_back(e.validate_patch_ms);
+    }
+    json row = {{"category", category}, {"level", category.substr(0, 2)}, {"count", total.size()},
+                {"region", category.find("region") != std::string::npos}};
+    for (auto& [name, v] : std::vector<std::pair<std::string, std::vector<double>*>>{
+             {"total", &total}, {"shape_infer", &infer}, {"codegen", &codegen}, {"tuning", &tuning}, {"validate_patch", &validate}}) {
+      row[name + "_median_ms"] = pct(*v, 0.5);
+      row[name + "_p90_ms"] = pct(*v, 0.9);
+    }
+    latency.push_back(row);
+    fmt::print("compile {:<48} n={:<3} median {:8.1f} ms, p90 {:8.1f}; shape inference {:.2f}, codegen {:.1f}, tuning {:.1f}, "
+               "validation+patch {:.1f} ms (medians){}\n",
+               category, total.size(), row["total_median_ms"].get<double>(), row["total_p90_ms"].get<double>(),
+               row["shape_infer_median_ms"].get<double>(), row["codegen_median_ms"].get<double>(),
+               row["tuning_median_ms"].get<double>(), row["validate_patch_median_ms"].get<double>(),
+               row["region"].get<bool>() ? " [region: shape inference = its plan]" : "");
+  }
+  extra = {{"compile_latency", latency}, {"compile_paths", paths}, {"workload_jit", jit_stats}};
+  // The O1 summary in its earlier form (end to end per kernel; means of the split).
+  std::vector<double> compile_ms;
+  double infer = 0, codegen = 0, validate = 0;
+  for (const TaggedEvent& t : events) {
+    if (t.category != "O1 op kernel") continue;
+    compile_ms.push_back(t.event.shape_infer_ms + t.event.codegen_ms + t.event.validate_patch_ms + t.event.tuning_ms);
+    infer += t.event.shape_infer_ms;
+    codegen += t.event.codegen_ms;
+    validate += t.event.validate_patch_ms;
+  }
+  if (!compile_ms.empty()) {
+    const double n = static_cast<double>(compile_ms.size());
+    compile_out = {{"level", "O1"}, {"count", compile_ms.size()}, {"median_ms", pct(compile_ms, 0.5)}, {"p90_ms", pct(compile_ms, 0.9)},
+                   {"shape_infer_ms", infer / n}, {"codegen_ms", codegen / n}, {"validate_patch_ms", validate / n}};
+  }
+  return Status::ok();
+}
+
+// ---- cold costs: first call, first call after a new shape, latency while compiles are in flight ----
+
+Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline) {
+  for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
+    const Clock::time_point t0 = Clock::now();
+    SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, 1));
+    const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+    std::vector<double> during, steady;
+    double first = 0;
+    const std::int64_t cycle[] = {10, 20, 30};
+    const int runs = flags.quick ? 40 : 120;
+    for (int i = 0; i < runs; ++i) {
+      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
+      const Clock::time_point start = Clock::now();
+      if (auto ran = instance.vm->run(instance.function, args); !ran) return ran.status();
+      const double ms = msSince(start);
+      if (i == 0) first = ms;
+      const jit::JitStats stats = instance.jit->stats();
+      const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
+      if (compiling) during.push_back(ms);
+      if (variant == "lstm_cell" && timeline.size() < 400) {
+        timeline.push_back({{"thread", "interpreter"}, {"name", fmt::format("run seq={}", cycle[i % 3])},
+                            {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()}, {"dur_ms", ms}});
+      }
+    }
+    instance.jit->waitIdle();
+    for (int i = 0; i < 30; ++i) {
+      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
+      const Clock::time_point start = Clock::now();
+      if (auto ran = instance.vm->run(instance.function, args); !ran) return ran.status();
+      if (cycle[i % 3] == 20) steady.push_back(msSince(start));
+    }
+    // A shape never seen: interpreted (guard miss) at first.
+    auto fresh = workloadArgs(fn, weights, 32, 77, 12);
+    const Clock::time_point start = Clock::now();
+    if (auto ran = instance.vm->run(instance.function, fresh); !ran) return ran.status();
+    const double after_new_shape = msSince(start);
+    if (variant == "lstm_cell") {
+      for (const jit::CompileEvent& e : instance.jit->stats().events) {
+        timeline.push_back({{"thread", "compile"}, {"name", e.signature}, {"start_ms", e.start_ms},
+                            {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
+      }
+    }
+    LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
+    out.push_back({{"variant", variant}, {"level", "O1"}, {"first_call_ms", first}, {"first_after_new_shape_ms", after_new_shape},
+                   {"p50_during_compile_ms", d.median}, {"p99_during_compile_ms", d.p99}, {"runs_during_compile", during.size()},
+                   {"p50_steady_ms", s.median}});
+    fmt::print("cold {:<9} O1: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 {:.2f} ms ({} runs), steady p50 {:.2f} ms (seq 20)\n",
+               variant, first, after_new_shape, d.median, d.p99, during.size(), s.median);
+  }
+  return Status::ok();
+}
+
+// ---- matmul ----
 // oneDNN's matmul primitive (C API) for a row-major C[m, n] = A[m, k] @ B[k, n] on given buffers.
 // Created for the thread count OpenMP has when it is built.
 class OnednnMatmul {
@@ -473,35 +763,15 @@ Expected<TunedMatmul> tuneMatmul(jit::JitEngine& engine, const jit::KernelFamily
   return best;
 }
 
-Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
-  // Peak: FMA throughput of this core, measured with a JIT-built loop.
-  // Peak: the best of several independent-chain counts (enough chains to cover FMA latency x
-  // pipes), measured in every round right beside the matmuls, since this machine's clock drifts.
-  const unsigned lanes = engine.hasAvx512() ? 16 : 8;
-  struct PeakKernel {
-    int chains;
-    jit::KernelHandle handle;
-  };
-  std::vector<PeakKernel> peak_kernels;
-  for (int chains : {8, 12, 16, 24}) {
-    SVM_ASSIGN_OR_RETURN(jit::KernelHandle handle, engine.compile("svm_bench_fma_peak", [&](llvm::Module& m) {
-      return emitFmaPeak(m, "svm_bench_fma_peak", lanes, chains);
-    }));
-    peak_kernels.push_back(PeakKernel{chains, handle});
-  }
-  auto measurePeak = [&] {
-    double best = 0;
-    for (const PeakKernel& kernel : peak_kernels) {
-      alignas(64) float sink[16] = {};
-      jit::KernelArgs args{};
-      args.data[0] = sink;
-      args.scalars[0] = 2'000'000;
-      auto fn = reinterpret_cast<jit::GeneratedKernelFn>(kernel.handle.address);
-      const double ms = medianMs(3, [&] { fn(&args); });
-      best = std::max(best, 2.0 * lanes * kernel.chains * static_cast<double>(args.scalars[0]) / (ms * 1e6));
-    }
-    return best;
-  };
+Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::string& tmp_dir, json& out) {
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<PeakMeter> meter, PeakMeter::create(engine));
+  // Tuning quality: the AutoTuner as O2 runs it (its default budget, TuneBudgetMs; repeats and
+  // sample length from the tunables) on the same spec, with one fresh database for the suite, so
+  // its predictor may order candidates by the earlier shapes' winners as it would in use.
+  tune::AutoTunerOptions auto_options;
+  auto_options.database_path = tmp_dir + "/matmul/tuning.jsonl";
+  tune::AutoTuner auto_tuner(auto_options);
+  const unsigned lanes = meter->lanes();
   double overall_peak = 0;
 
   struct MatmulShape {
@@ -554,19 +824,31 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
     SVM_ASSIGN_OR_RETURN(TunedMatmul tuned,
                          tuneMatmul(engine, *family, spec, inputs, want, std::max(3, repeats / 4)));
     auto runBest = [&] { (void)jit::invokeCompiled(*tuned.kernel, inputs, best_out); };
-    std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms;
+    SVM_ASSIGN_OR_RETURN(jit::TuneOutcome auto_outcome, auto_tuner.tune(engine, *family, spec, inputs));
+    jit::KernelSpec auto_spec = spec;
+    auto_spec.params = auto_outcome.params;
+    SVM_ASSIGN_OR_RETURN(auto auto_kernel, jit::compileKernel(engine, *family, auto_spec));
+    std::vector<Value> auto_out(1);
+    auto runAuto = [&] { (void)jit::invokeCompiled(*auto_kernel, inputs, auto_out); };
+    runAuto();
+    if (!(relL2(auto_out[0].tensor(), want) <= 1e-5)) {
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the AutoTuner's choice {} gives wrong results", s.m, s.k, s.n,
+                       auto_outcome.params.toString());
+    }
+    std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms, auto_ms;
     double peak = 0;
     const bool time_reference = flop <= 1e9;  // the reference kernel takes seconds beyond this
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {  // interleaved rounds
-      peak = std::max(peak, measurePeak());
+      peak = std::max(peak, meter->measure());
       jit_ms.push_back(medianMs(repeats, runJit));
       best_ms.push_back(medianMs(repeats, runBest));
+      auto_ms.push_back(medianMs(repeats, runAuto));
       sgemm_ms.push_back(medianMs(repeats, runSgemm));
       prim_ms.push_back(medianMs(repeats, runPrimitive));
       if (time_reference) ref_ms.push_back(medianMs(std::min(repeats, 5), runReference));
     }
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
-    const double jit_g = gflops(jit_ms), best_g = gflops(best_ms), sgemm_g = gflops(sgemm_ms),
+    const double jit_g = gflops(jit_ms), best_g = gflops(best_ms), auto_g = gflops(auto_ms), sgemm_g = gflops(sgemm_ms),
                  prim_g = gflops(prim_ms), ref_g = time_reference ? gflops(ref_ms) : 0.0;
     const double dnnl_g = std::max(sgemm_g, prim_g);
     // The clock drifts and other processes share the core: % of peak uses the best peak seen so far.
@@ -600,7 +882,14 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
                    {"jit_best_params", best_params}, {"candidates", tuned.candidates}, {"tune_s", tuned.tune_s},
                    {"reference_gflops", ref_g}, {"onednn_gflops", dnnl_g}, {"onednn_sgemm_gflops", sgemm_g},
                    {"onednn_matmul_gflops", prim_g}, {"peak_gflops", peak}, {"jit_2t_gflops", jit2_g},
-                   {"onednn_matmul_2t_gflops", prim2_g}, {"jit_level", "O1"}});
+                   {"onednn_matmul_2t_gflops", prim2_g}, {"jit_level", "O1"},
+                   {"auto_gflops", auto_g}, {"auto_params", auto_outcome.params.toString()},
+                   {"auto_tuning_ms", auto_outcome.tuning_ms}, {"auto_timed", auto_outcome.timed},
+                   {"auto_failed", auto_outcome.failed}, {"auto_candidates", auto_outcome.candidates},
+                   {"auto_from_database", auto_outcome.from_database},
+                   {"auto_budget_ms", Tunables::get(Tunable::TuneBudgetMs)},
+                   {"auto_vs_best", auto_g / best_g}, {"auto_vs_default", auto_g / jit_g},
+                   {"auto_own_speedup", auto_outcome.best_us > 0 ? auto_outcome.default_us / auto_outcome.best_us : 0.0}});
     fmt::print("matmul {:>4}x{:>4}x{:>4}: JIT default {:6.1f} ({:3.0f}%, {:.2f}x)  best {:6.1f} ({:3.0f}%, {:.2f}x) [{}]\n",
                s.m, s.k, s.n, jit_g, 100.0 * jit_g / peak, jit_g / dnnl_g, best_g, 100.0 * best_g / peak,
                best_g / dnnl_g, best_params);
@@ -609,12 +898,16 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
                sgemm_g, prim_g, ref_g, peak, tuned.candidates, tuned.tune_s);
     fmt::print("                    2 threads: JIT {:6.1f}, oneDNN matmul {:6.1f} ({:.2f}x)\n", jit2_g, prim2_g,
                jit2_g / prim2_g);
+    fmt::print("                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "
+               "exhaustive best, {:.2f}x the default [{}]\n",
+               Tunables::get(Tunable::TuneBudgetMs), auto_outcome.timed, auto_outcome.candidates, auto_outcome.tuning_ms,
+               auto_g, auto_g / best_g, auto_g / jit_g, auto_outcome.params.toString());
     (void)engine.remove(kernel->handle);
     (void)engine.remove(tuned.kernel->handle);
+    (void)engine.remove(auto_kernel->handle);
     overall_peak = std::max(overall_peak, peak);
   }
   fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes, overall_peak);
-  for (const PeakKernel& kernel : peak_kernels) (void)engine.remove(kernel.handle);
   return Status::ok();
 }
 
@@ -798,17 +1091,39 @@ int benchCommand(const BenchFlags& flags_in) {
     return false;
   };
   json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
-       matmul = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array();
+       matmul = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array(),
+       workload_extra = json::object();
+  // Tuning databases of this run (the O2 workload instances and the matmul tuning-quality check):
+  // fresh, so every run pays (and reports) its tuning; removed at the end.
+  std::string tmp_dir;
+  {
+    std::string pattern = (std::filesystem::temp_directory_path() / "shapevm-bench-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      fmt::print(stderr, "shapevm: error: cannot create a temporary directory {}\n", pattern);
+      return 1;
+    }
+    tmp_dir = pattern;
+  }
+  struct RemoveTmp {
+    std::string dir;
+    ~RemoveTmp() {
+      std::error_code error;
+      std::filesystem::remove_all(dir, error);
+    }
+  } remove_tmp{tmp_dir};
   bool ok = true;
   if (wants("overhead")) ok = check(overheadSuite(flags, overhead), "overhead") && ok;
-  if (wants("matmul")) ok = check(matmulSuite(flags, **engine, matmul), "matmul") && ok;
+  if (wants("matmul")) ok = check(matmulSuite(flags, **engine, tmp_dir, matmul), "matmul") && ok;
   if (wants("elementwise")) ok = check(elementwiseSuite(flags, **engine, elementwise), "elementwise") && ok;
-  if (wants("workload")) ok = check(workloadSuite(flags, weights, workload, compile), "workload") && ok;
+  if (wants("workload")) ok = check(workloadSuite(flags, **engine, weights, tmp_dir, workload, compile, workload_extra), "workload") && ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
   result["workload"] = workload;
   result["stream"] = benchStream(flags.quick);
   result["compile"] = compile;
+  for (const char* key : {"compile_latency", "compile_paths", "workload_jit"}) {
+    result[key] = workload_extra.contains(key) ? workload_extra[key] : json::array();
+  }
   result["cold"] = cold;
   result["timeline"] = timeline;
   result["matmul"] = matmul;

@@ -54,7 +54,9 @@ std::vector<FusionRange> fusionRanges(const Function& function, const Region& re
     const Instruction& in = function.code[static_cast<std::size_t>(pc)];
     if (in.op == Opcode::CallOp) {
       const OpSite& site = function.op_sites[static_cast<std::size_t>(in.a)];
-      if (rangeOp(site)) {
+      // Only this region's own sites (an inner loop's body is that loop's region).
+      const bool own = std::find(region.sites.begin(), region.sites.end(), in.a) != region.sites.end();
+      if (own && rangeOp(site)) {
         if (current.sites.empty()) current.start_pc = pc;
         current.sites.push_back(in.a);
         current.pcs.push_back(pc);
@@ -332,7 +334,13 @@ class Eval {
         inputs.push_back(input);
       }
       takeBuffers(step, outs, pooled);
-      SVM_RETURN_IF_ERROR(runOp(op, inputs, outs));
+      // The op's own compiled kernel (O1-style) when its guard admits the inputs, else the
+      // reference kernel: an unfusable op is never slower inside a region than outside.
+      if (step.kernel && step.guard.passes(inputs)) {
+        SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
+      } else {
+        SVM_RETURN_IF_ERROR(runOp(op, inputs, outs));
+      }
     } else {
       Shape iteration;
       if (step.kind == Step::Kind::Fused) {
@@ -927,7 +935,20 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   // Kernels, step by step, on the reference run's values (which also give the leaves' layouts).
   for (std::size_t k = 0; k < p.steps.size(); ++k) {
     Step& step = p.steps[k];
-    if (step.kind == Step::Kind::Opaque) continue;
+    if (step.kind == Step::Kind::Opaque) {
+      // An unfusable op with a kernel family (reductions, softmax, where, cast ...) gets its own
+      // kernel as at O1; without one (or when it cannot be compiled) it runs the reference kernel.
+      const ROp& op = p.ops[static_cast<std::size_t>(step.op)];
+      const KernelFamily* family = familyFor(op.op);
+      if (family == nullptr) continue;
+      auto inferred = inferSpec(op.op, *op.attrs, records[static_cast<std::size_t>(step.op)], compiles);
+      if (!inferred || !family->supports(inferred->spec).isOk()) continue;
+      auto kernel = compileKernel(engine, *family, inferred->spec);
+      if (!kernel) continue;
+      step.guard = guardFor(inferred->spec);
+      step.kernel = std::move(*kernel);
+      continue;
+    }
     std::vector<Value> leaves;
     if (step.kind == Step::Kind::Fused) {
       const Shape iteration = p.values[static_cast<std::size_t>(step.outputs[0])].shape;
