@@ -177,13 +177,8 @@ class Eval {
   bool hasReal(int v) const { return !real_[static_cast<std::size_t>(v)].isNone(); }
   const Value& realValue(int v) const { return real_[static_cast<std::size_t>(v)]; }
 
-  // The value as a real tensor: given, produced by a step already run, or a view of one.
-  Expected<const Value*> real(int v) {
-    if (hasReal(v)) return &real_[static_cast<std::size_t>(v)];
-    const RValue& value = plan_.values[static_cast<std::size_t>(v)];
-    if (value.op < 0) return makeError(ErrorCode::Internal, "region external {} missing", v);
-    const ROp& op = plan_.ops[static_cast<std::size_t>(value.op)];
-    if (op.cls != OpClass::View) return makeError(ErrorCode::Internal, "region value {} used before its step", v);
+  // The op's inputs as real values (nullptr for an omitted input).
+  Expected<std::vector<const Value*>> realInputs(const ROp& op) {
     std::vector<const Value*> inputs;
     for (int in : op.in) {
       if (in < 0) {
@@ -193,6 +188,17 @@ class Eval {
       SVM_ASSIGN_OR_RETURN(const Value* input, real(in));
       inputs.push_back(input);
     }
+    return inputs;
+  }
+
+  // The value as a real tensor: given, produced by a step already run, or a view of one.
+  Expected<const Value*> real(int v) {
+    if (hasReal(v)) return &real_[static_cast<std::size_t>(v)];
+    const RValue& value = plan_.values[static_cast<std::size_t>(v)];
+    if (value.op < 0) return makeError(ErrorCode::Internal, "region external {} missing", v);
+    const ROp& op = plan_.ops[static_cast<std::size_t>(value.op)];
+    if (op.cls != OpClass::View) return makeError(ErrorCode::Internal, "region value {} used before its step", v);
+    SVM_ASSIGN_OR_RETURN(std::vector<const Value*> inputs, realInputs(op));
     std::vector<Value> outputs(op.out.size());
     SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
     for (std::size_t o = 0; o < op.out.size(); ++o) real_[static_cast<std::size_t>(op.out[o])] = std::move(outputs[o]);
@@ -324,15 +330,7 @@ class Eval {
     std::vector<Value> outs(step.outputs.size());
     if (step.kind == Step::Kind::Opaque) {
       const ROp& op = plan_.ops[static_cast<std::size_t>(step.op)];
-      std::vector<const Value*> inputs;
-      for (int in : op.in) {
-        if (in < 0) {
-          inputs.push_back(nullptr);
-          continue;
-        }
-        SVM_ASSIGN_OR_RETURN(const Value* input, real(in));
-        inputs.push_back(input);
-      }
+      SVM_ASSIGN_OR_RETURN(std::vector<const Value*> inputs, realInputs(op));
       takeBuffers(step, outs, pooled);
       // The op's own compiled kernel (O1-style) when its guard admits the inputs, else the
       // reference kernel: an unfusable op is never slower inside a region than outside.

@@ -443,3 +443,11 @@ def dis_matches(text, pattern):
     if len(pattern) > 1 and pattern.startswith("/") and pattern.endswith("/"):
         return len(re.findall(pattern[1:-1], text, flags=re.M))
     return text.count(pattern)
+
+
+def runnable_corpus(corpus):
+    """The corpus programs that compile and run cleanly (the JIT level tests run these at O1/O2 vs O0)."""
+    def runnable(path):
+        spec = parse_header(path)
+        return spec.runnable and not spec.xfail and not spec.runtime_errors and not spec.compile_errors
+    return [p for p in sorted(corpus.glob("*.py")) if runnable(p)]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from frontend_harness import compare, entry_params, find_entry, make_case, parse_header, run_shapevm
+from frontend_harness import compare, entry_params, find_entry, make_case, parse_header, run_shapevm, runnable_corpus
 from test_reference_workload import lstm_flat, lstm_loop, make_inputs, rel_l2
 
 EXAMPLES = ROOT / "examples"
@@ -39,12 +39,7 @@ def _tuning_cache(monkeypatch, tmp_path_factory):
         monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fusion-cache"))
 
 
-def _runnable(path):
-    spec = parse_header(path)
-    return spec.runnable and not spec.xfail and not spec.runtime_errors and not spec.compile_errors
-
-
-CORPUS_PROGRAMS = [p for p in sorted(CORPUS.glob("*.py")) if _runnable(p)]
+CORPUS_PROGRAMS = runnable_corpus(CORPUS)
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in CORPUS_PROGRAMS])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from frontend_harness import compare, entry_params, find_entry, make_case, parse_header, run_shapevm
+from frontend_harness import compare, entry_params, find_entry, make_case, parse_header, run_shapevm, runnable_corpus
 from test_reference_workload import lstm_flat, lstm_loop, make_inputs, rel_l2
 
 EXAMPLES = ROOT / "examples"
@@ -83,12 +83,7 @@ def test_o1_workload_matches_numpy_on_every_seq(run_cli, tmp_path):
                     assert rel_l2(got[f"out{i}"], expected) <= 1e-5, (program, seq, i)
 
 
-def _runnable(path):
-    spec = parse_header(path)
-    return spec.runnable and not spec.xfail and not spec.runtime_errors and not spec.compile_errors
-
-
-CORPUS_PROGRAMS = [p for p in sorted(CORPUS.glob("*.py")) if _runnable(p)]
+CORPUS_PROGRAMS = runnable_corpus(CORPUS)
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in CORPUS_PROGRAMS])
