@@ -136,11 +136,6 @@ std::size_t RuntimePatchManager::entries(int function, int site) const {
   return it == sites_.end() || !it->second.table ? 0 : it->second.table->entries.size() - it->second.regions.size();
 }
 
-std::size_t RuntimePatchManager::regionEntries(int function, int site) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sites_.find({function, site});
-  return it == sites_.end() ? 0 : it->second.regions.size();
-}
 
 std::size_t RuntimePatchManager::retiredPending() const {
   std::lock_guard<std::mutex> lock(mutex_);

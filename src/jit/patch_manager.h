@@ -42,8 +42,7 @@ class RuntimePatchManager {
   // Unpublishes all tables of every site (used before detaching). Kernels are retired normally.
   void uninstallAll();
 
-  std::size_t entries(int function, int site) const;        // the op's own entries
-  std::size_t regionEntries(int function, int site) const;  // fused regions installed there
+  std::size_t entries(int function, int site) const;  // the op's own entries (fused regions not counted)
   std::size_t retiredPending() const;
   // The guards of the site's current entries (for guard-miss explanations).
   std::vector<Guard> guards(int function, int site) const;

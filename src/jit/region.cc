@@ -760,8 +760,7 @@ bool CompiledRegion::run(std::span<Value> registers) const {
     const RValue& value = p.values[static_cast<std::size_t>(v)];
     const Value& reg = registers[static_cast<std::size_t>(value.reg)];
     if (!reg.isTensor() || reg.tensor().dtype() != value.dtype || reg.tensor().rank() != value.shape.rank()) {
-      declines_.fetch_add(1, std::memory_order_relaxed);
-      if (decline_counter) decline_counter->fetch_add(1, std::memory_order_relaxed);
+      decline_counter->fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     eval.setReal(v, reg);
@@ -789,13 +788,11 @@ bool CompiledRegion::run(std::span<Value> registers) const {
   }
   if (pooled) busy_.store(false, std::memory_order_release);
   if (!ok) {
-    declines_.fetch_add(1, std::memory_order_relaxed);
-    if (decline_counter) decline_counter->fetch_add(1, std::memory_order_relaxed);
+    decline_counter->fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   for (std::size_t i = 0; i < results.size(); ++i) registers[static_cast<std::size_t>(p.writeback[i].first)] = std::move(results[i]);
-  runs_.fetch_add(1, std::memory_order_relaxed);
-  if (run_counter) run_counter->fetch_add(1, std::memory_order_relaxed);
+  run_counter->fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -54,8 +54,6 @@ class CompiledRegion {
   ~CompiledRegion();
   std::string describe() const;               // "matmul+add, matmul+add+add, fused(...)"
   std::vector<KernelHandle*> handles();       // every kernel's code (for the patch manager)
-  std::uint64_t declines() const { return declines_.load(std::memory_order_relaxed); }
-  std::uint64_t runs() const { return runs_.load(std::memory_order_relaxed); }
   int kernels() const;
   int fusedOps() const;                       // CallOps folded into fused kernels and epilogues
 
@@ -64,12 +62,12 @@ class CompiledRegion {
 
   std::unique_ptr<RegionPlan> plan;
   FusionRange range;
-  std::shared_ptr<std::atomic<std::uint64_t>> decline_counter;  // optional: also counts declines (the Jit's view)
-  std::shared_ptr<std::atomic<std::uint64_t>> run_counter;      // optional: also counts executions served
+  // Executions declined / served; shared with whoever watches the region (the Jit passes its
+  // range's counters, which outlive a replaced region).
+  std::shared_ptr<std::atomic<std::uint64_t>> decline_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<std::atomic<std::uint64_t>> run_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
 
  private:
-  mutable std::atomic<std::uint64_t> declines_{0};
-  mutable std::atomic<std::uint64_t> runs_{0};
   mutable std::atomic<bool> busy_{false};     // buffer reuse only when not re-entered
 };
 
