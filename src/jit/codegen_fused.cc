@@ -6,6 +6,8 @@
 // vectorizer widens; -1 = any) is baked in and checked by the region runtime before each call.
 // Outputs are fresh contiguous buffers. The element math is codegen_math's, rounded to the
 // program dtype after every op, so float16/bfloat16 results match the reference op by op.
+#include <limits>
+
 #include <fmt/format.h>
 #include <llvm/IR/MDBuilder.h>
 
@@ -27,9 +29,57 @@ bool isFusableElementwise(OpId op) {
   }
 }
 
+namespace {
+
+std::string_view reduceName(FusedProgram::Reduce reduce) {
+  switch (reduce) {
+    case FusedProgram::Reduce::Sum: return "sum";
+    case FusedProgram::Reduce::Mean: return "mean";
+    case FusedProgram::Reduce::Max: return "max";
+    case FusedProgram::Reduce::Min: return "min";
+    case FusedProgram::Reduce::None: break;
+  }
+  return "";
+}
+
+// Unary nodes leave `b` unused (-1, which for a binary op would be leaf 0).
+bool isUnary(OpId op) {
+  switch (op) {
+    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Pow:
+    case OpId::Maximum: case OpId::Minimum:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::string nodeName(const FusedProgram::Node& node) {
+  if (node.constant) return "const";
+  return std::string(OpRegistry::global().schema(node.op).name);
+}
+
+}  // namespace
+
+Shape FusedProgram::outputShape(const Shape& iteration) const {
+  if (reduce == Reduce::None) return iteration;
+  Shape out;
+  for (int d = 0; d < iteration.rank(); ++d) {
+    if (d < iteration.rank() - reduce_axes) {
+      out.push_back(iteration[d]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
 std::string FusedProgram::describe() const {
   std::string ops;
-  for (const Node& node : nodes) ops += (ops.empty() ? "" : ",") + std::string(OpRegistry::global().schema(node.op).name);
+  for (const Node& node : nodes) ops += (ops.empty() ? "" : ",") + nodeName(node);
+  if (reduce != Reduce::None) {
+    return fmt::format("{}({}) over {} {} of {} leaves", reduceName(reduce), ops.empty() ? "leaf" : ops, reduce_axes,
+                       reduce_axes == 1 ? "axis" : "axes", numLeaves());
+  }
   return fmt::format("{} -> {} output{} over {} leaves", ops, outputs.size(), outputs.size() == 1 ? "" : "s", numLeaves());
 }
 
@@ -56,18 +106,112 @@ class FusedEmitter {
       b_.CreateRetVoid();
       return;
     }
-    for (int d = 0; d < p_.rank; ++d) dims_.push_back(args_.dim(out_slot_, d));
+    // Extents: static ones as constants; a known divisor as (n / k) * k with an exact division,
+    // so the vectorizer sees a multiple of k and needs no remainder loop. Reductions read them
+    // from the first leaf (its shape is the iteration shape), other programs from the output.
+    for (int d = 0; d < p_.rank; ++d) {
+      const std::size_t axis = static_cast<std::size_t>(d);
+      const std::int64_t fixed = axis < p_.static_dims.size() ? p_.static_dims[axis] : -1;
+      const std::int64_t divisor = axis < p_.divisors.size() ? p_.divisors[axis] : 1;
+      llvm::Value* extent = fixed >= 0 ? ir::constI64(b_, fixed) : args_.dim(reducing() ? 0 : out_slot_, d);
+      if (fixed < 0 && divisor > 1) {
+        llvm::Value* k = ir::constI64(b_, divisor);
+        extent = b_.CreateNUWMul(b_.CreateExactUDiv(extent, k), k);
+      }
+      dims_.push_back(extent);
+    }
     for (int k = 0; k < leaves; ++k) {
       std::vector<llvm::Value*> strides;
       for (int d = 0; d < p_.rank; ++d) strides.push_back(args_.stride(k, d));
       strides_.push_back(strides);
     }
     std::vector<llvm::Value*> offsets(static_cast<std::size_t>(leaves), ir::constI64(b_, 0));
-    emitAxis(0, offsets, ir::constI64(b_, 0));
+    if (reducing()) {
+      emitReduceAxis(0, offsets, ir::constI64(b_, 0));
+    } else {
+      emitAxis(0, offsets, ir::constI64(b_, 0));
+    }
     b_.CreateRetVoid();
   }
 
  private:
+  bool reducing() const { return p_.reduce != FusedProgram::Reduce::None; }
+  bool sums() const { return p_.reduce == FusedProgram::Reduce::Sum || p_.reduce == FusedProgram::Reduce::Mean; }
+
+  // Every leaf's offset moved `i` steps along axis d.
+  std::vector<llvm::Value*> advanced(const std::vector<llvm::Value*>& offsets, int d, llvm::Value* i) {
+    std::vector<llvm::Value*> inner(offsets.size());
+    for (std::size_t k = 0; k < offsets.size(); ++k) {
+      inner[k] = b_.CreateAdd(offsets[k], b_.CreateMul(i, strides_[k][static_cast<std::size_t>(d)]));
+    }
+    return inner;
+  }
+
+  // Reductions: loops over the kept axes [0, rank - reduce_axes) (the output is their dense
+  // row-major walk), then one accumulator per output element over the reduced axes.
+  void emitReduceAxis(int d, const std::vector<llvm::Value*>& offsets, llvm::Value* out_offset) {
+    const int kept = p_.rank - p_.reduce_axes;
+    if (d == kept) {
+      emitReduction(offsets, out_offset);
+      return;
+    }
+    ir::emitLoop(
+        b_, ir::constI64(b_, 0), dims_[static_cast<std::size_t>(d)], 1,
+        [&](llvm::Value* i) {
+          llvm::Value* span = ir::constI64(b_, 1);
+          for (int e = d + 1; e < kept; ++e) span = b_.CreateMul(span, dims_[static_cast<std::size_t>(e)]);
+          emitReduceAxis(d + 1, advanced(offsets, d, i), b_.CreateAdd(out_offset, b_.CreateMul(i, span)));
+        },
+        "k" + std::to_string(d), ir::LoopHints::asEmitted());
+  }
+
+  void emitReduction(const std::vector<llvm::Value*>& offsets, llvm::Value* out_offset) {
+    llvm::Type* acc_type = sums() ? b_.getDoubleTy() : b_.getFloatTy();
+    if (acc_ == nullptr) acc_ = ir::entryAlloca(b_, acc_type, "acc");
+    double init = 0.0;
+    if (p_.reduce == FusedProgram::Reduce::Max) init = -std::numeric_limits<double>::infinity();
+    if (p_.reduce == FusedProgram::Reduce::Min) init = std::numeric_limits<double>::infinity();
+    b_.CreateStore(llvm::ConstantFP::get(acc_type, init), acc_);
+    emitReducedAxis(p_.rank - p_.reduce_axes, offsets);
+    llvm::Value* total = b_.CreateLoad(acc_type, acc_);
+    if (p_.reduce == FusedProgram::Reduce::Mean) {
+      llvm::Value* count = ir::constI64(b_, 1);
+      for (int d = p_.rank - p_.reduce_axes; d < p_.rank; ++d) count = b_.CreateMul(count, dims_[static_cast<std::size_t>(d)]);
+      total = b_.CreateFDiv(total, b_.CreateSIToFP(count, b_.getDoubleTy()));
+    }
+    if (sums()) total = b_.CreateFPTrunc(total, b_.getFloatTy());
+    ir::storeCompute(b_, p_.out_dtype, total, ir::elementPtr(b_, p_.out_dtype, out_base_[0], out_offset));
+  }
+
+  // The reduced axes but the innermost loop over them (emitRow, which accumulates).
+  void emitReducedAxis(int d, const std::vector<llvm::Value*>& offsets) {
+    if (d == p_.rank - 1) {
+      emitRow(offsets, nullptr);
+      return;
+    }
+    ir::emitLoop(
+        b_, ir::constI64(b_, 0), dims_[static_cast<std::size_t>(d)], 1,
+        [&](llvm::Value* i) { emitReducedAxis(d + 1, advanced(offsets, d, i)); }, "r" + std::to_string(d),
+        ir::LoopHints::asEmitted());
+  }
+
+  // acc = acc (+ | max | min) value. Sums add in double with reassociation allowed, so the
+  // vectorizer keeps lanes of partial sums (the order differs from the reference's left fold by
+  // far less than validation's tolerance); max/min propagate NaN as the reference does.
+  void accumulate(llvm::Value* value) {
+    llvm::Type* acc_type = sums() ? b_.getDoubleTy() : b_.getFloatTy();
+    llvm::Value* acc = b_.CreateLoad(acc_type, acc_);
+    llvm::Value* next;
+    if (sums()) {
+      next = b_.CreateFAdd(acc, b_.CreateFPExt(value, b_.getDoubleTy()));
+      llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
+    } else {
+      const auto id = p_.reduce == FusedProgram::Reduce::Max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum;
+      next = b_.CreateBinaryIntrinsic(id, acc, value);
+    }
+    b_.CreateStore(next, acc_);
+  }
+
   // Loops over axis d (not innermost) with per-leaf element offsets and the outputs' linear offset.
   void emitAxis(int d, const std::vector<llvm::Value*>& offsets, llvm::Value* out_offset) {
     if (d == p_.rank - 1) {
@@ -77,18 +221,15 @@ class FusedEmitter {
     ir::emitLoop(
         b_, ir::constI64(b_, 0), dims_[static_cast<std::size_t>(d)], 1,
         [&](llvm::Value* i) {
-          std::vector<llvm::Value*> inner(offsets.size());
-          for (std::size_t k = 0; k < offsets.size(); ++k) {
-            inner[k] = b_.CreateAdd(offsets[k], b_.CreateMul(i, strides_[k][static_cast<std::size_t>(d)]));
-          }
           llvm::Value* span = ir::constI64(b_, 1);
           for (int e = d + 1; e < p_.rank; ++e) span = b_.CreateMul(span, dims_[static_cast<std::size_t>(e)]);
-          emitAxis(d + 1, inner, b_.CreateAdd(out_offset, b_.CreateMul(i, span)));
+          emitAxis(d + 1, advanced(offsets, d, i), b_.CreateAdd(out_offset, b_.CreateMul(i, span)));
         },
         "d" + std::to_string(d), ir::LoopHints::asEmitted());
   }
 
-  // The innermost loop: broadcast leaves hoisted, dense leaves at unit stride.
+  // The innermost loop: broadcast leaves hoisted, dense leaves at unit stride. `out_offset` null:
+  // a reduction's row (each element accumulates).
   void emitRow(const std::vector<llvm::Value*>& offsets, llvm::Value* out_offset) {
     const int leaves = p_.numLeaves();
     std::vector<llvm::Value*> hoisted(static_cast<std::size_t>(leaves), nullptr);
@@ -109,13 +250,13 @@ class FusedEmitter {
             llvm::Value* step = inner == 1 ? i : b_.CreateMul(i, strides_[static_cast<std::size_t>(k)][inner_axis]);
             at[static_cast<std::size_t>(k)] = inner == 0 ? nullptr : b_.CreateAdd(offsets[static_cast<std::size_t>(k)], step);
           }
-          emitElement(at, b_.CreateAdd(out_offset, i), hoisted);
+          emitElement(at, out_offset == nullptr ? nullptr : b_.CreateAdd(out_offset, i), hoisted);
         },
         "i", hints);
   }
 
   llvm::Value* load(int leaf, llvm::Value* offset) {
-    const DType dtype = p_.dtype;
+    const DType dtype = p_.leafDType(leaf);
     llvm::Type* stored = dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype);
     llvm::Value* ptr = b_.CreateInBoundsGEP(stored, base_[static_cast<std::size_t>(leaf)], offset);
     llvm::LoadInst* value = b_.CreateLoad(stored, ptr);
@@ -139,10 +280,18 @@ class FusedEmitter {
     node_values_.assign(p_.nodes.size(), nullptr);
     for (std::size_t n = 0; n < p_.nodes.size(); ++n) {
       const FusedProgram::Node& node = p_.nodes[n];
+      if (node.constant) {
+        node_values_[n] = llvm::ConstantFP::get(b_.getFloatTy(), node.value);
+        continue;
+      }
       llvm::Value* a = operand(node.a);
-      llvm::Value* value = node.b == -1 && isUnary(node.op) ? ir::unaryOp(b_, node.op, p_.dtype, a)
+      llvm::Value* value = isUnary(node.op) ? ir::unaryOp(b_, node.op, p_.dtype, a)
                                                             : ir::binaryOp(b_, node.op, p_.dtype, a, operand(node.b));
-      node_values_[n] = ir::roundTo(b_, value, p_.dtype);
+      node_values_[n] = node.rounded ? ir::roundTo(b_, value, p_.dtype) : value;
+    }
+    if (out_index == nullptr) {
+      accumulate(operand(p_.outputs[0]));
+      return;
     }
     for (std::size_t o = 0; o < p_.outputs.size(); ++o) {
       llvm::Value* value = operand(p_.outputs[o]);
@@ -158,16 +307,6 @@ class FusedEmitter {
     }
   }
 
-  static bool isUnary(OpId op) {
-    switch (op) {
-      case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Pow:
-      case OpId::Maximum: case OpId::Minimum:
-        return false;
-      default:
-        return true;
-    }
-  }
-
   ir::Builder& b_;
   ir::ArgsView args_;
   const FusedProgram& p_;
@@ -177,7 +316,26 @@ class FusedEmitter {
   std::vector<llvm::Value*> base_, out_base_, dims_;
   std::vector<std::vector<llvm::Value*>> strides_;
   std::vector<llvm::Value*> node_values_;
+  llvm::AllocaInst* acc_ = nullptr;  // reductions: the accumulator
 };
+
+// Runs an op of the registry on `args` (attributes at their defaults) into `out`.
+Status runRegistryOp(OpId op, std::vector<const Value*> args, std::vector<AttrValue> attrs, Value& out) {
+  const OpRegistry& registry = OpRegistry::global();
+  const OpSchema& schema = registry.schema(op);
+  if (attrs.empty()) {
+    for (const AttrSpec& attr : schema.attrs) attrs.push_back(attr.default_value.value_or(AttrValue{}));
+  }
+  OpContext ctx{&schema, args, attrs, std::span<Value>(&out, 1)};
+  return invokeKernel(registry.resolve(op, args), ctx);
+}
+
+Expected<Value> castValue(const Value& value, DType dtype) {
+  if (value.tensor().dtype() == dtype) return value;
+  Value out;
+  SVM_RETURN_IF_ERROR(runRegistryOp(OpId::Cast, {&value}, {AttrValue::ofDType(dtype)}, out));
+  return out;
+}
 
 class FusedFamily final : public KernelFamily {
  public:
@@ -186,8 +344,14 @@ class FusedFamily final : public KernelFamily {
   Status supports(const KernelSpec& spec) const override {
     if (!spec.fused) return makeError(ErrorCode::Unsupported, "not a fused program");
     const FusedProgram& p = *spec.fused;
-    if (p.dtype != DType::Float32 && p.dtype != DType::Float16 && p.dtype != DType::BFloat16) {
+    auto computable = [](DType dtype) {
+      return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
+    };
+    if (!computable(p.dtype) || !computable(p.outputDType())) {
       return makeError(ErrorCode::Unsupported, "fused programs compute float32/float16/bfloat16, not {}", dtypeName(p.dtype));
+    }
+    for (int k = 0; k < p.numLeaves(); ++k) {
+      if (!computable(p.leafDType(k))) return makeError(ErrorCode::Unsupported, "fused leaf of {}", dtypeName(p.leafDType(k)));
     }
     if (p.numLeaves() + static_cast<int>(p.outputs.size()) > kMaxKernelOperands || p.outputs.empty()) {
       return makeError(ErrorCode::Unsupported, "{} leaves + {} outputs exceed the kernel's {} operands", p.numLeaves(),
@@ -196,8 +360,17 @@ class FusedFamily final : public KernelFamily {
     if (static_cast<int>(spec.inputs.size()) != p.numLeaves() || p.rank > kMaxRank) {
       return makeError(ErrorCode::Unsupported, "fused spec and program disagree");
     }
+    if (p.reduce != FusedProgram::Reduce::None &&
+        (p.outputs.size() != 1 || p.reduce_axes < 1 || p.reduce_axes > p.rank || p.numLeaves() == 0)) {
+      return makeError(ErrorCode::Unsupported, "a fused reduction has one output over 1..rank trailing axes");
+    }
+    if (p.reduce == FusedProgram::Reduce::None && p.outputs.size() > 0) {
+      for (int ref : p.outputs) {
+        if (ref < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a leaf");
+      }
+    }
     for (const FusedProgram::Node& node : p.nodes) {
-      if (!isFusableElementwise(node.op)) return makeError(ErrorCode::Unsupported, "op {} cannot be fused", opIdent(node.op));
+      if (!node.constant && !isFusableElementwise(node.op)) return makeError(ErrorCode::Unsupported, "op {} cannot be fused", opIdent(node.op));
     }
     return Status::ok();
   }
@@ -209,23 +382,38 @@ class FusedFamily final : public KernelFamily {
       return makeError(ErrorCode::ShapeMismatch, "fused kernel needs tensor leaves");
     }
     const Shape& shape = inputs[0]->tensor().shape();
-    for (const Value* in : inputs) {
-      if (in == nullptr || !in->isTensor() || in->tensor().shape() != shape || in->tensor().dtype() != p.dtype) {
-        return makeError(ErrorCode::ShapeMismatch, "fused kernel leaves must share one shape and dtype");
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const Value* in = inputs[k];
+      if (in == nullptr || !in->isTensor() || in->tensor().shape() != shape ||
+          in->tensor().dtype() != p.leafDType(static_cast<int>(k))) {
+        return makeError(ErrorCode::ShapeMismatch, "fused kernel leaves must share one shape and their compiled dtypes");
+      }
+    }
+    if (shape.rank() != p.rank) return makeError(ErrorCode::ShapeMismatch, "fused kernel rank {} != {}", shape.rank(), p.rank);
+    for (int d = 0; d < p.rank; ++d) {
+      const std::size_t axis = static_cast<std::size_t>(d);
+      if (axis < p.static_dims.size() && p.static_dims[axis] >= 0 && shape[d] != p.static_dims[axis]) {
+        return makeError(ErrorCode::ShapeMismatch, "fused kernel compiled for dim {} = {}, got {}", d, p.static_dims[axis], shape[d]);
+      }
+      if (axis < p.divisors.size() && p.divisors[axis] > 1 && shape[d] % p.divisors[axis] != 0) {
+        return makeError(ErrorCode::ShapeMismatch, "fused kernel compiled for dim {} % {} == 0, got {}", d, p.divisors[axis], shape[d]);
+      }
+      // An empty reduction (no identity for max/min, 0/0 for mean) is left to the reference.
+      if (p.reduce != FusedProgram::Reduce::None && d >= p.rank - p.reduce_axes && shape[d] == 0) {
+        return makeError(ErrorCode::ShapeMismatch, "fused reduction over an empty axis {}", d);
       }
     }
     for (int k = 0; k < p.numLeaves(); ++k) {
       const Tensor& t = inputs[static_cast<std::size_t>(k)]->tensor();
       const int inner = p.leaf_inner[static_cast<std::size_t>(k)];
-      if (t.rank() != p.rank) return makeError(ErrorCode::ShapeMismatch, "fused kernel leaf rank {} != {}", t.rank(), p.rank);
       if (p.rank > 0 && inner >= 0 && t.dim(p.rank - 1) > 1 && t.stride(p.rank - 1) != inner) {
         return makeError(ErrorCode::ShapeMismatch, "fused kernel leaf {} has inner stride {}, compiled for {}", k,
                          t.stride(p.rank - 1), inner);
       }
     }
     for (std::size_t o = 0; o < dtypes.size(); ++o) {
-      dtypes[o] = p.dtype;
-      shapes[o] = shape;
+      dtypes[o] = p.outputDType();
+      shapes[o] = p.outputShape(shape);
     }
     return Status::ok();
   }
@@ -240,38 +428,64 @@ class FusedFamily final : public KernelFamily {
   std::string symbolStem(const KernelSpec& spec) const override {
     const FusedProgram& p = *spec.fused;
     std::string stem = "fused";
+    if (p.reduce != FusedProgram::Reduce::None) stem += "_" + std::string(reduceName(p.reduce)) + fmt::format("{}", p.reduce_axes);
     int shown = 0;
     for (const FusedProgram::Node& node : p.nodes) {
       if (shown++ == 6) {
         stem += fmt::format("_and{}more", p.nodes.size() - 6);
         break;
       }
-      stem += "_" + std::string(OpRegistry::global().schema(node.op).name);
+      stem += "_" + nodeName(node);
     }
     stem += fmt::format("_{}_r{}", dtypeShortName(p.dtype), p.rank);
+    for (std::size_t d = 0; d < p.static_dims.size(); ++d) {
+      if (p.static_dims[d] >= 0) stem += fmt::format("_d{}x{}", d, p.static_dims[d]);
+    }
     if (spec.params.vector_width > 0) stem += fmt::format("_vw{}", spec.params.vector_width);
     if (spec.params.unroll > 0) stem += fmt::format("_u{}", spec.params.unroll);
     return stem;
   }
 
+  // The program's semantics with the reference kernels: leaves widened to float32, every node an
+  // op of the registry in float32, rounded to the program dtype where the node is, then the
+  // reduction (the reference's sum/mean/max/min) and the stored dtype.
   Status reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const override {
     const FusedProgram& p = *spec.fused;
-    const OpRegistry& registry = OpRegistry::global();
+    std::vector<Value> leaves(static_cast<std::size_t>(p.numLeaves()));
+    for (int k = 0; k < p.numLeaves(); ++k) {
+      SVM_ASSIGN_OR_RETURN(leaves[static_cast<std::size_t>(k)], castValue(*inputs[static_cast<std::size_t>(k)], DType::Float32));
+    }
     std::vector<Value> values(p.nodes.size());
     auto operand = [&](int ref) -> const Value* {
-      return ref >= 0 ? &values[static_cast<std::size_t>(ref)] : inputs[static_cast<std::size_t>(FusedProgram::leafOf(ref))];
+      return ref >= 0 ? &values[static_cast<std::size_t>(ref)] : &leaves[static_cast<std::size_t>(FusedProgram::leafOf(ref))];
     };
     for (std::size_t n = 0; n < p.nodes.size(); ++n) {
       const FusedProgram::Node& node = p.nodes[n];
-      const OpSchema& schema = registry.schema(node.op);
+      if (node.constant) {
+        values[n] = Value::fromTensor(Tensor::scalar(node.value, DType::Float32));
+        continue;
+      }
       std::vector<const Value*> args{operand(node.a)};
-      if (node.b != -1) args.push_back(operand(node.b));
-      std::vector<AttrValue> attrs;
-      for (const AttrSpec& attr : schema.attrs) attrs.push_back(attr.default_value.value_or(AttrValue{}));
-      OpContext ctx{&schema, args, attrs, std::span<Value>(&values[n], 1)};
-      SVM_RETURN_IF_ERROR(invokeKernel(registry.resolve(node.op, args), ctx));
+      if (!isUnary(node.op)) args.push_back(operand(node.b));
+      SVM_RETURN_IF_ERROR(runRegistryOp(node.op, args, {}, values[n]));
+      if (node.rounded && p.dtype != DType::Float32) {
+        SVM_ASSIGN_OR_RETURN(Value narrow, castValue(values[n], p.dtype));
+        SVM_ASSIGN_OR_RETURN(values[n], castValue(narrow, DType::Float32));
+      }
     }
-    for (std::size_t o = 0; o < p.outputs.size() && o < outputs.size(); ++o) outputs[o] = *operand(p.outputs[o]);
+    for (std::size_t o = 0; o < p.outputs.size() && o < outputs.size(); ++o) {
+      Value result = *operand(p.outputs[o]);
+      if (p.reduce != FusedProgram::Reduce::None) {
+        static constexpr OpId kOps[] = {OpId::Identity, OpId::Sum, OpId::Mean, OpId::Max, OpId::Min};
+        std::vector<std::int64_t> axes;
+        for (int d = p.rank - p.reduce_axes; d < p.rank; ++d) axes.push_back(d);
+        Value reduced;
+        SVM_RETURN_IF_ERROR(runRegistryOp(kOps[static_cast<int>(p.reduce)], {&result},
+                                          {AttrValue::ofInts(axes), AttrValue::ofBool(p.keepdims)}, reduced));
+        result = std::move(reduced);
+      }
+      SVM_ASSIGN_OR_RETURN(outputs[o], castValue(result, p.outputDType()));
+    }
     return Status::ok();
   }
 

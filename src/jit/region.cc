@@ -17,7 +17,11 @@ namespace shapevm::jit {
 
 namespace {
 
-enum class OpClass : std::uint8_t { Elementwise, View, MatMul, Opaque };
+// Elementwise: a fused-kernel node. View: a leaf's index map. MatMul: a step with an epilogue.
+// Reduce: sum/mean/max/min over trailing axes, a reduction step fused with its producers. Norm:
+// softmax/log_softmax/layer_norm over trailing axes, decomposed into statistic reductions and
+// elementwise nodes. Opaque: a step of its own.
+enum class OpClass : std::uint8_t { Elementwise, View, MatMul, Reduce, Norm, Opaque };
 
 bool isViewOp(OpId op) {
   return op == OpId::Transpose || op == OpId::Squeeze || op == OpId::Unsqueeze || op == OpId::Split || op == OpId::Slice;
@@ -31,9 +35,9 @@ bool isFloat16or32(DType dtype) {
 // scalar or tuple inputs (reshape's shape, gather's index ...) end a range: their values are
 // computed by the interpreter's scalar code, which a region does not replay.
 bool rangeOp(const OpSite& site) {
-  if (site.inputs.empty()) return false;
-  for (const TensorDescriptor& token : site.input_tokens) {
-    if (!token.is_tensor) return false;
+  if (site.inputs.empty() || site.inputs[0] < 0) return false;
+  for (std::size_t k = 0; k < site.input_tokens.size(); ++k) {
+    if (!site.input_tokens[k].is_tensor && (k >= site.inputs.size() || site.inputs[k] >= 0)) return false;
   }
   return true;
 }
@@ -93,6 +97,8 @@ struct ROp {
   std::vector<int> out;  // value ids
   OpClass cls = OpClass::Opaque;
   int absorbed_by = -1;  // a matmul step whose epilogue computes this op
+  int reduce_axes = 0;   // Reduce/Norm: the trailing axes it works over
+  std::vector<int> stats;  // Norm: its statistics (max and sum of exp, or mean and variance)
 };
 
 struct ChainItem {
@@ -112,7 +118,7 @@ struct Leaf {
 };
 
 struct Step {
-  enum class Kind : std::uint8_t { Fused, MatMul, Opaque };
+  enum class Kind : std::uint8_t { Fused, MatMul, Reduce, Opaque };
   Kind kind = Kind::Fused;
   int op = -1;                  // MatMul/Opaque: the op
   std::vector<Leaf> leaves;     // Fused: the kernel's leaves; MatMul: A, B, epilogue operands
@@ -122,6 +128,14 @@ struct Step {
   std::unique_ptr<CompiledKernel> kernel;
   Guard guard;                  // MatMul: the kernel's guard on A, B and the extras
   std::shared_ptr<FusedProgram> program;
+  // Reduce: the reduction of `source` (or, with `center`, of transform(source - center)).
+  int source = -1;
+  int center = -1;
+  OpId transform = OpId::Identity;  // Exp (softmax's sum) or Mul (squares: layer_norm's variance)
+  FusedProgram::Reduce reduce = FusedProgram::Reduce::None;
+  int reduce_axes = 0;
+  bool keepdims = true;
+  bool stat = false;  // its output is a statistic of a decomposed normalization (not a register value)
   mutable std::vector<std::vector<Value>> pool;  // per output: reusable buffers (two, alternating)
 };
 
@@ -175,6 +189,11 @@ class Eval {
 
   void setReal(int v, Value value) { real_[static_cast<std::size_t>(v)] = std::move(value); }
   bool hasReal(int v) const { return !real_[static_cast<std::size_t>(v)].isNone(); }
+  // After planning added values (statistics) to the plan.
+  void grow() {
+    real_.resize(plan_.values.size());
+    phantom_.resize(plan_.values.size());
+  }
   const Value& realValue(int v) const { return real_[static_cast<std::size_t>(v)]; }
 
   // The op's inputs as real values (nullptr for an omitted input).
@@ -228,15 +247,18 @@ class Eval {
       for (std::size_t o = 0; o < op.out.size(); ++o) phantom_[static_cast<std::size_t>(op.out[o])] = std::move(outputs[o]);
       return &phantom_[static_cast<std::size_t>(v)];
     }
-    if (op.cls != OpClass::Elementwise) return makeError(ErrorCode::Internal, "region value {} has no shape yet", v);
+    if (op.cls != OpClass::Elementwise && op.cls != OpClass::Norm) {
+      return makeError(ErrorCode::Internal, "region value {} has no shape yet", v);
+    }
     Shape shape;
     bool first = true;
     for (int in : op.in) {
+      if (in < 0) continue;
       SVM_ASSIGN_OR_RETURN(const Value* input, shaped(in));
       if (first) {
         shape = input->tensor().shape();
         first = false;
-      } else {
+      } else if (op.cls == OpClass::Elementwise) {  // a normalization has its input's shape
         SVM_ASSIGN_OR_RETURN(shape, broadcastShapes(shape, input->tensor().shape()));
       }
     }
@@ -341,7 +363,10 @@ class Eval {
       }
     } else {
       Shape iteration;
-      if (step.kind == Step::Kind::Fused) {
+      if (step.kind == Step::Kind::Reduce) {
+        SVM_ASSIGN_OR_RETURN(const Value* source, shaped(step.source));
+        iteration = source->tensor().shape();
+      } else if (step.kind == Step::Kind::Fused) {
         SVM_ASSIGN_OR_RETURN(const Value* first, shaped(step.outputs[0]));
         iteration = first->tensor().shape();
         for (int out : step.outputs) {
@@ -355,7 +380,7 @@ class Eval {
       std::vector<Value> leaves;
       leaves.reserve(step.leaves.size());
       for (const Leaf& leaf : step.leaves) {
-        if (step.kind == Step::Kind::Fused) {
+        if (step.kind != Step::Kind::MatMul) {
           SVM_ASSIGN_OR_RETURN(Value value, this->leaf(leaf, iteration));
           leaves.push_back(std::move(value));
         } else {
@@ -445,9 +470,10 @@ class Planner {
       bool tensors = true;
       bool same_float = true;
       const DType dtype = p_.values[static_cast<std::size_t>(op.out[0])].dtype;
-      for (int in : op.in) {
+      for (std::size_t k = 0; k < op.in.size(); ++k) {
+        const int in = op.in[k];
         if (in < 0) {
-          tensors = false;
+          tensors = tensors && op.op == OpId::LayerNorm && k > 0;  // layer_norm's weight and bias are optional
           continue;
         }
         const RValue& v = p_.values[static_cast<std::size_t>(in)];
@@ -462,11 +488,47 @@ class Planner {
         op.cls = OpClass::View;
       } else if (op.op == OpId::MatMul && tensors && same_float && op.in.size() == 2) {
         op.cls = OpClass::MatMul;
+      } else if (tensors && same_float && op.out.size() == 1 && op.in[0] >= 0 && (op.reduce_axes = trailingAxes(op)) > 0) {
+        const bool reduction = op.op == OpId::Sum || op.op == OpId::Mean || op.op == OpId::Max || op.op == OpId::Min;
+        op.cls = reduction ? OpClass::Reduce : OpClass::Norm;
       } else {
         op.cls = OpClass::Opaque;
       }
     }
     p_.producer.assign(p_.values.size(), -1);
+  }
+
+  // Reductions and normalizations whose axes are the input's trailing ones (the fused reduction's
+  // loop shape): how many; 0 for any other op or axis set.
+  int trailingAxes(const ROp& op) const {
+    const int rank = p_.values[static_cast<std::size_t>(op.in[0])].shape.rank();
+    if (rank == 0) return 0;
+    const std::vector<AttrValue>& attrs = *op.attrs;
+    switch (op.op) {
+      case OpId::Sum: case OpId::Mean: case OpId::Max: case OpId::Min: {
+        if (attrs.size() < 2 || op.in.size() != 1) return 0;
+        std::vector<bool> reduced(static_cast<std::size_t>(rank), attrs[0].ints.empty());
+        for (std::int64_t axis : attrs[0].ints) {
+          const std::int64_t a = axis < 0 ? axis + rank : axis;
+          if (a < 0 || a >= rank || reduced[static_cast<std::size_t>(a)]) return 0;
+          reduced[static_cast<std::size_t>(a)] = true;
+        }
+        int trailing = 0;
+        while (trailing < rank && reduced[static_cast<std::size_t>(rank - 1 - trailing)]) ++trailing;
+        const auto count = std::count(reduced.begin(), reduced.end(), true);
+        return count == trailing ? trailing : 0;
+      }
+      case OpId::Softmax: case OpId::LogSoftmax:
+        if (attrs.empty() || op.in.size() != 1) return 0;
+        return attrs[0].i == -1 || attrs[0].i == rank - 1 ? 1 : 0;
+      case OpId::LayerNorm: {
+        if (attrs.size() < 2 || op.in.size() > 3) return 0;
+        const std::int64_t axis = attrs[0].i < 0 ? attrs[0].i + rank : attrs[0].i;
+        return axis >= 0 && axis < rank ? static_cast<int>(rank - axis) : 0;
+      }
+      default:
+        return 0;
+    }
   }
 
   Status plan() {
@@ -475,7 +537,26 @@ class Planner {
       if (op.absorbed_by >= 0) continue;
       if (op.cls == OpClass::MatMul) {
         SVM_RETURN_IF_ERROR(planMatMul(static_cast<int>(i)));
-      } else if (op.cls == OpClass::Opaque) {
+      } else if (op.cls == OpClass::Norm) {
+        SVM_RETURN_IF_ERROR(materializeIfNormalized(op.in[0]));
+        planNorm(op);
+      } else if (op.cls == OpClass::Reduce && !isReal(op.in[0]) && !computesNorm(op.in[0])) {
+        // A reduction of a value no step materializes: the producers are computed in its loop.
+        static constexpr std::pair<OpId, FusedProgram::Reduce> kReduce[] = {
+            {OpId::Sum, FusedProgram::Reduce::Sum}, {OpId::Mean, FusedProgram::Reduce::Mean},
+            {OpId::Max, FusedProgram::Reduce::Max}, {OpId::Min, FusedProgram::Reduce::Min}};
+        Step step;
+        step.kind = Step::Kind::Reduce;
+        step.op = static_cast<int>(i);
+        step.source = op.in[0];
+        step.reduce = std::find_if(std::begin(kReduce), std::end(kReduce), [&](const auto& e) { return e.first == op.op; })->second;
+        step.reduce_axes = op.reduce_axes;
+        step.keepdims = (*op.attrs)[1].i != 0;
+        step.outputs = op.out;
+        addStep(std::move(step));
+      } else if (op.cls == OpClass::Opaque || op.cls == OpClass::Reduce) {
+        // An opaque op, or a reduction of a real tensor (or of a normalization's output, which is
+        // materialized first): a step of its own, running its own kernel.
         for (int in : op.in) {
           if (in >= 0) SVM_RETURN_IF_ERROR(requireReal(in));
         }
@@ -494,19 +575,35 @@ class Planner {
   Status buildPrograms() {
     for (std::size_t k = 0; k < p_.steps.size(); ++k) {
       Step& step = p_.steps[k];
-      if (step.kind != Step::Kind::Fused) continue;
+      if (step.kind != Step::Kind::Fused && step.kind != Step::Kind::Reduce) continue;
       step_ = static_cast<int>(k);
       memo_.clear();
       leaf_index_.clear();
       auto program = std::make_shared<FusedProgram>();
       program_ = program.get();
       leaves_ = &step.leaves;
-      program->dtype = p_.values[static_cast<std::size_t>(step.outputs[0])].dtype;
-      program->rank = p_.values[static_cast<std::size_t>(step.outputs[0])].shape.rank();
-      for (int out : step.outputs) {
-        SVM_ASSIGN_OR_RETURN(int ref, build(out, {}));
-        if (ref < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a view");
+      const RValue& first = p_.values[static_cast<std::size_t>(step.kind == Step::Kind::Reduce ? step.source : step.outputs[0])];
+      program->dtype = first.dtype;
+      program->rank = first.shape.rank();
+      if (step.kind == Step::Kind::Reduce) {
+        program->reduce = step.reduce;
+        program->reduce_axes = step.reduce_axes;
+        program->keepdims = step.keepdims;
+        program->out_dtype = p_.values[static_cast<std::size_t>(step.outputs[0])].dtype;
+        SVM_ASSIGN_OR_RETURN(int ref, build(step.source, {}));
+        if (step.center >= 0) {
+          SVM_ASSIGN_OR_RETURN(int center, build(step.center, {ChainItem{true, -1, 0, step.source}}));
+          const int centered = addNode(OpId::Sub, ref, center, false);
+          ref = step.transform == OpId::Mul ? addNode(OpId::Mul, centered, centered, false) : addNode(step.transform, centered, -1, false);
+        }
         program->outputs.push_back(ref);
+        p_.fused_ops += step.stat ? 0 : 1;
+      } else {
+        for (int out : step.outputs) {
+          SVM_ASSIGN_OR_RETURN(int ref, build(out, {}));
+          if (ref < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a view");
+          program->outputs.push_back(ref);
+        }
       }
       step.program = std::move(program);
       p_.fused_ops += static_cast<int>(step.program->nodes.size());
@@ -532,7 +629,7 @@ class Planner {
       }
       return Status::ok();
     }
-    if (op.cls != OpClass::Elementwise || op.absorbed_by >= 0) {
+    if ((op.cls != OpClass::Elementwise && op.cls != OpClass::Norm) || op.absorbed_by >= 0) {
       return makeError(ErrorCode::Unsupported, "value of {} at PC=0x{:02X} is needed before it exists", opIdent(op.op), op.pc);
     }
     // Materialize: join the last step when it is a fused kernel over the same shape.
@@ -550,6 +647,56 @@ class Planner {
     step.outputs = {v};
     addStep(std::move(step));
     return Status::ok();
+  }
+
+  // A reduction's input computed from another normalization's output is materialized first: each
+  // pass over an unmaterialized input recomputes it, and the passes of nested normalizations
+  // would multiply.
+  bool computesNorm(int v) const {
+    if (isReal(v)) return false;
+    const ROp& op = p_.ops[static_cast<std::size_t>(p_.values[static_cast<std::size_t>(v)].op)];
+    if (op.cls == OpClass::Norm) return true;
+    return std::any_of(op.in.begin(), op.in.end(), [&](int in) { return in >= 0 && computesNorm(in); });
+  }
+  Status materializeIfNormalized(int v) {
+    return computesNorm(v) ? requireReal(v) : Status::ok();
+  }
+
+  // A float32 statistic of `source` over its trailing `axes` (kept as 1s), made by a reduction step.
+  int addStat(int source, int axes, FusedProgram::Reduce reduce, int center, OpId transform) {
+    RValue stat;
+    stat.dtype = DType::Float32;
+    stat.shape = p_.values[static_cast<std::size_t>(source)].shape;
+    for (int d = stat.shape.rank() - axes; d < stat.shape.rank(); ++d) stat.shape[d] = 1;
+    const int v = static_cast<int>(p_.values.size());
+    p_.values.push_back(stat);
+    p_.producer.push_back(-1);
+    Step step;
+    step.kind = Step::Kind::Reduce;
+    step.source = source;
+    step.center = center;
+    step.transform = transform;
+    step.reduce = reduce;
+    step.reduce_axes = axes;
+    step.keepdims = true;
+    step.stat = true;
+    step.outputs = {v};
+    addStep(std::move(step));
+    return v;
+  }
+
+  // softmax / log_softmax: max, then the sum of exp(x - max); layer_norm: mean, then the mean of
+  // (x - mean)^2 (the reference's two passes). Their nodes are built where the output is read.
+  void planNorm(ROp& op) {
+    const int x = op.in[0];
+    const int axes = op.reduce_axes;
+    if (op.op == OpId::LayerNorm) {
+      const int mean = addStat(x, axes, FusedProgram::Reduce::Mean, -1, OpId::Identity);
+      op.stats = {mean, addStat(x, axes, FusedProgram::Reduce::Mean, mean, OpId::Mul)};
+    } else {
+      const int max = addStat(x, axes, FusedProgram::Reduce::Max, -1, OpId::Identity);
+      op.stats = {max, addStat(x, axes, FusedProgram::Reduce::Sum, max, OpId::Exp)};
+    }
   }
 
   void addStep(Step step) {
@@ -673,6 +820,10 @@ class Planner {
         }
         program_->nodes.push_back(node);
         ref = static_cast<int>(program_->nodes.size()) - 1;
+      } else if (op.cls == OpClass::Norm) {
+        std::vector<ChainItem> inner{ChainItem{true, -1, 0, v}};
+        inner.insert(inner.end(), chain.begin(), chain.end());
+        SVM_ASSIGN_OR_RETURN(ref, buildNorm(op, inner));
       } else {
         return makeError(ErrorCode::Unsupported, "{} at PC=0x{:02X} is read by a fused kernel before it is computed",
                          opIdent(op.op), op.pc);
@@ -682,12 +833,47 @@ class Planner {
     return ref;
   }
 
+  int addNode(OpId op, int a, int b, bool rounded) {
+    FusedProgram::Node node;
+    node.op = op;
+    node.a = a;
+    node.b = b;
+    node.rounded = rounded;
+    program_->nodes.push_back(node);
+    return static_cast<int>(program_->nodes.size()) - 1;
+  }
+
+  // A normalization's output from its input and statistics (each seen through `chain`): float32
+  // math, rounded once at the end as the reference does.
+  Expected<int> buildNorm(const ROp& op, const std::vector<ChainItem>& chain) {
+    SVM_ASSIGN_OR_RETURN(int x, build(op.in[0], chain));
+    SVM_ASSIGN_OR_RETURN(int first, build(op.stats[0], chain));
+    SVM_ASSIGN_OR_RETURN(int second, build(op.stats[1], chain));
+    const int centered = addNode(OpId::Sub, x, first, false);
+    if (op.op == OpId::Softmax) return addNode(OpId::Div, addNode(OpId::Exp, centered, -1, false), second, true);
+    if (op.op == OpId::LogSoftmax) return addNode(OpId::Sub, centered, addNode(OpId::Log, second, -1, false), true);
+    FusedProgram::Node eps;
+    eps.constant = true;
+    eps.value = (*op.attrs)[1].f;
+    program_->nodes.push_back(eps);
+    const int variance = addNode(OpId::Add, second, static_cast<int>(program_->nodes.size()) - 1, false);
+    int y = addNode(OpId::Mul, centered, addNode(OpId::Rsqrt, variance, -1, false), false);
+    for (std::size_t k = 1; k < op.in.size(); ++k) {
+      if (op.in[k] < 0) continue;
+      SVM_ASSIGN_OR_RETURN(int affine, build(op.in[k], chain));
+      y = addNode(k == 1 ? OpId::Mul : OpId::Add, y, affine, false);
+    }
+    program_->nodes[static_cast<std::size_t>(y)].rounded = true;
+    return y;
+  }
+
   int addLeaf(int base, const std::vector<ChainItem>& chain) {
     auto key = std::make_pair(base, chain);
     if (auto it = leaf_index_.find(key); it != leaf_index_.end()) return it->second;
     const int index = static_cast<int>(leaves_->size());
     leaves_->push_back(Leaf{base, chain});
     program_->leaf_inner.push_back(-1);
+    program_->leaf_dtype.push_back(p_.values[static_cast<std::size_t>(base)].dtype);
     leaf_index_[key] = index;
     return index;
   }
@@ -728,7 +914,7 @@ std::string CompiledRegion::describe() const {
   std::string text;
   for (const Step& step : plan->steps) {
     std::string part;
-    if (step.kind == Step::Kind::Fused) {
+    if (step.kind == Step::Kind::Fused || step.kind == Step::Kind::Reduce) {
       part = fmt::format("fused({})", step.program->describe());
     } else {
       part = opName(plan->ops[static_cast<std::size_t>(step.op)].op);
@@ -917,10 +1103,12 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   planner.classify();
   SVM_RETURN_IF_ERROR(planner.plan());
   SVM_RETURN_IF_ERROR(planner.buildPrograms());
+  reference.grow();
   bool worthwhile = false;
   for (const Step& step : p.steps) {
     worthwhile = worthwhile || (step.kind == Step::Kind::MatMul && !step.epilogue.empty()) ||
-                 (step.kind == Step::Kind::Fused && step.program->nodes.size() >= 2);
+                 (step.kind == Step::Kind::Fused && step.program->nodes.size() >= 2) ||
+                 (step.kind == Step::Kind::Reduce && !step.program->nodes.empty());
   }
   if (!worthwhile) return makeError(ErrorCode::Unsupported, "nothing to fuse in this range");
 
@@ -945,8 +1133,9 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       continue;
     }
     std::vector<Value> leaves;
-    if (step.kind == Step::Kind::Fused) {
-      const Shape iteration = p.values[static_cast<std::size_t>(step.outputs[0])].shape;
+    if (step.kind != Step::Kind::MatMul) {
+      const int first = step.kind == Step::Kind::Reduce ? step.source : step.outputs[0];
+      const Shape iteration = p.values[static_cast<std::size_t>(first)].shape;
       for (const Leaf& leaf : step.leaves) {
         SVM_ASSIGN_OR_RETURN(Value value, reference.leaf(leaf, iteration));
         leaves.push_back(std::move(value));
@@ -958,7 +1147,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
     for (const Value& v : leaves) pointers.push_back(&v);
     KernelSpec spec;
     const KernelFamily* family = nullptr;
-    if (step.kind == Step::Kind::Fused) {
+    if (step.kind != Step::Kind::MatMul) {
       FusedProgram& program = *step.program;
       for (std::size_t l = 0; l < leaves.size(); ++l) {
         const Tensor& t = leaves[l].tensor();
@@ -995,6 +1184,13 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
     spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
     tuned_ms += since(tune_start);
     SVM_ASSIGN_OR_RETURN(step.kernel, compileKernel(engine, *family, spec));
+    if (step.stat) {
+      // A statistic is no register's value: the reference run gets it from the program's own
+      // reference semantics, for the steps after it.
+      std::vector<Value> stat(1);
+      SVM_RETURN_IF_ERROR(family->reference(spec, pointers, stat));
+      reference.setReal(step.outputs[0], std::move(stat[0]));
+    }
   }
 
   times->codegen_ms = since(phase) - tuned_ms;

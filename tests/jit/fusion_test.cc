@@ -728,6 +728,114 @@ def f(x: Tensor["n", "m"], y: Tensor["n", "m"]):
   expectServed(report);
 }
 
+// ---- reductions fused with their producers and consumers ----
+
+constexpr const char* kReductions = R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", "m"], y: Tensor["n", "m"], row: Tensor["m"]):
+    s = ops.sum(x * y + row, axis=1, keepdims=True)
+    mu = ops.mean(ops.tanh(x) - y, axis=-1)
+    hi = ops.max(x - y * row, axis=1, keepdims=True)
+    lo = ops.min(ops.abs(x + y), axis=(0, 1))
+    z = (x - hi) * s
+    return z, ops.sigmoid(mu) * 2.0, lo + hi
+)";
+
+TEST_F(FusionTest, ReductionsFuseWithProducersAndConsumers) {
+  auto module = python(kReductions);
+  for (DType dtype : kFloatTypes) {
+    for (auto [n, m] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 17}, {17, 63}, {3, 65}, {65, 257}}) {
+      SCOPED_TRACE(fmt::format("{} n={} m={}", dtypeName(dtype), n, m));
+      Report report;
+      ASSERT_TRUE(differential(module, "f", 3, [&](int, std::mt19937& rng) {
+        return std::vector<Value>{rnd(rng, dtype, {n, m}), rnd(rng, dtype, {n, m}), rnd(rng, dtype, {m})};
+      }, &report));
+      expectServed(report);
+      for (const char* kind : {"sum(mul,add)", "mean(tanh,sub)", "max(mul,sub)", "min(add,abs) over 2 axes"}) {
+        EXPECT_TRUE(report.describes(kind)) << kind << ": " << report.installed();
+      }
+    }
+  }
+}
+
+constexpr const char* kNormalizations = R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["b", "t", "m"], bias: Tensor["m"], w: Tensor["m"], g: Tensor["t", "m"]):
+    scores = x * w + bias
+    p = ops.softmax(scores, axis=-1)
+    lp = ops.log_softmax(scores - p, axis=2)
+    n1 = ops.layer_norm(x + lp, w, bias, eps=1e-5)
+    n2 = ops.layer_norm(ops.tanh(x), None, None, 1e-3)
+    return ops.relu(n1) * p + lp, n2 * g
+)";
+
+TEST_F(FusionTest, SoftmaxLogSoftmaxAndLayerNormFuseWithTheirNeighbours) {
+  auto module = python(kNormalizations);
+  for (DType dtype : kFloatTypes) {
+    for (auto [b, t, m] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 1}, {2, 7, 17}, {3, 5, 64}, {1, 9, 129}}) {
+      SCOPED_TRACE(fmt::format("{} b={} t={} m={}", dtypeName(dtype), b, t, m));
+      Report report;
+      ASSERT_TRUE(differential(module, "f", 3, [&](int, std::mt19937& rng) {
+        return std::vector<Value>{rnd(rng, dtype, {b, t, m}, Layout::Contiguous, 4.0), rnd(rng, dtype, {m}),
+                                  rnd(rng, dtype, {m}), rnd(rng, dtype, {t, m})};
+      }, &report));
+      expectServed(report);
+      // The statistics are reductions of the producers (never materialized); softmax's output is
+      // computed inside its consumers' kernels.
+      EXPECT_TRUE(report.describes("max(mul,add) over 1 axis")) << report.installed();
+      EXPECT_TRUE(report.describes("sum(mul,add,sub,exp) over 1 axis")) << report.installed();
+      EXPECT_TRUE(report.describes("mean(tanh) over 1 axis")) << report.installed();
+      EXPECT_FALSE(report.describes("softmax")) << report.installed();
+      EXPECT_FALSE(report.describes("layer_norm")) << report.installed();
+    }
+  }
+}
+
+// Reduced axes that are not trailing, and reductions of real tensors, stay their own steps.
+TEST_F(FusionTest, NonTrailingReductionsStayOpaqueAndEqualO0) {
+  auto module = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", "m"], y: Tensor["n", "m"]):
+    a = ops.sum(x * y, axis=0, keepdims=True)
+    p = ops.softmax(x + y, axis=0)
+    return ops.exp(a) + p, ops.sum(x, axis=1)
+)");
+  for (auto [n, m] : {std::pair<std::int64_t, std::int64_t>{1, 7}, {17, 63}}) {
+    Report report;
+    ASSERT_TRUE(differential(module, "f", 3, [&](int, std::mt19937& rng) {
+      return std::vector<Value>{rnd(rng, DType::Float32, {n, m}), rnd(rng, DType::Float32, {n, m})};
+    }, &report));
+    expectServed(report);
+    EXPECT_TRUE(report.describes("softmax")) << report.installed();
+  }
+}
+
+// An empty reduced axis is left to the reference (the region declines that run); a size change of
+// the reduced axis is served by the same range kernel.
+TEST_F(FusionTest, ReductionShapesChangeAndEmptyAxesAreDeclined) {
+  auto module = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", "m"], y: Tensor["n", "m"]):
+    return ops.sum(x * y, axis=1) * 2.0 - ops.sum(ops.exp(x), axis=1)
+)");
+  Report report;
+  const std::int64_t widths[] = {17, 31, 0, 64, 5};
+  ASSERT_TRUE(differential(module, "f", 5, [&](int run, std::mt19937& rng) {
+    const std::int64_t m = widths[run];
+    return std::vector<Value>{rnd(rng, DType::Float32, {9, m}), rnd(rng, DType::Float32, {9, m})};
+  }, &report));
+  SCOPED_TRACE(report.installed());
+  EXPECT_GE(report.stats.fused_regions, 1u);
+  EXPECT_EQ(report.stats.validation_failures, 0u);
+  EXPECT_GE(report.stats.region_declines, 1u);  // the empty run
+  EXPECT_GE(report.served[1], 1u);
+  EXPECT_GE(report.served[4], 1u);
+}
+
 // The same region in a hand-written .svasm module with a Move between two CallOps.
 TEST_F(FusionTest, SvasmRangeWithAMoveInside) {
   auto module = svasm(R"(.module "fusion"
