@@ -76,11 +76,17 @@ Shape FusedProgram::outputShape(const Shape& iteration) const {
 std::string FusedProgram::describe() const {
   std::string ops;
   for (const Node& node : nodes) ops += (ops.empty() ? "" : ",") + nodeName(node);
-  if (reduce != Reduce::None) {
-    return fmt::format("{}({}) over {} {} of {} leaves", reduceName(reduce), ops.empty() ? "leaf" : ops, reduce_axes,
-                       reduce_axes == 1 ? "axis" : "axes", numLeaves());
+  std::string dims;
+  for (std::size_t d = 0; d < static_dims.size(); ++d) {
+    if (static_dims[d] >= 0) dims += fmt::format("{}d{}={}", dims.empty() ? "" : " ", d, static_dims[d]);
+    if (d < divisors.size() && divisors[d] > 1) dims += fmt::format("{}d{}%{}", dims.empty() ? "" : " ", d, divisors[d]);
   }
-  return fmt::format("{} -> {} output{} over {} leaves", ops, outputs.size(), outputs.size() == 1 ? "" : "s", numLeaves());
+  if (!dims.empty()) dims = " [" + dims + "]";
+  if (reduce != Reduce::None) {
+    return fmt::format("{}({}) over {} {} of {} leaves{}", reduceName(reduce), ops.empty() ? "leaf" : ops, reduce_axes,
+                       reduce_axes == 1 ? "axis" : "axes", numLeaves(), dims);
+  }
+  return fmt::format("{} -> {} output{} over {} leaves{}", ops, outputs.size(), outputs.size() == 1 ? "" : "s", numLeaves(), dims);
 }
 
 namespace {
@@ -440,6 +446,7 @@ class FusedFamily final : public KernelFamily {
     stem += fmt::format("_{}_r{}", dtypeShortName(p.dtype), p.rank);
     for (std::size_t d = 0; d < p.static_dims.size(); ++d) {
       if (p.static_dims[d] >= 0) stem += fmt::format("_d{}x{}", d, p.static_dims[d]);
+      if (d < p.divisors.size() && p.divisors[d] > 1) stem += fmt::format("_d{}m{}", d, p.divisors[d]);
     }
     if (spec.params.vector_width > 0) stem += fmt::format("_vw{}", spec.params.vector_width);
     if (spec.params.unroll > 0) stem += fmt::format("_u{}", spec.params.unroll);

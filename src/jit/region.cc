@@ -1021,6 +1021,42 @@ Expected<Value> stridedRandom(const RValue& value, const Shape& strides, bool po
   return Value::fromTensor(std::move(t));
 }
 
+// The shape token the bytecode gives value v: its producing op's output token, or for a region
+// input the input token of an op reading it; nullptr when none (statistics, untyped sites).
+const TensorDescriptor* tokenOf(const Function& function, const RegionPlan& p, int v) {
+  const RValue& value = p.values[static_cast<std::size_t>(v)];
+  auto token = [](const std::vector<TensorDescriptor>& tokens, std::size_t k) -> const TensorDescriptor* {
+    return k < tokens.size() && tokens[k].is_tensor && !tokens[k].any_rank ? &tokens[k] : nullptr;
+  };
+  if (value.op >= 0) {
+    const OpSite& site = function.op_sites[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(value.op)].site)];
+    return token(site.output_tokens, static_cast<std::size_t>(value.out));
+  }
+  for (const ROp& op : p.ops) {
+    for (std::size_t k = 0; k < op.in.size(); ++k) {
+      if (op.in[k] == v) return token(function.op_sites[static_cast<std::size_t>(op.site)].input_tokens, k);
+    }
+  }
+  return nullptr;
+}
+
+// Static dims and divisors of a fused program's iteration shape, from the shape token of the value
+// that has it (checked again by the family on every call). Axis 0 stays dynamic: kernel threads
+// split it.
+void bakeStaticDims(FusedProgram& program, const TensorDescriptor* token, const Shape& planned) {
+  program.static_dims.assign(static_cast<std::size_t>(program.rank), -1);
+  program.divisors.assign(static_cast<std::size_t>(program.rank), 1);
+  if (token == nullptr || token->rank() != program.rank || planned.rank() != program.rank) return;
+  for (int d = 1; d < program.rank; ++d) {
+    const DimToken& dim = token->dims[static_cast<std::size_t>(d)];
+    if (dim.is_static && dim.size == planned[d]) {
+      program.static_dims[static_cast<std::size_t>(d)] = dim.size;
+    } else if (!dim.is_static && dim.divisor > 1 && planned[d] % dim.divisor == 0) {
+      program.divisors[static_cast<std::size_t>(d)] = dim.divisor;
+    }
+  }
+}
+
 KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
                         std::span<const Value* const> examples, std::vector<TuneOutcome>* outcomes) {
   if (tuner == nullptr || family.searchSpace(spec).empty()) return KernelParams{};
@@ -1159,6 +1195,8 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
         operand.contiguous = false;
         spec.inputs.push_back(operand);
       }
+      const int shaped_by = step.kind == Step::Kind::Reduce ? step.source : step.outputs[0];
+      bakeStaticDims(program, tokenOf(function, p, shaped_by), p.values[static_cast<std::size_t>(shaped_by)].shape);
       spec.op = OpId::Identity;
       spec.fused = step.program;
       family = fusedFamily();

@@ -30,6 +30,8 @@
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
 #include "frontend/frontend.h"
+#include "jit/compiled_kernel.h"
+#include "jit/fusion.h"
 #include "jit/jit.h"
 #include "jit/validate.h"
 #include "support/tunables.h"
@@ -834,6 +836,96 @@ def f(x: Tensor["n", "m"], y: Tensor["n", "m"]):
   EXPECT_GE(report.stats.region_declines, 1u);  // the empty run
   EXPECT_GE(report.served[1], 1u);
   EXPECT_GE(report.served[4], 1u);
+}
+
+// Static dims and divisors of the shape tokens are baked into the fused kernels (and checked on
+// every call); the results stay equal to O0 for every size the tokens allow.
+TEST_F(FusionTest, StaticDimsAndDivisorsFromShapeTokensAreBakedIn) {
+  auto module = svasm(R"(.module "fusion"
+.func f
+  .param a : f32[?0,?1%16]
+  .param b : f32[?0,?1%16]
+  .param c : f32[?0,64]
+  .outputs 2
+  LoadTensor r0, a
+  LoadTensor r1, b
+  LoadTensor r2, c
+  CallOp mul r3 = r0, r1 : f32[?0,?1%16] x f32[?0,?1%16] -> f32[?0,?1%16]
+  CallOp tanh r4 = r3 : f32[?0,?1%16] -> f32[?0,?1%16]
+  CallOp exp r5 = r2 : f32[?0,64] -> f32[?0,64]
+  CallOp sum r6 = r5 {axes=[1], keepdims=true} : f32[?0,64] -> f32[?0,1]
+  CallOp div r7 = r5, r6 : f32[?0,64] x f32[?0,1] -> f32[?0,64]
+  StoreTensor r4, o0
+  StoreTensor r7, o1
+  Return
+.end
+)");
+  Report report;
+  const std::int64_t rows[] = {3, 1, 17, 8};
+  const std::int64_t cols[] = {16, 48, 160, 32};
+  ASSERT_TRUE(differential(module, "f", 4, [&](int run, std::mt19937& rng) {
+    return std::vector<Value>{rnd(rng, DType::Float32, {rows[run], cols[run]}), rnd(rng, DType::Float32, {rows[run], cols[run]}),
+                              rnd(rng, DType::Float32, {rows[run], 64})};
+  }, &report));
+  expectServed(report);
+  EXPECT_TRUE(report.describes("sum(exp) over 1 axis of 1 leaves [d1=64]")) << report.installed();
+  EXPECT_TRUE(report.describes("[d1%16]")) << report.installed();
+}
+
+// The fused family itself: a reduction program with a baked static dim and a divisor, against its
+// own reference semantics; shapes that break the baked facts are refused (the region declines).
+TEST_F(FusionTest, FusedReductionKernelChecksItsBakedDims) {
+  auto engine = JitEngine::create();
+  ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
+  for (FusedProgram::Reduce reduce : {FusedProgram::Reduce::Sum, FusedProgram::Reduce::Mean, FusedProgram::Reduce::Max,
+                                      FusedProgram::Reduce::Min}) {
+    auto program = std::make_shared<FusedProgram>();
+    program->rank = 3;
+    program->leaf_inner = {1, 0};
+    program->leaf_dtype = {DType::Float32, DType::Float32};
+    program->static_dims = {-1, 5, -1};
+    program->divisors = {1, 1, 8};
+    program->nodes.push_back(FusedProgram::Node{OpId::Mul, FusedProgram::leafRef(0), FusedProgram::leafRef(1)});
+    program->nodes.push_back(FusedProgram::Node{OpId::Tanh, 0, -1});
+    program->outputs = {1};
+    program->reduce = reduce;
+    program->reduce_axes = 2;
+    program->keepdims = reduce == FusedProgram::Reduce::Sum;
+    KernelSpec spec;
+    spec.fused = program;
+    for (int k = 0; k < 2; ++k) {
+      OperandSpec operand;
+      operand.rank = 3;
+      operand.contiguous = false;
+      spec.inputs.push_back(operand);
+    }
+    auto kernel = compileKernel(**engine, *fusedFamily(), spec);
+    ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+    std::mt19937 rng(baseSeed());
+    for (auto [n, m, ok] : {std::tuple<std::int64_t, std::int64_t, bool>{3, 16, true}, {1, 8, true}, {4, 24, true},
+                            {3, 12, false}}) {
+      SCOPED_TRACE(fmt::format("reduce {} n={} m={}", static_cast<int>(reduce), n, m));
+      Value x = rnd(rng, DType::Float32, {n, 5, m});
+      Value row = rnd(rng, DType::Float32, {n, 5, 1});
+      auto broadcast = row.tensor().asStrided(Shape{n, 5, m}, Shape{5, 1, 0}, 0);
+      ASSERT_TRUE(broadcast.hasValue());
+      Value y = Value::fromTensor(*broadcast);
+      std::vector<const Value*> inputs{&x, &y};
+      std::vector<Value> got(1), want(1);
+      const Status status = invokeCompiled(**kernel, inputs, got);
+      EXPECT_EQ(status.isOk(), ok) << status.toString();
+      if (!ok) continue;
+      ASSERT_TRUE(fusedFamily()->reference(spec, inputs, want).isOk());
+      const Comparison comparison = compareOutputs(want, got);
+      EXPECT_TRUE(comparison.ok) << comparison.reason;
+      EXPECT_EQ(got[0].tensor().shape(), program->keepdims ? Shape({n, 1, 1}) : Shape({n}));
+    }
+    // A wrong static dim is refused too.
+    Value x = rnd(rng, DType::Float32, {2, 6, 8});
+    std::vector<const Value*> inputs{&x, &x};
+    std::vector<Value> got(1);
+    EXPECT_FALSE(invokeCompiled(**kernel, inputs, got).isOk());
+  }
 }
 
 // The same region in a hand-written .svasm module with a Move between two CallOps.
