@@ -123,7 +123,10 @@ std::string AttrValue::toString() const {
     case AttrKind::DType: return std::string(dtypeName(dtype));
     case AttrKind::Ints: {
       std::string text = "[";
-      for (std::size_t k = 0; k < ints.size(); ++k) text += (k ? "," : "") + std::to_string(ints[k]);
+      for (std::size_t k = 0; k < ints.size(); ++k) {
+        if (k > 0) text += ',';
+        text += std::to_string(ints[k]);
+      }
       return text + "]";
     }
   }
