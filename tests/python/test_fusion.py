@@ -175,3 +175,50 @@ def test_region_reading_sqrt_and_log_of_an_input_fuses(run_cli, tmp_path):
         want = np.sqrt(x.astype(np.float64)) * y + np.log(x.astype(np.float64))
         assert rel_l2(b["out0"], want) <= 1e-5
     _check_o2_log(out, err)
+
+
+NORM_CHAIN = """
+from shapevm import ops, Tensor
+
+
+def f(x: Tensor["b", "t", 64], w: Tensor[64], bias: Tensor[64]):
+    scores = x * w + bias
+    p = ops.softmax(scores, axis=-1)
+    lp = ops.log_softmax(ops.tanh(scores), axis=-1)
+    n = ops.layer_norm(x - bias, w, bias, 1e-5)
+    s = ops.sum(ops.exp(x) * w, axis=-1, keepdims=True)
+    return ops.relu(n) * p + lp, s * 0.5
+"""
+
+
+def test_fused_reductions_and_normalizations_equal_o0_and_torch(run_cli, tmp_path):
+    """softmax / log_softmax / layer_norm / sum fused with their producers and consumers (their
+    statistics computed by fused reductions, never materialized inputs): O2 equals O0 and PyTorch
+    in float64, and the log shows the fused reductions."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "prog.py").write_text(NORM_CHAIN)
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((3, 37, 64)) * 2).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, w=w, bias=bias)
+    common = ["run", tmp_path / "prog.py", "--fn", "f", "--inputs", tmp_path / "in.npz", "--quiet"]
+    code, _, err = run_cli(*common, "--jit-level", "O0", "--out", tmp_path / "o0.npz")
+    assert code == 0, err
+    code, out, err = run_cli(*common, *O2, "--iters", "3", "--jit-log", "--stats", "--out", tmp_path / "o2.npz")
+    assert code == 0, err
+    fused, _ = _check_o2_log(out, err)
+    descriptions = " ".join(m.group(3) for m in fused)
+    for kind in ("max(mul,add) over 1 axis", "sum(mul,add,sub,exp) over 1 axis", "mean(sub) over 1 axis",
+                 "sum(exp,mul) over 1 axis"):
+        assert kind in descriptions, (kind, descriptions)
+    X, W, B = (torch.from_numpy(a.astype(np.float64)) for a in (x, w, bias))
+    scores = X * W + B
+    want0 = (torch.relu(torch.nn.functional.layer_norm(X - B, (64,), W, B, 1e-5)) * torch.softmax(scores, -1)
+             + torch.log_softmax(torch.tanh(scores), -1))
+    want1 = (torch.exp(X) * W).sum(-1, keepdim=True) * 0.5
+    with np.load(tmp_path / "o0.npz") as a, np.load(tmp_path / "o2.npz") as b:
+        for key, want in (("out0", want0), ("out1", want1)):
+            assert b[key].dtype == np.float32 and b[key].shape == tuple(want.shape), key
+            assert rel_l2(b[key], a[key].astype(np.float64)) <= 1e-5, (key, "O2 vs O0")
+            assert rel_l2(b[key], want.numpy()) <= 1e-5, (key, "O2 vs torch")
