@@ -2,12 +2,15 @@
 // O2 region fusion: a fused PC range of a hot region compiled as a whole.
 //
 // A fusible range is a maximal run of CallOps (and Moves between them) inside one hot region
-// whose ops take only tensor inputs. The planner turns it into SSA values and a short list of
+// whose ops take only tensor inputs (optional inputs may be omitted). The planner turns it into SSA values and a short list of
 // steps: matmuls with their epilogue (bias, activation, residual add absorbed into the matmul's
 // store), fused elementwise kernels (fusion.h; every view and broadcast on the way becomes a
 // leaf's strides, so reshape/transpose/split/squeeze cost no copy and intermediates are never
-// materialized) and opaque ops run by their reference kernels. A value is materialized only when
-// a matmul or opaque op reads it or a register still needed after the range (liveness.h) holds it.
+// materialized), fused reductions (sum/mean/max/min over trailing axes computing their producers
+// in the loop; softmax, log_softmax and layer_norm become float32 statistics plus elementwise
+// nodes) and opaque ops run by their own O1 kernel or the reference kernel. A value is
+// materialized only when a matmul or opaque op reads it or a register still needed after the
+// range (liveness.h) holds it.
 //
 // At run time the region entry (CompiledRegionFn, installed at the range's first CallOp slot by
 // the one patch point) reads the external registers, checks dtype/rank guards and every kernel's
