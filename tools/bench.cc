@@ -930,7 +930,9 @@ constexpr const char* kChainProgram = R"(.module "chain"
 .end
 )";
 
-Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out) {
+Status normalizationSuite(const BenchFlags& flags, double roof_gbps, json& out);
+
+Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out, json& norms) {
   const std::int64_t n = flags.quick ? (1 << 20) : (1 << 24);
   std::mt19937_64 rng(9);
   std::vector<Value> args = {Value::fromTensor(randomTensor(Shape{n}, rng)), Value::fromTensor(randomTensor(Shape{n}, rng)),
@@ -989,6 +991,92 @@ Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& o
              "roofline {:.1f} GB/s; O1 {:.1f} ({:.0f}%), O0 {:.1f}; memcpy {:.1f} GB/s\n",
              n, chain2, 100.0 * chain2 / roof, roof, chain, 100.0 * chain / roof, chain0, copy);
   (void)engine.remove(axpy);
+  return normalizationSuite(flags, roof, norms);
+}
+
+// ---- fused reductions and normalizations ----
+
+// softmax / layer_norm of an elementwise producer over rows of 1024: at O2 the statistics are
+// fused reductions of the producer (never stored) and the normalization's output is computed in
+// its consumer's kernel. Effective GB/s counts one read of x and one write of y per element
+// (the minimum any implementation moves), against the same one-pass roofline as the chain.
+constexpr const char* kNormProgram = R"(.module "norms"
+.func softmax
+  .param x : f32[?0,1024]
+  .param w : f32[1024]
+  .param b : f32[1024]
+  .outputs 1
+  LoadTensor r0, x
+  LoadTensor r1, w
+  LoadTensor r2, b
+  CallOp mul r3 = r0, r1 : f32[?0,1024] x f32[1024] -> f32[?0,1024]
+  CallOp add r4 = r3, r2 : f32[?0,1024] x f32[1024] -> f32[?0,1024]
+  CallOp softmax r5 = r4 {axis=-1} : f32[?0,1024] -> f32[?0,1024]
+  StoreTensor r5, o0
+  Return
+.end
+.func layer_norm
+  .param x : f32[?0,1024]
+  .param w : f32[1024]
+  .param b : f32[1024]
+  .outputs 1
+  LoadTensor r0, x
+  LoadTensor r1, w
+  LoadTensor r2, b
+  CallOp add r3 = r0, r2 : f32[?0,1024] x f32[1024] -> f32[?0,1024]
+  CallOp layer_norm r4 = r3, r1, r2 {axis=-1, eps=1e-05} : f32[?0,1024] x f32[1024] x f32[1024] -> f32[?0,1024]
+  CallOp relu r5 = r4 : f32[?0,1024] -> f32[?0,1024]
+  StoreTensor r5, o0
+  Return
+.end
+)";
+
+Status normalizationSuite(const BenchFlags& flags, double roof_gbps, json& out) {
+  const std::int64_t rows = flags.quick ? 256 : 4096;
+  const std::int64_t n = rows * 1024;
+  std::mt19937_64 rng(11);
+  std::vector<Value> args = {Value::fromTensor(randomTensor(Shape{rows, 1024}, rng)),
+                             Value::fromTensor(randomTensor(Shape{1024}, rng)), Value::fromTensor(randomTensor(Shape{1024}, rng))};
+  SVM_ASSIGN_OR_RETURN(Module parsed, assemble(kNormProgram, "norms.svasm"));
+  auto module = std::make_shared<Module>(std::move(parsed));
+  for (int fn = 0; fn < static_cast<int>(module->functions.size()); ++fn) {
+    const std::string& name = module->functions[static_cast<std::size_t>(fn)].name;
+    VirtualMachine o0(module);
+    VirtualMachine o1(std::make_shared<Module>(*module));
+    VirtualMachine o2(std::make_shared<Module>(*module));
+    jit::JitOptions options;
+    options.level = 1;
+    options.wait_for_compiles = true;
+    SVM_ASSIGN_OR_RETURN(auto jit1, jit::Jit::attach(o1, options));
+    options.level = 2;
+    SVM_ASSIGN_OR_RETURN(auto jit2, jit::Jit::attach(o2, options));
+    for (int i = 0; i < 8; ++i) {
+      if (auto ran = o1.run(fn, args); !ran) return ran.status();
+      if (auto ran = o2.run(fn, args); !ran) return ran.status();
+    }
+    if (jit2->stats().fused_regions == 0) return makeError(ErrorCode::Internal, "{}: O2 installed no fused region", name);
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> want, o0.run(fn, args));
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> got1, o1.run(fn, args));
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> got2, o2.run(fn, args));
+    if (relL2(got1[0].tensor(), want[0].tensor()) > 1e-5 || relL2(got2[0].tensor(), want[0].tensor()) > 1e-5) {
+      return makeError(ErrorCode::Internal, "{}: O1/O2 differ from O0", name);
+    }
+    std::vector<double> o2_ms, o1_ms, o0_ms;
+    const int repeats = flags.quick ? 5 : 9;
+    for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {
+      o2_ms.push_back(medianMs(repeats, [&] { (void)o2.run(fn, args); }));
+      o1_ms.push_back(medianMs(repeats, [&] { (void)o1.run(fn, args); }));
+      o0_ms.push_back(medianMs(repeats, [&] { (void)o0.run(fn, args); }));
+    }
+    const double bytes = 8.0 * static_cast<double>(n);
+    const double t2 = summarizeLatency(o2_ms).median, t1 = summarizeLatency(o1_ms).median, t0 = summarizeLatency(o0_ms).median;
+    const double gbps = bytes / (t2 * 1e6);
+    out.push_back({{"op", name}, {"rows", rows}, {"cols", 1024}, {"o2_ms", t2}, {"o1_ms", t1}, {"o0_ms", t0},
+                   {"o2_gbps", gbps}, {"roofline_gbps", roof_gbps}});
+    fmt::print("fused {} of an elementwise producer over [{},1024] f32: O2 {:.3f} ms ({:.1f} GB/s effective = {:.0f}% of the "
+               "one-pass roofline), O1 {:.3f} ms ({:.2f}x O2), O0 {:.3f} ms ({:.2f}x O2)\n",
+               name, rows, t2, gbps, 100.0 * gbps / roof_gbps, t1, t1 / t2, t0, t0 / t2);
+  }
   return Status::ok();
 }
 
@@ -1092,7 +1180,7 @@ int benchCommand(const BenchFlags& flags_in) {
   };
   json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
        matmul = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array(),
-       workload_extra = json::object();
+       workload_extra = json::object(), norms = json::array();
   // Tuning databases of this run (the O2 workload instances and the matmul tuning-quality check):
   // fresh, so every run pays (and reports) its tuning; removed at the end.
   std::string tmp_dir;
@@ -1114,7 +1202,7 @@ int benchCommand(const BenchFlags& flags_in) {
   bool ok = true;
   if (wants("overhead")) ok = check(overheadSuite(flags, overhead), "overhead") && ok;
   if (wants("matmul")) ok = check(matmulSuite(flags, **engine, tmp_dir, matmul), "matmul") && ok;
-  if (wants("elementwise")) ok = check(elementwiseSuite(flags, **engine, elementwise), "elementwise") && ok;
+  if (wants("elementwise")) ok = check(elementwiseSuite(flags, **engine, elementwise, norms), "elementwise") && ok;
   if (wants("workload")) ok = check(workloadSuite(flags, **engine, weights, tmp_dir, workload, compile, workload_extra), "workload") && ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
@@ -1128,6 +1216,7 @@ int benchCommand(const BenchFlags& flags_in) {
   result["timeline"] = timeline;
   result["matmul"] = matmul;
   result["elementwise"] = elementwise;
+  result["normalizations"] = norms;
   result["overhead"] = overhead;
   result["memory"] = memory;
   if (!flags.out.empty()) {
