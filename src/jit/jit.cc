@@ -457,7 +457,7 @@ void Jit::compileRange(const Request& request) {
   for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
   std::vector<TuneOutcome> tuning;
   RegionCompileTimes times;
-  auto region = compileRegion(*engine_, fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
+  auto region = compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
                               snapshot.compiles, request.tune ? options_.tuner : nullptr, &tuning, &times);
   double tuning_ms = 0;
   bool all_from_database = !tuning.empty();

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "jit/shape_infer.h"
+#include "vm/scalar_ops.h"
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
 
@@ -24,22 +26,60 @@ namespace {
 enum class OpClass : std::uint8_t { Elementwise, View, MatMul, Reduce, Norm, Opaque };
 
 bool isViewOp(OpId op) {
-  return op == OpId::Transpose || op == OpId::Squeeze || op == OpId::Unsqueeze || op == OpId::Split || op == OpId::Slice;
+  return op == OpId::Transpose || op == OpId::Squeeze || op == OpId::Unsqueeze || op == OpId::Split || op == OpId::Slice ||
+         op == OpId::Reshape;
 }
 
 bool isFloat16or32(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
 }
 
-// Ops a range may hold: every input a tensor (or omitted), at least one tensor input. Ops with
-// scalar or tuple inputs (reshape's shape, gather's index ...) end a range: their values are
-// computed by the interpreter's scalar code, which a region does not replay.
+// Ops a range may hold: every input a tensor (or omitted), at least one tensor input; reshape's
+// target shape may be a tuple (read from its register at entry). Other ops with scalar or tuple
+// inputs (gather's index ...) end a range.
 bool rangeOp(const OpSite& site) {
   if (site.inputs.empty() || site.inputs[0] < 0) return false;
   for (std::size_t k = 0; k < site.input_tokens.size(); ++k) {
-    if (!site.input_tokens[k].is_tensor && (k >= site.inputs.size() || site.inputs[k] >= 0)) return false;
+    if (site.input_tokens[k].is_tensor || (k < site.inputs.size() && site.inputs[k] < 0)) continue;
+    if (site.op == OpId::Reshape && k == 1) continue;
+    return false;
   }
   return true;
+}
+
+bool scalarBinaryOp(Opcode op) { return op >= Opcode::Add && op <= Opcode::Or; }
+bool scalarUnaryOp(Opcode op) { return op >= Opcode::Neg && op <= Opcode::ToBool; }
+
+// Instructions a range replays at entry (shape arithmetic: a reshape's target shape).
+bool preludeOp(Opcode op) {
+  return op == Opcode::LoadConst || op == Opcode::TuplePack || op == Opcode::DimOf || scalarBinaryOp(op) || scalarUnaryOp(op);
+}
+
+// Registers an instruction of a range reads and writes (CallOp, Move, prelude instructions).
+void registersOf(const Function& function, const Instruction& in, std::vector<int>& reads, std::vector<int>& writes) {
+  reads.clear();
+  writes.clear();
+  if (in.op == Opcode::CallOp) {
+    const OpSite& site = function.op_sites[static_cast<std::size_t>(in.a)];
+    for (std::int32_t r : site.inputs) {
+      if (r >= 0) reads.push_back(r);
+    }
+    writes.assign(site.outputs.begin(), site.outputs.end());
+  } else if (in.op == Opcode::Move) {
+    reads.push_back(in.b);
+    writes.push_back(in.a);
+  } else if (in.op == Opcode::TuplePack) {
+    for (std::int32_t i = 0; i < in.c; ++i) reads.push_back(function.operand_pool[static_cast<std::size_t>(in.b + i)]);
+    writes.push_back(in.a);
+  } else if (in.op == Opcode::LoadConst) {
+    writes.push_back(in.a);
+  } else if (scalarBinaryOp(in.op)) {
+    reads = {in.b, in.c};
+    writes.push_back(in.a);
+  } else if (scalarUnaryOp(in.op) || in.op == Opcode::DimOf) {
+    reads.push_back(in.b);
+    writes.push_back(in.a);
+  }
 }
 
 }  // namespace
@@ -47,26 +87,57 @@ bool rangeOp(const OpSite& site) {
 std::vector<FusionRange> fusionRanges(const Function& function, const Region& region) {
   std::vector<FusionRange> ranges;
   FusionRange current;
+  std::set<int> read, written, prelude_writes;  // by the current range's ops / its prelude
   auto flush = [&](int end_pc) {
     if (current.sites.size() >= 2) {
       current.resume_pc = end_pc;
+      // Prelude instructions after the last CallOp are not part of the range.
+      std::erase_if(current.prelude, [&](int pc) { return pc >= end_pc; });
       ranges.push_back(current);
     }
     current = FusionRange{};
+    read.clear();
+    written.clear();
+    prelude_writes.clear();
   };
+  std::vector<int> reads, writes;
   for (int pc = region.start_pc; pc < region.end_pc; ++pc) {
     const Instruction& in = function.code[static_cast<std::size_t>(pc)];
+    registersOf(function, in, reads, writes);
+    const auto any = [](const std::vector<int>& regs, const std::set<int>& set) {
+      return std::any_of(regs.begin(), regs.end(), [&](int r) { return set.count(r) > 0; });
+    };
+    bool joins = false;
+    bool callop = false;  // a CallOp that may be in a range
     if (in.op == Opcode::CallOp) {
       const OpSite& site = function.op_sites[static_cast<std::size_t>(in.a)];
       // Only this region's own sites (an inner loop's body is that loop's region).
       const bool own = std::find(region.sites.begin(), region.sites.end(), in.a) != region.sites.end();
-      if (own && rangeOp(site)) {
+      joins = callop = own && rangeOp(site);
+    } else if (in.op == Opcode::Move) {
+      joins = !current.sites.empty();
+    } else if (preludeOp(in.op)) {
+      // Replayable at entry: reads nothing the range computes, writes nothing it reads or writes.
+      joins = !current.sites.empty() && !any(reads, written) && !any(writes, read) && !any(writes, written) &&
+              !any(writes, prelude_writes);
+      if (joins) {
+        current.prelude.push_back(pc);
+        prelude_writes.insert(writes.begin(), writes.end());
+        continue;
+      }
+    }
+    if (joins && any(writes, prelude_writes)) {
+      flush(current.pcs.empty() ? pc : current.pcs.back() + 1);  // would overwrite a replayed register
+      joins = callop;  // it may start the next range
+    }
+    if (joins) {
+      if (in.op == Opcode::CallOp) {
         if (current.sites.empty()) current.start_pc = pc;
         current.sites.push_back(in.a);
         current.pcs.push_back(pc);
-        continue;
       }
-    } else if (in.op == Opcode::Move && !current.sites.empty()) {
+      read.insert(reads.begin(), reads.end());
+      written.insert(writes.begin(), writes.end());
       continue;
     }
     // The range ends at its last CallOp (trailing Moves stay interpreted).
@@ -139,7 +210,46 @@ struct Step {
   mutable std::vector<std::vector<Value>> pool;  // per output: reusable buffers (two, alternating)
 };
 
+// A prelude instruction replayed at entry: LoadConst (`constant`), TuplePack of `items`, DimOf
+// (items[0], axis) or a scalar op of items (the interpreter's scalar semantics).
+struct PreludeOp {
+  Opcode op = Opcode::Nop;
+  int dst = 0;
+  Value constant;
+  std::vector<int> items;
+  int axis = 0;
+};
+
+// Runs one prelude instruction on the register file; an error (overflow, division by zero, a bad
+// axis) declines the region and the interpreter reports it.
+Status runPrelude(const PreludeOp& op, std::span<Value> registers) {
+  auto reg = [&](int r) -> const Value& { return registers[static_cast<std::size_t>(r)]; };
+  Value result;
+  if (op.op == Opcode::LoadConst) {
+    result = op.constant;
+  } else if (op.op == Opcode::TuplePack) {
+    std::vector<Value> items;
+    items.reserve(op.items.size());
+    for (int r : op.items) items.push_back(reg(r));
+    result = Value::fromTuple(std::move(items));
+  } else if (op.op == Opcode::DimOf) {
+    const Value& v = reg(op.items[0]);
+    if (!v.isTensor()) return makeError(ErrorCode::KindMismatch, "DimOf needs a tensor");
+    const int rank = v.tensor().rank();
+    const int axis = op.axis < 0 ? op.axis + rank : op.axis;
+    if (axis < 0 || axis >= rank) return makeError(ErrorCode::IndexOutOfRange, "DimOf axis out of range");
+    result = Value::fromInt(v.tensor().dim(axis));
+  } else if (op.items.size() == 2) {
+    SVM_ASSIGN_OR_RETURN(result, scalarBinary(op.op, reg(op.items[0]), reg(op.items[1])));
+  } else {
+    SVM_ASSIGN_OR_RETURN(result, scalarUnary(op.op, reg(op.items[0])));
+  }
+  registers[static_cast<std::size_t>(op.dst)] = std::move(result);
+  return Status::ok();
+}
+
 struct RegionPlan {
+  std::vector<PreludeOp> prelude;
   std::vector<RValue> values;
   std::vector<ROp> ops;
   std::vector<Step> steps;
@@ -210,6 +320,20 @@ class Eval {
     return inputs;
   }
 
+  // A view op's inputs with `input` as its tensor (a reshape's target shape is a real external).
+  Expected<std::vector<const Value*>> viewInputs(const ROp& op, const Value* input) {
+    std::vector<const Value*> inputs{input};
+    for (std::size_t k = 1; k < op.in.size(); ++k) {
+      if (op.in[k] < 0) {
+        inputs.push_back(nullptr);
+        continue;
+      }
+      SVM_ASSIGN_OR_RETURN(const Value* extra, real(op.in[k]));
+      inputs.push_back(extra);
+    }
+    return inputs;
+  }
+
   // The value as a real tensor: given, produced by a step already run, or a view of one.
   Expected<const Value*> real(int v) {
     if (hasReal(v)) return &real_[static_cast<std::size_t>(v)];
@@ -241,7 +365,7 @@ class Eval {
     const ROp& op = plan_.ops[static_cast<std::size_t>(value.op)];
     if (op.cls == OpClass::View) {
       SVM_ASSIGN_OR_RETURN(const Value* input, shaped(op.in[0]));
-      std::vector<const Value*> inputs{input};
+      SVM_ASSIGN_OR_RETURN(std::vector<const Value*> inputs, viewInputs(op, input));
       std::vector<Value> outputs(op.out.size());
       SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
       for (std::size_t o = 0; o < op.out.size(); ++o) phantom_[static_cast<std::size_t>(op.out[o])] = std::move(outputs[o]);
@@ -294,7 +418,7 @@ class Eval {
         continue;
       }
       same_as = -1;
-      std::vector<const Value*> inputs{&current};
+      SVM_ASSIGN_OR_RETURN(std::vector<const Value*> inputs, viewInputs(op, &current));
       std::vector<Value> outputs(op.out.size());
       SVM_RETURN_IF_ERROR(runOp(op, inputs, outputs));
       current = std::move(outputs[static_cast<std::size_t>(item.out)]);
@@ -433,6 +557,7 @@ class Planner {
     std::vector<int> written;
     for (int pc = range_.start_pc; pc < range_.resume_pc; ++pc) {
       const Instruction& in = function_.code[static_cast<std::size_t>(pc)];
+      if (preludeOp(in.op)) continue;  // the prelude: registers at entry
       if (in.op == Opcode::Move) {
         current[in.a] = lookup(in.b);
         written.push_back(in.a);
@@ -486,6 +611,9 @@ class Planner {
         op.cls = OpClass::Elementwise;
       } else if (isViewOp(op.op) && tensors && !op.in.empty()) {
         op.cls = OpClass::View;
+      } else if (op.op == OpId::Reshape && op.in.size() == 2 && op.in[0] >= 0 && op.in[1] >= 0 &&
+                 p_.values[static_cast<std::size_t>(op.in[0])].tensor && !p_.values[static_cast<std::size_t>(op.in[1])].tensor) {
+        op.cls = OpClass::View;  // its target shape is a tuple register read at entry
       } else if (op.op == OpId::MatMul && tensors && same_float && op.in.size() == 2) {
         op.cls = OpClass::MatMul;
       } else if (tensors && same_float && op.out.size() == 1 && op.in[0] >= 0 && (op.reduce_axes = trailingAxes(op)) > 0) {
@@ -941,10 +1069,24 @@ int CompiledRegion::fusedOps() const { return plan->fused_ops; }
 
 bool CompiledRegion::run(std::span<Value> registers) const {
   const RegionPlan& p = *plan;
+  for (const PreludeOp& op : p.prelude) {
+    if (!runPrelude(op, registers).isOk()) {
+      decline_counter->fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
   Eval eval(p, false);
   for (int v : p.externals) {
     const RValue& value = p.values[static_cast<std::size_t>(v)];
     const Value& reg = registers[static_cast<std::size_t>(value.reg)];
+    if (!value.tensor) {  // a reshape's target shape
+      if (!reg.isTuple()) {
+        decline_counter->fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      eval.setReal(v, reg);
+      continue;
+    }
     if (!reg.isTensor() || reg.tensor().dtype() != value.dtype || reg.tensor().rank() != value.shape.rank()) {
       decline_counter->fetch_add(1, std::memory_order_relaxed);
       return false;
@@ -1068,7 +1210,7 @@ KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& fam
 
 }  // namespace
 
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Function& function,
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Module& module, const Function& function,
                                                         const FusionRange& range, const Liveness& liveness,
                                                         std::span<const std::vector<ProfileRecord>> records, int compiles,
                                                         Tuner* tuner, std::vector<TuneOutcome>* tuning,
@@ -1086,9 +1228,37 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   planner.buildGraph();
 
   // Externals: dtype, shape and strides from the newest profile record of a site that reads them.
+  for (int pc : range.prelude) {
+    const Instruction& in = function.code[static_cast<std::size_t>(pc)];
+    PreludeOp op;
+    op.op = in.op;
+    op.dst = in.a;
+    if (in.op == Opcode::LoadConst) {
+      if (in.b < 0 || static_cast<std::size_t>(in.b) >= module.constants.size()) return makeError(ErrorCode::Internal, "bad constant");
+      op.constant = module.constants[static_cast<std::size_t>(in.b)].value;
+    } else if (in.op == Opcode::TuplePack) {
+      for (std::int32_t i = 0; i < in.c; ++i) op.items.push_back(function.operand_pool[static_cast<std::size_t>(in.b + i)]);
+    } else if (in.op == Opcode::DimOf) {
+      op.items = {in.b};
+      op.axis = in.c;
+    } else {
+      op.items = scalarBinaryOp(in.op) ? std::vector<int>{in.b, in.c} : std::vector<int>{in.b};
+    }
+    p.prelude.push_back(std::move(op));
+  }
   std::vector<Shape> external_strides;
+  std::map<int, Value> planned_shapes;  // reshape targets: the shape a later op observed for the reshape's output
   std::vector<const ProfileRecord*> newest;
   for (const auto& site_records : records) newest.push_back(newestRecord(site_records));
+  // The observed shape of value `v` as some op of the range read it, if one did.
+  auto observedShape = [&](int v) -> const OperandProfile* {
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      for (std::size_t k = 0; k < p.ops[i].in.size() && newest[i] != nullptr; ++k) {
+        if (p.ops[i].in[k] == v && k < newest[i]->inputs.size() && newest[i]->inputs[k].is_tensor) return &newest[i]->inputs[k];
+      }
+    }
+    return nullptr;
+  };
   for (int v : p.externals) {
     RValue& value = p.values[static_cast<std::size_t>(v)];
     bool found = false;
@@ -1097,11 +1267,20 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       for (std::size_t k = 0; k < p.ops[i].in.size() && record != nullptr && !found; ++k) {
         if (p.ops[i].in[k] != v || k >= record->inputs.size()) continue;
         const OperandProfile& operand = record->inputs[k];
-        if (!operand.is_tensor) return makeError(ErrorCode::Unsupported, "a region input is not a tensor");
-        value.dtype = operand.dtype;
-        value.shape = operand.shape;
-        external_strides.push_back(operand.strides);
         found = true;
+        external_strides.push_back(operand.strides);
+        if (operand.is_tensor) {
+          value.dtype = operand.dtype;
+          value.shape = operand.shape;
+          continue;
+        }
+        // A reshape's target shape: planned as the shape its output was observed with.
+        const OperandProfile* reshaped = p.ops[i].op == OpId::Reshape && k == 1 ? observedShape(p.ops[i].out[0]) : nullptr;
+        if (reshaped == nullptr) return makeError(ErrorCode::Unsupported, "a region input r{} is not a tensor", value.reg);
+        std::vector<Value> dims;
+        for (int d = 0; d < reshaped->shape.rank(); ++d) dims.push_back(Value::fromInt(reshaped->shape[d]));
+        planned_shapes[v] = Value::fromTuple(std::move(dims));
+        value.tensor = false;
       }
     }
     if (!found) return makeError(ErrorCode::JitError, "no profile for region input r{}", value.reg);
@@ -1117,6 +1296,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
     bool positive = false;
     for (const ROp& op : p.ops) {
       for (std::size_t k = 0; k < op.in.size(); ++k) positive = positive || (op.in[k] == v && needsPositiveInput(op.op, k));
+    }
+    if (auto planned = planned_shapes.find(v); planned != planned_shapes.end()) {
+      inputs.push_back(planned->second);
+      continue;
     }
     SVM_ASSIGN_OR_RETURN(Value input, stridedRandom(p.values[static_cast<std::size_t>(v)], external_strides[e], positive, seed + e));
     inputs.push_back(std::move(input));

@@ -44,6 +44,10 @@ struct FusionRange {
   int resume_pc = 0;  // one past the last instruction of the range
   std::vector<int> sites;
   std::vector<int> pcs;
+  // LoadConst / TuplePack inside the range (a reshape's target shape): they read only registers
+  // the range's ops do not write and write registers those ops neither read before nor write, so
+  // the region runs them first, at entry (re-running them after a decline gives the same values).
+  std::vector<int> prelude;
 };
 
 // The fusible ranges of a region (each with >= 2 CallOps that could fuse).
@@ -87,7 +91,7 @@ bool runCompiledRegion(const void* state, std::span<Value> registers);
 // `compiles` = earlier compiles of this range (the matmul range policy widens with it). With a
 // tuner, each kernel's parameters are tuned (one outcome per tuned kernel in *tuning). The result is validated
 // against the reference kernels run op by op on fresh random inputs of the observed shapes.
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Function& function,
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Module& module, const Function& function,
                                                         const FusionRange& range, const Liveness& liveness,
                                                         std::span<const std::vector<ProfileRecord>> records, int compiles,
                                                         Tuner* tuner, std::vector<TuneOutcome>* tuning,

@@ -469,8 +469,42 @@ TEST_F(FusionTest, LstmCellEqualsO0) {
       }, &report));
       expectServed(report);
       EXPECT_TRUE(report.describes("matmul+add")) << report.installed();
+      // The reshapes (their target tuples built by LoadConst/TuplePack between the matmuls and the
+      // gate math) are views inside the range: the whole cell is one fused range.
+      EXPECT_EQ(report.installedRanges(), 1) << report.installed();
+      EXPECT_TRUE(report.describes("matmul+add, matmul+add, fused(")) << report.installed();
     }
   }
+}
+
+// Reshapes inside a range whose target shape changes every run (a tuple built in the range from
+// dims read before it), including a reshape of a non-contiguous value (a copy, not a view).
+TEST_F(FusionTest, ReshapesInsideARangeFollowTheirTargetShapes) {
+  auto module = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["b", "s", 16], y: Tensor["b", "s", 16], w: Tensor[16, 8]):
+    b, s, _ = x.shape
+    a = ops.reshape(x * y, (b * s, 16)) @ w
+    z = ops.reshape(ops.sigmoid(a) + a, (b, s, 8))
+    t = ops.transpose(x + y, (1, 0, 2))
+    u = ops.reshape(t, (s, b * 16))
+    return ops.exp(z) - z, ops.tanh(u) * u
+)");
+  const std::int64_t seqs[] = {3, 3, 3, 9};
+  Report report;
+  ASSERT_TRUE(differential(module, "f", 4, [&](int run, std::mt19937& rng) {
+    return std::vector<Value>{rnd(rng, DType::Float32, {2, seqs[run], 16}), rnd(rng, DType::Float32, {2, seqs[run], 16}),
+                              rnd(rng, DType::Float32, {16, 8})};
+  }, &report));
+  SCOPED_TRACE(report.installed());
+  EXPECT_GE(report.stats.fused_regions, 1u);
+  EXPECT_EQ(report.stats.validation_failures, 0u);
+  EXPECT_EQ(report.stats.compile_failures, 0u);
+  EXPECT_TRUE(report.describes("matmul, fused(sigmoid,add,exp,sub")) << report.installed();
+  EXPECT_EQ(report.installedRanges(), 1) << report.installed();  // the whole function, reshapes included
+  EXPECT_GE(report.served[1], 1u);
+  EXPECT_GE(report.served[2], 1u);
 }
 
 TEST_F(FusionTest, LstmLoopEqualsO0AndEveryStepIsServed) {
@@ -926,6 +960,54 @@ TEST_F(FusionTest, FusedReductionKernelChecksItsBakedDims) {
     std::vector<Value> got(1);
     EXPECT_FALSE(invokeCompiled(**kernel, inputs, got).isOk());
   }
+}
+
+// Shape arithmetic inside a range is replayed at the region's entry only when that is the same as
+// running it in place: LoadConst overwriting r3 (written by the range's tanh) ends the range
+// instead, while DimOf/Mul/TuplePack of region inputs (the reshape's target) join the next one.
+TEST_F(FusionTest, ShapeArithmeticInsideARangeIsReplayedOnlyWhenSafe) {
+  auto module = svasm(R"(.module "fusion"
+.const k0 = int 7
+.func f
+  .param a : f32[?0,?1]
+  .param b : f32[?0,?1]
+  .outputs 2
+  LoadTensor r0, a
+  LoadTensor r1, b
+  DimOf r7, r0, 0
+  CallOp mul r2 = r0, r1 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
+  CallOp tanh r3 = r2 : f32[?0,?1] -> f32[?0,?1]
+  Move r4, r3
+  LoadConst r3, k0
+  CallOp add r5 = r4, r0 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
+  DimOf r8, r0, 1
+  Mul r9, r7, r8
+  TuplePack r10, [r9]
+  CallOp reshape r11 = r5, r10 : f32[?0,?1] x _ -> f32[?2]
+  CallOp exp r6 = r11 : f32[?2] -> f32[?2]
+  CallOp sigmoid r12 = r6 : f32[?2] -> f32[?2]
+  StoreTensor r12, o0
+  StoreTensor r4, o1
+  Return
+.end
+)");
+  Report report;
+  const std::int64_t cols[] = {9, 9, 4};
+  ASSERT_TRUE(differential(module, "f", 3, [&](int run, std::mt19937& rng) {
+    return std::vector<Value>{rnd(rng, DType::Float32, {5, cols[run]}), rnd(rng, DType::Float32, {5, cols[run]})};
+  }, &report));
+  SCOPED_TRACE(report.installed());
+  EXPECT_EQ(report.stats.validation_failures, 0u);
+  EXPECT_EQ(report.installedRanges(), 2);
+  bool replayed = false;
+  for (const Jit::RangeState& r : report.ranges) {
+    // No range spans the LoadConst at PC 0x06.
+    EXPECT_FALSE(r.range.start_pc < 0x06 && r.range.resume_pc > 0x06);
+    replayed = replayed || (r.range.start_pc == 0x07 && r.range.resume_pc == 0x0E && r.range.prelude.size() == 3);
+  }
+  EXPECT_TRUE(replayed);
+  EXPECT_TRUE(report.describes("fused(add,exp,sigmoid")) << report.installed();
+  EXPECT_GE(report.served[1], 2u);  // both regions
 }
 
 // The same region in a hand-written .svasm module with a Move between two CallOps.
