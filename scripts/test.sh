@@ -15,6 +15,6 @@ case "${1:-}" in
   --tsan)
     # halt_on_error: any race fails the run. LLVM's own (uninstrumented) internals are not checked.
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-      build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*' ;;
+      build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*' ;;
   *) ctest --test-dir build --output-on-failure -j "$(nproc)" ;;
 esac

@@ -70,6 +70,9 @@ class Storage {
   void releaseRef();
   // One reference and memory from the CachingAllocator: its bytes may be overwritten in place.
   bool isSoleOwner() const { return !external_ && refs_.load(std::memory_order_acquire) == 1; }
+  // Adopted memory (Tensor::wrap, e.g. a numpy array): its owner may change the bytes at any
+  // time, so nothing derived from them may be cached.
+  bool isExternal() const { return external_; }
 
  private:
   Storage() = default;

@@ -21,6 +21,14 @@
 // The kernel body is an internal function `part(args, task, tasks, scratch)`; the exported symbol
 // calls back into C++ (the address prepare() stores in scalars[0]) which runs the tasks on the
 // ThreadPool with a per-thread, 64-byte aligned scratch buffer for the packed panels.
+// Packed weights: for a 2-D B that the plan packs, the caller may pass a buffer for the WHOLE B
+// packed (scalars[2]; MatmulFamily::packedOperand). With scalars[3] = 1 the kernel only packs: the
+// same loops run, each task over its column panels, writing every block into the buffer instead
+// of the scratch, and skip the tiles. Otherwise the tiles read each block from the buffer and
+// nothing is packed. The runtime caches that packing per kernel while the same B tensor comes back
+// (PackedOperandCache). Layout: K block pc (rows pc .. pc+kc) at pc * Npad floats (Npad = N
+// rounded up to NR), its panel at column jr at + jr * kc: each (NC, KC) block is exactly what the
+// scratch would hold.
 // Loops carry no-unroll / no-vectorize metadata (vectorized by hand; keeps compiles short).
 // Invariant: the first K block initializes C (so K = 0 writes zeros), later blocks add to it, and
 // only the last one applies the epilogue.
@@ -53,6 +61,10 @@ constexpr int kMaxAccumulators = 28;  // of 32 zmm registers: the rest hold B an
 // scalars[] written by prepare(): the task runner's address and the number of tasks.
 constexpr int kScalarRunner = 0;
 constexpr int kScalarTasks = 1;
+// scalars[] written by usePacked(): the whole packed B (0: none, pack into the scratch as usual),
+// and 1 = only write that packing.
+constexpr int kScalarPackedB = 2;
+constexpr int kScalarPackOnly = 3;
 // Below this many multiply-adds a call stays on one thread (waking workers costs ~10 us).
 constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
 // Every loop is left as emitted: vectorized by hand, or a short tail / strided walk where extra
@@ -134,6 +146,9 @@ bool directBPossible(const KernelSpec& spec) {
   const OperandSpec& b = spec.inputs[1];
   return b.dtype == DType::Float32 && b.contiguous && b.rank >= 2;
 }
+
+// The whole B can come packed (see the top of the file): a 2-D B that the plan packs.
+bool packableB(const KernelSpec& spec, const Plan& plan) { return spec.inputs[1].rank == 2 && !plan.direct_b; }
 
 // The family's default choices for this spec (the first searchSpace candidate).
 Plan defaultPlan(const KernelSpec& spec) {
@@ -307,7 +322,8 @@ class MatmulEmitter {
         b_spec_(spec.inputs[1]),
         out_dtype_(out_dtype),
         dims_(staticDims(spec)),
-        plan_(resolvePlan(spec)) {}
+        plan_(resolvePlan(spec)),
+        packable_(packableB(spec, plan_)) {}
 
   // `part` is void(ptr args, i64 task, i64 tasks, ptr scratch).
   void emitPart(llvm::Function* part) {
@@ -354,6 +370,13 @@ class MatmulEmitter {
     }
     while (acc_.size() < 4) acc_.push_back(ir::entryAlloca(b_, fvec, "acc", 64));
     for (int c = 0; c < 4; ++c) dot_sum_.push_back(ir::entryAlloca(b_, b_.getFloatTy(), "dot", 4));
+    if (packable_) {
+      llvm::Value* packed = args.scalar(kScalarPackedB);
+      packed_b_ = b_.CreateIntToPtr(packed, llvm::PointerType::getUnqual(b_.getContext()));
+      n_pad_ = b_.CreateMul(ceilDiv(n_, i64(plan_.nr())), i64(plan_.nr()));
+      pack_only_ = b_.CreateICmpNE(args.scalar(kScalarPackOnly), i64(0));
+      read_packed_ = b_.CreateAnd(b_.CreateICmpNE(packed, i64(0)), b_.CreateNot(pack_only_));
+    }
 
     // This task's share of the output: whole column panels, or whole row tiles when there are
     // fewer panels than tasks.
@@ -361,6 +384,8 @@ class MatmulEmitter {
     llvm::Value* mr = i64(plan_.mr);
     llvm::Value* panels = ceilDiv(n_, nr);
     llvm::Value* by_columns = b_.CreateICmpSGE(panels, tasks);
+    // Only packing B: always by column panels (no two tasks pack the same one).
+    if (packable_) by_columns = b_.CreateOr(by_columns, pack_only_);
     llvm::Value* col_share = b_.CreateMul(ceilDiv(panels, tasks), nr);
     llvm::Value* row_share = b_.CreateMul(ceilDiv(ceilDiv(m_, mr), tasks), mr);
     llvm::Value* share = b_.CreateSelect(by_columns, col_share, row_share);
@@ -376,12 +401,16 @@ class MatmulEmitter {
     k_loop_end_ = b_.CreateSelect(b_.CreateICmpEQ(k_, i64(0)), i64(1), k_);
     llvm::Value* matrix_size = b_.CreateMul(m_, n_);
     llvm::Value* batches = b_.CreateMul(batch0, batch1);
+    if (packable_) batches = b_.CreateSelect(pack_only_, i64(1), batches);  // only packing a 2-D B: once
     // Small M (or N) with both operands contiguous along K (x @ W.T with few rows, matrix @
     // vector): dot products along K instead of packed tiles, which would mostly pack or idle.
     llvm::Value* dot_layout = b_.CreateAnd(b_.CreateICmpEQ(a_col_, i64(1)), b_.CreateICmpEQ(b_row_, i64(1)));
     llvm::Value* use_dot =
         b_.CreateAnd(dot_layout, b_.CreateOr(b_.CreateICmpSLT(m_, mr), b_.CreateICmpSLT(n_, i64(kLanes))));
     auto* never_dot = llvm::dyn_cast<llvm::ConstantInt>(use_dot);
+    if (packable_ && (never_dot == nullptr || !never_dot->isZero())) {
+      use_dot = b_.CreateAnd(use_dot, b_.CreateNot(pack_only_));  // only packing: the tiled path's loops
+    }
     ir::emitLoop(
         b_, i64(0), batches, 1,
         [&](llvm::Value* batch) {
@@ -611,26 +640,44 @@ class MatmulEmitter {
                       },
                       [] {});
                 } else {
+                  // Into the scratch, or (only packing) into the caller's buffer; nothing when B
+                  // came packed.
                   ir::emitLoop(
-                      b_, jc, jc_end, nr,
+                      b_, jc, packable_ ? b_.CreateSelect(read_packed_, jc, jc_end) : jc_end, nr,
                       [&](llvm::Value* jr) {
                         llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
-                        emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(jr, b_col_)), kc, cols,
-                                       panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr));
+                        llvm::Value* dst = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
+                        if (packable_) dst = b_.CreateSelect(pack_only_, packedPanel(pc, jr, kc), dst);
+                        emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(jr, b_col_)), kc, cols, dst);
                       },
                       "pb", kAsEmitted);
                 }
                 // Packed B: the tiles prefetch the rows of the block packed next (the next K block
                 // of these columns, else the first of the next columns), one row per k step, so
-                // packing finds it in cache instead of waiting on memory row by row.
+                // packing finds it in cache instead of waiting on memory row by row; B that came
+                // packed: the rows of that block's first panel there (NR floats apart).
                 llvm::Value* next_block = nullptr;
+                llvm::Value* next_row = b_row_;
                 if (!plan_.direct_b && plan_.prefetch > 0) {
                   llvm::Value* more_k = b_.CreateICmpSLT(b_.CreateAdd(pc, i64(plan_.kc)), k_);
                   llvm::Value* next = b_.CreateSelect(
                       more_k, b_.CreateAdd(b_block, b_.CreateAdd(b_.CreateMul(i64(plan_.kc), b_row_), b_.CreateMul(jc, b_col_))),
                       b_.CreateAdd(b_base_, b_.CreateMul(jc_end, b_col_)));
                   next_block = b_.CreateGEP(b_.getFloatTy(), b_ptr_, next);
+                  if (packable_) {
+                    llvm::Value* next_pc = b_.CreateAdd(pc, i64(plan_.kc));
+                    llvm::Value* next_packed = b_.CreateSelect(
+                        more_k, packedOffset(next_pc, jc, smin(i64(plan_.kc), b_.CreateSub(k_, next_pc))),
+                        packedOffset(i64(0), jc_end, smin(i64(plan_.kc), k_)));
+                    next_block = b_.CreateSelect(read_packed_, b_.CreateGEP(b_.getFloatTy(), packed_b_, next_packed),
+                                                 next_block);
+                    next_row = b_.CreateSelect(read_packed_, i64(nr), b_row_);
+                  }
                 }
+                // The packed block the tiles read: the scratch, or its place in the B that came
+                // packed (its panels there are contiguous too, from column jc on).
+                llvm::Value* b_packed_block = bpack_;
+                if (packable_) b_packed_block = b_.CreateSelect(read_packed_, packedPanel(pc, jc, kc), bpack_);
                 auto rowBlock = [&](llvm::Value* ic, llvm::Value* ic_end) {
                   if (plan_.mc > 0) {
                     ir::emitLoop(
@@ -664,10 +711,13 @@ class MatmulEmitter {
                                 } else if (plan_.direct_b) {
                                   t.b_src = bpack_;
                                 } else {
-                                  t.b_src = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
+                                  t.b_src = panelPtr(b_packed_block, b_.CreateSub(jr, jc), kc, nr);
                                 }
                                 if (plan_.mc > 0) t.a_src = panelPtr(apack_, b_.CreateSub(ir_, ic), kc, plan_.mr);
-                                if (!direct && !plan_.direct_b && plan_.prefetch > 0) t.pf_src = next_block;
+                                if (!direct && !plan_.direct_b && plan_.prefetch > 0) {
+                                  t.pf_src = next_block;
+                                  t.pf_row = next_row;
+                                }
                                 emitTile(t);
                               },
                               "ir", kAsEmitted);
@@ -681,18 +731,35 @@ class MatmulEmitter {
                       },
                       "jr", kAsEmitted);
                 };
-                if (plan_.mc > 0) {
-                  ir::emitLoop(
-                      b_, m_lo_, m_hi_, plan_.mc,
-                      [&](llvm::Value* ic) { rowBlock(ic, smin(b_.CreateAdd(ic, i64(plan_.mc)), m_hi_)); }, "ic",
-                      kAsEmitted);
+                auto rowBlocks = [&] {
+                  if (plan_.mc > 0) {
+                    ir::emitLoop(
+                        b_, m_lo_, m_hi_, plan_.mc,
+                        [&](llvm::Value* ic) { rowBlock(ic, smin(b_.CreateAdd(ic, i64(plan_.mc)), m_hi_)); }, "ic",
+                        kAsEmitted);
+                  } else {
+                    rowBlock(m_lo_, m_hi_);
+                  }
+                };
+                if (packable_) {
+                  ir::emitIfElse(b_, pack_only_, [] {}, rowBlocks);  // only packing: no tiles
                 } else {
-                  rowBlock(m_lo_, m_hi_);
+                  rowBlocks();
                 }
               },
               "pc", kAsEmitted);
         },
         "jc", kAsEmitted);
+  }
+
+  // Where the panel of the whole packed B at K block `pc` (kc rows) and column `jr` starts (in
+  // floats): K blocks before it hold pc full rows of Npad floats, panels before it in its block
+  // jr / NR * kc * NR floats.
+  llvm::Value* packedOffset(llvm::Value* pc, llvm::Value* jr, llvm::Value* kc) {
+    return b_.CreateAdd(b_.CreateMul(pc, n_pad_), b_.CreateMul(jr, kc));
+  }
+  llvm::Value* packedPanel(llvm::Value* pc, llvm::Value* jr, llvm::Value* kc) {
+    return floatAt(packed_b_, packedOffset(pc, jr, kc));
   }
 
   // Start of panel `index / width` in a packed block whose panels hold kc x width floats.
@@ -804,6 +871,7 @@ class MatmulEmitter {
     llvm::Value* b_src = nullptr;  // packed panel, or &B[pc, col] when direct_b
     llvm::Value* a_src = nullptr;  // packed A panel, or nullptr (A read in place)
     llvm::Value* pf_src = nullptr; // packed B: &B[row 0 of the next block to pack] (prefetched row by row)
+    llvm::Value* pf_row = nullptr; // elements from one prefetched row to the next
   };
 
   // C[row .. row+MR, col .. col+cols] (+)= A[rows, block] @ B[block, cols]. Rows from `rows` on
@@ -890,7 +958,7 @@ class MatmulEmitter {
         }
       }
       if (t.pf_src != nullptr) {
-        llvm::Value* row = b_.CreateMul(p, b_row_);
+        llvm::Value* row = b_.CreateMul(p, t.pf_row);
         for (int v = 0; v < vectors; ++v) {
           llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.pf_src, b_.CreateAdd(row, i64(v * kLanes)));
           b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
@@ -987,6 +1055,11 @@ class MatmulEmitter {
   DType out_dtype_;
   MatmulDims dims_;
   Plan plan_;
+  bool packable_;                       // packableB(): the whole B may be passed packed
+  llvm::Value* packed_b_ = nullptr;     // packable_: the caller's packed B (scalars[2]) ...
+  llvm::Value* read_packed_ = nullptr;  // ... to read the blocks from (i1)
+  llvm::Value* pack_only_ = nullptr;    // ... to pack into, and nothing else (i1, scalars[3])
+  llvm::Value* n_pad_ = nullptr;        // N rounded up to NR (the packed B's row length)
   llvm::Value* a_ = nullptr;
   llvm::Value* b_ptr_ = nullptr;
   llvm::Value* c_ = nullptr;
@@ -1115,6 +1188,25 @@ class MatmulFamily final : public KernelFamily {
     args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
     args.scalars[kScalarTasks] = work >= kMinParallelWork ? std::max<std::int64_t>(1, threads) : 1;
     return Status::ok();
+  }
+
+  // B, when the kernel would pack it (a 2-D B, not read in place, not the dot-product path).
+  PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
+    const Plan plan = resolvePlan(spec);
+    if (spec.inputs.size() < 2 || !packableB(spec, plan)) return {};
+    const int sa = slotA(spec), sb = slotB(spec);
+    const std::int64_t m = args.shape[sa][2], k = args.shape[sb][2], n = args.shape[sb][3];
+    // The dot-product path reads B in place (the strides as matrixStrides() bakes them in).
+    const std::int64_t a_col = spec.inputs[0].contiguous ? 1 : args.strides[sa][3];
+    const std::int64_t b_row = spec.inputs[1].contiguous ? n : args.strides[sb][2];
+    if (a_col == 1 && b_row == 1 && (m < plan.mr || n < static_cast<std::int64_t>(kLanes))) return {};
+    const std::int64_t n_pad = (n + plan.nr() - 1) / plan.nr() * plan.nr();
+    return {1, k * n_pad * static_cast<std::int64_t>(sizeof(float))};
+  }
+
+  void usePacked(const KernelSpec&, KernelArgs& args, void* buffer, PackMode mode) const override {
+    args.scalars[kScalarPackedB] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(buffer));
+    args.scalars[kScalarPackOnly] = mode == PackMode::PackOnly ? 1 : 0;
   }
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Calling generated kernels: output allocation, the KernelArgs block, fault injection.
+// Calling generated kernels: output allocation, the KernelArgs block, packed operands (cached
+// per kernel), fault injection.
 #include "jit/compiled_kernel.h"
 
 #include "jit/fusion.h"
@@ -11,6 +12,91 @@
 #include <cstring>
 
 namespace shapevm::jit {
+
+namespace {
+
+// The same bytes: one storage, and the same view of it.
+bool sameView(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() == b.offset() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         a.strides() == b.strides();
+}
+
+// The packing of the kernel's packable input for this call: cached, or packed now by the kernel
+// itself (PackMode::PackOnly) and cached; `args` are then pointed at it. Undefined (args
+// unchanged: the kernel packs as it goes) when nothing is packable, the operand may not be cached
+// or the buffer cannot be had. The caller keeps the result until the call returns.
+Tensor packedOperandFor(const CompiledKernel& kernel, std::span<const Value* const> inputs, KernelArgs& args) {
+  const PackedOperand operand = kernel.family->packedOperand(kernel.spec, args);
+  if (operand.input < 0 || operand.bytes <= 0 || static_cast<std::size_t>(operand.input) >= inputs.size()) return {};
+  const Value* value = inputs[static_cast<std::size_t>(operand.input)];
+  if (value == nullptr || !value->isTensor() || !kernel.packed.admits(value->tensor())) return {};
+  const Tensor& source = value->tensor();
+  Tensor packed = kernel.packed.find(source);
+  if (!packed.defined()) {
+    auto buffer = Tensor::empty(DType::Float32, Shape{(operand.bytes + 3) / 4});
+    if (!buffer) return {};  // e.g. beyond MaxTensorBytes: the kernel packs as it goes
+    packed = std::move(*buffer);
+    KernelArgs pack = args;
+    kernel.family->usePacked(kernel.spec, pack, packed.rawData(), PackMode::PackOnly);
+    kernel.fn(&pack);
+    kernel.packed.insert(source, packed);
+  }
+  kernel.family->usePacked(kernel.spec, args, packed.rawData(), PackMode::Read);
+  return packed;
+}
+
+}  // namespace
+
+bool PackedOperandCache::admits(const Tensor& operand) const {
+  if (operand.storage()->isExternal() || operand.numel() < Tunables::get(Tunable::PackedWeightMinElements) ||
+      Tunables::get(Tunable::PackedWeightEntries) <= 0) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unused_in_a_row_ < Tunables::get(Tunable::PackedWeightMaxUnused);
+}
+
+Tensor PackedOperandCache::find(const Tensor& operand) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Entry& entry : entries_) {
+    if (!sameView(entry.operand, operand)) continue;
+    entry.last_use = ++clock_;
+    ++entry.hits;
+    ++hits_;
+    unused_in_a_row_ = 0;
+    return entry.packed;
+  }
+  return {};
+}
+
+void PackedOperandCache::insert(const Tensor& operand, Tensor packed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++packs_;
+  // Another thread may have packed the same tensor meanwhile: keep one entry.
+  auto same = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return sameView(e.operand, operand); });
+  if (same != entries_.end()) {
+    same->last_use = ++clock_;
+    return;
+  }
+  const auto capacity = static_cast<std::size_t>(std::max<std::int64_t>(1, Tunables::get(Tunable::PackedWeightEntries)));
+  while (entries_.size() >= capacity) {
+    auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                   [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    if (oldest->hits == 0) ++unused_in_a_row_;
+    entries_.erase(oldest);
+  }
+  entries_.push_back(Entry{operand, std::move(packed), ++clock_, 0});
+}
+
+void PackedOperandCache::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.clear();
+}
+
+PackedOperandCache::Stats PackedOperandCache::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Stats{packs_, hits_, entries_.size(), unused_in_a_row_ >= Tunables::get(Tunable::PackedWeightMaxUnused)};
+}
 
 Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs) {
   const std::size_t num_inputs = inputs.size();
@@ -49,6 +135,7 @@ Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const
     }
   }
   SVM_RETURN_IF_ERROR(kernel.family->prepare(kernel.spec, inputs, std::span<const Tensor>(fresh, num_outputs), args));
+  const Tensor packed = packedOperandFor(kernel, inputs, args);  // alive until the kernel returns
   const int threads = kernel.spec.params.threads > 0 ? kernel.spec.params.threads
                                                      : static_cast<int>(Tunables::get(Tunable::KernelThreads));
   const std::int64_t rows = num_outputs > 0 && fresh[0].rank() >= 1 ? fresh[0].dim(0) : 0;

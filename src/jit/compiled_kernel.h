@@ -4,16 +4,63 @@
 // output buffers (reusing the site's previous outputs when uniquely owned), fills KernelArgs and
 // calls the generated code. It declines (returns false) instead of failing, so the slot runs the
 // reference kernel — which then reports any real error with its usual message.
+// A kernel whose family reads an input packed (matmul's B: the weight) keeps the packing of the
+// last few such tensors (PackedOperandCache): the first call with a tensor packs it, later calls
+// with the same tensor skip packing.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <span>
+#include <vector>
 
 #include "jit/engine.h"
 #include "jit/kernel_abi.h"
 
 namespace shapevm::jit {
+
+// The packed forms of one kernel's packable input (KernelFamily::packedOperand), least recently
+// used replaced beyond the PackedWeightEntries tunable. Thread-safe (one mutex around lookups and
+// inserts); a call holds its own reference to the packing, so eviction never frees it mid-call.
+// Safety: an entry is reused only for the same bytes. It is keyed by the operand's storage,
+// view offset, dtype, shape and strides, and it holds a reference to the operand: the storage
+// stays alive (its address cannot be recycled for another tensor) and is never sole-owned, so the
+// VM's in-place reuse (outputBuffer, region buffer pools; both require Tensor::isSoleOwner) can
+// never write it. Adopted memory (Tensor::wrap: its owner may write it any time) is never cached.
+class PackedOperandCache {
+ public:
+  struct Stats {
+    std::uint64_t packs = 0;  // packings made (cache misses that packed)
+    std::uint64_t hits = 0;   // calls that reused a cached packing
+    std::size_t entries = 0;  // packings held now
+    bool gave_up = false;     // PackedWeightMaxUnused unused packings in a row: no more caching
+  };
+  // True when `operand` may be packed once and cached: not adopted memory, at least
+  // PackedWeightMinElements elements, caching on (PackedWeightEntries > 0), and this kernel has
+  // not given up (B changing every call).
+  bool admits(const Tensor& operand) const;
+  // The cached packing of exactly `operand` (counted as a hit), else an undefined Tensor.
+  Tensor find(const Tensor& operand);
+  // Caches `packed` for `operand` (counted as a pack), replacing the least recently used entry.
+  void insert(const Tensor& operand, Tensor packed);
+  // Drops every entry (and the references they hold); counters stay.
+  void clear();
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    Tensor operand;  // the packed tensor itself: keeps its storage alive and shared
+    Tensor packed;   // float32, the layout the kernel reads
+    std::uint64_t last_use = 0;
+    std::uint64_t hits = 0;
+  };
+  mutable std::mutex mutex_;
+  std::vector<Entry> entries_;
+  std::uint64_t clock_ = 0;
+  std::uint64_t packs_ = 0, hits_ = 0;
+  std::int64_t unused_in_a_row_ = 0;  // entries evicted without a single hit, since the last hit
+};
 
 struct CompiledKernel {
   const KernelFamily* family = nullptr;
@@ -24,6 +71,8 @@ struct CompiledKernel {
   // Test-only fault injection: when set, the kernel's first output element is corrupted after
   // every call, so validation must catch it.
   bool corrupt_outputs = false;
+  // Packings of the packable input (matmul's B) of recent calls; see PackedOperandCache.
+  mutable PackedOperandCache packed;
 };
 
 // Runs `kernel` on `inputs`; `outputs` may hold previous outputs for reuse. Error when the family

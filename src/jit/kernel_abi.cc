@@ -86,6 +86,10 @@ Status KernelFamily::prepare(const KernelSpec&, std::span<const Value* const>, s
   return Status::ok();
 }
 
+PackedOperand KernelFamily::packedOperand(const KernelSpec&, const KernelArgs&) const { return {}; }
+
+void KernelFamily::usePacked(const KernelSpec&, KernelArgs&, void*, PackMode) const {}
+
 Status KernelFamily::reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const {
   const OpRegistry& registry = OpRegistry::global();
   const OpSchema& schema = registry.schema(spec.op);

@@ -44,7 +44,9 @@ inline constexpr int kMaxKernelOperands = 16;
 //      on broadcast batch dims and on the missing axis of a 1-D operand (see kSlotA / kSlotB);
 //  - scalars[]: reduce, strided kernels: scalars[0] = 1 for the column style (lanes along the last
 //    outer loop), else 0; elementwise: scalars[0..2] = scalar operands (the value's storage bits
-//    in its dtype), scalars[3] = 1 when the call can take the flat path.
+//    in its dtype), scalars[3] = 1 when the call can take the flat path; matmul: scalars[0..1]
+//    = the task runner and the task count, scalars[2..3] = the packed-operand fields that
+//    KernelFamily::usePacked() writes (0, 0: the kernel packs its own B).
 // Kernels read slots and scalars the way their family's prepare() wrote them; the runtime never
 // interprets the extras.
 struct KernelArgs {
@@ -119,6 +121,18 @@ KernelSpec exactSpec(OpId op, std::vector<AttrValue> attrs, std::span<const Valu
 // The same spec with every dim of every tensor input dynamic and unbounded (a fully symbolic kernel).
 KernelSpec symbolicSpec(KernelSpec spec);
 
+// An input that a family's kernel can read from a buffer packed beforehand (matmul: the whole B
+// in the layout its blocking consumes), so the runtime may pack it once and reuse the packing
+// while the same tensor comes back (see PackedOperandCache in compiled_kernel.h).
+struct PackedOperand {
+  int input = -1;          // the packable input of this call; -1: none (the kernel packs as usual)
+  std::int64_t bytes = 0;  // size of its packed form (a 64-byte aligned buffer)
+};
+enum class PackMode : std::uint8_t {
+  Read,      // the call reads the packed operand from the buffer instead of packing it
+  PackOnly,  // the call only writes the packed operand into the buffer (no output is touched)
+};
+
 // A code generator for a family of ops. Implementations are stateless singletons.
 class KernelFamily {
  public:
@@ -133,6 +147,12 @@ class KernelFamily {
   // extra operand slots and scalars; see KernelArgs). Default: nothing more.
   virtual Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
                          KernelArgs& args) const;
+  // The input this call (KernelArgs after prepare()) could read packed, and the packed size.
+  // Default: none.
+  virtual PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const;
+  // Points the prepared `args` at `buffer` (packedOperand().bytes, 64-byte aligned) in `mode`.
+  // The packing is written and read by the generated code only: one layout, in one place.
+  virtual void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const;
   // Emits `void <symbol>(ptr args)` into `module`.
   virtual Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const = 0;
   // A readable symbol stem, e.g. "matmul_f32_Mdyn_K128_N1024" (the engine prefixes "svm_").
