@@ -1440,6 +1440,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
     }
   }
+  // The step kernels' packings of the planning inputs (random weights) are of no use later.
+  for (Step& step : p.steps) {
+    if (step.kernel) step.kernel->packed.clear();
+  }
   times->validate_ms = since(phase);
   return region;
 }

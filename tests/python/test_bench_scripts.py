@@ -161,7 +161,7 @@ def test_report_full_synthetic(tiny_peers, tmp_path):
                       if r["base_peer"] == "pytorch" and r["variant"] == "lstm_cell" and r["seq"] == "stream")
     assert stream_line.rstrip(" |").endswith(report.fratio(150.0, peer_stream))
     # Matmul: JIT vs oneDNN (90/95) and vs the measured peak (90/120).
-    assert "| 640×128×1024 | 90.0 | 50.0 | 95.0 |" in md and "0.95" in md and "0.75" in md
+    assert "| 640×128×1024 | 90.0 | — | 50.0 | 95.0 |" in md and "0.95" in md and "0.75" in md
     assert "1/" in md  # per-op overhead as a fraction of torch.add
     assert "146.48 KiB" in md  # memory
     assert "| 14 | 40.0 | 90.0 | 0.100 | 30.0 | 9.00 |" in md  # compile latency
