@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -34,6 +35,17 @@ using shapevm::testing::randomTensor;
 using shapevm::testing::setAt;
 using shapevm::testing::tv;
 using shapevm::testing::unravel;
+
+// A random operand (uniform in [-1, 1], never all zeros) in the given layout.
+inline Value operand(DType dtype, const Shape& shape, std::mt19937& rng, Layout layout = Layout::Contiguous) {
+  return Value::fromTensor(randomTensor(dtype, shape, rng, layout, 1.0));
+}
+
+// W.T for a contiguous W of shape [n, k]: a [k, n] view with strides (1, k) (the workload's B).
+inline Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::mt19937& rng) {
+  Tensor w = randomTensor(dtype, Shape{n, k}, rng, Layout::Contiguous, 1.0);
+  return Value::fromTensor(w.asStrided(Shape{k, n}, Shape{1, k}, 0).value());
+}
 
 // One engine for the whole test binary (creating LLJIT costs ~10 ms).
 inline JitEngine& sharedEngine() {

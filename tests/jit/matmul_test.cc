@@ -23,16 +23,6 @@ namespace {
 
 using namespace testing;  // jit_test_util.h
 
-Value operand(DType dtype, const Shape& shape, std::mt19937& rng, Layout layout = Layout::Contiguous) {
-  return Value::fromTensor(randomTensor(dtype, shape, rng, layout, 1.0));
-}
-
-// W.T for a contiguous W of shape [n, k]: a [k, n] view with strides (1, k).
-Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::mt19937& rng) {
-  Tensor w = randomTensor(dtype, Shape{n, k}, rng, Layout::Contiguous, 1.0);
-  return Value::fromTensor(w.asStrided(Shape{k, n}, Shape{1, k}, 0).value());
-}
-
 ::testing::AssertionResult matmulMatches(const Value& a, const Value& b, Dims dims = Dims::Static) {
   std::vector<Value> inputs = {a, b};
   return matchesReference(specFor("matmul", inputs, {}, dims), inputs);

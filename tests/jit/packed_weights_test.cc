@@ -26,16 +26,6 @@ namespace {
 
 using namespace testing;  // jit_test_util.h
 
-Value operand(DType dtype, const Shape& shape, std::mt19937& rng, Layout layout = Layout::Contiguous) {
-  return Value::fromTensor(randomTensor(dtype, shape, rng, layout, 1.0));
-}
-
-// W.T for a contiguous W of shape [n, k]: a [k, n] view with strides (1, k) (the workload's B).
-Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::mt19937& rng) {
-  Tensor w = randomTensor(dtype, Shape{n, k}, rng, Layout::Contiguous, 1.0);
-  return Value::fromTensor(w.asStrided(Shape{k, n}, Shape{1, k}, 0).value());
-}
-
 // Rows of a wider matrix, like x[:, t, :]: not contiguous, but each row is (stride 1 along K).
 Value rowWindow(DType dtype, std::int64_t m, std::int64_t k, std::mt19937& rng) {
   Tensor wide = randomTensor(dtype, Shape{m, 2 * k + 3}, rng, Layout::Contiguous, 1.0);

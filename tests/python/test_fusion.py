@@ -102,6 +102,15 @@ def _check_o2_log(out, err):
     return fused, regions
 
 
+def _run_o0_and_o2(run_cli, tmp_path, common, o2_extra=("--iters", "3")):
+    """Runs `common` at O0 into o0.npz and at O2 (log and stats on) into o2.npz; O2's (stdout, stderr)."""
+    code, _, err = run_cli(*common, "--jit-level", "O0", "--out", tmp_path / "o0.npz")
+    assert code == 0, err
+    code, out, err = run_cli(*common, *O2, *o2_extra, "--jit-log", "--stats", "--out", tmp_path / "o2.npz")
+    assert code == 0, err
+    return out, err
+
+
 @pytest.mark.parametrize("program,oracle", [("lstm_cell.py", lstm_flat), ("lstm_loop.py", lstm_loop)])
 @pytest.mark.parametrize("seq", [10, 20, 30, 120])
 def test_reference_workload_at_o2_equals_o0_and_numpy(run_cli, tmp_path, program, oracle, seq):
@@ -109,10 +118,7 @@ def test_reference_workload_at_o2_equals_o0_and_numpy(run_cli, tmp_path, program
     inputs, weights = _workload_files(tmp_path, rng, seq)
     common = ["run", EXAMPLES / program, "--inputs", tmp_path / "in.npz", "--params", tmp_path / "params.npz",
               "--quiet"]
-    code, _, err = run_cli(*common, "--jit-level", "O0", "--out", tmp_path / "o0.npz")
-    assert code == 0, err
-    code, out, err = run_cli(*common, *O2, "--iters", "3", "--jit-log", "--stats", "--out", tmp_path / "o2.npz")
-    assert code == 0, err
+    out, err = _run_o0_and_o2(run_cli, tmp_path, common)
     fused, _ = _check_o2_log(out, err)
     # The hot matmul's epilogue (bias add) is fused and the gate math is one fused kernel.
     descriptions = " ".join(m.group(3) for m in fused)
@@ -138,10 +144,7 @@ def test_reference_workload_at_o2_with_seq_cycling_equals_o0(run_cli, tmp_path, 
     _, weights = _workload_files(tmp_path, rng, 10)
     common = ["run", EXAMPLES / program, "--params", tmp_path / "params.npz", "--dim", "batch=32",
               "--dim", "seq=10,20,30,120", "--iters", "8", "--seed", str(int(rng.integers(1 << 30))), "--quiet"]
-    code, _, err = run_cli(*common, "--jit-level", "O0", "--out", tmp_path / "o0.npz")
-    assert code == 0, err
-    code, out, err = run_cli(*common, *O2, "--jit-log", "--stats", "--out", tmp_path / "o2.npz")
-    assert code == 0, err
+    out, err = _run_o0_and_o2(run_cli, tmp_path, common, o2_extra=())
     _check_o2_log(out, err)
     with np.load(tmp_path / "o0.npz") as a, np.load(tmp_path / "o2.npz") as b:
         for key in a.files:
@@ -166,10 +169,7 @@ def test_region_reading_sqrt_and_log_of_an_input_fuses(run_cli, tmp_path):
     y = rng.standard_normal((5, 8)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x, y=y)
     common = ["run", tmp_path / "prog.py", "--fn", "f", "--inputs", tmp_path / "in.npz", "--quiet"]
-    code, _, err = run_cli(*common, "--jit-level", "O0", "--out", tmp_path / "o0.npz")
-    assert code == 0, err
-    code, out, err = run_cli(*common, *O2, "--iters", "3", "--jit-log", "--stats", "--out", tmp_path / "o2.npz")
-    assert code == 0, err
+    out, err = _run_o0_and_o2(run_cli, tmp_path, common)
     with np.load(tmp_path / "o0.npz") as a, np.load(tmp_path / "o2.npz") as b:
         assert rel_l2(b["out0"], a["out0"].astype(np.float64)) <= 1e-5
         want = np.sqrt(x.astype(np.float64)) * y + np.log(x.astype(np.float64))
@@ -203,10 +203,7 @@ def test_fused_reductions_and_normalizations_equal_o0_and_torch(run_cli, tmp_pat
     bias = rng.standard_normal(64).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x, w=w, bias=bias)
     common = ["run", tmp_path / "prog.py", "--fn", "f", "--inputs", tmp_path / "in.npz", "--quiet"]
-    code, _, err = run_cli(*common, "--jit-level", "O0", "--out", tmp_path / "o0.npz")
-    assert code == 0, err
-    code, out, err = run_cli(*common, *O2, "--iters", "3", "--jit-log", "--stats", "--out", tmp_path / "o2.npz")
-    assert code == 0, err
+    out, err = _run_o0_and_o2(run_cli, tmp_path, common)
     fused, _ = _check_o2_log(out, err)
     descriptions = " ".join(m.group(3) for m in fused)
     for kind in ("max(mul,add) over 1 axis", "sum(mul,add,sub,exp) over 1 axis", "mean(sub) over 1 axis",
