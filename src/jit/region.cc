@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "jit/shape_infer.h"
-#include "vm/scalar_ops.h"
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
+#include "vm/scalar_ops.h"
 
 namespace shapevm::jit {
 
@@ -87,7 +87,7 @@ void registersOf(const Function& function, const Instruction& in, std::vector<in
 std::vector<FusionRange> fusionRanges(const Function& function, const Region& region) {
   std::vector<FusionRange> ranges;
   FusionRange current;
-  std::set<int> read, written, prelude_writes;  // by the current range's ops / its prelude
+  std::set<int> read, written, prelude_reads, prelude_writes;  // by the current range's ops / its prelude
   auto flush = [&](int end_pc) {
     if (current.sites.size() >= 2) {
       current.resume_pc = end_pc;
@@ -98,6 +98,7 @@ std::vector<FusionRange> fusionRanges(const Function& function, const Region& re
     current = FusionRange{};
     read.clear();
     written.clear();
+    prelude_reads.clear();
     prelude_writes.clear();
   };
   std::vector<int> reads, writes;
@@ -117,11 +118,15 @@ std::vector<FusionRange> fusionRanges(const Function& function, const Region& re
     } else if (in.op == Opcode::Move) {
       joins = !current.sites.empty();
     } else if (preludeOp(in.op)) {
-      // Replayable at entry: reads nothing the range computes, writes nothing it reads or writes.
+      // Replayable at entry, and again by the interpreter after a decline: reads nothing the
+      // range computes, writes nothing the range reads or writes, and nothing the prelude read
+      // (itself included: `r7 = r7 + r8` would not give the same value twice).
+      std::set<int> own_reads(reads.begin(), reads.end());
       joins = !current.sites.empty() && !any(reads, written) && !any(writes, read) && !any(writes, written) &&
-              !any(writes, prelude_writes);
+              !any(writes, prelude_writes) && !any(writes, prelude_reads) && !any(writes, own_reads);
       if (joins) {
         current.prelude.push_back(pc);
+        prelude_reads.insert(reads.begin(), reads.end());
         prelude_writes.insert(writes.begin(), writes.end());
         continue;
       }
@@ -1227,7 +1232,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   Planner planner(p, function, range, liveness);
   planner.buildGraph();
 
-  // Externals: dtype, shape and strides from the newest profile record of a site that reads them.
+  // The prelude, replayed at each entry.
   for (int pc : range.prelude) {
     const Instruction& in = function.code[static_cast<std::size_t>(pc)];
     PreludeOp op;
@@ -1246,6 +1251,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
     }
     p.prelude.push_back(std::move(op));
   }
+  // Externals: dtype, shape and strides from the newest profile record of a site that reads them.
   std::vector<Shape> external_strides;
   std::map<int, Value> planned_shapes;  // reshape targets: the shape a later op observed for the reshape's output
   std::vector<const ProfileRecord*> newest;

@@ -1010,6 +1010,38 @@ TEST_F(FusionTest, ShapeArithmeticInsideARangeIsReplayedOnlyWhenSafe) {
   EXPECT_GE(report.served[1], 2u);  // both regions
 }
 
+// `r7 = r7 * r8` cannot be replayed at entry: after a decline (the dtype changes in run 2) the
+// interpreter would run it a second time. It ends the range instead, and every run equals O0.
+TEST_F(FusionTest, SelfUpdatingShapeArithmeticIsNotReplayed) {
+  auto module = svasm(R"(.module "fusion"
+.func f
+  .param a : [?0,?1]
+  .outputs 1
+  LoadTensor r0, a
+  DimOf r7, r0, 0
+  DimOf r8, r0, 1
+  CallOp mul r2 = r0, r0 : [?0,?1] x [?0,?1] -> [?0,?1]
+  CallOp tanh r3 = r2 : [?0,?1] -> [?0,?1]
+  Mul r7, r7, r8
+  TuplePack r9, [r7]
+  CallOp reshape r4 = r3, r9 : [?0,?1] x _ -> [?2]
+  CallOp exp r5 = r4 : [?2] -> [?2]
+  CallOp sigmoid r6 = r5 : [?2] -> [?2]
+  StoreTensor r6, o0
+  Return
+.end
+)");
+  Report report;
+  const DType dtypes[] = {DType::Float32, DType::Float32, DType::Float16, DType::Float32};
+  ASSERT_TRUE(differential(module, "f", 4, [&](int run, std::mt19937& rng) {
+    return std::vector<Value>{rnd(rng, dtypes[run], {5, 3})};
+  }, &report));
+  SCOPED_TRACE(report.installed());
+  for (const Jit::RangeState& r : report.ranges) {
+    EXPECT_FALSE(r.range.start_pc < 0x05 && r.range.resume_pc > 0x05);  // the Mul at PC 0x05
+  }
+}
+
 // The same region in a hand-written .svasm module with a Move between two CallOps.
 TEST_F(FusionTest, SvasmRangeWithAMoveInside) {
   auto module = svasm(R"(.module "fusion"
