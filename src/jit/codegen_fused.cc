@@ -6,6 +6,11 @@
 // vectorizer widens; -1 = any) is baked in and checked by the region runtime before each call.
 // Outputs are fresh contiguous buffers. The element math is codegen_math's, rounded to the
 // program dtype after every op, so float16/bfloat16 results match the reference op by op.
+// A reduction program (fusion.h) loops over its kept axes and accumulates the DAG's value over
+// the trailing reduced axes into one output element each (sums in double, reassociation allowed
+// so the vectorizer keeps partial sums; max/min with llvm.maximum/minimum, NaN propagating).
+// Static dims are constants; a known divisor k makes the extent (n / k) * k (exact), so the
+// vectorizer sees a multiple of k.
 #include <limits>
 
 #include <fmt/format.h>
