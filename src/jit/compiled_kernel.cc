@@ -98,79 +98,97 @@ PackedOperandCache::Stats PackedOperandCache::stats() const {
   return Stats{packs_, hits_, entries_.size(), unused_in_a_row_ >= Tunables::get(Tunable::PackedWeightMaxUnused)};
 }
 
-Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs) {
+Status prepareCall(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs,
+                   PreparedCall& call) {
   const std::size_t num_inputs = inputs.size();
   const std::size_t num_outputs = static_cast<std::size_t>(kernel.num_outputs);
   if (num_inputs + num_outputs > kMaxKernelOperands || outputs.size() < num_outputs) {
     return makeError(ErrorCode::Unsupported, "kernel has too many operands ({} inputs, {} outputs)", num_inputs, num_outputs);
   }
+  call.kernel = &kernel;
+  call.num_inputs = num_inputs;
+  call.num_outputs = num_outputs;
   DType dtypes[kMaxKernelOperands];
   Shape shapes[kMaxKernelOperands];
   SVM_RETURN_IF_ERROR(kernel.family->outputs(kernel.spec, inputs, std::span<DType>(dtypes, num_outputs),
                                              std::span<Shape>(shapes, num_outputs)));
   const OpSchema& schema = OpRegistry::global().schema(kernel.spec.op);
   OpContext ctx{&schema, inputs, kernel.spec.attrs, outputs};
-  Tensor fresh[kMaxKernelOperands];
   for (std::size_t o = 0; o < num_outputs; ++o) {
-    SVM_ASSIGN_OR_RETURN(fresh[o], outputBuffer(ctx, static_cast<int>(o), dtypes[o], shapes[o]));
+    SVM_ASSIGN_OR_RETURN(call.outputs[o], outputBuffer(ctx, static_cast<int>(o), dtypes[o], shapes[o]));
   }
-  KernelArgs args;
+  KernelArgs& args = call.args;
   std::memset(&args, 0, sizeof(args));
+  std::fill(std::begin(call.item), std::end(call.item), std::size_t{0});
   for (std::size_t i = 0; i < num_inputs; ++i) {
     if (inputs[i] == nullptr || !inputs[i]->isTensor()) continue;
     const Tensor& t = inputs[i]->tensor();
     args.data[i] = t.rawData();
+    call.item[i] = t.itemSize();
     for (int d = 0; d < t.rank(); ++d) {
       args.shape[i][d] = t.dim(d);
       args.strides[i][d] = t.stride(d);
     }
   }
   for (std::size_t o = 0; o < num_outputs; ++o) {
-    const Tensor& t = fresh[o];
+    const Tensor& t = call.outputs[o];
     const std::size_t slot = num_inputs + o;
     args.data[slot] = t.rawData();
+    call.item[slot] = t.itemSize();
     for (int d = 0; d < t.rank(); ++d) {
       args.shape[slot][d] = t.dim(d);
       args.strides[slot][d] = t.stride(d);
     }
   }
-  SVM_RETURN_IF_ERROR(kernel.family->prepare(kernel.spec, inputs, std::span<const Tensor>(fresh, num_outputs), args));
-  const Tensor packed = packedOperandFor(kernel, inputs, args);  // alive until the kernel returns
+  SVM_RETURN_IF_ERROR(
+      kernel.family->prepare(kernel.spec, inputs, std::span<const Tensor>(call.outputs, num_outputs), args));
+  call.packed = packedOperandFor(kernel, inputs, args);  // alive until the call is finished
+  return Status::ok();
+}
+
+std::int64_t callRows(const PreparedCall& call) {
+  return call.kernel->family->rowCount(call.kernel->spec, call.args, call.num_inputs, call.num_outputs);
+}
+
+void runCallRows(const PreparedCall& call, std::int64_t begin, std::int64_t end) {
+  KernelArgs rows = call.args;
+  call.kernel->family->narrowRows(call.kernel->spec, rows, call.item, call.num_inputs, call.num_outputs, begin, end);
+  call.kernel->fn(&rows);
+}
+
+void runCall(const PreparedCall& call) {
+  const CompiledKernel& kernel = *call.kernel;
   const int threads = kernel.spec.params.threads > 0 ? kernel.spec.params.threads
                                                      : static_cast<int>(Tunables::get(Tunable::KernelThreads));
-  const std::int64_t rows = num_outputs > 0 && fresh[0].rank() >= 1 ? fresh[0].dim(0) : 0;
-  if (threads > 1 && rows >= 2 && kernel.family->splitsAlongAxis0()) {
+  const std::int64_t rows = threads > 1 && kernel.family->splitsAlongAxis0() ? callRows(call) : -1;
+  if (rows >= 2) {
     // Row chunks of every operand, one task each (the calling thread takes one too).
-    std::size_t item[kMaxKernelOperands] = {};
-    for (std::size_t i = 0; i < num_inputs; ++i) {
-      if (inputs[i] != nullptr && inputs[i]->isTensor()) item[i] = inputs[i]->tensor().itemSize();
-    }
-    for (std::size_t o = 0; o < num_outputs; ++o) item[num_inputs + o] = fresh[o].itemSize();
     const int tasks = static_cast<int>(std::min<std::int64_t>(threads, rows));
-    ThreadPool::global().run(tasks, [&](int t) {
-      const std::int64_t begin = rows * t / tasks;
-      const std::int64_t end = rows * (t + 1) / tasks;
-      KernelArgs chunk = args;
-      for (std::size_t k = 0; k < num_inputs + num_outputs; ++k) {
-        if (chunk.data[k] == nullptr) continue;
-        chunk.data[k] = static_cast<char*>(args.data[k]) + begin * args.strides[k][0] * static_cast<std::int64_t>(item[k]);
-        chunk.shape[k][0] = end - begin;
-      }
-      kernel.fn(&chunk);
-    });
+    ThreadPool::global().run(tasks, [&](int t) { runCallRows(call, rows * t / tasks, rows * (t + 1) / tasks); });
   } else {
-    kernel.fn(&args);
+    kernel.fn(&call.args);
   }
-  if (kernel.corrupt_outputs) {
-    for (std::size_t o = 0; o < num_outputs; ++o) {
-      Tensor& t = fresh[o];
+}
+
+void finishCall(PreparedCall& call, std::span<Value> outputs) {
+  if (call.kernel->corrupt_outputs) {
+    for (std::size_t o = 0; o < call.num_outputs; ++o) {
+      Tensor& t = call.outputs[o];
       if (t.numel() == 0) continue;
       // Flip the sign bit (and more) of the first element's bytes: a wrong but plausible number.
       auto* bytes = static_cast<unsigned char*>(t.rawData());
       bytes[t.itemSize() - 1] ^= 0xC0;
     }
   }
-  for (std::size_t o = 0; o < num_outputs; ++o) outputs[o] = Value::fromTensor(std::move(fresh[o]));
+  for (std::size_t o = 0; o < call.num_outputs; ++o) outputs[o] = Value::fromTensor(std::move(call.outputs[o]));
+  call.packed = Tensor();
+}
+
+Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs) {
+  PreparedCall call;
+  SVM_RETURN_IF_ERROR(prepareCall(kernel, inputs, outputs, call));
+  runCall(call);
+  finishCall(call, outputs);
   return Status::ok();
 }
 

@@ -79,6 +79,30 @@ struct CompiledKernel {
 // rejects the inputs (they do not fit its spec) or an allocation fails.
 Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs);
 
+// invokeCompiled in three parts, so a caller may run a call whole or a range of its rows at a time
+// (a region runs a producer and its consumers row block by row block: CompiledRegion).
+// prepareCall takes the output buffers, lays out the KernelArgs and finds or makes the packed
+// operand; nothing is computed until runCall / runCallRows; finishCall hands the outputs over.
+struct PreparedCall {
+  const CompiledKernel* kernel = nullptr;
+  KernelArgs args{};
+  Tensor outputs[kMaxKernelOperands];
+  Tensor packed;  // the packed operand the args point at (kept alive until finishCall)
+  std::size_t item[kMaxKernelOperands] = {};  // bytes per element of each operand slot (0: none)
+  std::size_t num_inputs = 0;
+  std::size_t num_outputs = 0;
+};
+Status prepareCall(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs,
+                   PreparedCall& call);
+// The whole call, split across threads as KernelParams::threads / the KernelThreads tunable say.
+void runCall(const PreparedCall& call);
+// The rows the call computes (its output's axis 0), or -1 when the family cannot compute a range
+// of them (KernelFamily::rowCount).
+std::int64_t callRows(const PreparedCall& call);
+// Rows [begin, end) only, on this thread (0 <= begin < end <= callRows()).
+void runCallRows(const PreparedCall& call, std::int64_t begin, std::int64_t end);
+void finishCall(PreparedCall& call, std::span<Value> outputs);
+
 // The CompiledKernelFn installed in dispatch slots (state = const CompiledKernel*).
 bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, std::span<Value> outputs);
 

@@ -507,6 +507,7 @@ void Jit::compileRange(const Request& request) {
   }
   (*region)->decline_counter = state.declines;
   (*region)->run_counter = state.runs;
+  (*region)->row_block_counter = state.row_blocked;
   const std::string description = (*region)->describe();
   const int kernels = (*region)->kernels();
   const int fused = (*region)->fusedOps();
@@ -572,6 +573,7 @@ JitStats Jit::stats() const {
     for (const RangeState& range : ranges) {
       out.region_declines += range.declines->load(std::memory_order_relaxed);
       out.region_runs += range.runs->load(std::memory_order_relaxed);
+      out.region_row_blocked += range.row_blocked->load(std::memory_order_relaxed);
     }
   }
   return out;
@@ -593,8 +595,8 @@ std::string Jit::statsReport() const {
       total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
       times.empty() ? 0.0 : times.back());
   text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
-                      "executions served, {} declined (ran op by op)\n",
-                      s.fused_regions, s.fused_ops, s.region_runs, s.region_declines);
+                      "executions served, {} declined (ran op by op), {} ran kernels in row blocks\n",
+                      s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);
   text += fmt::format("jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits\n", s.tuning_ms,
                       s.tuned_kernels, s.tuning_cache_hits);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",

@@ -90,6 +90,25 @@ PackedOperand KernelFamily::packedOperand(const KernelSpec&, const KernelArgs&) 
 
 void KernelFamily::usePacked(const KernelSpec&, KernelArgs&, void*, PackMode) const {}
 
+std::int64_t KernelFamily::rowCount(const KernelSpec&, const KernelArgs& args, std::size_t inputs,
+                                    std::size_t outputs) const {
+  if (!splitsAlongAxis0() || outputs == 0 || args.data[inputs] == nullptr) return -1;
+  const std::int64_t rows = args.shape[inputs][0];
+  for (std::size_t k = 0; k < inputs + outputs; ++k) {
+    if (args.data[k] != nullptr && args.shape[k][0] != rows) return -1;  // e.g. a reduction over axis 0
+  }
+  return rows;
+}
+
+void KernelFamily::narrowRows(const KernelSpec&, KernelArgs& args, const std::size_t* item, std::size_t inputs,
+                              std::size_t outputs, std::int64_t begin, std::int64_t end) const {
+  for (std::size_t k = 0; k < inputs + outputs; ++k) {
+    if (args.data[k] == nullptr) continue;
+    args.data[k] = static_cast<char*>(args.data[k]) + begin * args.strides[k][0] * static_cast<std::int64_t>(item[k]);
+    args.shape[k][0] = end - begin;
+  }
+}
+
 Status KernelFamily::reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const {
   const OpRegistry& registry = OpRegistry::global();
   const OpSchema& schema = registry.schema(spec.op);

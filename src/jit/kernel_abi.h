@@ -164,6 +164,15 @@ class KernelFamily {
   // stride, so the runtime may split axis 0 across threads (KernelParams::threads, else the
   // KernelThreads tunable) by calling the kernel on row chunks.
   virtual bool splitsAlongAxis0() const { return false; }
+  // The rows of a prepared call (`args` after prepare(), with `inputs` input slots then `outputs`
+  // output slots): the output's axis 0, or -1 when the kernel cannot compute a range of rows
+  // alone. Default: the output's dim 0 for families that split along axis 0, else -1.
+  virtual std::int64_t rowCount(const KernelSpec& spec, const KernelArgs& args, std::size_t inputs,
+                                std::size_t outputs) const;
+  // Narrows prepared `args` to rows [begin, end) (`item`: bytes per element of each slot). Default:
+  // every operand's data moved `begin` steps along its axis-0 stride, its dim 0 set to end - begin.
+  virtual void narrowRows(const KernelSpec& spec, KernelArgs& args, const std::size_t* item, std::size_t inputs,
+                          std::size_t outputs, std::int64_t begin, std::int64_t end) const;
   // The AutoTuner's candidates for `spec` (each a KernelParams this family reads); empty = nothing
   // to tune. The first candidate is the family's default choice.
   virtual std::vector<KernelParams> searchSpace(const KernelSpec& spec) const;

@@ -73,6 +73,8 @@ class CompiledRegion {
   // range's counters, which outlive a replaced region).
   std::shared_ptr<std::atomic<std::uint64_t>> decline_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::shared_ptr<std::atomic<std::uint64_t>> run_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
+  // Served executions that ran at least one block of kernels in row blocks (RegionRowBlockKb).
+  std::shared_ptr<std::atomic<std::uint64_t>> row_block_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
 
  private:
   mutable std::atomic<bool> busy_{false};     // buffer reuse only when not re-entered

@@ -829,6 +829,68 @@ TEST_F(FusionTest, SoftmaxLogSoftmaxAndLayerNormFuseWithTheirNeighbours) {
   }
 }
 
+// ---- row blocks: a producer and the kernels reading its output, run block by block ----
+
+// With RegionRowBlockKb = 1 every unit of rows is its own block: the LSTM cell (the gx matmul,
+// then the gate kernel reading it through a reshape and a split; the gh matmul hoisted) and
+// the normalizations (statistics, then the kernels reading them) run in row blocks and still
+// equal O0, in every dtype and at odd sizes.
+TEST_F(FusionTest, RowBlocksEqualO0AndRun) {
+  ASSERT_TRUE(Tunables::set(Tunable::RegionRowBlockKb, 1).isOk());
+  auto cell = python(readRepoFile("examples/lstm_cell.py"));
+  for (DType dtype : kFloatTypes) {
+    // A matmul's blocks hold at least 32 rows (batch*seq): 65, 51 and 33 rows make 2 or 3 blocks.
+    for (auto [batch, seq] : {std::pair<std::int64_t, std::int64_t>{13, 5}, {33, 1}, {17, 3}}) {
+      SCOPED_TRACE(fmt::format("cell {} batch={} seq={}", dtypeName(dtype), batch, seq));
+      Report report;
+      ASSERT_TRUE(differential(cell, "lstm_cell", 3, [&](int, std::mt19937& rng) {
+        return lstmInputs(rng, dtype, batch, seq);
+      }, &report));
+      expectServed(report);
+      EXPECT_TRUE(report.describes("row blocks of steps 0+2 after 1")) << report.installed();
+      EXPECT_GE(report.stats.region_row_blocked, 2u) << report.installed();
+    }
+  }
+  auto norms = python(kNormalizations);
+  for (DType dtype : kFloatTypes) {
+    // Rows are the leading dim b; blocks of 1 KiB of output hold 1 or 2 of them (a short last block).
+    for (auto [b, t, m] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{5, 7, 17}, {3, 5, 64}, {9, 2, 129}}) {
+      SCOPED_TRACE(fmt::format("normalizations {} b={} t={} m={}", dtypeName(dtype), b, t, m));
+      Report report;
+      ASSERT_TRUE(differential(norms, "f", 3, [&](int, std::mt19937& rng) {
+        return std::vector<Value>{rnd(rng, dtype, {b, t, m}, Layout::Contiguous, 4.0), rnd(rng, dtype, {m}),
+                                  rnd(rng, dtype, {m}), rnd(rng, dtype, {t, m})};
+      }, &report));
+      expectServed(report);
+      EXPECT_GE(report.stats.region_row_blocked, 2u) << report.installed();
+    }
+  }
+}
+
+// A consumer reading the producer's output across rows (here transposed) cannot run in row
+// blocks: the block runs its kernels whole, one after the other, and the results still equal O0.
+TEST_F(FusionTest, RowBlocksNeedRowLocalReads) {
+  ASSERT_TRUE(Tunables::set(Tunable::RegionRowBlockKb, 1).isOk());
+  auto module = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 128], w: Tensor[128, 128], b: Tensor[128]):
+    y = x @ w.T + b
+    return ops.sigmoid(ops.transpose(y)) * 2.0
+)");
+  for (std::int64_t n : {1, 7, 64}) {
+    SCOPED_TRACE(n);
+    Report report;
+    ASSERT_TRUE(differential(module, "f", 3, [&](int, std::mt19937& rng) {
+      return std::vector<Value>{rnd(rng, DType::Float32, {n, 128}), rnd(rng, DType::Float32, {128, 128}),
+                                rnd(rng, DType::Float32, {128})};
+    }, &report));
+    expectServed(report);
+    EXPECT_TRUE(report.describes("row blocks of steps 0+1")) << report.installed();
+    EXPECT_EQ(report.stats.region_row_blocked, 0u) << report.installed();
+  }
+}
+
 // Reduced axes that are not trailing, and reductions of real tensors, stay their own steps.
 TEST_F(FusionTest, NonTrailingReductionsStayOpaqueAndEqualO0) {
   auto module = python(R"(

@@ -224,6 +224,45 @@ TEST(IrMath, Float32SpecialValues) {
   }
 }
 
+// The exact limits of sigmoid and tanh (sigmoid 0 -> 0.5, saturation to exactly 1 / -1, the
+// denormal tail, NaN, -0) hold on the scalar path and on explicit 16-lane vectors alike.
+TEST(IrMath, SigmoidAndTanhLimitsOnScalarsAndVectors) {
+  const std::vector<float> x = {-100.0f, -kInf, kInf, 0.0f, kNaN, 100.0f, 17.0f, 20.0f,
+                                -20.0f,  9.5f,  10.0f, 11.0f, -0.0f, 0.625f, 1.0f, -3.0f};
+  for (unsigned lanes : {1u, 16u}) {
+    MapKernel sigmoid(&ir::sigmoidF, DType::Float32, lanes, "sigmoid_limits_" + std::to_string(lanes));
+    MapKernel tanh(&ir::tanhF, DType::Float32, lanes, "tanh_limits_" + std::to_string(lanes));
+    const std::vector<float> s = sigmoid(x);
+    const std::vector<float> t = tanh(x);
+    SCOPED_TRACE(lanes);
+    EXPECT_NEAR(s[0], 3.7835e-44, 3e-45);
+    EXPECT_EQ(s[1], 0.0f);
+    EXPECT_EQ(s[2], 1.0f);
+    EXPECT_EQ(s[3], 0.5f);
+    EXPECT_TRUE(std::isnan(s[4]));
+    EXPECT_EQ(s[5], 1.0f);
+    EXPECT_EQ(s[7], 1.0f);
+    EXPECT_EQ(t[2], 1.0f);
+    EXPECT_EQ(t[7], 1.0f);
+    EXPECT_EQ(t[8], -1.0f);
+    EXPECT_EQ(t[10], 1.0f);
+    EXPECT_EQ(t[11], 1.0f);
+    EXPECT_TRUE(std::isnan(t[4]));
+    EXPECT_TRUE(std::signbit(t[12]) && t[12] == 0.0f);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) continue;
+      const double want_s = sigmoidRef(x[i]);
+      const double want_t = std::tanh(static_cast<double>(x[i]));
+      if (want_s >= FLT_MIN) {
+        EXPECT_LE(std::abs(s[i] - want_s) / want_s, kMaxRelError) << "sigmoid(" << x[i] << ")";
+      }
+      if (want_t != 0.0) {
+        EXPECT_LE(std::abs(t[i] - want_t) / std::abs(want_t), kMaxRelError) << "tanh(" << x[i] << ")";
+      }
+    }
+  }
+}
+
 TEST(IrMath, Float32Limits) {
   MapKernel exp_kernel(&ir::expF, DType::Float32, 1, "exp_limits");
   MapKernel log_kernel(&ir::logF, DType::Float32, 1, "log_limits");
