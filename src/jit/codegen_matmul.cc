@@ -14,9 +14,11 @@
 // NR/16 loads of B, MR broadcasts of A, MR*NR/16 llvm.fmuladd, and a software prefetch of the B
 // rows packed next (or, reading B in place, of B a few rows ahead).
 // Packing converts to float32 and zero-pads tails, so transposed or 16-bit operands cost the same
-// in the inner loop. B may also be read in place (f32, rows contiguous; a tuning candidate for
-// small M). Defaults: 6x64 tiles, KC 256; M <= 64: 4x64, KC 128 (see defaultPlan). M tails re-read a valid row and store nothing; N tails use
-// masked loads/stores. When A's rows and B's columns are both contiguous along K and M < MR or
+// in the inner loop. Operands contiguous along K (B = W.T, a row-major A) pack 16 x 16 blocks
+// through a register transpose, in functions of their own (see callPacker). B may also be read
+// in place (f32, rows contiguous; a tuning candidate for small M). Defaults: 6x64 tiles, KC 256;
+// M <= 64: 4x64, KC 128 (see defaultPlan). M tails re-read a valid row and store nothing; N tails
+// use masked loads/stores. When A's rows and B's columns are both contiguous along K and M < MR or
 // N < 16 (x @ W.T for a few rows, matrix @ vector), a dot-product path runs instead.
 // The kernel body is an internal function `part(args, task, tasks, scratch)`; the exported symbol
 // calls back into C++ (the address prepare() stores in scalars[0]) which runs the tasks on the
@@ -470,11 +472,12 @@ class MatmulEmitter {
 
   // ---- masked access of `lanes` (<= 16) leading lanes ----
 
-  llvm::Value* laneMask(llvm::Value* count) {
+  llvm::Constant* iotaI64() {
     std::vector<llvm::Constant*> iota;
     for (unsigned l = 0; l < kLanes; ++l) iota.push_back(b_.getInt64(l));
-    return b_.CreateICmpSLT(llvm::ConstantVector::get(iota), b_.CreateVectorSplat(kLanes, count));
+    return llvm::ConstantVector::get(iota);
   }
+  llvm::Value* laneMask(llvm::Value* count) { return b_.CreateICmpSLT(iotaI64(), b_.CreateVectorSplat(kLanes, count)); }
   llvm::Value* maskedLoad(DType dtype, llvm::Value* ptr, llvm::Value* mask) {
     llvm::Type* stored =
         ir::withLanes(dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
@@ -771,68 +774,293 @@ class MatmulEmitter {
 
   // dst[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR.
   void emitPackBPanel(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
+    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
+    // A contiguous B (columns 1 apart) is K-contiguous only with one column: no code for that.
+    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
+    auto* column_step = llvm::dyn_cast<llvm::ConstantInt>(b_col_);
+    auto* row_step = llvm::dyn_cast<llvm::ConstantInt>(b_row_);
+    const bool never_columns =
+        (column_step != nullptr && column_step->isOne()) || (row_step != nullptr && !row_step->isOne());
+    ir::emitIfElse(
+        b_, full_rows, [&] { emitPackBRows(src, kc, dst); },
+        [&] {
+          if (never_columns) {
+            emitPackBScalar(src, kc, cols, dst);
+            return;
+          }
+          ir::emitIfElse(
+              b_, k_contiguous,
+              [&] {
+                callPacker(&pack_b_columns_, "_pack_b_columns", {b_ptr_, src, kc, cols, dst, b_col_},
+                           [&](const PackerArgs& args) { emitPackBColumns(args); });
+              },
+              [&] { emitPackBScalar(src, kc, cols, dst); });
+        });
+  }
+
+  // Row-major panel of NR columns: NR/16 vector loads per k.
+  void emitPackBRows(llvm::Value* src, llvm::Value* kc, llvm::Value* dst) {
     const std::int64_t nr = plan_.nr();
     const DType dtype = b_spec_.dtype;
-    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(nr)), b_.CreateICmpEQ(b_col_, i64(1)));
-    ir::emitIfElse(
-        b_, full_rows,
-        [&] {
-          // Row-major panel: NR/16 vector loads per k.
+    ir::emitLoop(
+        b_, i64(0), kc, 1,
+        [&](llvm::Value* p) {
+          llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(p, b_row_));
+          for (int v = 0; v < plan_.vectors; ++v) {
+            llvm::Value* x = ir::loadCompute(
+                b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(row, i64(v * kLanes))), kLanes);
+            storeAligned(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
+          }
+        },
+        "pk", kAsEmitted);
+  }
+
+  // What a packing routine reads and writes: `count` (<= the panel width) rows or columns from
+  // element `src` of `data`, `stride` elements apart, each `kc` long and contiguous, into `dst`.
+  struct PackerArgs {
+    llvm::Value* data;
+    llvm::Value* src;
+    llvm::Value* kc;
+    llvm::Value* count;
+    llvm::Value* dst;
+    llvm::Value* stride;
+  };
+
+  // Calls a packing routine emitted as a function of its own (internal, never inlined; `emit`
+  // writes its body on first use into `*function`). Inline, a transpose's shuffle masks were
+  // hoisted out of the packing loops and held registers through the tiles: a 6 x 64 tile has no
+  // zmm register to spare and spilled (x @ W.T at 256^3: 0.55-0.9x, even with B packed once).
+  void callPacker(llvm::Function** function, const char* suffix, const PackerArgs& args,
+                  const std::function<void(const PackerArgs&)>& emit) {
+    if (*function == nullptr) {
+      llvm::Function* part = b_.GetInsertBlock()->getParent();
+      llvm::Type* ptr = b_.getPtrTy();
+      llvm::Type* index = b_.getInt64Ty();
+      auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, index, index, index, ptr, index}, false);
+      llvm::Function* f =
+          llvm::Function::Create(type, llvm::Function::InternalLinkage, part->getName() + suffix, part->getParent());
+      f->addFnAttr(llvm::Attribute::NoUnwind);
+      f->addFnAttr(llvm::Attribute::NoInline);
+      f->addParamAttr(0, llvm::Attribute::ReadOnly);
+      f->addParamAttr(4, llvm::Attribute::NoAlias);
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(b_.getContext(), "entry", f));
+      emit(PackerArgs{f->getArg(0), f->getArg(1), f->getArg(2), f->getArg(3), f->getArg(4), f->getArg(5)});
+      b_.CreateRetVoid();
+      *function = f;
+    }
+    b_.CreateCall(*function, {args.data, args.src, args.kc, args.count, args.dst, args.stride});
+  }
+
+  // B's columns contiguous along K (x @ W.T: W's rows), args.count of them: per 16 columns and 16
+  // k, 16 vector loads down the columns and a register transpose into 16 packed rows, instead of
+  // one scalar load and store per element. Columns past the count re-read the last one (in
+  // bounds) and their lanes are zeroed; 16-column groups wholly past it are zero-filled.
+  void emitPackBColumns(const PackerArgs& args) {
+    llvm::Value* kc = args.kc;
+    llvm::Value* cols = args.count;
+    const std::int64_t nr = plan_.nr();
+    const DType dtype = b_spec_.dtype;
+    llvm::Value* zero = llvm::Constant::getNullValue(vecType());
+    llvm::Value* kc_full = b_.CreateAnd(kc, i64(-static_cast<std::int64_t>(kLanes)));
+    ir::emitLoop(
+        b_, i64(0), i64(nr), kLanes,
+        [&](llvm::Value* j0) {
+          llvm::Value* valid = b_.CreateSub(cols, j0);
+          llvm::Value* group = floatAt(args.dst, j0);
+          ir::emitIfElse(
+              b_, b_.CreateICmpSGT(valid, i64(0)),
+              [&] {
+                // Where each column starts, as one vector (16 scalar index computations took
+                // ~8 ms more to compile).
+                llvm::Value* last = b_.CreateSub(cols, i64(1));
+                llvm::Value* js = b_.CreateAdd(iotaI64(), b_.CreateVectorSplat(kLanes, j0));
+                js = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, js, b_.CreateVectorSplat(kLanes, last));
+                llvm::Value* starts = b_.CreateAdd(b_.CreateVectorSplat(kLanes, args.src),
+                                                   b_.CreateMul(js, b_.CreateVectorSplat(kLanes, args.stride)));
+                std::vector<llvm::Value*> column;
+                for (unsigned c = 0; c < kLanes; ++c) column.push_back(b_.CreateExtractElement(starts, c));
+                llvm::Value* keep = laneMask(valid);
+                ir::emitLoop(
+                    b_, i64(0), kc_full, kLanes,
+                    [&](llvm::Value* p0) {
+                      std::vector<llvm::Value*> rows;
+                      for (llvm::Value* start : column) {
+                        rows.push_back(ir::loadCompute(
+                            b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p0)), kLanes));
+                      }
+                      transpose16(rows);
+                      for (unsigned r = 0; r < kLanes; ++r) {
+                        rows[r] = b_.CreateSelect(keep, rows[r], zero);
+                        storeAligned(rows[r], floatAt(group, b_.CreateMul(b_.CreateAdd(p0, i64(r)), i64(nr))));
+                      }
+                    },
+                    "pt", kAsEmitted);
+                // The last kc % 16 rows element by element: rare (a last K block) and cheap to
+                // compile (masked loads and a second transpose took ~13 ms more per kernel).
+                ir::emitLoop(
+                    b_, i64(0), i64(kLanes), 1,
+                    [&](llvm::Value* c) {
+                      llvm::Value* j = b_.CreateAdd(j0, c);
+                      llvm::Value* start = b_.CreateAdd(args.src, b_.CreateMul(smin(j, last), args.stride));
+                      llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
+                      ir::emitLoop(
+                          b_, kc_full, kc, 1,
+                          [&](llvm::Value* p) {
+                            llvm::Value* x = ir::loadCompute(
+                                b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p)));
+                            x = b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+                            b_.CreateStore(x, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)));
+                          },
+                          "ptk", kAsEmitted);
+                    },
+                    "ptc", kAsEmitted);
+              },
+              [&] {
+                ir::emitLoop(
+                    b_, i64(0), kc, 1,
+                    [&](llvm::Value* p) { storeAligned(zero, floatAt(group, b_.CreateMul(p, i64(nr)))); }, "ptz",
+                    kAsEmitted);
+              });
+        },
+        "ptj", kAsEmitted);
+  }
+
+  // Transposes the 16 x 16 block x[i][l] in place (x[i][l] <- x[l][i]): for h = 8, 4, 2, 1, rows
+  // i and i + h (bit h of i clear) swap their off-diagonal h-blocks, which swaps bit h between the
+  // row and the lane index; after all four bits every element has moved to (l, i). Each half
+  // step is one two-source shufflevector with a constant mask.
+  void transpose16(std::vector<llvm::Value*>& x) {
+    for (unsigned h = kLanes / 2; h >= 1; h /= 2) {
+      std::vector<int> low, high;  // lanes of the new x[i] and x[i + h]; b's lanes are 16 + l
+      for (unsigned l = 0; l < kLanes; ++l) {
+        const bool upper = (l & h) != 0;
+        low.push_back(static_cast<int>(upper ? kLanes + l - h : l));
+        high.push_back(static_cast<int>(upper ? kLanes + l : l + h));
+      }
+      for (unsigned i = 0; i < kLanes; ++i) {
+        if ((i & h) != 0) continue;
+        llvm::Value* a = x[i];
+        llvm::Value* b = x[i + h];
+        x[i] = b_.CreateShuffleVector(a, b, low);
+        x[i + h] = b_.CreateShuffleVector(a, b, high);
+      }
+    }
+  }
+
+  void storeAligned(llvm::Value* vec, llvm::Value* ptr) {
+    llvm::StoreInst* store = b_.CreateStore(vec, ptr);
+    store->setAlignment(llvm::Align(64));
+  }
+
+  // Any layout: column by column, one element at a time.
+  void emitPackBScalar(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
+    const std::int64_t nr = plan_.nr();
+    const DType dtype = b_spec_.dtype;
+    ir::emitLoop(
+        b_, i64(0), cols, 1,
+        [&](llvm::Value* j) {
+          llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(j, b_col_));
           ir::emitLoop(
               b_, i64(0), kc, 1,
               [&](llvm::Value* p) {
-                llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(p, b_row_));
-                for (int v = 0; v < plan_.vectors; ++v) {
-                  llvm::Value* x = ir::loadCompute(
-                      b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(row, i64(v * kLanes))), kLanes);
-                  llvm::StoreInst* store =
-                      b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
-                  store->setAlignment(llvm::Align(64));
-                }
+                llvm::Value* x = ir::loadCompute(
+                    b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(column, b_.CreateMul(p, b_row_))));
+                b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
               },
-              "pk", kAsEmitted);
+              "pp", kAsEmitted);
         },
-        [&] {
-          // Any layout: column by column (a transposed B reads each column contiguously).
+        "pj", kAsEmitted);
+    ir::emitLoop(
+        b_, cols, i64(nr), 1,
+        [&](llvm::Value* j) {
           ir::emitLoop(
-              b_, i64(0), cols, 1,
-              [&](llvm::Value* j) {
-                llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(j, b_col_));
-                ir::emitLoop(
-                    b_, i64(0), kc, 1,
-                    [&](llvm::Value* p) {
-                      llvm::Value* x = ir::loadCompute(
-                          b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(column, b_.CreateMul(p, b_row_))));
-                      b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
-                    },
-                    "pp", kAsEmitted);
+              b_, i64(0), kc, 1,
+              [&](llvm::Value* p) {
+                b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
+                               floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
               },
-              "pj", kAsEmitted);
-          ir::emitLoop(
-              b_, cols, i64(nr), 1,
-              [&](llvm::Value* j) {
-                ir::emitLoop(
-                    b_, i64(0), kc, 1,
-                    [&](llvm::Value* p) {
-                      b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
-                                     floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
-                    },
-                    "pz", kAsEmitted);
-              },
-              "pzj", kAsEmitted);
-        });
+              "pz", kAsEmitted);
+        },
+        "pzj", kAsEmitted);
   }
 
   // dst[p * MR + r] = A[row + r, pc + p] (float32) for r < rows; 0 for rows <= r < MR.
   void emitPackAPanel(llvm::Value* pc, llvm::Value* row, llvm::Value* rows, llvm::Value* kc, llvm::Value* dst) {
+    llvm::Value* src = b_.CreateAdd(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_), b_.CreateMul(pc, a_col_)));
+    auto rowsPacker = [&] {
+      callPacker(&pack_a_rows_, "_pack_a_rows", {a_, src, kc, rows, dst, a_row_},
+                 [&](const PackerArgs& args) { emitPackARows(args); });
+    };
+    // A contiguous A has rows contiguous along K: no scalar code to emit.
+    llvm::Value* k_contiguous = b_.CreateICmpEQ(a_col_, i64(1));
+    auto* always_rows = llvm::dyn_cast<llvm::ConstantInt>(k_contiguous);
+    if (always_rows != nullptr && always_rows->isOne()) {
+      rowsPacker();
+    } else {
+      ir::emitIfElse(b_, k_contiguous, rowsPacker, [&] { emitPackAScalar(src, rows, kc, dst); });
+    }
+  }
+
+  // A's rows contiguous along K (row-major A), args.count of them: per 16 k, MR vector loads and
+  // the 16 x 16 register transpose (rows past MR unused), then 16 stores of MR lanes, each the
+  // next MR floats of dst. Rows past the count re-read the last one and are zeroed.
+  void emitPackARows(const PackerArgs& args) {
+    const unsigned mr = static_cast<unsigned>(plan_.mr);
+    const DType dtype = a_spec_.dtype;
+    llvm::Value* kc = args.kc;
+    llvm::Value* kc_full = b_.CreateAnd(kc, i64(-static_cast<std::int64_t>(kLanes)));
+    llvm::Value* last = b_.CreateSub(args.count, i64(1));
+    std::vector<llvm::Value*> row_start;
+    for (unsigned r = 0; r < mr; ++r) {
+      row_start.push_back(b_.CreateAdd(args.src, b_.CreateMul(smin(i64(r), last), args.stride)));
+    }
+    llvm::Value* keep = laneMask(args.count);
+    llvm::Value* tile_lanes = laneMask(i64(mr));
+    llvm::Value* zero = llvm::Constant::getNullValue(vecType());
+    ir::emitLoop(
+        b_, i64(0), kc_full, kLanes,
+        [&](llvm::Value* p0) {
+          std::vector<llvm::Value*> columns(kLanes, llvm::PoisonValue::get(vecType()));
+          for (unsigned r = 0; r < mr; ++r) {
+            columns[r] = ir::loadCompute(
+                b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(row_start[r], p0)), kLanes);
+          }
+          transpose16(columns);
+          for (unsigned p = 0; p < kLanes; ++p) {
+            llvm::Value* ptr = floatAt(args.dst, b_.CreateMul(b_.CreateAdd(p0, i64(p)), i64(mr)));
+            b_.CreateMaskedStore(b_.CreateSelect(keep, columns[p], zero), ptr, llvm::Align(4), tile_lanes);
+          }
+        },
+        "pat", kAsEmitted);
+    // The last kc % 16 columns element by element (as for B).
+    ir::emitLoop(
+        b_, i64(0), i64(mr), 1,
+        [&](llvm::Value* r) {
+          llvm::Value* start = b_.CreateAdd(args.src, b_.CreateMul(smin(r, last), args.stride));
+          llvm::Value* in_panel = b_.CreateICmpSLT(r, args.count);
+          ir::emitLoop(
+              b_, kc_full, kc, 1,
+              [&](llvm::Value* p) {
+                llvm::Value* x =
+                    ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p)));
+                x = b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+                b_.CreateStore(x, floatAt(args.dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
+              },
+              "pak", kAsEmitted);
+        },
+        "pac", kAsEmitted);
+  }
+
+  // Any layout: row by row, one element at a time.
+  void emitPackAScalar(llvm::Value* src, llvm::Value* rows, llvm::Value* kc, llvm::Value* dst) {
     const std::int64_t mr = plan_.mr;
     const DType dtype = a_spec_.dtype;
     ir::emitLoop(
         b_, i64(0), i64(mr), 1,
         [&](llvm::Value* r) {
           llvm::Value* valid = b_.CreateICmpSLT(r, rows);
-          llvm::Value* src = b_.CreateAdd(a_base_, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(row, r), a_row_),
-                                                                b_.CreateMul(pc, a_col_)));
+          llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(r, a_row_));
           ir::emitIfElse(
               b_, valid,
               [&] {
@@ -840,7 +1068,7 @@ class MatmulEmitter {
                     b_, i64(0), kc, 1,
                     [&](llvm::Value* p) {
                       llvm::Value* x = ir::loadCompute(
-                          b_, dtype, ir::elementPtr(b_, dtype, a_, b_.CreateAdd(src, b_.CreateMul(p, a_col_))));
+                          b_, dtype, ir::elementPtr(b_, dtype, a_, b_.CreateAdd(row, b_.CreateMul(p, a_col_))));
                       b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
                     },
                     "pap", kAsEmitted);
@@ -1085,6 +1313,8 @@ class MatmulEmitter {
   std::map<int, Extra> extras_;             // epilogue operands by input index
   std::vector<llvm::AllocaInst*> acc_;      // tile accumulators (the dot path uses the first 4)
   std::vector<llvm::AllocaInst*> dot_sum_;  // dot path: scalar sums
+  llvm::Function* pack_b_columns_ = nullptr;  // packing routines (see callPacker)
+  llvm::Function* pack_a_rows_ = nullptr;
 };
 
 // ---- the family ----
@@ -1207,6 +1437,29 @@ class MatmulFamily final : public KernelFamily {
   void usePacked(const KernelSpec&, KernelArgs& args, void* buffer, PackMode mode) const override {
     args.scalars[kScalarPackedB] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(buffer));
     args.scalars[kScalarPackOnly] = mode == PackMode::PackOnly ? 1 : 0;
+  }
+
+  // A range of rows: a plain 2-D product (no batch dims) whose M is not baked in, and whose B is
+  // read packed (a range of rows that packed B itself would pack all of it again, every range).
+  std::int64_t rowCount(const KernelSpec& spec, const KernelArgs& args, std::size_t, std::size_t) const override {
+    if (spec.inputs[0].rank != 2 || spec.inputs[1].rank != 2 || staticDims(spec).m >= 0) return -1;
+    if (packableB(spec, resolvePlan(spec)) && args.scalars[kScalarPackedB] == 0) return -1;
+    return args.shape[slotA(spec)][2];
+  }
+
+  // A's rows, the output's (dense rows of N) and the epilogue operands' (their M strides).
+  void narrowRows(const KernelSpec& spec, KernelArgs& args, const std::size_t* item, std::size_t inputs, std::size_t,
+                  std::int64_t begin, std::int64_t end) const override {
+    const int sa = slotA(spec);
+    auto advance = [&](std::size_t slot, std::int64_t row_stride) {
+      if (args.data[slot] == nullptr) return;
+      args.data[slot] = static_cast<char*>(args.data[slot]) + begin * row_stride * static_cast<std::int64_t>(item[slot]);
+    };
+    advance(0, args.strides[sa][2]);
+    advance(inputs, args.shape[slotB(spec)][3]);
+    for (std::size_t e = 2; e < inputs; ++e) advance(e, args.strides[e][2]);
+    args.shape[sa][2] = end - begin;
+    args.shape[inputs][0] = end - begin;
   }
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {

@@ -135,6 +135,64 @@ TEST(MatmulJit, TransposedAndStridedOperands) {
                             operand(DType::Float32, Shape{3, 20, 33}, rng, Layout::Strided)));
 }
 
+// Packing a B stored K-contiguous (x @ W.T): 16 x 16 blocks transposed in registers, K tails
+// (element by element), column tails (zeroed lanes) and 16-column groups past N (zero-filled),
+// with K and N around 16 and NR (64) and over two K blocks. A strided A keeps small N off the dot
+// path.
+TEST(MatmulJit, TransposedBPacking) {
+  std::mt19937 rng(11);
+  const std::int64_t ks[] = {15, 1, 16, 17, 33, 130, 300};  // the first B sets the spec: not contiguous
+  const std::int64_t ns[] = {63, 1, 64, 65, 200};
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (Layout a_layout : {Layout::Contiguous, Layout::Strided}) {
+      // One symbolic kernel (6 x 64 tiles, K blocks of 256) over every K x N, M with a tail.
+      std::vector<std::vector<Value>> pairs;
+      for (std::int64_t k : ks) {
+        for (std::int64_t n : ns) {
+          pairs.push_back({operand(dtype, Shape{13, k}, rng, a_layout), transposedWeight(dtype, k, n, rng)});
+        }
+      }
+      EXPECT_TRUE(symbolicKernelMatches(pairs)) << dtypeName(dtype) << " A layout " << static_cast<int>(a_layout);
+    }
+    // Static few-row kernels (4 x 64 tiles, K blocks of 128: K = 130 leaves a 2-row block).
+    for (auto [k, n] : {std::pair<std::int64_t, std::int64_t>{130, 65}, {17, 200}, {33, 64}}) {
+      EXPECT_TRUE(matmulMatches(operand(dtype, Shape{13, k}, rng), transposedWeight(dtype, k, n, rng)))
+          << dtypeName(dtype) << " 13x" << k << " @ W.T " << n;
+    }
+  }
+  // The loads stay inside W: its last column ends at a guard page (A transposed too: no dot path).
+  for (auto [k, n] : {std::pair<std::int64_t, std::int64_t>{33, 65}, {16, 17}, {130, 1}}) {
+    std::vector<Value> inputs = {operand(DType::Float32, Shape{9, k}, rng), operand(DType::Float32, Shape{k, n}, rng)};
+    std::vector<Value> t = {Value::fromTensor(guardedCopy(inputs[0].tensor(), false, true)),
+                            Value::fromTensor(guardedCopy(inputs[1].tensor(), false, true))};
+    EXPECT_TRUE(guardedRunMatches(specFor("matmul", t, {}, Dims::Symbolic), inputs, true)) << k << "x" << n;
+  }
+  // A contiguous [K, 1] B under a symbolic spec: K-contiguous too (rows of one element), but its
+  // columns are 1 apart, so it is packed element by element.
+  EXPECT_TRUE(symbolicKernelMatches({{operand(DType::Float32, Shape{20, 40}, rng, Layout::Strided),
+                                      operand(DType::Float32, Shape{40, 1}, rng)}}));
+}
+
+// Packing A's row panels (candidates with mc > 0): a row-major A goes through the same register
+// transpose (K tails element by element, M tails zeroed), a strided one element by element.
+TEST(MatmulJit, PackedAPanels) {
+  std::mt19937 rng(12);
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (Layout a_layout : {Layout::Contiguous, Layout::Strided}) {
+      std::vector<std::vector<Value>> sets;
+      for (auto [m, k] : {std::pair<std::int64_t, std::int64_t>{20, 15}, {1, 1}, {13, 16}, {7, 17}, {40, 33}, {9, 130},
+                          {25, 300}}) {
+        sets.push_back({operand(dtype, Shape{m, k}, rng, a_layout), operand(dtype, Shape{k, 70}, rng)});
+      }
+      KernelSpec spec = specFor("matmul", sets[0], {}, Dims::Symbolic);
+      spec.params.mr = 6;
+      spec.params.mc = 12;
+      spec.params.kc = 256;
+      EXPECT_TRUE(sameKernelMatches(spec, sets)) << dtypeName(dtype) << " A layout " << static_cast<int>(a_layout);
+    }
+  }
+}
+
 TEST(MatmulJit, HalfPrecisionAndMixedDTypes) {
   std::mt19937 rng(5);
   const DType dtypes[] = {DType::Float16, DType::BFloat16};
