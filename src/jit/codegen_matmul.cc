@@ -1439,29 +1439,6 @@ class MatmulFamily final : public KernelFamily {
     args.scalars[kScalarPackOnly] = mode == PackMode::PackOnly ? 1 : 0;
   }
 
-  // A range of rows: a plain 2-D product (no batch dims) whose M is not baked in, and whose B is
-  // read packed (a range of rows that packed B itself would pack all of it again, every range).
-  std::int64_t rowCount(const KernelSpec& spec, const KernelArgs& args, std::size_t, std::size_t) const override {
-    if (spec.inputs[0].rank != 2 || spec.inputs[1].rank != 2 || staticDims(spec).m >= 0) return -1;
-    if (packableB(spec, resolvePlan(spec)) && args.scalars[kScalarPackedB] == 0) return -1;
-    return args.shape[slotA(spec)][2];
-  }
-
-  // A's rows, the output's (dense rows of N) and the epilogue operands' (their M strides).
-  void narrowRows(const KernelSpec& spec, KernelArgs& args, const std::size_t* item, std::size_t inputs, std::size_t,
-                  std::int64_t begin, std::int64_t end) const override {
-    const int sa = slotA(spec);
-    auto advance = [&](std::size_t slot, std::int64_t row_stride) {
-      if (args.data[slot] == nullptr) return;
-      args.data[slot] = static_cast<char*>(args.data[slot]) + begin * row_stride * static_cast<std::int64_t>(item[slot]);
-    };
-    advance(0, args.strides[sa][2]);
-    advance(inputs, args.shape[slotB(spec)][3]);
-    for (std::size_t e = 2; e < inputs; ++e) advance(e, args.strides[e][2]);
-    args.shape[sa][2] = end - begin;
-    args.shape[inputs][0] = end - begin;
-  }
-
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(supports(spec));
     llvm::LLVMContext& context = module.getContext();

@@ -256,10 +256,12 @@ Status runPrelude(const PreludeOp& op, std::span<Value> registers) {
   return Status::ok();
 }
 
-// Steps run together row block by row block (RegionRowBlockKb): `members` in order, the first a
-// producer (a matmul or a fused kernel), each later one a fused kernel or reduction reading an
-// earlier member's output; `hoisted` are steps between them that read no member's output and run
-// first. A block of one member is a plain step.
+// Steps run together row block by row block (RegionRowBlockKb): `members` in order, each a fused
+// kernel or reduction, each later one reading an earlier member's output; `hoisted` are steps
+// between them that read no member's output and run first. A block of one member is a plain step.
+// A matmul never joins one: measured on the reference cell, running its rows in blocks (its
+// packed B streamed again for every block) cost more than the gate kernel gained from reading gx
+// in cache (0.72 -> 0.83 ms at seq 10), since that kernel is bound by its sigmoid/tanh math.
 struct StepBlock {
   std::vector<int> hoisted;
   std::vector<int> members;
@@ -675,19 +677,10 @@ class Eval {
         }
       }
     }
-    // A matmul's block keeps enough rows for its register tiles (a few rows would take the
-    // row-at-a-time dot-product path).
-    std::int64_t min_units = 1;
-    for (std::size_t m = 0; m < members.size(); ++m) {
-      if (members[m].step->kind != Step::Kind::MatMul) continue;
-      min_units = std::max(min_units, (kMinMatmulBlockRows + blocking.rows_per_unit[m] - 1) / blocking.rows_per_unit[m]);
-    }
-    blocking.per_block = std::max(min_units, target / unit_bytes);
+    blocking.per_block = std::max<std::int64_t>(1, target / unit_bytes);
     if (blocking.per_block >= units) return none;  // one block: nothing to interleave
     return blocking;
   }
-
-  static constexpr std::int64_t kMinMatmulBlockRows = 32;
 
   // True when `view` (a consumer's input, `rows` of its axis 0 per unit) reads the contiguous
   // `out` only within unit u's `span` elements while on unit u's rows.
@@ -1379,10 +1372,10 @@ void bakeStaticDims(FusedProgram& program, const TensorDescriptor* token, const 
   }
 }
 
-// Groups the steps into blocks (StepBlock): a matmul or fused step starts one; a later fused or
-// reduction step that reads a member's output joins it (the steps between that read none run
-// first, hoisted); an opaque step, or a matmul reading a member's output, ends it. Whether a
-// block really runs in row blocks is decided per execution, on the actual layouts.
+// Groups the steps into blocks (StepBlock): a fused or reduction step starts one; a later one that
+// reads a member's output joins it (the steps between that read none run first, hoisted); an
+// opaque step, or a matmul reading a member's output, ends it. Whether a block really runs in row
+// blocks is decided per execution, on the actual layouts.
 void planBlocks(RegionPlan& p) {
   const auto rowStep = [](const Step& s) { return s.kind == Step::Kind::Fused || s.kind == Step::Kind::Reduce; };
   const int n = static_cast<int>(p.steps.size());
@@ -1390,7 +1383,7 @@ void planBlocks(RegionPlan& p) {
   while (k < n) {
     StepBlock block;
     block.members.push_back(k);
-    if (rowStep(p.steps[static_cast<std::size_t>(k)]) || p.steps[static_cast<std::size_t>(k)].kind == Step::Kind::MatMul) {
+    if (rowStep(p.steps[static_cast<std::size_t>(k)])) {
       std::set<int> made(p.steps[static_cast<std::size_t>(k)].outputs.begin(), p.steps[static_cast<std::size_t>(k)].outputs.end());
       std::vector<int> independent;
       for (int j = k + 1; j < n; ++j) {
@@ -1555,10 +1548,6 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
   phase = Clock::now();
   double tuned_ms = 0;
   planBlocks(p);
-  std::set<std::size_t> block_producers;  // steps that start a block of several
-  for (const StepBlock& block : p.blocks) {
-    if (block.members.size() > 1) block_producers.insert(static_cast<std::size_t>(block.members[0]));
-  }
   // Kernels, step by step, on the reference run's values (which also give the leaves' layouts).
   for (std::size_t k = 0; k < p.steps.size(); ++k) {
     Step& step = p.steps[k];
@@ -1613,9 +1602,6 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
       SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(OpId::MatMul, *mm.attrs, records[site_index], compiles));
       spec = inferred.spec;
-      // A matmul whose rows a block splits reads M at run time (the guard still holds it).
-      DimSpec& m = spec.inputs[0].dims[0];
-      if (block_producers.count(k) != 0 && spec.inputs[0].rank == 2 && m.isStatic()) m = DimSpec{-1, m.size, m.size, 1};
       for (std::size_t e = 2; e < leaves.size(); ++e) {
         const Tensor& t = leaves[e].tensor();
         OperandSpec operand;
