@@ -235,6 +235,7 @@ TEST(IrMath, SigmoidAndTanhLimitsOnScalarsAndVectors) {
     const std::vector<float> s = sigmoid(x);
     const std::vector<float> t = tanh(x);
     SCOPED_TRACE(lanes);
+    EXPECT_GT(s[0], 0.0f);  // 3.78e-44, a denormal: not 0, not NaN
     EXPECT_NEAR(s[0], 3.7835e-44, 3e-45);
     EXPECT_EQ(s[1], 0.0f);
     EXPECT_EQ(s[2], 1.0f);
@@ -267,7 +268,6 @@ TEST(IrMath, Float32Limits) {
   MapKernel exp_kernel(&ir::expF, DType::Float32, 1, "exp_limits");
   MapKernel log_kernel(&ir::logF, DType::Float32, 1, "log_limits");
   MapKernel tanh_kernel(&ir::tanhF, DType::Float32, 1, "tanh_limits");
-  MapKernel sigmoid_kernel(&ir::sigmoidF, DType::Float32, 1, "sigmoid_limits");
   MapKernel erf_kernel(&ir::erfF, DType::Float32, 1, "erf_limits");
   MapKernel erfc_kernel(&ir::erfcF, DType::Float32, 1, "erfc_limits");
   MapKernel gelu_kernel(&ir::geluF, DType::Float32, 1, "gelu_limits");
@@ -300,14 +300,7 @@ TEST(IrMath, Float32Limits) {
   EXPECT_EQ(t[5], 1e-30f);
   EXPECT_TRUE(std::isnan(t[6]));
 
-  const auto s = sigmoid_kernel(std::vector<float>{-100.0f, -kInf, kInf, 0.0f, kNaN, 100.0f});
-  EXPECT_GT(s[0], 0.0f);  // 3.78e-44, a denormal: not 0, not NaN
-  EXPECT_NEAR(s[0], 3.7835e-44, 3e-45);
-  EXPECT_EQ(s[1], 0.0f);
-  EXPECT_EQ(s[2], 1.0f);
-  EXPECT_EQ(s[3], 0.5f);
-  EXPECT_TRUE(std::isnan(s[4]));
-  EXPECT_EQ(s[5], 1.0f);
+  // sigmoid: SigmoidAndTanhLimitsOnScalarsAndVectors.
 
   const auto r = erf_kernel(std::vector<float>{kInf, -kInf, 5.0f, -0.0f, kNaN});
   EXPECT_EQ(r[0], 1.0f);
