@@ -788,6 +788,21 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::s
   std::vector<MatmulShape> shapes = {{640, 128, 1024},  {32, 768, 4096},  {256, 256, 256}, {1024, 1024, 1024},
                                      {320, 128, 1024},  {3840, 128, 1024}, {32, 256, 1024}};
   if (flags.quick) shapes = {{640, 128, 1024}, {256, 256, 256}, {32, 256, 1024}};
+  // SHAPEVM_BENCH_MATMUL_SHAPES=MxKxN,... : only these shapes (for working on one kernel).
+  if (const char* only = std::getenv("SHAPEVM_BENCH_MATMUL_SHAPES"); only != nullptr && *only != '\0') {
+    shapes.clear();
+    std::string list = only;
+    for (std::size_t at = 0; at <= list.size();) {
+      const std::size_t end = std::min(list.find(',', at), list.size());
+      MatmulShape s{};
+      const std::string item = list.substr(at, end - at);
+      if (std::sscanf(item.c_str(), "%ldx%ldx%ld", &s.m, &s.k, &s.n) != 3 || s.m <= 0 || s.k <= 0 || s.n <= 0) {
+        return makeError(ErrorCode::InvalidArgument, "SHAPEVM_BENCH_MATMUL_SHAPES: '{}' is not MxKxN (positive)", item);
+      }
+      shapes.push_back(s);
+      at = end + 1;
+    }
+  }
   const jit::KernelFamily* family = jit::familyFor(OpId::MatMul);
   if (family == nullptr) return makeError(ErrorCode::Unsupported, "no JIT matmul family");
   std::mt19937_64 rng(5);
@@ -923,9 +938,10 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::s
                  cached_g, 100.0 * cached_g / peak, cached_g / dnnl_g);
     }
     fmt::print("                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "
-               "exhaustive best, {:.2f}x the default [{}]\n",
+               "exhaustive best, {:.2f}x the default, {:.2f}x oneDNN ({:.0f}% of peak) [{}]\n",
                Tunables::get(Tunable::TuneBudgetMs), auto_outcome.timed, auto_outcome.candidates, auto_outcome.tuning_ms,
-               auto_g, auto_g / best_g, auto_g / jit_g, auto_outcome.params.toString());
+               auto_g, auto_g / best_g, auto_g / jit_g, auto_g / dnnl_g, 100.0 * auto_g / peak,
+               auto_outcome.params.toString());
     (void)engine.remove(kernel->handle);
     (void)engine.remove(tuned.kernel->handle);
     (void)engine.remove(auto_kernel->handle);

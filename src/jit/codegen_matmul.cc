@@ -720,6 +720,11 @@ class MatmulEmitter {
                                 if (!direct && !plan_.direct_b && plan_.prefetch > 0) {
                                   t.pf_src = next_block;
                                   t.pf_row = next_row;
+                                  llvm::Value* tile = b_.CreateUDiv(b_.CreateSub(ir_, ic), i64(plan_.mr));
+                                  llvm::Value* tiles_here = b_.CreateUDiv(
+                                      b_.CreateAdd(b_.CreateSub(ic_end, ic), i64(plan_.mr - 1)), i64(plan_.mr));
+                                  t.pf_step = b_.CreateUDiv(i64(std::int64_t{plan_.vectors} << 17), tiles_here);
+                                  t.pf_line = b_.CreateMul(b_.CreateMul(tile, i64(plan_.kc)), t.pf_step);
                                 }
                                 emitTile(t);
                               },
@@ -1100,6 +1105,8 @@ class MatmulEmitter {
     llvm::Value* a_src = nullptr;  // packed A panel, or nullptr (A read in place)
     llvm::Value* pf_src = nullptr; // packed B: &B[row 0 of the next block to pack] (prefetched row by row)
     llvm::Value* pf_row = nullptr; // elements from one prefetched row to the next
+    llvm::Value* pf_line = nullptr; // the first line of that block this tile prefetches (16.16)
+    llvm::Value* pf_step = nullptr; // lines per k step (16.16)
   };
 
   // C[row .. row+MR, col .. col+cols] (+)= A[rows, block] @ B[block, cols]. Rows from `rows` on
@@ -1186,12 +1193,29 @@ class MatmulEmitter {
         }
       }
       if (t.pf_src != nullptr) {
-        llvm::Value* row = b_.CreateMul(p, t.pf_row);
-        for (int v = 0; v < vectors; ++v) {
-          llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.pf_src, b_.CreateAdd(row, i64(v * kLanes)));
+        auto prefetch = [&](llvm::Value* offset) {
+          llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.pf_src, offset);
           b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
                              {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
-        }
+        };
+        // Many tiles: at most one cache line per k step, spread over the first half of the
+        // panel's tiles. The next block is KC rows of `vectors` lines, and step p of tile i (of
+        // T) asks for line (i * KC + p) * 2 * vectors / T (16.16 fixed point; the last line
+        // from then on), so the block is on its way well before it is packed, instead of every
+        // tile asking for all of it (a prefetch per B vector per step cost more than it saved
+        // at 4 x 64). Fewer than 2 * vectors tiles (a few rows): row p of it, whole.
+        ir::emitIfElse(
+            b_, b_.CreateICmpULE(t.pf_step, i64(1 << 16)),
+            [&] {
+              llvm::Value* line = b_.CreateLShr(b_.CreateAdd(t.pf_line, b_.CreateMul(p, t.pf_step)), i64(16));
+              line = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt64Ty()}, {line, i64(plan_.kc * vectors - 1)});
+              prefetch(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(line, i64(vectors)), t.pf_row),
+                                    b_.CreateMul(b_.CreateURem(line, i64(vectors)), i64(kLanes))));
+            },
+            [&] {
+              llvm::Value* row = b_.CreateMul(p, t.pf_row);
+              for (int v = 0; v < vectors; ++v) prefetch(b_.CreateAdd(row, i64(v * kLanes)));
+            });
       }
       llvm::Value* a_step = t.a_src == nullptr ? b_.CreateMul(p, a_col_) : b_.CreateMul(p, i64(mr));
       for (int r = 0; r < mr; ++r) {
