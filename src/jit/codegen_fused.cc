@@ -4,13 +4,16 @@
 // KernelArgs (views and broadcasts are index maps, never copies); each leaf's innermost stride
 // class (0 = broadcast, hoisted out of the inner loop; 1 = dense, a unit-stride load the loop
 // vectorizer widens; -1 = any) is baked in and checked by the region runtime before each call.
-// Outputs are fresh contiguous buffers. The element math is codegen_math's, rounded to the
-// program dtype after every op, so float16/bfloat16 results match the reference op by op.
+// Outputs are fresh contiguous buffers; an in-place store writes over its leaf's own element
+// (read in the same iteration). The element math is codegen_math's, rounded to the program dtype
+// after every op, so float16/bfloat16 results match the reference op by op.
 // A reduction program (fusion.h) loops over its kept axes and accumulates the DAG's value over
 // the trailing reduced axes into one output element each (sums in double, reassociation allowed
-// so the vectorizer keeps partial sums; max/min with llvm.maximum/minimum, NaN propagating).
+// so the vectorizer keeps partial sums; max/min with llvm.maximum/minimum, NaN propagating); its
+// further outputs are stored per element inside that loop.
 // Static dims are constants; a known divisor k makes the extent (n / k) * k (exact), so the
 // vectorizer sees a multiple of k.
+#include <algorithm>
 #include <limits>
 
 #include <fmt/format.h>
@@ -65,8 +68,8 @@ std::string nodeName(const FusedProgram::Node& node) {
 
 }  // namespace
 
-Shape FusedProgram::outputShape(const Shape& iteration) const {
-  if (reduce == Reduce::None) return iteration;
+Shape FusedProgram::outputShape(const Shape& iteration, std::size_t o) const {
+  if (reduce == Reduce::None || o > 0) return iteration;
   Shape out;
   for (int d = 0; d < iteration.rank(); ++d) {
     if (d < iteration.rank() - reduce_axes) {
@@ -88,10 +91,13 @@ std::string FusedProgram::describe() const {
   }
   if (!dims.empty()) dims = " [" + dims + "]";
   if (reduce != Reduce::None) {
-    return fmt::format("{}({}) over {} {} of {} leaves{}", reduceName(reduce), ops.empty() ? "leaf" : ops, reduce_axes,
-                       reduce_axes == 1 ? "axis" : "axes", numLeaves(), dims);
+    const std::string kept = outputs.size() > 1 ? fmt::format(" keeping {} per element", outputs.size() - 1) : "";
+    return fmt::format("{}({}) over {} {}{} of {} leaves{}", reduceName(reduce), ops.empty() ? "leaf" : ops, reduce_axes,
+                       reduce_axes == 1 ? "axis" : "axes", kept, numLeaves(), dims);
   }
-  return fmt::format("{} -> {} output{} over {} leaves{}", ops, outputs.size(), outputs.size() == 1 ? "" : "s", numLeaves(), dims);
+  const std::string over = in_place.empty() ? "" : fmt::format(" + {} in place", in_place.size());
+  return fmt::format("{} -> {} output{}{} over {} leaves{}", ops, outputs.size(), outputs.size() == 1 ? "" : "s", over,
+                     numLeaves(), dims);
 }
 
 namespace {
@@ -103,7 +109,14 @@ class FusedEmitter {
     llvm::LLVMContext& context = b.getContext();
     llvm::MDBuilder md(context);
     llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.fused");
-    output_scope_ = llvm::MDNode::get(context, {md.createAnonymousAliasScope(domain, "outputs")});
+    llvm::MDNode* outputs = md.createAnonymousAliasScope(domain, "outputs");
+    llvm::MDNode* in_place = md.createAnonymousAliasScope(domain, "in place");
+    // Fresh outputs, in-place leaves and the other leaves are three disjoint sets of memory (the
+    // region runtime checks that an in-place leaf shares no storage with another leaf).
+    output_scope_ = llvm::MDNode::get(context, {outputs});
+    in_place_scope_ = llvm::MDNode::get(context, {in_place});
+    leaf_noalias_ = llvm::MDNode::get(context, {outputs, in_place});
+    for (const auto& [leaf, ref] : p_.in_place) in_place_leaves_.push_back(leaf);
   }
 
   void run() {
@@ -124,7 +137,7 @@ class FusedEmitter {
       const std::size_t axis = static_cast<std::size_t>(d);
       const std::int64_t fixed = axis < p_.static_dims.size() ? p_.static_dims[axis] : -1;
       const std::int64_t divisor = axis < p_.divisors.size() ? p_.divisors[axis] : 1;
-      llvm::Value* extent = fixed >= 0 ? ir::constI64(b_, fixed) : args_.dim(reducing() ? 0 : out_slot_, d);
+      llvm::Value* extent = fixed >= 0 ? ir::constI64(b_, fixed) : args_.dim(reducing() || p_.outputs.empty() ? 0 : out_slot_, d);
       if (fixed < 0 && divisor > 1) {
         llvm::Value* k = ir::constI64(b_, divisor);
         extent = b_.CreateNUWMul(b_.CreateExactUDiv(extent, k), k);
@@ -183,27 +196,31 @@ class FusedEmitter {
     if (p_.reduce == FusedProgram::Reduce::Max) init = -std::numeric_limits<double>::infinity();
     if (p_.reduce == FusedProgram::Reduce::Min) init = std::numeric_limits<double>::infinity();
     b_.CreateStore(llvm::ConstantFP::get(acc_type, init), acc_);
-    emitReducedAxis(p_.rank - p_.reduce_axes, offsets);
+    llvm::Value* count = ir::constI64(b_, 1);
+    for (int d = p_.rank - p_.reduce_axes; d < p_.rank; ++d) count = b_.CreateMul(count, dims_[static_cast<std::size_t>(d)]);
+    // Per-element outputs walk the iteration shape row-major: this output element's span.
+    emitReducedAxis(p_.rank - p_.reduce_axes, offsets, b_.CreateMul(out_offset, count));
     llvm::Value* total = b_.CreateLoad(acc_type, acc_);
-    if (p_.reduce == FusedProgram::Reduce::Mean) {
-      llvm::Value* count = ir::constI64(b_, 1);
-      for (int d = p_.rank - p_.reduce_axes; d < p_.rank; ++d) count = b_.CreateMul(count, dims_[static_cast<std::size_t>(d)]);
-      total = b_.CreateFDiv(total, b_.CreateSIToFP(count, b_.getDoubleTy()));
-    }
+    if (p_.reduce == FusedProgram::Reduce::Mean) total = b_.CreateFDiv(total, b_.CreateSIToFP(count, b_.getDoubleTy()));
     if (sums()) total = b_.CreateFPTrunc(total, b_.getFloatTy());
     ir::storeCompute(b_, p_.out_dtype, total, ir::elementPtr(b_, p_.out_dtype, out_base_[0], out_offset));
   }
 
-  // The reduced axes but the innermost loop over them (emitRow, which accumulates).
-  void emitReducedAxis(int d, const std::vector<llvm::Value*>& offsets) {
+  // The reduced axes but the innermost loop over them (emitRow, which accumulates); `element` is
+  // the linear offset of per-element outputs.
+  void emitReducedAxis(int d, const std::vector<llvm::Value*>& offsets, llvm::Value* element) {
     if (d == p_.rank - 1) {
-      emitRow(offsets, nullptr);
+      emitRow(offsets, element);
       return;
     }
     ir::emitLoop(
         b_, ir::constI64(b_, 0), dims_[static_cast<std::size_t>(d)], 1,
-        [&](llvm::Value* i) { emitReducedAxis(d + 1, advanced(offsets, d, i)); }, "r" + std::to_string(d),
-        ir::LoopHints::asEmitted());
+        [&](llvm::Value* i) {
+          llvm::Value* span = ir::constI64(b_, 1);
+          for (int e = d + 1; e < p_.rank; ++e) span = b_.CreateMul(span, dims_[static_cast<std::size_t>(e)]);
+          emitReducedAxis(d + 1, advanced(offsets, d, i), b_.CreateAdd(element, b_.CreateMul(i, span)));
+        },
+        "r" + std::to_string(d), ir::LoopHints::asEmitted());
   }
 
   // acc = acc (+ | max | min) value. Sums add in double with reassociation allowed, so the
@@ -239,8 +256,8 @@ class FusedEmitter {
         "d" + std::to_string(d), ir::LoopHints::asEmitted());
   }
 
-  // The innermost loop: broadcast leaves hoisted, dense leaves at unit stride. `out_offset` null:
-  // a reduction's row (each element accumulates).
+  // The innermost loop: broadcast leaves hoisted, dense leaves at unit stride (a reduction's row:
+  // each element accumulates, `out_offset` places its per-element outputs).
   void emitRow(const std::vector<llvm::Value*>& offsets, llvm::Value* out_offset) {
     const int leaves = p_.numLeaves();
     std::vector<llvm::Value*> hoisted(static_cast<std::size_t>(leaves), nullptr);
@@ -261,7 +278,7 @@ class FusedEmitter {
             llvm::Value* step = inner == 1 ? i : b_.CreateMul(i, strides_[static_cast<std::size_t>(k)][inner_axis]);
             at[static_cast<std::size_t>(k)] = inner == 0 ? nullptr : b_.CreateAdd(offsets[static_cast<std::size_t>(k)], step);
           }
-          emitElement(at, out_offset == nullptr ? nullptr : b_.CreateAdd(out_offset, i), hoisted);
+          emitElement(at, b_.CreateAdd(out_offset, i), hoisted);
         },
         "i", hints);
   }
@@ -272,7 +289,12 @@ class FusedEmitter {
     llvm::Value* ptr = b_.CreateInBoundsGEP(stored, base_[static_cast<std::size_t>(leaf)], offset);
     llvm::LoadInst* value = b_.CreateLoad(stored, ptr);
     value->setAlignment(llvm::Align(dtypeSize(dtype)));
-    value->setMetadata(llvm::LLVMContext::MD_noalias, output_scope_);
+    if (isInPlace(leaf)) {
+      value->setMetadata(llvm::LLVMContext::MD_alias_scope, in_place_scope_);
+      value->setMetadata(llvm::LLVMContext::MD_noalias, output_scope_);
+    } else {
+      value->setMetadata(llvm::LLVMContext::MD_noalias, leaf_noalias_);
+    }
     if (dtype == DType::BFloat16) return ir::bf16BitsToFloat(b_, value);
     if (dtype == DType::Float16) return b_.CreateFPExt(value, b_.getFloatTy());
     return value;
@@ -300,22 +322,34 @@ class FusedEmitter {
                                                             : ir::binaryOp(b_, node.op, p_.dtype, a, operand(node.b));
       node_values_[n] = node.rounded ? ir::roundTo(b_, value, p_.dtype) : value;
     }
-    if (out_index == nullptr) {
-      accumulate(operand(p_.outputs[0]));
-      return;
-    }
-    for (std::size_t o = 0; o < p_.outputs.size(); ++o) {
-      llvm::Value* value = operand(p_.outputs[o]);
-      if (p_.dtype == DType::BFloat16) {
-        value = ir::floatToBf16Bits(b_, value);
-      } else if (p_.dtype == DType::Float16) {
-        value = b_.CreateFPTrunc(value, ir::elementType(b_.getContext(), p_.dtype));
-      }
-      llvm::Value* ptr = b_.CreateInBoundsGEP(value->getType(), out_base_[o], out_index);
-      llvm::StoreInst* store = b_.CreateStore(value, ptr);
-      store->setAlignment(llvm::Align(dtypeSize(p_.dtype)));
+    if (reducing()) accumulate(operand(p_.outputs[0]));
+    for (std::size_t o = reducing() ? 1 : 0; o < p_.outputs.size(); ++o) {
+      llvm::StoreInst* store = storeAt(operand(p_.outputs[o]), out_base_[o], out_index);
       store->setMetadata(llvm::LLVMContext::MD_alias_scope, output_scope_);
+      store->setMetadata(llvm::LLVMContext::MD_noalias, in_place_scope_);
     }
+    for (const auto& [leaf, ref] : p_.in_place) {
+      const std::size_t l = static_cast<std::size_t>(leaf);
+      llvm::StoreInst* store = storeAt(operand(ref), base_[l], at[l]);
+      store->setMetadata(llvm::LLVMContext::MD_alias_scope, in_place_scope_);
+      store->setMetadata(llvm::LLVMContext::MD_noalias, output_scope_);
+    }
+  }
+
+  bool isInPlace(int leaf) const {
+    return std::find(in_place_leaves_.begin(), in_place_leaves_.end(), leaf) != in_place_leaves_.end();
+  }
+
+  // Stores a float32 value as the program dtype at element `index` of `base`.
+  llvm::StoreInst* storeAt(llvm::Value* value, llvm::Value* base, llvm::Value* index) {
+    if (p_.dtype == DType::BFloat16) {
+      value = ir::floatToBf16Bits(b_, value);
+    } else if (p_.dtype == DType::Float16) {
+      value = b_.CreateFPTrunc(value, ir::elementType(b_.getContext(), p_.dtype));
+    }
+    llvm::StoreInst* store = b_.CreateStore(value, b_.CreateInBoundsGEP(value->getType(), base, index));
+    store->setAlignment(llvm::Align(dtypeSize(p_.dtype)));
+    return store;
   }
 
   ir::Builder& b_;
@@ -323,6 +357,9 @@ class FusedEmitter {
   const FusedProgram& p_;
   const KernelParams& params_;
   llvm::MDNode* output_scope_ = nullptr;
+  llvm::MDNode* in_place_scope_ = nullptr;
+  llvm::MDNode* leaf_noalias_ = nullptr;
+  std::vector<int> in_place_leaves_;
   int out_slot_ = 0;
   std::vector<llvm::Value*> base_, out_base_, dims_;
   std::vector<std::vector<llvm::Value*>> strides_;
@@ -364,7 +401,7 @@ class FusedFamily final : public KernelFamily {
     for (int k = 0; k < p.numLeaves(); ++k) {
       if (!computable(p.leafDType(k))) return makeError(ErrorCode::Unsupported, "fused leaf of {}", dtypeName(p.leafDType(k)));
     }
-    if (p.numLeaves() + static_cast<int>(p.outputs.size()) > kMaxKernelOperands || p.outputs.empty()) {
+    if (p.numLeaves() + static_cast<int>(p.outputs.size()) > kMaxKernelOperands || (p.outputs.empty() && p.in_place.empty())) {
       return makeError(ErrorCode::Unsupported, "{} leaves + {} outputs exceed the kernel's {} operands", p.numLeaves(),
                        p.outputs.size(), kMaxKernelOperands);
     }
@@ -372,12 +409,19 @@ class FusedFamily final : public KernelFamily {
       return makeError(ErrorCode::Unsupported, "fused spec and program disagree");
     }
     if (p.reduce != FusedProgram::Reduce::None &&
-        (p.outputs.size() != 1 || p.reduce_axes < 1 || p.reduce_axes > p.rank || p.numLeaves() == 0)) {
-      return makeError(ErrorCode::Unsupported, "a fused reduction has one output over 1..rank trailing axes");
+        (p.outputs.empty() || !p.in_place.empty() || p.reduce_axes < 1 || p.reduce_axes > p.rank || p.numLeaves() == 0)) {
+      return makeError(ErrorCode::Unsupported, "a fused reduction has its reduced output over 1..rank trailing axes first");
     }
-    if (p.reduce == FusedProgram::Reduce::None && p.outputs.size() > 0) {
-      for (int ref : p.outputs) {
-        if (ref < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a leaf");
+    for (std::size_t o = p.reduce == FusedProgram::Reduce::None ? 0 : 1; o < p.outputs.size(); ++o) {
+      if (p.outputs[o] < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a leaf");
+    }
+    for (std::size_t k = 0; k < p.in_place.size(); ++k) {
+      const auto [leaf, ref] = p.in_place[k];
+      const bool repeated = std::any_of(p.in_place.begin(), p.in_place.begin() + static_cast<std::ptrdiff_t>(k),
+                                        [&](const auto& other) { return other.first == leaf; });
+      if (leaf < 0 || leaf >= p.numLeaves() || p.leaf_inner[static_cast<std::size_t>(leaf)] != 1 ||
+          p.leafDType(leaf) != p.dtype || ref < 0 || ref >= static_cast<int>(p.nodes.size()) || repeated) {
+        return makeError(ErrorCode::Unsupported, "an in-place store needs a node and its own dense leaf of the program dtype");
       }
     }
     for (const FusedProgram::Node& node : p.nodes) {
@@ -423,10 +467,23 @@ class FusedFamily final : public KernelFamily {
       }
     }
     for (std::size_t o = 0; o < dtypes.size(); ++o) {
-      dtypes[o] = p.outputDType();
-      shapes[o] = p.outputShape(shape);
+      dtypes[o] = p.outputDType(o);
+      shapes[o] = p.outputShape(shape, o);
     }
     return Status::ok();
+  }
+
+  // A program storing only in place has no output slot: its leaves (all of the iteration shape)
+  // give the rows.
+  std::int64_t rowCount(const KernelSpec& spec, const KernelArgs& args, std::size_t inputs,
+                        std::size_t outputs) const override {
+    if (outputs > 0) return KernelFamily::rowCount(spec, args, inputs, outputs);
+    if (inputs == 0 || spec.fused->rank == 0) return -1;
+    const std::int64_t rows = args.shape[0][0];
+    for (std::size_t k = 0; k < inputs; ++k) {
+      if (args.data[k] != nullptr && args.shape[k][0] != rows) return -1;
+    }
+    return rows;
   }
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
@@ -448,6 +505,7 @@ class FusedFamily final : public KernelFamily {
       }
       stem += "_" + nodeName(node);
     }
+    if (!p.in_place.empty()) stem += "_inplace";
     stem += fmt::format("_{}_r{}", dtypeShortName(p.dtype), p.rank);
     for (std::size_t d = 0; d < p.static_dims.size(); ++d) {
       if (p.static_dims[d] >= 0) stem += fmt::format("_d{}x{}", d, p.static_dims[d]);
@@ -460,7 +518,8 @@ class FusedFamily final : public KernelFamily {
 
   // The program's semantics with the reference kernels: leaves widened to float32, every node an
   // op of the registry in float32, rounded to the program dtype where the node is, then the
-  // reduction (the reference's sum/mean/max/min) and the stored dtype.
+  // reduction (the reference's sum/mean/max/min) and the stored dtype. In-place stores are no
+  // outputs here: the region checks them (the values of the steps reading them).
   Status reference(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<Value> outputs) const override {
     const FusedProgram& p = *spec.fused;
     std::vector<Value> leaves(static_cast<std::size_t>(p.numLeaves()));
@@ -487,7 +546,7 @@ class FusedFamily final : public KernelFamily {
     }
     for (std::size_t o = 0; o < p.outputs.size() && o < outputs.size(); ++o) {
       Value result = *operand(p.outputs[o]);
-      if (p.reduce != FusedProgram::Reduce::None) {
+      if (p.reduce != FusedProgram::Reduce::None && o == 0) {
         static constexpr OpId kOps[] = {OpId::Identity, OpId::Sum, OpId::Mean, OpId::Max, OpId::Min};
         std::vector<std::int64_t> axes;
         for (int d = p.rank - p.reduce_axes; d < p.rank; ++d) axes.push_back(d);
@@ -496,14 +555,17 @@ class FusedFamily final : public KernelFamily {
                                           {AttrValue::ofInts(axes), AttrValue::ofBool(p.keepdims)}, reduced));
         result = std::move(reduced);
       }
-      SVM_ASSIGN_OR_RETURN(outputs[o], castValue(result, p.outputDType()));
+      SVM_ASSIGN_OR_RETURN(outputs[o], castValue(result, p.outputDType(o)));
     }
     return Status::ok();
   }
 
   bool splitsAlongAxis0() const override { return true; }
 
-  std::vector<KernelParams> searchSpace(const KernelSpec&) const override {
+  // None for in-place programs: measuring runs the kernel again and again on the same leaves,
+  // which it would rescale every time.
+  std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
+    if (!spec.fused->in_place.empty()) return {};
     std::vector<KernelParams> space{KernelParams{}};
     for (int vw : {8, 16}) {
       for (int unroll : {1, 2, 4}) {

@@ -695,40 +695,58 @@ class MatmulEmitter {
                       b_, jc, jc_end, nr,
                       [&](llvm::Value* jr) {
                         llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
+                        // One tile of MR rows from ir_, or of one row.
+                        auto tile = [&](bool direct, llvm::Value* ir_, llvm::Value* rows, bool one_row) {
+                          TileArgs t;
+                          t.row = ir_;
+                          t.col = jr;
+                          t.rows = rows;
+                          t.tile_rows = one_row ? 1 : plan_.mr;
+                          t.cols = cols;
+                          t.kc = kc;
+                          t.pc = pc;
+                          t.first = first;
+                          t.last = last;
+                          t.direct_b = direct;
+                          if (direct) {
+                            t.b_src = floatAt(b_ptr_, b_.CreateAdd(b_block, jr));
+                          } else if (plan_.direct_b) {
+                            t.b_src = bpack_;
+                          } else {
+                            t.b_src = panelPtr(b_packed_block, b_.CreateSub(jr, jc), kc, nr);
+                          }
+                          if (plan_.mc > 0) {
+                            // The packed A panel holding row ir_ (p * MR + r), at ir_'s place in it.
+                            llvm::Value* offset = b_.CreateSub(ir_, ic);
+                            llvm::Value* within = b_.CreateURem(offset, i64(plan_.mr));
+                            t.a_src = floatAt(panelPtr(apack_, b_.CreateSub(offset, within), kc, plan_.mr), within);
+                          }
+                          if (!direct && !plan_.direct_b && plan_.prefetch > 0) {
+                            t.pf_src = next_block;
+                            t.pf_row = next_row;
+                            llvm::Value* index = b_.CreateUDiv(b_.CreateSub(ir_, ic), i64(plan_.mr));
+                            llvm::Value* tiles_here = b_.CreateUDiv(
+                                b_.CreateAdd(b_.CreateSub(ic_end, ic), i64(plan_.mr - 1)), i64(plan_.mr));
+                            t.pf_step = b_.CreateUDiv(i64(std::int64_t{plan_.vectors} << 17), tiles_here);
+                            t.pf_line = b_.CreateMul(b_.CreateMul(index, i64(plan_.kc)), t.pf_step);
+                          }
+                          emitTile(t);
+                        };
+                        // Whole MR-row tiles (no row guards), then the rows left as 1-row tiles:
+                        // an MR-row tile would spend MR rows of FMAs on them (M = 1 with 4 x 64
+                        // tiles ran 4x the FMAs it needed). A third, partial MR-row variant would
+                        // be faster for MR / 2 or more rows left, but cost 40% more codegen time.
                         auto tiles = [&](bool direct) {
+                          llvm::Value* whole_end = b_.CreateSub(
+                              ic_end, b_.CreateURem(b_.CreateSub(ic_end, ic), i64(plan_.mr)));
                           ir::emitLoop(
-                              b_, ic, ic_end, plan_.mr,
-                              [&](llvm::Value* ir_) {
-                                TileArgs t;
-                                t.row = ir_;
-                                t.col = jr;
-                                t.rows = smin(i64(plan_.mr), b_.CreateSub(ic_end, ir_));
-                                t.cols = cols;
-                                t.kc = kc;
-                                t.pc = pc;
-                                t.first = first;
-                                t.last = last;
-                                t.direct_b = direct;
-                                if (direct) {
-                                  t.b_src = floatAt(b_ptr_, b_.CreateAdd(b_block, jr));
-                                } else if (plan_.direct_b) {
-                                  t.b_src = bpack_;
-                                } else {
-                                  t.b_src = panelPtr(b_packed_block, b_.CreateSub(jr, jc), kc, nr);
-                                }
-                                if (plan_.mc > 0) t.a_src = panelPtr(apack_, b_.CreateSub(ir_, ic), kc, plan_.mr);
-                                if (!direct && !plan_.direct_b && plan_.prefetch > 0) {
-                                  t.pf_src = next_block;
-                                  t.pf_row = next_row;
-                                  llvm::Value* tile = b_.CreateUDiv(b_.CreateSub(ir_, ic), i64(plan_.mr));
-                                  llvm::Value* tiles_here = b_.CreateUDiv(
-                                      b_.CreateAdd(b_.CreateSub(ic_end, ic), i64(plan_.mr - 1)), i64(plan_.mr));
-                                  t.pf_step = b_.CreateUDiv(i64(std::int64_t{plan_.vectors} << 17), tiles_here);
-                                  t.pf_line = b_.CreateMul(b_.CreateMul(tile, i64(plan_.kc)), t.pf_step);
-                                }
-                                emitTile(t);
-                              },
-                              "ir", kAsEmitted);
+                              b_, ic, whole_end, plan_.mr,
+                              [&](llvm::Value* ir_) { tile(direct, ir_, i64(plan_.mr), false); }, "ir",
+                              kAsEmitted);
+                          if (plan_.mr == 1) return;
+                          ir::emitLoop(
+                              b_, whole_end, ic_end, 1, [&](llvm::Value* ir_) { tile(direct, ir_, i64(1), true); },
+                              "ir1", kAsEmitted);
                         };
                         if (plan_.direct_b) {
                           ir::emitIfElse(
@@ -1094,7 +1112,8 @@ class MatmulEmitter {
   struct TileArgs {
     llvm::Value* row;    // first row of the tile (absolute)
     llvm::Value* col;    // first column (absolute)
-    llvm::Value* rows;   // valid rows (1 .. MR)
+    llvm::Value* rows;   // valid rows (1 .. tile_rows)
+    int tile_rows = 0;   // rows of code: MR, or 1
     llvm::Value* cols;   // valid columns (1 .. NR)
     llvm::Value* kc;
     llvm::Value* pc;     // K offset of the block
@@ -1112,7 +1131,7 @@ class MatmulEmitter {
   // C[row .. row+MR, col .. col+cols] (+)= A[rows, block] @ B[block, cols]. Rows from `rows` on
   // read row `row` again (in bounds; results dropped) and store nothing.
   void emitTile(const TileArgs& t) {
-    const int mr = plan_.mr;
+    const int mr = t.tile_rows;
     const int vectors = plan_.vectors;
     const std::int64_t nr = plan_.nr();
     llvm::Type* fvec = vecType();
@@ -1217,7 +1236,7 @@ class MatmulEmitter {
               for (int v = 0; v < vectors; ++v) prefetch(b_.CreateAdd(row, i64(v * kLanes)));
             });
       }
-      llvm::Value* a_step = t.a_src == nullptr ? b_.CreateMul(p, a_col_) : b_.CreateMul(p, i64(mr));
+      llvm::Value* a_step = t.a_src == nullptr ? b_.CreateMul(p, a_col_) : b_.CreateMul(p, i64(plan_.mr));
       for (int r = 0; r < mr; ++r) {
         llvm::Value* a = nullptr;
         if (t.a_src != nullptr) {
@@ -1547,11 +1566,13 @@ class MatmulFamily final : public KernelFamily {
       // Packed B one panel at a time, with and without prefetching the next panel's rows.
       add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = 1});
       add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = -1});
-      add({.mr = t.mr, .nr = t.nr, .kc = 512, .nc = t.nr, .prefetch = 1});
+      if (!small_m) add({.mr = t.mr, .nr = t.nr, .kc = 512, .nc = t.nr, .prefetch = 1});
       add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
       if (small_m && direct) {
-        // B read in place with a prefetch ahead.
-        add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = -1, .prefetch = 8});
+        // B read in place, K blocks of 8 or 16 rows: as many sequential streams through B's
+        // rows, which the hardware prefetcher follows (M of 1..8: 1.3-1.5x packed panels).
+        add({.mr = t.mr, .nr = t.nr, .kc = 8, .nc = -1, .prefetch = -1});
+        add({.mr = t.mr, .nr = t.nr, .kc = 16, .nc = -1, .prefetch = -1});
         add({.mr = t.mr, .nr = t.nr, .kc = 128, .nc = t.nr, .prefetch = 1});
       } else {
         // Packed A and B blocks (BLIS).

@@ -7,17 +7,21 @@
 // over memory (a loop nest whose innermost loop the vectorizer widens).
 //
 // A program may also end in a reduction over its trailing `reduce_axes` iteration axes (sum,
-// mean, max, min): its single output is then the reduced value of the DAG, accumulated in double
+// mean, max, min): its first output is then the reduced value of the DAG, accumulated in double
 // (sums) or float32 (max/min, NaN propagating) per element of the kept axes — a reduction fused
-// with its producers, which are never materialized. The region planner decomposes softmax,
-// log_softmax and layer_norm into such statistics (max, sum of exp, mean, variance; stored in
-// float32) and elementwise nodes that read them, so their consumers fuse too.
+// with its producers, which are never materialized. Further outputs of a reduction are stored
+// per element on the way (a value a later step would otherwise compute again). The region
+// planner decomposes softmax, log_softmax and layer_norm into such statistics (max, sum of exp,
+// mean, variance; stored in float32) and elementwise nodes that read them, so their consumers
+// fuse too. A program may also store a value back over one of its leaves (`in_place`): float32
+// softmax keeps exp(x - max) from its sum step and only rescales it, as the O1 kernel does.
 // Static iteration dims and known divisors (from the program's shape tokens) are baked in and
 // checked by the family before each call.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jit/kernel_abi.h"
@@ -40,11 +44,17 @@ struct FusedProgram {
   int rank = 0;                   // the iteration shape's rank
   std::vector<Node> nodes;        // in dependency order
   std::vector<int> outputs;       // refs stored, in output order
+  // (leaf, ref): ref stored back over the leaf's own elements, each read before it is written at
+  // the same place, so a program finishes a buffer an earlier step filled without a fresh one.
+  // They take no output slot; the leaf must be dense (leaf_inner 1) and alias no other leaf
+  // (the region runtime checks its views before each call). Not for reductions.
+  std::vector<std::pair<int, int>> in_place;
   std::vector<int> leaf_inner;    // per leaf: innermost stride class 0 (broadcast), 1 (dense) or -1 (any)
   std::vector<DType> leaf_dtype;  // per leaf: its element type (dtype, or float32 for statistics)
   std::vector<std::int64_t> static_dims;  // per iteration axis: the extent baked in, -1 = dynamic
   std::vector<std::int64_t> divisors;     // per iteration axis: a known divisor of the extent (1 = none)
-  // Reduction programs: one output, reduced over the trailing `reduce_axes` axes (>= 1).
+  // Reduction programs: outputs[0] reduced over the trailing `reduce_axes` axes (>= 1);
+  // outputs[1..] stored per element of the iteration shape, in `dtype`.
   Reduce reduce = Reduce::None;
   int reduce_axes = 0;
   bool keepdims = true;
@@ -56,9 +66,10 @@ struct FusedProgram {
   DType leafDType(int leaf) const {
     return static_cast<std::size_t>(leaf) < leaf_dtype.size() ? leaf_dtype[static_cast<std::size_t>(leaf)] : dtype;
   }
-  DType outputDType() const { return reduce == Reduce::None ? dtype : out_dtype; }
-  // The shape a reduction stores for an iteration shape (the shape itself otherwise).
-  Shape outputShape(const Shape& iteration) const;
+  DType outputDType(std::size_t o = 0) const { return reduce == Reduce::None || o > 0 ? dtype : out_dtype; }
+  // The shape output o stores for an iteration shape: a reduction's reduced shape for its first
+  // output, the iteration shape itself otherwise.
+  Shape outputShape(const Shape& iteration, std::size_t o = 0) const;
   std::string describe() const;   // "add,sigmoid,mul -> 2 outputs over 9 leaves"
 
 };

@@ -178,6 +178,7 @@ struct ROp {
   int absorbed_by = -1;  // a matmul step whose epilogue computes this op
   int reduce_axes = 0;   // Reduce/Norm: the trailing axes it works over
   std::vector<int> stats;  // Norm: its statistics (max and sum of exp, or mean and variance)
+  int kept = -1;           // Norm: exp(x - max) stored by softmax's sum step (Planner::keepsExp), -1 none
 };
 
 struct ChainItem {
@@ -201,7 +202,10 @@ struct Step {
   Kind kind = Kind::Fused;
   int op = -1;                  // MatMul/Opaque: the op
   std::vector<Leaf> leaves;     // Fused: the kernel's leaves; MatMul: A, B, epilogue operands
-  std::vector<int> outputs;     // values this step makes real
+  // Values this step makes real: the kernel's outputs in order, then (Fused) those its program
+  // stores in place over a leaf (FusedProgram::in_place, in order; the leaf's buffer becomes the
+  // value), and (a statistic's Reduce) the per-element values it keeps after the statistic.
+  std::vector<int> outputs;
   std::vector<EpilogueStep> epilogue;
   std::vector<int> absorbed;    // MatMul: the epilogue's ops
   std::unique_ptr<CompiledKernel> kernel;
@@ -217,6 +221,12 @@ struct Step {
   bool stat = false;  // its output is a statistic of a decomposed normalization (not a register value)
   mutable std::vector<std::vector<Value>> pool;  // per output: reusable buffers (two, alternating)
 };
+
+// How many of a step's outputs its kernel stores into buffers of their own (the rest are stored
+// in place over leaves).
+std::size_t kernelOutputs(const Step& step) {
+  return step.outputs.size() - (step.program ? step.program->in_place.size() : 0);
+}
 
 // A prelude instruction replayed at entry: LoadConst (`constant`), TuplePack of `items`, DimOf
 // (items[0], axis) or a scalar op of items (the interpreter's scalar semantics).
@@ -531,18 +541,33 @@ class Eval {
     return pointers;
   }
 
-  // A step's output buffers, ready for its kernel: pooled ones when free, NaN-poisoned when validating.
-  Status outputsFor(const Step& step, std::span<const Value* const> inputs, std::span<Value> outs, bool pooled) {
+  // A step's output buffers, ready for its kernel: pooled ones when free, NaN-poisoned when
+  // validating; in-place outputs are their leaves.
+  Status outputsFor(const Step& step, std::span<const Value* const> inputs, const std::vector<Value>& leaves,
+                    std::span<Value> outs, bool pooled) {
     if (step.kind == Step::Kind::MatMul && !step.guard.passes(inputs)) {
       return makeError(ErrorCode::ShapeMismatch, "matmul guard: {}", describeInputs(inputs));
     }
-    takeBuffers(step, outs, pooled);
-    return poisonOutputs(*step.kernel, inputs, outs);
+    const std::size_t own = kernelOutputs(step);
+    takeBuffers(step, outs.first(own), pooled);
+    SVM_RETURN_IF_ERROR(poisonOutputs(*step.kernel, inputs, outs.first(own)));
+    if (own == outs.size()) return Status::ok();
+    // The kernel's alias scopes take an in-place leaf as dense and apart from every other leaf.
+    const std::vector<std::pair<int, int>>& in_place = step.program->in_place;
+    for (std::size_t k = 0; k < in_place.size(); ++k) {
+      const std::size_t leaf = static_cast<std::size_t>(in_place[k].first);
+      const Tensor& t = leaves[leaf].tensor();
+      bool apart = t.isContiguous();
+      for (std::size_t l = 0; l < leaves.size() && apart; ++l) apart = l == leaf || leaves[l].tensor().storage() != t.storage();
+      if (!apart) return makeError(ErrorCode::ShapeMismatch, "in-place leaf {} is strided or shares its storage", leaf);
+      outs[own + k] = leaves[leaf];
+    }
+    return Status::ok();
   }
 
   void publish(const Step& step, std::span<const Value> outs, bool pooled) {
     for (std::size_t o = 0; o < step.outputs.size(); ++o) real_[static_cast<std::size_t>(step.outputs[o])] = outs[o];
-    keepBuffers(step, outs, pooled);
+    keepBuffers(step, outs.first(kernelOutputs(step)), pooled);
   }
 
   Status runStep(const Step& step, bool pooled) {
@@ -561,7 +586,7 @@ class Eval {
     } else {
       SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepInputs(step));
       const std::vector<const Value*> inputs = pointersTo(leaves);
-      SVM_RETURN_IF_ERROR(outputsFor(step, inputs, outs, pooled));
+      SVM_RETURN_IF_ERROR(outputsFor(step, inputs, leaves, outs, pooled));
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
     }
     publish(step, outs, pooled);
@@ -591,10 +616,11 @@ class Eval {
       SVM_ASSIGN_OR_RETURN(member.leaves, stepInputs(*member.step));
       const std::vector<const Value*> inputs = pointersTo(member.leaves);
       member.outs.resize(member.step->outputs.size());
-      SVM_RETURN_IF_ERROR(outputsFor(*member.step, inputs, member.outs, pooled));
+      SVM_RETURN_IF_ERROR(outputsFor(*member.step, inputs, member.leaves, member.outs, pooled));
       SVM_RETURN_IF_ERROR(prepareCall(*member.step->kernel, inputs, member.outs, member.call));
       for (std::size_t o = 0; o < member.step->outputs.size(); ++o) {
-        real_[static_cast<std::size_t>(member.step->outputs[o])] = Value::fromTensor(member.call.outputs[o]);
+        real_[static_cast<std::size_t>(member.step->outputs[o])] =
+            o < member.call.num_outputs ? Value::fromTensor(member.call.outputs[o]) : member.outs[o];
       }
     }
     const RowBlocking blocking = rowBlocking(members);
@@ -669,7 +695,9 @@ class Eval {
           const std::vector<int>& made = members[p].step->outputs;
           const auto o = std::find(made.begin(), made.end(), step.leaves[l].base);
           if (o == made.end()) continue;
-          const Tensor& out = members[p].call.outputs[o - made.begin()];
+          const std::size_t index = static_cast<std::size_t>(o - made.begin());
+          const Tensor& out = index < members[p].call.num_outputs ? members[p].call.outputs[index]
+                                                                  : members[p].outs[index].tensor();
           if (!readsWithinRows(members[m].leaves[l].tensor(), out, blocking.rows_per_unit[m],
                                blocking.rows_per_unit[p] * (out.numel() / rows[p]))) {
             return none;
@@ -897,13 +925,28 @@ class Planner {
           ref = step.transform == OpId::Mul ? addNode(OpId::Mul, centered, centered, false) : addNode(step.transform, centered, -1, false);
         }
         program->outputs.push_back(ref);
+        // A statistic's further outputs keep its transformed element (softmax's exp(x - max)).
+        for (std::size_t o = 1; o < step.outputs.size(); ++o) program->outputs.push_back(ref);
         p_.fused_ops += step.stat ? 0 : 1;
       } else {
+        std::vector<int> own, in_place;
         for (int out : step.outputs) {
           SVM_ASSIGN_OR_RETURN(int ref, build(out, {}));
           if (ref < 0) return makeError(ErrorCode::Unsupported, "a fused output that is only a view");
-          program->outputs.push_back(ref);
+          const int kept = keptBy(out);
+          if (kept < 0) {
+            program->outputs.push_back(ref);
+            own.push_back(out);
+            continue;
+          }
+          // Stored over the kept buffer it rescales (its only reader: keepsExp).
+          auto leaf = leaf_index_.find(std::make_pair(kept, std::vector<ChainItem>{}));
+          if (leaf == leaf_index_.end()) return makeError(ErrorCode::Internal, "softmax output without its kept exp");
+          program->in_place.emplace_back(leaf->second, ref);
+          in_place.push_back(out);
         }
+        own.insert(own.end(), in_place.begin(), in_place.end());
+        step.outputs = std::move(own);
       }
       step.program = std::move(program);
       p_.fused_ops += static_cast<int>(step.program->nodes.size());
@@ -996,7 +1039,48 @@ class Planner {
     } else {
       const int max = addStat(x, axes, FusedProgram::Reduce::Max, -1, OpId::Identity);
       op.stats = {max, addStat(x, axes, FusedProgram::Reduce::Sum, max, OpId::Exp)};
+      if (keepsExp(op)) op.kept = keepElement(op.stats[1]);
     }
+  }
+
+  // Float32 softmax computes exp once, as the O1 kernel does: its sum step also stores exp(x - max)
+  // (float32, dense), and the step materializing the output multiplies that buffer in place by
+  // the row's 1 / sum (math-bound otherwise: exp again and a divide per element). Only when that
+  // step is the output's only reader of the buffer: the output is live after the range or read
+  // only by ops that read it real (matmul, opaque ops, reductions and normalizations of it). An
+  // elementwise or view consumer computes the output inside its own kernel, from x and the
+  // statistics as before. float16/bfloat16 outputs would round exp: recomputed too.
+  bool keepsExp(const ROp& op) const {
+    const int y = op.out[0];
+    if (op.op != OpId::Softmax || p_.values[static_cast<std::size_t>(y)].dtype != DType::Float32) return false;
+    const auto consumers = uses(y);
+    if (consumers.empty() && !liveOut(y)) return false;
+    return std::all_of(consumers.begin(), consumers.end(), [&](const std::pair<int, int>& use) {
+      const OpClass cls = p_.ops[static_cast<std::size_t>(use.first)].cls;
+      return cls == OpClass::MatMul || cls == OpClass::Opaque || cls == OpClass::Reduce ||
+             (cls == OpClass::Norm && use.second == 0);  // layer_norm's weight and bias are built in its nodes
+    });
+  }
+
+  // A value of the statistic's source shape, in float32, stored by the statistic's step per element
+  // (its transformed element: softmax's exp(x - max)).
+  int keepElement(int stat) {
+    const int producer = p_.producer[static_cast<std::size_t>(stat)];
+    Step& step = p_.steps[static_cast<std::size_t>(producer)];
+    RValue kept;
+    kept.dtype = DType::Float32;
+    kept.shape = p_.values[static_cast<std::size_t>(step.source)].shape;
+    const int v = static_cast<int>(p_.values.size());
+    p_.values.push_back(kept);
+    p_.producer.push_back(producer);
+    step.outputs.push_back(v);
+    return v;
+  }
+
+  // The kept exp a softmax output rescales, -1 when v is no such output.
+  int keptBy(int v) const {
+    const RValue& value = p_.values[static_cast<std::size_t>(v)];
+    return value.op < 0 ? -1 : p_.ops[static_cast<std::size_t>(value.op)].kept;
   }
 
   void addStep(Step step) {
@@ -1146,6 +1230,18 @@ class Planner {
   // A normalization's output from its input and statistics (each seen through `chain`): float32
   // math, rounded once at the end as the reference does.
   Expected<int> buildNorm(const ROp& op, const std::vector<ChainItem>& chain) {
+    if (op.kept >= 0) {
+      // The kept exp(x - max) times the row's reciprocal sum (one divide per row once hoisted;
+      // float32 rounding of 1 / sum stays far inside validation's tolerance).
+      SVM_ASSIGN_OR_RETURN(int e, build(op.kept, chain));
+      SVM_ASSIGN_OR_RETURN(int sum, build(op.stats[1], chain));
+      FusedProgram::Node one;
+      one.constant = true;
+      one.value = 1.0;
+      program_->nodes.push_back(one);
+      const int scale = addNode(OpId::Div, static_cast<int>(program_->nodes.size()) - 1, sum, false);
+      return addNode(OpId::Mul, e, scale, true);
+    }
     SVM_ASSIGN_OR_RETURN(int x, build(op.in[0], chain));
     SVM_ASSIGN_OR_RETURN(int first, build(op.stats[0], chain));
     SVM_ASSIGN_OR_RETURN(int second, build(op.stats[1], chain));
@@ -1622,9 +1718,9 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
     if (step.stat) {
       // A statistic is no register's value: the reference run gets it from the program's own
       // reference semantics, for the steps after it.
-      std::vector<Value> stat(1);
+      std::vector<Value> stat(step.outputs.size());
       SVM_RETURN_IF_ERROR(family->reference(spec, pointers, stat));
-      reference.setReal(step.outputs[0], std::move(stat[0]));
+      for (std::size_t o = 0; o < stat.size(); ++o) reference.setReal(step.outputs[o], std::move(stat[o]));
     }
   }
 

@@ -829,6 +829,103 @@ TEST_F(FusionTest, SoftmaxLogSoftmaxAndLayerNormFuseWithTheirNeighbours) {
   }
 }
 
+// ---- softmax computing exp once: its sum step keeps exp(x - max), rescaled in place ----
+
+// softmax and log_softmax of an elementwise producer, both returned: float32 softmax keeps exp from
+// its sum step and rescales it in place (a kernel with no output of its own); log_softmax, and
+// float16/bfloat16 softmax, compute their output from x and the statistics. Odd and long rows,
+// row counts that change between runs, and row blocks of every size (0 = each kernel whole).
+constexpr const char* kSoftmaxOfProducer = R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", "m"], w: Tensor["m"], b: Tensor["m"]):
+    s = x * w + b
+    return ops.softmax(s, axis=-1), ops.log_softmax(s, axis=1)
+)";
+
+TEST_F(FusionTest, SoftmaxKeepsExpAndRescalesItInPlace) {
+  auto module = python(kSoftmaxOfProducer);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{1, 1}, {3, 7}, {5, 17}, {37, 63}, {9, 65}, {4, 1000}, {13, 1031}};
+  for (std::int64_t block_kb : {0, 1, 16}) {
+    ASSERT_TRUE(Tunables::set(Tunable::RegionRowBlockKb, block_kb).isOk());
+    for (DType dtype : kFloatTypes) {
+      for (auto [n, m] : shapes) {
+        SCOPED_TRACE(fmt::format("{} n={} m={} block {} KiB", dtypeName(dtype), n, m, block_kb));
+        Report report;
+        // The row count changes between runs (the same kernels serve every count).
+        ASSERT_TRUE(differential(module, "f", 3, [&](int run, std::mt19937& rng) {
+          const std::int64_t rows = n + run * 2;
+          return std::vector<Value>{rnd(rng, dtype, {rows, m}, Layout::Contiguous, 4.0), rnd(rng, dtype, {m}), rnd(rng, dtype, {m})};
+        }, &report));
+        expectServed(report);
+        EXPECT_TRUE(report.describes("sum(mul,add,sub,exp) over 1 axis")) << report.installed();
+        // Float32 softmax: its sum step keeps exp, and the step making its output stores it in place.
+        const bool keeps = dtype == DType::Float32;
+        EXPECT_EQ(report.describes("exp) over 1 axis keeping 1 per element"), keeps) << report.installed();
+        EXPECT_EQ(report.describes("+ 1 in place"), keeps) << report.installed();
+        // Row blocks run once the largest run's rows hold well over one block.
+        if (block_kb > 0 && (n + 4) * m * 4 >= 2 * block_kb * 1024) {
+          EXPECT_GE(report.stats.region_row_blocked, 1u) << report.installed();
+        }
+        if (block_kb == 0) {
+          EXPECT_EQ(report.stats.region_row_blocked, 0u) << report.installed();
+        }
+      }
+    }
+  }
+}
+
+// Rows of 100k elements: the kept exp and its double sum stay within float32 tolerance.
+TEST_F(FusionTest, SoftmaxKeepingExpOverLongRowsEqualsO0) {
+  auto module = python(kSoftmaxOfProducer);
+  Report report;
+  ASSERT_TRUE(differential(module, "f", 2, [&](int, std::mt19937& rng) {
+    return std::vector<Value>{rnd(rng, DType::Float32, {3, 100003}, Layout::Contiguous, 8.0),
+                              rnd(rng, DType::Float32, {100003}), rnd(rng, DType::Float32, {100003})};
+  }, &report));
+  expectServed(report);
+  EXPECT_TRUE(report.describes("+ 1 in place")) << report.installed();
+}
+
+// A softmax output read inside the region: by a matmul and a reduction (they read it real, so
+// it still keeps exp and is rescaled in place), or by elementwise ops and a view (computed inside
+// their kernels from x and the statistics: no kept exp). Every case equals O0.
+TEST_F(FusionTest, SoftmaxReadInsideTheRegionKeepsExpOnlyWhenReadReal) {
+  auto real_readers = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", "m"], w: Tensor["m"], b: Tensor["m"], v: Tensor["m", 8]):
+    p = ops.softmax(x * w + b, axis=-1)
+    return p, ops.tanh(p @ v) + 1.0, ops.sum(p, axis=-1)
+)");
+  auto fused_readers = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", "m"], w: Tensor["m"], b: Tensor["m"], v: Tensor["m", 8]):
+    p = ops.softmax(x * w + b, axis=-1)
+    return p, p * w + 1.0, ops.transpose(p) * 2.0
+)");
+  for (std::int64_t block_kb : {0, 1}) {
+    ASSERT_TRUE(Tunables::set(Tunable::RegionRowBlockKb, block_kb).isOk());
+    for (auto [n, m] : {std::pair<std::int64_t, std::int64_t>{7, 17}, {33, 65}, {6, 1000}}) {
+      SCOPED_TRACE(fmt::format("n={} m={} block {} KiB", n, m, block_kb));
+      const InputFn inputs = [&](int, std::mt19937& rng) {
+        return std::vector<Value>{rnd(rng, DType::Float32, {n, m}, Layout::Contiguous, 4.0), rnd(rng, DType::Float32, {m}),
+                                  rnd(rng, DType::Float32, {m}), rnd(rng, DType::Float32, {m, 8})};
+      };
+      Report kept;
+      ASSERT_TRUE(differential(real_readers, "f", 3, inputs, &kept));
+      expectServed(kept);
+      EXPECT_TRUE(kept.describes("+ 1 in place")) << kept.installed();
+      Report recomputed;
+      ASSERT_TRUE(differential(fused_readers, "f", 3, inputs, &recomputed));
+      expectServed(recomputed);
+      EXPECT_FALSE(recomputed.describes("in place")) << recomputed.installed();
+      EXPECT_FALSE(recomputed.describes("keeping")) << recomputed.installed();
+    }
+  }
+}
+
 // ---- row blocks: a kernel and the kernels reading its output, run block by block ----
 
 // With RegionRowBlockKb = 1 every unit of rows is its own block: the normalizations (their
