@@ -631,6 +631,7 @@ class MatmulEmitter {
                 llvm::Value* last = b_.CreateICmpSGE(b_.CreateAdd(pc, i64(plan_.kc)), k_);
                 llvm::Value* b_block = b_.CreateAdd(b_base_, b_.CreateMul(pc, b_row_));
                 llvm::Value* tail_panel = nullptr;
+                llvm::Value* fly_block = nullptr;  // i1: full panels are packed by their first tile
                 if (plan_.direct_b) {
                   // Only a partial last panel is packed (its columns end before NR).
                   llvm::Value* width = b_.CreateSub(jc_end, jc);
@@ -644,14 +645,28 @@ class MatmulEmitter {
                       [] {});
                 } else {
                   // Into the scratch, or (only packing) into the caller's buffer; nothing when B
-                  // came packed.
+                  // came packed. Full panels of a float32 B with contiguous rows are packed by
+                  // the first tile that reads them instead (fly_block), when A is read in place
+                  // and there is a whole tile: one pass over B's block instead of a copy pass
+                  // before the tiles.
+                  if (!plan_.direct_b && plan_.mc == 0 && b_spec_.dtype == DType::Float32) {
+                    fly_block = b_.CreateAnd(b_.CreateICmpEQ(b_col_, i64(1)),
+                                             b_.CreateICmpSGE(b_.CreateSub(m_hi_, m_lo_), i64(plan_.mr)));
+                    if (packable_) fly_block = b_.CreateAnd(fly_block, b_.CreateNot(b_.CreateOr(read_packed_, pack_only_)));
+                  }
                   ir::emitLoop(
                       b_, jc, packable_ ? b_.CreateSelect(read_packed_, jc, jc_end) : jc_end, nr,
                       [&](llvm::Value* jr) {
                         llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
                         llvm::Value* dst = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
                         if (packable_) dst = b_.CreateSelect(pack_only_, packedPanel(pc, jr, kc), dst);
-                        emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(jr, b_col_)), kc, cols, dst);
+                        auto pack = [&] { emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(jr, b_col_)), kc, cols, dst); };
+                        if (fly_block == nullptr) {
+                          pack();
+                        } else {
+                          ir::emitIfElse(
+                              b_, b_.CreateAnd(fly_block, b_.CreateICmpEQ(cols, i64(nr))), [] {}, pack);
+                        }
                       },
                       "pb", kAsEmitted);
                 }
@@ -696,7 +711,8 @@ class MatmulEmitter {
                       [&](llvm::Value* jr) {
                         llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
                         // One tile of MR rows from ir_, or of one row.
-                        auto tile = [&](bool direct, llvm::Value* ir_, llvm::Value* rows, bool one_row) {
+                        auto tile = [&](bool direct, llvm::Value* ir_, llvm::Value* rows, bool one_row,
+                                        bool fly = false) {
                           TileArgs t;
                           t.row = ir_;
                           t.col = jr;
@@ -707,9 +723,10 @@ class MatmulEmitter {
                           t.pc = pc;
                           t.first = first;
                           t.last = last;
-                          t.direct_b = direct;
-                          if (direct) {
+                          t.direct_b = direct || fly;
+                          if (direct || fly) {
                             t.b_src = floatAt(b_ptr_, b_.CreateAdd(b_block, jr));
+                            if (fly) t.pack_dst = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
                           } else if (plan_.direct_b) {
                             t.b_src = bpack_;
                           } else {
@@ -721,7 +738,7 @@ class MatmulEmitter {
                             llvm::Value* within = b_.CreateURem(offset, i64(plan_.mr));
                             t.a_src = floatAt(panelPtr(apack_, b_.CreateSub(offset, within), kc, plan_.mr), within);
                           }
-                          if (!direct && !plan_.direct_b && plan_.prefetch > 0) {
+                          if ((!direct || fly) && !plan_.direct_b && plan_.prefetch > 0) {
                             t.pf_src = next_block;
                             t.pf_row = next_row;
                             llvm::Value* index = b_.CreateUDiv(b_.CreateSub(ir_, ic), i64(plan_.mr));
@@ -739,8 +756,16 @@ class MatmulEmitter {
                         auto tiles = [&](bool direct) {
                           llvm::Value* whole_end = b_.CreateSub(
                               ic_end, b_.CreateURem(b_.CreateSub(ic_end, ic), i64(plan_.mr)));
+                          llvm::Value* start = ic;
+                          if (fly_block != nullptr && !direct) {
+                            // The panel was not packed: the first tile packs it while it runs.
+                            llvm::Value* fly = b_.CreateAnd(fly_block, b_.CreateICmpEQ(cols, i64(nr)));
+                            ir::emitIfElse(
+                                b_, fly, [&] { tile(false, ic, i64(plan_.mr), false, true); }, [] {});
+                            start = b_.CreateSelect(fly, b_.CreateAdd(ic, i64(plan_.mr)), ic);
+                          }
                           ir::emitLoop(
-                              b_, ic, whole_end, plan_.mr,
+                              b_, start, whole_end, plan_.mr,
                               [&](llvm::Value* ir_) { tile(direct, ir_, i64(plan_.mr), false); }, "ir",
                               kAsEmitted);
                           if (plan_.mr == 1) return;
@@ -1126,6 +1151,7 @@ class MatmulEmitter {
     llvm::Value* pf_row = nullptr; // elements from one prefetched row to the next
     llvm::Value* pf_line = nullptr; // the first line of that block this tile prefetches (16.16)
     llvm::Value* pf_step = nullptr; // lines per k step (16.16)
+    llvm::Value* pack_dst = nullptr; // direct_b: also store B's rows here (the packed panel)
   };
 
   // C[row .. row+MR, col .. col+cols] (+)= A[rows, block] @ B[block, cols]. Rows from `rows` on
@@ -1202,8 +1228,13 @@ class MatmulEmitter {
           x->setAlignment(llvm::Align(64));
         }
         bv.push_back(x);
+        if (t.pack_dst != nullptr) {
+          llvm::StoreInst* kept = b_.CreateStore(
+              x, floatAt(t.pack_dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
+          kept->setAlignment(llvm::Align(64));
+        }
       }
-      if (t.direct_b && plan_.prefetch > 0) {
+      if (t.direct_b && t.pack_dst == nullptr && plan_.prefetch > 0) {
         llvm::Value* ahead = b_.CreateMul(b_.CreateAdd(p, i64(plan_.prefetch)), b_row_);
         for (int v = 0; v < vectors; ++v) {
           llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.b_src, b_.CreateAdd(ahead, i64(v * kLanes)));
