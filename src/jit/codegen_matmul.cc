@@ -1009,28 +1009,27 @@ class MatmulEmitter {
         b_, i64(0), cols, 1,
         [&](llvm::Value* j) {
           llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(j, b_col_));
-          ir::emitLoop(
-              b_, i64(0), kc, 1,
-              [&](llvm::Value* p) {
-                llvm::Value* x = ir::loadCompute(
-                    b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(column, b_.CreateMul(p, b_row_))));
-                b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
-              },
-              "pp", kAsEmitted);
+          emitPackLane(dst, kc, nr, j, [&](llvm::Value* p) {
+            return ir::loadCompute(
+                b_, dtype, ir::elementPtr(b_, dtype, b_ptr_, b_.CreateAdd(column, b_.CreateMul(p, b_row_))));
+          });
         },
         "pj", kAsEmitted);
     ir::emitLoop(
-        b_, cols, i64(nr), 1,
-        [&](llvm::Value* j) {
-          ir::emitLoop(
-              b_, i64(0), kc, 1,
-              [&](llvm::Value* p) {
-                b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
-                               floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)));
-              },
-              "pz", kAsEmitted);
-        },
-        "pzj", kAsEmitted);
+        b_, cols, i64(nr), 1, [&](llvm::Value* j) { emitPackLane(dst, kc, nr, j, zero()); }, "pzj", kAsEmitted);
+  }
+
+  // dst[p * width + lane] = value(p) for p < kc: one column (B) or row (A) of a packed panel,
+  // element by element.
+  void emitPackLane(llvm::Value* dst, llvm::Value* kc, std::int64_t width, llvm::Value* lane,
+                    const std::function<llvm::Value*(llvm::Value*)>& value) {
+    ir::emitLoop(
+        b_, i64(0), kc, 1,
+        [&](llvm::Value* p) { b_.CreateStore(value(p), floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(width)), lane))); },
+        "pl", kAsEmitted);
+  }
+  std::function<llvm::Value*(llvm::Value*)> zero() {
+    return [this](llvm::Value*) { return llvm::ConstantFP::get(b_.getFloatTy(), 0.0); };
   }
 
   // dst[p * MR + r] = A[row + r, pc + p] (float32) for r < rows; 0 for rows <= r < MR.
@@ -1112,24 +1111,12 @@ class MatmulEmitter {
           ir::emitIfElse(
               b_, valid,
               [&] {
-                ir::emitLoop(
-                    b_, i64(0), kc, 1,
-                    [&](llvm::Value* p) {
-                      llvm::Value* x = ir::loadCompute(
-                          b_, dtype, ir::elementPtr(b_, dtype, a_, b_.CreateAdd(row, b_.CreateMul(p, a_col_))));
-                      b_.CreateStore(x, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
-                    },
-                    "pap", kAsEmitted);
+                emitPackLane(dst, kc, mr, r, [&](llvm::Value* p) {
+                  return ir::loadCompute(
+                      b_, dtype, ir::elementPtr(b_, dtype, a_, b_.CreateAdd(row, b_.CreateMul(p, a_col_))));
+                });
               },
-              [&] {
-                ir::emitLoop(
-                    b_, i64(0), kc, 1,
-                    [&](llvm::Value* p) {
-                      b_.CreateStore(llvm::ConstantFP::get(b_.getFloatTy(), 0.0),
-                                     floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
-                    },
-                    "paz", kAsEmitted);
-              });
+              [&] { emitPackLane(dst, kc, mr, r, zero()); });
         },
         "par", kAsEmitted);
   }
