@@ -421,6 +421,26 @@ def render(svm, peers, gate, command="/usr/bin/python3 bench/run_all.py", image_
         lines += table(["m×k×n"] + [f"`{p}`" for p in peer_labels], rows)
         w("")
 
+    bf16 = section(d.svm, "matmul_bf16")
+    if bf16:
+        w("#### bfloat16 matmul (GFLOP/s, bf16 inputs and output, float32 accumulation, 1 thread)")
+        w("")
+        rows = []
+        for r in bf16:
+            rows.append(["×".join(str(r.get(x)) for x in ("m", "k", "n")), f3(r.get("jit_gflops")),
+                         "bf16 pairs" if r.get("bf16_pairs") else "widening", f3(r.get("jit_widening_gflops")),
+                         f3(r.get("onednn_matmul_gflops")), fratio(r.get("jit_gflops"), r.get("jit_widening_gflops")),
+                         fratio(r.get("jit_gflops"), r.get("onednn_matmul_gflops")),
+                         fratio(r.get("jit_gflops"), r.get("f32_peak_gflops"))])
+        lines += table(["m×k×n", "ShapeVM JIT", "kernel", "JIT widening to f32", "oneDNN bf16 matmul",
+                        "JIT / widening", "JIT / oneDNN", "JIT / f32 FMA peak"], rows)
+        w("")
+        w("\"ShapeVM JIT\" is the default kernel: with AVX512_BF16 it packs B as pairs of K rows and runs one "
+          "`vdpbf16ps` per pair (two multiply-adds per lane); \"widening\" is the same tile converting both operands to "
+          "float32 and using FMAs (`bf16dot=-1`). oneDNN is its matmul primitive on bf16 memory. B is packed on every "
+          "call by all three.")
+        w("")
+
     render_tuning_quality(d, lines)
 
     # Elementwise ------------------------------------------------------------------------------

@@ -675,8 +675,8 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, jso
 // Created for the thread count OpenMP has when it is built.
 class OnednnMatmul {
  public:
-  static Expected<std::unique_ptr<OnednnMatmul>> create(std::int64_t m, std::int64_t k, std::int64_t n, float* a,
-                                                        float* b, float* c) {
+  static Expected<std::unique_ptr<OnednnMatmul>> create(std::int64_t m, std::int64_t k, std::int64_t n, void* a,
+                                                        void* b, void* c, dnnl_data_type_t dtype = dnnl_f32) {
     auto mm = std::unique_ptr<OnednnMatmul>(new OnednnMatmul());
     auto check = [](dnnl_status_t status, const char* what) -> Status {
       if (status == dnnl_success) return Status::ok();
@@ -686,9 +686,9 @@ class OnednnMatmul {
     SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&mm->stream_, mm->engine_, dnnl_stream_default_flags), "stream_create"));
     dnnl_memory_desc_t a_md, b_md, c_md;
     const dnnl_dims_t a_dims = {m, k}, b_dims = {k, n}, c_dims = {m, n};
-    SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, dnnl_f32, dnnl_ab), "memory_desc"));
-    SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&b_md, 2, b_dims, dnnl_f32, dnnl_ab), "memory_desc"));
-    SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dnnl_f32, dnnl_ab), "memory_desc"));
+    SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, dtype, dnnl_ab), "memory_desc"));
+    SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&b_md, 2, b_dims, dtype, dnnl_ab), "memory_desc"));
+    SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dtype, dnnl_ab), "memory_desc"));
     dnnl_matmul_desc_t desc;
     SVM_RETURN_IF_ERROR(check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul_desc_init"));
     SVM_RETURN_IF_ERROR(check(dnnl_primitive_desc_create(&mm->pd_, &desc, nullptr, mm->engine_, nullptr), "primitive_desc"));
@@ -763,7 +763,77 @@ Expected<TunedMatmul> tuneMatmul(jit::JitEngine& engine, const jit::KernelFamily
   return best;
 }
 
-Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::string& tmp_dir, json& out) {
+// bfloat16 x bfloat16 -> bfloat16 at the suite's shapes: the JIT's default kernel (bf16 pair dot
+// products where the CPU has them) vs the same tile widening to float32 (bf16dot=-1) vs oneDNN's
+// bf16 matmul primitive, interleaved; GFLOP/s also as a share of the float32 FMA peak.
+Status bf16MatmulRows(const BenchFlags& flags, jit::JitEngine& engine, const jit::KernelFamily& family,
+                      std::span<const std::array<std::int64_t, 3>> shapes, double f32_peak, json& out) {
+  std::mt19937_64 rng(11);
+  fmt::print("matmul bfloat16 (bf16 inputs and output, float32 accumulation): GFLOP/s\n");
+  for (const auto& [m, k, n] : shapes) {
+    auto bf16 = [&](const Shape& shape) {
+      Tensor f = randomTensor(shape, rng);
+      Tensor t = std::move(Tensor::empty(DType::BFloat16, shape).value());
+      for (std::int64_t i = 0; i < f.numel(); ++i) t.data<std::uint16_t>()[i] = floatToBf16(f.data<float>()[i]);
+      return Value::fromTensor(std::move(t));
+    };
+    Value a = bf16(Shape{m, k}), b = bf16(Shape{k, n});
+    std::vector<const Value*> inputs = {&a, &b};
+    std::vector<Value> want(1), pairs_out(1), wide_out(1);
+    {
+      const OpSchema& schema = OpRegistry::global().schema(OpId::MatMul);
+      OpContext ctx{&schema, inputs, {}, want};
+      SVM_RETURN_IF_ERROR(invokeKernel(OpRegistry::global().resolve(OpId::MatMul, inputs), ctx));
+    }
+    jit::KernelSpec spec = jit::exactSpec(OpId::MatMul, {}, inputs);
+    SVM_ASSIGN_OR_RETURN(auto pairs, jit::compileKernel(engine, family, spec));
+    spec.params.bf16_dot = -1;
+    SVM_ASSIGN_OR_RETURN(auto wide, jit::compileKernel(engine, family, spec));
+    Tensor c = std::move(Tensor::empty(DType::BFloat16, Shape{m, n}).value());
+    SVM_ASSIGN_OR_RETURN(auto primitive, OnednnMatmul::create(m, k, n, a.tensor().rawData(), b.tensor().rawData(),
+                                                             c.rawData(), dnnl_bf16));
+    auto runPairs = [&] { (void)jit::invokeCompiled(*pairs, inputs, pairs_out); };
+    auto runWide = [&] { (void)jit::invokeCompiled(*wide, inputs, wide_out); };
+    auto runDnnl = [&] { primitive->run(); };
+    runPairs();
+    runWide();
+    runDnnl();
+    // Each output rounds to bfloat16 (2^-9 relative), so 1e-2 in L2 means every kernel computes
+    // the product, in whatever order it sums.
+    const double errors[] = {relL2(pairs_out[0].tensor(), want[0].tensor()), relL2(wide_out[0].tensor(), want[0].tensor()),
+                             relL2(c, want[0].tensor())};
+    for (double e : errors) {
+      if (!(e <= 1e-2)) {
+        return makeError(ErrorCode::Internal, "bf16 matmul {}x{}x{}: rel L2 {:.3g} / {:.3g} / {:.3g} (pairs / widening / "
+                         "oneDNN) vs the reference", m, k, n, errors[0], errors[1], errors[2]);
+      }
+    }
+    const double flop = 2.0 * static_cast<double>(m * k * n);
+    const int repeats = std::max(3, static_cast<int>(std::min<double>(flags.quick ? 10 : 40, 3e9 / flop)));
+    std::vector<double> pairs_ms, wide_ms, dnnl_ms;
+    for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {
+      pairs_ms.push_back(medianMs(repeats, runPairs));
+      wide_ms.push_back(medianMs(repeats, runWide));
+      dnnl_ms.push_back(medianMs(repeats, runDnnl));
+    }
+    auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
+    const double pairs_g = gflops(pairs_ms), wide_g = gflops(wide_ms), dnnl_g = gflops(dnnl_ms);
+    const bool used_pairs = pairs->handle.symbol.find("bf16pairs") != std::string::npos;
+    out.push_back({{"m", m}, {"k", k}, {"n", n}, {"jit_gflops", pairs_g}, {"jit_widening_gflops", wide_g},
+                   {"onednn_matmul_gflops", dnnl_g}, {"f32_peak_gflops", f32_peak}, {"bf16_pairs", used_pairs},
+                   {"rel_l2", errors[0]}, {"rel_l2_widening", errors[1]}, {"rel_l2_onednn", errors[2]}});
+    fmt::print("matmul bf16 {:>4}x{:>4}x{:>4}: JIT {:6.1f} ({}; {:.2f}x widening {:6.1f}, {:.2f}x oneDNN {:6.1f}; "
+               "{:3.0f}% of the f32 FMA peak)\n",
+               m, k, n, pairs_g, used_pairs ? "bf16 pairs" : "widening", pairs_g / wide_g, wide_g, pairs_g / dnnl_g,
+               dnnl_g, 100.0 * pairs_g / f32_peak);
+    (void)engine.remove(pairs->handle);
+    (void)engine.remove(wide->handle);
+  }
+  return Status::ok();
+}
+
+Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::string& tmp_dir, json& out,
+                   json& out_bf16) {
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<PeakMeter> meter, PeakMeter::create(engine));
   // Tuning quality: the AutoTuner as O2 runs it (its default budget, TuneBudgetMs; repeats and
   // sample length from the tunables) on the same spec, with one fresh database for the suite, so
@@ -948,6 +1018,9 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::s
     overall_peak = std::max(overall_peak, peak);
   }
   fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes, overall_peak);
+  std::vector<std::array<std::int64_t, 3>> bf16_shapes;
+  for (const MatmulShape& s : shapes) bf16_shapes.push_back({s.m, s.k, s.n});
+  SVM_RETURN_IF_ERROR(bf16MatmulRows(flags, engine, *family, bf16_shapes, overall_peak, out_bf16));
   return Status::ok();
 }
 
@@ -1220,7 +1293,7 @@ int benchCommand(const BenchFlags& flags_in) {
     return false;
   };
   json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
-       matmul = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array(),
+       matmul = json::array(), matmul_bf16 = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array(),
        workload_extra = json::object(), norms = json::array();
   // Tuning databases of this run (the O2 workload instances and the matmul tuning-quality check):
   // fresh, so every run pays (and reports) its tuning; removed at the end.
@@ -1242,7 +1315,7 @@ int benchCommand(const BenchFlags& flags_in) {
   } remove_tmp{tmp_dir};
   bool ok = true;
   if (wants("overhead")) ok = check(overheadSuite(flags, overhead), "overhead") && ok;
-  if (wants("matmul")) ok = check(matmulSuite(flags, **engine, tmp_dir, matmul), "matmul") && ok;
+  if (wants("matmul")) ok = check(matmulSuite(flags, **engine, tmp_dir, matmul, matmul_bf16), "matmul") && ok;
   if (wants("elementwise")) ok = check(elementwiseSuite(flags, **engine, elementwise, norms), "elementwise") && ok;
   if (wants("workload")) ok = check(workloadSuite(flags, **engine, weights, tmp_dir, workload, compile, workload_extra), "workload") && ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
@@ -1256,6 +1329,7 @@ int benchCommand(const BenchFlags& flags_in) {
   result["cold"] = cold;
   result["timeline"] = timeline;
   result["matmul"] = matmul;
+  result["matmul_bf16"] = matmul_bf16;
   result["elementwise"] = elementwise;
   result["normalizations"] = norms;
   result["overhead"] = overhead;

@@ -43,6 +43,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/TargetParser/Host.h>
 
 #include "jit/codegen_math.h"
@@ -81,13 +82,19 @@ bool isComputeFloat(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
 }
 
+bool hostHas(const char* feature) {
+  const auto features = llvm::sys::getHostCPUFeatures();
+  auto it = features.find(feature);
+  return it != features.end() && it->second;
+}
 bool hostHasAvx512() {
-  static const bool avx512 = [] {
-    const auto features = llvm::sys::getHostCPUFeatures();
-    auto it = features.find("avx512f");
-    return it != features.end() && it->second;
-  }();
+  static const bool avx512 = hostHas("avx512f");
   return avx512;
+}
+// vdpbf16ps: 16 float32 lanes += the products of 16 pairs of bfloat16 (AVX512_BF16).
+bool hostHasBf16Dot() {
+  static const bool bf16 = hostHasAvx512() && hostHas("avx512bf16");
+  return bf16;
 }
 
 bool isEpilogueUnary(OpId op) {
@@ -140,6 +147,9 @@ struct Plan {
   int k_unroll = 1;
   int prefetch = 0;     // > 0: prefetch B (in place: this many k steps ahead; packed: the next panel)
   int threads = 0;      // 0 = the KernelThreads tunable at run time
+  // bfloat16 A and B: packed B holds pairs of K rows (one 32-bit slot: B[2p, j] low, B[2p+1, j]
+  // high; zero past K) and the tile runs one vdpbf16ps per pair, half the steps of widening.
+  bool bf16_pairs = false;
   std::int64_t nr() const { return static_cast<std::int64_t>(vectors) * kLanes; }
 };
 
@@ -196,6 +206,10 @@ Plan resolvePlan(const KernelSpec& spec) {
   // Blocks in whole tiles.
   plan.nc = static_cast<int>(std::max<std::int64_t>(plan.nr(), plan.nc / plan.nr() * plan.nr()));
   if (plan.mc > 0) plan.mc = std::max(plan.mr, plan.mc / plan.mr * plan.mr);
+  // Pairs need both operands bfloat16 as they are (A read in place along K, B packed).
+  const OperandSpec& a = spec.inputs[0];
+  plan.bf16_pairs = p.bf16_dot >= 0 && hostHasBf16Dot() && a.dtype == DType::BFloat16 &&
+                    spec.inputs[1].dtype == DType::BFloat16 && a.contiguous && plan.mc == 0 && !plan.direct_b;
   return plan;
 }
 
@@ -215,7 +229,8 @@ Status checkParams(const KernelParams& p) {
                      mr, vectors * static_cast<int>(kLanes), kMaxAccumulators);
   }
   if (p.kc < 0 || p.kc > 4096 || p.mc < -1 || p.mc > 4096 || p.nc < -1 || p.nc > 16384 || p.k_unroll < 0 ||
-      p.k_unroll > 8 || p.prefetch < -1 || p.prefetch > 64 || p.threads < 0 || p.threads > 64) {
+      p.k_unroll > 8 || p.prefetch < -1 || p.prefetch > 64 || p.threads < 0 || p.threads > 64 || p.bf16_dot < -1 ||
+      p.bf16_dot > 1) {
     return makeError(ErrorCode::Unsupported, "matmul parameters out of range: {}", p.toString());
   }
   return Status::ok();
@@ -820,8 +835,13 @@ class MatmulEmitter {
     return floatAt(block, b_.CreateMul(offset, kc));
   }
 
-  // dst[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR.
+  // dst[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR. With bf16
+  // pairs, emitPackBPairs' layout instead.
   void emitPackBPanel(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
+    if (plan_.bf16_pairs) {
+      emitPackBPairs(src, kc, cols, dst);
+      return;
+    }
     llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
     // A contiguous B (columns 1 apart) is K-contiguous only with one column: no code for that.
     llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
@@ -972,6 +992,172 @@ class MatmulEmitter {
               });
         },
         "ptj", kAsEmitted);
+  }
+
+  // ---- bfloat16 pairs (Plan::bf16_pairs) ----
+
+  llvm::Type* pairVecType() const { return llvm::FixedVectorType::get(b_.getBFloatTy(), 2 * kLanes); }
+  llvm::Value* pairsOf(llvm::Value* kc) { return b_.CreateLShr(b_.CreateAdd(kc, i64(1)), i64(1)); }
+
+  // The 32-bit slot of K pair p of a bfloat16 column whose element k is data[base + k * step]:
+  // element 2p in the low half, 2p + 1 in the high half (0 when 2p + 1 = kc; never read).
+  llvm::Value* pairWord(llvm::Value* data, llvm::Value* base, llvm::Value* step, llvm::Value* p, llvm::Value* kc) {
+    auto element = [&](llvm::Value* k) {
+      llvm::Value* ptr = ir::elementPtr(b_, DType::BFloat16, data, b_.CreateAdd(base, b_.CreateMul(k, step)));
+      return b_.CreateZExt(b_.CreateAlignedLoad(b_.getInt16Ty(), ptr, llvm::Align(2)), b_.getInt32Ty());
+    };
+    llvm::Value* k = b_.CreateShl(p, i64(1));
+    llvm::Value* next = b_.CreateAdd(k, i64(1));
+    llvm::Value* has_next = b_.CreateICmpSLT(next, kc);
+    llvm::Value* high = b_.CreateSelect(has_next, element(b_.CreateSelect(has_next, next, k)), b_.getInt32(0));
+    return b_.CreateOr(element(k), b_.CreateShl(high, 16));
+  }
+
+  // dst[p * NR + j] = pairWord(B column j, p) for p < ceil(kc / 2), j < cols; 0 for cols <= j <
+  // NR. Full panels with contiguous rows: each two rows' vectors interleaved; columns contiguous
+  // along K (x @ W.T): a 32-bit register transpose of 16 columns x 16 pairs; else pair by pair.
+  void emitPackBPairs(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
+    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
+    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
+    auto* column_step = llvm::dyn_cast<llvm::ConstantInt>(b_col_);
+    auto* row_step = llvm::dyn_cast<llvm::ConstantInt>(b_row_);
+    const bool never_columns =
+        (column_step != nullptr && column_step->isOne()) || (row_step != nullptr && !row_step->isOne());
+    auto scalar = [&] {
+      const std::int64_t nr = plan_.nr();
+      llvm::Value* pairs = pairsOf(kc);
+      ir::emitLoop(
+          b_, i64(0), i64(nr), 1,
+          [&](llvm::Value* j) {
+            llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
+            llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(smin(j, b_.CreateSub(cols, i64(1))), b_col_));
+            ir::emitLoop(
+                b_, i64(0), pairs, 1,
+                [&](llvm::Value* p) {
+                  llvm::Value* word = b_.CreateSelect(in_panel, pairWord(b_ptr_, column, b_row_, p, kc), b_.getInt32(0));
+                  b_.CreateAlignedStore(word, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)), llvm::Align(4));
+                },
+                "pqk", kAsEmitted);
+          },
+          "pqj", kAsEmitted);
+    };
+    ir::emitIfElse(
+        b_, full_rows, [&] { emitPackBPairRows(src, kc, dst); },
+        [&] {
+          if (never_columns) {
+            scalar();
+            return;
+          }
+          ir::emitIfElse(
+              b_, k_contiguous,
+              [&] {
+                callPacker(&pack_b_pair_columns_, "_pack_b_pair_columns", {b_ptr_, src, kc, cols, dst, b_col_},
+                           [&](const PackerArgs& args) { emitPackBPairColumns(args); });
+              },
+              scalar);
+        });
+  }
+
+  // Full panel, rows contiguous: per pair, NR/16 vectors of row 2p and of row 2p + 1 (zero past
+  // kc) interleaved lane by lane.
+  void emitPackBPairRows(llvm::Value* src, llvm::Value* kc, llvm::Value* dst) {
+    const std::int64_t nr = plan_.nr();
+    llvm::Type* half = llvm::FixedVectorType::get(b_.getInt16Ty(), kLanes);
+    std::vector<int> interleave;
+    for (unsigned l = 0; l < kLanes; ++l) {
+      interleave.push_back(static_cast<int>(l));
+      interleave.push_back(static_cast<int>(kLanes + l));
+    }
+    auto pair = [&](llvm::Value* p, bool last) {
+      llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(b_.CreateShl(p, i64(1)), b_row_));
+      for (int v = 0; v < plan_.vectors; ++v) {
+        auto load = [&](llvm::Value* at) {
+          return b_.CreateAlignedLoad(
+              half, ir::elementPtr(b_, DType::BFloat16, b_ptr_, b_.CreateAdd(at, i64(v * kLanes))), llvm::Align(2));
+        };
+        llvm::Value* low = load(row);
+        llvm::Value* high =
+            last ? static_cast<llvm::Value*>(llvm::Constant::getNullValue(half)) : load(b_.CreateAdd(row, b_row_));
+        storeAligned(b_.CreateShuffleVector(low, high, interleave),
+                     floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
+      }
+    };
+    llvm::Value* whole = b_.CreateLShr(kc, i64(1));
+    ir::emitLoop(b_, i64(0), whole, 1, [&](llvm::Value* p) { pair(p, false); }, "pq", kAsEmitted);
+    ir::emitIfElse(
+        b_, b_.CreateICmpNE(b_.CreateAnd(kc, i64(1)), i64(0)), [&] { pair(whole, true); }, [] {});
+  }
+
+  // Columns contiguous along K, args.count of them: per 16 columns and 16 pairs, 16 loads of 32
+  // bfloat16 down the columns (16 pair slots each) and the 16 x 16 transpose of those slots,
+  // which is the packed layout; the pairs past the last whole 16 one slot at a time. Columns past
+  // the count re-read the last one and are zeroed; groups wholly past it are zero-filled.
+  void emitPackBPairColumns(const PackerArgs& args) {
+    const std::int64_t nr = plan_.nr();
+    llvm::Value* kc = args.kc;
+    llvm::Value* cols = args.count;
+    llvm::Value* pairs = pairsOf(kc);
+    llvm::Type* slots = llvm::FixedVectorType::get(b_.getInt32Ty(), kLanes);
+    llvm::Value* zero = llvm::Constant::getNullValue(slots);
+    llvm::Value* k_full = b_.CreateAnd(kc, i64(-2 * static_cast<std::int64_t>(kLanes)));
+    ir::emitLoop(
+        b_, i64(0), i64(nr), kLanes,
+        [&](llvm::Value* j0) {
+          llvm::Value* valid = b_.CreateSub(cols, j0);
+          llvm::Value* group = floatAt(args.dst, j0);
+          ir::emitIfElse(
+              b_, b_.CreateICmpSGT(valid, i64(0)),
+              [&] {
+                llvm::Value* last = b_.CreateSub(cols, i64(1));
+                std::vector<llvm::Value*> column;
+                for (unsigned c = 0; c < kLanes; ++c) {
+                  llvm::Value* j = smin(b_.CreateAdd(j0, i64(c)), last);
+                  column.push_back(b_.CreateAdd(args.src, b_.CreateMul(j, args.stride)));
+                }
+                llvm::Value* keep = laneMask(valid);
+                ir::emitLoop(
+                    b_, i64(0), k_full, 2 * kLanes,
+                    [&](llvm::Value* k0) {
+                      std::vector<llvm::Value*> rows;
+                      for (llvm::Value* start : column) {
+                        rows.push_back(b_.CreateAlignedLoad(
+                            slots, ir::elementPtr(b_, DType::BFloat16, args.data, b_.CreateAdd(start, k0)),
+                            llvm::Align(2)));
+                      }
+                      transpose16(rows);
+                      llvm::Value* p0 = b_.CreateLShr(k0, i64(1));
+                      for (unsigned r = 0; r < kLanes; ++r) {
+                        storeAligned(b_.CreateSelect(keep, rows[r], zero),
+                                     floatAt(group, b_.CreateMul(b_.CreateAdd(p0, i64(r)), i64(nr))));
+                      }
+                    },
+                    "pqt", kAsEmitted);
+                ir::emitLoop(
+                    b_, i64(0), i64(kLanes), 1,
+                    [&](llvm::Value* c) {
+                      llvm::Value* j = b_.CreateAdd(j0, c);
+                      llvm::Value* start = b_.CreateAdd(args.src, b_.CreateMul(smin(j, last), args.stride));
+                      llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
+                      ir::emitLoop(
+                          b_, b_.CreateLShr(k_full, i64(1)), pairs, 1,
+                          [&](llvm::Value* p) {
+                            llvm::Value* word =
+                                b_.CreateSelect(in_panel, pairWord(args.data, start, i64(1), p, kc), b_.getInt32(0));
+                            b_.CreateAlignedStore(word, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)),
+                                                  llvm::Align(4));
+                          },
+                          "pqtk", kAsEmitted);
+                    },
+                    "pqtc", kAsEmitted);
+              },
+              [&] {
+                ir::emitLoop(
+                    b_, i64(0), pairs, 1,
+                    [&](llvm::Value* p) { storeAligned(zero, floatAt(group, b_.CreateMul(p, i64(nr)))); }, "pqz",
+                    kAsEmitted);
+              });
+        },
+        "pqj", kAsEmitted);
   }
 
   // Transposes the 16 x 16 block x[i][l] in place (x[i][l] <- x[l][i]): for h = 8, 4, 2, 1, rows
@@ -1201,6 +1387,33 @@ class MatmulEmitter {
                 }
               });
         });
+    // Packed B: part of the block packed next (see TileArgs::pf_src), for k step p.
+    auto prefetchNext = [&](llvm::Value* p) {
+      if (t.pf_src == nullptr) return;
+      auto prefetch = [&](llvm::Value* offset) {
+        llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.pf_src, offset);
+        b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
+                           {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
+      };
+      // Many tiles: at most one cache line per k step, spread over the first half of the
+      // panel's tiles. The next block is KC rows of `vectors` lines, and step p of tile i (of
+      // T) asks for line (i * KC + p) * 2 * vectors / T (16.16 fixed point; the last line
+      // from then on), so the block is on its way well before it is packed, instead of every
+      // tile asking for all of it (a prefetch per B vector per step cost more than it saved
+      // at 4 x 64). Fewer than 2 * vectors tiles (a few rows): row p of it, whole.
+      ir::emitIfElse(
+          b_, b_.CreateICmpULE(t.pf_step, i64(1 << 16)),
+          [&] {
+            llvm::Value* line = b_.CreateLShr(b_.CreateAdd(t.pf_line, b_.CreateMul(p, t.pf_step)), i64(16));
+            line = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt64Ty()}, {line, i64(plan_.kc * vectors - 1)});
+            prefetch(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(line, i64(vectors)), t.pf_row),
+                                  b_.CreateMul(b_.CreateURem(line, i64(vectors)), i64(kLanes))));
+          },
+          [&] {
+            llvm::Value* row = b_.CreateMul(p, t.pf_row);
+            for (int v = 0; v < vectors; ++v) prefetch(b_.CreateAdd(row, i64(v * kLanes)));
+          });
+    };
     // The K loop, unrolled by k_unroll, then single steps.
     const DType a_dtype = a_spec_.dtype;
     auto step = [&](llvm::Value* p) {
@@ -1229,31 +1442,7 @@ class MatmulEmitter {
                              {ptr, b_.getInt32(0), b_.getInt32(3), b_.getInt32(1)});
         }
       }
-      if (t.pf_src != nullptr) {
-        auto prefetch = [&](llvm::Value* offset) {
-          llvm::Value* ptr = b_.CreateGEP(b_.getFloatTy(), t.pf_src, offset);
-          b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
-                             {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
-        };
-        // Many tiles: at most one cache line per k step, spread over the first half of the
-        // panel's tiles. The next block is KC rows of `vectors` lines, and step p of tile i (of
-        // T) asks for line (i * KC + p) * 2 * vectors / T (16.16 fixed point; the last line
-        // from then on), so the block is on its way well before it is packed, instead of every
-        // tile asking for all of it (a prefetch per B vector per step cost more than it saved
-        // at 4 x 64). Fewer than 2 * vectors tiles (a few rows): row p of it, whole.
-        ir::emitIfElse(
-            b_, b_.CreateICmpULE(t.pf_step, i64(1 << 16)),
-            [&] {
-              llvm::Value* line = b_.CreateLShr(b_.CreateAdd(t.pf_line, b_.CreateMul(p, t.pf_step)), i64(16));
-              line = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt64Ty()}, {line, i64(plan_.kc * vectors - 1)});
-              prefetch(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(line, i64(vectors)), t.pf_row),
-                                    b_.CreateMul(b_.CreateURem(line, i64(vectors)), i64(kLanes))));
-            },
-            [&] {
-              llvm::Value* row = b_.CreateMul(p, t.pf_row);
-              for (int v = 0; v < vectors; ++v) prefetch(b_.CreateAdd(row, i64(v * kLanes)));
-            });
-      }
+      prefetchNext(p);
       llvm::Value* a_step = t.a_src == nullptr ? b_.CreateMul(p, a_col_) : b_.CreateMul(p, i64(plan_.mr));
       for (int r = 0; r < mr; ++r) {
         llvm::Value* a = nullptr;
@@ -1271,18 +1460,54 @@ class MatmulEmitter {
         }
       }
     };
+    // bfloat16 pairs: step p is K rows 2p and 2p + 1 (the packed slot row p); A's two elements
+    // are one 32-bit broadcast (a last odd row: one element, zero above it).
+    llvm::Type* pair_vec = pairVecType();
+    auto pairStep = [&](llvm::Value* p, bool odd_last) {
+      std::vector<llvm::Value*> bv;
+      for (int v = 0; v < vectors; ++v) {
+        bv.push_back(b_.CreateAlignedLoad(
+            pair_vec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))), llvm::Align(64)));
+      }
+      prefetchNext(p);
+      for (int r = 0; r < mr; ++r) {
+        llvm::Value* ptr = ir::elementPtr(b_, DType::BFloat16, a_,
+                                          b_.CreateAdd(a_row[static_cast<std::size_t>(r)], b_.CreateShl(p, i64(1))));
+        llvm::Value* word = odd_last ? b_.CreateZExt(b_.CreateAlignedLoad(b_.getInt16Ty(), ptr, llvm::Align(2)),
+                                                     b_.getInt32Ty())
+                                     : b_.CreateAlignedLoad(b_.getInt32Ty(), ptr, llvm::Align(2));
+        llvm::Value* a_pairs = b_.CreateBitCast(b_.CreateVectorSplat(kLanes, word), pair_vec);
+        for (int v = 0; v < vectors; ++v) {
+          llvm::Value* sum = b_.CreateIntrinsic(llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512, {},
+                                                {b_.CreateLoad(fvec, acc(r, v)), a_pairs, bv[static_cast<std::size_t>(v)]});
+          b_.CreateStore(sum, acc(r, v));
+        }
+      }
+    };
     const int unroll = std::max(1, plan_.k_unroll);
+    llvm::Value* steps = plan_.bf16_pairs ? b_.CreateLShr(t.kc, i64(1)) : t.kc;
+    auto one = [&](llvm::Value* p) {
+      if (plan_.bf16_pairs) {
+        pairStep(p, false);
+      } else {
+        step(p);
+      }
+    };
     llvm::Value* k_main = i64(0);
     if (unroll > 1) {
-      k_main = b_.CreateSub(t.kc, b_.CreateURem(t.kc, i64(unroll)));
+      k_main = b_.CreateSub(steps, b_.CreateURem(steps, i64(unroll)));
       ir::emitLoop(
           b_, i64(0), k_main, unroll,
           [&](llvm::Value* p) {
-            for (int u = 0; u < unroll; ++u) step(b_.CreateAdd(p, i64(u)));
+            for (int u = 0; u < unroll; ++u) one(b_.CreateAdd(p, i64(u)));
           },
           "ku", kAsEmitted);
     }
-    ir::emitLoop(b_, k_main, t.kc, 1, step, "k", kAsEmitted);
+    ir::emitLoop(b_, k_main, steps, 1, one, "k", kAsEmitted);
+    if (plan_.bf16_pairs) {
+      ir::emitIfElse(
+          b_, b_.CreateICmpNE(b_.CreateAnd(t.kc, i64(1)), i64(0)), [&] { pairStep(steps, true); }, [] {});
+    }
     // Store (after the epilogue on the last K block).
     auto finish = [&](bool epilogue) {
       ir::emitIfElse(
@@ -1375,6 +1600,7 @@ class MatmulEmitter {
   std::vector<llvm::AllocaInst*> acc_;      // tile accumulators (the dot path uses the first 4)
   std::vector<llvm::AllocaInst*> dot_sum_;  // dot path: scalar sums
   llvm::Function* pack_b_columns_ = nullptr;  // packing routines (see callPacker)
+  llvm::Function* pack_b_pair_columns_ = nullptr;
   llvm::Function* pack_a_rows_ = nullptr;
 };
 
@@ -1547,6 +1773,7 @@ class MatmulFamily final : public KernelFamily {
     stem += "_N" + (b.rank == 1 ? std::string("vec") : text(dims.n));
     if (!a.contiguous) stem += "_Astrided";
     if (!b.contiguous) stem += "_Bstrided";
+    if (resolvePlan(spec).bf16_pairs) stem += "_bf16pairs";
     for (const EpilogueStep& step : spec.epilogue) {
       stem += fmt::format("_{}{}{}", step.swapped ? "r" : "", opIdent(step.op),
                           step.operand >= 0 ? std::to_string(step.operand) : std::string());
@@ -1600,6 +1827,9 @@ class MatmulFamily final : public KernelFamily {
         add({.mr = t.mr, .nr = t.nr, .mc = t.mr * 8, .kc = 384, .nc = 1024, .prefetch = -1});
       }
     }
+    // bfloat16 x bfloat16: the default tile widening to float32 as well, so the tuner measures
+    // whether the bf16 pair dot products help on this CPU and shape.
+    if (resolvePlan(spec).bf16_pairs) add({.bf16_dot = -1});
     return space;
   }
 

@@ -150,7 +150,7 @@ constexpr ParamField kParamFields[] = {
     {"nc", &KernelParams::nc},         {"kunroll", &KernelParams::k_unroll},
     {"prefetch", &KernelParams::prefetch}, {"threads", &KernelParams::threads},
     {"vw", &KernelParams::vector_width}, {"unroll", &KernelParams::unroll},
-    {"chunk", &KernelParams::chunk},
+    {"chunk", &KernelParams::chunk},   {"bf16dot", &KernelParams::bf16_dot},
 };
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -15,8 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include <llvm/ADT/StringMap.h>
+#include <llvm/TargetParser/Host.h>
+
 #include "jit_test_util.h"
 #include "support/thread_pool.h"
+#include "support/tunables.h"
 
 namespace shapevm::jit {
 namespace {
@@ -26,6 +31,16 @@ using namespace testing;  // jit_test_util.h
 ::testing::AssertionResult matmulMatches(const Value& a, const Value& b, Dims dims = Dims::Static) {
   std::vector<Value> inputs = {a, b};
   return matchesReference(specFor("matmul", inputs, {}, dims), inputs);
+}
+
+// The CPU runs bf16 pair dot products (vdpbf16ps): bf16 x bf16 kernels use them.
+bool hostHasBf16Dot() {
+  const auto features = llvm::sys::getHostCPUFeatures();
+  auto has = [&](const char* name) {
+    auto it = features.find(name);
+    return it != features.end() && it->second;
+  };
+  return has("avx512f") && has("avx512bf16");
 }
 
 // One symbolic kernel compiled for the first pair, run on every pair.
@@ -276,7 +291,8 @@ TEST(MatmulJit, SupportAndSymbols) {
   EXPECT_EQ(family->symbolStem(spec), "matmul_f32_Mdyn_K128_N1024");
   std::vector<Value> batched = {operand(DType::BFloat16, Shape{2, 3, 17, 9}, rng),
                                 transposedWeight(DType::BFloat16, 9, 11, rng)};
-  EXPECT_EQ(family->symbolStem(specFor("matmul", batched)), "matmul_bf16_b2_M17_K9_N11_Bstrided");
+  EXPECT_EQ(family->symbolStem(specFor("matmul", batched)),
+            std::string("matmul_bf16_b2_M17_K9_N11_Bstrided") + (hostHasBf16Dot() ? "_bf16pairs" : ""));
   std::vector<Value> vec = {operand(DType::Float16, Shape{9}, rng), operand(DType::Float32, Shape{9, 4}, rng)};
   EXPECT_EQ(family->symbolStem(specFor("matmul", vec, {}, Dims::Symbolic)), "matmul_f16f32_Mvec_Kdyn_Ndyn");
   // A kernel declines inputs that do not fit its spec (the reference then runs).
@@ -357,6 +373,121 @@ TEST(MatmulJit, SearchSpaceAndParamSymbols) {
   EXPECT_FALSE(family->supports(spec).isOk());
   spec.params = KernelParams{.nr = 24};
   EXPECT_FALSE(family->supports(spec).isOk());
+}
+
+// ---- bfloat16 pair dot products ----
+
+// C = A @ B in double from the operands' own values, rounded once to bfloat16: what an exact
+// kernel would store (an oracle independent of the reference kernel).
+Tensor exactBf16Product(const Tensor& a, const Tensor& b) {
+  const std::int64_t m = a.dim(0), k = a.dim(1), n = b.dim(1);
+  Tensor c = std::move(Tensor::empty(DType::BFloat16, Shape{m, n}).value());
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (std::int64_t p = 0; p < k; ++p) sum += a.elementAsDouble(i * k + p) * b.elementAsDouble(p * n + j);
+      storeFromDouble(c.rawData(), DType::BFloat16, i * n + j, sum);
+    }
+  }
+  return c;
+}
+
+double relL2(const Tensor& got, const Tensor& want) {
+  double diff = 0, ref = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const double w = want.elementAsDouble(i), g = got.elementAsDouble(i);
+    diff += (g - w) * (g - w);
+    ref += w * w;
+  }
+  return std::sqrt(diff / std::max(ref, 1e-300));
+}
+
+// bfloat16 x bfloat16 with A contiguous along K runs vdpbf16ps on K pairs where the CPU has it
+// (the symbol says "bf16pairs"): odd K (the last pair half zero), odd K blocks, M / N tails, B
+// row-major, transposed (x @ W.T) and strided, one symbolic kernel over every shape, and the
+// packed-weight cache. Each result matches the reference and, within one K block, is within
+// bfloat16 rounding of the exact product (tighter than validation's 1.6e-2); bf16dot=-1, packed A, a strided A and float32
+// keep the widening path.
+TEST(MatmulJit, Bf16PairDotProducts) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  std::mt19937 rng(21);
+  const bool pairs = hostHasBf16Dot();
+  auto usesPairs = [&](const KernelSpec& spec) {
+    return family->symbolStem(spec).find("bf16pairs") != std::string::npos;
+  };
+  std::vector<Value> square = {operand(DType::BFloat16, Shape{8, 8}, rng), operand(DType::BFloat16, Shape{8, 8}, rng)};
+  KernelSpec spec = specFor("matmul", square);
+  EXPECT_EQ(usesPairs(spec), pairs);
+  spec.params.bf16_dot = -1;
+  EXPECT_FALSE(usesPairs(spec));
+  spec.params = KernelParams{.mr = 6, .mc = 12};
+  EXPECT_FALSE(usesPairs(spec)) << "packed A panels are float32";
+  EXPECT_FALSE(usesPairs(specFor("matmul", {operand(DType::BFloat16, Shape{8, 8}, rng, Layout::Strided), square[1]},
+                                 {}, Dims::Symbolic)));
+  EXPECT_FALSE(usesPairs(specFor("matmul", {operand(DType::Float32, Shape{8, 8}, rng), square[1]})));
+  if (pairs) {
+    const std::vector<KernelParams> space = family->searchSpace(specFor("matmul", square));
+    EXPECT_NE(std::find(space.begin(), space.end(), KernelParams{.bf16_dot = -1}), space.end())
+        << "the tuner must be able to measure the widening kernel against the pairs";
+  }
+
+  const std::int64_t ks[] = {13, 1, 2, 16, 17, 33, 63, 130, 301};
+  const std::int64_t ns[] = {65, 1, 16, 64, 130};
+  for (int layout = 0; layout < 3; ++layout) {
+    std::vector<std::vector<Value>> sets;
+    for (std::int64_t k : ks) {
+      for (std::int64_t n : ns) {
+        Value b = layout == 0   ? operand(DType::BFloat16, Shape{k, n}, rng)
+                  : layout == 1 ? transposedWeight(DType::BFloat16, k, n, rng)
+                                : operand(DType::BFloat16, Shape{k, n}, rng, Layout::Strided);
+        sets.push_back({operand(DType::BFloat16, Shape{7 + k % 11, k}, rng), b});
+      }
+    }
+    for (int kc : {0, 16, 7}) {  // default K blocks, even ones, odd ones
+      KernelSpec symbolic = specFor("matmul", sets[0], {}, Dims::Symbolic);
+      symbolic.params.kc = kc;
+      EXPECT_EQ(usesPairs(symbolic), pairs);
+      EXPECT_TRUE(sameKernelMatches(symbolic, sets)) << "B layout " << layout << " kc " << kc;
+      auto kernel = compileKernel(sharedEngine(), *family, symbolic);
+      ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
+      for (const std::vector<Value>& inputs : sets) {
+        std::vector<const Value*> pointers = pointersTo(inputs);
+        std::vector<Value> out(1);
+        ASSERT_TRUE(invokeCompiled(**kernel, pointers, out).isOk());
+        // One K block: rounding to bfloat16 alone, up to 2^-9 relative per element. Several: C
+        // holds the partial sums in the output dtype between blocks (sameKernelMatches covers it).
+        if (inputs[0].tensor().dim(1) > (kc > 0 ? kc : 256)) continue;
+        const Tensor exact = exactBf16Product(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
+        EXPECT_LE(relL2(out[0].tensor(), exact), 4e-3)
+            << inputs[0].tensor().describe() << " @ " << inputs[1].tensor().describe() << " layout " << layout << " kc "
+            << kc;
+      }
+      ASSERT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+    }
+  }
+
+  // A weight packed once into the cache (pairs layout) and read back by later calls.
+  struct Restore {
+    std::int64_t entries = Tunables::get(Tunable::PackedWeightEntries);
+    std::int64_t min_elements = Tunables::get(Tunable::PackedWeightMinElements);
+    ~Restore() {
+      (void)Tunables::set(Tunable::PackedWeightEntries, entries);
+      (void)Tunables::set(Tunable::PackedWeightMinElements, min_elements);
+    }
+  } restore;
+  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightEntries, 2).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, 0).isOk());
+  std::vector<Value> inputs = {operand(DType::BFloat16, Shape{20, 77}, rng), transposedWeight(DType::BFloat16, 77, 150, rng)};
+  auto kernel = compileKernel(sharedEngine(), *family, specFor("matmul", inputs));
+  ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
+  const Tensor exact = exactBf16Product(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
+  for (int call = 0; call < 3; ++call) {
+    std::vector<Value> out(1);
+    ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), out).isOk());
+    EXPECT_LE(relL2(out[0].tensor(), exact), 4e-3) << "call " << call;
+  }
+  EXPECT_GE((*kernel)->packed.stats().hits, 2u);
+  ASSERT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
 }
 
 // ---- threads ----

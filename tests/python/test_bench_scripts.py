@@ -53,6 +53,8 @@ def synthetic_shapevm(partial=False, seqs=(10, 20, 30, 120, "stream")):
                     "onednn_gflops": 95.0, "peak_gflops": 120.0, "auto_gflops": 102.6},
                    {"m": 8, "k": 16, "n": 32, "jit_gflops": 3.0, "reference_gflops": 1.0,
                     "onednn_gflops": 2.0, "peak_gflops": 120.0}],
+        "matmul_bf16": [{"m": 640, "k": 128, "n": 1024, "jit_gflops": 180.0, "jit_widening_gflops": 100.0,
+                         "onednn_matmul_gflops": 200.0, "f32_peak_gflops": 120.0, "bf16_pairs": True}],
         "elementwise": [{"n": 4096, "chain": "sigmoid(a*b+c)", "chain_gbps": 20.0, "axpy_gbps": 25.0,
                          "memcpy_gbps": 30.0, "level": "O1"}],
         "overhead": [{"what": "CallOp add 1-elem f32", "ns": 70.0}],
@@ -167,6 +169,9 @@ def test_report_full_synthetic(tiny_peers, tmp_path):
     for ratio in ("0.95", "1.08", "0.75", "0.85"):
         assert f"| {ratio} |" in mm_line
     assert next(line for line in md.splitlines() if line.startswith("| 8×16×32 |")).startswith("| 8×16×32 | 3.00 | — |")
+    # bfloat16: pairs 180 vs widening 100 (1.80x), vs oneDNN 200 (0.90x), vs the f32 peak 120 (1.50x).
+    bf16_line = next(line for line in md.splitlines() if line.startswith("| 640×128×1024 | 180 |"))
+    assert bf16_line.startswith("| 640×128×1024 | 180 | bf16 pairs | 100 | 200 | 1.80 | 0.90 | 1.50 |")
     assert "1/" in md  # per-op overhead as a fraction of torch.add
     assert "146.48 KiB" in md  # memory
     assert "| 14 | 40.0 | 90.0 | 0.100 | 30.0 | 9.00 |" in md  # compile latency
