@@ -33,7 +33,8 @@
 // scratch would hold.
 // Loops carry no-unroll / no-vectorize metadata (vectorized by hand; keeps compiles short).
 // Invariant: the first K block initializes C (so K = 0 writes zeros), later blocks add to it, and
-// only the last one applies the epilogue.
+// only the last one applies the epilogue. A float16/bfloat16 C is only written by the last block:
+// the partial sums before it stay float32 in the scratch (widePartials).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -244,6 +245,9 @@ std::int64_t scratchBytes(const Plan& plan) {
   const std::int64_t a_floats = static_cast<std::int64_t>(plan.mc) * plan.kc;
   return (bPackFloats(plan) + a_floats) * 4 + 64;
 }
+// A 16-bit output keeps its partial sums between K blocks in float32, in the scratch after the
+// packed blocks: M rows x NC columns (one N block at a time), not in C's own dtype.
+bool widePartials(DType out_dtype) { return out_dtype != DType::Float32; }
 
 // ---- the runtime side: tasks and scratch ----
 
@@ -381,6 +385,7 @@ class MatmulEmitter {
     }
     bpack_ = scratch;
     apack_ = b_.CreateInBoundsGEP(b_.getFloatTy(), scratch, i64(bPackFloats(plan_)));
+    partials_ = b_.CreateInBoundsGEP(b_.getFloatTy(), apack_, i64(static_cast<std::int64_t>(plan_.mc) * plan_.kc));
     llvm::Type* fvec = vecType();
     for (int r = 0; r < plan_.mr; ++r) {
       for (int v = 0; v < plan_.vectors; ++v) acc_.push_back(ir::entryAlloca(b_, fvec, "acc", 64));
@@ -731,6 +736,7 @@ class MatmulEmitter {
                           TileArgs t;
                           t.row = ir_;
                           t.col = jr;
+                          t.block_col = jc;
                           t.rows = rows;
                           t.tile_rows = one_row ? 1 : plan_.mr;
                           t.cols = cols;
@@ -1310,6 +1316,7 @@ class MatmulEmitter {
   struct TileArgs {
     llvm::Value* row;    // first row of the tile (absolute)
     llvm::Value* col;    // first column (absolute)
+    llvm::Value* block_col = nullptr;  // first column of the N block (widePartials' buffer)
     llvm::Value* rows;   // valid rows (1 .. tile_rows)
     int tile_rows = 0;   // rows of code: MR, or 1
     llvm::Value* cols;   // valid columns (1 .. NR)
@@ -1354,7 +1361,14 @@ class MatmulEmitter {
     };
     llvm::Value* full = b_.CreateICmpEQ(t.cols, i64(nr));
     std::vector<llvm::Value*> masks;
-    // Accumulators: zero on the first K block, else C.
+    // widePartials: row r's float32 partial sums (whole vectors: the buffer's rows are NC wide).
+    const bool wide = widePartials(out_dtype_);
+    auto partial = [&](int r, int v) {
+      llvm::Value* offset = b_.CreateAdd(b_.CreateMul(b_.CreateSub(row_index[static_cast<std::size_t>(r)], m_lo_), i64(plan_.nc)),
+                                         b_.CreateSub(t.col, t.block_col));
+      return floatAt(partials_, b_.CreateAdd(offset, i64(v * kLanes)));
+    };
+    // Accumulators: zero on the first K block, else C (widePartials: the float32 partials).
     ir::emitIfElse(
         b_, t.first,
         [&] {
@@ -1363,6 +1377,14 @@ class MatmulEmitter {
           }
         },
         [&] {
+          if (wide) {
+            for (int r = 0; r < mr; ++r) {
+              for (int v = 0; v < vectors; ++v) {
+                b_.CreateStore(b_.CreateAlignedLoad(fvec, partial(r, v), llvm::Align(4)), acc(r, v));
+              }
+            }
+            return;
+          }
           ir::emitIfElse(
               b_, full,
               [&] {
@@ -1554,7 +1576,20 @@ class MatmulEmitter {
             }
           });
     };
-    if (spec_.epilogue.empty()) {
+    if (wide) {
+      // Not the last K block: the float32 partials (rows past `rows` re-read a valid one: skipped).
+      auto keep = [&] {
+        for (int r = 0; r < mr; ++r) {
+          guarded(r, [&] {
+            for (int v = 0; v < vectors; ++v) {
+              b_.CreateAlignedStore(b_.CreateLoad(fvec, acc(r, v)), partial(r, v), llvm::Align(4));
+            }
+          });
+        }
+      };
+      ir::emitIfElse(
+          b_, t.last, [&] { finish(!spec_.epilogue.empty()); }, keep);
+    } else if (spec_.epilogue.empty()) {
       finish(false);
     } else {
       ir::emitIfElse(
@@ -1596,6 +1631,7 @@ class MatmulEmitter {
   llvm::Value* c_base_ = nullptr;
   llvm::Value* bpack_ = nullptr;
   llvm::Value* apack_ = nullptr;
+  llvm::Value* partials_ = nullptr;  // widePartials: float32 C of the N block, rows from m_lo_
   std::map<int, Extra> extras_;             // epilogue operands by input index
   std::vector<llvm::AllocaInst*> acc_;      // tile accumulators (the dot path uses the first 4)
   std::vector<llvm::AllocaInst*> dot_sum_;  // dot path: scalar sums
@@ -1746,8 +1782,15 @@ class MatmulFamily final : public KernelFamily {
     llvm::Value* tasks = args.scalar(kScalarTasks);
     auto* runner_type =
         llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, b.getInt64Ty(), b.getInt64Ty()}, false);
-    b.CreateCall(runner_type, runner,
-                 {part, function->getArg(0), tasks, b.getInt64(static_cast<std::uint64_t>(scratchBytes(resolvePlan(spec))))});
+    const Plan plan = resolvePlan(spec);
+    const DType out_dtype = promoteTypes(spec.inputs[0].dtype, spec.inputs[1].dtype);
+    llvm::Value* scratch_bytes = b.getInt64(static_cast<std::uint64_t>(scratchBytes(plan)));
+    if (widePartials(out_dtype)) {
+      const MatmulDims dims = staticDims(spec);
+      llvm::Value* m = dims.m >= 0 ? b.getInt64(static_cast<std::uint64_t>(dims.m)) : args.dim(slotA(spec), 2);
+      scratch_bytes = b.CreateAdd(scratch_bytes, b.CreateMul(m, b.getInt64(static_cast<std::uint64_t>(plan.nc) * 4)));
+    }
+    b.CreateCall(runner_type, runner, {part, function->getArg(0), tasks, scratch_bytes});
     b.CreateRetVoid();
 
     b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", part));
