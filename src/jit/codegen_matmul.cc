@@ -37,6 +37,7 @@
 // the partial sums before it stay float32 in the scratch (widePartials).
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -926,17 +927,18 @@ class MatmulEmitter {
     b_.CreateCall(*function, {args.data, args.src, args.kc, args.count, args.dst, args.stride});
   }
 
-  // B's columns contiguous along K (x @ W.T: W's rows), args.count of them: per 16 columns and 16
-  // k, 16 vector loads down the columns and a register transpose into 16 packed rows, instead of
-  // one scalar load and store per element. Columns past the count re-read the last one (in
-  // bounds) and their lanes are zeroed; 16-column groups wholly past it are zero-filled.
-  void emitPackBColumns(const PackerArgs& args) {
-    llvm::Value* kc = args.kc;
+  // The skeleton of the packers for B's columns contiguous along K (x @ W.T: W's rows), args.count
+  // of them, per group of 16 columns: `block(group, k0, starts, keep)` for k0 = 0, k_step, ..
+  // below k_full packs k_step elements of the 16 columns (loads down the columns and a register
+  // transpose), then `tail(group, c, start, in_panel)` the rest of column c; `starts` and `start`
+  // clamp columns past the count to the last one (in bounds), `keep`/`in_panel` say which are
+  // real. A group wholly past the count gets `rows` zero rows.
+  void emitColumnGroups(
+      const PackerArgs& args, llvm::Value* k_full, std::int64_t k_step, llvm::Value* rows, llvm::Value* zero,
+      const std::function<void(llvm::Value*, llvm::Value*, const std::vector<llvm::Value*>&, llvm::Value*)>& block,
+      const std::function<void(llvm::Value*, llvm::Value*, llvm::Value*, llvm::Value*)>& tail) {
     llvm::Value* cols = args.count;
     const std::int64_t nr = plan_.nr();
-    const DType dtype = b_spec_.dtype;
-    llvm::Value* zero = llvm::Constant::getNullValue(vecType());
-    llvm::Value* kc_full = b_.CreateAnd(kc, i64(-static_cast<std::int64_t>(kLanes)));
     ir::emitLoop(
         b_, i64(0), i64(nr), kLanes,
         [&](llvm::Value* j0) {
@@ -956,48 +958,63 @@ class MatmulEmitter {
                 for (unsigned c = 0; c < kLanes; ++c) column.push_back(b_.CreateExtractElement(starts, c));
                 llvm::Value* keep = laneMask(valid);
                 ir::emitLoop(
-                    b_, i64(0), kc_full, kLanes,
-                    [&](llvm::Value* p0) {
-                      std::vector<llvm::Value*> rows;
-                      for (llvm::Value* start : column) {
-                        rows.push_back(ir::loadCompute(
-                            b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p0)), kLanes));
-                      }
-                      transpose16(rows);
-                      for (unsigned r = 0; r < kLanes; ++r) {
-                        rows[r] = b_.CreateSelect(keep, rows[r], zero);
-                        storeAligned(rows[r], floatAt(group, b_.CreateMul(b_.CreateAdd(p0, i64(r)), i64(nr))));
-                      }
-                    },
-                    "pt", kAsEmitted);
-                // The last kc % 16 rows element by element: rare (a last K block) and cheap to
-                // compile (masked loads and a second transpose took ~13 ms more per kernel).
+                    b_, i64(0), k_full, k_step, [&](llvm::Value* k0) { block(group, k0, column, keep); }, "pt",
+                    kAsEmitted);
+                // The rest element by element: rare (a last K block) and cheap to compile (masked
+                // loads and a second transpose took ~13 ms more per kernel).
                 ir::emitLoop(
                     b_, i64(0), i64(kLanes), 1,
                     [&](llvm::Value* c) {
                       llvm::Value* j = b_.CreateAdd(j0, c);
                       llvm::Value* start = b_.CreateAdd(args.src, b_.CreateMul(smin(j, last), args.stride));
-                      llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
-                      ir::emitLoop(
-                          b_, kc_full, kc, 1,
-                          [&](llvm::Value* p) {
-                            llvm::Value* x = ir::loadCompute(
-                                b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p)));
-                            x = b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
-                            b_.CreateStore(x, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)));
-                          },
-                          "ptk", kAsEmitted);
+                      tail(group, c, start, b_.CreateICmpSLT(j, cols));
                     },
                     "ptc", kAsEmitted);
               },
               [&] {
                 ir::emitLoop(
-                    b_, i64(0), kc, 1,
+                    b_, i64(0), rows, 1,
                     [&](llvm::Value* p) { storeAligned(zero, floatAt(group, b_.CreateMul(p, i64(nr)))); }, "ptz",
                     kAsEmitted);
               });
         },
         "ptj", kAsEmitted);
+  }
+
+  // float32 panels: per 16 k, 16 vector loads down the columns and a register transpose into 16
+  // packed rows, instead of one scalar load and store per element; the last kc % 16 rows element
+  // by element.
+  void emitPackBColumns(const PackerArgs& args) {
+    llvm::Value* kc = args.kc;
+    const std::int64_t nr = plan_.nr();
+    const DType dtype = b_spec_.dtype;
+    llvm::Value* zero = llvm::Constant::getNullValue(vecType());
+    llvm::Value* kc_full = b_.CreateAnd(kc, i64(-static_cast<std::int64_t>(kLanes)));
+    emitColumnGroups(
+        args, kc_full, kLanes, kc, zero,
+        [&](llvm::Value* group, llvm::Value* p0, const std::vector<llvm::Value*>& column, llvm::Value* keep) {
+          std::vector<llvm::Value*> rows;
+          for (llvm::Value* start : column) {
+            rows.push_back(
+                ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p0)), kLanes));
+          }
+          transpose16(rows);
+          for (unsigned r = 0; r < kLanes; ++r) {
+            storeAligned(b_.CreateSelect(keep, rows[r], zero),
+                         floatAt(group, b_.CreateMul(b_.CreateAdd(p0, i64(r)), i64(nr))));
+          }
+        },
+        [&](llvm::Value* group, llvm::Value* c, llvm::Value* start, llvm::Value* in_panel) {
+          ir::emitLoop(
+              b_, kc_full, kc, 1,
+              [&](llvm::Value* p) {
+                llvm::Value* x =
+                    ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p)));
+                x = b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+                b_.CreateStore(x, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)));
+              },
+              "ptk", kAsEmitted);
+        });
   }
 
   // ---- bfloat16 pairs (Plan::bf16_pairs) ----
@@ -1094,76 +1111,39 @@ class MatmulEmitter {
         b_, b_.CreateICmpNE(b_.CreateAnd(kc, i64(1)), i64(0)), [&] { pair(whole, true); }, [] {});
   }
 
-  // Columns contiguous along K, args.count of them: per 16 columns and 16 pairs, 16 loads of 32
+  // Columns contiguous along K (see emitColumnGroups): per 16 columns and 16 pairs, 16 loads of 32
   // bfloat16 down the columns (16 pair slots each) and the 16 x 16 transpose of those slots,
-  // which is the packed layout; the pairs past the last whole 16 one slot at a time. Columns past
-  // the count re-read the last one and are zeroed; groups wholly past it are zero-filled.
+  // which is the packed layout; the pairs past the last whole 16 one slot at a time.
   void emitPackBPairColumns(const PackerArgs& args) {
     const std::int64_t nr = plan_.nr();
     llvm::Value* kc = args.kc;
-    llvm::Value* cols = args.count;
-    llvm::Value* pairs = pairsOf(kc);
     llvm::Type* slots = llvm::FixedVectorType::get(b_.getInt32Ty(), kLanes);
     llvm::Value* zero = llvm::Constant::getNullValue(slots);
     llvm::Value* k_full = b_.CreateAnd(kc, i64(-2 * static_cast<std::int64_t>(kLanes)));
-    ir::emitLoop(
-        b_, i64(0), i64(nr), kLanes,
-        [&](llvm::Value* j0) {
-          llvm::Value* valid = b_.CreateSub(cols, j0);
-          llvm::Value* group = floatAt(args.dst, j0);
-          ir::emitIfElse(
-              b_, b_.CreateICmpSGT(valid, i64(0)),
-              [&] {
-                llvm::Value* last = b_.CreateSub(cols, i64(1));
-                std::vector<llvm::Value*> column;
-                for (unsigned c = 0; c < kLanes; ++c) {
-                  llvm::Value* j = smin(b_.CreateAdd(j0, i64(c)), last);
-                  column.push_back(b_.CreateAdd(args.src, b_.CreateMul(j, args.stride)));
-                }
-                llvm::Value* keep = laneMask(valid);
-                ir::emitLoop(
-                    b_, i64(0), k_full, 2 * kLanes,
-                    [&](llvm::Value* k0) {
-                      std::vector<llvm::Value*> rows;
-                      for (llvm::Value* start : column) {
-                        rows.push_back(b_.CreateAlignedLoad(
-                            slots, ir::elementPtr(b_, DType::BFloat16, args.data, b_.CreateAdd(start, k0)),
-                            llvm::Align(2)));
-                      }
-                      transpose16(rows);
-                      llvm::Value* p0 = b_.CreateLShr(k0, i64(1));
-                      for (unsigned r = 0; r < kLanes; ++r) {
-                        storeAligned(b_.CreateSelect(keep, rows[r], zero),
-                                     floatAt(group, b_.CreateMul(b_.CreateAdd(p0, i64(r)), i64(nr))));
-                      }
-                    },
-                    "pqt", kAsEmitted);
-                ir::emitLoop(
-                    b_, i64(0), i64(kLanes), 1,
-                    [&](llvm::Value* c) {
-                      llvm::Value* j = b_.CreateAdd(j0, c);
-                      llvm::Value* start = b_.CreateAdd(args.src, b_.CreateMul(smin(j, last), args.stride));
-                      llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
-                      ir::emitLoop(
-                          b_, b_.CreateLShr(k_full, i64(1)), pairs, 1,
-                          [&](llvm::Value* p) {
-                            llvm::Value* word =
-                                b_.CreateSelect(in_panel, pairWord(args.data, start, i64(1), p, kc), b_.getInt32(0));
-                            b_.CreateAlignedStore(word, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)),
-                                                  llvm::Align(4));
-                          },
-                          "pqtk", kAsEmitted);
-                    },
-                    "pqtc", kAsEmitted);
-              },
-              [&] {
-                ir::emitLoop(
-                    b_, i64(0), pairs, 1,
-                    [&](llvm::Value* p) { storeAligned(zero, floatAt(group, b_.CreateMul(p, i64(nr)))); }, "pqz",
-                    kAsEmitted);
-              });
+    emitColumnGroups(
+        args, k_full, 2 * kLanes, pairsOf(kc), zero,
+        [&](llvm::Value* group, llvm::Value* k0, const std::vector<llvm::Value*>& column, llvm::Value* keep) {
+          std::vector<llvm::Value*> rows;
+          for (llvm::Value* start : column) {
+            rows.push_back(b_.CreateAlignedLoad(
+                slots, ir::elementPtr(b_, DType::BFloat16, args.data, b_.CreateAdd(start, k0)), llvm::Align(2)));
+          }
+          transpose16(rows);
+          llvm::Value* p0 = b_.CreateLShr(k0, i64(1));
+          for (unsigned r = 0; r < kLanes; ++r) {
+            storeAligned(b_.CreateSelect(keep, rows[r], zero),
+                         floatAt(group, b_.CreateMul(b_.CreateAdd(p0, i64(r)), i64(nr))));
+          }
         },
-        "pqj", kAsEmitted);
+        [&](llvm::Value* group, llvm::Value* c, llvm::Value* start, llvm::Value* in_panel) {
+          ir::emitLoop(
+              b_, b_.CreateLShr(k_full, i64(1)), pairsOf(kc), 1,
+              [&](llvm::Value* p) {
+                llvm::Value* word = b_.CreateSelect(in_panel, pairWord(args.data, start, i64(1), p, kc), b_.getInt32(0));
+                b_.CreateAlignedStore(word, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)), llvm::Align(4));
+              },
+              "pqtk", kAsEmitted);
+        });
   }
 
   // Transposes the 16 x 16 block x[i][l] in place (x[i][l] <- x[l][i]): for h = 8, 4, 2, 1, rows
@@ -1670,6 +1650,12 @@ class MatmulFamily final : public KernelFamily {
     }
     SVM_RETURN_IF_ERROR(checkParams(spec.params));
     const Plan plan = resolvePlan(spec);
+    if (spec.params.bf16_dot > 0 && !plan.bf16_pairs) {
+      return makeError(ErrorCode::Unsupported,
+                       "matmul bf16dot=1 needs bfloat16 A and B, A contiguous and read in place (no mc), B packed, "
+                       "and a CPU with AVX512_BF16; got {} x {} ({})",
+                       dtypeName(spec.inputs[0].dtype), dtypeName(spec.inputs[1].dtype), spec.params.toString());
+    }
     if (plan.mr * plan.vectors > kMaxAccumulators) {
       return makeError(ErrorCode::Unsupported, "matmul register tile {}x{} needs more than {} accumulators", plan.mr,
                        plan.nr(), kMaxAccumulators);

@@ -392,14 +392,10 @@ Tensor exactBf16Product(const Tensor& a, const Tensor& b, DType dtype = DType::B
   return c;
 }
 
+// Validation's relative L2 error of `got` against `want`.
 double relL2(const Tensor& got, const Tensor& want) {
-  double diff = 0, ref = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    const double w = want.elementAsDouble(i), g = got.elementAsDouble(i);
-    diff += (g - w) * (g - w);
-    ref += w * w;
-  }
-  return std::sqrt(diff / std::max(ref, 1e-300));
+  const std::vector<Value> expected = {Value::fromTensor(want)}, actual = {Value::fromTensor(got)};
+  return compareOutputs(expected, actual).rel_l2;
 }
 
 // bfloat16 x bfloat16 with A contiguous along K runs vdpbf16ps on K pairs where the CPU has it
@@ -425,6 +421,12 @@ TEST(MatmulJit, Bf16PairDotProducts) {
   EXPECT_FALSE(usesPairs(specFor("matmul", {operand(DType::BFloat16, Shape{8, 8}, rng, Layout::Strided), square[1]},
                                  {}, Dims::Symbolic)));
   EXPECT_FALSE(usesPairs(specFor("matmul", {operand(DType::Float32, Shape{8, 8}, rng), square[1]})));
+  KernelSpec f32 = specFor("matmul", {operand(DType::Float32, Shape{8, 8}, rng), square[1]});
+  f32.params.bf16_dot = 1;
+  EXPECT_FALSE(family->supports(f32).isOk()) << "bf16dot=1 where pairs cannot run is an error, not a silent widening";
+  spec = specFor("matmul", square);
+  spec.params.bf16_dot = 1;
+  EXPECT_EQ(family->supports(spec).isOk(), pairs);
   if (pairs) {
     const std::vector<KernelParams> space = family->searchSpace(specFor("matmul", square));
     EXPECT_NE(std::find(space.begin(), space.end(), KernelParams{.bf16_dot = -1}), space.end())
