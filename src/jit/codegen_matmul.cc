@@ -843,12 +843,20 @@ class MatmulEmitter {
   }
 
   // dst[p * NR + j] = B[p, j] (float32) for p < kc, j < cols; 0 for cols <= j < NR. With bf16
-  // pairs, emitPackBPairs' layout instead.
+  // pairs, slot (p, j) holds pairWord(B column j, p) instead, p < ceil(kc / 2).
   void emitPackBPanel(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
-    if (plan_.bf16_pairs) {
-      emitPackBPairs(src, kc, cols, dst);
-      return;
-    }
+    const bool pairs = plan_.bf16_pairs;
+    auto rows = [&] { pairs ? emitPackBPairRows(src, kc, dst) : emitPackBRows(src, kc, dst); };
+    auto scalar = [&] { pairs ? emitPackBPairScalar(src, kc, cols, dst) : emitPackBScalar(src, kc, cols, dst); };
+    auto columns = [&] {
+      const PackerArgs args{b_ptr_, src, kc, cols, dst, b_col_};
+      if (pairs) {
+        callPacker(&pack_b_pair_columns_, "_pack_b_pair_columns", args,
+                   [&](const PackerArgs& a) { emitPackBPairColumns(a); });
+      } else {
+        callPacker(&pack_b_columns_, "_pack_b_columns", args, [&](const PackerArgs& a) { emitPackBColumns(a); });
+      }
+    };
     llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
     // A contiguous B (columns 1 apart) is K-contiguous only with one column: no code for that.
     llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
@@ -856,21 +864,13 @@ class MatmulEmitter {
     auto* row_step = llvm::dyn_cast<llvm::ConstantInt>(b_row_);
     const bool never_columns =
         (column_step != nullptr && column_step->isOne()) || (row_step != nullptr && !row_step->isOne());
-    ir::emitIfElse(
-        b_, full_rows, [&] { emitPackBRows(src, kc, dst); },
-        [&] {
-          if (never_columns) {
-            emitPackBScalar(src, kc, cols, dst);
-            return;
-          }
-          ir::emitIfElse(
-              b_, k_contiguous,
-              [&] {
-                callPacker(&pack_b_columns_, "_pack_b_columns", {b_ptr_, src, kc, cols, dst, b_col_},
-                           [&](const PackerArgs& args) { emitPackBColumns(args); });
-              },
-              [&] { emitPackBScalar(src, kc, cols, dst); });
-        });
+    ir::emitIfElse(b_, full_rows, rows, [&] {
+      if (never_columns) {
+        scalar();
+      } else {
+        ir::emitIfElse(b_, k_contiguous, columns, scalar);
+      }
+    });
   }
 
   // Row-major panel of NR columns: NR/16 vector loads per k.
@@ -1005,15 +1005,7 @@ class MatmulEmitter {
           }
         },
         [&](llvm::Value* group, llvm::Value* c, llvm::Value* start, llvm::Value* in_panel) {
-          ir::emitLoop(
-              b_, kc_full, kc, 1,
-              [&](llvm::Value* p) {
-                llvm::Value* x =
-                    ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p)));
-                x = b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
-                b_.CreateStore(x, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)));
-              },
-              "ptk", kAsEmitted);
+          emitPackLane(group, kc, nr, c, maskedColumn(args.data, dtype, start, in_panel), kc_full);
         });
   }
 
@@ -1036,49 +1028,26 @@ class MatmulEmitter {
     return b_.CreateOr(element(k), b_.CreateShl(high, 16));
   }
 
-  // dst[p * NR + j] = pairWord(B column j, p) for p < ceil(kc / 2), j < cols; 0 for cols <= j <
-  // NR. Full panels with contiguous rows: each two rows' vectors interleaved; columns contiguous
-  // along K (x @ W.T): a 32-bit register transpose of 16 columns x 16 pairs; else pair by pair.
-  void emitPackBPairs(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
-    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
-    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
-    auto* column_step = llvm::dyn_cast<llvm::ConstantInt>(b_col_);
-    auto* row_step = llvm::dyn_cast<llvm::ConstantInt>(b_row_);
-    const bool never_columns =
-        (column_step != nullptr && column_step->isOne()) || (row_step != nullptr && !row_step->isOne());
-    auto scalar = [&] {
-      const std::int64_t nr = plan_.nr();
-      llvm::Value* pairs = pairsOf(kc);
-      ir::emitLoop(
-          b_, i64(0), i64(nr), 1,
-          [&](llvm::Value* j) {
-            llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
-            llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(smin(j, b_.CreateSub(cols, i64(1))), b_col_));
-            ir::emitLoop(
-                b_, i64(0), pairs, 1,
-                [&](llvm::Value* p) {
-                  llvm::Value* word = b_.CreateSelect(in_panel, pairWord(b_ptr_, column, b_row_, p, kc), b_.getInt32(0));
-                  b_.CreateAlignedStore(word, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)), llvm::Align(4));
-                },
-                "pqk", kAsEmitted);
-          },
-          "pqj", kAsEmitted);
-    };
-    ir::emitIfElse(
-        b_, full_rows, [&] { emitPackBPairRows(src, kc, dst); },
-        [&] {
-          if (never_columns) {
-            scalar();
-            return;
-          }
-          ir::emitIfElse(
-              b_, k_contiguous,
-              [&] {
-                callPacker(&pack_b_pair_columns_, "_pack_b_pair_columns", {b_ptr_, src, kc, cols, dst, b_col_},
-                           [&](const PackerArgs& args) { emitPackBPairColumns(args); });
+  // Any layout, pair by pair: dst[p * NR + j] = pairWord(B column j, p) for p < ceil(kc / 2),
+  // j < cols; 0 for cols <= j < NR. (Full row-major panels: emitPackBPairRows; columns contiguous
+  // along K: emitPackBPairColumns.)
+  void emitPackBPairScalar(llvm::Value* src, llvm::Value* kc, llvm::Value* cols, llvm::Value* dst) {
+    const std::int64_t nr = plan_.nr();
+    llvm::Value* pairs = pairsOf(kc);
+    ir::emitLoop(
+        b_, i64(0), i64(nr), 1,
+        [&](llvm::Value* j) {
+          llvm::Value* in_panel = b_.CreateICmpSLT(j, cols);
+          llvm::Value* column = b_.CreateAdd(src, b_.CreateMul(smin(j, b_.CreateSub(cols, i64(1))), b_col_));
+          ir::emitLoop(
+              b_, i64(0), pairs, 1,
+              [&](llvm::Value* p) {
+                llvm::Value* word = b_.CreateSelect(in_panel, pairWord(b_ptr_, column, b_row_, p, kc), b_.getInt32(0));
+                b_.CreateAlignedStore(word, floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(nr)), j)), llvm::Align(4));
               },
-              scalar);
-        });
+              "pqk", kAsEmitted);
+        },
+        "pqj", kAsEmitted);
   }
 
   // Full panel, rows contiguous: per pair, NR/16 vectors of row 2p and of row 2p + 1 (zero past
@@ -1191,14 +1160,22 @@ class MatmulEmitter {
         b_, cols, i64(nr), 1, [&](llvm::Value* j) { emitPackLane(dst, kc, nr, j, zero()); }, "pzj", kAsEmitted);
   }
 
-  // dst[p * width + lane] = value(p) for p < kc: one column (B) or row (A) of a packed panel,
-  // element by element.
+  // dst[p * width + lane] = value(p) for from <= p < kc: (part of) one column (B) or row (A) of a
+  // packed panel, element by element.
   void emitPackLane(llvm::Value* dst, llvm::Value* kc, std::int64_t width, llvm::Value* lane,
-                    const std::function<llvm::Value*(llvm::Value*)>& value) {
+                    const std::function<llvm::Value*(llvm::Value*)>& value, llvm::Value* from = nullptr) {
     ir::emitLoop(
-        b_, i64(0), kc, 1,
+        b_, from != nullptr ? from : i64(0), kc, 1,
         [&](llvm::Value* p) { b_.CreateStore(value(p), floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(width)), lane))); },
         "pl", kAsEmitted);
+  }
+  // p -> data[start + p] as float32 where `in_panel`, else 0 (a lane past the panel's count).
+  std::function<llvm::Value*(llvm::Value*)> maskedColumn(llvm::Value* data, DType dtype, llvm::Value* start,
+                                                         llvm::Value* in_panel) {
+    return [this, data, dtype, start, in_panel](llvm::Value* p) {
+      llvm::Value* x = ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, data, b_.CreateAdd(start, p)));
+      return b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
+    };
   }
   std::function<llvm::Value*(llvm::Value*)> zero() {
     return [this](llvm::Value*) { return llvm::ConstantFP::get(b_.getFloatTy(), 0.0); };
@@ -1258,15 +1235,7 @@ class MatmulEmitter {
         [&](llvm::Value* r) {
           llvm::Value* start = b_.CreateAdd(args.src, b_.CreateMul(smin(r, last), args.stride));
           llvm::Value* in_panel = b_.CreateICmpSLT(r, args.count);
-          ir::emitLoop(
-              b_, kc_full, kc, 1,
-              [&](llvm::Value* p) {
-                llvm::Value* x =
-                    ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, args.data, b_.CreateAdd(start, p)));
-                x = b_.CreateSelect(in_panel, x, llvm::ConstantFP::get(b_.getFloatTy(), 0.0));
-                b_.CreateStore(x, floatAt(args.dst, b_.CreateAdd(b_.CreateMul(p, i64(mr)), r)));
-              },
-              "pak", kAsEmitted);
+          emitPackLane(args.dst, kc, mr, r, maskedColumn(args.data, dtype, start, in_panel), kc_full);
         },
         "pac", kAsEmitted);
   }
