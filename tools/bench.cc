@@ -791,7 +791,7 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::JitEngine& engine, const jit
     SVM_ASSIGN_OR_RETURN(auto wide, jit::compileKernel(engine, family, spec));
     Tensor c = std::move(Tensor::empty(DType::BFloat16, Shape{m, n}).value());
     SVM_ASSIGN_OR_RETURN(auto primitive, OnednnMatmul::create(m, k, n, a.tensor().rawData(), b.tensor().rawData(),
-                                                             c.rawData(), dnnl_bf16));
+                                                              c.rawData(), dnnl_bf16));
     auto runPairs = [&] { (void)jit::invokeCompiled(*pairs, inputs, pairs_out); };
     auto runWide = [&] { (void)jit::invokeCompiled(*wide, inputs, wide_out); };
     auto runDnnl = [&] { primitive->run(); };
@@ -800,12 +800,14 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::JitEngine& engine, const jit
     runDnnl();
     // Each output rounds to bfloat16 (2^-9 relative), so 1e-2 in L2 means every kernel computes
     // the product, in whatever order it sums.
-    const double errors[] = {relL2(pairs_out[0].tensor(), want[0].tensor()), relL2(wide_out[0].tensor(), want[0].tensor()),
-                             relL2(c, want[0].tensor())};
+    const double errors[] = {relL2(pairs_out[0].tensor(), want[0].tensor()),
+                             relL2(wide_out[0].tensor(), want[0].tensor()), relL2(c, want[0].tensor())};
     for (double e : errors) {
       if (!(e <= 1e-2)) {
-        return makeError(ErrorCode::Internal, "bf16 matmul {}x{}x{}: rel L2 {:.3g} / {:.3g} / {:.3g} (pairs / widening / "
-                         "oneDNN) vs the reference", m, k, n, errors[0], errors[1], errors[2]);
+        return makeError(ErrorCode::Internal,
+                         "bf16 matmul {}x{}x{}: rel L2 {:.3g} / {:.3g} / {:.3g} (pairs / widening / "
+                         "oneDNN) vs the reference",
+                         m, k, n, errors[0], errors[1], errors[2]);
       }
     }
     const double flop = 2.0 * static_cast<double>(m * k * n);
@@ -819,13 +821,22 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::JitEngine& engine, const jit
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
     const double pairs_g = gflops(pairs_ms), wide_g = gflops(wide_ms), dnnl_g = gflops(dnnl_ms);
     const bool used_pairs = pairs->handle.symbol.find("bf16pairs") != std::string::npos;
-    out.push_back({{"m", m}, {"k", k}, {"n", n}, {"jit_gflops", pairs_g}, {"jit_widening_gflops", wide_g},
-                   {"onednn_matmul_gflops", dnnl_g}, {"f32_peak_gflops", f32_peak}, {"bf16_pairs", used_pairs},
-                   {"rel_l2", errors[0]}, {"rel_l2_widening", errors[1]}, {"rel_l2_onednn", errors[2]}});
-    fmt::print("matmul bf16 {:>4}x{:>4}x{:>4}: JIT {:6.1f} ({}; {:.2f}x widening {:6.1f}, {:.2f}x oneDNN {:6.1f}; "
-               "{:3.0f}% of the f32 FMA peak)\n",
-               m, k, n, pairs_g, used_pairs ? "bf16 pairs" : "widening", pairs_g / wide_g, wide_g, pairs_g / dnnl_g,
-               dnnl_g, 100.0 * pairs_g / f32_peak);
+    out.push_back({{"m", m},
+                   {"k", k},
+                   {"n", n},
+                   {"jit_gflops", pairs_g},
+                   {"jit_widening_gflops", wide_g},
+                   {"onednn_matmul_gflops", dnnl_g},
+                   {"f32_peak_gflops", f32_peak},
+                   {"bf16_pairs", used_pairs},
+                   {"rel_l2", errors[0]},
+                   {"rel_l2_widening", errors[1]},
+                   {"rel_l2_onednn", errors[2]}});
+    fmt::print(
+        "matmul bf16 {:>4}x{:>4}x{:>4}: JIT {:6.1f} ({}; {:.2f}x widening {:6.1f}, {:.2f}x oneDNN {:6.1f}; "
+        "{:3.0f}% of the f32 FMA peak)\n",
+        m, k, n, pairs_g, used_pairs ? "bf16 pairs" : "widening", pairs_g / wide_g, wide_g, pairs_g / dnnl_g, dnnl_g,
+        100.0 * pairs_g / f32_peak);
     (void)engine.remove(pairs->handle);
     (void)engine.remove(wide->handle);
   }
@@ -1293,8 +1304,8 @@ int benchCommand(const BenchFlags& flags_in) {
     return false;
   };
   json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
-       matmul = json::array(), matmul_bf16 = json::array(), elementwise = json::array(), overhead = json::array(), memory = json::array(),
-       workload_extra = json::object(), norms = json::array();
+       matmul = json::array(), matmul_bf16 = json::array(), elementwise = json::array(), overhead = json::array(),
+       memory = json::array(), workload_extra = json::object(), norms = json::array();
   // Tuning databases of this run (the O2 workload instances and the matmul tuning-quality check):
   // fresh, so every run pays (and reports) its tuning; removed at the end.
   std::string tmp_dir;

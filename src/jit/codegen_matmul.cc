@@ -248,7 +248,9 @@ std::int64_t scratchBytes(const Plan& plan) {
 }
 // A 16-bit output keeps its partial sums between K blocks in float32, in the scratch after the
 // packed blocks: M rows x NC columns (one N block at a time), not in C's own dtype.
-bool widePartials(DType out_dtype) { return out_dtype != DType::Float32; }
+bool widePartials(DType out_dtype) {
+  return out_dtype != DType::Float32;
+}
 
 // ---- the runtime side: tasks and scratch ----
 
@@ -1075,7 +1077,8 @@ class MatmulEmitter {
       }
     };
     llvm::Value* whole = b_.CreateLShr(kc, i64(1));
-    ir::emitLoop(b_, i64(0), whole, 1, [&](llvm::Value* p) { pair(p, false); }, "pq", kAsEmitted);
+    ir::emitLoop(
+        b_, i64(0), whole, 1, [&](llvm::Value* p) { pair(p, false); }, "pq", kAsEmitted);
     ir::emitIfElse(
         b_, b_.CreateICmpNE(b_.CreateAnd(kc, i64(1)), i64(0)), [&] { pair(whole, true); }, [] {});
   }
@@ -1108,7 +1111,8 @@ class MatmulEmitter {
           ir::emitLoop(
               b_, b_.CreateLShr(k_full, i64(1)), pairsOf(kc), 1,
               [&](llvm::Value* p) {
-                llvm::Value* word = b_.CreateSelect(in_panel, pairWord(args.data, start, i64(1), p, kc), b_.getInt32(0));
+                llvm::Value* word =
+                    b_.CreateSelect(in_panel, pairWord(args.data, start, i64(1), p, kc), b_.getInt32(0));
                 b_.CreateAlignedStore(word, floatAt(group, b_.CreateAdd(b_.CreateMul(p, i64(nr)), c)), llvm::Align(4));
               },
               "pqtk", kAsEmitted);
@@ -1166,7 +1170,9 @@ class MatmulEmitter {
                     const std::function<llvm::Value*(llvm::Value*)>& value, llvm::Value* from = nullptr) {
     ir::emitLoop(
         b_, from != nullptr ? from : i64(0), kc, 1,
-        [&](llvm::Value* p) { b_.CreateStore(value(p), floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(width)), lane))); },
+        [&](llvm::Value* p) {
+          b_.CreateStore(value(p), floatAt(dst, b_.CreateAdd(b_.CreateMul(p, i64(width)), lane)));
+        },
         "pl", kAsEmitted);
   }
   // p -> data[start + p] as float32 where `in_panel`, else 0 (a lane past the panel's count).
@@ -1313,8 +1319,9 @@ class MatmulEmitter {
     // widePartials: row r's float32 partial sums (whole vectors: the buffer's rows are NC wide).
     const bool wide = widePartials(out_dtype_);
     auto partial = [&](int r, int v) {
-      llvm::Value* offset = b_.CreateAdd(b_.CreateMul(b_.CreateSub(row_index[static_cast<std::size_t>(r)], m_lo_), i64(plan_.nc)),
-                                         b_.CreateSub(t.col, t.block_col));
+      llvm::Value* offset =
+          b_.CreateAdd(b_.CreateMul(b_.CreateSub(row_index[static_cast<std::size_t>(r)], m_lo_), i64(plan_.nc)),
+                       b_.CreateSub(t.col, t.block_col));
       return floatAt(partials_, b_.CreateAdd(offset, i64(v * kLanes)));
     };
     // Accumulators: zero on the first K block, else C (widePartials: the float32 partials).
@@ -1444,13 +1451,14 @@ class MatmulEmitter {
       for (int r = 0; r < mr; ++r) {
         llvm::Value* ptr = ir::elementPtr(b_, DType::BFloat16, a_,
                                           b_.CreateAdd(a_row[static_cast<std::size_t>(r)], b_.CreateShl(p, i64(1))));
-        llvm::Value* word = odd_last ? b_.CreateZExt(b_.CreateAlignedLoad(b_.getInt16Ty(), ptr, llvm::Align(2)),
-                                                     b_.getInt32Ty())
-                                     : b_.CreateAlignedLoad(b_.getInt32Ty(), ptr, llvm::Align(2));
+        llvm::Value* word =
+            odd_last ? b_.CreateZExt(b_.CreateAlignedLoad(b_.getInt16Ty(), ptr, llvm::Align(2)), b_.getInt32Ty())
+                     : b_.CreateAlignedLoad(b_.getInt32Ty(), ptr, llvm::Align(2));
         llvm::Value* a_pairs = b_.CreateBitCast(b_.CreateVectorSplat(kLanes, word), pair_vec);
         for (int v = 0; v < vectors; ++v) {
-          llvm::Value* sum = b_.CreateIntrinsic(llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512, {},
-                                                {b_.CreateLoad(fvec, acc(r, v)), a_pairs, bv[static_cast<std::size_t>(v)]});
+          llvm::Value* sum =
+              b_.CreateIntrinsic(llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512, {},
+                                 {b_.CreateLoad(fvec, acc(r, v)), a_pairs, bv[static_cast<std::size_t>(v)]});
           b_.CreateStore(sum, acc(r, v));
         }
       }
@@ -1580,7 +1588,7 @@ class MatmulEmitter {
   llvm::Value* c_base_ = nullptr;
   llvm::Value* bpack_ = nullptr;
   llvm::Value* apack_ = nullptr;
-  llvm::Value* partials_ = nullptr;  // widePartials: float32 C of the N block, rows from m_lo_
+  llvm::Value* partials_ = nullptr;         // widePartials: float32 C of the N block, rows from m_lo_
   std::map<int, Extra> extras_;             // epilogue operands by input index
   std::vector<llvm::AllocaInst*> acc_;      // tile accumulators (the dot path uses the first 4)
   std::vector<llvm::AllocaInst*> dot_sum_;  // dot path: scalar sums

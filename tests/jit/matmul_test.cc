@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -379,7 +378,7 @@ TEST(MatmulJit, SearchSpaceAndParamSymbols) {
 
 // C = A @ B in double from the operands' own values, rounded once to `dtype` (bfloat16 by
 // default): what an exact kernel would store (an oracle independent of the reference kernel).
-Tensor exactBf16Product(const Tensor& a, const Tensor& b, DType dtype = DType::BFloat16) {
+Tensor exactProduct(const Tensor& a, const Tensor& b, DType dtype = DType::BFloat16) {
   const std::int64_t m = a.dim(0), k = a.dim(1), n = b.dim(1);
   Tensor c = std::move(Tensor::empty(dtype, Shape{m, n}).value());
   for (std::int64_t i = 0; i < m; ++i) {
@@ -402,8 +401,8 @@ double relL2(const Tensor& got, const Tensor& want) {
 // (the symbol says "bf16pairs"): odd K (the last pair half zero), odd K blocks, M / N tails, B
 // row-major, transposed (x @ W.T) and strided, one symbolic kernel over every shape, and the
 // packed-weight cache. Each result matches the reference and is within bfloat16 rounding of the
-// exact product (tighter than validation's 1.6e-2), over several K blocks too; bf16dot=-1, packed A, a strided A and float32
-// keep the widening path.
+// exact product (tighter than validation's 1.6e-2), over several K blocks too; bf16dot=-1,
+// packed A, a strided A and float32 keep the widening path.
 TEST(MatmulJit, Bf16PairDotProducts) {
   const KernelFamily* family = matmulFamily(OpId::MatMul);
   std::mt19937 rng(21);
@@ -418,8 +417,8 @@ TEST(MatmulJit, Bf16PairDotProducts) {
   EXPECT_FALSE(usesPairs(spec));
   spec.params = KernelParams{.mr = 6, .mc = 12};
   EXPECT_FALSE(usesPairs(spec)) << "packed A panels are float32";
-  EXPECT_FALSE(usesPairs(specFor("matmul", {operand(DType::BFloat16, Shape{8, 8}, rng, Layout::Strided), square[1]},
-                                 {}, Dims::Symbolic)));
+  EXPECT_FALSE(usesPairs(
+      specFor("matmul", {operand(DType::BFloat16, Shape{8, 8}, rng, Layout::Strided), square[1]}, {}, Dims::Symbolic)));
   EXPECT_FALSE(usesPairs(specFor("matmul", {operand(DType::Float32, Shape{8, 8}, rng), square[1]})));
   KernelSpec f32 = specFor("matmul", {operand(DType::Float32, Shape{8, 8}, rng), square[1]});
   f32.params.bf16_dot = 1;
@@ -458,7 +457,7 @@ TEST(MatmulJit, Bf16PairDotProducts) {
         ASSERT_TRUE(invokeCompiled(**kernel, pointers, out).isOk());
         // Rounding to bfloat16 once, up to 2^-9 relative per element: the partial sums between
         // K blocks stay float32.
-        const Tensor exact = exactBf16Product(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
+        const Tensor exact = exactProduct(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
         EXPECT_LE(relL2(out[0].tensor(), exact), 4e-3)
             << inputs[0].tensor().describe() << " @ " << inputs[1].tensor().describe() << " layout " << layout << " kc "
             << kc;
@@ -469,14 +468,15 @@ TEST(MatmulJit, Bf16PairDotProducts) {
 
   // float16 too: its partial sums over 19 K blocks stay float32 (in float16 they drifted).
   {
-    std::vector<Value> inputs = {operand(DType::Float16, Shape{9, 301}, rng), operand(DType::Float16, Shape{301, 70}, rng)};
+    std::vector<Value> inputs = {operand(DType::Float16, Shape{9, 301}, rng),
+                                 operand(DType::Float16, Shape{301, 70}, rng)};
     KernelSpec half = specFor("matmul", inputs);
     half.params.kc = 16;
     auto kernel = compileKernel(sharedEngine(), *family, half);
     ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
     std::vector<Value> out(1);
     ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), out).isOk());
-    EXPECT_LE(relL2(out[0].tensor(), exactBf16Product(inputs[0].tensor(), inputs[1].tensor(), DType::Float16)), 5e-4);
+    EXPECT_LE(relL2(out[0].tensor(), exactProduct(inputs[0].tensor(), inputs[1].tensor(), DType::Float16)), 5e-4);
     ASSERT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
   }
 
@@ -491,10 +491,11 @@ TEST(MatmulJit, Bf16PairDotProducts) {
   } restore;
   ASSERT_TRUE(Tunables::set(Tunable::PackedWeightEntries, 2).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, 0).isOk());
-  std::vector<Value> inputs = {operand(DType::BFloat16, Shape{20, 77}, rng), transposedWeight(DType::BFloat16, 77, 150, rng)};
+  std::vector<Value> inputs = {operand(DType::BFloat16, Shape{20, 77}, rng),
+                               transposedWeight(DType::BFloat16, 77, 150, rng)};
   auto kernel = compileKernel(sharedEngine(), *family, specFor("matmul", inputs));
   ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
-  const Tensor exact = exactBf16Product(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
+  const Tensor exact = exactProduct(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
   for (int call = 0; call < 3; ++call) {
     std::vector<Value> out(1);
     ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), out).isOk());
