@@ -54,9 +54,10 @@ def synthetic_shapevm(partial=False, seqs=(10, 20, 30, 120, "stream")):
                    {"m": 8, "k": 16, "n": 32, "jit_gflops": 3.0, "reference_gflops": 1.0,
                     "onednn_gflops": 2.0, "peak_gflops": 120.0}],
         "matmul_bf16": [{"m": 640, "k": 128, "n": 1024, "jit_gflops": 180.0, "jit_widening_gflops": 100.0,
-                         "onednn_matmul_gflops": 200.0, "f32_peak_gflops": 120.0, "bf16_pairs": True}],
-        "elementwise": [{"n": 4096, "chain": "sigmoid(a*b+c)", "chain_gbps": 20.0, "axpy_gbps": 25.0,
-                         "memcpy_gbps": 30.0, "level": "O1"}],
+                         "onednn_matmul_gflops": 200.0, "f32_peak_gflops": 120.0, "bf16_pairs": True,
+                         "jit_packed_once_gflops": 220.0}],
+        "elementwise": [{"n": 4096, "chain": "sigmoid(a*b+c)", "chain_o2_gbps": 24.0, "chain_gbps": 10.0,
+                         "chain_o0_gbps": 2.0, "axpy_gbps": 25.0, "memcpy_gbps": 30.0, "level": "O2"}],
         "overhead": [{"what": "CallOp add 1-elem f32", "ns": 70.0}],
         "compile": {"count": 14, "median_ms": 40.0, "p90_ms": 90.0, "shape_infer_ms": 0.1, "codegen_ms": 30.0,
                     "validate_patch_ms": 9.0},
@@ -171,7 +172,9 @@ def test_report_full_synthetic(tiny_peers, tmp_path):
     assert next(line for line in md.splitlines() if line.startswith("| 8×16×32 |")).startswith("| 8×16×32 | 3.00 | — |")
     # bfloat16: pairs 180 vs widening 100 (1.80x), vs oneDNN 200 (0.90x), vs the f32 peak 120 (1.50x).
     bf16_line = next(line for line in md.splitlines() if line.startswith("| 640×128×1024 | 180 |"))
-    assert bf16_line.startswith("| 640×128×1024 | 180 | bf16 pairs | 100 | 200 | 1.80 | 0.90 | 1.50 |")
+    assert bf16_line.startswith("| 640×128×1024 | 180 | bf16 pairs | 100 | 200 | 1.80 | 0.90 | 1.50 | 220 | 1.10 |"), bf16_line
+    ew_line = next(line for line in md.splitlines() if line.startswith("| sigmoid(a*b+c) | 4096 |"))
+    assert ew_line.startswith("| sigmoid(a*b+c) | 4096 | 24.0 | 10.0 | 2.00 | 25.0 | 30.0 | 0.96 | 0.40 |"), ew_line
     assert "1/" in md  # per-op overhead as a fraction of torch.add
     assert "146.48 KiB" in md  # memory
     assert "| 14 | 40.0 | 90.0 | 0.100 | 30.0 | 9.00 |" in md  # compile latency
