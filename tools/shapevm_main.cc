@@ -642,7 +642,11 @@ int main(int argc, char** argv) {
   if (*run_cmd) return runCommand(run);
 #if SHAPEVM_HAVE_JIT
   if (*tune_cmd) return runCommand(tune_flags);
-  if (*bench_cmd) return benchCommand(bench);
+  if (*bench_cmd) {
+    // The SHAPEVM_* tunables apply here as for `run` (A/B runs of a setting).
+    if (Status s = applyTunables({}); !s.isOk()) return fail(s);
+    return benchCommand(bench);
+  }
 #endif
   if (*ops_cmd) {
     for (const OpSchema& schema : OpRegistry::global().schemas()) {

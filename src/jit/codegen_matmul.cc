@@ -50,6 +50,7 @@
 
 #include "jit/codegen_math.h"
 #include "jit/codegen_util.h"
+#include "jit/fusion.h"
 #include "jit/kernel_abi.h"
 #include "ops/kernel_util.h"
 #include "support/thread_pool.h"
@@ -76,9 +77,36 @@ constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
 // copies only cost compile time.
 constexpr ir::LoopHints kAsEmitted = ir::LoopHints::asEmitted();
 
-// Canonical view slots: right after the operands (inputs, then the one output).
-int slotA(const KernelSpec& spec) { return static_cast<int>(spec.inputs.size()) + 1; }
-int slotB(const KernelSpec& spec) { return static_cast<int>(spec.inputs.size()) + 2; }
+// A gate epilogue (KernelSpec::fused on a matmul, see kernel_abi.h): the program's leaf views
+// are the spec inputs from epilogueInputsEnd() on; the kernel's outputs are the program's.
+bool gateEpilogue(const KernelSpec& spec) {
+  return spec.fused != nullptr;
+}
+std::size_t epilogueInputsEnd(const KernelSpec& spec) {
+  std::size_t end = spec.inputs.size();
+  if (!gateEpilogue(spec)) return end;
+  for (int source : spec.fused_leaf_source) {
+    if (source >= 0) end = std::min(end, static_cast<std::size_t>(source));
+  }
+  return end;
+}
+// G: the product's column blocks the program reads (one accumulator vector each per tile row).
+int gateCount(const KernelSpec& spec) {
+  int gates = 0;
+  for (int source : spec.fused_leaf_source) gates = std::max(gates, source < 0 ? -source : 0);
+  return gates;
+}
+int outputCount(const KernelSpec& spec) {
+  return gateEpilogue(spec) ? static_cast<int>(spec.fused->outputs.size()) : 1;
+}
+
+// Canonical view slots: right after the operands (inputs, then the outputs).
+int slotA(const KernelSpec& spec) {
+  return static_cast<int>(spec.inputs.size()) + outputCount(spec);
+}
+int slotB(const KernelSpec& spec) {
+  return slotA(spec) + 1;
+}
 
 bool isComputeFloat(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
@@ -208,6 +236,16 @@ Plan resolvePlan(const KernelSpec& spec) {
   // Blocks in whole tiles.
   plan.nc = static_cast<int>(std::max<std::int64_t>(plan.nr(), plan.nc / plan.nr() * plan.nr()));
   if (plan.mc > 0) plan.mc = std::max(plan.mr, plan.mc / plan.mr * plan.mr);
+  if (gateEpilogue(spec)) {
+    // One tile row holds G vectors, one per column block (the same 16 columns of each), read from
+    // the panels of a B block that spans every column; no software prefetch, no B read in place.
+    plan.vectors = std::max(1, gateCount(spec));
+    plan.direct_b = false;
+    plan.prefetch = 0;
+    const DimSpec& n = spec.inputs[1].dims[spec.inputs[1].rank - 1];
+    plan.nc = static_cast<int>(
+        std::max<std::int64_t>(plan.nr(), n.isStatic() ? (n.size + plan.nr() - 1) / plan.nr() * plan.nr() : plan.nr()));
+  }
   // Pairs need both operands bfloat16 as they are (A read in place along K, B packed).
   const OperandSpec& a = spec.inputs[0];
   plan.bf16_pairs = p.bf16_dot >= 0 && hostHasBf16Dot() && a.dtype == DType::BFloat16 &&
@@ -347,7 +385,8 @@ class MatmulEmitter {
         out_dtype_(out_dtype),
         dims_(staticDims(spec)),
         plan_(resolvePlan(spec)),
-        packable_(packableB(spec, plan_)) {}
+        packable_(packableB(spec, plan_)),
+        gate_(gateEpilogue(spec)) {}
 
   // `part` is void(ptr args, i64 task, i64 tasks, ptr scratch).
   void emitPart(llvm::Function* part) {
@@ -386,6 +425,10 @@ class MatmulEmitter {
                                                              : args.stride(step.operand, 3);
       extras_.emplace(step.operand, extra);
     }
+    if (gate_) {
+      hidden_ = dims_.n / plan_.vectors;
+      args_ptr_ = args_ptr;
+    }
     bpack_ = scratch;
     apack_ = b_.CreateInBoundsGEP(b_.getFloatTy(), scratch, i64(bPackFloats(plan_)));
     partials_ = b_.CreateInBoundsGEP(b_.getFloatTy(), apack_, i64(static_cast<std::int64_t>(plan_.mc) * plan_.kc));
@@ -409,6 +452,8 @@ class MatmulEmitter {
     llvm::Value* mr = i64(plan_.mr);
     llvm::Value* panels = ceilDiv(n_, nr);
     llvm::Value* by_columns = b_.CreateICmpSGE(panels, tasks);
+    // A gate epilogue's tiles need every column block: by rows.
+    if (gate_) by_columns = b_.getFalse();
     // Only packing B: always by column panels (no two tasks pack the same one).
     if (packable_) by_columns = b_.CreateOr(by_columns, pack_only_);
     llvm::Value* col_share = b_.CreateMul(ceilDiv(panels, tasks), nr);
@@ -432,6 +477,7 @@ class MatmulEmitter {
     llvm::Value* dot_layout = b_.CreateAnd(b_.CreateICmpEQ(a_col_, i64(1)), b_.CreateICmpEQ(b_row_, i64(1)));
     llvm::Value* use_dot =
         b_.CreateAnd(dot_layout, b_.CreateOr(b_.CreateICmpSLT(m_, mr), b_.CreateICmpSLT(n_, i64(kLanes))));
+    if (gate_) use_dot = b_.getFalse();  // the gate epilogue runs on whole tiles only
     auto* never_dot = llvm::dyn_cast<llvm::ConstantInt>(use_dot);
     if (packable_ && (never_dot == nullptr || !never_dot->isZero())) {
       use_dot = b_.CreateAnd(use_dot, b_.CreateNot(pack_only_));  // only packing: the tiled path's loops
@@ -672,7 +718,7 @@ class MatmulEmitter {
                   // the first tile that reads them instead (fly_block), when A is read in place
                   // and there is a whole tile: one pass over B's block instead of a copy pass
                   // before the tiles.
-                  if (!plan_.direct_b && plan_.mc == 0 && b_spec_.dtype == DType::Float32) {
+                  if (!plan_.direct_b && plan_.mc == 0 && b_spec_.dtype == DType::Float32 && !gate_) {
                     fly_block = b_.CreateAnd(b_.CreateICmpEQ(b_col_, i64(1)),
                                              b_.CreateICmpSGE(b_.CreateSub(m_hi_, m_lo_), i64(plan_.mr)));
                     if (packable_) fly_block = b_.CreateAnd(fly_block, b_.CreateNot(b_.CreateOr(read_packed_, pack_only_)));
@@ -729,10 +775,11 @@ class MatmulEmitter {
                         },
                         "pa", kAsEmitted);
                   }
+                  // Gate epilogue: the tiles run over H (16 columns of each block per tile).
                   ir::emitLoop(
-                      b_, jc, jc_end, nr,
+                      b_, gate_ ? i64(0) : jc, gate_ ? i64(hidden_) : jc_end, gate_ ? std::int64_t{kLanes} : nr,
                       [&](llvm::Value* jr) {
-                        llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
+                        llvm::Value* cols = gate_ ? i64(nr) : smin(i64(nr), b_.CreateSub(jc_end, jr));
                         // One tile of MR rows from ir_, or of one row.
                         auto tile = [&](bool direct, llvm::Value* ir_, llvm::Value* rows, bool one_row,
                                         bool fly = false) {
@@ -753,6 +800,15 @@ class MatmulEmitter {
                             if (fly) t.pack_dst = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
                           } else if (plan_.direct_b) {
                             t.b_src = bpack_;
+                          } else if (gate_) {
+                            // Column v * H + jr: in the panel holding it (one block spans every column).
+                            for (int v = 0; v < plan_.vectors; ++v) {
+                              llvm::Value* col = b_.CreateAdd(jr, i64(v * hidden_));
+                              llvm::Value* within = b_.CreateURem(col, i64(nr));
+                              t.b_vectors.push_back(
+                                  floatAt(panelPtr(b_packed_block, b_.CreateSub(b_.CreateSub(col, within), jc), kc, nr),
+                                          within));
+                            }
                           } else {
                             t.b_src = panelPtr(b_packed_block, b_.CreateSub(jr, jc), kc, nr);
                           }
@@ -1287,10 +1343,19 @@ class MatmulEmitter {
     llvm::Value* pf_line = nullptr; // the first line of that block this tile prefetches (16.16)
     llvm::Value* pf_step = nullptr; // lines per k step (16.16)
     llvm::Value* pack_dst = nullptr; // direct_b: also store B's rows here (the packed panel)
+    std::vector<llvm::Value*> b_vectors;  // gate epilogue: vector v's packed column (16 apart per k: NR)
   };
 
+  // The packed B vector v of k step p: NR floats per step in its panel.
+  llvm::Value* bVector(const TileArgs& t, llvm::Value* p, int v) {
+    const std::int64_t nr = plan_.nr();
+    if (!t.b_vectors.empty()) return floatAt(t.b_vectors[static_cast<std::size_t>(v)], b_.CreateMul(p, i64(nr)));
+    return floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes)));
+  }
+
   // C[row .. row+MR, col .. col+cols] (+)= A[rows, block] @ B[block, cols]. Rows from `rows` on
-  // read row `row` again (in bounds; results dropped) and store nothing.
+  // read row `row` again (in bounds; results dropped) and store nothing. Gate epilogue: the tile's
+  // vector v is columns v * H + col of the product, and the last K block stores the program's outputs.
   void emitTile(const TileArgs& t) {
     const int mr = t.tile_rows;
     const int vectors = plan_.vectors;
@@ -1316,13 +1381,15 @@ class MatmulEmitter {
     };
     llvm::Value* full = b_.CreateICmpEQ(t.cols, i64(nr));
     std::vector<llvm::Value*> masks;
-    // widePartials: row r's float32 partial sums (whole vectors: the buffer's rows are NC wide).
-    const bool wide = widePartials(out_dtype_);
+    // widePartials (and every gate epilogue: it has no C): row r's float32 partial sums (whole
+    // vectors: the buffer's rows are NC wide).
+    const bool wide = widePartials(out_dtype_) || gate_;
     auto partial = [&](int r, int v) {
+      llvm::Value* col = gate_ ? b_.CreateAdd(t.col, i64(v * hidden_)) : b_.CreateAdd(t.col, i64(v * kLanes));
       llvm::Value* offset =
           b_.CreateAdd(b_.CreateMul(b_.CreateSub(row_index[static_cast<std::size_t>(r)], m_lo_), i64(plan_.nc)),
-                       b_.CreateSub(t.col, t.block_col));
-      return floatAt(partials_, b_.CreateAdd(offset, i64(v * kLanes)));
+                       b_.CreateSub(col, t.block_col));
+      return floatAt(partials_, offset);
     };
     // Accumulators: zero on the first K block, else C (widePartials: the float32 partials).
     ir::emitIfElse(
@@ -1402,7 +1469,7 @@ class MatmulEmitter {
           x = b_.CreateLoad(fvec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, b_row_), i64(v * kLanes))));
           x->setAlignment(llvm::Align(4));
         } else {
-          x = b_.CreateLoad(fvec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))));
+          x = b_.CreateLoad(fvec, bVector(t, p, v));
           x->setAlignment(llvm::Align(64));
         }
         bv.push_back(x);
@@ -1444,8 +1511,7 @@ class MatmulEmitter {
     auto pairStep = [&](llvm::Value* p, bool odd_last) {
       std::vector<llvm::Value*> bv;
       for (int v = 0; v < vectors; ++v) {
-        bv.push_back(b_.CreateAlignedLoad(
-            pair_vec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, i64(nr)), i64(v * kLanes))), llvm::Align(64)));
+        bv.push_back(b_.CreateAlignedLoad(pair_vec, bVector(t, p, v), llvm::Align(64)));
       }
       prefetchNext(p);
       for (int r = 0; r < mr; ++r) {
@@ -1544,14 +1610,166 @@ class MatmulEmitter {
           });
         }
       };
-      ir::emitIfElse(
-          b_, t.last, [&] { finish(!spec_.epilogue.empty()); }, keep);
+      if (gate_) {
+        ir::emitIfElse(
+            b_, t.last, [&] { finishGates(t, row_index, guarded); }, keep);
+      } else {
+        ir::emitIfElse(
+            b_, t.last, [&] { finish(!spec_.epilogue.empty()); }, keep);
+      }
     } else if (spec_.epilogue.empty()) {
       finish(false);
     } else {
       ir::emitIfElse(
           b_, t.last, [&] { finish(true); }, [&] { finish(false); });
     }
+  }
+
+  // The gate epilogue on the last K block: the G accumulators of each valid row (columns g * H +
+  // col, after spec.epilogue, rounded as the product) go to a small stack buffer, and the program
+  // runs on it in a function of its own (emitGateRows), once per tile. Measured on the LSTM cell
+  // (seq 10) its math costs ~1.6x the fused kernel's (inline in the tile, interleaving 2-4 rows,
+  // or without divisions: the same), which is why RegionGateEpilogue is off by default.
+  void finishGates(const TileArgs& t, const std::vector<llvm::Value*>& row_index,
+                   const std::function<void(int, const std::function<void()>&)>& guarded) {
+    llvm::Type* fvec = vecType();
+    const int vectors = plan_.vectors;
+    if (gate_tile_ == nullptr) {
+      gate_tile_ =
+          ir::entryAlloca(b_, llvm::ArrayType::get(fvec, static_cast<std::uint64_t>(plan_.mr * vectors)), "gates", 64);
+    }
+    for (int r = 0; r < t.tile_rows; ++r) {
+      std::vector<llvm::Value*> values;
+      for (int v = 0; v < vectors; ++v) {
+        values.push_back(b_.CreateLoad(fvec, acc_[static_cast<std::size_t>(r * vectors + v)]));
+      }
+      guarded(r, [&] {
+        llvm::Value* row = row_index[static_cast<std::size_t>(r)];
+        for (int v = 0; v < vectors; ++v) {
+          llvm::Value* value = ir::roundTo(b_, values[static_cast<std::size_t>(v)], out_dtype_);
+          value = applyEpilogue(value, row, b_.CreateAdd(t.col, i64(v * hidden_)), nullptr);
+          b_.CreateAlignedStore(
+              value, b_.CreateConstInBoundsGEP1_64(fvec, gate_tile_, static_cast<std::uint64_t>(r * vectors + v)),
+              llvm::Align(64));
+        }
+      });
+    }
+    if (gate_rows_ == nullptr) {
+      llvm::Function* part = b_.GetInsertBlock()->getParent();
+      llvm::Type* ptr = b_.getPtrTy();
+      llvm::Type* index = b_.getInt64Ty();
+      auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, index, index, index}, false);
+      gate_rows_ =
+          llvm::Function::Create(type, llvm::Function::InternalLinkage, part->getName() + "_gates", part->getParent());
+      gate_rows_->addFnAttr(llvm::Attribute::NoUnwind);
+      gate_rows_->addFnAttr(llvm::Attribute::NoInline);
+      llvm::IRBuilderBase::InsertPointGuard guard(b_);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(b_.getContext(), "entry", gate_rows_));
+      emitGateRows(gate_rows_->getArg(0), gate_rows_->getArg(1), gate_rows_->getArg(2), gate_rows_->getArg(3),
+                   gate_rows_->getArg(4));
+      b_.CreateRetVoid();
+    }
+    b_.CreateCall(gate_rows_, {args_ptr_, gate_tile_, t.row, t.tile_rows == 1 ? i64(1) : t.rows, t.col});
+  }
+
+  // The body of the gate function: `void(args, tile, row, rows, col)` computes the program for
+  // rows row .. row + rows and columns col .. col + 16 of every block, reading the column-block
+  // leaves from `tile` (rows x G vectors); the other leaves are read at the row's iteration index
+  // (16 lanes, or one value broadcast), the nodes run on vectors as the fused family runs them on
+  // scalars, and the outputs are stored.
+  void emitGateRows(llvm::Value* args_ptr, llvm::Value* tile, llvm::Value* row0, llvm::Value* rows, llvm::Value* col) {
+    const FusedProgram& program = *spec_.fused;
+    llvm::Type* fvec = vecType();
+    const int vectors = plan_.vectors;
+    ir::ArgsView args(b_, args_ptr);
+    const int out_slot = static_cast<int>(spec_.inputs.size());
+    llvm::Value* inner_rows = program.rank == 3 ? args.dim(out_slot, 1) : nullptr;
+    // Per leaf (and output): its data and strides over the iteration's leading axes.
+    struct View {
+      int source = 0;
+      int inner = 1;
+      llvm::Value* data = nullptr;
+      std::vector<llvm::Value*> strides;
+    };
+    auto viewOf = [&](int slot) {
+      View view;
+      view.data = args.data(slot);
+      for (int d = 0; d + 1 < program.rank; ++d) view.strides.push_back(args.stride(slot, d));
+      return view;
+    };
+    std::vector<View> leaves;
+    for (int l = 0; l < program.numLeaves(); ++l) {
+      const int source = spec_.fused_leaf_source[static_cast<std::size_t>(l)];
+      View view = source >= 0 ? viewOf(source) : View{};
+      view.source = source;
+      if (source >= 0) view.inner = program.leaf_inner[static_cast<std::size_t>(l)];
+      leaves.push_back(view);
+    }
+    std::vector<View> outputs;
+    for (std::size_t o = 0; o < program.outputs.size(); ++o) outputs.push_back(viewOf(out_slot + static_cast<int>(o)));
+    // The first row's index over the iteration's leading axes; later rows step from it (rank 3:
+    // axis 1 wraps at most once per tile row, so no division per row).
+    llvm::Value* first_i0 = inner_rows != nullptr ? b_.CreateUDiv(row0, inner_rows) : nullptr;
+    llvm::Value* first_i1 = inner_rows != nullptr ? b_.CreateURem(row0, inner_rows) : nullptr;
+    ir::emitLoop(
+        b_, i64(0), rows, 1,
+        [&](llvm::Value* r) {
+          std::vector<llvm::Value*> at = {b_.CreateAdd(row0, r)};
+          if (inner_rows != nullptr) {
+            llvm::Value* i1 = b_.CreateAdd(first_i1, r);
+            llvm::Value* i0 = first_i0;
+            for (int wrap = 0; wrap < plan_.mr; ++wrap) {
+              llvm::Value* over = b_.CreateICmpSGE(i1, inner_rows);
+              i1 = b_.CreateSelect(over, b_.CreateSub(i1, inner_rows), i1);
+              i0 = b_.CreateSelect(over, b_.CreateAdd(i0, i64(1)), i0);
+            }
+            at = {i0, i1};
+          }
+          auto offsetOf = [&](const View& view, llvm::Value* lane_stride) {
+            llvm::Value* offset = b_.CreateMul(col, lane_stride);
+            for (std::size_t d = 0; d < at.size(); ++d)
+              offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
+            return offset;
+          };
+          std::vector<llvm::Value*> leaf_values(leaves.size(), nullptr);
+          std::vector<llvm::Value*> node_values(program.nodes.size(), nullptr);
+          auto operand = [&](int ref) -> llvm::Value* {
+            if (ref >= 0) return node_values[static_cast<std::size_t>(ref)];
+            const std::size_t l = static_cast<std::size_t>(FusedProgram::leafOf(ref));
+            if (leaf_values[l] == nullptr) {
+              const View& leaf = leaves[l];
+              const DType dtype = program.leafDType(static_cast<int>(l));
+              if (leaf.source < 0) {
+                llvm::Value* at_tile = b_.CreateAdd(b_.CreateMul(r, i64(vectors)), i64(-leaf.source - 1));
+                leaf_values[l] = b_.CreateAlignedLoad(fvec, b_.CreateInBoundsGEP(fvec, tile, at_tile), llvm::Align(64));
+              } else if (leaf.inner == 0) {
+                llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(0)));
+                leaf_values[l] = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype, ptr));
+              } else {
+                llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(1)));
+                leaf_values[l] = ir::loadCompute(b_, dtype, ptr, kLanes);
+              }
+            }
+            return leaf_values[l];
+          };
+          for (std::size_t n = 0; n < program.nodes.size(); ++n) {
+            const FusedProgram::Node& node = program.nodes[n];
+            if (node.constant) {
+              node_values[n] = b_.CreateVectorSplat(kLanes, llvm::ConstantFP::get(b_.getFloatTy(), node.value));
+              continue;
+            }
+            llvm::Value* a = operand(node.a);
+            llvm::Value* value = isEpilogueUnary(node.op)
+                                     ? ir::unaryOp(b_, node.op, program.dtype, a)
+                                     : ir::binaryOp(b_, node.op, program.dtype, a, operand(node.b));
+            node_values[n] = node.rounded ? ir::roundTo(b_, value, program.dtype) : value;
+          }
+          for (std::size_t o = 0; o < program.outputs.size(); ++o) {
+            ir::storeCompute(b_, program.dtype, operand(program.outputs[o]),
+                             ir::elementPtr(b_, program.dtype, outputs[o].data, offsetOf(outputs[o], i64(1))));
+          }
+        },
+        "gr", kAsEmitted);
   }
 
   Builder& b_;
@@ -1562,6 +1780,11 @@ class MatmulEmitter {
   MatmulDims dims_;
   Plan plan_;
   bool packable_;                       // packableB(): the whole B may be passed packed
+  bool gate_;                           // gateEpilogue(): the tile rows end in the program
+  std::int64_t hidden_ = 0;             // gate epilogue: H, the columns per block
+  llvm::Value* args_ptr_ = nullptr;     // ... the kernel's args (for its gate function)
+  llvm::Function* gate_rows_ = nullptr;    // ... that function (emitGateRows)
+  llvm::AllocaInst* gate_tile_ = nullptr;  // the tile's column-block values, MR x G vectors
   llvm::Value* packed_b_ = nullptr;     // packable_: the caller's packed B (scalars[2]) ...
   llvm::Value* read_packed_ = nullptr;  // ... to read the blocks from (i1)
   llvm::Value* pack_only_ = nullptr;    // ... to pack into, and nothing else (i1, scalars[3])
@@ -1643,14 +1866,31 @@ class MatmulFamily final : public KernelFamily {
   Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
                  std::span<Shape> shapes) const override {
     SVM_ASSIGN_OR_RETURN(Geometry g, geometry(spec, inputs));
+    if (gateEpilogue(spec)) {
+      SVM_ASSIGN_OR_RETURN(Shape iteration, gateIteration(spec, inputs, g));
+      for (std::size_t o = 0; o < spec.fused->outputs.size(); ++o) {
+        dtypes[o] = spec.fused->dtype;
+        shapes[o] = iteration;
+      }
+      return Status::ok();
+    }
     dtypes[0] = promoteTypes(g.a->dtype(), g.b->dtype());
     shapes[0] = g.out;
     return Status::ok();
   }
 
-  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor>,
+  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
                  KernelArgs& args) const override {
     SVM_ASSIGN_OR_RETURN(Geometry g, geometry(spec, inputs));
+    if (gateEpilogue(spec)) {
+      SVM_ASSIGN_OR_RETURN(Shape iteration, gateIteration(spec, inputs, g));
+      for (const Tensor& out : outputs) {
+        if (out.shape() != iteration || (iteration[iteration.rank() - 1] > 1 && out.stride(out.rank() - 1) != 1)) {
+          return makeError(ErrorCode::Unsupported, "matmul gate epilogue: output {} is not dense along H",
+                           out.describe());
+        }
+      }
+    }
     // Canonical [batch0, batch1, rows, cols] views; batch dims right-aligned, stride 0 where broadcast.
     const int nb = g.batch.rank();
     const MatrixView* views[2] = {&g.left, &g.right};
@@ -1678,7 +1918,7 @@ class MatmulFamily final : public KernelFamily {
     int axis = nb;
     if (g.a->rank() >= 2) canonical[axis++] = 2;
     if (g.b->rank() >= 2) canonical[axis++] = 3;
-    for (std::size_t e = 2; e < spec.inputs.size(); ++e) {
+    for (std::size_t e = 2; e < epilogueInputsEnd(spec); ++e) {
       const Tensor& x = inputs[e]->tensor();
       std::int64_t* strides = args.strides[e];
       std::int64_t own[4] = {0, 0, 0, 0};
@@ -1704,6 +1944,42 @@ class MatmulFamily final : public KernelFamily {
     args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
     args.scalars[kScalarTasks] = work >= kMinParallelWork ? std::max<std::int64_t>(1, threads) : 1;
     return Status::ok();
+  }
+
+  // A gate epilogue: the product with its epilogue (the family's default reference), then the
+  // program (the fused family's reference) on column block g of it viewed at the iteration shape.
+  Status reference(const KernelSpec& spec, std::span<const Value* const> inputs,
+                   std::span<Value> outputs) const override {
+    if (!gateEpilogue(spec)) return KernelFamily::reference(spec, inputs, outputs);
+    SVM_ASSIGN_OR_RETURN(Geometry g, geometry(spec, inputs));
+    SVM_ASSIGN_OR_RETURN(Shape iteration, gateIteration(spec, inputs, g));
+    KernelSpec product_spec = spec;
+    product_spec.fused = nullptr;
+    product_spec.fused_leaf_source.clear();
+    product_spec.inputs.resize(epilogueInputsEnd(spec));
+    std::vector<Value> product(1);
+    SVM_RETURN_IF_ERROR(KernelFamily::reference(product_spec, inputs.first(epilogueInputsEnd(spec)), product));
+    const Tensor& c = product[0].tensor();
+    const std::int64_t hidden = iteration[iteration.rank() - 1];
+    Shape strides = iteration.rank() == 2 ? Shape{c.stride(0), c.stride(1)}
+                                          : Shape{iteration[1] * c.stride(0), c.stride(0), c.stride(1)};
+    std::vector<Value> blocks;
+    for (int gate = 0; gate < gateCount(spec); ++gate) {
+      SVM_ASSIGN_OR_RETURN(Tensor view, c.asStrided(iteration, strides, c.offset() + gate * hidden * c.stride(1)));
+      blocks.push_back(Value::fromTensor(std::move(view)));
+    }
+    KernelSpec program_spec;
+    program_spec.fused = spec.fused;
+    std::vector<const Value*> leaves;
+    for (int source : spec.fused_leaf_source) {
+      leaves.push_back(source < 0 ? &blocks[static_cast<std::size_t>(-source - 1)]
+                                  : inputs[static_cast<std::size_t>(source)]);
+      OperandSpec operand;
+      operand.dtype = leaves.back()->tensor().dtype();
+      operand.rank = leaves.back()->tensor().rank();
+      program_spec.inputs.push_back(operand);
+    }
+    return fusedFamily()->reference(program_spec, leaves, outputs);
   }
 
   // B, when the kernel would pack it (a 2-D B, not read in place, not the dot-product path).
@@ -1748,10 +2024,15 @@ class MatmulFamily final : public KernelFamily {
     const Plan plan = resolvePlan(spec);
     const DType out_dtype = promoteTypes(spec.inputs[0].dtype, spec.inputs[1].dtype);
     llvm::Value* scratch_bytes = b.getInt64(static_cast<std::uint64_t>(scratchBytes(plan)));
-    if (widePartials(out_dtype)) {
+    if (widePartials(out_dtype) || gateEpilogue(spec)) {
+      // The float32 partial sums, when there is more than one K block.
       const MatmulDims dims = staticDims(spec);
       llvm::Value* m = dims.m >= 0 ? b.getInt64(static_cast<std::uint64_t>(dims.m)) : args.dim(slotA(spec), 2);
-      scratch_bytes = b.CreateAdd(scratch_bytes, b.CreateMul(m, b.getInt64(static_cast<std::uint64_t>(plan.nc) * 4)));
+      llvm::Value* k = dims.k >= 0 ? b.getInt64(static_cast<std::uint64_t>(dims.k)) : args.dim(slotA(spec), 3);
+      llvm::Value* partials = b.CreateMul(m, b.getInt64(static_cast<std::uint64_t>(plan.nc) * 4));
+      partials =
+          b.CreateSelect(b.CreateICmpSGT(k, b.getInt64(static_cast<std::uint64_t>(plan.kc))), partials, b.getInt64(0));
+      scratch_bytes = b.CreateAdd(scratch_bytes, partials);
     }
     b.CreateCall(runner_type, runner, {part, function->getArg(0), tasks, scratch_bytes});
     b.CreateRetVoid();
@@ -1784,6 +2065,7 @@ class MatmulFamily final : public KernelFamily {
       stem += fmt::format("_{}{}{}", step.swapped ? "r" : "", opIdent(step.op),
                           step.operand >= 0 ? std::to_string(step.operand) : std::string());
     }
+    if (gateEpilogue(spec)) stem += fmt::format("_gates{}_{}ops", gateCount(spec), spec.fused->nodes.size());
     if (!spec.params.isDefault()) {
       stem += '_';
       for (char c : spec.params.toString()) {
@@ -1803,6 +2085,20 @@ class MatmulFamily final : public KernelFamily {
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
     std::vector<KernelParams> space = {KernelParams{}};
     if (!hostHasAvx512()) return space;
+    if (gateEpilogue(spec)) {
+      // The tile's width is the blocks' count: its rows and the K block only.
+      const int nr = gateCount(spec) * static_cast<int>(kLanes);
+      for (int mr : {4, 6, 8}) {
+        for (int kc : {128, 256}) {
+          KernelParams p{.mr = mr, .nr = nr, .kc = kc};
+          if (mr * nr / static_cast<int>(kLanes) <= kMaxAccumulators &&
+              std::find(space.begin(), space.end(), p) == space.end()) {
+            space.push_back(p);
+          }
+        }
+      }
+      return space;
+    }
     const MatmulDims dims = staticDims(spec);
     const bool direct = directBPossible(spec);
     const bool small_m = dims.m >= 0 && dims.m <= 64;
@@ -1872,11 +2168,67 @@ class MatmulFamily final : public KernelFamily {
       }
       used[static_cast<std::size_t>(step.operand)] = true;
     }
-    for (std::size_t e = 2; e < spec.inputs.size(); ++e) {
+    for (std::size_t e = 2; e < epilogueInputsEnd(spec); ++e) {
       if (!used[e]) return makeError(ErrorCode::Unsupported, "matmul input {} is not used by the epilogue", e);
     }
-    if (spec.inputs.size() + 3 > static_cast<std::size_t>(kMaxKernelOperands)) {
+    if (spec.inputs.size() + static_cast<std::size_t>(outputCount(spec)) + 2 >
+        static_cast<std::size_t>(kMaxKernelOperands)) {
       return makeError(ErrorCode::Unsupported, "matmul epilogue has too many operands");
+    }
+    return gateEpilogue(spec) ? supportsGates(spec) : Status::ok();
+  }
+
+  // A gate epilogue: two 2-D operands, N static and G blocks of H (a multiple of 16) wide, a
+  // program of rank 2 or 3 over [rows..., H] in the product's dtype whose nodes the epilogue can
+  // compute on vectors, every block 0..G-1 read, at least one leaf view (it gives the iteration
+  // shape) whose stride along H is 0 or 1.
+  static Status supportsGates(const KernelSpec& spec) {
+    const FusedProgram& program = *spec.fused;
+    const OperandSpec& a = spec.inputs[0];
+    const OperandSpec& b = spec.inputs[1];
+    const DType out = promoteTypes(a.dtype, b.dtype);
+    const int gates = gateCount(spec);
+    const std::int64_t n = b.rank == 2 ? b.dims[1].size : -1;
+    auto no = [&](std::string_view why) {
+      return makeError(ErrorCode::Unsupported, "matmul gate epilogue: {} ({})", why, spec.signature());
+    };
+    if (a.rank != 2 || b.rank != 2) return no("needs 2-D operands");
+    if (gates < 1 || gates > 4 || n < 0 || n % gates != 0 || (n / gates) % static_cast<std::int64_t>(kLanes) != 0) {
+      return no("needs a static N of 1..4 column blocks, each a multiple of 16 wide");
+    }
+    if (program.reduce != FusedProgram::Reduce::None || !program.in_place.empty() || program.rank < 2 ||
+        program.rank > 3 || program.dtype != out || program.outputs.empty()) {
+      return no("needs an elementwise program of rank 2 or 3 in the product's dtype");
+    }
+    if (spec.fused_leaf_source.size() != static_cast<std::size_t>(program.numLeaves())) return no("leaf sources");
+    std::vector<bool> read(static_cast<std::size_t>(gates), false);
+    bool has_view = false;
+    for (int l = 0; l < program.numLeaves(); ++l) {
+      const int source = spec.fused_leaf_source[static_cast<std::size_t>(l)];
+      if (source < 0) {
+        read[static_cast<std::size_t>(-source - 1)] = true;
+        continue;
+      }
+      if (static_cast<std::size_t>(source) < epilogueInputsEnd(spec) ||
+          static_cast<std::size_t>(source) >= spec.inputs.size() ||
+          spec.inputs[static_cast<std::size_t>(source)].rank != program.rank) {
+        return no("a leaf view is not an input of the iteration's rank after the epilogue's");
+      }
+      const int inner = program.leaf_inner[static_cast<std::size_t>(l)];
+      if (inner != 0 && inner != 1) return no("a leaf view's stride along H is neither 0 nor 1");
+      has_view = true;
+    }
+    if (!has_view || std::find(read.begin(), read.end(), false) != read.end()) {
+      return no("needs every column block and at least one leaf view");
+    }
+    for (const FusedProgram::Node& node : program.nodes) {
+      if (!node.constant && !isEpilogueUnary(node.op) && !isEpilogueBinary(node.op)) {
+        return no(fmt::format("{} is not computed on vectors", opIdent(node.op)));
+      }
+    }
+    const KernelParams& params = spec.params;
+    if ((params.nr != 0 && params.nr != gates * static_cast<int>(kLanes)) || params.nc != 0 || params.prefetch > 0) {
+      return no("takes no nr, nc or prefetch parameters");
     }
     return Status::ok();
   }
@@ -1903,7 +2255,7 @@ class MatmulFamily final : public KernelFamily {
     if (g.a->rank() >= 2) g.out.push_back(g.left.rows);
     if (g.b->rank() >= 2) g.out.push_back(g.right.cols);
     // Epilogue operands broadcast to the output, never the other way round.
-    for (std::size_t e = 2; e < spec.inputs.size(); ++e) {
+    for (std::size_t e = 2; e < epilogueInputsEnd(spec); ++e) {
       const Tensor& x = inputs[e]->tensor();
       SVM_RETURN_IF_ERROR(checkFits(spec.inputs[e], x, "epilogue"));
       bool fits = x.rank() <= g.out.rank();
@@ -1917,6 +2269,37 @@ class MatmulFamily final : public KernelFamily {
       }
     }
     return g;
+  }
+
+  // A gate epilogue's iteration shape (its leaf views'): [rows..., H] with the leading axes'
+  // product the product's rows and every leaf view's stride along H as the kernel was built for.
+  static Expected<Shape> gateIteration(const KernelSpec& spec, std::span<const Value* const> inputs,
+                                       const Geometry& g) {
+    const FusedProgram& program = *spec.fused;
+    Shape iteration;
+    for (int l = 0; l < program.numLeaves(); ++l) {
+      const int source = spec.fused_leaf_source[static_cast<std::size_t>(l)];
+      if (source < 0) continue;
+      const Tensor& view = inputs[static_cast<std::size_t>(source)]->tensor();
+      if (iteration.rank() == 0) iteration = view.shape();
+      const int inner = program.leaf_inner[static_cast<std::size_t>(l)];
+      const std::int64_t stride = view.rank() == 0 ? 0 : view.stride(view.rank() - 1);
+      if (view.shape() != iteration || (iteration[iteration.rank() - 1] > 1 && stride != inner)) {
+        return makeError(ErrorCode::Unsupported,
+                         "matmul gate epilogue: leaf view {} does not fit the kernel (iteration {}, stride along H {})",
+                         view.describe(), iteration.toString(), inner);
+      }
+    }
+    const std::int64_t gates = gateCount(spec);
+    std::int64_t rows = 1;
+    for (int d = 0; d + 1 < iteration.rank(); ++d) rows *= iteration[d];
+    if (iteration.rank() != program.rank || rows != g.left.rows ||
+        iteration[iteration.rank() - 1] * gates != g.right.cols) {
+      return makeError(ErrorCode::ShapeMismatch,
+                       "matmul gate epilogue: iteration {} does not match the product [{}, {}] in {} blocks",
+                       iteration.toString(), g.left.rows, g.right.cols, gates);
+    }
+    return iteration;
   }
 };
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace shapevm::jit {
 
@@ -37,7 +38,7 @@ std::string OperandSpec::toString() const {
 }
 
 std::string KernelSpec::signature() const {
-  if (fused) return fmt::format("Fused:{}", fused->describe());
+  if (fused && op != OpId::MatMul) return fmt::format("Fused:{}", fused->describe());
   std::string text = fmt::format("{}:", opIdent(op));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (i > 0) text += "x";
@@ -50,6 +51,7 @@ std::string KernelSpec::signature() const {
     for (int d = 0; d < in.rank; ++d) text += (d ? "," : "") + dimText(in.dims[d]);
     text += ")";
   }
+  if (fused) text += fmt::format("+gates[{}]:{}", fmt::join(fused_leaf_source, ","), fused->describe());
   return text;
 }
 

@@ -113,7 +113,14 @@ struct KernelSpec {
   std::vector<OperandSpec> inputs;
   std::vector<EpilogueStep> epilogue;  // matmul only: fused elementwise steps on the output
   KernelParams params;                 // tuning knobs (AutoTuner); default = family defaults
-  std::shared_ptr<const FusedProgram> fused;  // the fused family only: the region's dataflow (fusion.h)
+  // The fused family: the region's dataflow (fusion.h). A matmul: a gate epilogue (LSTM-style)
+  // evaluated on the product (after `epilogue`), whose columns are G equal blocks of H: the
+  // program's iteration shape is [rows..., H] (rank 2 or 3; its leading axes flatten to the
+  // product's rows, row-major), and the kernel's outputs are the program's outputs, not the product.
+  std::shared_ptr<const FusedProgram> fused;
+  // Matmul with `fused`: per program leaf, >= 0 the spec input holding the leaf's view at the
+  // iteration shape, < 0 column block -(source + 1) of the product.
+  std::vector<int> fused_leaf_source;
   std::string signature() const;       // "MatMul:(320..960,128)x(128,1024)"
 };
 

@@ -273,13 +273,26 @@ class Eval {
       for (std::size_t o = 0; o < op.out.size(); ++o) phantom_[static_cast<std::size_t>(op.out[o])] = std::move(outputs[o]);
       return &phantom_[static_cast<std::size_t>(v)];
     }
-    if (op.cls != OpClass::Elementwise && op.cls != OpClass::Norm) {
+    Shape shape;
+    if (op.cls == OpClass::MatMul && op.in.size() >= 2 && op.in[0] >= 0 && op.in[1] >= 0) {
+      // A product no step stores (a gate epilogue reads it in registers): [batch..., M, N].
+      SVM_ASSIGN_OR_RETURN(const Value* a, shaped(op.in[0]));
+      SVM_ASSIGN_OR_RETURN(const Value* b, shaped(op.in[1]));
+      const Shape& sa = a->tensor().shape();
+      const Shape& sb = b->tensor().shape();
+      if (sa.rank() < 2 || sb.rank() < 2) return makeError(ErrorCode::Internal, "region value {} has no shape yet", v);
+      Shape batch_a, batch_b;
+      for (int d = 0; d + 2 < sa.rank(); ++d) batch_a.push_back(sa[d]);
+      for (int d = 0; d + 2 < sb.rank(); ++d) batch_b.push_back(sb[d]);
+      SVM_ASSIGN_OR_RETURN(shape, broadcastShapes(batch_a, batch_b));
+      shape.push_back(sa[sa.rank() - 2]);
+      shape.push_back(sb[sb.rank() - 1]);
+    } else if (op.cls != OpClass::Elementwise && op.cls != OpClass::Norm) {
       return makeError(ErrorCode::Internal, "region value {} has no shape yet", v);
     }
-    Shape shape;
-    bool first = true;
+    bool first = op.cls != OpClass::MatMul;
     for (int in : op.in) {
-      if (in < 0) continue;
+      if (in < 0 || op.cls == OpClass::MatMul) continue;
       SVM_ASSIGN_OR_RETURN(const Value* input, shaped(in));
       if (first) {
         shape = input->tensor().shape();
@@ -381,7 +394,7 @@ class Eval {
     if (step.kind == Step::Kind::Reduce) {
       SVM_ASSIGN_OR_RETURN(const Value* source, shaped(step.source));
       iteration = source->tensor().shape();
-    } else if (step.kind == Step::Kind::Fused) {
+    } else if (step.kind == Step::Kind::Fused || step.program) {
       SVM_ASSIGN_OR_RETURN(const Value* first, shaped(step.outputs[0]));
       iteration = first->tensor().shape();
       for (int out : step.outputs) {
@@ -395,7 +408,7 @@ class Eval {
     std::vector<Value> leaves;
     leaves.reserve(step.leaves.size());
     for (const Leaf& leaf : step.leaves) {
-      if (step.kind != Step::Kind::MatMul) {
+      if (step.kind != Step::Kind::MatMul || (step.program && leaves.size() >= step.matmul_leaves)) {
         SVM_ASSIGN_OR_RETURN(Value value, this->leaf(leaf, iteration));
         leaves.push_back(std::move(value));
       } else {
@@ -635,6 +648,7 @@ std::string CompiledRegion::describe() const {
     } else {
       part = opName(plan->ops[static_cast<std::size_t>(step.op)].op);
       for (int e : step.absorbed) part += "+" + opName(plan->ops[static_cast<std::size_t>(e)].op);
+      if (step.program) part += fmt::format("+gates({})", step.program->describe());
     }
     text += (text.empty() ? "" : ", ") + part;
   }
@@ -823,6 +837,173 @@ void planBlocks(RegionPlan& p) {
   }
 }
 
+// A Fused/Reduce/MatMul step's kernel inputs on the reference run's values (see Eval::stepInputs).
+Expected<std::vector<Value>> stepLeaves(const RegionPlan& p, const Step& step, Eval& reference) {
+  std::vector<Value> leaves;
+  Shape iteration;
+  if (step.kind != Step::Kind::MatMul || step.program) {
+    const int first = step.kind == Step::Kind::Reduce ? step.source : step.outputs[0];
+    iteration = p.values[static_cast<std::size_t>(first)].shape;
+  }
+  for (const Leaf& leaf : step.leaves) {
+    if (step.kind != Step::Kind::MatMul || (step.program && leaves.size() >= step.matmul_leaves)) {
+      SVM_ASSIGN_OR_RETURN(Value value, reference.leaf(leaf, iteration));
+      leaves.push_back(std::move(value));
+    } else {
+      leaves.push_back(reference.realValue(leaf.base));
+    }
+  }
+  return leaves;
+}
+
+// A MatMul step's spec: the site's inferred matmul spec, the epilogue's operands after A and B,
+// and with a gate epilogue the program's leaf views after them (their stride along H baked in).
+Expected<KernelSpec> matmulStepSpec(const RegionPlan& p, const Step& step, const std::vector<Value>& leaves,
+                                    std::span<const std::vector<ProfileRecord>> records, int compiles) {
+  const ROp& mm = p.ops[static_cast<std::size_t>(step.op)];
+  const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
+  SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(OpId::MatMul, *mm.attrs, records[site_index], compiles));
+  KernelSpec spec = inferred.spec;
+  for (std::size_t e = 2; e < leaves.size(); ++e) {
+    const Tensor& t = leaves[e].tensor();
+    OperandSpec operand;
+    operand.dtype = t.dtype();
+    operand.rank = t.rank();
+    operand.contiguous = step.program && e >= step.matmul_leaves ? false : t.isContiguous();
+    spec.inputs.push_back(operand);
+  }
+  spec.epilogue = step.epilogue;
+  if (step.program) {
+    FusedProgram& program = *step.program;
+    for (std::size_t l = 0; l < step.fused_leaf_source.size(); ++l) {
+      const int source = step.fused_leaf_source[l];
+      if (source < 0) {
+        program.leaf_inner[l] = 1;
+        continue;
+      }
+      const Tensor& t = leaves[static_cast<std::size_t>(source)].tensor();
+      const std::int64_t inner = t.rank() == 0 || t.dim(t.rank() - 1) == 1 ? 1 : t.stride(t.rank() - 1);
+      program.leaf_inner[l] = inner == 0 || inner == 1 ? static_cast<int>(inner) : -1;
+    }
+    spec.fused = step.program;
+    spec.fused_leaf_source = step.fused_leaf_source;
+  }
+  return spec;
+}
+
+// True when value w is value v or a view of it (through view ops only).
+bool viewOf(const RegionPlan& p, int w, int v) {
+  while (w != v) {
+    const RValue& value = p.values[static_cast<std::size_t>(w)];
+    if (value.op < 0) return false;
+    const ROp& op = p.ops[static_cast<std::size_t>(value.op)];
+    if (op.cls != OpClass::View || op.in.empty() || op.in[0] < 0) return false;
+    w = op.in[0];
+  }
+  return true;
+}
+
+// Gate epilogues: a matmul whose product only one later fused step reads, through views that
+// reshape its leading axes and split its columns into G equal blocks (the LSTM gates after
+// x @ W.T + b), becomes one step: the program runs in the matmul's tiles on the accumulators and
+// the product is never stored. The views' layout is checked structurally (reshape and split ops
+// only, one split) and on the planning run (block g at column g * H, rows flattened row-major);
+// the merged kernel must be one the matmul family supports, else the steps stay apart.
+Status mergeGateEpilogues(RegionPlan& p, Eval& reference, std::span<const std::vector<ProfileRecord>> records,
+                          int compiles) {
+  if (Tunables::get(Tunable::RegionGateEpilogue) == 0) return Status::ok();
+  for (std::size_t m = 0; m < p.steps.size(); ++m) {
+    const Step& mm = p.steps[m];
+    if (mm.kind != Step::Kind::MatMul || mm.program || mm.outputs.size() != 1) continue;
+    const int v = mm.outputs[0];
+    bool elsewhere = false;
+    for (const auto& [reg, w] : p.writeback) elsewhere = elsewhere || viewOf(p, w, v);
+    int reader = -1;
+    for (std::size_t k = 0; k < p.steps.size() && !elsewhere; ++k) {
+      if (k == m) continue;
+      const Step& step = p.steps[k];
+      bool reads = step.source == v || step.center == v;
+      if (step.kind == Step::Kind::Opaque) {
+        for (int in : p.ops[static_cast<std::size_t>(step.op)].in) reads = reads || (in >= 0 && viewOf(p, in, v));
+      }
+      for (const Leaf& leaf : step.leaves) reads = reads || leaf.base == v;
+      if (!reads) continue;
+      if (reader >= 0 || step.kind != Step::Kind::Fused || step.kind == Step::Kind::MatMul) elsewhere = true;
+      reader = static_cast<int>(k);
+    }
+    if (elsewhere || reader < static_cast<int>(m)) continue;
+    const Step& fused = p.steps[static_cast<std::size_t>(reader)];
+    const FusedProgram& program = *fused.program;
+    if (program.reduce != FusedProgram::Reduce::None || !program.in_place.empty() || program.rank < 2 ||
+        program.rank > 3) {
+      continue;
+    }
+    const Shape iteration = p.values[static_cast<std::size_t>(fused.outputs[0])].shape;
+    const Tensor& product = reference.realValue(v).tensor();
+    if (iteration.rank() != program.rank || product.rank() != 2 || !product.isContiguous()) continue;
+    const std::int64_t hidden = iteration[iteration.rank() - 1];
+    Step merged;
+    merged.kind = Step::Kind::MatMul;
+    merged.op = mm.op;
+    merged.leaves = mm.leaves;
+    merged.epilogue = mm.epilogue;
+    merged.absorbed = mm.absorbed;
+    merged.matmul_leaves = mm.leaves.size();
+    merged.outputs = fused.outputs;
+    bool fits = hidden > 0;
+    int gates = 0;
+    for (const Leaf& leaf : fused.leaves) {
+      if (leaf.base != v) {
+        merged.fused_leaf_source.push_back(static_cast<int>(merged.leaves.size()));
+        merged.leaves.push_back(leaf);
+        continue;
+      }
+      int block = -1;
+      Shape shape = product.shape();
+      for (const ChainItem& item : leaf.chain) {
+        if (item.expand) {  // a broadcast to the shape it already has
+          fits = fits && p.values[static_cast<std::size_t>(item.value)].shape == shape;
+          continue;
+        }
+        const ROp& op = p.ops[static_cast<std::size_t>(item.op)];
+        if (op.op == OpId::Split && block < 0) {
+          block = item.out;
+        } else if (op.op != OpId::Reshape) {
+          fits = false;
+        }
+        shape = p.values[static_cast<std::size_t>(op.out[static_cast<std::size_t>(item.out)])].shape;
+      }
+      fits = fits && block >= 0;
+      if (!fits) break;
+      auto view = reference.leaf(leaf, iteration);
+      if (!view) return view.status();
+      const Tensor& t = view->tensor();
+      const std::int64_t n = product.dim(1);
+      const bool rank2 = iteration.rank() == 2;
+      fits = t.storage() == product.storage() && t.shape() == iteration &&
+             t.offset() == product.offset() + block * hidden && t.stride(iteration.rank() - 1) == 1 &&
+             t.stride(iteration.rank() - 2) == n && (rank2 || t.stride(0) == iteration[1] * n);
+      if (!fits) break;
+      merged.fused_leaf_source.push_back(-block - 1);
+      gates = std::max(gates, block + 1);
+    }
+    if (!fits || merged.leaves.size() == merged.matmul_leaves || gates * hidden != product.dim(1)) continue;
+    merged.program = std::make_shared<FusedProgram>(program);
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, merged, reference));
+    SVM_ASSIGN_OR_RETURN(KernelSpec spec, matmulStepSpec(p, merged, leaves, records, compiles));
+    if (!familyFor(OpId::MatMul)->supports(spec).isOk()) continue;
+    // The merged step takes the fused step's place (its other inputs are real by then).
+    p.steps[static_cast<std::size_t>(reader)] = std::move(merged);
+    p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(m));
+    std::fill(p.producer.begin(), p.producer.end(), -1);
+    for (std::size_t k = 0; k < p.steps.size(); ++k) {
+      for (int out : p.steps[k].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(k);
+    }
+    --m;
+  }
+  return Status::ok();
+}
+
 KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
                         std::span<const Value* const> examples, std::vector<TuneOutcome>* outcomes) {
   if (tuner == nullptr || family.searchSpace(spec).empty()) return KernelParams{};
@@ -949,9 +1130,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
 
   SVM_RETURN_IF_ERROR(planRegionSteps(p, function, range, liveness));
   reference.grow();
+  SVM_RETURN_IF_ERROR(mergeGateEpilogues(p, reference, records, compiles));
   bool worthwhile = false;
   for (const Step& step : p.steps) {
-    worthwhile = worthwhile || (step.kind == Step::Kind::MatMul && !step.epilogue.empty()) ||
+    worthwhile = worthwhile || (step.kind == Step::Kind::MatMul && (!step.epilogue.empty() || step.program)) ||
                  (step.kind == Step::Kind::Fused && step.program->nodes.size() >= 2) ||
                  (step.kind == Step::Kind::Reduce && !step.program->nodes.empty());
   }
@@ -978,17 +1160,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       step.kernel = std::move(*kernel);
       continue;
     }
-    std::vector<Value> leaves;
-    if (step.kind != Step::Kind::MatMul) {
-      const int first = step.kind == Step::Kind::Reduce ? step.source : step.outputs[0];
-      const Shape iteration = p.values[static_cast<std::size_t>(first)].shape;
-      for (const Leaf& leaf : step.leaves) {
-        SVM_ASSIGN_OR_RETURN(Value value, reference.leaf(leaf, iteration));
-        leaves.push_back(std::move(value));
-      }
-    } else {
-      for (const Leaf& leaf : step.leaves) leaves.push_back(reference.realValue(leaf.base));
-    }
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, step, reference));
     std::vector<const Value*> pointers;
     for (const Value& v : leaves) pointers.push_back(&v);
     KernelSpec spec;
@@ -1011,19 +1183,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
       spec.fused = step.program;
       family = fusedFamily();
     } else {
-      const ROp& mm = p.ops[static_cast<std::size_t>(step.op)];
-      const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
-      SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(OpId::MatMul, *mm.attrs, records[site_index], compiles));
-      spec = inferred.spec;
-      for (std::size_t e = 2; e < leaves.size(); ++e) {
-        const Tensor& t = leaves[e].tensor();
-        OperandSpec operand;
-        operand.dtype = t.dtype();
-        operand.rank = t.rank();
-        operand.contiguous = t.isContiguous();
-        spec.inputs.push_back(operand);
-      }
-      spec.epilogue = step.epilogue;
+      SVM_ASSIGN_OR_RETURN(spec, matmulStepSpec(p, step, leaves, records, compiles));
       family = familyFor(OpId::MatMul);
       step.guard = guardFor(spec);
     }

@@ -95,6 +95,10 @@ struct Step {
   std::unique_ptr<CompiledKernel> kernel;
   Guard guard;  // MatMul: the kernel's guard on A, B and the extras
   std::shared_ptr<FusedProgram> program;
+  // MatMul with a gate epilogue (`program` set; see KernelSpec::fused_leaf_source): its first
+  // `matmul_leaves` leaves are A, B and the epilogue operands, the rest the program's leaf views.
+  std::vector<int> fused_leaf_source;
+  std::size_t matmul_leaves = 0;
   // Reduce: the reduction of `source` (or, with `center`, of transform(source - center)).
   int source = -1;
   int center = -1;

@@ -111,6 +111,10 @@ KernelKey kernelKey(const jit::KernelFamily& family, const jit::KernelSpec& spec
     for (int out : p.outputs) kernel += fmt::format("{},", out);
     kernel += "inner:";
     for (int inner : p.leaf_inner) kernel += fmt::format("{},", inner);
+    if (!spec.fused_leaf_source.empty()) {
+      kernel += "gates:";
+      for (int source : spec.fused_leaf_source) kernel += fmt::format("{},", source);
+    }
   }
   for (const jit::EpilogueStep& step : spec.epilogue) {
     kernel += fmt::format("|epi:{}({}{})", jit::opIdent(step.op), step.operand, step.swapped ? ",swapped" : "");

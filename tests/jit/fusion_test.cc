@@ -539,6 +539,117 @@ TEST_F(FusionTest, LstmLoopWithDynamicDimsServesOrDeclines) {
   EXPECT_GT(served, 0u);
 }
 
+// ---- the gate epilogue (RegionGateEpilogue): the gate math in the matmul's tiles ----
+
+// The reference workload with the gate epilogue on: the x @ W_ih.T (cell) or h @ W_hh.T (loop)
+// matmul computes the gates in its tiles and stores only h' and c', in every float dtype, for
+// batch x seq rows below, at and above the tile's rows.
+TEST_F(FusionTest, LstmGateEpilogueEqualsO0) {
+  ASSERT_TRUE(Tunables::set(Tunable::RegionGateEpilogue, 1).isOk());
+  auto cell = python(readRepoFile("examples/lstm_cell.py"));
+  auto loop = python(readRepoFile("examples/lstm_loop.py"));
+  for (DType dtype : kFloatTypes) {
+    for (auto [batch, seq] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {7, 3}, {17, 4}}) {
+      SCOPED_TRACE(fmt::format("{} batch={} seq={}", dtypeName(dtype), batch, seq));
+      Report report;
+      ASSERT_TRUE(differential(
+          cell, "lstm_cell", 3, [&](int, std::mt19937& rng) { return lstmInputs(rng, dtype, batch, seq); }, &report));
+      expectServed(report);
+      EXPECT_TRUE(report.describes("matmul+add, matmul+add+gates(add,sigmoid")) << report.installed();
+      Report looped;
+      ASSERT_TRUE(differential(
+          loop, "lstm_loop", 3, [&](int, std::mt19937& rng) { return lstmInputs(rng, dtype, batch, seq); }, &looped));
+      expectServed(looped, static_cast<std::uint64_t>(seq));
+      EXPECT_TRUE(looped.describes("matmul+add+add_n+gates(sigmoid")) << looped.installed();
+    }
+  }
+}
+
+// A rank-2 program over G = 4 blocks of H = 16 with a row-dependent leaf, odd row counts (tails
+// of the tile's rows) and one leaf broadcast along H; and the cases that keep two kernels: the
+// product also returned, a block width that is no multiple of 16, a leaf strided along H.
+TEST_F(FusionTest, GateEpilogueServesOrKeepsTwoKernels) {
+  ASSERT_TRUE(Tunables::set(Tunable::RegionGateEpilogue, 1).isOk());
+  auto gates = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 32], w: Tensor[64, 32], b: Tensor[64], c: Tensor["n", 16], s: Tensor["n", 1]):
+    g = x @ w.T + b
+    a, z, u, v = ops.split(g, 4, axis=1)
+    return ops.sigmoid(a) * c + ops.tanh(z) * u - v * s
+)");
+  const std::int64_t rows[] = {1, 7, 17, 63, 65};
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(dtypeName(dtype));
+    Report report;
+    ASSERT_TRUE(differential(
+        gates, "f", 5,
+        [&](int run, std::mt19937& rng) {
+          const std::int64_t n = rows[run];
+          return std::vector<Value>{rnd(rng, dtype, {n, 32}), rnd(rng, dtype, {64, 32}, Layout::Contiguous, 0.3),
+                                    rnd(rng, dtype, {64}), rnd(rng, dtype, {n, 16}), rnd(rng, dtype, {n, 1})};
+        },
+        &report));
+    SCOPED_TRACE(report.installed());
+    EXPECT_GE(report.stats.fused_regions, 1u);
+    EXPECT_EQ(report.stats.validation_failures, 0u);
+    EXPECT_EQ(report.stats.compile_failures, 0u);
+    EXPECT_TRUE(report.describes("matmul+add+gates(sigmoid")) << report.installed();
+  }
+  // The product is returned too: it must be stored, so the matmul keeps its own kernel.
+  auto returned = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 32], w: Tensor[64, 32], c: Tensor["n", 16]):
+    g = x @ w.T
+    a, z, u, v = ops.split(g, 4, axis=1)
+    return ops.sigmoid(a) * c + ops.tanh(z) * u - v, g
+)");
+  // Blocks of 8 columns: no 16-lane vector per block.
+  auto narrow = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 32], w: Tensor[32, 32], c: Tensor["n", 8]):
+    g = x @ w.T
+    a, z, u, v = ops.split(g, 4, axis=1)
+    return ops.sigmoid(a) * c + ops.tanh(z) * u - v
+)");
+  // c read through a transpose: its stride along H is not 1.
+  auto strided = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 32], w: Tensor[64, 32], ct: Tensor[16, "n"]):
+    g = x @ w.T
+    a, z, u, v = ops.split(g, 4, axis=1)
+    return ops.sigmoid(a) * ops.transpose(ct, (1, 0)) + ops.tanh(z) * u - v
+)");
+  struct Case {
+    const char* name;
+    std::shared_ptr<Module> module;
+    std::int64_t width;  // w's rows
+    bool transposed_c;
+  };
+  for (const Case& c :
+       {Case{"returned", returned, 64, false}, Case{"narrow", narrow, 32, false}, Case{"strided", strided, 64, true}}) {
+    SCOPED_TRACE(c.name);
+    Report report;
+    ASSERT_TRUE(differential(
+        c.module, "f", 3,
+        [&](int run, std::mt19937& rng) {
+          const std::int64_t n = rows[run + 1];
+          const std::int64_t h = c.width / 4;
+          return std::vector<Value>{
+              rnd(rng, DType::Float32, {n, 32}), rnd(rng, DType::Float32, {c.width, 32}),
+              c.transposed_c ? rnd(rng, DType::Float32, {h, n}) : rnd(rng, DType::Float32, {n, h})};
+        },
+        &report));
+    SCOPED_TRACE(report.installed());
+    EXPECT_GE(report.stats.fused_regions, 1u);
+    EXPECT_EQ(report.stats.validation_failures, 0u);
+    EXPECT_FALSE(report.describes("gates(")) << report.installed();
+  }
+}
+
 // ---- multi-output ranges, liveness, registers overwritten inside a range ----
 
 TEST_F(FusionTest, IntermediatesThatAreAlsoReturnedAreMaterialized) {
