@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// The matmul family's shared pieces (internal to codegen_matmul.cc, the family, and
+// matmul_emitter.cc, the IR): its constants, the Plan (KernelParams resolved against the shape
+// and the host), the operand layout helpers, and the emitter's entry point. See the top of
+// codegen_matmul.cc for the loop nest and the packed layouts. Invariant: the family and the
+// emitter see one resolvePlan(); the packed B layout and the scratch size derive from it only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "jit/codegen_util.h"
+#include "jit/kernel_abi.h"
+
+namespace shapevm::jit::matmul {
+
+using ir::Builder;
+
+constexpr unsigned kLanes = 16;  // <16 x float>
+constexpr int kMaxBatchRank = 2;
+constexpr int kMaxAccumulators = 28;  // of 32 zmm registers: the rest hold B and A values
+// scalars[] written by prepare(): the task runner's address and the number of tasks.
+constexpr int kScalarRunner = 0;
+constexpr int kScalarTasks = 1;
+// scalars[] written by usePacked(): the whole packed B (0: none, pack into the scratch as usual),
+// and 1 = only write that packing.
+constexpr int kScalarPackedB = 2;
+constexpr int kScalarPackOnly = 3;
+// Below this many multiply-adds a call stays on one thread (waking workers costs ~10 us).
+constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
+
+// What the spec fixes about the matrices: -1 = known only at run time.
+struct MatmulDims {
+  std::int64_t m = -1, k = -1, n = -1;
+};
+
+// Every knob of the generated code. B is packed in KC x NC blocks (panels of NR columns), A in
+// MC x KC blocks (panels of MR rows) when mc > 0; direct_b reads B in place (f32 rows only).
+struct Plan {
+  int mr = 8;       // register tile rows
+  int vectors = 2;  // register tile columns / 16 (NR = 16 * vectors)
+  int kc = 256;     // K block
+  int mc = 0;       // M block of packed A; 0 = A read in place
+  int nc = 32;      // N block of packed B (multiple of NR)
+  bool direct_b = false;
+  int k_unroll = 1;
+  int prefetch = 0;  // > 0: prefetch B (in place: this many k steps ahead; packed: the next panel)
+  int threads = 0;   // 0 = the KernelThreads tunable at run time
+  // bfloat16 A and B: packed B holds pairs of K rows (one 32-bit slot: B[2p, j] low, B[2p+1, j]
+  // high; zero past K) and the tile runs one vdpbf16ps per pair, half the steps of widening.
+  bool bf16_pairs = false;
+  std::int64_t nr() const { return static_cast<std::int64_t>(vectors) * kLanes; }
+};
+
+// A gate epilogue (KernelSpec::fused on a matmul, see kernel_abi.h): the program's leaf views
+// are the spec inputs from epilogueInputsEnd() on; the kernel's outputs are the program's.
+bool gateEpilogue(const KernelSpec& spec);
+std::size_t epilogueInputsEnd(const KernelSpec& spec);
+// G: the product's column blocks the program reads (one accumulator vector each per tile row).
+int gateCount(const KernelSpec& spec);
+int outputCount(const KernelSpec& spec);
+// Canonical view slots: right after the operands (inputs, then the outputs).
+int slotA(const KernelSpec& spec);
+int slotB(const KernelSpec& spec);
+bool hostHasAvx512();
+bool hostHasBf16Dot();  // vdpbf16ps: 16 float32 lanes += the products of 16 pairs of bfloat16
+bool isEpilogueUnary(OpId op);
+bool isEpilogueBinary(OpId op);
+MatmulDims staticDims(const KernelSpec& spec);
+bool directBPossible(const KernelSpec& spec);              // B read in place: float32, contiguous rows
+bool packableB(const KernelSpec& spec, const Plan& plan);  // the whole B may come packed
+Plan resolvePlan(const KernelSpec& spec);
+std::int64_t bPackFloats(const Plan& plan);   // the packed B block's floats in the scratch
+std::int64_t scratchBytes(const Plan& plan);  // one task's scratch (packed blocks), bytes
+// A 16-bit output keeps its partial sums between K blocks in float32 (see the emitter).
+bool widePartials(DType out_dtype);
+
+// How an epilogue operand varies along N: not at all (the output has no N axis, or the operand's
+// dim aligned with N is statically 1: one value per row), with stride 1 (lanes loaded as
+// vectors), or as the run-time stride says (0 or 1; a dynamic dim that may be 1).
+enum class AlongN { Broadcast, Contiguous, RunTime };
+AlongN extraAlongN(const KernelSpec& spec, const OperandSpec& extra);
+
+// Emits `void <symbol>(ptr args)` for a spec the family supports: the exported entry calling the
+// task runner (KernelArgs scalars) and the internal part function (matmul_emitter.cc).
+Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std::string& symbol);
+
+}  // namespace shapevm::jit::matmul
