@@ -408,7 +408,7 @@ class Eval {
     std::vector<Value> leaves;
     leaves.reserve(step.leaves.size());
     for (const Leaf& leaf : step.leaves) {
-      if (step.kind != Step::Kind::MatMul || (step.program && leaves.size() >= step.matmul_leaves)) {
+      if (readsView(step, leaves.size())) {
         SVM_ASSIGN_OR_RETURN(Value value, this->leaf(leaf, iteration));
         leaves.push_back(std::move(value));
       } else {
@@ -846,7 +846,7 @@ Expected<std::vector<Value>> stepLeaves(const RegionPlan& p, const Step& step, E
     iteration = p.values[static_cast<std::size_t>(first)].shape;
   }
   for (const Leaf& leaf : step.leaves) {
-    if (step.kind != Step::Kind::MatMul || (step.program && leaves.size() >= step.matmul_leaves)) {
+    if (readsView(step, leaves.size())) {
       SVM_ASSIGN_OR_RETURN(Value value, reference.leaf(leaf, iteration));
       leaves.push_back(std::move(value));
     } else {
@@ -909,8 +909,8 @@ bool viewOf(const RegionPlan& p, int w, int v) {
 // the product is never stored. The views' layout is checked structurally (reshape and split ops
 // only, one split) and on the planning run (block g at column g * H, rows flattened row-major);
 // the merged kernel must be one the matmul family supports, else the steps stay apart.
-Status mergeGateEpilogues(RegionPlan& p, Eval& reference, std::span<const std::vector<ProfileRecord>> records,
-                          int compiles) {
+Status mergeGateEpilogues(RegionPlan& p, const Function& function, Eval& reference,
+                          std::span<const std::vector<ProfileRecord>> records, int compiles) {
   if (Tunables::get(Tunable::RegionGateEpilogue) == 0) return Status::ok();
   for (std::size_t m = 0; m < p.steps.size(); ++m) {
     const Step& mm = p.steps[m];
@@ -928,7 +928,7 @@ Status mergeGateEpilogues(RegionPlan& p, Eval& reference, std::span<const std::v
       }
       for (const Leaf& leaf : step.leaves) reads = reads || leaf.base == v;
       if (!reads) continue;
-      if (reader >= 0 || step.kind != Step::Kind::Fused || step.kind == Step::Kind::MatMul) elsewhere = true;
+      if (reader >= 0 || step.kind != Step::Kind::Fused) elsewhere = true;
       reader = static_cast<int>(k);
     }
     if (elsewhere || reader < static_cast<int>(m)) continue;
@@ -958,27 +958,42 @@ Status mergeGateEpilogues(RegionPlan& p, Eval& reference, std::span<const std::v
         merged.leaves.push_back(leaf);
         continue;
       }
+      // Every execution's views, not only the planning run's, must map (rows..., u) of block g to
+      // product[row, g * H + u]: so the chain may only reshape with a static last dim N (its
+      // leading dims regroup the rows, row-major) and split the last axis once into blocks of a
+      // static H, as the shape tokens say; broadcasts only to the shape a value already has.
+      const std::int64_t n = product.dim(1);
       int block = -1;
       Shape shape = product.shape();
+      auto lastStatic = [](const TensorDescriptor* t) {
+        return t != nullptr && t->rank() > 0 && t->dims.back().is_static ? t->dims.back().size : -1;
+      };
       for (const ChainItem& item : leaf.chain) {
-        if (item.expand) {  // a broadcast to the shape it already has
+        if (item.expand) {
           fits = fits && p.values[static_cast<std::size_t>(item.value)].shape == shape;
           continue;
         }
         const ROp& op = p.ops[static_cast<std::size_t>(item.op)];
-        if (op.op == OpId::Split && block < 0) {
+        const int out = op.out[static_cast<std::size_t>(item.out)];
+        const TensorDescriptor* from = tokenOf(function, p, op.in[0]);
+        const TensorDescriptor* to = tokenOf(function, p, out);
+        if (op.op == OpId::Split && block < 0 && from != nullptr) {
+          const std::int64_t axis = (*op.attrs)[0].i;
+          fits = fits && (axis == -1 || axis == from->rank() - 1) && lastStatic(from) == n && lastStatic(to) == hidden;
           block = item.out;
-        } else if (op.op != OpId::Reshape) {
-          fits = false;
+        } else {
+          fits = fits && op.op == OpId::Reshape && lastStatic(from) == n && lastStatic(to) == n;
         }
-        shape = p.values[static_cast<std::size_t>(op.out[static_cast<std::size_t>(item.out)])].shape;
+        shape = p.values[static_cast<std::size_t>(out)].shape;
       }
       fits = fits && block >= 0;
       if (!fits) break;
       auto view = reference.leaf(leaf, iteration);
-      if (!view) return view.status();
+      if (!view) {
+        fits = false;
+        break;
+      }
       const Tensor& t = view->tensor();
-      const std::int64_t n = product.dim(1);
       const bool rank2 = iteration.rank() == 2;
       fits = t.storage() == product.storage() && t.shape() == iteration &&
              t.offset() == product.offset() + block * hidden && t.stride(iteration.rank() - 1) == 1 &&
@@ -987,7 +1002,8 @@ Status mergeGateEpilogues(RegionPlan& p, Eval& reference, std::span<const std::v
       merged.fused_leaf_source.push_back(-block - 1);
       gates = std::max(gates, block + 1);
     }
-    if (!fits || merged.leaves.size() == merged.matmul_leaves || gates * hidden != product.dim(1)) continue;
+    if (!fits || merged.leaves.size() == merged.matmul_leaves || gates < 2 || gates * hidden != product.dim(1))
+      continue;
     merged.program = std::make_shared<FusedProgram>(program);
     SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, merged, reference));
     SVM_ASSIGN_OR_RETURN(KernelSpec spec, matmulStepSpec(p, merged, leaves, records, compiles));
@@ -1130,7 +1146,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const
 
   SVM_RETURN_IF_ERROR(planRegionSteps(p, function, range, liveness));
   reference.grow();
-  SVM_RETURN_IF_ERROR(mergeGateEpilogues(p, reference, records, compiles));
+  SVM_RETURN_IF_ERROR(mergeGateEpilogues(p, function, reference, records, compiles));
   bool worthwhile = false;
   for (const Step& step : p.steps) {
     worthwhile = worthwhile || (step.kind == Step::Kind::MatMul && (!step.epilogue.empty() || step.program)) ||

@@ -116,6 +116,12 @@ inline std::size_t kernelOutputs(const Step& step) {
   return step.outputs.size() - (step.program ? step.program->in_place.size() : 0);
 }
 
+// True when the step's kernel reads leaf k as its view at the iteration shape (fused and reduction
+// steps, a gate epilogue's program leaves), false when as the value itself (a matmul's operands).
+inline bool readsView(const Step& step, std::size_t k) {
+  return step.kind != Step::Kind::MatMul || (step.program && k >= step.matmul_leaves);
+}
+
 // A prelude instruction replayed at entry: LoadConst (`constant`), TuplePack of `items`, DimOf
 // (items[0], axis) or a scalar op of items (the interpreter's scalar semantics).
 struct PreludeOp {

@@ -623,24 +623,36 @@ def f(x: Tensor["n", 32], w: Tensor[64, 32], ct: Tensor[16, "n"]):
     a, z, u, v = ops.split(g, 4, axis=1)
     return ops.sigmoid(a) * ops.transpose(ct, (1, 0)) + ops.tanh(z) * u - v
 )");
+  // The product's rows regrouped with its columns (last dim 128 -> 64): block g of the views is
+  // not columns g * H .. of a product row.
+  auto regrouped = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 32], w: Tensor[128, 32], c: Tensor["m", 16]):
+    n, _ = x.shape
+    g = ops.reshape(x @ w.T, (n * 2, 64))
+    a, z, u, v = ops.split(g, 4, axis=1)
+    return ops.sigmoid(a) * c + ops.tanh(z) * u - v
+)");
   struct Case {
     const char* name;
     std::shared_ptr<Module> module;
     std::int64_t width;  // w's rows
     bool transposed_c;
+    std::int64_t c_rows;  // c's rows per row of x
   };
-  for (const Case& c :
-       {Case{"returned", returned, 64, false}, Case{"narrow", narrow, 32, false}, Case{"strided", strided, 64, true}}) {
+  for (const Case& c : {Case{"returned", returned, 64, false, 1}, Case{"narrow", narrow, 32, false, 1},
+                        Case{"strided", strided, 64, true, 1}, Case{"regrouped", regrouped, 128, false, 2}}) {
     SCOPED_TRACE(c.name);
     Report report;
     ASSERT_TRUE(differential(
         c.module, "f", 3,
         [&](int run, std::mt19937& rng) {
           const std::int64_t n = rows[run + 1];
-          const std::int64_t h = c.width / 4;
+          const std::int64_t h = c.width / 4 / c.c_rows;
           return std::vector<Value>{
               rnd(rng, DType::Float32, {n, 32}), rnd(rng, DType::Float32, {c.width, 32}),
-              c.transposed_c ? rnd(rng, DType::Float32, {h, n}) : rnd(rng, DType::Float32, {n, h})};
+              c.transposed_c ? rnd(rng, DType::Float32, {h, n}) : rnd(rng, DType::Float32, {n * c.c_rows, h})};
         },
         &report));
     SCOPED_TRACE(report.installed());
