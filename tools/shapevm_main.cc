@@ -252,7 +252,8 @@ Status applyJitFlags(const RunFlags& flags) {
   if (flags.warmup) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::WarmupRuns, *flags.warmup).withContext("--warmup"));
   if (flags.hot_count) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::HotCount, *flags.hot_count).withContext("--hot-count"));
   if (flags.hot_ms) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::HotMs, *flags.hot_ms).withContext("--hot-ms"));
-  if (flags.jit_log) SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitLog, 1));
+  if (flags.jit_log)
+    SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitLog, std::max<std::int64_t>(1, Tunables::get(Tunable::JitLog))));
   return Status::ok();
 }
 
@@ -356,7 +357,13 @@ int runCommand(RunFlags flags) {
     tuner = std::make_unique<tune::AutoTuner>(tune_options);
     if (flags.tune) tuner->setProgress(progressPrinter());
   }
-  if (Tunables::get(Tunable::JitLevel) >= 1) {
+  if (Tunables::get(Tunable::JitLevel) >= 1 && flags.no_profile) {
+    // The JIT picks hot regions and their shape ranges from the interpreter's profile.
+    fmt::print(stderr,
+               "[WARN] JIT: --no-profile leaves the JIT without the shape profiles it compiles from; "
+               "everything runs interpreted (O0)\n");
+  }
+  if (Tunables::get(Tunable::JitLevel) >= 1 && !flags.no_profile) {
     jit::JitOptions jit_options;
     jit_options.wait_for_compiles = flags.jit_wait;
     jit_options.tuner = tuner.get();
@@ -531,7 +538,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--out", run.out, "write the last run's outputs to this .npz (out0, out1, ...)");
   run_cmd->add_flag("--stats", run.stats, "print latency (median, p99) per dim setting and totals");
   run_cmd->add_flag("--profile", run.profile, "print the per-site profile (calls, time, shapes seen)");
-  run_cmd->add_flag("--no-profile", run.no_profile, "disable per-site timing and shape profiling");
+  run_cmd->add_flag(
+      "--no-profile", run.no_profile,
+      "disable per-site timing and shape profiling (and with them the JIT, which compiles from the profiles)");
   run_cmd->add_flag("-q,--quiet", run.quiet, "do not print output summaries");
   run_cmd->add_flag("--no-opt", run.no_opt, "(.py) compile without optimizations");
   run_cmd->add_option("--opt", run.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
@@ -539,7 +548,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--warmup", run.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
   run_cmd->add_option("--hot-count", run.hot_count, "executions before a region is hot (tunable hot_count, default 5)");
   run_cmd->add_option("--hot-ms", run.hot_ms, "cumulative ms before a region is hot (tunable hot_ms, default 20)");
-  run_cmd->add_flag("--jit-log", run.jit_log, "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1");
+  run_cmd->add_flag("--jit-log", run.jit_log,
+                    "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1 (=2 adds debug lines: every "
+                    "AutoTuner candidate's time)");
   run_cmd->add_flag("--jit-wait", run.jit_wait, "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
   run_cmd->add_option("--dump", run.dump, "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
   run_cmd->add_option("--set", run.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");

@@ -2,6 +2,8 @@
 // Vectorizable float32 math in IR (see ir_math.h).
 // The polynomial coefficients were fitted with mpmath's chebyfit (near-minimax on Chebyshev
 // nodes, 40 digits) and rounded to float32:
+//   exp:   Q(r)  = (e^r - 1 - r) / r^2               on [-ln2/2, ln2/2],             degree 4
+//          (Lawson-weighted least squares for e^r's relative error in numpy, not chebyfit)
 //   log:   P(f)  = (log1p(f) - f + f^2/2) / f^3      on [sqrt(1/2) - 1, sqrt(2) - 1], degree 8
 //   tanh:  P(s)  = (tanh(sqrt s) - sqrt s) / s^1.5   on [0, 0.625^2],                degree 5
 //   erf:   P(s)  = erf(sqrt s) / sqrt s              on [0, 1],                      degree 6
@@ -21,6 +23,10 @@ constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f
                                       -0.166678026f, 0.200007156f,  -0.24999997f, 0.333333313f};
 constexpr float kTanhCoefficients[] = {0.00229274482f, -0.00834394526f, 0.0217689183f,
                                        -0.0539592579f, 0.133333042f,    -0.333333343f};
+// exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then Horner's
+// last two steps' 1, 1. One FMA fewer than the degree-7 Taylor polynomial it replaced (< 6e-9).
+constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f,
+                                      0.49999997f,    1.0f,           1.0f};
 constexpr float kErfCoefficients[] = {7.87587487e-05f, -0.00080168643f, 0.00518908724f, -0.0268542115f,
                                       0.112835944f,    -0.37612626f,    1.12837911f};
 constexpr float kErfcxCenter = 0.48264461755752563f;
@@ -109,31 +115,28 @@ llvm::Value* callLibm(Builder& b, const char* name, llvm::Value* x) {
 }
 
 // e^x = p * s1 * s2 with p = e^r in [0.7, 1.42] and s1, s2 normal powers of two, for x clamped to
-// [lowest, 89] (lowest >= -120): Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, degree-7
-// polynomial. Keeping the scale apart lets a caller multiply p by its other factors first, so a
-// result in the denormal range is rounded once.
+// [lowest, 89] (lowest >= -120; a caller whose x is never positive skips the upper clamp):
+// Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, then e^r = 1 + r + r^2 Q(r). Keeping the scale
+// apart lets a caller multiply p by its other factors first, so a result in the denormal range is
+// rounded once.
 struct ExpParts {
   llvm::Value* p;
   llvm::Value* s1;
   llvm::Value* s2;
 };
 
-ExpParts expParts(Builder& b, llvm::Value* x, double lowest) {
+ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = false) {
   llvm::Type* type = x->getType();
   llvm::Type* int_type = intTypeLike(b, type);
   // Beyond these e^x is +inf / 0 in float32; clamping keeps n inside the two-step scale's range.
-  llvm::Value* clamped = b.CreateMinNum(b.CreateMaxNum(x, splat(type, lowest)), splat(type, 89.0));
+  llvm::Value* clamped = b.CreateMaxNum(x, splat(type, lowest));
+  if (!nonpositive) clamped = b.CreateMinNum(clamped, splat(type, 89.0));
   llvm::Value* n =
       b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(clamped, splat(type, 1.4426950408889634)));
   // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
   llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
   r = fma(b, n, splat(type, 2.12194440e-4), r);
-  // e^r by Taylor to degree 7 (|r| <= 0.347: truncation error < 6e-9 relative).
-  static constexpr double kCoefficients[] = {1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
-  llvm::Value* p = splat(type, kCoefficients[0]);
-  for (std::size_t k = 1; k < sizeof(kCoefficients) / sizeof(kCoefficients[0]); ++k) {
-    p = fma(b, p, r, splat(type, kCoefficients[k]));
-  }
+  llvm::Value* p = horner(b, kExpCoefficients, r);
   // 2^n = 2^(n/2) * 2^(n - n/2): each half stays a normal float for n in [-173, 128].
   llvm::Value* n_int = b.CreateFPToSI(n, int_type);
   llvm::Value* half = b.CreateAShr(n_int, llvm::ConstantInt::get(int_type, 1));
@@ -168,7 +171,7 @@ ErfcTail erfcTail(Builder& b, llvm::Value* a, llvm::Value* sq_hi, llvm::Value* s
   llvm::Value* t = b.CreateFDiv(splat(type, 1.0), fma(b, a, splat(type, 0.5), splat(type, 1.0)));
   llvm::Value* g = horner(b, kErfcxCoefficients, b.CreateFSub(t, splat(type, kErfcxCenter)));
   g = b.CreateFMul(g, b.CreateFSub(splat(type, 1.0), sq_lo));
-  return ErfcTail{g, expParts(b, b.CreateFNeg(sq_hi), -120.0)};
+  return ErfcTail{g, expParts(b, b.CreateFNeg(sq_hi), -120.0, /*nonpositive=*/true)};
 }
 
 }  // namespace
@@ -229,14 +232,17 @@ llvm::Value* tanhF(Builder& b, llvm::Value* x) {
 namespace {
 // sigmoid(x) = s for x >= 0, e*s for x < 0, where e = e^-|x| and s = 1/(1+e); returns
 // factor * sigmoid(x) with the factor applied before the final scaling (silu: factor = x), so a
-// denormal result is rounded once.
+// denormal result is rounded once. Without a factor, e*s reuses the rounded e (one multiply, not
+// three): where e is denormal (x < -87), s = 1 exactly and e*s = e, still rounded once.
 llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
-  const ExpParts e = expParts(b, b.CreateFNeg(fabs(b, x)), -120.0);
-  llvm::Value* s = b.CreateFDiv(one, b.CreateFAdd(one, scaleBy(b, e, nullptr)));
-  llvm::Value* scaled_s = factor == nullptr ? s : b.CreateFMul(factor, s);
-  return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), scaled_s, scaleBy(b, e, scaled_s));
+  const ExpParts parts = expParts(b, b.CreateFNeg(fabs(b, x)), -120.0, /*nonpositive=*/true);
+  llvm::Value* e = scaleBy(b, parts, nullptr);
+  llvm::Value* s = b.CreateFDiv(one, b.CreateFAdd(one, e));
+  if (factor == nullptr) return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), s, b.CreateFMul(e, s));
+  llvm::Value* scaled_s = b.CreateFMul(factor, s);
+  return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), scaled_s, scaleBy(b, parts, scaled_s));
 }
 }  // namespace
 

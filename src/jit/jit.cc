@@ -47,7 +47,9 @@ Jit::Jit(VirtualMachine& vm, JitOptions options) : vm_(vm), options_(options) {}
 Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions options) {
   std::unique_ptr<Jit> jit(new Jit(vm, options));
   jit->level_ = options.level >= 0 ? options.level : static_cast<int>(Tunables::get(Tunable::JitLevel));
-  if (Tunables::get(Tunable::JitLog) != 0 && !Log::enabled(LogLevel::Info)) Log::setThreshold(LogLevel::Info);
+  const std::int64_t log_level = Tunables::get(Tunable::JitLog);
+  const LogLevel wanted = log_level >= 2 ? LogLevel::Debug : LogLevel::Info;
+  if (log_level != 0 && !Log::enabled(wanted)) Log::setThreshold(wanted);
   if (jit->level_ >= 1) {
     EngineOptions engine_options = options.engine;
     engine_options.debugger_support = Tunables::get(Tunable::JitDebugger) != 0;

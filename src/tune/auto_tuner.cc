@@ -215,6 +215,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::JitEngine& engine, const jit::Ke
       if (first_failure.empty()) first_failure = fmt::format("{}: {}", params_text, measured.status().message());
     } else {
       ++outcome.timed;
+      logAt(LogLevel::Debug, "JIT", "Tuning {}: candidate {} median {:.1f} us", signature, params_text,
+            measured->median_us);
       if (i == 0) {
         default_timed = true;
         outcome.default_us = measured->median_us;

@@ -154,3 +154,16 @@ def test_bad_jit_flags_are_clear_errors(run_cli, flags, needle):
     code, out, err = run_cli("run", EXAMPLES / "lstm_cell.py", "--dim", "batch=2", "--dim", "seq=2", *flags)
     assert code != 0 and code > 0
     assert needle in err, err
+
+
+def test_no_profile_says_the_jit_is_off_and_runs_interpreted(run_cli):
+    # The JIT compiles from the interpreter's shape profiles: without them nothing is compiled,
+    # and the CLI says so instead of silently running at O0.
+    args = ["run", EXAMPLES / "lstm_cell.py", "--dim", "batch=2", "--dim", "seq=3", "--iters", "4", "--quiet",
+            "--no-profile", "--stats", *EAGER]
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "[WARN] JIT: --no-profile" in err and "interpreted (O0)" in err, err
+    assert "compiled 0" in out and "jit:" not in out, out
+    code, out, err = run_cli(*args, "--jit-level", "O0")
+    assert code == 0 and "JIT" not in err, err

@@ -33,6 +33,7 @@ def cli_env(shapevm_bin, tmp_path):
         return proc.returncode, proc.stdout, proc.stderr
 
     run.cache = cache
+    run.bin = shapevm_bin
     return run
 
 
@@ -167,3 +168,30 @@ def test_tune_then_run_on_a_single_matmul_hits_the_database(cli_env, tmp_path):
     assert int(stat(out, r"^autotuner: (\d+) kernels tuned by timing")) == 0, out
     assert int(stat(out, r"jit: tuning .* (\d+) tuning-database hits")) == 1, out
     assert len((cli_env.cache / "tuning.jsonl").read_text().splitlines()) == 1
+
+
+def test_debug_log_lists_every_timed_candidate_and_the_winner_among_them(cli_env, tmp_path):
+    # SHAPEVM_JIT_LOG=2 adds the AutoTuner's per-candidate medians; the database records the
+    # winner's time, which must be one of them (or the default's, when nothing beats it).
+    env = dict(os.environ, SHAPEVM_CACHE_DIR=str(cli_env.cache), SHAPEVM_JIT_LOG="2", SHAPEVM_TUNE_BUDGET_MS="1500")
+    proc = subprocess.run([cli_env.bin, "run", LSTM, "--dim", "batch=4", "--dim", "seq=3", "--iters", "8",
+                           "--jit-level", "O2", "--jit-wait", "--quiet", "--warmup", "0", "--hot-count", "0", "--hot-ms", "0"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = re.findall(r"^\[DEBUG\] JIT: Tuning (.+): candidate (.+) median ([0-9.]+) us$", proc.stderr, re.M)
+    assert lines, proc.stderr
+    records = [json.loads(line) for line in (cli_env.cache / "tuning.jsonl").read_text().splitlines() if line.strip()]
+    assert records
+    for r in records:
+        mine = {params: float(us) for signature, params, us in lines if signature == r["signature"]}
+        assert "default" in mine and len(mine) == r["timed"], (r, mine)
+        assert abs(mine["default"] - r["default_us"]) <= 0.05 + 1e-3 * r["default_us"], (r, mine)
+        assert any(abs(us - r["us"]) <= 0.05 + 1e-3 * r["us"] for us in mine.values()), (r, mine)
+        assert r["params"] in mine, (r, mine)
+    # Without the debug level the candidates stay quiet.
+    env["SHAPEVM_JIT_LOG"] = "1"
+    env["SHAPEVM_CACHE_DIR"] = str(tmp_path / "other")
+    proc = subprocess.run([cli_env.bin, "run", LSTM, "--dim", "batch=4", "--dim", "seq=3", "--iters", "8",
+                           "--jit-level", "O2", "--jit-wait", "--quiet", "--warmup", "0", "--hot-count", "0", "--hot-ms", "0"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0 and "[DEBUG]" not in proc.stderr, proc.stderr
