@@ -50,17 +50,6 @@ std::string_view reduceName(FusedProgram::Reduce reduce) {
   return "";
 }
 
-// Unary nodes leave `b` unused (-1, which for a binary op would be leaf 0).
-bool isUnary(OpId op) {
-  switch (op) {
-    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Pow:
-    case OpId::Maximum: case OpId::Minimum:
-      return false;
-    default:
-      return true;
-  }
-}
-
 std::string nodeName(const FusedProgram::Node& node) {
   if (node.constant) return "const";
   return std::string(OpRegistry::global().schema(node.op).name);
@@ -301,27 +290,11 @@ class FusedEmitter {
   }
 
   void emitElement(const std::vector<llvm::Value*>& at, llvm::Value* out_index, const std::vector<llvm::Value*>& hoisted) {
-    std::vector<llvm::Value*> leaf_values(at.size(), nullptr);
-    auto operand = [&](int ref) -> llvm::Value* {
-      if (ref >= 0) return node_values_[static_cast<std::size_t>(ref)];
-      const std::size_t leaf = static_cast<std::size_t>(FusedProgram::leafOf(ref));
-      if (leaf_values[leaf] == nullptr) {
-        leaf_values[leaf] = !hoisted.empty() && hoisted[leaf] != nullptr ? hoisted[leaf] : load(static_cast<int>(leaf), at[leaf]);
-      }
-      return leaf_values[leaf];
-    };
-    node_values_.assign(p_.nodes.size(), nullptr);
-    for (std::size_t n = 0; n < p_.nodes.size(); ++n) {
-      const FusedProgram::Node& node = p_.nodes[n];
-      if (node.constant) {
-        node_values_[n] = llvm::ConstantFP::get(b_.getFloatTy(), node.value);
-        continue;
-      }
-      llvm::Value* a = operand(node.a);
-      llvm::Value* value = isUnary(node.op) ? ir::unaryOp(b_, node.op, p_.dtype, a)
-                                                            : ir::binaryOp(b_, node.op, p_.dtype, a, operand(node.b));
-      node_values_[n] = node.rounded ? ir::roundTo(b_, value, p_.dtype) : value;
-    }
+    ir::FusedValues values(b_, p_, 1, [&](int leaf) {
+      const std::size_t l = static_cast<std::size_t>(leaf);
+      return !hoisted.empty() && hoisted[l] != nullptr ? hoisted[l] : load(leaf, at[l]);
+    });
+    auto operand = [&](int ref) { return values.operand(ref); };
     if (reducing()) accumulate(operand(p_.outputs[0]));
     for (std::size_t o = reducing() ? 1 : 0; o < p_.outputs.size(); ++o) {
       llvm::StoreInst* store = storeAt(operand(p_.outputs[o]), out_base_[o], out_index);
@@ -363,7 +336,6 @@ class FusedEmitter {
   int out_slot_ = 0;
   std::vector<llvm::Value*> base_, out_base_, dims_;
   std::vector<std::vector<llvm::Value*>> strides_;
-  std::vector<llvm::Value*> node_values_;
   llvm::AllocaInst* acc_ = nullptr;  // reductions: the accumulator
 };
 
@@ -537,7 +509,7 @@ class FusedFamily final : public KernelFamily {
         continue;
       }
       std::vector<const Value*> args{operand(node.a)};
-      if (!isUnary(node.op)) args.push_back(operand(node.b));
+      if (!node.unary()) args.push_back(operand(node.b));
       SVM_RETURN_IF_ERROR(runRegistryOp(node.op, args, {}, values[n]));
       if (node.rounded && p.dtype != DType::Float32) {
         SVM_ASSIGN_OR_RETURN(Value narrow, castValue(values[n], p.dtype));

@@ -125,4 +125,30 @@ llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x) {
   }
 }
 
+FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes,
+                         std::function<llvm::Value*(int leaf)> load_leaf)
+    : nodes_(program.nodes.size(), nullptr),
+      leaves_(static_cast<std::size_t>(program.numLeaves()), nullptr),
+      load_leaf_(std::move(load_leaf)) {
+  for (std::size_t n = 0; n < program.nodes.size(); ++n) {
+    const FusedProgram::Node& node = program.nodes[n];
+    if (node.constant) {
+      llvm::Constant* value = llvm::ConstantFP::get(b.getFloatTy(), node.value);
+      nodes_[n] = lanes > 1 ? b.CreateVectorSplat(lanes, value) : value;
+      continue;
+    }
+    llvm::Value* a = operand(node.a);
+    llvm::Value* value =
+        node.unary() ? unaryOp(b, node.op, program.dtype, a) : binaryOp(b, node.op, program.dtype, a, operand(node.b));
+    nodes_[n] = node.rounded ? roundTo(b, value, program.dtype) : value;
+  }
+}
+
+llvm::Value* FusedValues::operand(int ref) {
+  if (ref >= 0) return nodes_[static_cast<std::size_t>(ref)];
+  const std::size_t leaf = static_cast<std::size_t>(FusedProgram::leafOf(ref));
+  if (leaves_[leaf] == nullptr) leaves_[leaf] = load_leaf_(static_cast<int>(leaf));
+  return leaves_[leaf];
+}
+
 }  // namespace shapevm::jit::ir

@@ -7,7 +7,11 @@
 // intermediate with roundTo() so results match the reference op by op.
 #pragma once
 
+#include <functional>
+#include <vector>
+
 #include "jit/codegen_util.h"
+#include "jit/fusion.h"
 #include "ops/registry.h"
 
 namespace shapevm::jit::ir {
@@ -22,5 +26,20 @@ llvm::Value* nonzero(Builder& b, llvm::Value* value, DType t);
 llvm::Value* roundTo(Builder& b, llvm::Value* value, DType dtype);
 // The reference's castTensor as seen by the compute that follows: convert, then round.
 llvm::Value* castTo(Builder& b, llvm::Value* value, DType from, DType to);
+
+// One evaluation of a FusedProgram's nodes, emitted in order (each rounded where the program
+// says), on scalars or on vectors of `lanes`: constants are splat, leaf l is `load_leaf(l)`, asked
+// once, on its first use. The fused family and the matmul gate epilogue both compute programs so.
+class FusedValues {
+ public:
+  FusedValues(Builder& b, const FusedProgram& program, unsigned lanes, std::function<llvm::Value*(int leaf)> load_leaf);
+  // A node's value (ref >= 0) or a leaf's (FusedProgram::leafRef).
+  llvm::Value* operand(int ref);
+
+ private:
+  std::vector<llvm::Value*> nodes_;
+  std::vector<llvm::Value*> leaves_;
+  std::function<llvm::Value*(int)> load_leaf_;
+};
 
 }  // namespace shapevm::jit::ir

@@ -37,6 +37,21 @@ struct FusedProgram {
                           // intermediate of a decomposed normalization, kept in float32)
     bool constant = false;  // a float32 constant `value` (no operands)
     double value = 0.0;
+    // Whether the op takes one operand (a unary node's `b` is -1, which would be leaf 0).
+    bool unary() const {
+      switch (op) {
+        case OpId::Add:
+        case OpId::Sub:
+        case OpId::Mul:
+        case OpId::Div:
+        case OpId::Pow:
+        case OpId::Maximum:
+        case OpId::Minimum:
+          return false;
+        default:
+          return true;
+      }
+    }
   };
   enum class Reduce : std::uint8_t { None, Sum, Mean, Max, Min };
 

@@ -621,23 +621,32 @@ class MatmulEmitter {
   void callPacker(llvm::Function** function, const char* suffix, const PackerArgs& args,
                   const std::function<void(const PackerArgs&)>& emit) {
     if (*function == nullptr) {
-      llvm::Function* part = b_.GetInsertBlock()->getParent();
       llvm::Type* ptr = b_.getPtrTy();
       llvm::Type* index = b_.getInt64Ty();
-      auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, index, index, index, ptr, index}, false);
-      llvm::Function* f =
-          llvm::Function::Create(type, llvm::Function::InternalLinkage, part->getName() + suffix, part->getParent());
-      f->addFnAttr(llvm::Attribute::NoUnwind);
-      f->addFnAttr(llvm::Attribute::NoInline);
-      f->addParamAttr(0, llvm::Attribute::ReadOnly);
-      f->addParamAttr(4, llvm::Attribute::NoAlias);
-      llvm::IRBuilderBase::InsertPointGuard guard(b_);
-      b_.SetInsertPoint(llvm::BasicBlock::Create(b_.getContext(), "entry", f));
-      emit(PackerArgs{f->getArg(0), f->getArg(1), f->getArg(2), f->getArg(3), f->getArg(4), f->getArg(5)});
-      b_.CreateRetVoid();
-      *function = f;
+      *function = internalFunction(suffix, {ptr, index, index, index, ptr, index}, [&](llvm::Function* f) {
+        f->addParamAttr(0, llvm::Attribute::ReadOnly);
+        f->addParamAttr(4, llvm::Attribute::NoAlias);
+        emit(PackerArgs{f->getArg(0), f->getArg(1), f->getArg(2), f->getArg(3), f->getArg(4), f->getArg(5)});
+      });
     }
     b_.CreateCall(*function, {args.data, args.src, args.kc, args.count, args.dst, args.stride});
+  }
+
+  // A `void(params)` function of the kernel's module, named after the kernel + `suffix`, internal
+  // and never inlined; `body` writes its entry block (the builder's insert point is restored).
+  llvm::Function* internalFunction(const char* suffix, llvm::ArrayRef<llvm::Type*> params,
+                                   const std::function<void(llvm::Function*)>& body) {
+    llvm::Function* part = b_.GetInsertBlock()->getParent();
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    llvm::Function* f =
+        llvm::Function::Create(type, llvm::Function::InternalLinkage, part->getName() + suffix, part->getParent());
+    f->addFnAttr(llvm::Attribute::NoUnwind);
+    f->addFnAttr(llvm::Attribute::NoInline);
+    llvm::IRBuilderBase::InsertPointGuard guard(b_);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(b_.getContext(), "entry", f));
+    body(f);
+    b_.CreateRetVoid();
+    return f;
   }
 
   // The skeleton of the packers for B's columns contiguous along K (x @ W.T: W's rows), args.count
@@ -1311,19 +1320,11 @@ class MatmulEmitter {
       });
     }
     if (gate_rows_ == nullptr) {
-      llvm::Function* part = b_.GetInsertBlock()->getParent();
       llvm::Type* ptr = b_.getPtrTy();
       llvm::Type* index = b_.getInt64Ty();
-      auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, index, index, index}, false);
-      gate_rows_ =
-          llvm::Function::Create(type, llvm::Function::InternalLinkage, part->getName() + "_gates", part->getParent());
-      gate_rows_->addFnAttr(llvm::Attribute::NoUnwind);
-      gate_rows_->addFnAttr(llvm::Attribute::NoInline);
-      llvm::IRBuilderBase::InsertPointGuard guard(b_);
-      b_.SetInsertPoint(llvm::BasicBlock::Create(b_.getContext(), "entry", gate_rows_));
-      emitGateRows(gate_rows_->getArg(0), gate_rows_->getArg(1), gate_rows_->getArg(2), gate_rows_->getArg(3),
-                   gate_rows_->getArg(4));
-      b_.CreateRetVoid();
+      gate_rows_ = internalFunction("_gates", {ptr, ptr, index, index, index}, [&](llvm::Function* f) {
+        emitGateRows(f->getArg(0), f->getArg(1), f->getArg(2), f->getArg(3), f->getArg(4));
+      });
     }
     b_.CreateCall(gate_rows_, {args_ptr_, gate_tile_, t.row, t.tile_rows == 1 ? i64(1) : t.rows, t.col});
   }
@@ -1387,41 +1388,21 @@ class MatmulEmitter {
               offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
             return offset;
           };
-          std::vector<llvm::Value*> leaf_values(leaves.size(), nullptr);
-          std::vector<llvm::Value*> node_values(program.nodes.size(), nullptr);
-          auto operand = [&](int ref) -> llvm::Value* {
-            if (ref >= 0) return node_values[static_cast<std::size_t>(ref)];
-            const std::size_t l = static_cast<std::size_t>(FusedProgram::leafOf(ref));
-            if (leaf_values[l] == nullptr) {
-              const View& leaf = leaves[l];
-              const DType dtype = program.leafDType(static_cast<int>(l));
-              if (leaf.source < 0) {
-                llvm::Value* at_tile = b_.CreateAdd(b_.CreateMul(r, i64(vectors)), i64(-leaf.source - 1));
-                leaf_values[l] = b_.CreateAlignedLoad(fvec, b_.CreateInBoundsGEP(fvec, tile, at_tile), llvm::Align(64));
-              } else if (leaf.inner == 0) {
-                llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(0)));
-                leaf_values[l] = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype, ptr));
-              } else {
-                llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(1)));
-                leaf_values[l] = ir::loadCompute(b_, dtype, ptr, kLanes);
-              }
+          ir::FusedValues values(b_, program, kLanes, [&](int l) -> llvm::Value* {
+            const View& leaf = leaves[static_cast<std::size_t>(l)];
+            const DType dtype = program.leafDType(l);
+            if (leaf.source < 0) {
+              llvm::Value* at_tile = b_.CreateAdd(b_.CreateMul(r, i64(vectors)), i64(-leaf.source - 1));
+              return b_.CreateAlignedLoad(fvec, b_.CreateInBoundsGEP(fvec, tile, at_tile), llvm::Align(64));
             }
-            return leaf_values[l];
-          };
-          for (std::size_t n = 0; n < program.nodes.size(); ++n) {
-            const FusedProgram::Node& node = program.nodes[n];
-            if (node.constant) {
-              node_values[n] = b_.CreateVectorSplat(kLanes, llvm::ConstantFP::get(b_.getFloatTy(), node.value));
-              continue;
+            if (leaf.inner == 0) {
+              llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(0)));
+              return b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype, ptr));
             }
-            llvm::Value* a = operand(node.a);
-            llvm::Value* value = isEpilogueUnary(node.op)
-                                     ? ir::unaryOp(b_, node.op, program.dtype, a)
-                                     : ir::binaryOp(b_, node.op, program.dtype, a, operand(node.b));
-            node_values[n] = node.rounded ? ir::roundTo(b_, value, program.dtype) : value;
-          }
+            return ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(1))), kLanes);
+          });
           for (std::size_t o = 0; o < program.outputs.size(); ++o) {
-            ir::storeCompute(b_, program.dtype, operand(program.outputs[o]),
+            ir::storeCompute(b_, program.dtype, values.operand(program.outputs[o]),
                              ir::elementPtr(b_, program.dtype, outputs[o].data, offsetOf(outputs[o], i64(1))));
           }
         },
