@@ -407,6 +407,23 @@ def render(svm, peers, gate, command="/usr/bin/python3 bench/run_all.py", image_
       "default kernel reading the packing its cache kept from the first call: what a weight reused across calls (the "
       "loop's `x_t @ W_ih.T`) gets.")
     w("")
+    two = [r for r in section(d.svm, "matmul") if num(r.get("jit_2t_gflops"))]
+    if two:
+        w("#### Matmul with 2 threads (GFLOP/s, float32; `kernel_threads` is 1 by default here)")
+        w("")
+        rows = []
+        for r in two:
+            one = r.get("jit_best_gflops")
+            rows.append(["×".join(str(r.get(x)) for x in ("m", "k", "n")), f3(r["jit_2t_gflops"]),
+                         f3(r.get("onednn_matmul_2t_gflops")), fratio(r["jit_2t_gflops"], r.get("onednn_matmul_2t_gflops")),
+                         fratio(r["jit_2t_gflops"], one), fratio(r.get("onednn_matmul_2t_gflops"), r.get("onednn_matmul_gflops"))])
+        lines += table(["m×k×n", "ShapeVM JIT, 2 threads", "oneDNN matmul, 2 threads", "JIT / oneDNN",
+                        "JIT: 2 threads / 1 (same params)", "oneDNN: 2 threads / 1"], rows)
+        w("")
+        w("The exhaustive search's best parameters with `threads=2` (the kernel splits its output across two threads "
+          "of ShapeVM's pool) against oneDNN's matmul primitive with two OpenMP threads, timed in the same rounds; "
+          "both pack B per call.")
+        w("")
     peer_labels = list(dict.fromkeys(r.get("peer") for r in peer_mm))
     if peer_labels:
         w("Every peer configuration (GFLOP/s, median):")

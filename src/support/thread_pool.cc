@@ -10,6 +10,17 @@
 namespace shapevm {
 namespace {
 thread_local bool t_in_pool_task = false;
+
+// Polls `ready` until it holds or kSpin has passed; true if it holds.
+template <typename Ready>
+bool spinUntil(const Ready& ready) {
+  const auto until = std::chrono::steady_clock::now() + ThreadPool::kSpin;
+  for (int polls = 0;; ++polls) {
+    if (ready()) return true;
+    if ((polls & 63) == 63 && std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+}
 }  // namespace
 
 struct ThreadPool::Job {
@@ -47,6 +58,7 @@ void ThreadPool::workerLoop() {
   }
   for (;;) {
     Job* job = nullptr;
+    spinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_ != seen; });
@@ -87,6 +99,7 @@ void ThreadPool::run(int n_tasks, const std::function<void(int)>& fn) {
     job.finished.fetch_add(1, std::memory_order_acq_rel);
   }
   t_in_pool_task = false;
+  spinUntil([&] { return job.finished.load(std::memory_order_acquire) == n_tasks && active_.load() == 0; });
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [&] { return job.finished.load(std::memory_order_acquire) == n_tasks && active_ == 0; });
   job_ = nullptr;

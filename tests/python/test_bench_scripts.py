@@ -50,7 +50,8 @@ def synthetic_shapevm(partial=False, seqs=(10, 20, 30, 120, "stream")):
         "cold": [{"variant": "lstm_cell", "level": "O1", "first_call_ms": 8.0, "first_after_new_shape_ms": 7.5,
                   "p50_during_compile_ms": 6.5, "p99_during_compile_ms": 9.0, "p50_steady_ms": 1.2}],
         "matmul": [{"m": 640, "k": 128, "n": 1024, "jit_gflops": 90.0, "reference_gflops": 50.0,
-                    "onednn_gflops": 95.0, "peak_gflops": 120.0, "auto_gflops": 102.6},
+                    "onednn_gflops": 95.0, "peak_gflops": 120.0, "auto_gflops": 102.6, "jit_best_gflops": 104.0,
+                    "jit_2t_gflops": 130.0, "onednn_matmul_gflops": 94.0, "onednn_matmul_2t_gflops": 117.5},
                    {"m": 8, "k": 16, "n": 32, "jit_gflops": 3.0, "reference_gflops": 1.0,
                     "onednn_gflops": 2.0, "peak_gflops": 120.0}],
         "matmul_bf16": [{"m": 640, "k": 128, "n": 1024, "jit_gflops": 180.0, "jit_widening_gflops": 100.0,
@@ -173,6 +174,11 @@ def test_report_full_synthetic(tiny_peers, tmp_path):
     # bfloat16: pairs 180 vs widening 100 (1.80x), vs oneDNN 200 (0.90x), vs the f32 peak 120 (1.50x).
     bf16_line = next(line for line in md.splitlines() if line.startswith("| 640×128×1024 | 180 |"))
     assert bf16_line.startswith("| 640×128×1024 | 180 | bf16 pairs | 100 | 200 | 1.80 | 0.90 | 1.50 | 220 | 1.10 |"), bf16_line
+    # 2 threads: JIT 130 vs oneDNN 117.5 (1.11x); 130 / the same params' 1 thread 104 (1.25x); oneDNN 117.5 / 94.
+    assert "#### Matmul with 2 threads" in md
+    assert "| 640×128×1024 | 130 | 118 | 1.11 | 1.25 | 1.25 |" in md, md
+    two_threads = md.split("#### Matmul with 2 threads", 1)[1].split("The exhaustive search", 1)[0]
+    assert "8×16×32" not in two_threads  # no 2-thread figures, no row
     ew_line = next(line for line in md.splitlines() if line.startswith("| sigmoid(a*b+c) | 4096 |"))
     assert ew_line.startswith("| sigmoid(a*b+c) | 4096 | 24.0 | 10.0 | 2.00 | 25.0 | 30.0 | 0.96 | 0.40 |"), ew_line
     assert "1/" in md  # per-op overhead as a fraction of torch.add
