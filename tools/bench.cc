@@ -1298,7 +1298,20 @@ int benchCommand(const BenchFlags& flags_in) {
   }
   if (flags.examples.empty()) flags.examples = std::string(SHAPEVM_SOURCE_DIR) + "/examples";
   omp_set_num_threads(1);  // oneDNN (OpenMP build): single thread like everything else here
+  // The defaults, then the SHAPEVM_* variables (an A/B of a setting needs no rebuild); the ones
+  // that differ from the defaults are printed and recorded with the results.
   Tunables::resetToDefaults();
+  if (Status env = Tunables::loadFromEnvironment(); !env.isOk()) {
+    fmt::print(stderr, "shapevm: error: {}\n", env.toString());
+    return 2;
+  }
+  json tunables = json::object();
+  for (std::size_t t = 0; t < Tunables::all().size(); ++t) {
+    const TunableInfo& info = Tunables::all()[t];
+    const std::int64_t value = Tunables::get(static_cast<Tunable>(t));
+    if (value != info.default_value) tunables[std::string(info.key)] = value;
+  }
+  if (!tunables.empty()) fmt::print("shapevm bench: tunables from the environment: {}\n", tunables.dump());
   auto wants = [&](const char* name) { return std::find(suites.begin(), suites.end(), name) != suites.end(); };
 
   std::mt19937_64 rng(123);
@@ -1309,8 +1322,12 @@ int benchCommand(const BenchFlags& flags_in) {
     fmt::print(stderr, "shapevm: error: {}\n", engine.status().toString());
     return 1;
   }
-  json result = {{"cpu", cpuModel()}, {"features", (*engine)->cpuFeatures()}, {"cpu_name", (*engine)->cpuName()},
-                 {"quick", flags.quick}, {"threads", 1}};
+  json result = {{"cpu", cpuModel()},
+                 {"features", (*engine)->cpuFeatures()},
+                 {"cpu_name", (*engine)->cpuName()},
+                 {"tunables", tunables},
+                 {"quick", flags.quick},
+                 {"threads", Tunables::get(Tunable::KernelThreads)}};
   {
     std::time_t now = std::time(nullptr);
     char date[32];
