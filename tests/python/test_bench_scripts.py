@@ -291,3 +291,20 @@ def test_run_all_end_to_end_writes_benchmarks_md(fake_shapevm, tmp_path, monkeyp
     assert "(../docs/bench/latency_vs_seq.png)" not in text and "(docs/bench/latency_vs_seq.png)" in text
     for png in report.PLOTS.values():
         check_png(docs / png)
+
+
+def test_shapevm_bench_applies_and_records_environment_tunables(shapevm_bin, tmp_path):
+    # `shapevm bench` starts from the defaults, then applies SHAPEVM_* (an A/B needs no rebuild)
+    # and records the settings that differ, so a report says what it measured.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHAPEVM_") or k == "SHAPEVM_CACHE_DIR"}
+    runs = {}
+    for name, extra in (("default", {}), ("two", {"SHAPEVM_KERNEL_THREADS": "2"})):
+        out = tmp_path / name
+        proc = subprocess.run([shapevm_bin, "bench", "--suite", "memory", "--quick", "--out", str(out)],
+                              capture_output=True, text=True, timeout=300, env={**env, **extra})
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = (json.loads((out / "shapevm.json").read_text()), proc.stdout)
+    assert runs["default"][0]["tunables"] == {} and runs["default"][0]["threads"] == 1
+    assert runs["two"][0]["tunables"] == {"kernel_threads": 2} and runs["two"][0]["threads"] == 2
+    assert 'tunables from the environment: {"kernel_threads":2}' in runs["two"][1]
+    assert "tunables from the environment" not in runs["default"][1]
