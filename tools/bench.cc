@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -1004,8 +1005,16 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::s
     SVM_ASSIGN_OR_RETURN(auto primitive2, OnednnMatmul::create(s.m, s.k, s.n, a.tensor().data<float>(),
                                                               b.tensor().data<float>(), c2.data<float>()));
     std::vector<double> jit2_ms, prim2_ms;
+    // libgomp's idle threads spin for milliseconds after a parallel region (OMP_WAIT_POLICY
+    // unset), and on two vCPUs such a spinning thread takes the core the JIT's second worker
+    // needs: timed right after oneDNN, 256^3 ran no faster with two threads than with one (231
+    // vs 439 GFLOP/s with OMP_WAIT_POLICY=passive). Each side gets the cores to itself: a pause
+    // before every round lets the other side's threads go to sleep first.
+    auto quiet = [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
     for (int round = 0; round < (flags.quick ? 2 : 3); ++round) {
+      quiet();
       jit2_ms.push_back(medianMs(repeats, runJit2));
+      quiet();
       prim2_ms.push_back(medianMs(repeats, [&] { primitive2->run(); }));
     }
     omp_set_num_threads(1);
