@@ -619,6 +619,22 @@ def render_floor(d, lines):
       "(stream: µs per token, the floor averaged over the stream). Target (O2 issue): O2 ≤ 1.25× the floor. "
       "Allocation requests and system allocations are per run, over the timed runs.")
     w("")
+    two = [r for r in section(d.svm, "workload_2t") if num(r.get("median_ms"))]
+    if two:
+        w("#### O2 with 2 kernel threads (`kernel_threads=2`; 1 is the default on this 2-vCPU machine)")
+        w("")
+        rows = []
+        for r in sorted(two, key=lambda r: (r.get("variant", ""), seq_key(r.get("seq")))):
+            rows.append([r.get("variant", "?"), seq_label(r.get("seq")), f3(r.get("floor_ms")),
+                         frange(r.get("median_ms"), r.get("min_ms"), r.get("max_ms")), f3(r.get("one_thread_ms")),
+                         fx(r.get("speedup_vs_one_thread")), fx(r.get("vs_floor")), fx(r.get("vs_two_core_floor"))])
+        lines += table(["variant", "seq", "one-core floor", "O2, 2 threads", "O2, 1 thread", "2 threads / 1",
+                        "/ one-core floor", "/ two-core floor"], rows, ["---", "---"] + ["---:"] * 6)
+        w("")
+        w("The same O2 instance, its kernels tuned on one thread, timed again in the same rounds with the "
+          "`kernel_threads` tunable at 2 (matmuls split their output across ShapeVM's pool; fused kernels their rows). "
+          "The one-core floor is the table above's; a two-core floor is half of it.")
+        w("")
 
 
 def render_workload_jit(d, lines):

@@ -483,7 +483,8 @@ class Eval {
   // Every step of the plan, block by block.
   Status runAll(bool pooled) {
     for (std::size_t b = 0; b < plan_.blocks.size(); ++b) {
-      SVM_RETURN_IF_ERROR(runBlock(plan_.blocks[b], pooled).withContext(fmt::format("region block {}", b)));
+      Status status = runBlock(plan_.blocks[b], pooled);
+      if (!status.isOk()) return status.withContext(fmt::format("region block {}", b));  // formatted only on error
     }
     return Status::ok();
   }

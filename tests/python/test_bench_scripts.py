@@ -63,6 +63,9 @@ def synthetic_shapevm(partial=False, seqs=(10, 20, 30, 120, "stream")):
         "compile": {"count": 14, "median_ms": 40.0, "p90_ms": 90.0, "shape_infer_ms": 0.1, "codegen_ms": 30.0,
                     "validate_patch_ms": 9.0},
         "memory": [{"module": "lstm_cell", "context_bytes": 150000, "llvm_code_bytes": 400000}],
+        "workload_2t": [{"variant": "lstm_cell", "level": "O2", "threads": 2, "batch": 32, "seq": 10, "runs": 28,
+                         "median_ms": 0.8, "min_ms": 0.7, "max_ms": 1.1, "floor_ms": 0.5, "vs_floor": 1.6,
+                         "vs_two_core_floor": 3.2, "one_thread_ms": 1.5, "speedup_vs_one_thread": 1.875}],
         "timeline": [{"thread": "interpreter", "name": "run", "start_ms": 0.0, "dur_ms": 6.0},
                      {"thread": "interpreter", "name": "run", "start_ms": 6.2, "dur_ms": 6.0},
                      {"thread": "compile", "name": "MatMul", "start_ms": 12.0, "dur_ms": 40.0}],
@@ -179,6 +182,10 @@ def test_report_full_synthetic(tiny_peers, tmp_path):
     assert "| 640×128×1024 | 130 | 118 | 1.11 | 1.25 | 1.25 |" in md, md
     two_threads = md.split("#### Matmul with 2 threads", 1)[1].split("The exhaustive search", 1)[0]
     assert "8×16×32" not in two_threads  # no 2-thread figures, no row
+    # The workload with 2 kernel threads: 0.8 (0.7-1.1) ms against one thread's 1.5 ms (1.88x), 1.60x the
+    # one-core floor, 3.20x a two-core floor.
+    assert "#### O2 with 2 kernel threads" in md
+    assert "| lstm_cell | 10 | 0.500 | 0.800 (0.700–1.10) | 1.50 | 1.88× | 1.60× | 3.20× |" in md, md
     ew_line = next(line for line in md.splitlines() if line.startswith("| sigmoid(a*b+c) | 4096 |"))
     assert ew_line.startswith("| sigmoid(a*b+c) | 4096 | 24.0 | 10.0 | 2.00 | 25.0 | 30.0 | 0.96 | 0.40 |"), ew_line
     assert "1/" in md  # per-op overhead as a fraction of torch.add
