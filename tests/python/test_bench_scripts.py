@@ -315,3 +315,27 @@ def test_shapevm_bench_applies_and_records_environment_tunables(shapevm_bin, tmp
     assert runs["two"][0]["tunables"] == {"kernel_threads": 2} and runs["two"][0]["threads"] == 2
     assert 'tunables from the environment: {"kernel_threads":2}' in runs["two"][1]
     assert "tunables from the environment" not in runs["default"][1]
+
+
+def test_shapevm_bench_workload_times_o2_with_two_kernel_threads(shapevm_bin, tmp_path):
+    # "Report both": the workload suite times the O2 instance again with kernel_threads=2 in the
+    # same rounds, against the same floor, and compares it with O2's own one-thread median.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHAPEVM_") or k == "SHAPEVM_CACHE_DIR"}
+    proc = subprocess.run([shapevm_bin, "bench", "--suite", "workload", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "shapevm.json").read_text())
+    rows = doc["workload_2t"]
+    fixed = {(r["variant"], r["seq"]): r for r in doc["workload"] if r["level"] == "O2" and r["seq"] != "stream"}
+    assert {(r["variant"], r["seq"]) for r in rows} == set(fixed)
+    for r in rows:
+        one = fixed[(r["variant"], r["seq"])]
+        assert r["threads"] == 2 and r["runs"] > 0 and 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"]
+        assert r["floor_ms"] == pytest.approx(one["floor_ms"])
+        assert r["one_thread_ms"] == pytest.approx(one["median_ms"])
+        assert r["vs_floor"] == pytest.approx(r["median_ms"] / r["floor_ms"])
+        assert r["vs_two_core_floor"] == pytest.approx(2 * r["vs_floor"])
+        assert r["speedup_vs_one_thread"] == pytest.approx(one["median_ms"] / r["median_ms"])
+        assert f"{r['variant']:<9} O2 seq {r['seq']:>6} with 2 kernel threads" in proc.stdout
+    # The pass leaves the tunable as it found it: one thread is what the JSON records.
+    assert doc["threads"] == 1 and doc["tunables"] == {}
