@@ -450,8 +450,10 @@ class MatmulFamily final : public KernelFamily {
     std::int64_t batches = 1;
     for (int d = 0; d < nb; ++d) batches *= g.batch[d];
     const std::int64_t work = batches * g.left.rows * g.left.cols * g.right.cols;
+    const std::int64_t b_bytes = g.right.rows * g.right.cols * static_cast<std::int64_t>(g.b->itemSize());
+    const bool parallel = work >= kMinParallelWork || (work >= kMinParallelWork / 8 && b_bytes >= kMinParallelBytesOfB);
     args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
-    args.scalars[kScalarTasks] = work >= kMinParallelWork ? std::max<std::int64_t>(1, threads) : 1;
+    args.scalars[kScalarTasks] = parallel ? std::max<std::int64_t>(1, threads) : 1;
     return Status::ok();
   }
 

@@ -510,11 +510,14 @@ TEST(MatmulJit, Bf16PairDotProducts) {
 
 TEST(MatmulJit, TwoThreadsGiveTheSameBits) {
   std::mt19937 rng(11);
-  // Split by column panels (packed and in-place B), and by rows when there are too few panels.
+  // Split by column panels (packed and in-place B), and by rows when there are too few panels;
+  // 1x256x1024 and 5x128x1024 are under kMinParallelWork but split for their large B.
   for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{100, 300, 200},
                          {32, 256, 1024},
                          {1000, 100, 16},
-                         {3, 4096, 400}}) {
+                         {3, 4096, 400},
+                         {1, 256, 1024},
+                         {5, 128, 1024}}) {
     std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng), operand(DType::Float32, Shape{k, n}, rng)};
     std::vector<const Value*> pointers = pointersTo(inputs);
     std::vector<Value> results[2];
