@@ -22,9 +22,10 @@ inline void pausePoll() {
 #endif
 }
 
-// Polls `ready` until it holds or kSpin has passed; true if it holds. The first kPauseSpin poll
-// with the pause hint (the thread keeps its core: the next job of back-to-back kernels is
-// microseconds away), the rest yield between polls so another runnable thread may take the core.
+// Polls `ready` until it holds or kSpin has passed; true if it holds. For the first kPauseSpin
+// the polls are separated by the pause hint (the thread keeps its core: the next job of
+// back-to-back kernels is microseconds away); after that by a yield, so that another runnable
+// thread may take the core.
 template <typename Ready>
 bool spinUntil(const Ready& ready) {
   constexpr auto kPauseSpin = std::chrono::microseconds(50);
