@@ -325,7 +325,22 @@ Expected<Tensor> outputBuffer(OpContext& ctx, int index, DType dtype, const Shap
   Value& previous = ctx.outputs[static_cast<std::size_t>(index)];
   if (previous.isTensor()) {
     const Tensor& t = previous.tensor();
-    if (t.isSoleOwner() && t.dtype() == dtype && t.shape() == shape && t.isContiguous()) return previous.takeTensor();
+    if (t.isSoleOwner() && t.dtype() == dtype && t.isContiguous()) {
+      if (t.shape() == shape) return previous.takeTensor();
+      // Another shape (dynamic shapes change from call to call): its storage, viewed at the new
+      // shape from its start, when that fits and does not keep more than kMaxReuseSlack times the
+      // bytes needed alive. No allocation, and no page faults on a block the allocator hands out
+      // fresh. A negative or overflowing shape fails asStrided and gets Tensor::empty's error.
+      const std::size_t have = t.storage()->nbytes();
+      const std::int64_t elements = shape.numel();
+      const std::size_t need = elements > 0 ? static_cast<std::size_t>(elements) * dtypeSize(dtype) : 0;
+      if (need > 0 && need <= have && need * kMaxReuseSlack >= have && t.offset() == 0) {
+        if (auto view = t.asStrided(shape, contiguousStrides(shape), 0)) {
+          previous = Value();  // the view is now the storage's only holder
+          return std::move(*view);
+        }
+      }
+    }
   }
   return Tensor::empty(dtype, shape);
 }

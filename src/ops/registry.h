@@ -134,7 +134,10 @@ Status checkInputs(const OpSchema& schema, std::span<const Value* const> inputs)
 
 // A contiguous tensor for output `index`: the previous output's tensor when this context is its
 // sole owner (impl and storage unshared, not adopted memory) with the same dtype and shape —
-// so steady-state interpretation allocates nothing — else a fresh Tensor::empty.
+// so steady-state interpretation allocates nothing — or, for another shape, a view from the start
+// of its storage when the new shape fits in it and needs at least 1/kMaxReuseSlack of it (calls
+// whose shapes vary reuse one buffer); else a fresh Tensor::empty.
+inline constexpr std::size_t kMaxReuseSlack = 16;
 Expected<Tensor> outputBuffer(OpContext& ctx, int index, DType dtype, const Shape& shape);
 
 // Runs the kernel `entry` and, on failure, prefixes the op name and every input's shape:

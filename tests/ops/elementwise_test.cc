@@ -632,5 +632,53 @@ TEST(ElementwiseIdentity, IdentityAndContiguous) {
   EXPECT_EQ(from_scalar.elementAsDouble(0), 2.5);
 }
 
+// outputBuffer: the previous output's storage is reused for another shape that fits (dynamic
+// shapes change from call to call), never when it is shared, too small, or far too large.
+TEST(OutputBuffer, ReusesStorageAcrossShapesOnlyWhenSafe) {
+  const OpSchema& schema = OpRegistry::global().schema(OpId::Add);
+  auto reuse = [&](Value previous, DType dtype, const Shape& shape, const void** old_bytes) {
+    *old_bytes = previous.tensor().rawData();
+    std::vector<Value> outputs = {std::move(previous)};
+    OpContext ctx{&schema, {}, {}, outputs};
+    auto got = outputBuffer(ctx, 0, dtype, shape);
+    EXPECT_TRUE(got.hasValue());
+    return *got;
+  };
+  const void* old_bytes = nullptr;
+  auto fresh = [](const Shape& shape) { return Value::fromTensor(*Tensor::empty(DType::Float32, shape)); };
+  // Smaller: the same bytes, now a contiguous [32, 8, 256] from the start, and sole-owned.
+  Tensor smaller = reuse(fresh(Shape{32, 128, 256}), DType::Float32, Shape{32, 8, 256}, &old_bytes);
+  EXPECT_EQ(smaller.rawData(), old_bytes);
+  EXPECT_EQ(smaller.shape(), (Shape{32, 8, 256}));
+  EXPECT_TRUE(smaller.isContiguous());
+  EXPECT_EQ(smaller.offset(), 0);
+  EXPECT_TRUE(smaller.isSoleOwner());
+  // ...and back up to the storage's full size: reused again.
+  std::vector<Value> keep = {Value::fromTensor(smaller)};
+  smaller = Tensor();
+  Tensor again = reuse(std::move(keep[0]), DType::Float32, Shape{32, 128, 256}, &old_bytes);
+  EXPECT_EQ(again.rawData(), old_bytes);
+  EXPECT_EQ(again.numel(), 32 * 128 * 256);
+  // Larger than the storage, more than 16x smaller, another dtype, or shared: a fresh buffer.
+  EXPECT_NE(reuse(fresh(Shape{32, 8, 256}), DType::Float32, Shape{32, 9, 256}, &old_bytes).rawData(), old_bytes);
+  EXPECT_NE(reuse(fresh(Shape{32, 128, 256}), DType::Float32, Shape{32, 7, 256}, &old_bytes).rawData(), old_bytes);
+  EXPECT_NE(reuse(fresh(Shape{64, 64}), DType::Int32, Shape{32, 64}, &old_bytes).rawData(), old_bytes);
+  Value shared = fresh(Shape{64, 64});
+  const Value other_handle = shared;
+  EXPECT_NE(reuse(shared, DType::Float32, Shape{32, 64}, &old_bytes).rawData(), old_bytes);
+  // A view that does not start at its storage's start is not reused for another shape.
+  Tensor base = *Tensor::empty(DType::Float32, Shape{64, 64});
+  Tensor tail = *base.asStrided(Shape{32, 64}, Shape{64, 1}, 32 * 64);
+  base = Tensor();
+  EXPECT_TRUE(tail.isSoleOwner());
+  const Storage* tail_storage = tail.storage();
+  Tensor not_tail = reuse(Value::fromTensor(std::move(tail)), DType::Float32, Shape{16, 64}, &old_bytes);
+  EXPECT_NE(not_tail.storage(), tail_storage);
+  // A bad shape still gets Tensor::empty's error.
+  std::vector<Value> outputs = {fresh(Shape{64, 64})};
+  OpContext ctx{&schema, {}, {}, outputs};
+  EXPECT_FALSE(outputBuffer(ctx, 0, DType::Float32, Shape{-1, 4}).hasValue());
+}
+
 }  // namespace
 }  // namespace shapevm
