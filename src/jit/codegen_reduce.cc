@@ -343,9 +343,14 @@ class ReduceEmitter {
   llvm::Value* loadLanes(llvm::Value* base, llvm::Value* offset, unsigned lanes, llvm::Value* stride) {
     if (lanes == 1 || stride == nullptr)
       return ir::loadCompute(b_, dtype_, ir::elementPtr(b_, dtype_, base, offset), lanes);
-    llvm::Type* stored = ir::withLanes(ir::elementType(b_.getContext(), dtype_), lanes);
+    // bfloat16 moves as i16 bits and widens/rounds with integer ops (as loadCompute/storeCompute):
+    // `fpext`/`fptrunc` on bfloat need __truncsfbf2 from compiler-rt on a host without
+    // AVX512-BF16, and its conversion instruction flushes denormals where it exists.
+    const bool bf16 = dtype_ == DType::BFloat16;
+    llvm::Type* stored = ir::withLanes(bf16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype_), lanes);
     llvm::Value* v =
         b_.CreateMaskedGather(stored, lanePointers(base, offset, lanes, stride), llvm::Align(dtypeSize(dtype_)));
+    if (bf16) return ir::bf16BitsToFloat(b_, v);
     return dtype_ == DType::Float32 ? v : b_.CreateFPExt(v, ir::withLanes(b_.getFloatTy(), lanes));
   }
   void storeLanes(llvm::Value* value, llvm::Value* offset, llvm::Value* stride) {
@@ -354,7 +359,9 @@ class ReduceEmitter {
       ir::storeCompute(b_, dtype_, value, ir::elementPtr(b_, dtype_, out_, offset));
       return;
     }
-    if (dtype_ != DType::Float32)
+    if (dtype_ == DType::BFloat16)
+      value = ir::floatToBf16Bits(b_, value);
+    else if (dtype_ != DType::Float32)
       value = b_.CreateFPTrunc(value, ir::withLanes(ir::elementType(b_.getContext(), dtype_), lanes));
     b_.CreateMaskedScatter(value, lanePointers(out_, offset, lanes, stride), llvm::Align(dtypeSize(dtype_)));
   }
