@@ -208,7 +208,7 @@ Expected<Function> FunctionBuilder::finish(const ModuleBuilder& module) {
     fn.call_sites[static_cast<std::size_t>(call.site)].callee = callee;
   }
   // Counts: max id used + 1 unless declared.
-  std::int32_t max_register = -1, max_loop = -1, max_region = -1;
+  std::int32_t max_register = -1, max_loop = -1;
   auto seeRegister = [&](std::int32_t r) { max_register = std::max(max_register, r); };
   for (const Instruction& inst : fn.code) {
     if (static_cast<int>(inst.op) >= kNumOpcodes) continue;
@@ -218,7 +218,6 @@ Expected<Function> FunctionBuilder::finish(const ModuleBuilder& module) {
         case OperandRole::RegWrite:
         case OperandRole::RegRead: seeRegister(fields[f]); break;
         case OperandRole::Loop: max_loop = std::max(max_loop, fields[f]); break;
-        case OperandRole::Region: max_region = std::max(max_region, fields[f]); break;
         default: break;
       }
     }
@@ -234,7 +233,6 @@ Expected<Function> FunctionBuilder::finish(const ModuleBuilder& module) {
   }
   fn.num_registers = explicit_registers_ >= 0 ? explicit_registers_ : max_register + 1;
   fn.num_loops = explicit_loops_ >= 0 ? explicit_loops_ : max_loop + 1;
-  fn.num_regions = explicit_regions_ >= 0 ? explicit_regions_ : max_region + 1;
   return fn;
 }
 

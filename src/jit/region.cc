@@ -12,12 +12,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bytecode/instruction_info.h"
 #include "jit/compiled_kernel.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
 #include "support/tunables.h"
-#include "vm/scalar_ops.h"
+#include "bytecode/scalar_ops.h"
 
 namespace shapevm::jit {
 
@@ -34,33 +35,6 @@ bool rangeOp(const OpSite& site) {
     return false;
   }
   return true;
-}
-
-// Registers an instruction of a range reads and writes (CallOp, Move, prelude instructions).
-void registersOf(const Function& function, const Instruction& in, std::vector<int>& reads, std::vector<int>& writes) {
-  reads.clear();
-  writes.clear();
-  if (in.op == Opcode::CallOp) {
-    const OpSite& site = function.op_sites[static_cast<std::size_t>(in.a)];
-    for (std::int32_t r : site.inputs) {
-      if (r >= 0) reads.push_back(r);
-    }
-    writes.assign(site.outputs.begin(), site.outputs.end());
-  } else if (in.op == Opcode::Move) {
-    reads.push_back(in.b);
-    writes.push_back(in.a);
-  } else if (in.op == Opcode::TuplePack) {
-    for (std::int32_t i = 0; i < in.c; ++i) reads.push_back(function.operand_pool[static_cast<std::size_t>(in.b + i)]);
-    writes.push_back(in.a);
-  } else if (in.op == Opcode::LoadConst) {
-    writes.push_back(in.a);
-  } else if (scalarBinaryOp(in.op)) {
-    reads = {in.b, in.c};
-    writes.push_back(in.a);
-  } else if (scalarUnaryOp(in.op) || in.op == Opcode::DimOf) {
-    reads.push_back(in.b);
-    writes.push_back(in.a);
-  }
 }
 
 }  // namespace
@@ -85,7 +59,10 @@ std::vector<FusionRange> fusionRanges(const Function& function, const Region& re
   std::vector<int> reads, writes;
   for (int pc = region.start_pc; pc < region.end_pc; ++pc) {
     const Instruction& in = function.code[static_cast<std::size_t>(pc)];
-    registersOf(function, in, reads, writes);
+    reads.clear();
+    writes.clear();
+    forEachRead(function, in, [&](int r) { reads.push_back(r); });
+    forEachWrite(function, in, [&](int r) { writes.push_back(r); });
     const auto any = [](const std::vector<int>& regs, const std::set<int>& set) {
       return std::any_of(regs.begin(), regs.end(), [&](int r) { return set.count(r) > 0; });
     };
