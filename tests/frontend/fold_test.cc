@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/test_util.h"
+#include "test_util.h"
 
 namespace shapevm::testing {
 namespace {
@@ -39,6 +39,14 @@ Outcome runExpression(const std::string& expr, bool fold, int* scalar_ops) {
   return Outcome{true, (*r)[0], ""};
 }
 
+// The error without its PC (folding the operands moves the failing instruction up).
+std::string withoutPc(std::string error) {
+  const std::size_t at = error.find(" at PC ");
+  const std::size_t end = error.find(" (", at);
+  if (at != std::string::npos && end != std::string::npos) error.erase(at, end - at);
+  return error;
+}
+
 bool sameValue(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   if (a.isFloat()) return (std::isnan(a.asFloat()) && std::isnan(b.asFloat())) || a.asFloat() == b.asFloat();
@@ -56,7 +64,7 @@ void expectAgreement(const std::string& expr, int* folded, int* errors) {
   if (!without.ok) {
     // The error comes from the instruction at run time, so it was not folded away.
     EXPECT_GT(ops_folded, 0) << expr;
-    EXPECT_EQ(with.error, without.error) << expr;
+    EXPECT_EQ(withoutPc(with.error), withoutPc(without.error)) << expr;
     ++*errors;
     return;
   }
@@ -75,9 +83,9 @@ TEST(ConstantFolding, AgreesWithTheInterpreterOnEveryScalarBinaryOp) {
       for (const std::string& b : operands) expectAgreement("(" + a + ") " + op + " (" + b + ")", &folded, &errors);
     }
   }
-  for (const std::string& fn : {"min", "max"}) {
+  for (const char* fn : {"min", "max"}) {
     for (const std::string& a : operands) {
-      for (const std::string& b : operands) expectAgreement(fn + "(" + a + ", " + b + ")", &folded, &errors);
+      for (const std::string& b : operands) expectAgreement(std::string(fn) + "(" + a + ", " + b + ")", &folded, &errors);
     }
   }
   EXPECT_GT(folded, 1000);
