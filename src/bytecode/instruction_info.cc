@@ -22,10 +22,11 @@ RegisterLists<const std::int32_t> registerListsOf(const Function& function, cons
       }
       case OperandRole::RegListRead:
       case OperandRole::RegListWrite:
-        lists.list = std::span<const std::int32_t>(function.operand_pool).subspan(static_cast<std::size_t>(inst.b),
-                                                                                   static_cast<std::size_t>(inst.c));
+        lists.list = std::span<const std::int32_t>(function.operand_pool)
+                         .subspan(static_cast<std::size_t>(inst.b), static_cast<std::size_t>(inst.c));
         break;
-      default: break;
+      default:
+        break;
     }
   }
   return lists;

@@ -53,7 +53,8 @@ TEST(InstructionInfo, EveryOpcodeReadsAndWritesWhatItsFormatSays) {
     const std::string format(opcodeFormat(op));
     SCOPED_TRACE(std::string(opcodeName(op)) + " \"" + format + "\"");
     const bool list = format.size() == 2;
-    ASSERT_TRUE(format.size() == 3 || (list && (format[1] == 'v' || format[1] == 'V'))) << "format needs 3 roles or a list";
+    ASSERT_TRUE(format.size() == 3 || (list && (format[1] == 'v' || format[1] == 'V')))
+        << "format needs 3 roles or a list";
     Instruction inst;
     inst.op = op;
     const std::int32_t values[3] = {1, list ? 0 : 2, 3};  // a list: offset 0, count 3
@@ -64,8 +65,12 @@ TEST(InstructionInfo, EveryOpcodeReadsAndWritesWhatItsFormatSays) {
     bool target = false;
     for (std::size_t k = 0; k < format.size(); ++k) {
       switch (format[k]) {
-        case 'r': reads.push_back(values[k]); break;
-        case 'D': writes.push_back(values[k]); break;
+        case 'r':
+          reads.push_back(values[k]);
+          break;
+        case 'D':
+          writes.push_back(values[k]);
+          break;
         case 's':
           inst.a = 0;
           reads.insert(reads.end(), {10, 11});
@@ -76,11 +81,24 @@ TEST(InstructionInfo, EveryOpcodeReadsAndWritesWhatItsFormatSays) {
           reads.insert(reads.end(), {20, 21});
           writes.insert(writes.end(), {22});
           break;
-        case 'v': reads.insert(reads.end(), {30, 31, 32}); break;
-        case 'V': writes.insert(writes.end(), {30, 31, 32}); break;
-        case 't': target = true; break;
-        case '_': case 'k': case 'p': case 'o': case 'l': case 'n': break;
-        default: FAIL() << "role letter '" << format[k] << "' is not in the legend of opcodes.def";
+        case 'v':
+          reads.insert(reads.end(), {30, 31, 32});
+          break;
+        case 'V':
+          writes.insert(writes.end(), {30, 31, 32});
+          break;
+        case 't':
+          target = true;
+          break;
+        case '_':
+        case 'k':
+        case 'p':
+        case 'o':
+        case 'l':
+        case 'n':
+          break;
+        default:
+          FAIL() << "role letter '" << format[k] << "' is not in the legend of opcodes.def";
       }
     }
     EXPECT_EQ(readsOf(fn, inst), reads);
@@ -147,7 +165,8 @@ TEST(InstructionInfo, VisitRegistersCanRewriteInFieldOrder) {
   std::int32_t d = 1, x = 2, y = 3;
   seen.clear();
   RegisterLists<std::int32_t> none;
-  visitRegisters<std::int32_t>(Opcode::Sub, d, x, y, none, [&](std::int32_t& r, bool write) { seen.emplace_back(r, write); });
+  visitRegisters<std::int32_t>(Opcode::Sub, d, x, y, none,
+                               [&](std::int32_t& r, bool write) { seen.emplace_back(r, write); });
   EXPECT_EQ(seen, (std::vector<std::pair<int, bool>>{{1, true}, {2, false}, {3, false}}));
 }
 

@@ -85,7 +85,8 @@ TEST(ConstantFolding, AgreesWithTheInterpreterOnEveryScalarBinaryOp) {
   }
   for (const char* fn : {"min", "max"}) {
     for (const std::string& a : operands) {
-      for (const std::string& b : operands) expectAgreement(std::string(fn) + "(" + a + ", " + b + ")", &folded, &errors);
+      for (const std::string& b : operands)
+        expectAgreement(std::string(fn) + "(" + a + ", " + b + ")", &folded, &errors);
     }
   }
   EXPECT_GT(folded, 1000);
@@ -108,9 +109,9 @@ TEST(ConstantFolding, FloorDivisionAndModuloFollowPython) {
 TEST(ConstantFolding, OverflowAndDivisionByZeroStayRunTimeErrors) {
   int folded = 0, errors = 0;
   for (const char* expr : {"9223372036854775807 + 1", "(-9223372036854775807 - 1) - 1", "4611686018427387904 * 2",
-                           "(-9223372036854775807 - 1) // -1", "(-9223372036854775807 - 1) % -1", "2 ** 63",
-                           "1 // 0", "1 % 0", "1 / 0", "1.0 // 0.0", "1.5 % 0.0", "True / False",
-                           "-(-9223372036854775807 - 1)", "abs(-9223372036854775807 - 1)", "int(1e300)"}) {
+                           "(-9223372036854775807 - 1) // -1", "(-9223372036854775807 - 1) % -1", "2 ** 63", "1 // 0",
+                           "1 % 0", "1 / 0", "1.0 // 0.0", "1.5 % 0.0", "True / False", "-(-9223372036854775807 - 1)",
+                           "abs(-9223372036854775807 - 1)", "int(1e300)"}) {
     expectAgreement(expr, &folded, &errors);
   }
   EXPECT_EQ(errors, 15);
