@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // ModuleBuilder / FunctionBuilder: constant deduplication, op-site validation against the op
-// schemas, label patching, named-call resolution and register/loop/region counting.
+// schemas, label patching, named-call resolution and register/loop counting.
 #include "bytecode/builder.h"
 
 #include <algorithm>
 #include <cstring>
+
+#include "bytecode/instruction_info.h"
 
 namespace shapevm {
 namespace {
@@ -214,13 +216,11 @@ Expected<Function> FunctionBuilder::finish(const ModuleBuilder& module) {
     if (static_cast<int>(inst.op) >= kNumOpcodes) continue;
     const std::int32_t fields[3] = {inst.a, inst.b, inst.c};
     for (int f = 0; f < 3; ++f) {
-      switch (operandRole(inst.op, f)) {
-        case OperandRole::RegWrite:
-        case OperandRole::RegRead: seeRegister(fields[f]); break;
-        case OperandRole::Loop: max_loop = std::max(max_loop, fields[f]); break;
-        default: break;
-      }
+      if (operandRole(inst.op, f) == OperandRole::Loop) max_loop = std::max(max_loop, fields[f]);
     }
+    // Register fields; the operand pool and the sites are counted whole below.
+    visitRegisters<const std::int32_t>(inst.op, inst.a, inst.b, inst.c, RegisterLists<const std::int32_t>{},
+                                       [&](const std::int32_t& r, bool) { seeRegister(r); });
   }
   for (std::int32_t r : fn.operand_pool) seeRegister(r);
   for (const OpSite& site : fn.op_sites) {
