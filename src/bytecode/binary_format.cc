@@ -26,6 +26,8 @@ constexpr std::uint32_t kMeta = tag("META"), kConstants = tag("CNST"), kFunction
 constexpr std::size_t kDimTokenSize = 1 + 8 + 4 + 8 + 8 + 8;  // is_static, size, id, lo, hi, divisor
 constexpr std::size_t kMinTokenSize = 3;
 constexpr std::size_t kInstructionSize = 16;
+// Version 1's JitEnter opcode number (see kSvmVersion).
+constexpr std::uint8_t kV1JitEnter = 13;
 
 std::uint32_t crc(std::span<const std::uint8_t> bytes) {
   uLong value = crc32(0L, Z_NULL, 0);
@@ -133,7 +135,6 @@ void writeFunction(Writer& w, const Function& fn) {
   w.i32(fn.num_outputs);
   w.i32(fn.num_registers);
   w.i32(fn.num_loops);
-  w.i32(fn.num_regions);
   w.count(fn.params.size());
   for (const Param& p : fn.params) {
     w.string(p.name);
@@ -434,14 +435,17 @@ std::vector<TensorDescriptor> readTokens(Reader& r, std::string_view field) {
   return out;
 }
 
-Function readFunction(Reader& r, std::size_t index) {
+Function readFunction(Reader& r, std::size_t index, std::uint32_t version) {
   Function fn;
   fn.name = r.string(fmt::format("function {} name", index));
   const std::string ctx = fmt::format("function '{}'", fn.name);
   fn.num_outputs = r.i32(ctx + " num_outputs");
   fn.num_registers = r.i32(ctx + " num_registers");
   fn.num_loops = r.i32(ctx + " num_loops");
-  fn.num_regions = r.i32(ctx + " num_regions");
+  if (version == 1) {
+    const std::int32_t regions = r.i32(ctx + " num_regions");
+    if (r.ok() && regions != 0) r.fail(ctx + " num_regions", "JIT region tables were removed in version 2");
+  }
   std::size_t params = r.count(ctx + " param count", 4 + 1 + kMinTokenSize);
   for (std::size_t i = 0; i < params && r.ok(); ++i) {
     Param p;
@@ -461,6 +465,10 @@ Function readFunction(Reader& r, std::size_t index) {
     const std::string field = fmt::format("{} PC 0x{:04X}", ctx, pc);
     Instruction inst;
     std::uint8_t op = r.u8(field);
+    if (version == 1 && r.ok()) {
+      if (op == kV1JitEnter) r.fail(field, "JitEnter was removed in version 2");
+      if (op > kV1JitEnter) --op;
+    }
     if (r.ok() && op >= kNumOpcodes) r.fail(field, fmt::format("unknown opcode {}", op));
     inst.op = static_cast<Opcode>(op);
     for (std::uint8_t& b : inst.reserved) b = r.u8(field);
@@ -562,8 +570,8 @@ Expected<Module> deserializeModule(std::span<const std::uint8_t> bytes, std::str
   auto magic = header.raw("magic", 4);
   if (header.ok() && std::memcmp(magic.data(), kMagic, 4) != 0) header.failAt(0, "magic", "not a ShapeVM module (expected \"SVM\\x01\")");
   std::uint32_t version = header.get<std::uint32_t>("version");
-  if (header.ok() && version != kSvmVersion) {
-    header.failAt(4, "version", fmt::format("unsupported version {} (this build reads {})", version, kSvmVersion));
+  if (header.ok() && (version < kSvmOldestVersion || version > kSvmVersion)) {
+    header.failAt(4, "version", fmt::format("unsupported version {} (this build reads {}..{})", version, kSvmOldestVersion, kSvmVersion));
   }
   std::uint32_t checksum = header.get<std::uint32_t>("checksum");
   std::uint64_t size = header.get<std::uint64_t>("payload size");
@@ -598,7 +606,7 @@ Expected<Module> deserializeModule(std::span<const std::uint8_t> bytes, std::str
       for (std::size_t i = 0; i < n && r.ok(); ++i) module.constants.push_back(readConstant(r, i));
     } else if (s == 2) {
       std::size_t n = r.count("function count", 4 * 10);
-      for (std::size_t i = 0; i < n && r.ok(); ++i) module.functions.push_back(readFunction(r, i));
+      for (std::size_t i = 0; i < n && r.ok(); ++i) module.functions.push_back(readFunction(r, i, version));
     } else {
       std::size_t n = r.count("line table count", 4);
       if (r.ok() && n != module.functions.size()) r.fail("line table count", fmt::format("{} tables for {} functions", n, module.functions.size()));

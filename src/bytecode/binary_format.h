@@ -20,7 +20,10 @@
 
 namespace shapevm {
 
-inline constexpr std::uint32_t kSvmVersion = 1;
+// Version 2 removed the JitEnter opcode (number 13 in version 1; later opcodes moved down by one)
+// and the per-function JIT region count. Version 1 files still load when they use neither.
+inline constexpr std::uint32_t kSvmVersion = 2;
+inline constexpr std::uint32_t kSvmOldestVersion = 1;
 inline constexpr std::size_t kSvmHeaderSize = 20;  // magic, version, crc, payload size
 
 std::vector<std::uint8_t> serializeModule(const Module& module);

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // ModuleBuilder / FunctionBuilder: constant deduplication, op-site validation against the op
-// schemas, label patching, named-call resolution and register/loop/region counting.
+// schemas, label patching, named-call resolution and register/loop counting.
 #include "bytecode/builder.h"
 
 #include <algorithm>
 #include <cstring>
+
+#include "bytecode/instruction_info.h"
 
 namespace shapevm {
 namespace {
@@ -208,20 +210,17 @@ Expected<Function> FunctionBuilder::finish(const ModuleBuilder& module) {
     fn.call_sites[static_cast<std::size_t>(call.site)].callee = callee;
   }
   // Counts: max id used + 1 unless declared.
-  std::int32_t max_register = -1, max_loop = -1, max_region = -1;
+  std::int32_t max_register = -1, max_loop = -1;
   auto seeRegister = [&](std::int32_t r) { max_register = std::max(max_register, r); };
   for (const Instruction& inst : fn.code) {
     if (static_cast<int>(inst.op) >= kNumOpcodes) continue;
     const std::int32_t fields[3] = {inst.a, inst.b, inst.c};
     for (int f = 0; f < 3; ++f) {
-      switch (operandRole(inst.op, f)) {
-        case OperandRole::RegWrite:
-        case OperandRole::RegRead: seeRegister(fields[f]); break;
-        case OperandRole::Loop: max_loop = std::max(max_loop, fields[f]); break;
-        case OperandRole::Region: max_region = std::max(max_region, fields[f]); break;
-        default: break;
-      }
+      if (operandRole(inst.op, f) == OperandRole::Loop) max_loop = std::max(max_loop, fields[f]);
     }
+    // Register fields; the operand pool and the sites are counted whole below.
+    visitRegisters<const std::int32_t>(inst.op, inst.a, inst.b, inst.c, RegisterLists<const std::int32_t>{},
+                                       [&](const std::int32_t& r, bool) { seeRegister(r); });
   }
   for (std::int32_t r : fn.operand_pool) seeRegister(r);
   for (const OpSite& site : fn.op_sites) {
@@ -234,7 +233,6 @@ Expected<Function> FunctionBuilder::finish(const ModuleBuilder& module) {
   }
   fn.num_registers = explicit_registers_ >= 0 ? explicit_registers_ : max_register + 1;
   fn.num_loops = explicit_loops_ >= 0 ? explicit_loops_ : max_loop + 1;
-  fn.num_regions = explicit_regions_ >= 0 ? explicit_regions_ : max_region + 1;
   return fn;
 }
 

@@ -2,7 +2,7 @@
 // ModuleBuilder / FunctionBuilder: the one way modules are constructed (assembler, frontend,
 // tests). Invariants it keeps: op sites and call sites are created in PC order, one per
 // CallOp/Call (the verifier's site-use rules); register lists are appended to the operand pool in
-// PC order; num_registers/num_loops/num_regions default to max id used + 1. Errors are sticky:
+// PC order; num_registers/num_loops default to max id used + 1. Errors are sticky:
 // the first failure is returned again by finish().
 #pragma once
 
@@ -42,7 +42,6 @@ class FunctionBuilder {
   // Explicit counts; without them finish() uses max id used + 1.
   void setRegisters(int count) { explicit_registers_ = count; }
   void setLoops(int count) { explicit_loops_ = count; }
-  void setRegions(int count) { explicit_regions_ = count; }
   // Source location of the instructions emitted from now on.
   void setLoc(SourceLoc loc) { loc_ = loc; }
 
@@ -104,7 +103,6 @@ class FunctionBuilder {
   SourceLoc loc_;
   int explicit_registers_ = -1;
   int explicit_loops_ = -1;
-  int explicit_regions_ = -1;
   std::vector<LabelInfo> labels_;
   std::vector<NamedCall> named_calls_;
   Status error_;

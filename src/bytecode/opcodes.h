@@ -32,7 +32,7 @@ static_assert(sizeof(Instruction) == 16, "instructions are 16 bytes");
 // The role of one operand field (see the legend in opcodes.def).
 enum class OperandRole : char {
   Unused = '_', RegWrite = 'D', RegRead = 'r', Constant = 'k', Param = 'p', Output = 'o', Target = 't',
-  Loop = 'l', Region = 'g', Immediate = 'n', OpSite = 's', CallSite = 'c', RegListRead = 'v', RegListWrite = 'V',
+  Loop = 'l', Immediate = 'n', OpSite = 's', CallSite = 'c', RegListRead = 'v', RegListWrite = 'V',
 };
 
 std::string_view opcodeName(Opcode op);

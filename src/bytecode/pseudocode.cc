@@ -123,7 +123,6 @@ std::string instructionLine(const Module& module, const Function& fn, const Inst
     case Opcode::BranchIf: return branchLine(inst, pc);
     case Opcode::LoopStart: return fmt::format("loop l{}:", inst.a);
     case Opcode::LoopEnd: return fmt::format("end loop l{}", inst.a);
-    case Opcode::JitEnter: return fmt::format("if jit region g{} ran: goto {}", inst.a, pc4(inst.b));
     case Opcode::Assert: {
       const Constant* message = at(module.constants, inst.b);
       return fmt::format("assert r{}, {}", inst.a, message ? constantValue(module, inst.b) : fmt::format("<bad constant k{}>", inst.b));

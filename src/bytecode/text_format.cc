@@ -141,7 +141,6 @@ std::string plainText(const Module& module, const Function& fn, const Instructio
       case OperandRole::Output: operand = fmt::format("o{}", fields[f]); break;
       case OperandRole::Target: operand = "@" + pcText(fields[f]); break;
       case OperandRole::Loop: operand = fmt::format("l{}", fields[f]); break;
-      case OperandRole::Region: operand = fmt::format("g{}", fields[f]); break;
       case OperandRole::Immediate: operand = fmt::format("{}", fields[f]); break;
       case OperandRole::OpSite: operand = fmt::format("s{}", fields[f]); break;
       case OperandRole::CallSite: operand = fmt::format("c{}", fields[f]); break;
@@ -666,10 +665,6 @@ class Assembler {
           SVM_ASSIGN_OR_RETURN(fields[f], cur.prefixed('l', "a loop id (lN)"));
           break;
         }
-        case OperandRole::Region: {
-          SVM_ASSIGN_OR_RETURN(fields[f], cur.prefixed('g', "a JIT region id (gN)"));
-          break;
-        }
         case OperandRole::OpSite: {
           SVM_ASSIGN_OR_RETURN(fields[f], cur.prefixed('s', "an op site (sN)"));
           break;
@@ -867,14 +862,13 @@ class Assembler {
       }
       if (id < 0 || id > 1000000) return cur.errorAt(start, fmt::format("bad dim id {}", id));
       function_->declareDim(id, std::move(dim_name));
-    } else if (name == "outputs" || name == "registers" || name == "loops" || name == "regions") {
+    } else if (name == "outputs" || name == "registers" || name == "loops") {
       std::size_t value_pos = cur.mark();
       SVM_ASSIGN_OR_RETURN(std::int32_t count, cur.int32("a count"));
       if (count < 0) return cur.errorAt(value_pos, fmt::format("expected a count >= 0, got {}", count));
       if (name == "outputs") function_->setOutputs(count);
       else if (name == "registers") function_->setRegisters(count);
-      else if (name == "loops") function_->setLoops(count);
-      else function_->setRegions(count);
+      else function_->setLoops(count);
     } else if (name == "loc") {
       SVM_ASSIGN_OR_RETURN(std::int32_t line, cur.int32("a source line"));
       std::int32_t col = 0;
@@ -892,7 +886,7 @@ class Assembler {
       function_ = nullptr;
     } else {
       return cur.errorAt(start, fmt::format("unknown directive '.{}' inside a function (expected .param, .dim, .outputs, "
-                                            ".registers, .loops, .regions, .loc or .end)", name));
+                                            ".registers, .loops, .loc or .end)", name));
     }
     return cur.expectEnd();
   }
@@ -995,7 +989,6 @@ std::string disassembleFunction(const Module& module, int function, const Disass
   }
   out += fmt::format("  .outputs {}\n  .registers {}\n", fn.num_outputs, fn.num_registers);
   if (fn.num_loops != 0) out += fmt::format("  .loops {}\n", fn.num_loops);
-  if (fn.num_regions != 0) out += fmt::format("  .regions {}\n", fn.num_regions);
   SourceLoc loc;
   for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
     SourceLoc here = pc < fn.locs.size() ? fn.locs[pc] : SourceLoc{};

@@ -18,14 +18,14 @@
 //     .dim ?0 batch                           name of dynamic dim ?0 (`.dim ?1` = unnamed)
 //     .outputs 2                              number of output slots
 //     .registers 8                            optional on input (default: max register + 1)
-//     .loops 1 / .regions 1                   optional on input (default: max id used + 1)
+//     .loops 1                                optional on input (default: max loop id + 1)
 //     .loc 12 5                               source line/col of the following instructions
 //     0x0000  LoadTensor r0, p0  ; x          PC prefix optional on input, checked when given
 //     loop:                                   a label (input only; output uses @0xNNNN)
 //     0x0004  BranchIf r2, @0x0007, @loop     targets: @0xNNNN (a PC) or @label
 //   .end
 // Operands by role letter: D/r `r3`, k `k0` (or a constant name), p `p0` (or the parameter
-// name), o `o1`, t `@0x0007`, l `l0`, g `g0`, n `-1`, v/V `[r1, r2]`.
+// name), o `o1`, t `@0x0007`, l `l0`, n `-1`, v/V `[r1, r2]`.
 // Special forms:
 //   CallOp matmul r3 = r1, r2 : [?0,128] x [128,1024] -> [?0,1024]
 //   CallOp split r4, r5, r6, r7 = r3 {axis=1, sections=4} : [?0,1024] -> [?0,256], [?0,256], ...
@@ -34,7 +34,7 @@
 //     schema order, then `:` input tokens joined by ` x `, `->`, output tokens joined by `, `
 //     (`_` for a non-tensor operand). Attributes and tokens are optional on input.
 //   Call cell r5, r6 = r1, r2                 results `=` arguments (either side may be empty)
-// Canonical output: PCs as `0x%04X`, `.registers` always, `.loops`/`.regions`/`.source` when
+// Canonical output: PCs as `0x%04X`, `.registers` always, `.loops`/`.source` when
 // nonzero/non-empty, `.loc` only when it changes, and a `; name`/`; value` comment after
 // parameter and constant operands.
 #pragma once

@@ -5,6 +5,7 @@
 // bit; joins are bitwise OR, so errors are reported only for what can happen on some path.
 #include "bytecode/verifier.h"
 
+#include "bytecode/instruction_info.h"
 #include "bytecode/text_format.h"
 
 #include <algorithm>
@@ -88,8 +89,6 @@ const InputSpec& inputSpecAt(const OpSchema& schema, std::size_t i) {
   return schema.inputs[std::min(i, schema.inputs.size() - 1)];
 }
 
-bool isTerminator(Opcode op) { return op == Opcode::Return || op == Opcode::Jump || op == Opcode::BranchIf; }
-
 class FunctionVerifier {
  public:
   FunctionVerifier(const Module& module, int index)
@@ -108,7 +107,7 @@ class FunctionVerifier {
       return fail(-1, "call-site-use", fmt::format("call site c{} is not used by any Call", next_call_site));
     }
     if (fn_.code.empty()) return fail(-1, "falls-off-end", "the function has no instructions");
-    if (!isTerminator(fn_.code.back().op)) {
+    if (!endsBlock(fn_.code.back().op)) {
       return fail(static_cast<int>(fn_.code.size()) - 1, "falls-off-end",
                   fmt::format("the last instruction is {}; execution would run past the end (expected Return, Jump or BranchIf)",
                               opcodeName(fn_.code.back().op)));
@@ -134,8 +133,8 @@ class FunctionVerifier {
     if (fn_.num_outputs < 0 || fn_.num_outputs > kMaxOutputs) {
       return fail(-1, "limits", fmt::format("num_outputs {} is outside 0..{}", fn_.num_outputs, kMaxOutputs));
     }
-    if (fn_.num_loops < 0 || fn_.num_loops > kMaxLoopIds || fn_.num_regions < 0 || fn_.num_regions > kMaxLoopIds) {
-      return fail(-1, "limits", fmt::format("num_loops {} / num_regions {} outside 0..{}", fn_.num_loops, fn_.num_regions, kMaxLoopIds));
+    if (fn_.num_loops < 0 || fn_.num_loops > kMaxLoopIds) {
+      return fail(-1, "limits", fmt::format("num_loops {} outside 0..{}", fn_.num_loops, kMaxLoopIds));
     }
     if (fn_.code.size() > kMaxCodeSize) return fail(-1, "limits", fmt::format("{} instructions exceed {}", fn_.code.size(), kMaxCodeSize));
     if (fn_.locs.size() != fn_.code.size()) {
@@ -190,10 +189,6 @@ class FunctionVerifier {
         case OperandRole::Output: SVM_RETURN_IF_ERROR(range("output-range", "output slot", fn_.num_outputs)); break;
         case OperandRole::Target: SVM_RETURN_IF_ERROR(range("jump-target", "target", static_cast<std::int32_t>(fn_.code.size()))); break;
         case OperandRole::Loop: SVM_RETURN_IF_ERROR(range("loop-range", "loop id", fn_.num_loops)); break;
-        case OperandRole::Region:
-          if (fn_.num_regions == 0) return fail(pc, "jit-region", "JitEnter in a function without a JIT region table (num_regions 0)");
-          SVM_RETURN_IF_ERROR(range("region-range", "region id", fn_.num_regions));
-          break;
         case OperandRole::Immediate: break;
         case OperandRole::OpSite: SVM_RETURN_IF_ERROR(range("op-site-range", "op site", static_cast<std::int32_t>(fn_.op_sites.size()))); break;
         case OperandRole::CallSite: SVM_RETURN_IF_ERROR(range("call-site-range", "call site", static_cast<std::int32_t>(fn_.call_sites.size()))); break;
@@ -221,11 +216,6 @@ class FunctionVerifier {
         }
         break;
       }
-      case Opcode::JitEnter:
-        if (inst.b <= pc) {
-          return fail(pc, "jump-target", fmt::format("JitEnter continues at 0x{:04X}, which is not after it (a region skips forward)", inst.b));
-        }
-        break;
       case Opcode::Assert:
         if (module_.constants[static_cast<std::size_t>(inst.b)].kind != ConstKind::String) {
           return fail(pc, "assert-message", fmt::format("Assert message k{} is not a string constant", inst.b));
@@ -484,30 +474,14 @@ class FunctionVerifier {
     return Status::ok();
   }
 
-  void successors(int pc, std::vector<int>* out) const {
-    const Instruction& inst = fn_.code[static_cast<std::size_t>(pc)];
-    out->clear();
-    switch (inst.op) {
-      case Opcode::Return: break;
-      case Opcode::Jump: out->push_back(inst.a); break;
-      case Opcode::BranchIf: out->push_back(inst.b); out->push_back(inst.c); break;
-      // A compiled region stands for the instructions it skips (pc+1 .. tB-1), so along its edge
-      // the state at tB is what interpreting them gives: the fall-through edge covers it.
-      case Opcode::JitEnter: out->push_back(pc + 1); break;
-      default: out->push_back(pc + 1); break;
-    }
-  }
-
   Status dataflow() const {
     const int size = static_cast<int>(fn_.code.size());
     std::vector<std::uint8_t> leader(static_cast<std::size_t>(size) + 1, 0);
     leader[0] = 1;
-    std::vector<int> succ;
     for (int pc = 0; pc < size; ++pc) {
-      Opcode op = fn_.code[static_cast<std::size_t>(pc)].op;
-      if (op == Opcode::Return || op == Opcode::Jump || op == Opcode::BranchIf) {
-        successors(pc, &succ);
-        for (int s : succ) leader[static_cast<std::size_t>(s)] = 1;
+      const Instruction& inst = fn_.code[static_cast<std::size_t>(pc)];
+      if (endsBlock(inst.op)) {
+        for (int s : successors(inst, pc)) leader[static_cast<std::size_t>(s)] = 1;
         leader[static_cast<std::size_t>(pc) + 1] = 1;
       }
     }
@@ -537,8 +511,7 @@ class FunctionVerifier {
       state = in[b];
       const int last = block_start[b + 1] - 1;
       for (int pc = block_start[b]; pc <= last; ++pc) (void)transfer(state, pc, false);
-      successors(last, &succ);
-      for (int s : succ) {
+      for (int s : successors(fn_.code[static_cast<std::size_t>(last)], last)) {
         auto target = static_cast<std::size_t>(block_of[static_cast<std::size_t>(s)]);
         bool changed = false;
         if (in[target].empty()) {

@@ -8,8 +8,8 @@
 //   function:    limits, line-table, param, dim-name, op-site-use, call-site-use, falls-off-end,
 //                loop-balance
 //   instruction: opcode, unused-field, register-range, constant-range, param-range, output-range,
-//                loop-range, region-range, op-site-range, call-site-range, operand-list-range,
-//                jump-target, jit-region, param-kind, assert-message, op-arity, op-attrs,
+//                loop-range, op-site-range, call-site-range, operand-list-range,
+//                jump-target, param-kind, assert-message, op-arity, op-attrs,
 //                op-tokens, call-callee, call-arity
 //   dataflow:    def-before-use, kind, output-stored
 #pragma once

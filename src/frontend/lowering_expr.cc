@@ -12,75 +12,37 @@
 
 #include <fmt/format.h>
 
+#include "bytecode/scalar_ops.h"
 #include "frontend/lowering.h"
 
 namespace shapevm::frontend {
 namespace {
 
-// Python semantics on two constant scalars; nullopt when it must not be folded.
-std::optional<Val> foldScalar(Opcode op, const Val& a, const Val& b) {
-  const bool ints = a.kind != VKind::Float && b.kind != VKind::Float;
-  if (ints) {
-    std::int64_t x = a.asInt(), y = b.asInt(), r = 0;
-    switch (op) {
-      case Opcode::Add: if (__builtin_add_overflow(x, y, &r)) return std::nullopt; return Val::ofInt(r);
-      case Opcode::Sub: if (__builtin_sub_overflow(x, y, &r)) return std::nullopt; return Val::ofInt(r);
-      case Opcode::Mul: if (__builtin_mul_overflow(x, y, &r)) return std::nullopt; return Val::ofInt(r);
-      case Opcode::FloorDiv: {
-        if (y == 0 || (x == std::numeric_limits<std::int64_t>::min() && y == -1)) return std::nullopt;
-        std::int64_t q = x / y;
-        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
-        return Val::ofInt(q);
-      }
-      case Opcode::Mod: {
-        if (y == 0 || (x == std::numeric_limits<std::int64_t>::min() && y == -1)) return std::nullopt;
-        std::int64_t m = x % y;
-        if (m != 0 && ((m < 0) != (y < 0))) m += y;
-        return Val::ofInt(m);
-      }
-      case Opcode::Pow: {
-        if (y < 0) return std::nullopt;
-        std::int64_t result = 1;
-        for (std::int64_t k = 0; k < y; ++k) {
-          if (__builtin_mul_overflow(result, x, &result)) return std::nullopt;
-          if (k > 64 && (x == 0 || x == 1)) break;
-        }
-        return Val::ofInt(result);
-      }
-      case Opcode::Min: return Val::ofInt(std::min(x, y));
-      case Opcode::Max: return Val::ofInt(std::max(x, y));
-      default: break;
-    }
-  }
-  double x = a.asDouble(), y = b.asDouble();
-  switch (op) {
-    case Opcode::Add: return Val::ofFloat(x + y);
-    case Opcode::Sub: return Val::ofFloat(x - y);
-    case Opcode::Mul: return Val::ofFloat(x * y);
-    case Opcode::Div: if (y == 0.0) return std::nullopt; return Val::ofFloat(x / y);
-    case Opcode::FloorDiv: if (y == 0.0) return std::nullopt; return Val::ofFloat(std::floor(x / y));
-    case Opcode::Mod: {
-      if (y == 0.0) return std::nullopt;
-      double m = std::fmod(x, y);
-      if (m != 0.0 && ((m < 0) != (y < 0))) m += y;
-      return Val::ofFloat(m);
-    }
-    case Opcode::Pow: {
-      if (x == 0.0 && y < 0) return std::nullopt;
-      if (x < 0 && y != std::floor(y)) return std::nullopt;
-      return Val::ofFloat(std::pow(x, y));
-    }
-    case Opcode::Min: return y < x ? b : a;
-    case Opcode::Max: return y > x ? b : a;
-    case Opcode::Lt: return Val::ofBool(x < y);
-    case Opcode::Le: return Val::ofBool(x <= y);
-    case Opcode::Gt: return Val::ofBool(x > y);
-    case Opcode::Ge: return Val::ofBool(x >= y);
-    case Opcode::Eq: return Val::ofBool(x == y);
-    case Opcode::Ne: return Val::ofBool(x != y);
-    default: return std::nullopt;
+// Constant folding runs the VM's own scalar semantics (bytecode/scalar_ops.h), so a folded
+// result is exactly what the instruction would compute. An error (overflow, division by zero, a
+// float that is no int) is not folded: the instruction stays and raises it at run time.
+Value valueOf(const Val& v) {
+  switch (v.kind) {
+    case VKind::Int: return Value::fromInt(v.i);
+    case VKind::Float: return Value::fromFloat(v.f);
+    default: return Value::fromBool(v.b);
   }
 }
+
+std::optional<Val> constantOf(const Expected<Value>& result) {
+  if (!result) return std::nullopt;
+  if (result->isInt()) return Val::ofInt(result->asInt());
+  if (result->isFloat()) return Val::ofFloat(result->asFloat());
+  if (result->isBool()) return Val::ofBool(result->asBool());
+  return std::nullopt;
+}
+
+// Two constant int/float/bool operands; nullopt when it must not be folded.
+std::optional<Val> foldScalar(Opcode op, const Val& a, const Val& b) {
+  return constantOf(shapevm::scalarBinary(op, valueOf(a), valueOf(b)));
+}
+
+std::optional<Val> foldUnary(Opcode op, const Val& a) { return constantOf(shapevm::scalarUnary(op, valueOf(a))); }
 
 }  // namespace
 
@@ -96,18 +58,7 @@ Expected<Val> Lowerer::scalarBinary(Opcode op, Val lhs, Val rhs, VKind result) {
 
 Expected<Val> Lowerer::scalarUnary(Opcode op, Val v, VKind result) {
   if (options_.fold && v.is_const && v.kind != VKind::None) {
-    switch (op) {
-      case Opcode::Neg: return v.kind == VKind::Float ? Val::ofFloat(-v.f) : (v.asInt() == std::numeric_limits<std::int64_t>::min() ? Val() : Val::ofInt(-v.asInt()));
-      case Opcode::Not: return Val::ofBool(v.asDouble() == 0.0);
-      case Opcode::Abs: return v.kind == VKind::Float ? Val::ofFloat(std::fabs(v.f)) : Val::ofInt(v.asInt() < 0 ? -v.asInt() : v.asInt());
-      case Opcode::ToFloat: return Val::ofFloat(v.asDouble());
-      case Opcode::ToBool: return Val::ofBool(v.asDouble() != 0.0);
-      case Opcode::ToInt:
-        if (v.kind != VKind::Float) return Val::ofInt(v.asInt());
-        if (std::isfinite(v.f) && std::fabs(v.f) < 9.2e18) return Val::ofInt(static_cast<std::int64_t>(v.f));
-        break;
-      default: break;
-    }
+    if (auto folded = foldUnary(op, v)) return *folded;
   }
   std::int32_t a = materialize(v);
   std::int32_t r = newReg();
@@ -428,10 +379,6 @@ std::optional<Val> Lowerer::constEval(const Expr& e) const {
                                                          {"**", Opcode::Pow}};
       auto it = kOps.find(e.name);
       if (it == kOps.end()) return std::nullopt;
-      if (it->second == Opcode::Div) {
-        if (b->asDouble() == 0.0) return std::nullopt;
-        return Val::ofFloat(a->asDouble() / b->asDouble());
-      }
       return foldScalar(it->second, *a, *b);
     }
     case ExprKind::Name: {

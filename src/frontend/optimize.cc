@@ -5,46 +5,43 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <type_traits>
 
+#include "bytecode/instruction_info.h"
 #include "frontend/ir.h"
 
 namespace shapevm::frontend {
 
+namespace {
+
+// The instruction's register lists (bytecode/instruction_info.h): the IR keeps a site's operands
+// and a TuplePack/TupleUnpack list inline, in `inputs` (read) and `outputs` (written).
+template <class Inst, class F>
+void visitIrRegisters(Inst& inst, F&& cb) {
+  if (inst.isLabel()) return;
+  using T = std::conditional_t<std::is_const_v<Inst>, const std::int32_t, std::int32_t>;
+  RegisterLists<T> lists;
+  lists.site_inputs = inst.inputs;
+  lists.site_outputs = inst.outputs;
+  lists.list = operandRole(inst.op, 1) == OperandRole::RegListWrite ? std::span<T>(inst.outputs) : std::span<T>(inst.inputs);
+  visitRegisters<T>(inst.op, inst.a, inst.b, inst.c, lists, cb);
+}
+
+}  // namespace
+
 std::vector<std::int32_t> irDefs(const IrInst& inst) {
-  if (inst.isLabel()) return {};
-  switch (inst.op) {
-    case Opcode::CallOp:
-    case Opcode::Call:
-    case Opcode::TupleUnpack: return inst.outputs;
-    case Opcode::TuplePack: return {inst.a};
-    default: break;
-  }
   std::vector<std::int32_t> out;
-  const std::int32_t fields[3] = {inst.a, inst.b, inst.c};
-  for (int f = 0; f < 3; ++f) {
-    if (operandRole(inst.op, f) == OperandRole::RegWrite) out.push_back(fields[f]);
-  }
+  visitIrRegisters(inst, [&](const std::int32_t& r, bool write) {
+    if (write) out.push_back(r);
+  });
   return out;
 }
 
 std::vector<std::int32_t> irUses(const IrInst& inst) {
-  if (inst.isLabel()) return {};
   std::vector<std::int32_t> out;
-  switch (inst.op) {
-    case Opcode::CallOp:
-    case Opcode::Call:
-    case Opcode::TuplePack:
-      for (std::int32_t r : inst.inputs) {
-        if (r >= 0) out.push_back(r);
-      }
-      return out;
-    case Opcode::TupleUnpack: return {inst.a};
-    default: break;
-  }
-  const std::int32_t fields[3] = {inst.a, inst.b, inst.c};
-  for (int f = 0; f < 3; ++f) {
-    if (operandRole(inst.op, f) == OperandRole::RegRead) out.push_back(fields[f]);
-  }
+  visitIrRegisters(inst, [&](const std::int32_t& r, bool write) {
+    if (!write) out.push_back(r);
+  });
   return out;
 }
 
@@ -147,30 +144,7 @@ void compactRegisters(IrFunction& fn) {
     auto [it, inserted] = renumber.emplace(r, static_cast<std::int32_t>(renumber.size()));
     r = it->second;
   };
-  for (IrInst& inst : fn.code) {
-    if (inst.isLabel()) continue;
-    switch (inst.op) {
-      case Opcode::CallOp:
-      case Opcode::Call:
-        for (auto& r : inst.inputs) map(r);
-        for (auto& r : inst.outputs) map(r);
-        continue;
-      case Opcode::TuplePack:
-        for (auto& r : inst.inputs) map(r);
-        map(inst.a);
-        continue;
-      case Opcode::TupleUnpack:
-        map(inst.a);
-        for (auto& r : inst.outputs) map(r);
-        continue;
-      default: break;
-    }
-    std::int32_t* fields[3] = {&inst.a, &inst.b, &inst.c};
-    for (int f = 0; f < 3; ++f) {
-      OperandRole role = operandRole(inst.op, f);
-      if (role == OperandRole::RegRead || role == OperandRole::RegWrite) map(*fields[f]);
-    }
-  }
+  for (IrInst& inst : fn.code) visitIrRegisters(inst, [&](std::int32_t& r, bool) { map(r); });
   fn.num_registers = static_cast<int>(renumber.size());
 }
 

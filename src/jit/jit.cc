@@ -148,13 +148,13 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
       state.phase == Phase::Queued || (state.compiles == 0 && coveredByRange(function, site))) {
     return;
   }
-  if (state.compiles == 0 && state.failures == 0 && familyFor(op_site.op) == nullptr) {
+  if (state.compiles == 0 && state.backoff.failures == 0 && familyFor(op_site.op) == nullptr) {
     state.phase = Phase::NoKernel;
     logAt(LogLevel::Info, "JIT", "Fallback at PC=0x{:02X}: no kernel for op '{}' ({}); it stays interpreted", state.pc,
           OpRegistry::global().schema(op_site.op).name, jitReasonName(JitReason::NoKernel));
     return;
   }
-  if (heat.executions < state.retry_after) return;
+  if (!state.backoff.mayRetry(heat.executions)) return;
   const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
   if (state.compiles > 0) {
     if (misses > state.misses_logged) logGuardMisses(function, site, state);
@@ -245,24 +245,22 @@ void Jit::recordFailure(int function, int site, JitReason reason, const std::str
   const RegionHeat heat = measureRegion(region, vm_.runtime(function));
   std::lock_guard<std::mutex> lock(mutex_);
   SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
-  ++state.failures;
   if (reason == JitReason::ValidationFailed) ++stats_.validation_failures;
   else ++stats_.compile_failures;
   ++stats_.fallbacks[static_cast<std::size_t>(reason)];
   const char* what = reason == JitReason::ValidationFailed ? "Validation failed" : "Compile failed";
-  if (state.failures >= Tunables::get(Tunable::BlacklistAfter)) {
+  const FailureBackoff::Verdict verdict = state.backoff.recordFailure(heat.executions);
+  if (verdict.blacklisted) {
     state.phase = SiteState::Phase::Blacklisted;
     ++stats_.blacklisted_sites;
     logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}", what, state.pc, why);
     logAt(LogLevel::Info, "JIT", "Blacklisted PC=0x{:02X} after {} failures ({}); the site stays interpreted", state.pc,
-          state.failures, jitReasonName(reason));
+          state.backoff.failures, jitReasonName(reason));
     return;
   }
-  const std::uint64_t backoff = static_cast<std::uint64_t>(Tunables::get(Tunable::BackoffExecutions)) << (state.failures - 1);
-  state.retry_after = heat.executions + backoff;
   state.phase = state.compiles > 0 ? SiteState::Phase::Compiled : SiteState::Phase::Cold;
   state.misses_at_request = vm_.runtime(function).slots[static_cast<std::size_t>(site)].guard_misses.load(std::memory_order_relaxed);
-  logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}; backing off {} executions ({})", what, state.pc, why, backoff,
+  logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}; backing off {} executions ({})", what, state.pc, why, verdict.wait,
         jitReasonName(reason));
 }
 
@@ -324,7 +322,7 @@ void Jit::compileSite(const Request& request) {
   // 3. Validation against the reference kernel, then the patch.
   const Clock::time_point validate_start = Clock::now();
   const std::uint64_t seed = (static_cast<std::uint64_t>(function) << 40) ^ (static_cast<std::uint64_t>(site) << 20) ^
-                             static_cast<std::uint64_t>(before.compiles * 7919 + before.failures * 104729) ^
+                             static_cast<std::uint64_t>(before.compiles * 7919 + before.backoff.failures * 104729) ^
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
   Status valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
   if (!valid.isOk()) {
@@ -412,7 +410,7 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(range)];
   using Phase = RangeState::Phase;
   if (state.phase == Phase::Queued || state.phase == Phase::NotFused || state.phase == Phase::Blacklisted) return;
-  if (heat.executions < state.retry_after) return;
+  if (!state.backoff.mayRetry(heat.executions)) return;
   const std::uint64_t declines = state.declines->load(std::memory_order_relaxed);
   bool tune = false;
   if (state.phase == Phase::Installed) {
@@ -486,24 +484,22 @@ void Jit::compileRange(const Request& request) {
             snapshot.range.start_pc, snapshot.range.resume_pc - 1, region.status().message(), jitReasonName(JitReason::Unsupported));
       return;
     }
-    ++state.failures;
     const bool validation = region.status().message().find("disagrees") != std::string::npos;
     ++(validation ? stats_.validation_failures : stats_.compile_failures);
     const JitReason reason = validation ? JitReason::ValidationFailed : JitReason::CodegenFailed;
     ++stats_.fallbacks[static_cast<std::size_t>(reason)];
-    if (state.failures >= Tunables::get(Tunable::BlacklistAfter)) {
+    const Region& hot = regions_[static_cast<std::size_t>(function)][static_cast<std::size_t>(snapshot.region)];
+    const FailureBackoff::Verdict verdict = state.backoff.recordFailure(measureRegion(hot, vm_.runtime(function)).executions);
+    if (verdict.blacklisted) {
       state.phase = Phase::Blacklisted;
       ++stats_.blacklisted_sites;
       logAt(LogLevel::Info, "JIT", "Blacklisted region at PC=0x{:02X} after {} failures ({}): {}; its ops compile one by one",
-            snapshot.range.start_pc, state.failures, jitReasonName(reason), region.status().message());
+            snapshot.range.start_pc, state.backoff.failures, jitReasonName(reason), region.status().message());
       return;
     }
-    const Region& hot = regions_[static_cast<std::size_t>(function)][static_cast<std::size_t>(snapshot.region)];
-    const std::uint64_t backoff = static_cast<std::uint64_t>(Tunables::get(Tunable::BackoffExecutions)) << (state.failures - 1);
-    state.retry_after = measureRegion(hot, vm_.runtime(function)).executions + backoff;
     state.phase = state.compiles > 0 ? Phase::Installed : Phase::Cold;
     logAt(LogLevel::Info, "JIT", "{} for region at PC=0x{:02X}: {}; backing off {} executions ({})",
-          validation ? "Validation failed" : "Compile failed", snapshot.range.start_pc, region.status().message(), backoff,
+          validation ? "Validation failed" : "Compile failed", snapshot.range.start_pc, region.status().message(), verdict.wait,
           jitReasonName(reason));
     return;
   }

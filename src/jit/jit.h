@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "jit/backoff.h"
 #include "jit/engine.h"
 #include "jit/hot_path.h"
 #include "jit/patch_manager.h"
@@ -98,8 +99,7 @@ class Jit final : public ExecutionObserver {
     enum class Phase : std::uint8_t { Cold, Queued, Compiled, NoKernel, Unsupported, Blacklisted };
     Phase phase = Phase::Cold;
     int compiles = 0;                 // kernels installed at this site
-    int failures = 0;
-    std::uint64_t retry_after = 0;    // region executions before another attempt (back-off)
+    FailureBackoff backoff;           // failed attempts and when to try again
     std::uint64_t misses_at_request = 0;
     std::uint64_t misses_logged = 0;  // guard misses already reported (log rate limit: doubling)
     int region = -1;
@@ -114,8 +114,7 @@ class Jit final : public ExecutionObserver {
     int region = -1;
     Phase phase = Phase::Cold;
     int compiles = 0;
-    int failures = 0;
-    std::uint64_t retry_after = 0;
+    FailureBackoff backoff;
     std::uint64_t declines_at_request = 0;
     std::shared_ptr<std::atomic<std::uint64_t>> declines = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::shared_ptr<std::atomic<std::uint64_t>> row_blocked = std::make_shared<std::atomic<std::uint64_t>>(0);

@@ -53,7 +53,7 @@ struct FusionRange {
 // The fusible ranges of a region (each with >= 2 CallOps that could fuse).
 std::vector<FusionRange> fusionRanges(const Function& function, const Region& region);
 
-struct RegionPlan;  // region.cc
+struct RegionPlan;  // region_plan.h
 
 // The state behind an installed region entry.
 class CompiledRegion {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The plan of a fused range (internal to region.cc and region_planner.cc): SSA values and ops of
+// The plan of a fused range (internal to the region_*.cc files): SSA values and ops of
 // the range, and the steps that compute them (matmuls with epilogues, fused kernels, reductions,
-// opaque ops), grouped into row blocks. The planner (region_planner.cc) builds it; region.cc runs
+// opaque ops), grouped into row blocks. The planner (region_planner.cc) builds it; region_compiler.cc runs
 // the reference on it, compiles its kernels, validates and executes it. Invariant: a value is
 // materialized only by its producer step (RegionPlan::producer), every other use reads it through
 // a leaf's index map.

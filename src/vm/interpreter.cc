@@ -11,7 +11,7 @@
 
 #include "support/logging.h"
 #include "support/tunables.h"
-#include "vm/scalar_ops.h"
+#include "bytecode/scalar_ops.h"
 #include "vm/vm.h"
 
 #if defined(__x86_64__)
@@ -479,12 +479,6 @@ dispatch:
     if (observer != nullptr && loop.iterations.load(std::memory_order_relaxed) % kLoopPollInterval == 0) {
       observer->onLoopPoll(*this, function, in->a);
     }
-    ++pc;
-    SVM_NEXT();
-  }
-  SVM_CASE(JitEnter) {
-    // No compiled regions are installed by the interpreter itself: fall through to the
-    // interpreted body. (The JIT layer's region entry hooks in here.)
     ++pc;
     SVM_NEXT();
   }

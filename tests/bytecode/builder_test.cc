@@ -75,7 +75,6 @@ TEST(Builder, CountsAreMaxIdPlusOneUnlessDeclared) {
   ASSERT_TRUE(module.hasValue());
   EXPECT_EQ(module->functions[0].num_registers, 8);  // r7 from the register list
   EXPECT_EQ(module->functions[0].num_loops, 3);
-  EXPECT_EQ(module->functions[0].num_regions, 0);
   EXPECT_EQ(module->functions[1].num_registers, 100);
 }
 

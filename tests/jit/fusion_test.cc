@@ -91,7 +91,7 @@ struct Report {
     std::string text;
     for (const Jit::RangeState& r : ranges) {
       text += fmt::format("[range 0x{:02X}..0x{:02X} phase {} compiles {} failures {}: {}] ", r.range.start_pc,
-                          r.range.resume_pc - 1, static_cast<int>(r.phase), r.compiles, r.failures, r.description);
+                          r.range.resume_pc - 1, static_cast<int>(r.phase), r.compiles, r.backoff.failures, r.description);
     }
     return text;
   }

@@ -290,13 +290,13 @@ TEST_F(TieringTest, CorruptedKernelsAreRejectedBackedOffAndBlacklisted) {
     auto out = vm.run(0, in);
     ASSERT_TRUE(out.hasValue());
     expectSame(expected(in[0], in[1]), (*out)[0]);  // results never change
-    const int now = (*jit)->siteState(0, 0).failures;
+    const int now = (*jit)->siteState(0, 0).backoff.failures;
     if (now > failures) attempts_at.push_back(run);
     failures = now;
   }
   EXPECT_EQ(vm.stats().compiled_calls, 0u) << "no corrupted kernel may ever run";
   EXPECT_EQ((*jit)->siteState(0, 0).phase, Jit::SiteState::Phase::Blacklisted);
-  EXPECT_EQ((*jit)->siteState(0, 0).failures, 3);
+  EXPECT_EQ((*jit)->siteState(0, 0).backoff.failures, 3);
   ASSERT_EQ(attempts_at.size(), 3u);
   // Back-off doubles: the retry waits 2, then 4 region executions.
   EXPECT_EQ(attempts_at[1] - attempts_at[0], 2);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Scalar arithmetic with Python semantics for the VM's shape and control arithmetic.
-#include "vm/scalar_ops.h"
+// Scalar arithmetic with Python semantics (see scalar_ops.h).
+#include "bytecode/scalar_ops.h"
 
 #include <cmath>
 #include <limits>

@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: Apache-2.0
+// O2 region fusion, compiling a range (see region.h): build the plan (region_planner.cc), run the
+// reference on the planning inputs (region_inputs.cc), merge gate epilogues, group row blocks,
+// compile and tune each step's kernel, then validate the compiled region against the reference
+// (region_executor.cc runs both). Invariant: a region is returned only after it agreed.
+#include "jit/region.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "jit/compiled_kernel.h"
+#include "jit/region_executor.h"
+#include "jit/region_inputs.h"
+#include "jit/region_plan.h"
+#include "jit/shape_infer.h"
+#include "jit/validate.h"
+#include "ops/kernel_util.h"
+#include "support/tunables.h"
+
+namespace shapevm::jit {
+
+namespace {
+
+// The shape token the bytecode gives value v: its producing op's output token, or for a region
+// input the input token of an op reading it; nullptr when none (statistics, untyped sites).
+const TensorDescriptor* tokenOf(const Function& function, const RegionPlan& p, int v) {
+  const RValue& value = p.values[static_cast<std::size_t>(v)];
+  auto token = [](const std::vector<TensorDescriptor>& tokens, std::size_t k) -> const TensorDescriptor* {
+    return k < tokens.size() && tokens[k].is_tensor && !tokens[k].any_rank ? &tokens[k] : nullptr;
+  };
+  if (value.op >= 0) {
+    const OpSite& site = function.op_sites[static_cast<std::size_t>(p.ops[static_cast<std::size_t>(value.op)].site)];
+    return token(site.output_tokens, static_cast<std::size_t>(value.out));
+  }
+  for (const ROp& op : p.ops) {
+    for (std::size_t k = 0; k < op.in.size(); ++k) {
+      if (op.in[k] == v) return token(function.op_sites[static_cast<std::size_t>(op.site)].input_tokens, k);
+    }
+  }
+  return nullptr;
+}
+
+// Static dims and divisors of a fused program's iteration shape, from the shape token of the value
+// that has it (checked again by the family on every call). Axis 0 stays dynamic: kernel threads
+// split it.
+void bakeStaticDims(FusedProgram& program, const TensorDescriptor* token, const Shape& planned) {
+  program.static_dims.assign(static_cast<std::size_t>(program.rank), -1);
+  program.divisors.assign(static_cast<std::size_t>(program.rank), 1);
+  if (token == nullptr || token->rank() != program.rank || planned.rank() != program.rank) return;
+  for (int d = 1; d < program.rank; ++d) {
+    const DimToken& dim = token->dims[static_cast<std::size_t>(d)];
+    if (dim.is_static && dim.size == planned[d]) {
+      program.static_dims[static_cast<std::size_t>(d)] = dim.size;
+    } else if (!dim.is_static && dim.divisor > 1 && planned[d] % dim.divisor == 0) {
+      program.divisors[static_cast<std::size_t>(d)] = dim.divisor;
+    }
+  }
+}
+
+// Groups the steps into blocks (StepBlock): a fused or reduction step starts one; a later one that
+// reads a member's output joins it (the steps between that read none run first, hoisted); an
+// opaque step, or a matmul reading a member's output, ends it. Whether a block really runs in row
+// blocks is decided per execution, on the actual layouts.
+void planBlocks(RegionPlan& p) {
+  const auto rowStep = [](const Step& s) { return s.kind == Step::Kind::Fused || s.kind == Step::Kind::Reduce; };
+  const int n = static_cast<int>(p.steps.size());
+  int k = 0;
+  while (k < n) {
+    StepBlock block;
+    block.members.push_back(k);
+    if (rowStep(p.steps[static_cast<std::size_t>(k)])) {
+      std::set<int> made(p.steps[static_cast<std::size_t>(k)].outputs.begin(), p.steps[static_cast<std::size_t>(k)].outputs.end());
+      std::vector<int> independent;
+      for (int j = k + 1; j < n; ++j) {
+        const Step& step = p.steps[static_cast<std::size_t>(j)];
+        if (step.kind == Step::Kind::Opaque) break;
+        const bool reads = std::any_of(step.leaves.begin(), step.leaves.end(),
+                                       [&](const Leaf& leaf) { return made.count(leaf.base) != 0; });
+        if (!reads) {
+          independent.push_back(j);
+          continue;
+        }
+        if (!rowStep(step)) break;
+        block.members.push_back(j);
+        made.insert(step.outputs.begin(), step.outputs.end());
+        block.hoisted.insert(block.hoisted.end(), independent.begin(), independent.end());
+        independent.clear();
+      }
+    }
+    k = block.members.back() + 1;
+    p.blocks.push_back(std::move(block));
+  }
+}
+
+// A Fused/Reduce/MatMul step's kernel inputs on the reference run's values (see RegionExecutor::stepInputs).
+Expected<std::vector<Value>> stepLeaves(const RegionPlan& p, const Step& step, RegionExecutor& reference) {
+  std::vector<Value> leaves;
+  Shape iteration;
+  if (step.kind != Step::Kind::MatMul || step.program) {
+    const int first = step.kind == Step::Kind::Reduce ? step.source : step.outputs[0];
+    iteration = p.values[static_cast<std::size_t>(first)].shape;
+  }
+  for (const Leaf& leaf : step.leaves) {
+    if (readsView(step, leaves.size())) {
+      SVM_ASSIGN_OR_RETURN(Value value, reference.leaf(leaf, iteration));
+      leaves.push_back(std::move(value));
+    } else {
+      leaves.push_back(reference.realValue(leaf.base));
+    }
+  }
+  return leaves;
+}
+
+// A MatMul step's spec: the site's inferred matmul spec, the epilogue's operands after A and B,
+// and with a gate epilogue the program's leaf views after them (their stride along H baked in).
+Expected<KernelSpec> matmulStepSpec(const RegionPlan& p, const Step& step, const std::vector<Value>& leaves,
+                                    std::span<const std::vector<ProfileRecord>> records, int compiles) {
+  const ROp& mm = p.ops[static_cast<std::size_t>(step.op)];
+  const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
+  SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(OpId::MatMul, *mm.attrs, records[site_index], compiles));
+  KernelSpec spec = inferred.spec;
+  for (std::size_t e = 2; e < leaves.size(); ++e) {
+    const Tensor& t = leaves[e].tensor();
+    OperandSpec operand;
+    operand.dtype = t.dtype();
+    operand.rank = t.rank();
+    operand.contiguous = step.program && e >= step.matmul_leaves ? false : t.isContiguous();
+    spec.inputs.push_back(operand);
+  }
+  spec.epilogue = step.epilogue;
+  if (step.program) {
+    FusedProgram& program = *step.program;
+    for (std::size_t l = 0; l < step.fused_leaf_source.size(); ++l) {
+      const int source = step.fused_leaf_source[l];
+      if (source < 0) {
+        program.leaf_inner[l] = 1;
+        continue;
+      }
+      const Tensor& t = leaves[static_cast<std::size_t>(source)].tensor();
+      const std::int64_t inner = t.rank() == 0 || t.dim(t.rank() - 1) == 1 ? 1 : t.stride(t.rank() - 1);
+      program.leaf_inner[l] = inner == 0 || inner == 1 ? static_cast<int>(inner) : -1;
+    }
+    spec.fused = step.program;
+    spec.fused_leaf_source = step.fused_leaf_source;
+  }
+  return spec;
+}
+
+// True when value w is value v or a view of it (through view ops only).
+bool viewOf(const RegionPlan& p, int w, int v) {
+  while (w != v) {
+    const RValue& value = p.values[static_cast<std::size_t>(w)];
+    if (value.op < 0) return false;
+    const ROp& op = p.ops[static_cast<std::size_t>(value.op)];
+    if (op.cls != OpClass::View || op.in.empty() || op.in[0] < 0) return false;
+    w = op.in[0];
+  }
+  return true;
+}
+
+// Gate epilogues: a matmul whose product only one later fused step reads, through views that
+// reshape its leading axes and split its columns into G equal blocks (the LSTM gates after
+// x @ W.T + b), becomes one step: the program runs in the matmul's tiles on the accumulators and
+// the product is never stored. The views' layout is checked structurally (reshape and split ops
+// only, one split) and on the planning run (block g at column g * H, rows flattened row-major);
+// the merged kernel must be one the matmul family supports, else the steps stay apart.
+Status mergeGateEpilogues(RegionPlan& p, const Function& function, RegionExecutor& reference,
+                          std::span<const std::vector<ProfileRecord>> records, int compiles) {
+  if (Tunables::get(Tunable::RegionGateEpilogue) == 0) return Status::ok();
+  for (std::size_t m = 0; m < p.steps.size(); ++m) {
+    const Step& mm = p.steps[m];
+    if (mm.kind != Step::Kind::MatMul || mm.program || mm.outputs.size() != 1) continue;
+    const int v = mm.outputs[0];
+    bool elsewhere = false;
+    for (const auto& [reg, w] : p.writeback) elsewhere = elsewhere || viewOf(p, w, v);
+    int reader = -1;
+    for (std::size_t k = 0; k < p.steps.size() && !elsewhere; ++k) {
+      if (k == m) continue;
+      const Step& step = p.steps[k];
+      bool reads = step.source == v || step.center == v;
+      if (step.kind == Step::Kind::Opaque) {
+        for (int in : p.ops[static_cast<std::size_t>(step.op)].in) reads = reads || (in >= 0 && viewOf(p, in, v));
+      }
+      for (const Leaf& leaf : step.leaves) reads = reads || leaf.base == v;
+      if (!reads) continue;
+      if (reader >= 0 || step.kind != Step::Kind::Fused) elsewhere = true;
+      reader = static_cast<int>(k);
+    }
+    if (elsewhere || reader < static_cast<int>(m)) continue;
+    const Step& fused = p.steps[static_cast<std::size_t>(reader)];
+    const FusedProgram& program = *fused.program;
+    if (program.reduce != FusedProgram::Reduce::None || !program.in_place.empty() || program.rank < 2 ||
+        program.rank > 3) {
+      continue;
+    }
+    const Shape iteration = p.values[static_cast<std::size_t>(fused.outputs[0])].shape;
+    const Tensor& product = reference.realValue(v).tensor();
+    if (iteration.rank() != program.rank || product.rank() != 2 || !product.isContiguous()) continue;
+    const std::int64_t hidden = iteration[iteration.rank() - 1];
+    Step merged;
+    merged.kind = Step::Kind::MatMul;
+    merged.op = mm.op;
+    merged.leaves = mm.leaves;
+    merged.epilogue = mm.epilogue;
+    merged.absorbed = mm.absorbed;
+    merged.matmul_leaves = mm.leaves.size();
+    merged.outputs = fused.outputs;
+    bool fits = hidden > 0;
+    int gates = 0;
+    for (const Leaf& leaf : fused.leaves) {
+      if (leaf.base != v) {
+        merged.fused_leaf_source.push_back(static_cast<int>(merged.leaves.size()));
+        merged.leaves.push_back(leaf);
+        continue;
+      }
+      // Every execution's views, not only the planning run's, must map (rows..., u) of block g to
+      // product[row, g * H + u]: so the chain may only reshape with a static last dim N (its
+      // leading dims regroup the rows, row-major) and split the last axis once into blocks of a
+      // static H, as the shape tokens say; broadcasts only to the shape a value already has.
+      const std::int64_t n = product.dim(1);
+      int block = -1;
+      Shape shape = product.shape();
+      auto lastStatic = [](const TensorDescriptor* t) {
+        return t != nullptr && t->rank() > 0 && t->dims.back().is_static ? t->dims.back().size : -1;
+      };
+      for (const ChainItem& item : leaf.chain) {
+        if (item.expand) {
+          fits = fits && p.values[static_cast<std::size_t>(item.value)].shape == shape;
+          continue;
+        }
+        const ROp& op = p.ops[static_cast<std::size_t>(item.op)];
+        const int out = op.out[static_cast<std::size_t>(item.out)];
+        const TensorDescriptor* from = tokenOf(function, p, op.in[0]);
+        const TensorDescriptor* to = tokenOf(function, p, out);
+        if (op.op == OpId::Split && block < 0 && from != nullptr) {
+          const std::int64_t axis = (*op.attrs)[0].i;
+          fits = fits && (axis == -1 || axis == from->rank() - 1) && lastStatic(from) == n && lastStatic(to) == hidden;
+          block = item.out;
+        } else {
+          fits = fits && op.op == OpId::Reshape && lastStatic(from) == n && lastStatic(to) == n;
+        }
+        shape = p.values[static_cast<std::size_t>(out)].shape;
+      }
+      fits = fits && block >= 0;
+      if (!fits) break;
+      auto view = reference.leaf(leaf, iteration);
+      if (!view) {
+        fits = false;
+        break;
+      }
+      const Tensor& t = view->tensor();
+      const bool rank2 = iteration.rank() == 2;
+      fits = t.storage() == product.storage() && t.shape() == iteration &&
+             t.offset() == product.offset() + block * hidden && t.stride(iteration.rank() - 1) == 1 &&
+             t.stride(iteration.rank() - 2) == n && (rank2 || t.stride(0) == iteration[1] * n);
+      if (!fits) break;
+      merged.fused_leaf_source.push_back(-block - 1);
+      gates = std::max(gates, block + 1);
+    }
+    if (!fits || merged.leaves.size() == merged.matmul_leaves || gates < 2 || gates * hidden != product.dim(1))
+      continue;
+    merged.program = std::make_shared<FusedProgram>(program);
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, merged, reference));
+    SVM_ASSIGN_OR_RETURN(KernelSpec spec, matmulStepSpec(p, merged, leaves, records, compiles));
+    if (!familyFor(OpId::MatMul)->supports(spec).isOk()) continue;
+    // The merged step takes the fused step's place (its other inputs are real by then).
+    p.steps[static_cast<std::size_t>(reader)] = std::move(merged);
+    p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(m));
+    std::fill(p.producer.begin(), p.producer.end(), -1);
+    for (std::size_t k = 0; k < p.steps.size(); ++k) {
+      for (int out : p.steps[k].outputs) p.producer[static_cast<std::size_t>(out)] = static_cast<int>(k);
+    }
+    --m;
+  }
+  return Status::ok();
+}
+
+KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
+                        std::span<const Value* const> examples, std::vector<TuneOutcome>* outcomes) {
+  if (tuner == nullptr || family.searchSpace(spec).empty()) return KernelParams{};
+  auto outcome = tuner->tune(engine, family, spec, examples);
+  if (!outcome) return KernelParams{};  // a tuner error means default parameters
+  if (outcomes != nullptr) outcomes->push_back(*outcome);
+  return outcome->params;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Module& module, const Function& function,
+                                                        const FusionRange& range, const Liveness& liveness,
+                                                        std::span<const std::vector<ProfileRecord>> records, int compiles,
+                                                        Tuner* tuner, std::vector<TuneOutcome>* tuning,
+                                                        RegionCompileTimes* times) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  Clock::time_point phase = Clock::now();
+  RegionCompileTimes local;
+  if (times == nullptr) times = &local;
+  auto region = std::make_unique<CompiledRegion>();
+  region->range = range;
+  region->plan = std::make_unique<RegionPlan>();
+  RegionPlan& p = *region->plan;
+  buildRegionGraph(p, function, range, liveness);
+
+  // The prelude, replayed at each entry.
+  for (int pc : range.prelude) {
+    const Instruction& in = function.code[static_cast<std::size_t>(pc)];
+    PreludeOp op;
+    op.op = in.op;
+    op.dst = in.a;
+    if (in.op == Opcode::LoadConst) {
+      if (in.b < 0 || static_cast<std::size_t>(in.b) >= module.constants.size()) return makeError(ErrorCode::Internal, "bad constant");
+      op.constant = module.constants[static_cast<std::size_t>(in.b)].value;
+    } else if (in.op == Opcode::TuplePack) {
+      for (std::int32_t i = 0; i < in.c; ++i) op.items.push_back(function.operand_pool[static_cast<std::size_t>(in.b + i)]);
+    } else if (in.op == Opcode::DimOf) {
+      op.items = {in.b};
+      op.axis = in.c;
+    } else {
+      op.items = scalarBinaryOp(in.op) ? std::vector<int>{in.b, in.c} : std::vector<int>{in.b};
+    }
+    p.prelude.push_back(std::move(op));
+  }
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, planningInputs(p, range, records, compiles));
+  RegionExecutor reference(p, false);
+  for (std::size_t i = 0; i < p.externals.size(); ++i) reference.setReal(p.externals[i], inputs[i]);
+  // A range whose ops fail on random inputs of its shapes (integer division by zero, an index out
+  // of range ...) cannot be planned or validated: not fusable, not a codegen failure.
+  if (Status run = referenceRun(p, reference); !run.isOk()) {
+    return makeError(ErrorCode::Unsupported, "the reference run on random inputs of the observed shapes failed: {}", run.message());
+  }
+  for (std::size_t v = 0; v < p.values.size(); ++v) {
+    const Value& observed = reference.realValue(static_cast<int>(v));
+    RValue& value = p.values[v];
+    value.tensor = observed.isTensor();
+    if (value.tensor) {
+      const Tensor& t = observed.tensor();
+      value.dtype = t.dtype();
+      value.shape = t.shape();
+      value.inner_stride = t.rank() == 0 || t.dim(t.rank() - 1) == 1 ? 1 : t.stride(t.rank() - 1);
+    }
+  }
+
+  SVM_RETURN_IF_ERROR(planRegionSteps(p, function, range, liveness));
+  reference.grow();
+  SVM_RETURN_IF_ERROR(mergeGateEpilogues(p, function, reference, records, compiles));
+  bool worthwhile = false;
+  for (const Step& step : p.steps) {
+    worthwhile = worthwhile || (step.kind == Step::Kind::MatMul && (!step.epilogue.empty() || step.program)) ||
+                 (step.kind == Step::Kind::Fused && step.program->nodes.size() >= 2) ||
+                 (step.kind == Step::Kind::Reduce && !step.program->nodes.empty());
+  }
+  if (!worthwhile) return makeError(ErrorCode::Unsupported, "nothing to fuse in this range");
+
+  times->plan_ms = since(phase);
+  phase = Clock::now();
+  double tuned_ms = 0;
+  planBlocks(p);
+  // Kernels, step by step, on the reference run's values (which also give the leaves' layouts).
+  for (std::size_t k = 0; k < p.steps.size(); ++k) {
+    Step& step = p.steps[k];
+    if (step.kind == Step::Kind::Opaque) {
+      // An unfusable op with a kernel family (reductions, softmax, where, cast ...) gets its own
+      // kernel as at O1; without one (or when it cannot be compiled) it runs the reference kernel.
+      const ROp& op = p.ops[static_cast<std::size_t>(step.op)];
+      const KernelFamily* family = familyFor(op.op);
+      if (family == nullptr) continue;
+      auto inferred = inferSpec(op.op, *op.attrs, records[static_cast<std::size_t>(step.op)], compiles);
+      if (!inferred || !family->supports(inferred->spec).isOk()) continue;
+      auto kernel = compileKernel(engine, *family, inferred->spec);
+      if (!kernel) continue;
+      step.guard = guardFor(inferred->spec);
+      step.kernel = std::move(*kernel);
+      continue;
+    }
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, step, reference));
+    std::vector<const Value*> pointers;
+    for (const Value& v : leaves) pointers.push_back(&v);
+    KernelSpec spec;
+    const KernelFamily* family = nullptr;
+    if (step.kind != Step::Kind::MatMul) {
+      FusedProgram& program = *step.program;
+      for (std::size_t l = 0; l < leaves.size(); ++l) {
+        const Tensor& t = leaves[l].tensor();
+        const std::int64_t inner = t.rank() == 0 ? 1 : t.stride(t.rank() - 1);
+        program.leaf_inner[l] = inner == 0 || inner == 1 ? static_cast<int>(inner) : -1;
+        OperandSpec operand;
+        operand.dtype = t.dtype();
+        operand.rank = t.rank();
+        operand.contiguous = false;
+        spec.inputs.push_back(operand);
+      }
+      const int shaped_by = step.kind == Step::Kind::Reduce ? step.source : step.outputs[0];
+      bakeStaticDims(program, tokenOf(function, p, shaped_by), p.values[static_cast<std::size_t>(shaped_by)].shape);
+      spec.op = OpId::Identity;
+      spec.fused = step.program;
+      family = fusedFamily();
+    } else {
+      SVM_ASSIGN_OR_RETURN(spec, matmulStepSpec(p, step, leaves, records, compiles));
+      family = familyFor(OpId::MatMul);
+      step.guard = guardFor(spec);
+    }
+    SVM_RETURN_IF_ERROR(family->supports(spec).withContext(fmt::format("step {} of the region", k)));
+    const Clock::time_point tune_start = Clock::now();
+    spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
+    tuned_ms += since(tune_start);
+    SVM_ASSIGN_OR_RETURN(step.kernel, compileKernel(engine, *family, spec));
+    if (step.stat) {
+      // A statistic is no register's value: the reference run gets it from the program's own
+      // reference semantics, for the steps after it.
+      std::vector<Value> stat(step.outputs.size());
+      SVM_RETURN_IF_ERROR(family->reference(spec, pointers, stat));
+      for (std::size_t o = 0; o < stat.size(); ++o) reference.setReal(step.outputs[o], std::move(stat[o]));
+    }
+  }
+
+  times->codegen_ms = since(phase) - tuned_ms;
+  phase = Clock::now();
+  // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
+  // reference run's values of every register the range writes back.
+  {
+    RegionExecutor eval(p, true);
+    for (std::size_t i = 0; i < p.externals.size(); ++i) eval.setReal(p.externals[i], inputs[i]);
+    SVM_RETURN_IF_ERROR(eval.runAll(false).withContext("validation run"));
+    std::vector<Value> expected, actual;
+    for (const auto& [reg, v] : p.writeback) {
+      if (!reference.realValue(v).isTensor()) continue;
+      expected.push_back(reference.realValue(v));
+      SVM_ASSIGN_OR_RETURN(const Value* got, eval.real(v));
+      actual.push_back(*got);
+    }
+    const Comparison comparison = compareOutputs(expected, actual);
+    if (!comparison.ok) {
+      return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
+    }
+  }
+  // The step kernels' packings of the planning inputs (random weights) are of no use later.
+  for (Step& step : p.steps) {
+    if (step.kernel) step.kernel->packed.clear();
+  }
+  times->validate_ms = since(phase);
+  return region;
+}
+
+}  // namespace shapevm::jit
