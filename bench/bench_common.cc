@@ -114,6 +114,7 @@ Status emitAxpy(llvm::Module& module, const std::string& symbol) {
   });
   b.CreateRetVoid();
   return Status::ok();
+}
 
 Expected<std::unique_ptr<PeakMeter>> PeakMeter::create(jit::JitEngine& engine) {
   auto meter = std::unique_ptr<PeakMeter>(new PeakMeter(engine));

@@ -2,6 +2,7 @@
 // Kernel-level suites: JIT matmul vs the reference kernel, oneDNN and the measured FMA peak (plus
 // the AutoTuner's choice and bfloat16), elementwise chains and fused normalizations vs a one-pass
 // roofline and memcpy, and the interpreter's per-op overhead. Outputs are checked before timing.
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
