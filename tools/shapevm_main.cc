@@ -269,7 +269,7 @@ Status applyJitFlags(const RunFlags& flags) {
 }
 
 int runCommand(RunFlags flags) {
-  const auto command_start = std::chrono::steady_clock::now();
+  [[maybe_unused]] const auto command_start = std::chrono::steady_clock::now();  // tune summary (JIT builds)
   if (Status s = applyTunables(flags.settings); !s.isOk()) return fail(s);
   if (flags.tune) {
     // Tuning ahead of time: O2, every region hot at once, every compile waited for.

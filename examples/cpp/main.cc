@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
   if (!fn) return fail(fn.status());
   std::printf("function %s(", fn->name.c_str());
   for (std::size_t i = 0; i < fn->params.size(); ++i) {
-    std::printf("%s%s%s%s", i ? ", " : "", fn->params[i].name.c_str(), fn->params[i].token.empty() ? "" : ": ",
-                fn->params[i].token.c_str());
+    const shapevm::ParamInfo& p = fn->params[i];
+    const std::string type = p.kind == shapevm::ValueKind::Tensor ? p.token : std::string(shapevm::valueKindName(p.kind));
+    std::printf("%s%s: %s", i ? ", " : "", p.name.c_str(), type.c_str());
   }
   std::printf(") -> %d outputs\n", fn->num_outputs);
 
