@@ -8,14 +8,16 @@
 // Settings. ShapeVM's thresholds live in ONE process-wide table (`shapevm tunables` lists it).
 // Session::set() and Session::get() mean this, and no more:
 //   * "jit_level" (O0/O1/O2, or 0/1/2) belongs to the Session: a new Session starts at the
-//     table's jit_level row (whose default is 2, or $SHAPEVM_JIT_LEVEL); set() re-attaches this
-//     Session's JIT at once, and other Sessions are not affected.
+//     table's jit_level row (default 2); set() re-attaches this Session's JIT at once, and other
+//     Sessions are not affected.
 //   * every other key writes the process-wide row: it affects every Session in the process,
 //     including those already running (the interpreter and the JIT read most rows live; a few —
 //     compile_threads, jit_gdb, jit_perf — are read when a Session's JIT attaches, i.e. at load()
 //     and at a jit_level change). setTunable()/getTunable() are the same rows without a Session.
-// Per-Session choices that are not tunables (profiling, waiting for compiles, the tuning
-// database) are SessionOptions, fixed when the Session is made.
+// The $SHAPEVM_* environment variables reach the table only through
+// loadTunablesFromEnvironment() (the CLI calls it first). Per-Session choices that are not
+// tunables (profiling, waiting for compiles, the tuning database) are SessionOptions, fixed
+// when the Session is made.
 //
 // Threads. All methods may be called from any thread. run() calls on one Session are serialized
 // (the JIT's compile thread keeps working meanwhile); different Sessions run in parallel.
