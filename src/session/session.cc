@@ -148,7 +148,7 @@ struct Session::Impl {
 
   void dropParts() {
 #if SHAPEVM_HAVE_JIT
-    jit.reset();  // first: it stops its compile thread and unpatches the VM, which calls the tuner
+    jit.reset();  // first: it stops its compile thread (the tuner's caller) and unpatches the VM
     tuner.reset();
 #endif
     vm.reset();
