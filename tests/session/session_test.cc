@@ -247,7 +247,9 @@ TEST_F(SessionTest, JitLevelIsPerSessionOtherSettingsAreProcessWide) {
   ASSERT_TRUE(a.set("jit_level", "O0").isOk());
   EXPECT_EQ(*a.get("jit_level"), 0);
   EXPECT_EQ(*b.get("jit_level"), start);
-  EXPECT_EQ(*Session::getTunable("jit_level"), start);  // the table's row: where new Sessions start
+  // The table's row (where new Sessions start; interpreter-only builds start at O0) is untouched.
+  EXPECT_EQ(*Session::getTunable("jit_level"), Tunables::info(Tunable::JitLevel).default_value);
+  EXPECT_EQ(start, Session::jitAvailable() ? Tunables::info(Tunable::JitLevel).default_value : 0);
   bool listed = false;
   for (const Session::Setting& s : a.settings()) {
     if (s.key == "jit_level") {
