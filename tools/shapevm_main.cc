@@ -23,13 +23,15 @@
 #include "bytecode/verifier.h"
 #include "frontend/frontend.h"
 #include "ops/registry.h"
+#include "session/session_access.h"
 #include "shapevm/npy.h"
+#include "shapevm/shapevm.h"
 #include "support/tunables.h"
+#include "tools/bench_launcher.h"
 #include "tools/cli_inputs.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
-#include "tools/bench.h"
 #include "tune/auto_tuner.h"
 #endif
 
@@ -42,13 +44,13 @@ int fail(const Status& status) {
 }
 
 Status applyTunables(const std::vector<std::string>& settings) {
-  SVM_RETURN_IF_ERROR(Tunables::loadFromEnvironment());
+  SVM_RETURN_IF_ERROR(Session::loadTunablesFromEnvironment());
   for (const std::string& setting : settings) {
     auto equals = setting.find('=');
     if (equals == std::string::npos) {
       return makeError(ErrorCode::InvalidArgument, "--set '{}': expected KEY=VALUE (see `shapevm tunables`)", setting);
     }
-    SVM_RETURN_IF_ERROR(Tunables::set(setting.substr(0, equals), setting.substr(equals + 1)));
+    SVM_RETURN_IF_ERROR(Session::setTunable(setting.substr(0, equals), setting.substr(equals + 1)));
   }
   return Status::ok();
 }
@@ -67,6 +69,15 @@ Expected<FrontendOptions> frontendOptions(bool no_opt, const std::string& opt_li
     SVM_ASSIGN_OR_RETURN(options, FrontendOptions::parseList(opt_list));
   }
   options.entry = entry;
+  return options;
+}
+
+// --no-opt / --opt=LIST / --fn as a Session's LoadOptions (the default: every optimization on).
+Expected<LoadOptions> loadOptions(bool no_opt, const std::string& opt_list, const std::string& entry) {
+  if (no_opt && !opt_list.empty()) return makeError(ErrorCode::InvalidArgument, "--no-opt and --opt cannot be combined");
+  LoadOptions options;
+  options.optimizations = no_opt ? "none" : opt_list.empty() ? "all" : opt_list;
+  options.entry = entry;  // a .py program's entry function (ignored for modules)
   return options;
 }
 
@@ -258,7 +269,7 @@ Status applyJitFlags(const RunFlags& flags) {
 }
 
 int runCommand(RunFlags flags) {
-  const auto command_start = std::chrono::steady_clock::now();
+  [[maybe_unused]] const auto command_start = std::chrono::steady_clock::now();  // tune summary (JIT builds)
   if (Status s = applyTunables(flags.settings); !s.isOk()) return fail(s);
   if (flags.tune) {
     // Tuning ahead of time: O2, every region hot at once, every compile waited for.
@@ -276,11 +287,16 @@ int runCommand(RunFlags flags) {
   }
   if (Status s = applyJitFlags(flags); !s.isOk()) return fail(s);
   if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
-  auto frontend = frontendOptions(flags.no_opt, flags.opt_list, !flags.opt_list.empty(), isPythonSource(flags.module_path) ? flags.fn : "");
-  if (!frontend) return fail(frontend.status());
-  auto module = loadProgram(flags.module_path, *frontend);
-  if (!module) return fail(module.status());
-  auto shared = std::make_shared<Module>(std::move(*module));
+  auto load = loadOptions(flags.no_opt, flags.opt_list, flags.fn);
+  if (!load) return fail(load.status());
+  // The Session owns the VM, the JIT (at the jit_level set above) and, at O2, the AutoTuner.
+  SessionOptions session_options;
+  session_options.profile = !flags.no_profile;
+  session_options.jit_wait = flags.jit_wait;
+  session_options.tuning_cache = !flags.no_cache;
+  Session session(session_options);
+  if (Status s = session.load(flags.module_path, *load); !s.isOk()) return fail(s);
+  const std::shared_ptr<Module> shared = SessionAccess::module(session);
   auto function = selectFunction(*shared, flags.fn);
   if (!function) return fail(function.status());
   const Function& fn = shared->functions[static_cast<std::size_t>(*function)];
@@ -345,36 +361,22 @@ int runCommand(RunFlags flags) {
     if (flags.iters < 1) return fail(makeError(ErrorCode::InvalidArgument, "--iters must be >= 1, got {}", flags.iters));
   }
 
-  VmOptions options;
-  options.profile = !flags.no_profile;
-  VirtualMachine vm(shared, options);
+  VirtualMachine& vm = *SessionAccess::vm(session);
 #if SHAPEVM_HAVE_JIT
-  std::unique_ptr<tune::AutoTuner> tuner;  // outlives the Jit that calls it
-  std::unique_ptr<jit::Jit> jit;
-  if (Tunables::get(Tunable::JitLevel) >= 2) {
-    tune::AutoTunerOptions tune_options;
-    tune_options.use_database = !flags.no_cache;
-    tuner = std::make_unique<tune::AutoTuner>(tune_options);
-    if (flags.tune) tuner->setProgress(progressPrinter());
-  }
+  tune::AutoTuner* tuner = SessionAccess::tuner(session);
+  jit::Jit* jit = SessionAccess::jit(session);
+  if (tuner && flags.tune) tuner->setProgress(progressPrinter());
   if (Tunables::get(Tunable::JitLevel) >= 1 && flags.no_profile) {
     // The JIT picks hot regions and their shape ranges from the interpreter's profile.
     fmt::print(stderr,
                "[WARN] JIT: --no-profile leaves the JIT without the shape profiles it compiles from; "
                "everything runs interpreted (O0)\n");
   }
-  if (Tunables::get(Tunable::JitLevel) >= 1 && !flags.no_profile) {
-    jit::JitOptions jit_options;
-    jit_options.wait_for_compiles = flags.jit_wait;
-    jit_options.tuner = tuner.get();
-    auto attached = jit::Jit::attach(vm, jit_options);
-    if (attached) {
-      jit = std::move(*attached);
-    } else if (flags.tune) {
-      return fail(std::move(attached).status().withContext("tune: cannot start the JIT"));
-    } else {  // JIT trouble never changes results: run interpreted, and say so
-      fmt::print(stderr, "[WARN] JIT: cannot start ({}); running interpreted (O0)\n", attached.status().toString());
-    }
+  if (Tunables::get(Tunable::JitLevel) >= 1 && !flags.no_profile && !jit) {
+    Status why = session.jitStatus();
+    if (flags.tune) return fail(why.withContext("tune: cannot start the JIT"));
+    // JIT trouble never changes results: run interpreted, and say so
+    fmt::print(stderr, "[WARN] JIT: cannot start ({}); running interpreted (O0)\n", why.toString());
   }
 #else
   if (Tunables::get(Tunable::JitLevel) >= 1 && (!flags.jit_level.empty() || std::getenv("SHAPEVM_JIT_LEVEL"))) {
@@ -390,7 +392,7 @@ int runCommand(RunFlags flags) {
     auto args = buildArguments(fn, plan, iteration, &label);
     if (!args) return fail(args.status());
     auto start = std::chrono::steady_clock::now();
-    auto result = vm.run(*function, *args);
+    auto result = session.run(*function, *args);
     auto stop = std::chrono::steady_clock::now();
     if (!result) {
       Status status = std::move(result).status();
@@ -459,12 +461,12 @@ int runCommand(RunFlags flags) {
                "database {}\n", tuned, timed, failed, tuning_ms, hits,
                tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"));
   }
-  jit.reset();  // stops the compile thread; the VM keeps its (now unpatched) interpreter state
+  SessionAccess::stopJit(session);  // stops the compile thread; the VM keeps its (now unpatched) interpreter state
 #endif
   if (flags.profile) printProfile(vm, *function);
   if (!flags.dump.empty()) {
     // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for.
-    if (Status written = saveModuleFile(*shared, flags.dump); !written.isOk()) return fail(written);
+    if (Status written = session.save(flags.dump); !written.isOk()) return fail(written);
   }
   return 0;
 }
@@ -517,12 +519,10 @@ int main(int argc, char** argv) {
   RunFlags run;
   auto* run_cmd = app.add_subcommand("run", "run a function of a module");
 #if SHAPEVM_HAVE_JIT
-  BenchFlags bench;
-  auto* bench_cmd = app.add_subcommand("bench", "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)");
-  bench_cmd->add_option("--suite", bench.suites, "only these suites: workload, cold, matmul, elementwise, overhead, memory (repeatable)");
-  bench_cmd->add_flag("--quick", bench.quick, "smaller sizes and fewer repeats (under 2 minutes; a smoke test)");
-  bench_cmd->add_option("--out", bench.out, "write DIR/shapevm.json");
-  bench_cmd->add_option("--examples", bench.examples, "folder with lstm_cell.py and lstm_loop.py (default: the source tree's examples/)");
+  // `shapevm bench ARGS` runs the shapevm_bench executable with ARGS (see main's first lines);
+  // the subcommand is declared here for `shapevm --help` and the unknown-subcommand check.
+  app.add_subcommand("bench", "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)")
+      ->allow_extras();
 #endif
   run_cmd->add_option("module", run.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
   run_cmd->add_option("--fn", run.fn, "function to run (default: the only one, or 'main')");
@@ -584,6 +584,9 @@ int main(int argc, char** argv) {
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
   auto* tunables_cmd = app.add_subcommand("tunables", "list tunables with defaults, env variables and meanings");
 
+#if SHAPEVM_HAVE_JIT
+  if (argc > 1 && std::string_view(argv[1]) == "bench") return launchBench(argc, argv);
+#endif
   if (argc > 1 && argv[1][0] != '-') {
     std::string word = argv[1];
     bool known = false;
@@ -653,11 +656,6 @@ int main(int argc, char** argv) {
   if (*run_cmd) return runCommand(run);
 #if SHAPEVM_HAVE_JIT
   if (*tune_cmd) return runCommand(tune_flags);
-  if (*bench_cmd) {
-    // The SHAPEVM_* tunables apply here as for `run` (A/B runs of a setting).
-    if (Status s = applyTunables({}); !s.isOk()) return fail(s);
-    return benchCommand(bench);
-  }
 #endif
   if (*ops_cmd) {
     for (const OpSchema& schema : OpRegistry::global().schemas()) {
