@@ -582,6 +582,8 @@ int main(int argc, char** argv) {
 #endif
 
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
+  bool ops_json = false;
+  ops_cmd->add_flag("--json", ops_json, "every column of the op table and each op's Python parameters, as JSON");
   auto* tunables_cmd = app.add_subcommand("tunables", "list tunables with defaults, env variables and meanings");
 
   if (argc > 1 && argv[1][0] != '-') {
@@ -660,6 +662,10 @@ int main(int argc, char** argv) {
   }
 #endif
   if (*ops_cmd) {
+    if (ops_json) {
+      fmt::print("{}", frontend::opTableJson());
+      return 0;
+    }
     for (const OpSchema& schema : OpRegistry::global().schemas()) {
       std::string inputs, attrs;
       for (const InputSpec& in : schema.inputs) inputs += (inputs.empty() ? "" : ", ") + in.name + (in.optional ? "?" : in.variadic ? "*" : "");
