@@ -33,6 +33,12 @@ std::optional<std::int64_t> normAxis(std::int64_t axis, int rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+// The `axis` attribute (0 when the op has none) normalized for `rank`; nullopt when out of range.
+std::optional<std::int64_t> axisAttr(const ShapeArgs& args, int rank) {
+  const AttrValue* axis = args.attr("axis");
+  return normAxis(axis ? axis->i : 0, rank);
+}
+
 // A shape operand as output dims; nullopt when its length is unknown or a value is invalid.
 std::optional<std::vector<SymDim>> shapeDims(const SymInput& shape, bool allow_minus_one, bool* has_minus_one) {
   if (shape.kind != SymInput::Kind::Ints || !shape.shape.rank_known) return std::nullopt;
@@ -228,8 +234,7 @@ SymShape shapeSqueeze(const ShapeArgs& args) {
 SymShape shapeSplit(const ShapeArgs& args) {
   auto x = knownInput(args);
   if (!x) return SymShape::any();
-  const AttrValue* axis_attr = args.attr("axis");
-  auto axis = normAxis(axis_attr ? axis_attr->i : 0, x->rank());
+  auto axis = axisAttr(args, x->rank());
   if (!axis) return SymShape::any();
   SymShape out = *x;
   SymDim& d = out.dims[static_cast<std::size_t>(*axis)];
@@ -249,8 +254,7 @@ SymShape shapeSplit(const ShapeArgs& args) {
 SymShape shapeGather(const ShapeArgs& args) {
   auto x = knownInput(args);
   if (!x || args.inputs.size() < 2) return SymShape::any();
-  const AttrValue* axis_attr = args.attr("axis");
-  auto axis = normAxis(axis_attr ? axis_attr->i : 0, x->rank());
+  auto axis = axisAttr(args, x->rank());
   if (!axis) return SymShape::any();
   SymShape out = *x;
   const SymInput& index = args.inputs[1];
@@ -303,8 +307,7 @@ SymShape shapeReduce(const ShapeArgs& args) {
 SymShape shapeArgMax(const ShapeArgs& args) {
   auto x = knownInput(args);
   if (!x) return SymShape::any();
-  const AttrValue* axis_attr = args.attr("axis");
-  auto a = normAxis(axis_attr ? axis_attr->i : 0, x->rank());
+  auto a = axisAttr(args, x->rank());
   if (!a) return SymShape::any();
   return reduced(*x, {*a}, keepDims(args));
 }
@@ -328,8 +331,7 @@ bool allTensorsOfRank(const ShapeArgs& args, int rank) {
 SymShape shapeConcat(const ShapeArgs& args) {
   auto x = knownInput(args);
   if (!x || !allTensorsOfRank(args, x->rank())) return SymShape::any();
-  const AttrValue* axis_attr = args.attr("axis");
-  auto a = normAxis(axis_attr ? axis_attr->i : 0, x->rank());
+  auto a = axisAttr(args, x->rank());
   if (!a) return SymShape::any();
   SymShape out = joinInputs(args);
   std::int64_t total = 0;
@@ -346,8 +348,7 @@ SymShape shapeConcat(const ShapeArgs& args) {
 SymShape shapeStack(const ShapeArgs& args) {
   auto x = knownInput(args);
   if (!x || !allTensorsOfRank(args, x->rank())) return SymShape::any();
-  const AttrValue* axis_attr = args.attr("axis");
-  auto a = normAxis(axis_attr ? axis_attr->i : 0, x->rank() + 1);
+  auto a = axisAttr(args, x->rank() + 1);
   if (!a) return SymShape::any();
   SymShape out = joinInputs(args);
   out.dims.insert(out.dims.begin() + *a, SymDim::fixed(static_cast<std::int64_t>(args.inputs.size())));
