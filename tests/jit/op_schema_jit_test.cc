@@ -26,14 +26,17 @@ TEST(OpSchemaJit, KernelFamiliesTakeExactlyTheOpsTheTableGivesThem) {
   }
 }
 
-// The region planner decomposes exactly these normalizations (planNorm, trailingAxes): a new op
-// marked `norm` needs its decomposition written there, and this list updated with it.
-TEST(OpSchemaJit, NormColumnIsWhatThePlannerDecomposes) {
-  std::vector<OpId> norm;
+// The region planner decomposes exactly these normalizations (planNorm, trailingAxes) and maps
+// exactly these reductions to FusedProgram::Reduce (its kReduce table): a new op marked `norm` or
+// `freduce` needs its code written there, and these lists updated with it.
+TEST(OpSchemaJit, PlannerColumnsAreWhatThePlannerHandles) {
+  std::vector<OpId> norm, fused_reduce;
   for (const OpSchema& schema : OpRegistry::global().schemas()) {
     if (schema.jit.norm) norm.push_back(schema.id);
+    if (schema.jit.fused_reduce) fused_reduce.push_back(schema.id);
   }
   EXPECT_EQ(norm, (std::vector<OpId>{OpId::Softmax, OpId::LogSoftmax, OpId::LayerNorm}));
+  EXPECT_EQ(fused_reduce, (std::vector<OpId>{OpId::Sum, OpId::Mean, OpId::Max, OpId::Min}));
 }
 
 Value dataInput(const InputSpec& spec, const Shape& shape, std::mt19937& rng) {
