@@ -25,19 +25,26 @@ std::string quoted(std::string_view text) {
 
 std::string_view inputKindName(InputKind kind) {
   switch (kind) {
-    case InputKind::Tensor: return "T";
-    case InputKind::Ints: return "ints";
-    case InputKind::Int: return "int";
-    case InputKind::Num: return "num";
+    case InputKind::Tensor:
+      return "T";
+    case InputKind::Ints:
+      return "ints";
+    case InputKind::Int:
+      return "int";
+    case InputKind::Num:
+      return "num";
   }
   return "?";
 }
 
 std::string_view domainName(InputDomain domain) {
   switch (domain) {
-    case InputDomain::Any: return "any";
-    case InputDomain::Positive: return "pos";
-    case InputDomain::Bool: return "bool";
+    case InputDomain::Any:
+      return "any";
+    case InputDomain::Positive:
+      return "pos";
+    case InputDomain::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -50,9 +57,10 @@ std::string opTableJson() {
   for (const OpSchema& schema : OpRegistry::global().schemas()) {
     std::string inputs, attrs, params;
     for (const InputSpec& in : schema.inputs) {
-      inputs += fmt::format("{}{{\"name\": {}, \"kind\": \"{}\", \"optional\": {}, \"variadic\": {}, \"domain\": \"{}\"}}",
-                            inputs.empty() ? "" : ", ", quoted(in.name), inputKindName(in.kind), in.optional,
-                            in.variadic, domainName(in.domain));
+      inputs +=
+          fmt::format("{}{{\"name\": {}, \"kind\": \"{}\", \"optional\": {}, \"variadic\": {}, \"domain\": \"{}\"}}",
+                      inputs.empty() ? "" : ", ", quoted(in.name), inputKindName(in.kind), in.optional, in.variadic,
+                      domainName(in.domain));
     }
     for (const AttrSpec& a : schema.attrs) {
       attrs += fmt::format("{}{{\"name\": {}, \"kind\": \"{}\", \"default\": {}}}", attrs.empty() ? "" : ", ",

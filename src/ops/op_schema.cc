@@ -26,7 +26,8 @@ struct OpRow {
 };
 constexpr OpRow kOpRows[] = {
 #define SVM_OP(ident, name, cls, inputs, attrs, outputs, dtype_rule, shape_fn, jit, meaning) \
-  {OpId::ident, #ident, name, OpClass::cls, inputs, attrs, outputs, DTypeRule::dtype_rule, &shape_fn, #shape_fn, jit, meaning},
+  {OpId::ident,           #ident,    name,      OpClass::cls, inputs, attrs, outputs,        \
+   DTypeRule::dtype_rule, &shape_fn, #shape_fn, jit,          meaning},
 #include "ops/ops.def"
 #undef SVM_OP
 };
@@ -58,7 +59,8 @@ constexpr bool allJitColumnsValid() {
   }
   return true;
 }
-static_assert(allJitColumnsValid(), "ops.def: a jit column is empty or has an unknown word (use `none` for interpreted-only ops)");
+static_assert(allJitColumnsValid(),
+              "ops.def: a jit column is empty or has an unknown word (use `none` for interpreted-only ops)");
 
 constexpr bool identsAndOrderAgree() {
   for (int i = 0; i < kNumOps; ++i) {
@@ -87,9 +89,12 @@ AttrValue parseDefault(AttrKind kind, std::string_view text) {
       std::from_chars(text.data(), text.data() + text.size(), v);
       return AttrValue::ofInt(v);
     }
-    case AttrKind::Float: return AttrValue::ofFloat(std::strtod(std::string(text).c_str(), nullptr));
-    case AttrKind::Bool: return AttrValue::ofBool(text == "true");
-    case AttrKind::DType: return AttrValue::ofDType(parseDType(text).value_or(DType::Float32));
+    case AttrKind::Float:
+      return AttrValue::ofFloat(std::strtod(std::string(text).c_str(), nullptr));
+    case AttrKind::Bool:
+      return AttrValue::ofBool(text == "true");
+    case AttrKind::DType:
+      return AttrValue::ofDType(parseDType(text).value_or(DType::Float32));
     case AttrKind::Ints: {
       std::vector<std::int64_t> values;  // only "[]" defaults appear in ops.def
       return AttrValue::ofInts(values);
@@ -127,9 +132,18 @@ OpSchema buildSchema(const OpRow& row) {
       spec.domain = kind.substr(at + 1) == "pos" ? InputDomain::Positive : InputDomain::Bool;
       kind = kind.substr(0, at);
     }
-    if (!kind.empty() && kind.back() == '?') { spec.optional = true; kind.remove_suffix(1); }
-    if (!kind.empty() && kind.back() == '*') { spec.variadic = true; kind.remove_suffix(1); }
-    spec.kind = kind == "T" ? InputKind::Tensor : kind == "ints" ? InputKind::Ints : kind == "int" ? InputKind::Int : InputKind::Num;
+    if (!kind.empty() && kind.back() == '?') {
+      spec.optional = true;
+      kind.remove_suffix(1);
+    }
+    if (!kind.empty() && kind.back() == '*') {
+      spec.variadic = true;
+      kind.remove_suffix(1);
+    }
+    spec.kind = kind == "T"      ? InputKind::Tensor
+                : kind == "ints" ? InputKind::Ints
+                : kind == "int"  ? InputKind::Int
+                                 : InputKind::Num;
     schema.inputs.push_back(spec);
   }
   for (std::string_view item : splitSpaces(row.attrs)) {
@@ -137,9 +151,13 @@ OpSchema buildSchema(const OpRow& row) {
     auto colon = item.find(':');
     auto equals = item.find('=');
     spec.name = std::string(item.substr(0, colon));
-    std::string_view kind = item.substr(colon + 1, equals == std::string_view::npos ? std::string_view::npos : equals - colon - 1);
-    spec.kind = kind == "int" ? AttrKind::Int : kind == "float" ? AttrKind::Float : kind == "bool" ? AttrKind::Bool
-              : kind == "ints" ? AttrKind::Ints : AttrKind::DType;
+    std::string_view kind =
+        item.substr(colon + 1, equals == std::string_view::npos ? std::string_view::npos : equals - colon - 1);
+    spec.kind = kind == "int"     ? AttrKind::Int
+                : kind == "float" ? AttrKind::Float
+                : kind == "bool"  ? AttrKind::Bool
+                : kind == "ints"  ? AttrKind::Ints
+                                  : AttrKind::DType;
     if (equals != std::string_view::npos) spec.default_value = parseDefault(spec.kind, item.substr(equals + 1));
     schema.attrs.push_back(spec);
   }
@@ -150,11 +168,16 @@ OpSchema buildSchema(const OpRow& row) {
 
 std::string_view attrKindName(AttrKind kind) {
   switch (kind) {
-    case AttrKind::Int: return "int";
-    case AttrKind::Float: return "float";
-    case AttrKind::Bool: return "bool";
-    case AttrKind::Ints: return "ints";
-    case AttrKind::DType: return "dtype";
+    case AttrKind::Int:
+      return "int";
+    case AttrKind::Float:
+      return "float";
+    case AttrKind::Bool:
+      return "bool";
+    case AttrKind::Ints:
+      return "ints";
+    case AttrKind::DType:
+      return "dtype";
   }
   return "?";
 }
@@ -163,24 +186,31 @@ bool AttrValue::operator==(const AttrValue& other) const {
   if (kind != other.kind) return false;
   switch (kind) {
     case AttrKind::Int:
-    case AttrKind::Bool: return i == other.i;
-    case AttrKind::Float: return f == other.f || (f != f && other.f != other.f);
-    case AttrKind::Ints: return ints == other.ints;
-    case AttrKind::DType: return dtype == other.dtype;
+    case AttrKind::Bool:
+      return i == other.i;
+    case AttrKind::Float:
+      return f == other.f || (f != f && other.f != other.f);
+    case AttrKind::Ints:
+      return ints == other.ints;
+    case AttrKind::DType:
+      return dtype == other.dtype;
   }
   return false;
 }
 
 std::string AttrValue::toString() const {
   switch (kind) {
-    case AttrKind::Int: return std::to_string(i);
-    case AttrKind::Bool: return i ? "true" : "false";
+    case AttrKind::Int:
+      return std::to_string(i);
+    case AttrKind::Bool:
+      return i ? "true" : "false";
     case AttrKind::Float: {
       std::string text = fmt::format("{}", f);  // shortest round-trip form
       if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
       return text;
     }
-    case AttrKind::DType: return std::string(dtypeName(dtype));
+    case AttrKind::DType:
+      return std::string(dtypeName(dtype));
     case AttrKind::Ints: {
       std::string text = "[";
       for (std::size_t k = 0; k < ints.size(); ++k) {
@@ -215,34 +245,56 @@ int OpSchema::attrIndex(std::string_view attr_name) const {
 
 std::string_view opClassName(OpClass cls) {
   switch (cls) {
-    case OpClass::Contraction: return "contraction";
-    case OpClass::Binary: return "binary";
-    case OpClass::Compare: return "compare";
-    case OpClass::Unary: return "unary";
-    case OpClass::Select: return "select";
-    case OpClass::Cast: return "cast";
-    case OpClass::Nary: return "nary";
-    case OpClass::View: return "view";
-    case OpClass::Movement: return "movement";
-    case OpClass::Reduction: return "reduction";
-    case OpClass::Normalization: return "normalization";
-    case OpClass::Copy: return "copy";
-    case OpClass::Creation: return "creation";
+    case OpClass::Contraction:
+      return "contraction";
+    case OpClass::Binary:
+      return "binary";
+    case OpClass::Compare:
+      return "compare";
+    case OpClass::Unary:
+      return "unary";
+    case OpClass::Select:
+      return "select";
+    case OpClass::Cast:
+      return "cast";
+    case OpClass::Nary:
+      return "nary";
+    case OpClass::View:
+      return "view";
+    case OpClass::Movement:
+      return "movement";
+    case OpClass::Reduction:
+      return "reduction";
+    case OpClass::Normalization:
+      return "normalization";
+    case OpClass::Copy:
+      return "copy";
+    case OpClass::Creation:
+      return "creation";
   }
   return "?";
 }
 
 std::string_view dtypeRuleName(DTypeRule rule) {
   switch (rule) {
-    case DTypeRule::Same: return "same";
-    case DTypeRule::Promote: return "promote";
-    case DTypeRule::Bool: return "bool";
-    case DTypeRule::Float: return "float";
-    case DTypeRule::Select: return "select";
-    case DTypeRule::Attr: return "attr";
-    case DTypeRule::Int64: return "int64";
-    case DTypeRule::Sum: return "sum";
-    case DTypeRule::Mean: return "mean";
+    case DTypeRule::Same:
+      return "same";
+    case DTypeRule::Promote:
+      return "promote";
+    case DTypeRule::Bool:
+      return "bool";
+    case DTypeRule::Float:
+      return "float";
+    case DTypeRule::Select:
+      return "select";
+    case DTypeRule::Attr:
+      return "attr";
+    case DTypeRule::Int64:
+      return "int64";
+    case DTypeRule::Sum:
+      return "sum";
+    case DTypeRule::Mean:
+      return "mean";
   }
   return "?";
 }
@@ -273,7 +325,8 @@ const std::vector<OpSchema>& opSchemaTable() {
 
 const AttrValue* ShapeArgs::attr(std::string_view attr_name) const {
   const int index = schema == nullptr ? -1 : schema->attrIndex(attr_name);
-  return index >= 0 && static_cast<std::size_t>(index) < attrs.size() ? &attrs[static_cast<std::size_t>(index)] : nullptr;
+  return index >= 0 && static_cast<std::size_t>(index) < attrs.size() ? &attrs[static_cast<std::size_t>(index)]
+                                                                      : nullptr;
 }
 
 SymShape inferShape(const OpSchema& schema, std::span<const SymInput> inputs, std::span<const AttrValue> attrs,
@@ -301,9 +354,12 @@ std::optional<DType> resultDType(const OpSchema& schema, std::span<const std::op
     promoted = promoted ? promoteTypes(*promoted, *d) : *d;
   }
   switch (schema.dtype_rule) {
-    case DTypeRule::Same: return first;
-    case DTypeRule::Promote: return promoted;
-    case DTypeRule::Bool: return DType::Bool;
+    case DTypeRule::Same:
+      return first;
+    case DTypeRule::Promote:
+      return promoted;
+    case DTypeRule::Bool:
+      return DType::Bool;
     case DTypeRule::Float:
       if (!first) return std::nullopt;
       return isFloating(*first) ? *first : DType::Float32;
@@ -315,7 +371,8 @@ std::optional<DType> resultDType(const OpSchema& schema, std::span<const std::op
       if (index < 0 || static_cast<std::size_t>(index) >= attrs.size()) return std::nullopt;
       return attrs[static_cast<std::size_t>(index)].dtype;
     }
-    case DTypeRule::Int64: return DType::Int64;
+    case DTypeRule::Int64:
+      return DType::Int64;
     case DTypeRule::Sum:
       if (!first) return std::nullopt;
       return isFloating(*first) ? *first : DType::Int64;

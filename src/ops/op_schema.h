@@ -60,13 +60,13 @@ std::string_view dtypeRuleName(DTypeRule rule);
 
 // What the JIT does with an op (ops.def column 9). `none` (all false) is an explicit decision.
 struct JitSupport {
-  bool elementwise = false;    // ew: the elementwise kernel family compiles it
-  bool reduce = false;         // reduce: the reduction kernel family compiles it
-  bool matmul = false;         // matmul: the matmul kernel family compiles it
-  bool fuse = false;           // fuse: a node of a fused elementwise program
-  bool view = false;           // view: the region planner folds it into a leaf's index map
-  bool fused_reduce = false;   // freduce: a fused trailing-axes reduction of a region
-  bool norm = false;           // norm: the region planner decomposes it into statistics
+  bool elementwise = false;   // ew: the elementwise kernel family compiles it
+  bool reduce = false;        // reduce: the reduction kernel family compiles it
+  bool matmul = false;        // matmul: the matmul kernel family compiles it
+  bool fuse = false;          // fuse: a node of a fused elementwise program
+  bool view = false;          // view: the region planner folds it into a leaf's index map
+  bool fused_reduce = false;  // freduce: a fused trailing-axes reduction of a region
+  bool norm = false;          // norm: the region planner decomposes it into statistics
   bool any() const { return elementwise || reduce || matmul || fuse || view || fused_reduce || norm; }
   std::string toString() const;  // the ops.def spelling, "ew fuse" / "none"
 };
@@ -92,11 +92,36 @@ struct AttrValue {
   DType dtype = DType::Float32;
   std::vector<std::int64_t> ints;
 
-  static AttrValue ofInt(std::int64_t v) { AttrValue a; a.kind = AttrKind::Int; a.i = v; return a; }
-  static AttrValue ofFloat(double v) { AttrValue a; a.kind = AttrKind::Float; a.f = v; return a; }
-  static AttrValue ofBool(bool v) { AttrValue a; a.kind = AttrKind::Bool; a.i = v; return a; }
-  static AttrValue ofInts(std::vector<std::int64_t> v) { AttrValue a; a.kind = AttrKind::Ints; a.ints = std::move(v); return a; }
-  static AttrValue ofDType(DType v) { AttrValue a; a.kind = AttrKind::DType; a.dtype = v; return a; }
+  static AttrValue ofInt(std::int64_t v) {
+    AttrValue a;
+    a.kind = AttrKind::Int;
+    a.i = v;
+    return a;
+  }
+  static AttrValue ofFloat(double v) {
+    AttrValue a;
+    a.kind = AttrKind::Float;
+    a.f = v;
+    return a;
+  }
+  static AttrValue ofBool(bool v) {
+    AttrValue a;
+    a.kind = AttrKind::Bool;
+    a.i = v;
+    return a;
+  }
+  static AttrValue ofInts(std::vector<std::int64_t> v) {
+    AttrValue a;
+    a.kind = AttrKind::Ints;
+    a.ints = std::move(v);
+    return a;
+  }
+  static AttrValue ofDType(DType v) {
+    AttrValue a;
+    a.kind = AttrKind::DType;
+    a.dtype = v;
+    return a;
+  }
   bool operator==(const AttrValue& other) const;
   std::string toString() const;  // "3", "1e-05", "true", "[0,2,1]", "float32"
 };
@@ -116,15 +141,28 @@ struct SymDim {
   bool is_static = true;
   std::int64_t size = 0;
   std::int32_t id = -1;
-  static SymDim fixed(std::int64_t size) { SymDim d; d.size = size; return d; }
-  static SymDim dynamic(std::int32_t id = -1) { SymDim d; d.is_static = false; d.id = id; return d; }
+  static SymDim fixed(std::int64_t size) {
+    SymDim d;
+    d.size = size;
+    return d;
+  }
+  static SymDim dynamic(std::int32_t id = -1) {
+    SymDim d;
+    d.is_static = false;
+    d.id = id;
+    return d;
+  }
   bool operator==(const SymDim& other) const = default;
 };
 
 struct SymShape {
   bool rank_known = true;  // false: any rank (`[*]`), dims empty
   std::vector<SymDim> dims;
-  static SymShape any() { SymShape s; s.rank_known = false; return s; }
+  static SymShape any() {
+    SymShape s;
+    s.rank_known = false;
+    return s;
+  }
   int rank() const { return static_cast<int>(dims.size()); }
   bool operator==(const SymShape& other) const = default;
   std::string toString() const;  // "[2,?3,?]" / "[*]"
@@ -174,7 +212,7 @@ struct OpSchema {
   std::string_view shape_fn_name;  // "shapeBroadcast"
   JitSupport jit;
   int minInputs() const;
-  int maxInputs() const;  // -1 = unbounded
+  int maxInputs() const;                       // -1 = unbounded
   int attrIndex(std::string_view name) const;  // -1 if absent
 };
 

@@ -11,19 +11,26 @@
 namespace shapevm {
 namespace {
 
-SymDim anon() { return SymDim::dynamic(-1); }
+SymDim anon() {
+  return SymDim::dynamic(-1);
+}
 
-bool isOne(const SymDim& d) { return d.is_static && d.size == 1; }
+bool isOne(const SymDim& d) {
+  return d.is_static && d.size == 1;
+}
 
 // An input as a tensor shape: a scalar acts as a 0-d tensor; anything else has an unknown shape.
 SymShape tensorOf(const SymInput& in) {
   switch (in.kind) {
-    case SymInput::Kind::Tensor: return in.shape;
+    case SymInput::Kind::Tensor:
+      return in.shape;
     case SymInput::Kind::IntScalar:
-    case SymInput::Kind::Scalar: return SymShape{};
+    case SymInput::Kind::Scalar:
+      return SymShape{};
     case SymInput::Kind::Ints:
     case SymInput::Kind::None:
-    case SymInput::Kind::Other: return SymShape::any();
+    case SymInput::Kind::Other:
+      return SymShape::any();
   }
   return SymShape::any();
 }
@@ -87,24 +94,44 @@ std::optional<SymShape> broadcastShapes(const SymShape& a, const SymShape& b) {
   SymShape out;
   for (int k = 0; k < rank; ++k) {
     const int ia = a.rank() - rank + k, ib = b.rank() - rank + k;
-    if (ia < 0) { out.dims.push_back(b.dims[static_cast<std::size_t>(ib)]); continue; }
-    if (ib < 0) { out.dims.push_back(a.dims[static_cast<std::size_t>(ia)]); continue; }
+    if (ia < 0) {
+      out.dims.push_back(b.dims[static_cast<std::size_t>(ib)]);
+      continue;
+    }
+    if (ib < 0) {
+      out.dims.push_back(a.dims[static_cast<std::size_t>(ia)]);
+      continue;
+    }
     const SymDim x = a.dims[static_cast<std::size_t>(ia)], y = b.dims[static_cast<std::size_t>(ib)];
-    if (isOne(x)) { out.dims.push_back(y); continue; }
-    if (isOne(y)) { out.dims.push_back(x); continue; }
+    if (isOne(x)) {
+      out.dims.push_back(y);
+      continue;
+    }
+    if (isOne(y)) {
+      out.dims.push_back(x);
+      continue;
+    }
     if (x.is_static && y.is_static) {
       if (x.size != y.size) return std::nullopt;  // an error at run time; leave it to the kernel
       out.dims.push_back(x);
       continue;
     }
-    if (x.is_static) { out.dims.push_back(x); continue; }
-    if (y.is_static) { out.dims.push_back(y); continue; }
+    if (x.is_static) {
+      out.dims.push_back(x);
+      continue;
+    }
+    if (y.is_static) {
+      out.dims.push_back(y);
+      continue;
+    }
     out.dims.push_back(x.id >= 0 && x.id == y.id ? x : anon());
   }
   return out;
 }
 
-SymShape shapeUnknown(const ShapeArgs&) { return SymShape::any(); }
+SymShape shapeUnknown(const ShapeArgs&) {
+  return SymShape::any();
+}
 
 SymShape shapeSame(const ShapeArgs& args) {
   return knownInput(args).value_or(SymShape::any());
@@ -153,9 +180,12 @@ SymShape reshapeLike(const ShapeArgs& args, bool allow_minus_one) {
     int minus_index = -1, nonstatic = 0;
     const std::vector<SymDim>& items = args.inputs[1].shape.dims;
     for (std::size_t k = 0; k < items.size(); ++k) {
-      if (items[k].is_static && items[k].size == -1) minus_index = static_cast<int>(k);
-      else if (out.dims[k].is_static) known *= out.dims[k].size;
-      else ++nonstatic;
+      if (items[k].is_static && items[k].size == -1)
+        minus_index = static_cast<int>(k);
+      else if (out.dims[k].is_static)
+        known *= out.dims[k].size;
+      else
+        ++nonstatic;
     }
     if (all_static && nonstatic == 0 && known > 0 && total % known == 0 && minus_index >= 0) {
       out.dims[static_cast<std::size_t>(minus_index)] = SymDim::fixed(total / known);
@@ -166,9 +196,13 @@ SymShape reshapeLike(const ShapeArgs& args, bool allow_minus_one) {
 
 }  // namespace
 
-SymShape shapeReshape(const ShapeArgs& args) { return reshapeLike(args, true); }
+SymShape shapeReshape(const ShapeArgs& args) {
+  return reshapeLike(args, true);
+}
 
-SymShape shapeBroadcastTo(const ShapeArgs& args) { return reshapeLike(args, false); }
+SymShape shapeBroadcastTo(const ShapeArgs& args) {
+  return reshapeLike(args, false);
+}
 
 SymShape shapeTranspose(const ShapeArgs& args) {
   auto x = knownInput(args);
@@ -202,7 +236,8 @@ SymShape shapeUnsqueeze(const ShapeArgs& args) {
   }
   SymShape out;
   std::size_t next = 0;
-  for (int k = 0; k < out_rank; ++k) out.dims.push_back(inserted[static_cast<std::size_t>(k)] ? SymDim::fixed(1) : x->dims[next++]);
+  for (int k = 0; k < out_rank; ++k)
+    out.dims.push_back(inserted[static_cast<std::size_t>(k)] ? SymDim::fixed(1) : x->dims[next++]);
   return out;
 }
 
@@ -273,8 +308,10 @@ namespace {
 SymShape reduced(const SymShape& x, const std::set<std::int64_t>& axes, bool keepdims) {
   SymShape out;
   for (int k = 0; k < x.rank(); ++k) {
-    if (!axes.count(k)) out.dims.push_back(x.dims[static_cast<std::size_t>(k)]);
-    else if (keepdims) out.dims.push_back(SymDim::fixed(1));
+    if (!axes.count(k))
+      out.dims.push_back(x.dims[static_cast<std::size_t>(k)]);
+    else if (keepdims)
+      out.dims.push_back(SymDim::fixed(1));
   }
   return out;
 }

@@ -14,7 +14,8 @@ std::string signatureOf(std::string_view op) {
   auto params = opPythonParams(op);
   if (!params) return "unbound";
   std::string text;
-  for (const PyParam& p : *params) text += (text.empty() ? "" : ", ") + p.name + (p.default_text ? "=" + *p.default_text : "");
+  for (const PyParam& p : *params)
+    text += (text.empty() ? "" : ", ") + p.name + (p.default_text ? "=" + *p.default_text : "");
   return text;
 }
 

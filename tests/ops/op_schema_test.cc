@@ -29,8 +29,12 @@ constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Float16, 
                                 DType::Int64,   DType::Int32,   DType::Bool};
 constexpr DType kFloatDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
 
-int pick(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
-bool coin(std::mt19937& rng) { return pick(rng, 0, 1) == 1; }
+int pick(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+bool coin(std::mt19937& rng) {
+  return pick(rng, 0, 1) == 1;
+}
 template <typename T, std::size_t N>
 T pickFrom(std::mt19937& rng, const T (&items)[N]) {
   return items[static_cast<std::size_t>(pick(rng, 0, static_cast<int>(N) - 1))];
@@ -47,7 +51,9 @@ Value tensorOf(DType dtype, const Shape& shape, std::mt19937& rng) {
   return Value::fromTensor(randomTensor(dtype, shape, rng));
 }
 
-Value intsOf(const std::vector<std::int64_t>& values) { return Value::fromInts(values); }
+Value intsOf(const std::vector<std::int64_t>& values) {
+  return Value::fromInts(values);
+}
 
 std::vector<std::int64_t> dimsOf(const Shape& s) {
   std::vector<std::int64_t> out;
@@ -96,9 +102,22 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       c.inputs = {tensorOf(fdt, a, rng), tensorOf(coin(rng) ? fdt : pickFrom(rng, kFloatDTypes), b, rng)};
       break;
     }
-    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Pow: case OpId::Maximum:
-    case OpId::Minimum: case OpId::Equal: case OpId::NotEqual: case OpId::Less: case OpId::LessEqual:
-    case OpId::Greater: case OpId::GreaterEqual: case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::Where:
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Pow:
+    case OpId::Maximum:
+    case OpId::Minimum:
+    case OpId::Equal:
+    case OpId::NotEqual:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::Where:
     case OpId::AddN: {
       const Shape base = randomShape(rng);
       const int n = schema.id == OpId::Where ? 3 : schema.id == OpId::AddN ? pick(rng, 1, 4) : 2;
@@ -115,9 +134,21 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       if (schema.id == OpId::Where && !c.inputs[0].isTensor()) std::swap(c.inputs[0], c.inputs[1]);
       break;
     }
-    case OpId::Neg: case OpId::Abs: case OpId::Exp: case OpId::Log: case OpId::Sqrt: case OpId::Rsqrt:
-    case OpId::Sigmoid: case OpId::Tanh: case OpId::Relu: case OpId::Gelu: case OpId::Erf: case OpId::Silu:
-    case OpId::LogicalNot: case OpId::Identity: case OpId::Contiguous:
+    case OpId::Neg:
+    case OpId::Abs:
+    case OpId::Exp:
+    case OpId::Log:
+    case OpId::Sqrt:
+    case OpId::Rsqrt:
+    case OpId::Sigmoid:
+    case OpId::Tanh:
+    case OpId::Relu:
+    case OpId::Gelu:
+    case OpId::Erf:
+    case OpId::Silu:
+    case OpId::LogicalNot:
+    case OpId::Identity:
+    case OpId::Contiguous:
       c.inputs = {tensorOf(dt, randomShape(rng), rng)};
       break;
     case OpId::Cast:
@@ -129,7 +160,10 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       const std::int64_t total = s.numel();
       std::vector<std::int64_t> target;
       for (std::int64_t f = 1; f <= total; ++f) {
-        if (total % f == 0 && coin(rng)) { target = {f, total / f}; break; }
+        if (total % f == 0 && coin(rng)) {
+          target = {f, total / f};
+          break;
+        }
       }
       if (target.empty()) target = {total};
       if (coin(rng)) target[static_cast<std::size_t>(pick(rng, 0, static_cast<int>(target.size()) - 1))] = -1;
@@ -176,7 +210,8 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
         c.attrs.emplace_back("sections", AttrValue::ofInt(s[axis]));
       } else {
         std::vector<std::int64_t> sizes;
-        for (std::int64_t left = s[axis]; left > 0;) sizes.push_back(pick(rng, 1, static_cast<int>(left))), left -= sizes.back();
+        for (std::int64_t left = s[axis]; left > 0;)
+          sizes.push_back(pick(rng, 1, static_cast<int>(left))), left -= sizes.back();
         c.attrs.emplace_back("sizes", AttrValue::ofInts(sizes));
       }
       break;
@@ -208,7 +243,8 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
         c.inputs.push_back(Value::fromInt(pick(rng, 0, static_cast<int>(s[axis]) - 1)));
       } else {
         Tensor idx = Tensor::empty(DType::Int64, randomShape(rng, 0, 2)).value();
-        for (std::int64_t i = 0; i < idx.numel(); ++i) idx.data<std::int64_t>()[i] = pick(rng, 0, static_cast<int>(s[axis]) - 1);
+        for (std::int64_t i = 0; i < idx.numel(); ++i)
+          idx.data<std::int64_t>()[i] = pick(rng, 0, static_cast<int>(s[axis]) - 1);
         c.inputs.push_back(Value::fromTensor(idx));
       }
       c.attrs = {{"axis", AttrValue::ofInt(axis)}};
@@ -227,7 +263,10 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       c.attrs = {{"pads", AttrValue::ofInts(pads)}};
       break;
     }
-    case OpId::Sum: case OpId::Mean: case OpId::Max: case OpId::Min: {
+    case OpId::Sum:
+    case OpId::Mean:
+    case OpId::Max:
+    case OpId::Min: {
       const Shape s = randomShape(rng);
       c.inputs = {tensorOf(dt, s, rng)};
       c.attrs = {{"axes", AttrValue::ofInts(randomAxes(s.rank(), rng))}, {"keepdims", AttrValue::ofBool(coin(rng))}};
@@ -236,7 +275,8 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
     case OpId::ArgMax: {
       const Shape s = randomShape(rng, 1);
       c.inputs = {tensorOf(dt, s, rng)};
-      c.attrs = {{"axis", AttrValue::ofInt(pick(rng, -s.rank(), s.rank() - 1))}, {"keepdims", AttrValue::ofBool(coin(rng))}};
+      c.attrs = {{"axis", AttrValue::ofInt(pick(rng, -s.rank(), s.rank() - 1))},
+                 {"keepdims", AttrValue::ofBool(coin(rng))}};
       break;
     }
     case OpId::Softmax:
@@ -255,9 +295,12 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       }
       break;
     }
-    case OpId::Zeros: case OpId::Ones: case OpId::Randn:
+    case OpId::Zeros:
+    case OpId::Ones:
+    case OpId::Randn:
       c.inputs = {intsOf(dimsOf(randomShape(rng)))};
-      c.attrs = {{"dtype", AttrValue::ofDType(schema.id == OpId::Randn ? pickFrom(rng, kFloatDTypes) : pickFrom(rng, kAllDTypes))}};
+      c.attrs = {{"dtype", AttrValue::ofDType(schema.id == OpId::Randn ? pickFrom(rng, kFloatDTypes)
+                                                                       : pickFrom(rng, kAllDTypes))}};
       break;
     case OpId::Full:
       c.inputs = {intsOf(dimsOf(randomShape(rng))), Value::fromInt(pick(rng, 0, 9))};
@@ -323,7 +366,8 @@ TEST(OpSchema, EveryOpHasAKernelAShapeFunctionAndADecidedJitStatus) {
     EXPECT_FALSE(schema.ident.empty());
     EXPECT_FALSE(schema.meaning.empty());
     ASSERT_FALSE(registry.entries(schema.id).empty()) << "no reference kernel registered";
-    EXPECT_TRUE(registry.entries(schema.id)[0].pattern.specificity() == 0) << "the first entry must be the generic kernel";
+    EXPECT_TRUE(registry.entries(schema.id)[0].pattern.specificity() == 0)
+        << "the first entry must be the generic kernel";
     EXPECT_NE(schema.shape_fn, nullptr);
     EXPECT_TRUE(schema.shape_fn_name.starts_with("shape"));
     // The jit column's words fit the class.
@@ -403,8 +447,10 @@ TEST(OpSchema, ShapeFunctionsAndDTypeRulesMatchTheReferenceKernels) {
       bool scalar_data = false;
       for (std::size_t i = 0; i < c.inputs.size(); ++i) {
         const InputSpec& spec = schema.inputs[std::min(i, schema.inputs.size() - 1)];
-        if (c.inputs[i].isTensor()) dtypes.push_back(c.inputs[i].tensor().dtype());
-        else dtypes.push_back(std::nullopt), scalar_data = scalar_data || spec.kind == InputKind::Tensor;
+        if (c.inputs[i].isTensor())
+          dtypes.push_back(c.inputs[i].tensor().dtype());
+        else
+          dtypes.push_back(std::nullopt), scalar_data = scalar_data || spec.kind == InputKind::Tensor;
       }
       if (scalar_data || schema.id == OpId::Gather) dtypes.resize(1);  // gather's indices do not count
       if (!scalar_data) {
