@@ -582,6 +582,8 @@ int main(int argc, char** argv) {
 #endif
 
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
+  bool ops_json = false;
+  ops_cmd->add_flag("--json", ops_json, "every column of the op table and each op's Python parameters, as JSON");
   auto* tunables_cmd = app.add_subcommand("tunables", "list tunables with defaults, env variables and meanings");
 
 #if SHAPEVM_HAVE_JIT
@@ -658,6 +660,10 @@ int main(int argc, char** argv) {
   if (*tune_cmd) return runCommand(tune_flags);
 #endif
   if (*ops_cmd) {
+    if (ops_json) {
+      fmt::print("{}", frontend::opTableJson());
+      return 0;
+    }
     for (const OpSchema& schema : OpRegistry::global().schemas()) {
       std::string inputs, attrs;
       for (const InputSpec& in : schema.inputs) inputs += (inputs.empty() ? "" : ", ") + in.name + (in.optional ? "?" : in.variadic ? "*" : "");

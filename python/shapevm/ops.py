@@ -620,8 +620,12 @@ def ones(shape, dtype=float32): return _filled(shape, 1, dtype)
 def full(shape, value, dtype=float32): return _filled(shape, value, dtype)
 
 
-def arange(start, stop=None, step=None, dtype=int64):
-    """numpy arange(stop) / arange(start, stop[, step]); int64 by default (ops.def)."""
+def arange(start, stop=None, step=None, dtype=None):
+    """numpy arange(stop) / arange(start, stop[, step]); without dtype: int64 (ops.def), or
+    float64 when an argument is a float (as the frontend binds ops.arange)."""
+    if dtype is None:
+        floats = any(isinstance(v, (float, _np.floating)) for v in (start, stop, step))
+        dtype = float64 if floats else int64
     dt = _dtype_of(dtype)
     if stop is None:
         start, stop = 0, start

@@ -89,6 +89,31 @@ const InputSpec& inputSpecAt(const OpSchema& schema, std::size_t i) {
   return schema.inputs[std::min(i, schema.inputs.size() - 1)];
 }
 
+// An output token the op's shape function (ops.def) contradicts on the site's input tokens: a
+// different rank or static extent. Returns the inferred shape's text, or "" when consistent.
+std::string contradictedShape(const OpSchema& schema, const OpSite& site, std::size_t output) {
+  std::vector<SymInput> inputs;
+  for (const TensorDescriptor& token : site.input_tokens) {
+    if (!token.is_tensor || token.any_rank) {
+      inputs.push_back(SymInput::of(SymInput::Kind::Other));
+      continue;
+    }
+    SymShape shape;
+    for (const DimToken& d : token.dims) shape.dims.push_back(d.is_static ? SymDim::fixed(d.size) : SymDim::dynamic(d.id));
+    inputs.push_back(SymInput::tensor(shape));
+  }
+  const SymShape inferred = inferShape(schema, inputs, site.attrs, static_cast<int>(output), static_cast<int>(site.outputs.size()));
+  const TensorDescriptor& token = site.output_tokens[output];
+  if (!inferred.rank_known || token.any_rank) return "";
+  bool ok = inferred.rank() == token.rank();
+  for (int d = 0; ok && d < token.rank(); ++d) {
+    const SymDim& want = inferred.dims[static_cast<std::size_t>(d)];
+    const DimToken& got = token.dims[static_cast<std::size_t>(d)];
+    ok = !(want.is_static && got.is_static && want.size != got.size);
+  }
+  return ok ? "" : inferred.toString();
+}
+
 class FunctionVerifier {
  public:
   FunctionVerifier(const Module& module, int index)
@@ -298,6 +323,10 @@ class FunctionVerifier {
     for (std::size_t i = 0; i < site.outputs.size(); ++i) {
       if (!site.output_tokens[i].is_tensor) {
         return fail(pc, "op-tokens", fmt::format("op '{}' output {} has the non-tensor token _ (ops produce tensors)", schema.name, i));
+      }
+      if (std::string inferred = contradictedShape(schema, site, i); !inferred.empty()) {
+        return fail(pc, "op-shape", fmt::format("op '{}' output {} has the token {}, but its inputs give {} ({})", schema.name, i,
+                                                site.output_tokens[i].toString(), inferred, schema.shape_fn_name));
       }
     }
     return Status::ok();

@@ -4,8 +4,10 @@
 // is switchable through FrontendOptions; `ops.identity(x)` is an anchor none of them removes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bytecode/module.h"
 
@@ -37,4 +39,20 @@ Expected<Module> loadProgram(const std::string& path, const FrontendOptions& opt
 // `Cell.construct`) when it is unique. Empty name: the only function, `main`, or a unique `*.construct`.
 Expected<int> resolveFunction(const Module& module, const std::string& name);
 
+namespace frontend {
+
+// The Python signature of `ops.<op>` as the frontend binds it (derived from ops.def): each
+// parameter's name and default ("None", "0", "float32", ...; nullopt = required); nullopt when
+// the op has no `ops.` binding (slice).
+struct PyParam {
+  std::string name;
+  std::optional<std::string> default_text;
+};
+std::optional<std::vector<PyParam>> opPythonParams(std::string_view op);
+
+// The op table as JSON for tools and the Python oracle's consistency test (`shapevm ops --json`):
+// one object per op with its schema columns and its Python parameters.
+std::string opTableJson();
+
+}  // namespace frontend
 }  // namespace shapevm

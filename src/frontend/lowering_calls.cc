@@ -19,54 +19,119 @@ namespace {
 // i int attr, a axes attr (int / tuple / None), p perm attr, f float attr, b bool attr,
 // d dtype attr, X split sections-or-sizes, P pads (numpy ((before, after), ...)).
 struct ArgSpec {
-  const char* name;
+  std::string name;
   char role;
-  const char* attr;         // attribute name for attribute roles
-  const char* default_text; // nullptr = required; "None" or a literal
+  std::string attr;                         // attribute name for attribute roles
+  std::optional<std::string> default_text;  // nullopt = required; "None" or a literal
 };
 
 struct OpBinding {
-  const char* py_name;
-  const char* op;
+  std::string py_name;
+  std::string op;
   std::vector<ArgSpec> args;
 };
+
+// Where the Python surface of an op differs from what its schema row implies (everything else
+// -- names, arity, roles, defaults -- is derived from ops.def by bindingOf).
+struct PyQuirk {
+  const char* op;
+  const char* what;  // "hidden", "role:<input>=<role>", "default:<attr>=<text>", "order:<attrs...>", "split"
+};
+constexpr PyQuirk kPyQuirks[] = {
+    {"slice", "hidden"},                  // reached through subscripts, not ops.slice
+    {"gather", "role:indices=G"},         // a tensor or an int index
+    {"pad", "role:pads=P"},               // numpy-style ((before, after), ...) pairs
+    {"arange", "default:dtype=None"},     // int64, or float64 when an argument is a float
+    {"layer_norm", "order:eps axis"},     // eps is the 4th positional argument
+    {"split", "split"},                   // sections_or_sizes decides sections or sizes
+};
+
+std::string defaultText(const AttrSpec& attr) {
+  const AttrValue& v = *attr.default_value;
+  switch (attr.kind) {
+    case AttrKind::Ints: return v.ints.empty() ? "None" : v.toString();
+    case AttrKind::Bool: return v.i ? "True" : "False";
+    case AttrKind::Int:
+    case AttrKind::Float:
+    case AttrKind::DType: return v.toString();
+  }
+  return v.toString();
+}
+
+char attrRole(AttrKind kind) {
+  switch (kind) {
+    case AttrKind::Int: return 'i';
+    case AttrKind::Float: return 'f';
+    case AttrKind::Bool: return 'b';
+    case AttrKind::Ints: return 'a';
+    case AttrKind::DType: return 'd';
+  }
+  return 'i';
+}
+
+// The Python binding of one op: its inputs (tensors, shapes, numbers, a tensor list) and then
+// its attributes, in schema order, with the schema's defaults; kPyQuirks applied on top.
+std::optional<OpBinding> bindingOf(const OpSchema& schema) {
+  OpBinding b{std::string(schema.name), std::string(schema.name), {}};
+  std::vector<std::string_view> quirks;
+  for (const PyQuirk& q : kPyQuirks) {
+    if (schema.name == q.op) quirks.emplace_back(q.what);
+  }
+  for (std::string_view q : quirks) {
+    if (q == "hidden") return std::nullopt;
+  }
+  for (const InputSpec& in : schema.inputs) {
+    ArgSpec arg{in.variadic ? "tensors" : in.name, 'T', "", std::nullopt};
+    switch (in.kind) {
+      case InputKind::Tensor: arg.role = in.variadic ? 'L' : in.optional ? 'O' : 'T'; break;
+      case InputKind::Ints: arg.role = 'S'; break;
+      case InputKind::Int:
+      case InputKind::Num: arg.role = in.optional ? 'M' : 'N'; break;
+    }
+    if (in.optional) arg.default_text = "None";
+    b.args.push_back(arg);
+  }
+  std::vector<const AttrSpec*> attrs;
+  for (const AttrSpec& attr : schema.attrs) attrs.push_back(&attr);
+  for (std::string_view q : quirks) {
+    if (q.starts_with("order:")) {
+      std::vector<const AttrSpec*> ordered;
+      std::size_t i = 6;
+      while (i < q.size()) {
+        const std::size_t end = std::min(q.find(' ', i), q.size());
+        for (const AttrSpec* attr : attrs) {
+          if (attr->name == q.substr(i, end - i)) ordered.push_back(attr);
+        }
+        i = end + 1;
+      }
+      attrs = ordered;
+    }
+    if (q == "split") {  // sections and sizes become one argument; axis follows it
+      b.args.push_back({"sections_or_sizes", 'X', "", std::nullopt});
+      std::erase_if(attrs, [](const AttrSpec* attr) { return attr->name != "axis"; });
+    }
+  }
+  for (const AttrSpec* attr : attrs) {
+    ArgSpec arg{attr->name == "axes" ? "axis" : attr->name, attrRole(attr->kind), attr->name, std::nullopt};
+    if (attr->default_value) arg.default_text = defaultText(*attr);
+    b.args.push_back(arg);
+  }
+  for (std::string_view q : quirks) {
+    const std::size_t eq = q.find('=');
+    for (ArgSpec& arg : b.args) {
+      if (q.starts_with("role:") && q.substr(5, eq - 5) == arg.name) arg.role = q[eq + 1];
+      if (q.starts_with("default:") && q.substr(8, eq - 8) == arg.attr) arg.default_text = std::string(q.substr(eq + 1));
+    }
+  }
+  return b;
+}
 
 const std::vector<OpBinding>& opBindings() {
   static const std::vector<OpBinding> kBindings = [] {
     std::vector<OpBinding> b;
-    for (const char* name : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "equal", "not_equal", "less",
-                             "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "matmul"}) {
-      b.push_back({name, name, {{"a", 'T', nullptr, nullptr}, {"b", 'T', nullptr, nullptr}}});
+    for (const OpSchema& schema : OpRegistry::global().schemas()) {
+      if (auto binding = bindingOf(schema)) b.push_back(std::move(*binding));
     }
-    for (const char* name : {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "gelu", "erf",
-                             "silu", "logical_not", "identity", "contiguous"}) {
-      b.push_back({name, name, {{"x", 'T', nullptr, nullptr}}});
-    }
-    b.push_back({"where", "where", {{"cond", 'T', nullptr, nullptr}, {"a", 'T', nullptr, nullptr}, {"b", 'T', nullptr, nullptr}}});
-    b.push_back({"cast", "cast", {{"x", 'T', nullptr, nullptr}, {"dtype", 'd', "dtype", nullptr}}});
-    b.push_back({"reshape", "reshape", {{"x", 'T', nullptr, nullptr}, {"shape", 'S', nullptr, nullptr}}});
-    b.push_back({"transpose", "transpose", {{"x", 'T', nullptr, nullptr}, {"perm", 'p', "perm", "None"}}});
-    b.push_back({"squeeze", "squeeze", {{"x", 'T', nullptr, nullptr}, {"axis", 'a', "axes", "None"}}});
-    b.push_back({"unsqueeze", "unsqueeze", {{"x", 'T', nullptr, nullptr}, {"axis", 'a', "axes", nullptr}}});
-    b.push_back({"split", "split", {{"x", 'T', nullptr, nullptr}, {"sections_or_sizes", 'X', nullptr, nullptr}, {"axis", 'i', "axis", "0"}}});
-    b.push_back({"concat", "concat", {{"tensors", 'L', nullptr, nullptr}, {"axis", 'i', "axis", "0"}}});
-    b.push_back({"stack", "stack", {{"tensors", 'L', nullptr, nullptr}, {"axis", 'i', "axis", "0"}}});
-    b.push_back({"add_n", "add_n", {{"tensors", 'L', nullptr, nullptr}}});
-    b.push_back({"gather", "gather", {{"x", 'T', nullptr, nullptr}, {"indices", 'G', nullptr, nullptr}, {"axis", 'i', "axis", "0"}}});
-    b.push_back({"broadcast_to", "broadcast_to", {{"x", 'T', nullptr, nullptr}, {"shape", 'S', nullptr, nullptr}}});
-    b.push_back({"pad", "pad", {{"x", 'T', nullptr, nullptr}, {"pads", 'P', "pads", nullptr}, {"value", 'f', "value", "0.0"}}});
-    for (const char* name : {"sum", "mean", "max", "min"}) {
-      b.push_back({name, name, {{"x", 'T', nullptr, nullptr}, {"axis", 'a', "axes", "None"}, {"keepdims", 'b', "keepdims", "False"}}});
-    }
-    b.push_back({"argmax", "argmax", {{"x", 'T', nullptr, nullptr}, {"axis", 'i', "axis", nullptr}, {"keepdims", 'b', "keepdims", "False"}}});
-    b.push_back({"softmax", "softmax", {{"x", 'T', nullptr, nullptr}, {"axis", 'i', "axis", "-1"}}});
-    b.push_back({"log_softmax", "log_softmax", {{"x", 'T', nullptr, nullptr}, {"axis", 'i', "axis", "-1"}}});
-    b.push_back({"layer_norm", "layer_norm", {{"x", 'T', nullptr, nullptr}, {"weight", 'O', nullptr, "None"}, {"bias", 'O', nullptr, "None"}, {"eps", 'f', "eps", "1e-5"}}});
-    b.push_back({"zeros", "zeros", {{"shape", 'S', nullptr, nullptr}, {"dtype", 'd', "dtype", "float32"}}});
-    b.push_back({"ones", "ones", {{"shape", 'S', nullptr, nullptr}, {"dtype", 'd', "dtype", "float32"}}});
-    b.push_back({"full", "full", {{"shape", 'S', nullptr, nullptr}, {"value", 'N', nullptr, nullptr}, {"dtype", 'd', "dtype", "float32"}}});
-    b.push_back({"arange", "arange", {{"start", 'N', nullptr, nullptr}, {"stop", 'M', nullptr, "None"}, {"step", 'M', nullptr, "None"}, {"dtype", 'd', "dtype", "None"}}});
-    b.push_back({"randn", "randn", {{"shape", 'S', nullptr, nullptr}, {"seed", 'i', "seed", "0"}, {"dtype", 'd', "dtype", "float32"}}});
     return b;
   }();
   return kBindings;
@@ -82,12 +147,23 @@ const OpBinding* findBinding(std::string_view name) {
 std::string signature(const std::string& display, const OpBinding& b) {
   std::string params;
   for (const ArgSpec& a : b.args) {
-    params += (params.empty() ? "" : ", ") + std::string(a.name) + (a.default_text ? std::string("=") + a.default_text : "");
+    params += (params.empty() ? "" : ", ") + a.name + (a.default_text ? "=" + *a.default_text : "");
   }
   return fmt::format("{}({})", display, params);
 }
 
 }  // namespace
+
+std::optional<std::vector<PyParam>> opPythonParams(std::string_view op) {
+  const OpBinding* b = nullptr;
+  for (const OpBinding& binding : opBindings()) {
+    if (binding.op == op) b = &binding;
+  }
+  if (b == nullptr) return std::nullopt;
+  std::vector<PyParam> params;
+  for (const ArgSpec& a : b->args) params.push_back({a.name, a.default_text});
+  return params;
+}
 
 Expected<std::vector<Val>> Lowerer::tensorOpMulti(const std::string& op, std::vector<Val> inputs, NamedAttrs attrs,
                                                   const Expr& at, int num_outputs) {
@@ -167,9 +243,9 @@ Status bindArgs(const Lowerer& lw, const std::string& display, const OpBinding& 
     bound[index] = value.get();
   }
   for (std::size_t i = skip; i < b.args.size(); ++i) {
-    if (bound[i] == nullptr && b.args[i].default_text == nullptr) {
+    if (bound[i] == nullptr && !b.args[i].default_text) {
       std::size_t required = 0;
-      for (std::size_t k = skip; k < b.args.size(); ++k) required += b.args[k].default_text == nullptr ? 1 : 0;
+      for (std::size_t k = skip; k < b.args.size(); ++k) required += b.args[k].default_text ? 0 : 1;
       return lw.error(ErrorCode::InvalidArgument,
                       fmt::format("`{}` is missing argument `{}` ({} required, got {})", signature(display, b), b.args[i].name,
                                   required, given + call.keywords.size()),
@@ -286,8 +362,8 @@ static Expected<Val> lowerBound(Lowerer& lw, const std::string& display, const O
       }
       case 'd': {
         if (e == nullptr) {
-          if (std::string_view(spec.default_text) == "None") continue;
-          auto dt = parseDType(spec.default_text);
+          if (!spec.default_text || *spec.default_text == "None") continue;
+          auto dt = parseDType(*spec.default_text);
           if (dt) attrs.emplace_back(spec.attr, AttrValue::ofDType(*dt));
           continue;
         }
@@ -315,12 +391,12 @@ static Expected<Val> lowerBound(Lowerer& lw, const std::string& display, const O
       default: break;
     }
   }
-  if (std::string_view(b.op) == "arange" && !dtype_given) {
+  if (b.op == "arange" && !dtype_given) {
     attrs.emplace_back("dtype", AttrValue::ofDType(float_arg ? DType::Float64 : DType::Int64));
   }
   lw.setLoc(call.line, call.col);
   SVM_ASSIGN_OR_RETURN(std::vector<Val> results, lw.tensorOpMulti(b.op, std::move(inputs), std::move(attrs), call, num_outputs));
-  if (std::string_view(b.op) == "split") {
+  if (b.op == "split") {
     Val t;
     t.kind = VKind::Tuple;
     t.static_tuple = true;

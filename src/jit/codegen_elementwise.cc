@@ -48,78 +48,37 @@ namespace {
 
 enum class Kind { Binary, Unary, Where, Cast, AddN };
 
+// The kernel shape of an op, from its schema: ops.def marks the ops this family compiles (`ew`)
+// and their class decides the kind. A class added to OpClass must be decided here (-Wswitch).
 bool kindOf(OpId op, Kind& kind) {
-  switch (op) {
-    case OpId::Add:
-    case OpId::Sub:
-    case OpId::Mul:
-    case OpId::Div:
-    case OpId::Pow:
-    case OpId::Maximum:
-    case OpId::Minimum:
-    case OpId::Equal:
-    case OpId::NotEqual:
-    case OpId::Less:
-    case OpId::LessEqual:
-    case OpId::Greater:
-    case OpId::GreaterEqual:
-    case OpId::LogicalAnd:
-    case OpId::LogicalOr:
-      kind = Kind::Binary;
-      return true;
-    case OpId::Neg:
-    case OpId::Abs:
-    case OpId::Exp:
-    case OpId::Log:
-    case OpId::Sqrt:
-    case OpId::Rsqrt:
-    case OpId::Sigmoid:
-    case OpId::Tanh:
-    case OpId::Relu:
-    case OpId::Gelu:
-    case OpId::Erf:
-    case OpId::Silu:
-    case OpId::LogicalNot:
-      kind = Kind::Unary;
-      return true;
-    case OpId::Where:
-      kind = Kind::Where;
-      return true;
-    case OpId::Cast:
-      kind = Kind::Cast;
-      return true;
-    case OpId::AddN:
-      kind = Kind::AddN;
-      return true;
-    default:
-      return false;
+  const OpSchema& schema = OpRegistry::global().schema(op);
+  if (!schema.jit.elementwise) return false;
+  switch (schema.cls) {
+    case OpClass::Binary:
+    case OpClass::Compare: kind = Kind::Binary; return true;
+    case OpClass::Unary: kind = Kind::Unary; return true;
+    case OpClass::Select: kind = Kind::Where; return true;
+    case OpClass::Cast: kind = Kind::Cast; return true;
+    case OpClass::Nary: kind = Kind::AddN; return true;
+    case OpClass::Contraction:
+    case OpClass::View:
+    case OpClass::Movement:
+    case OpClass::Reduction:
+    case OpClass::Normalization:
+    case OpClass::Copy:
+    case OpClass::Creation: return false;  // not elementwise (op_schema_test rejects `ew` on them)
   }
+  return false;
 }
 
-bool isComparison(OpId op) {
-  return op == OpId::Equal || op == OpId::NotEqual || op == OpId::Less || op == OpId::LessEqual ||
-         op == OpId::Greater || op == OpId::GreaterEqual;
-}
+bool isComparison(OpId op) { return OpRegistry::global().schema(op).cls == OpClass::Compare; }
+// Binary ops on bool operands with a bool result (logical and/or).
 bool isLogical(OpId op) {
-  return op == OpId::LogicalAnd || op == OpId::LogicalOr;
+  const OpSchema& schema = OpRegistry::global().schema(op);
+  return schema.cls == OpClass::Binary && schema.dtype_rule == DTypeRule::Bool;
 }
 // Unary ops that produce a float result (integer and bool inputs are cast to float32 first).
-bool isFloatMath(OpId op) {
-  switch (op) {
-    case OpId::Exp:
-    case OpId::Log:
-    case OpId::Sqrt:
-    case OpId::Rsqrt:
-    case OpId::Sigmoid:
-    case OpId::Tanh:
-    case OpId::Gelu:
-    case OpId::Erf:
-    case OpId::Silu:
-      return true;
-    default:
-      return false;
-  }
-}
+bool isFloatMath(OpId op) { return OpRegistry::global().schema(op).dtype_rule == DTypeRule::Float; }
 
 constexpr int kMaxInputs = kMaxKernelOperands - 1;
 constexpr int kMaxScalarOperands = 3;

@@ -25,17 +25,7 @@
 
 namespace shapevm::jit {
 
-bool isFusableElementwise(OpId op) {
-  switch (op) {
-    case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Pow:
-    case OpId::Maximum: case OpId::Minimum:
-    case OpId::Neg: case OpId::Abs: case OpId::Exp: case OpId::Log: case OpId::Sqrt: case OpId::Rsqrt:
-    case OpId::Sigmoid: case OpId::Tanh: case OpId::Relu: case OpId::Gelu: case OpId::Erf: case OpId::Silu:
-      return true;
-    default:
-      return false;
-  }
-}
+bool isFusableElementwise(OpId op) { return OpRegistry::global().schema(op).jit.fuse; }
 
 namespace {
 

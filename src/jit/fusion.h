@@ -38,20 +38,7 @@ struct FusedProgram {
     bool constant = false;  // a float32 constant `value` (no operands)
     double value = 0.0;
     // Whether the op takes one operand (a unary node's `b` is -1, which would be leaf 0).
-    bool unary() const {
-      switch (op) {
-        case OpId::Add:
-        case OpId::Sub:
-        case OpId::Mul:
-        case OpId::Div:
-        case OpId::Pow:
-        case OpId::Maximum:
-        case OpId::Minimum:
-          return false;
-        default:
-          return true;
-      }
-    }
+    bool unary() const { return OpRegistry::global().schema(op).cls != shapevm::OpClass::Binary; }
   };
   enum class Reduce : std::uint8_t { None, Sum, Mean, Max, Min };
 
@@ -89,7 +76,8 @@ struct FusedProgram {
 
 };
 
-// True for the ops a FusedProgram node may hold (float in, float out, one or two operands).
+// True for the ops a FusedProgram node may hold (float in, float out, one or two operands):
+// those ops.def marks `fuse`.
 bool isFusableElementwise(OpId op);
 
 // The kernel family of fused programs (KernelSpec::fused set, spec.inputs = the leaves).

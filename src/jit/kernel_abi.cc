@@ -14,7 +14,7 @@ namespace shapevm::jit {
 
 namespace {
 constexpr std::string_view kOpIdents[] = {
-#define SVM_OP(ident, name, inputs, attrs, outputs, meaning) #ident,
+#define SVM_OP(ident, ...) #ident,
 #include "ops/ops.def"
 #undef SVM_OP
 };

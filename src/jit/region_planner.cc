@@ -15,10 +15,11 @@ namespace shapevm::jit {
 
 namespace {
 
-bool isViewOp(OpId op) {
-  return op == OpId::Transpose || op == OpId::Squeeze || op == OpId::Unsqueeze || op == OpId::Split ||
-         op == OpId::Slice || op == OpId::Reshape;
-}
+// Op classes come from the schema (ops.def's jit column): `view` ops become leaf index maps,
+// `fuse` ops fused-program nodes, `freduce` ops fused reductions, `norm` ops statistics.
+const JitSupport& jitOf(OpId op) { return OpRegistry::global().schema(op).jit; }
+
+bool isViewOp(OpId op) { return jitOf(op).view; }
 
 bool isFloat16or32(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
@@ -109,8 +110,7 @@ class Planner {
         op.cls = OpClass::MatMul;
       } else if (tensors && same_float && op.out.size() == 1 && op.in[0] >= 0 &&
                  (op.reduce_axes = trailingAxes(op)) > 0) {
-        const bool reduction = op.op == OpId::Sum || op.op == OpId::Mean || op.op == OpId::Max || op.op == OpId::Min;
-        op.cls = reduction ? OpClass::Reduce : OpClass::Norm;
+        op.cls = jitOf(op.op).fused_reduce ? OpClass::Reduce : OpClass::Norm;
       } else {
         op.cls = OpClass::Opaque;
       }
@@ -124,35 +124,30 @@ class Planner {
     const int rank = p_.values[static_cast<std::size_t>(op.in[0])].shape.rank();
     if (rank == 0) return 0;
     const std::vector<AttrValue>& attrs = *op.attrs;
-    switch (op.op) {
-      case OpId::Sum:
-      case OpId::Mean:
-      case OpId::Max:
-      case OpId::Min: {
-        if (attrs.size() < 2 || op.in.size() != 1) return 0;
-        std::vector<bool> reduced(static_cast<std::size_t>(rank), attrs[0].ints.empty());
-        for (std::int64_t axis : attrs[0].ints) {
-          const std::int64_t a = axis < 0 ? axis + rank : axis;
-          if (a < 0 || a >= rank || reduced[static_cast<std::size_t>(a)]) return 0;
-          reduced[static_cast<std::size_t>(a)] = true;
-        }
-        int trailing = 0;
-        while (trailing < rank && reduced[static_cast<std::size_t>(rank - 1 - trailing)]) ++trailing;
-        const auto count = std::count(reduced.begin(), reduced.end(), true);
-        return count == trailing ? trailing : 0;
+    const JitSupport& jit = jitOf(op.op);
+    if (jit.fused_reduce) {  // attributes: axes (empty = all), keepdims
+      if (attrs.size() < 2 || op.in.size() != 1) return 0;
+      std::vector<bool> reduced(static_cast<std::size_t>(rank), attrs[0].ints.empty());
+      for (std::int64_t axis : attrs[0].ints) {
+        const std::int64_t a = axis < 0 ? axis + rank : axis;
+        if (a < 0 || a >= rank || reduced[static_cast<std::size_t>(a)]) return 0;
+        reduced[static_cast<std::size_t>(a)] = true;
       }
-      case OpId::Softmax:
-      case OpId::LogSoftmax:
-        if (attrs.empty() || op.in.size() != 1) return 0;
-        return attrs[0].i == -1 || attrs[0].i == rank - 1 ? 1 : 0;
-      case OpId::LayerNorm: {
-        if (attrs.size() < 2 || op.in.size() > 3) return 0;
-        const std::int64_t axis = attrs[0].i < 0 ? attrs[0].i + rank : attrs[0].i;
-        return axis >= 0 && axis < rank ? static_cast<int>(rank - axis) : 0;
-      }
-      default:
-        return 0;
+      int trailing = 0;
+      while (trailing < rank && reduced[static_cast<std::size_t>(rank - 1 - trailing)]) ++trailing;
+      const auto count = std::count(reduced.begin(), reduced.end(), true);
+      return count == trailing ? trailing : 0;
     }
+    if (!jit.norm) return 0;
+    if (op.op == OpId::LayerNorm) {  // over axes [axis, rank); attributes: axis, eps
+      if (attrs.size() < 2 || op.in.size() > 3) return 0;
+      const std::int64_t axis = attrs[0].i < 0 ? attrs[0].i + rank : attrs[0].i;
+      return axis >= 0 && axis < rank ? static_cast<int>(rank - axis) : 0;
+    }
+    // softmax and log_softmax (planNorm decomposes exactly these three; op_schema_jit_test
+    // holds the `norm` column to them): over the last axis only.
+    if (attrs.empty() || op.in.size() != 1) return 0;
+    return attrs[0].i == -1 || attrs[0].i == rank - 1 ? 1 : 0;
   }
 
   Status plan() {

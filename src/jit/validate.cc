@@ -94,19 +94,18 @@ Comparison compareOutputs(std::span<const Value> expected, std::span<const Value
 namespace {
 enum class Domain { Normal, Positive, Bool };
 
+// The input's value domain from ops.def (`@pos`: log, sqrt, rsqrt, pow's base, div's divisor —
+// no division by ~0; `@bool`: where's condition, logical ops). A variadic input's spec covers
+// every input from it on.
 Domain domainFor(OpId op, std::size_t input) {
-  switch (op) {
-    case OpId::Log:
-    case OpId::Sqrt:
-    case OpId::Rsqrt: return Domain::Positive;
-    case OpId::Pow: return input == 0 ? Domain::Positive : Domain::Normal;
-    case OpId::Div: return input == 1 ? Domain::Positive : Domain::Normal;  // no division by ~0
-    case OpId::Where: return input == 0 ? Domain::Bool : Domain::Normal;
-    case OpId::LogicalAnd:
-    case OpId::LogicalOr:
-    case OpId::LogicalNot: return Domain::Bool;
-    default: return Domain::Normal;
+  const OpSchema& schema = OpRegistry::global().schema(op);
+  if (schema.inputs.empty()) return Domain::Normal;
+  switch (schema.inputs[std::min(input, schema.inputs.size() - 1)].domain) {
+    case InputDomain::Any: return Domain::Normal;
+    case InputDomain::Positive: return Domain::Positive;
+    case InputDomain::Bool: return Domain::Bool;
   }
+  return Domain::Normal;
 }
 }  // namespace
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// OpRegistry construction from ops.def, attribute resolution, input checks and the error
+// OpRegistry construction from the op schema table, attribute resolution, input checks and the error
 // context every kernel failure gets (op name + all input shapes).
 #include "ops/registry.h"
 
@@ -9,149 +9,11 @@
 namespace shapevm {
 namespace {
 
-struct OpRow {
-  OpId id;
-  std::string_view name, inputs, attrs;
-  int outputs;
-  std::string_view meaning;
-};
-constexpr OpRow kOpRows[] = {
-#define SVM_OP(ident, name, inputs, attrs, outputs, meaning) {OpId::ident, name, inputs, attrs, outputs, meaning},
-#include "ops/ops.def"
-#undef SVM_OP
-};
-static_assert(sizeof(kOpRows) / sizeof(kOpRows[0]) == kNumOps, "ops.def rows and OpId disagree");
-
-std::vector<std::string_view> splitSpaces(std::string_view text) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    while (i < text.size() && text[i] == ' ') ++i;
-    std::size_t start = i;
-    while (i < text.size() && text[i] != ' ') ++i;
-    if (i > start) out.push_back(text.substr(start, i - start));
-  }
-  return out;
-}
-
-AttrValue parseDefault(AttrKind kind, std::string_view text) {
-  switch (kind) {
-    case AttrKind::Int: {
-      std::int64_t v = 0;
-      std::from_chars(text.data(), text.data() + text.size(), v);
-      return AttrValue::ofInt(v);
-    }
-    case AttrKind::Float: return AttrValue::ofFloat(std::strtod(std::string(text).c_str(), nullptr));
-    case AttrKind::Bool: return AttrValue::ofBool(text == "true");
-    case AttrKind::DType: return AttrValue::ofDType(parseDType(text).value_or(DType::Float32));
-    case AttrKind::Ints: {
-      std::vector<std::int64_t> values;  // only "[]" defaults appear in ops.def
-      return AttrValue::ofInts(values);
-    }
-  }
-  return {};
-}
-
-OpSchema buildSchema(const OpRow& row) {
-  OpSchema schema;
-  schema.id = row.id;
-  schema.name = row.name;
-  schema.meaning = row.meaning;
-  schema.num_outputs = row.outputs;
-  for (std::string_view item : splitSpaces(row.inputs)) {
-    InputSpec spec;
-    auto colon = item.find(':');
-    spec.name = std::string(item.substr(0, colon));
-    std::string_view kind = item.substr(colon + 1);
-    if (!kind.empty() && kind.back() == '?') { spec.optional = true; kind.remove_suffix(1); }
-    if (!kind.empty() && kind.back() == '*') { spec.variadic = true; kind.remove_suffix(1); }
-    spec.kind = kind == "T" ? InputKind::Tensor : kind == "ints" ? InputKind::Ints : kind == "int" ? InputKind::Int : InputKind::Num;
-    schema.inputs.push_back(spec);
-  }
-  for (std::string_view item : splitSpaces(row.attrs)) {
-    AttrSpec spec;
-    auto colon = item.find(':');
-    auto equals = item.find('=');
-    spec.name = std::string(item.substr(0, colon));
-    std::string_view kind = item.substr(colon + 1, equals == std::string_view::npos ? std::string_view::npos : equals - colon - 1);
-    spec.kind = kind == "int" ? AttrKind::Int : kind == "float" ? AttrKind::Float : kind == "bool" ? AttrKind::Bool
-              : kind == "ints" ? AttrKind::Ints : AttrKind::DType;
-    if (equals != std::string_view::npos) spec.default_value = parseDefault(spec.kind, item.substr(equals + 1));
-    schema.attrs.push_back(spec);
-  }
-  return schema;
-}
-
 bool isIntLike(const Value& v) {
   return v.isInt() || v.isBool() || (v.isTensor() && v.tensor().numel() == 1 && !isFloating(v.tensor().dtype()));
 }
 
 }  // namespace
-
-std::string_view attrKindName(AttrKind kind) {
-  switch (kind) {
-    case AttrKind::Int: return "int";
-    case AttrKind::Float: return "float";
-    case AttrKind::Bool: return "bool";
-    case AttrKind::Ints: return "ints";
-    case AttrKind::DType: return "dtype";
-  }
-  return "?";
-}
-
-bool AttrValue::operator==(const AttrValue& other) const {
-  if (kind != other.kind) return false;
-  switch (kind) {
-    case AttrKind::Int:
-    case AttrKind::Bool: return i == other.i;
-    case AttrKind::Float: return f == other.f || (f != f && other.f != other.f);
-    case AttrKind::Ints: return ints == other.ints;
-    case AttrKind::DType: return dtype == other.dtype;
-  }
-  return false;
-}
-
-std::string AttrValue::toString() const {
-  switch (kind) {
-    case AttrKind::Int: return std::to_string(i);
-    case AttrKind::Bool: return i ? "true" : "false";
-    case AttrKind::Float: {
-      std::string text = fmt::format("{}", f);  // shortest round-trip form
-      if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
-      return text;
-    }
-    case AttrKind::DType: return std::string(dtypeName(dtype));
-    case AttrKind::Ints: {
-      std::string text = "[";
-      for (std::size_t k = 0; k < ints.size(); ++k) {
-        if (k > 0) text += ',';
-        text += std::to_string(ints[k]);
-      }
-      return text + "]";
-    }
-  }
-  return "?";
-}
-
-int OpSchema::minInputs() const {
-  int count = 0;
-  for (const InputSpec& spec : inputs) count += spec.optional ? 0 : 1;
-  return count;
-}
-
-int OpSchema::maxInputs() const {
-  for (const InputSpec& spec : inputs) {
-    if (spec.variadic) return -1;
-  }
-  return static_cast<int>(inputs.size());
-}
-
-int OpSchema::attrIndex(std::string_view attr_name) const {
-  for (std::size_t i = 0; i < attrs.size(); ++i) {
-    if (attrs[i].name == attr_name) return static_cast<int>(i);
-  }
-  return -1;
-}
 
 bool KernelPattern::matches(std::span<const Value* const> inputs) const {
   const Shape* first_shape = nullptr;
@@ -180,7 +42,7 @@ int KernelPattern::specificity() const {
 }
 
 OpRegistry::OpRegistry() {
-  for (const OpRow& row : kOpRows) schemas_.push_back(buildSchema(row));
+  schemas_ = opSchemaTable();
   entries_.resize(schemas_.size());
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// OpRegistry: the op schemas generated from ops.def and their kernels, keyed by
+// OpRegistry: the op schemas generated from ops.def (op_schema.h) and their kernels, keyed by
 // (op, shape signature). Every op has a generic reference kernel that handles any shape,
 // broadcasting, strides and dtype; more specific entries (e.g. contiguous float32 of a
 // given rank) may be registered beside it and win when their pattern matches.
@@ -15,63 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "ops/op_schema.h"
 #include "shapevm/status.h"
 #include "shapevm/value.h"
 
 namespace shapevm {
-
-enum class OpId : std::uint16_t {
-#define SVM_OP(ident, name, inputs, attrs, outputs, meaning) ident,
-#include "ops/ops.def"
-#undef SVM_OP
-  kCount
-};
-inline constexpr int kNumOps = static_cast<int>(OpId::kCount);
-
-enum class InputKind : std::uint8_t { Tensor, Ints, Int, Num };
-enum class AttrKind : std::uint8_t { Int, Float, Bool, Ints, DType };
-std::string_view attrKindName(AttrKind kind);
-
-struct InputSpec {
-  std::string name;
-  InputKind kind = InputKind::Tensor;
-  bool optional = false;
-  bool variadic = false;
-};
-
-struct AttrValue {
-  AttrKind kind = AttrKind::Int;
-  std::int64_t i = 0;  // Int, Bool (0/1)
-  double f = 0.0;      // Float
-  DType dtype = DType::Float32;
-  std::vector<std::int64_t> ints;
-
-  static AttrValue ofInt(std::int64_t v) { AttrValue a; a.kind = AttrKind::Int; a.i = v; return a; }
-  static AttrValue ofFloat(double v) { AttrValue a; a.kind = AttrKind::Float; a.f = v; return a; }
-  static AttrValue ofBool(bool v) { AttrValue a; a.kind = AttrKind::Bool; a.i = v; return a; }
-  static AttrValue ofInts(std::vector<std::int64_t> v) { AttrValue a; a.kind = AttrKind::Ints; a.ints = std::move(v); return a; }
-  static AttrValue ofDType(DType v) { AttrValue a; a.kind = AttrKind::DType; a.dtype = v; return a; }
-  bool operator==(const AttrValue& other) const;
-  std::string toString() const;  // "3", "1e-05", "true", "[0,2,1]", "float32"
-};
-
-struct AttrSpec {
-  std::string name;
-  AttrKind kind = AttrKind::Int;
-  std::optional<AttrValue> default_value;  // nullopt = required
-};
-
-struct OpSchema {
-  OpId id;
-  std::string_view name;
-  std::string_view meaning;
-  std::vector<InputSpec> inputs;
-  std::vector<AttrSpec> attrs;
-  int num_outputs = 1;  // -1: decided by attributes (see numOutputs)
-  int minInputs() const;
-  int maxInputs() const;  // -1 = unbounded
-  int attrIndex(std::string_view name) const;  // -1 if absent
-};
 
 // What a kernel sees. `inputs` may contain nullptr for an omitted optional input. On entry
 // `outputs[i]` may hold the tensor this site produced last time (the VM hands it back when no
