@@ -26,10 +26,7 @@ bool isPresent(const OpContext& ctx, std::size_t index) {
 
 std::string formatInts(std::span<const std::int64_t> values) {
   std::string text = "[";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i) text += ',';  // two appends: GCC 12 at -O3 falsely reports -Wrestrict on "," + std::string
-    text += std::to_string(values[i]);
-  }
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]);
   return text + "]";
 }
 
