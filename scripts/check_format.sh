@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Checks clang-format (.clang-format) on the C++ lines changed since a base commit: the merge base
-# with origin/main when that exists, else the previous commit (HEAD~1); uncommitted changes count.
+# with origin/main (or with --base REF) when that exists, else the previous commit (HEAD~1);
+# uncommitted changes count.
 # Only changed lines are checked, so untouched legacy code never fails it. Prints the diff that
 # would fix the changed lines and exits 1 when there is one.
 # Usage: scripts/check_format.sh [--base REF] [--fix]
@@ -21,7 +22,9 @@ if [ -z "$format_diff" ] || ! command -v clang-format >/dev/null; then
   echo "check_format: clang-format / clang-format-diff not found (scripts/install_deps.sh installs them)" >&2
   exit 2
 fi
-if [ -z "$base" ]; then
+if [ -n "$base" ]; then
+  base=$(git merge-base HEAD "$base")  # never the other branch's own later changes
+else
   if git rev-parse -q --verify origin/main >/dev/null; then
     base=$(git merge-base HEAD origin/main)
   elif git rev-parse -q --verify HEAD~1 >/dev/null; then
