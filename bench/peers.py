@@ -4,7 +4,7 @@
 
 What it measures (every peer's output is checked against a float64 numpy oracle first; a wrong
 peer is an error, never a row):
-  workload     the reference workload (SYSTEM.md section 4), both variants (`lstm_cell` flat,
+  workload     the reference workload (docs/reference-workload.md), both variants (`lstm_cell` flat,
                `lstm_loop` recurrence), batch 32, seq 10/20/30/120 and a fixed shuffled stream of
                seq in 8..128 (--stream overrides it; run_all.py passes shapevm.json's); per-call ms
                (median, min-max) and us per token (row of batch*seq; stream: per call, as

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The reference workload (SYSTEM.md section 4), flattened variant, in the ShapeVM Python subset.
+# The reference workload (docs/reference-workload.md), flattened variant, in the ShapeVM Python subset.
 # The same file runs under CPython with the numpy-backed `shapevm.ops` (the test oracle) and
 # compiles with `shapevm compile examples/lstm_cell.py -o lstm_cell.svm` to the bytecode of
 # examples/lstm_cell.svasm: x [batch, seq, 128] is flattened for the hot [batch*seq,128]x[128,1024]

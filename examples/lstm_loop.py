@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The reference workload (SYSTEM.md section 4), looped variant: a true recurrence over the time
+# The reference workload (docs/reference-workload.md), looped variant: a true recurrence over the time
 # steps (`for t in range(seq)`), so the hot region is the loop body between LoopStart and
 # LoopEnd. Runs under CPython with the numpy-backed `shapevm.ops` and compiles to the bytecode of
 # examples/lstm_loop.svasm. Returns the final h and c, each [batch, 256].

@@ -1,25 +1,52 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Configures and builds ShapeVM into build/ (or build-asan/ with --asan: ASan+UBSan, tests only;
-# or build-tsan/ with --tsan: ThreadSanitizer, only the JIT's test binary, whose tests run the
-# compile thread beside the interpreter).
-# Usage: scripts/build.sh [--asan|--tsan]
+# Configures and builds ShapeVM. Each kind of build has its own folder, so switching between them
+# never reconfigures another and ccache serves each from its own entries:
+#   (default)  build/          RelWithDebInfo, GCC
+#   --release  build-release/  Release (-O3), what a packager builds
+#   --clang    build-clang/    RelWithDebInfo with clang 19 (Debian 12 clang 14 lacks C++20 features used)
+#   --asan     build-asan/     Debug with ASan+UBSan, tests only
+#   --tsan     build-tsan/     ThreadSanitizer, only the test binaries of the threaded code (the
+#                              JIT's, whose tests run the compile thread beside the interpreter, and
+#                              support's thread pool)
+# --build-type TYPE overrides the folder's CMake build type (Debug, Release, RelWithDebInfo).
+# --werror (or CI=true in the environment) makes warnings errors (SHAPEVM_WERROR=ON); off otherwise.
+# Usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage="usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror]"
+mode=""
+build_type=""
+werror=OFF
+if [ "${CI:-}" = "true" ]; then werror=ON; fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --asan|--tsan|--release|--clang)
+      if [ -n "$mode" ]; then echo "$usage" >&2; exit 2; fi
+      mode="$1"; shift ;;
+    --build-type) build_type="${2:?$usage}"; shift 2 ;;
+    --werror) werror=ON; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
 bash scripts/install_deps.sh
 build=build
-extra=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+type=RelWithDebInfo
+extra=()
 targets=()
-case "${1:-}" in
-  --asan)
-    build=build-asan
-    extra=(-DCMAKE_BUILD_TYPE=Debug -DSHAPEVM_SANITIZE=ON -DSHAPEVM_BUILD_BENCH=OFF) ;;
+case "$mode" in
+  --release) build=build-release; type=Release ;;
+  --clang) build=build-clang; extra=(-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19) ;;
+  --asan) build=build-asan; type=Debug; extra=(-DSHAPEVM_SANITIZE=ON -DSHAPEVM_BUILD_BENCH=OFF) ;;
   --tsan)
     build=build-tsan
-    extra=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHAPEVM_TSAN=ON -DSHAPEVM_BUILD_BENCH=OFF)
-    targets=(--target svm_jit_tests) ;;
-  "") ;;
-  *) echo "usage: scripts/build.sh [--asan|--tsan]" >&2; exit 2 ;;
+    extra=(-DSHAPEVM_TSAN=ON -DSHAPEVM_BUILD_BENCH=OFF)
+    targets=(--target svm_jit_tests svm_support_tests) ;;
 esac
-cmake -S . -B "$build" -G Ninja -DPython3_EXECUTABLE=/usr/bin/python3 "${extra[@]}"
+if [ -n "$build_type" ]; then type="$build_type"; fi
+if command -v ccache >/dev/null && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+  extra+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$build" -G Ninja -DPython3_EXECUTABLE=/usr/bin/python3 -DCMAKE_BUILD_TYPE="$type" \
+  -DSHAPEVM_WERROR="$werror" "${extra[@]}"
 cmake --build "$build" -j "$(nproc)" "${targets[@]}"

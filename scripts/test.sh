@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds ShapeVM and runs the whole test suite with ctest (GoogleTest per layer, JIT kernels and
-# tiering, ONNX node conformance, golden and must-fail corpora, CLI and numpy-oracle tests).
-# Usage: scripts/test.sh [--asan|--tsan]
-#   --asan: the same suite under ASan+UBSan
-#   --tsan: the JIT tests (compile thread + interpreter threads) under ThreadSanitizer
+# Builds ShapeVM (scripts/build.sh, same options) and runs its tests with ctest (GoogleTest per
+# layer, JIT kernels and tiering, ONNX node conformance, golden and must-fail corpora, CLI and
+# numpy-oracle tests, the layering check).
+# Usage: scripts/test.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror]
+#   (default), --clang: the whole suite
+#   --asan:    the same suite under ASan+UBSan
+#   --tsan:    the threaded code's tests (JIT compile thread + interpreter threads, the thread
+#              pool) under ThreadSanitizer
+#   --release: the C++ unit tests of every layer (GoogleTest), against the Release build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
+mode=""
+for arg in "$@"; do
+  case "$arg" in --asan|--tsan|--release|--clang) mode="$arg" ;; esac
+done
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-case "${1:-}" in
+case "$mode" in
   --asan) ctest --test-dir build-asan --output-on-failure -j "$(nproc)" ;;
   --tsan)
     # halt_on_error: any race fails the run. LLVM's own (uninstrumented) internals are not checked.
-    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-      build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*' ;;
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+    build-tsan/tests/svm_support_tests --gtest_filter='ThreadPool*'
+    build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*' ;;
+  --release)
+    # Every GoogleTest of the layer executables (labelled by folder); not pytest, conformance or bench.
+    ctest --test-dir build-release --output-on-failure -j "$(nproc)" \
+      -L '^(support|tensor|ops|bytecode|vm|frontend|jit|tune|session)$' ;;
+  --clang) ctest --test-dir build-clang --output-on-failure -j "$(nproc)" ;;
   *) ctest --test-dir build --output-on-failure -j "$(nproc)" ;;
 esac

@@ -97,7 +97,7 @@ class FunctionBuilder {
     std::string callee;
   };
 
-  ModuleBuilder* module_;
+  [[maybe_unused]] ModuleBuilder* module_;  // set, never read (clang: -Wunused-private-field)
   int index_;
   Function function_;
   SourceLoc loc_;

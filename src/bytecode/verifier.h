@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The bytecode verifier, run on every load (SYSTEM.md 3.2). A verified function never makes
+// The bytecode verifier, run on every load. A verified function never makes
 // the interpreter index out of range, read an unwritten register, fall off its end or return
 // with an unstored output slot. Messages name function, PC and a stable rule name:
 //   verify: function 'f', PC 0x0003: rule def-before-use: register r4 may be read before it is written

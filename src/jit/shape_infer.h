@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // ShapeInferEngine: from a site's ProfileBuffer records, the specialization to compile.
-// Policy (SYSTEM.md 3.5): the target is the newest signature; records with the same dtypes,
+// Policy: the target is the newest signature; records with the same dtypes,
 // ranks and layouts form its group. Per input dim over the group: a dim that never changed is
 // specialized (static); a varying dim becomes a kernel argument with a guarded range [lo..hi]
 // (widened to powers of two when RangeBuckets is on, so a few kernels cover a wide range); after

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// ONNX backend node tests as an independent oracle for the op library: every folder under
-// shared/conformance/onnx-node whose single node has a mapping below becomes one test case that
-// loads the inputs, runs the node through callOp() and compares every output (the ONNX runner's
-// tolerance for floats, exact for ints and bools; dtype and shape must match). A mapped case the
-// library cannot express (dtype, attribute value) is skipped with its reason, never passed.
+// ONNX backend node tests as an independent oracle for the op library: every case folder whose
+// single node has a mapping below becomes one test case that loads the inputs, runs the node
+// through callOp() and compares every output (the ONNX runner's tolerance for floats, exact for
+// ints and bools; dtype and shape must match). A mapped case the library cannot express (dtype,
+// attribute value) is skipped with its reason, never passed. The cases come from the build tree
+// (generate_onnx_node_data.py regenerates them from python3-onnx's generators); an optional extra
+// folder (SHAPEVM_EXTRA_ONNX_NODE_DIR, by default ../shared/conformance/onnx-node) adds the cases
+// the generators do not produce, and is skipped when absent.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -27,7 +30,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kNodeTestRoot = fs::path(SHAPEVM_SHARED_DIR) / "conformance" / "onnx-node";
+const fs::path kGeneratedRoot = fs::path(SHAPEVM_ONNX_NODE_DIR);
+const fs::path kExtraRoot = fs::path(SHAPEVM_EXTRA_ONNX_NODE_DIR);  // optional; empty = none
 constexpr double kRelativeTolerance = 1e-3;
 constexpr double kAbsoluteTolerance = 1e-5;
 constexpr int kMinimumMappedCases = 120;
@@ -474,6 +478,7 @@ const std::map<std::string, Mapping>& mappings() {
 struct NodeCase {
   std::string folder;   // "test_add_bcast"
   std::string op_type;  // "Add"
+  fs::path root;        // kGeneratedRoot or kExtraRoot
 };
 void PrintTo(const NodeCase& c, std::ostream* os) { *os << c.folder << " (" << c.op_type << ")"; }
 
@@ -487,22 +492,24 @@ std::int64_t defaultOpset(const onnx::ModelProto& model) {
 const std::vector<NodeCase>& discoveredCases() {
   static const auto* cases = [] {
     auto* out = new std::vector<NodeCase>();
-    std::error_code error;
-    if (!fs::is_directory(kNodeTestRoot, error)) return out;
-    std::vector<fs::path> folders;
-    for (const auto& entry : fs::directory_iterator(kNodeTestRoot, error)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_directory() && name.find("_expanded") == std::string::npos) folders.push_back(entry.path());
+    // Folder name -> path; a generated case wins over an extra one of the same name.
+    std::map<std::string, fs::path> folders;
+    for (const fs::path& root : {kGeneratedRoot, kExtraRoot}) {
+      std::error_code error;
+      if (root.empty() || !fs::is_directory(root, error)) continue;
+      for (const auto& entry : fs::directory_iterator(root, error)) {
+        const std::string name = entry.path().filename().string();
+        if (entry.is_directory() && name.find("_expanded") == std::string::npos) folders.emplace(name, entry.path());
+      }
     }
-    std::sort(folders.begin(), folders.end());
-    for (const fs::path& folder : folders) {
+    for (const auto& [name, folder] : folders) {
       onnx::ModelProto model;
       if (!loadProto(folder / "model.onnx", model).isOk()) continue;
       if (model.graph().node_size() != 1) continue;
       const onnx::NodeProto& node = model.graph().node(0);
       if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
       if (mappings().count(node.op_type()) == 0) continue;
-      out->push_back({folder.filename().string(), node.op_type()});
+      out->push_back({name, node.op_type(), folder.parent_path()});
     }
     return out;
   }();
@@ -556,7 +563,7 @@ void skipWith(const std::string& reason, const std::string& op_type) {
 
 TEST_P(OnnxNode, MatchesReference) {
   const NodeCase& param = GetParam();
-  const fs::path folder = kNodeTestRoot / param.folder;
+  const fs::path folder = param.root / param.folder;
   onnx::ModelProto model;
   ASSERT_TRUE(loadProto(folder / "model.onnx", model).isOk());
   const onnx::GraphProto& graph = model.graph();
@@ -654,9 +661,12 @@ INSTANTIATE_TEST_SUITE_P(Onnx, OnnxNode, ::testing::ValuesIn(discoveredCases()),
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OnnxNode);
 
 TEST(OnnxNodeDiscovery, MapsEnoughCases) {
-  ASSERT_TRUE(fs::is_directory(kNodeTestRoot)) << kNodeTestRoot << " is missing";
-  EXPECT_GE(static_cast<int>(discoveredCases().size()), kMinimumMappedCases)
-      << "discovery found too few mapped ONNX node tests under " << kNodeTestRoot;
+  // The generated cases alone must be enough: the extra folder is optional.
+  ASSERT_TRUE(fs::is_directory(kGeneratedRoot)) << kGeneratedRoot << " is missing (built by svm_onnx_node_data)";
+  const auto generated = std::count_if(discoveredCases().begin(), discoveredCases().end(),
+                                       [](const NodeCase& c) { return c.root == kGeneratedRoot; });
+  EXPECT_GE(static_cast<int>(generated), kMinimumMappedCases)
+      << "discovery found too few mapped ONNX node tests under " << kGeneratedRoot;
   std::map<std::string, int> per_op;
   for (const NodeCase& c : discoveredCases()) per_op[c.op_type]++;
   // Every mapped op type appears among the ONNX tests (a typo in the table would hide cases).
@@ -687,8 +697,13 @@ class SummaryEnvironment : public ::testing::Environment {
       }
     }
     if (ran == 0) return;
-    std::string text = fmt::format("\n[ONNX node conformance] mapped {} cases, ran {}: {} passed, {} skipped, {} failed\n",
-                                   discoveredCases().size(), ran, passed, skipped, failed);
+    const auto extra = std::count_if(discoveredCases().begin(), discoveredCases().end(),
+                                     [](const NodeCase& c) { return c.root != kGeneratedRoot; });
+    std::string text = fmt::format(
+        "\n[ONNX node conformance] mapped {} cases ({} generated, {} extra), ran {}: {} passed, "
+        "{} skipped, {} failed\n",
+        discoveredCases().size(), discoveredCases().size() - static_cast<std::size_t>(extra), extra, ran, passed,
+        skipped, failed);
     for (const auto& [reason, count] : skipReasons()) text += fmt::format("  skipped {:3} x {}\n", count, reason);
     for (const std::string& name : failures) text += fmt::format("  FAILED {}\n", name);
     std::fputs(text.c_str(), stdout);

@@ -7,11 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -539,33 +537,6 @@ TEST(MatmulJit, TwoThreadsGiveTheSameBits) {
     EXPECT_TRUE(matchesReference(specFor("matmul", inputs), inputs));
   }
   EXPECT_GE(ThreadPool::global().workers(), 1);
-}
-
-TEST(ThreadPool, RunsEveryTaskOnceAndNests) {
-  std::vector<std::atomic<int>> hits(100);
-  ThreadPool::global().run(100, [&](int i) {
-    hits[static_cast<std::size_t>(i)].fetch_add(1);
-    ThreadPool::global().run(3, [&](int) {});  // nested: inline, no deadlock
-  });
-  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
-}
-
-// Jobs back to back (the workers still spinning from the last one) from two callers at once (one
-// of them runs inline while the other holds the pool): every task of every job runs exactly once.
-TEST(ThreadPool, BackToBackJobsFromTwoCallersRunEveryTaskOnce) {
-  constexpr int kJobs = 300;
-  auto caller = [](int tasks, std::atomic<int>& wrong) {
-    for (int job = 0; job < kJobs; ++job) {
-      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(tasks));
-      ThreadPool::global().run(tasks, [&](int i) { hits[static_cast<std::size_t>(i)].fetch_add(1); });
-      for (const auto& h : hits) wrong += h.load() != 1;
-    }
-  };
-  std::atomic<int> wrong{0};
-  std::thread other([&] { caller(3, wrong); });
-  caller(2, wrong);
-  other.join();
-  EXPECT_EQ(wrong.load(), 0);
 }
 
 // ---- epilogues ----

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# End-to-end behaviour of the `shapevm` CLI (SYSTEM.md 3.9, 3.10): help for every subcommand,
+# End-to-end behaviour of the `shapevm` CLI: help for every subcommand,
 # asm/dis/verify round trips of examples/*.svasm, `run` inputs and outputs (.npz/.npy incl.
 # Fortran-order and big-endian files, --arg, --dim schedules, --seed, generated inputs), and
 # must-fail cases that exit non-zero with a specific message and never crash.

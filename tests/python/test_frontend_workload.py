@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The reference workload (SYSTEM.md section 4) as Python source: examples/lstm_cell.py (flattened
+# The reference workload (docs/reference-workload.md) as Python source: examples/lstm_cell.py (flattened
 # cell) and examples/lstm_loop.py (looped recurrence) run through `shapevm run` with batch 32 and
 # seq 10, 20, 30, 120, compared with the same files executed by CPython with python/shapevm as
 # `ops`: relative L2 <= 1e-5 in float32; float16 inputs within relative L2 <= 3e-3.
@@ -19,7 +19,7 @@ F16_REL_L2 = 3e-3
 
 
 def tensor_shape(name, seq):
-    """The workload's shapes by parameter name (SYSTEM.md section 4)."""
+    """The workload's shapes by parameter name (docs/reference-workload.md)."""
     key = name.lower()
     shapes = {"x": (BATCH, seq, INPUT), "h": (BATCH, HIDDEN), "c": (BATCH, HIDDEN), "w_ih": (GATES, INPUT),
               "w_hh": (GATES, HIDDEN), "b_ih": (GATES,), "b_hh": (GATES,)}

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The reference workload (SYSTEM.md section 4), both variants, hand-written in .svasm and run
+# The reference workload (docs/reference-workload.md), both variants, hand-written in .svasm and run
 # through `shapevm run`, compared with an independent numpy (float64) implementation on fresh
 # random inputs: relative L2 error <= 1e-5 for batch 32 and seq 10, 20, 30.
 import numpy as np

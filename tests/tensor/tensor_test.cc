@@ -699,7 +699,8 @@ TEST_F(TensorTest, CopyMoveAndAssignShareOneImpl) {
   EXPECT_FALSE(d.defined());
   d = c;
   EXPECT_EQ(d.rawData(), data);
-  d = d;  // self-assignment keeps the tensor
+  const Tensor& same = d;  // through a reference: clang warns on a literal `d = d`
+  d = same;                // self-assignment keeps the tensor
   EXPECT_EQ(d.rawData(), data);
   Tensor e;
   e = std::move(d);

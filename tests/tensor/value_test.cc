@@ -127,9 +127,10 @@ TEST(ValueTest, CopiesKeepTensorStorageAliveUntilTheLast) {
     d = Value();
     EXPECT_EQ(liveBytes(), before + bytes) << "c still holds the tensor";
     EXPECT_EQ(c.tensor().elementAsDouble(7), 7.0);
-    c = c;                      // self-assignment keeps it
+    Value& same = c;  // through a reference: clang warns on a literal `c = c`
+    c = same;         // self-assignment keeps it
     EXPECT_EQ(c.tensor().elementAsDouble(7), 7.0);
-    c = std::move(c);           // so does self-move
+    c = std::move(same);  // so does self-move
     EXPECT_TRUE(c.isTensor());
   }
   EXPECT_EQ(liveBytes(), before) << "the last reference returned the memory";
