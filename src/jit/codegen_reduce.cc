@@ -30,6 +30,7 @@
 #include "jit/codegen_util.h"
 #include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu_backend.h"
 #include "ops/kernel_util.h"
 
 namespace shapevm::jit {
@@ -760,7 +761,7 @@ class ReduceEmitter {
 
 // ---- the family ----
 
-class ReduceFamily final : public KernelFamily {
+class ReduceFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "reduce"; }
 
