@@ -344,9 +344,13 @@ class ReduceEmitter {
   llvm::Value* loadLanes(llvm::Value* base, llvm::Value* offset, unsigned lanes, llvm::Value* stride) {
     if (lanes == 1 || stride == nullptr)
       return ir::loadCompute(b_, dtype_, ir::elementPtr(b_, dtype_, base, offset), lanes);
-    llvm::Type* stored = ir::withLanes(ir::elementType(b_.getContext(), dtype_), lanes);
+    // bfloat16 moves as i16 bits and converts with integer ops (ir::bf16BitsToFloat /
+    // floatToBf16Bits): a bfloat `fptrunc` needs AVX512_BF16 or a libcall that GCC 12's libgcc lacks.
+    const bool bf16 = dtype_ == DType::BFloat16;
+    llvm::Type* stored = ir::withLanes(bf16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype_), lanes);
     llvm::Value* v =
         b_.CreateMaskedGather(stored, lanePointers(base, offset, lanes, stride), llvm::Align(dtypeSize(dtype_)));
+    if (bf16) return ir::bf16BitsToFloat(b_, v);
     return dtype_ == DType::Float32 ? v : b_.CreateFPExt(v, ir::withLanes(b_.getFloatTy(), lanes));
   }
   void storeLanes(llvm::Value* value, llvm::Value* offset, llvm::Value* stride) {
@@ -355,8 +359,11 @@ class ReduceEmitter {
       ir::storeCompute(b_, dtype_, value, ir::elementPtr(b_, dtype_, out_, offset));
       return;
     }
-    if (dtype_ != DType::Float32)
+    if (dtype_ == DType::BFloat16) {
+      value = ir::floatToBf16Bits(b_, value);  // the reference's rounding, denormals kept
+    } else if (dtype_ != DType::Float32) {
       value = b_.CreateFPTrunc(value, ir::withLanes(ir::elementType(b_.getContext(), dtype_), lanes));
+    }
     b_.CreateMaskedScatter(value, lanePointers(out_, offset, lanes, stride), llvm::Align(dtypeSize(dtype_)));
   }
 
