@@ -18,6 +18,7 @@
 #include "bytecode/module.h"
 #include "jit/engine.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu_backend.h"
 #include "session/session_access.h"
 #include "shapevm/shapevm.h"
 #include "tools/cli_inputs.h"
@@ -122,7 +123,7 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
                      json& out, json& compile_out, json& extra);
 Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline);
 Status memorySuite(const BenchFlags& flags, const Weights& weights, json& out);
-Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::string& tmp_dir, json& out, json& out_bf16);
+Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const std::string& tmp_dir, json& out, json& out_bf16);
 Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out, json& norms);
 Status overheadSuite(const BenchFlags& flags, json& out);
 

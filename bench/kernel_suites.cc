@@ -86,7 +86,7 @@ struct TunedMatmul {
   double tune_s = 0;
 };
 
-Expected<TunedMatmul> tuneMatmul(jit::JitEngine& engine, const jit::KernelFamily& family, const jit::KernelSpec& base,
+Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelFamily& family, const jit::KernelSpec& base,
                                  std::span<const Value* const> inputs, const Tensor& want, int repeats) {
   TunedMatmul best;
   const Clock::time_point start = Clock::now();
@@ -100,17 +100,17 @@ Expected<TunedMatmul> tuneMatmul(jit::JitEngine& engine, const jit::KernelFamily
     auto run = [&] { (void)jit::invokeCompiled(**kernel, inputs, out); };
     run();
     if (!(out[0].isTensor() && relL2(out[0].tensor(), want) <= 1e-5)) {
-      (void)engine.remove((*kernel)->handle);
+      (void)engine.free((*kernel)->handle);
       return makeError(ErrorCode::Internal, "matmul candidate {} gives wrong results", params.toString());
     }
     const double ms = medianMs(repeats, run);
     if (std::getenv("SHAPEVM_BENCH_TUNE_LOG") != nullptr) fmt::print("  candidate {:<56} {:8.3f} ms\n", params.toString(), ms);
     if (best.kernel == nullptr || ms < best.ms) {
-      if (best.kernel != nullptr) (void)engine.remove(best.kernel->handle);
+      if (best.kernel != nullptr) (void)engine.free(best.kernel->handle);
       best.kernel = std::move(*kernel);
       best.ms = ms;
     } else {
-      (void)engine.remove((*kernel)->handle);
+      (void)engine.free((*kernel)->handle);
     }
   }
   best.tune_s = msSince(start) / 1000.0;
@@ -121,7 +121,7 @@ Expected<TunedMatmul> tuneMatmul(jit::JitEngine& engine, const jit::KernelFamily
 // bfloat16 x bfloat16 -> bfloat16 at the suite's shapes: the JIT's default kernel (bf16 pair dot
 // products where the CPU has them) vs the same tile widening to float32 (bf16dot=-1) vs oneDNN's
 // bf16 matmul primitive, interleaved; GFLOP/s also as a share of the float32 FMA peak.
-Status bf16MatmulRows(const BenchFlags& flags, jit::JitEngine& engine, const jit::KernelFamily& family,
+Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const jit::KernelFamily& family,
                       std::span<const std::array<std::int64_t, 3>> shapes, double f32_peak, json& out) {
   std::mt19937_64 rng(11);
   fmt::print("matmul bfloat16 (bf16 inputs and output, float32 accumulation): GFLOP/s\n");
@@ -222,9 +222,9 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::JitEngine& engine, const jit
         "{:3.0f}% of the f32 FMA peak); B packed once {:6.1f} ({:.2f}x oneDNN)\n",
         m, k, n, pairs_g, used_pairs ? "bf16 pairs" : "widening", pairs_g / wide_g, wide_g, pairs_g / dnnl_g, dnnl_g,
         100.0 * pairs_g / f32_peak, once_g, once_g / dnnl_g);
-    (void)engine.remove(pairs->handle);
-    (void)engine.remove(wide->handle);
-    (void)engine.remove(packed_once->handle);
+    (void)engine.free(pairs->handle);
+    (void)engine.free(wide->handle);
+    (void)engine.free(packed_once->handle);
   }
   return Status::ok();
 }
@@ -334,9 +334,9 @@ Status normalizationSuite(const BenchFlags& flags, double roof_gbps, json& out) 
 
 }  // namespace
 
-Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::string& tmp_dir, json& out,
+Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const std::string& tmp_dir, json& out,
                    json& out_bf16) {
-  SVM_ASSIGN_OR_RETURN(std::unique_ptr<PeakMeter> meter, PeakMeter::create(engine));
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<PeakMeter> meter, PeakMeter::create(engine.engine()));
   // Tuning quality: the AutoTuner as O2 runs it (its default budget, TuneBudgetMs; repeats and
   // sample length from the tunables) on the same spec, with one fresh database for the suite, so
   // its predictor may order candidates by the earlier shapes' winners as it would in use.
@@ -489,7 +489,7 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::s
     }
     omp_set_num_threads(1);
     const double jit2_g = gflops(jit2_ms), prim2_g = gflops(prim2_ms);
-    (void)engine.remove(kernel2->handle);
+    (void)engine.free(kernel2->handle);
 
     const std::string best_params = tuned.kernel->spec.params.toString();
     out.push_back({{"m", s.m}, {"k", s.k}, {"n", s.n}, {"jit_gflops", jit_g}, {"jit_best_gflops", best_g},
@@ -522,9 +522,9 @@ Status matmulSuite(const BenchFlags& flags, jit::JitEngine& engine, const std::s
                Tunables::get(Tunable::TuneBudgetMs), auto_outcome.timed, auto_outcome.candidates, auto_outcome.tuning_ms,
                auto_g, auto_g / best_g, auto_g / jit_g, auto_g / dnnl_g, 100.0 * auto_g / peak,
                auto_outcome.params.toString());
-    (void)engine.remove(kernel->handle);
-    (void)engine.remove(tuned.kernel->handle);
-    (void)engine.remove(auto_kernel->handle);
+    (void)engine.free(kernel->handle);
+    (void)engine.free(tuned.kernel->handle);
+    (void)engine.free(auto_kernel->handle);
     overall_peak = std::max(overall_peak, peak);
   }
   fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes, overall_peak);

@@ -52,14 +52,14 @@ int benchCommand(const BenchFlags& flags_in) {
   std::mt19937_64 rng(123);
   Weights weights{randomTensor(Shape{1024, 128}, rng, 0.1), randomTensor(Shape{1024, 256}, rng, 0.1),
                   randomTensor(Shape{1024}, rng), randomTensor(Shape{1024}, rng)};
-  auto engine = jit::JitEngine::create();
+  auto engine = jit::LlvmCpuBackend::create();
   if (!engine) {
     fmt::print(stderr, "shapevm: error: {}\n", engine.status().toString());
     return 1;
   }
   json result = {{"cpu", cpuModel()},
-                 {"features", (*engine)->cpuFeatures()},
-                 {"cpu_name", (*engine)->cpuName()},
+                 {"features", (*engine)->engine().cpuFeatures()},
+                 {"cpu_name", (*engine)->engine().cpuName()},
                  {"tunables", tunables},
                  {"quick", flags.quick},
                  {"threads", Tunables::get(Tunable::KernelThreads)}};
@@ -69,7 +69,7 @@ int benchCommand(const BenchFlags& flags_in) {
     std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
     result["date"] = date;
   }
-  fmt::print("shapevm bench{}: {} ({}), single thread\n", flags.quick ? " --quick" : "", cpuModel(), (*engine)->cpuName());
+  fmt::print("shapevm bench{}: {} ({}), single thread\n", flags.quick ? " --quick" : "", cpuModel(), (*engine)->engine().cpuName());
   auto check = [&](Status status, const char* suite) {
     if (status.isOk()) return true;
     fmt::print(stderr, "shapevm: error: bench suite '{}': {}\n", suite, status.toString());
@@ -99,8 +99,8 @@ int benchCommand(const BenchFlags& flags_in) {
   bool ok = true;
   if (wants("overhead")) ok = check(overheadSuite(flags, overhead), "overhead") && ok;
   if (wants("matmul")) ok = check(matmulSuite(flags, **engine, tmp_dir, matmul, matmul_bf16), "matmul") && ok;
-  if (wants("elementwise")) ok = check(elementwiseSuite(flags, **engine, elementwise, norms), "elementwise") && ok;
-  if (wants("workload")) ok = check(workloadSuite(flags, **engine, weights, tmp_dir, workload, compile, workload_extra), "workload") && ok;
+  if (wants("elementwise")) ok = check(elementwiseSuite(flags, (*engine)->engine(), elementwise, norms), "elementwise") && ok;
+  if (wants("workload")) ok = check(workloadSuite(flags, (*engine)->engine(), weights, tmp_dir, workload, compile, workload_extra), "workload") && ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
   result["workload"] = workload;

@@ -58,14 +58,29 @@ class Shape {
 // Row-major strides (in elements) of a contiguous tensor of this shape.
 Shape contiguousStrides(const Shape& shape);
 
-// Refcounted buffer. Memory comes from the CachingAllocator unless adopted from outside
-// (then `release` is called with `release_context` when the last reference goes).
+// Where a storage's bytes live. Everything ShapeVM allocates today is host memory (Cpu); a
+// device backend (docs/gpu-backend.md) adopts its own memory with its kind, and every kernel
+// checks the device of its operands before it touches their bytes.
+enum class DeviceKind : std::uint8_t { Cpu, Cuda };
+struct Device {
+  DeviceKind kind = DeviceKind::Cpu;
+  int index = 0;  // which device of that kind (0 for the host)
+  bool isCpu() const { return kind == DeviceKind::Cpu; }
+  bool operator==(const Device&) const = default;
+  std::string toString() const;  // "cpu", "cuda:1"
+};
+inline constexpr Device kCpuDevice{};
+
+// Refcounted buffer. Memory comes from the CachingAllocator (host memory) unless adopted from
+// outside (then `release` is called with `release_context` when the last reference goes).
 class Storage {
  public:
   static Expected<Storage*> allocate(std::size_t nbytes);
-  static Storage* adopt(void* data, std::size_t nbytes, void (*release)(void*), void* release_context);
+  static Storage* adopt(void* data, std::size_t nbytes, void (*release)(void*), void* release_context,
+                        Device device = kCpuDevice);
   void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
   void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void releaseRef();
   // One reference and memory from the CachingAllocator: its bytes may be overwritten in place.
@@ -81,6 +96,7 @@ class Storage {
   std::size_t nbytes_ = 0;
   std::size_t capacity_ = 0;
   bool external_ = false;  // adopted memory: never returned to the CachingAllocator
+  Device device_;          // allocated storage is always host memory
   void (*release_)(void*) = nullptr;
   void* release_context_ = nullptr;
 };
@@ -114,8 +130,9 @@ class Tensor {
   // 0-d tensor holding `value` converted to `dtype`.
   static Tensor scalar(double value, DType dtype);
   // Wraps external memory without copying (e.g. a numpy array); `release` runs when unused.
+  // `device`: where `data` lives (a device pointer is never dereferenced by host code).
   static Tensor wrap(void* data, DType dtype, const Shape& shape, const Shape& strides, std::size_t nbytes,
-                     void (*release)(void*), void* release_context);
+                     void (*release)(void*), void* release_context, Device device = kCpuDevice);
 
   bool defined() const { return impl_ != nullptr; }
   DType dtype() const { return impl_->dtype; }
@@ -129,6 +146,7 @@ class Tensor {
   std::size_t itemSize() const { return dtypeSize(impl_->dtype); }
   bool isContiguous() const { return impl_->contiguous; }
   Storage* storage() const { return impl_->storage; }
+  Device device() const { return impl_->storage->device(); }
   // Nothing else can observe this tensor's elements (this handle is the only reference to its
   // impl and the impl the only reference to its storage).
   bool isSoleOwner() const {
@@ -192,5 +210,9 @@ class CachingAllocator {
   struct Impl;
   Impl& impl() const;
 };
+
+// OK for an undefined or host tensor; else an Unsupported error naming `what`, the tensor and its
+// device. Host code (reference kernels, CPU kernels, copies) calls it before touching bytes.
+Status requireCpu(const Tensor& tensor, std::string_view what);
 
 }  // namespace shapevm

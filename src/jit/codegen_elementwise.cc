@@ -40,6 +40,7 @@
 #include "jit/codegen_util.h"
 #include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu_backend.h"
 #include "ops/kernel_util.h"
 
 namespace shapevm::jit {
@@ -701,7 +702,7 @@ class Emitter {
 
 // ---- the family ----
 
-class ElementwiseFamily final : public KernelFamily {
+class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "elementwise"; }
 

@@ -22,6 +22,7 @@
 #include "jit/codegen_math.h"
 #include "jit/codegen_util.h"
 #include "jit/fusion.h"
+#include "jit/llvm_cpu_backend.h"
 
 namespace shapevm::jit {
 
@@ -347,7 +348,7 @@ Expected<Value> castValue(const Value& value, DType dtype) {
   return out;
 }
 
-class FusedFamily final : public KernelFamily {
+class FusedFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "fused"; }
 
@@ -529,7 +530,9 @@ class FusedFamily final : public KernelFamily {
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
     if (!spec.fused->in_place.empty()) return {};
     std::vector<KernelParams> space{KernelParams{}};
-    for (int vw : {8, 16}) {
+    // Half and one native float vector of the target (8 and 16 lanes on AVX-512, 4 and 8 on AVX2).
+    const int lanes = targetOf(spec).floatLanes();
+    for (int vw : {lanes / 2, lanes}) {
       for (int unroll : {1, 2, 4}) {
         KernelParams params;
         params.vector_width = vw;

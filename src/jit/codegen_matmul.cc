@@ -41,11 +41,11 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <llvm/TargetParser/Host.h>
 
 #include "jit/codegen_util.h"
 #include "jit/fusion.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu_backend.h"
 #include "jit/matmul_plan.h"
 #include "ops/kernel_util.h"
 #include "support/thread_pool.h"
@@ -89,19 +89,14 @@ bool isComputeFloat(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
 }
 
-bool hostHas(const char* feature) {
-  const auto features = llvm::sys::getHostCPUFeatures();
-  auto it = features.find(feature);
-  return it != features.end() && it->second;
-}
-bool hostHasAvx512() {
-  static const bool avx512 = hostHas("avx512f");
-  return avx512;
-}
-// vdpbf16ps: 16 float32 lanes += the products of 16 pairs of bfloat16 (AVX512_BF16).
-bool hostHasBf16Dot() {
-  static const bool bf16 = hostHasAvx512() && hostHas("avx512bf16");
-  return bf16;
+// The target's ISA decides (KernelSpec::target, stamped by the backend), never the host's.
+bool targetHasAvx512(const KernelSpec& spec) { return targetOf(spec).vector_bits >= 512; }
+bool targetHasBf16Dot(const KernelSpec& spec) { return targetOf(spec).bf16_dot; }
+
+// Native vector registers one tile of `mr` rows x `nr` columns keeps its accumulators in: each
+// <16 x float> accumulator is one zmm, or two ymm on a 256-bit target.
+int accumulatorRegisters(const KernelTarget& target, int mr, int nr) {
+  return mr * nr / std::max(1, target.floatLanes());
 }
 
 bool isEpilogueUnary(OpId op) {
@@ -135,7 +130,7 @@ MatmulDims staticDims(const KernelSpec& spec) {
   return dims;
 }
 
-// ---- the plan: KernelParams resolved against the shape and the host ----
+// ---- the plan: KernelParams resolved against the shape and the target CPU ----
 
 // B can be read in place: float32 with contiguous rows (a row-major [K, N] matrix).
 bool directBPossible(const KernelSpec& spec) {
@@ -150,7 +145,7 @@ bool packableB(const KernelSpec& spec, const Plan& plan) { return spec.inputs[1]
 Plan defaultPlan(const KernelSpec& spec) {
   Plan plan;
   const MatmulDims dims = staticDims(spec);
-  if (!hostHasAvx512()) {
+  if (!targetHasAvx512(spec)) {
     plan.mr = 4;
     plan.vectors = 1;
     plan.nc = 16;
@@ -202,7 +197,7 @@ Plan resolvePlan(const KernelSpec& spec) {
   }
   // Pairs need both operands bfloat16 as they are (A read in place along K, B packed).
   const OperandSpec& a = spec.inputs[0];
-  plan.bf16_pairs = p.bf16_dot >= 0 && hostHasBf16Dot() && a.dtype == DType::BFloat16 &&
+  plan.bf16_pairs = p.bf16_dot >= 0 && targetHasBf16Dot(spec) && a.dtype == DType::BFloat16 &&
                     spec.inputs[1].dtype == DType::BFloat16 && a.contiguous && plan.mc == 0 && !plan.direct_b;
   return plan;
 }
@@ -331,7 +326,7 @@ Status checkFits(const OperandSpec& spec, const Tensor& x, const char* which) {
 
 // ---- the family ----
 
-class MatmulFamily final : public KernelFamily {
+class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "matmul"; }
 
@@ -558,7 +553,15 @@ class MatmulFamily final : public KernelFamily {
   // Register tiles x blocking for this shape; the default (KernelParams{}) first.
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
     std::vector<KernelParams> space = {KernelParams{}};
-    if (!hostHasAvx512()) return space;
+    const KernelTarget& target = targetOf(spec);
+    // Tiles whose accumulators take between half and all but four of the target's vector
+    // registers (the rest hold B vectors and A broadcasts): 16..28 zmm on AVX-512, 8..12 ymm on
+    // AVX2 (16 ymm, each <16 x float> accumulator two of them).
+    const int max_registers = target.vector_registers - 4;
+    auto fits = [&](int mr, int nr) {
+      const int registers = accumulatorRegisters(target, mr, nr);
+      return registers >= target.vector_registers / 2 && registers <= max_registers;
+    };
     if (gateEpilogue(spec)) {
       // The tile's width is the blocks' count: its rows and the K block only.
       const int nr = gateCount(spec) * static_cast<int>(kLanes);
@@ -566,6 +569,7 @@ class MatmulFamily final : public KernelFamily {
         for (int kc : {128, 256}) {
           KernelParams p{.mr = mr, .nr = nr, .kc = kc};
           if (mr * nr / static_cast<int>(kLanes) <= kMaxAccumulators &&
+              accumulatorRegisters(target, mr, nr) <= max_registers &&
               std::find(space.begin(), space.end(), p) == space.end()) {
             space.push_back(p);
           }
@@ -579,18 +583,22 @@ class MatmulFamily final : public KernelFamily {
     struct Tile {
       int mr, nr;
     };
-    const Tile tiles[] = {{8, 32}, {6, 64}, {4, 64}, {12, 32}, {14, 32}, {8, 48}};
+    // AVX-512 tiles first, then AVX2 ones; fits() keeps those of the target's register budget.
+    const Tile tiles[] = {{8, 32}, {6, 64}, {4, 64}, {12, 32}, {14, 32}, {8, 48},
+                          {4, 16}, {6, 16}, {2, 32}, {3, 32}};
     auto add = [&](KernelParams p) {
       if (checkParams(p).isOk() && std::find(space.begin(), space.end(), p) == space.end()) space.push_back(p);
     };
     for (const Tile& t : tiles) {
+      if (!fits(t.mr, t.nr)) continue;
       // Packed B one panel at a time, with and without prefetching the next panel's rows.
       add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = 1});
       add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = -1});
       if (!small_m) add({.mr = t.mr, .nr = t.nr, .kc = 512, .nc = t.nr, .prefetch = 1});
-      // K unrolled 4x only with up to 16 accumulators: with 24-28, the unrolled steps' loads are
-      // scheduled ahead and spill (12 x 32, 14 x 32, 8 x 48 ran 1.6-2.7x slower at 256^3).
-      if (t.mr * t.nr / 16 <= 16) add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
+      // K unrolled 4x only with accumulators in up to half the registers: with 24-28 zmm, the
+      // unrolled steps' loads are scheduled ahead and spill (12 x 32, 14 x 32, 8 x 48 ran
+      // 1.6-2.7x slower at 256^3).
+      if (accumulatorRegisters(target, t.mr, t.nr) <= target.vector_registers / 2) add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
       if (small_m && direct) {
         // B read in place, K blocks of 8 or 16 rows: as many sequential streams through B's
         // rows, which the hardware prefetcher follows (M of 1..8: 1.3-1.5x packed panels).

@@ -30,6 +30,7 @@
 #include "jit/codegen_util.h"
 #include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu_backend.h"
 #include "ops/kernel_util.h"
 
 namespace shapevm::jit {
@@ -343,9 +344,8 @@ class ReduceEmitter {
   llvm::Value* loadLanes(llvm::Value* base, llvm::Value* offset, unsigned lanes, llvm::Value* stride) {
     if (lanes == 1 || stride == nullptr)
       return ir::loadCompute(b_, dtype_, ir::elementPtr(b_, dtype_, base, offset), lanes);
-    // bfloat16 moves as i16 bits and widens/rounds with integer ops (as loadCompute/storeCompute):
-    // `fpext`/`fptrunc` on bfloat need __truncsfbf2 from compiler-rt on a host without
-    // AVX512-BF16, and its conversion instruction flushes denormals where it exists.
+    // bfloat16 moves as i16 bits and converts with integer ops (ir::bf16BitsToFloat /
+    // floatToBf16Bits): a bfloat `fptrunc` needs AVX512_BF16 or a libcall that GCC 12's libgcc lacks.
     const bool bf16 = dtype_ == DType::BFloat16;
     llvm::Type* stored = ir::withLanes(bf16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype_), lanes);
     llvm::Value* v =
@@ -359,10 +359,11 @@ class ReduceEmitter {
       ir::storeCompute(b_, dtype_, value, ir::elementPtr(b_, dtype_, out_, offset));
       return;
     }
-    if (dtype_ == DType::BFloat16)
-      value = ir::floatToBf16Bits(b_, value);
-    else if (dtype_ != DType::Float32)
+    if (dtype_ == DType::BFloat16) {
+      value = ir::floatToBf16Bits(b_, value);  // the reference's rounding, denormals kept
+    } else if (dtype_ != DType::Float32) {
       value = b_.CreateFPTrunc(value, ir::withLanes(ir::elementType(b_.getContext(), dtype_), lanes));
+    }
     b_.CreateMaskedScatter(value, lanePointers(out_, offset, lanes, stride), llvm::Align(dtypeSize(dtype_)));
   }
 
@@ -767,7 +768,7 @@ class ReduceEmitter {
 
 // ---- the family ----
 
-class ReduceFamily final : public KernelFamily {
+class ReduceFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "reduce"; }
 

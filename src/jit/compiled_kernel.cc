@@ -38,7 +38,7 @@ Tensor packedOperandFor(const CompiledKernel& kernel, std::span<const Value* con
     packed = std::move(*buffer);
     KernelArgs pack = args;
     kernel.family->usePacked(kernel.spec, pack, packed.rawData(), PackMode::PackOnly);
-    kernel.fn(&pack);
+    kernel.backend->launch(kernel.handle, pack);
     kernel.packed.insert(source, packed);
   }
   kernel.family->usePacked(kernel.spec, args, packed.rawData(), PackMode::Read);
@@ -105,6 +105,13 @@ Status prepareCall(const CompiledKernel& kernel, std::span<const Value* const> i
   if (num_inputs + num_outputs > kMaxKernelOperands || outputs.size() < num_outputs) {
     return makeError(ErrorCode::Unsupported, "kernel has too many operands ({} inputs, {} outputs)", num_inputs, num_outputs);
   }
+  const Device device = kernel.backend->capabilities().device;
+  for (std::size_t i = 0; i < num_inputs; ++i) {
+    if (inputs[i] == nullptr || !inputs[i]->isTensor() || inputs[i]->tensor().device() == device) continue;
+    return makeError(ErrorCode::Unsupported, "{} kernel {}: input {} ({}) lives on {}, the kernel runs on {}",
+                     kernel.backend->capabilities().backend, kernel.handle.symbol, i, inputs[i]->tensor().describe(),
+                     inputs[i]->tensor().device().toString(), device.toString());
+  }
   call.kernel = &kernel;
   call.num_inputs = num_inputs;
   call.num_outputs = num_outputs;
@@ -153,20 +160,22 @@ std::int64_t callRows(const PreparedCall& call) {
 void runCallRows(const PreparedCall& call, std::int64_t begin, std::int64_t end) {
   KernelArgs rows = call.args;
   call.kernel->family->narrowRows(call.kernel->spec, rows, call.item, call.num_inputs, call.num_outputs, begin, end);
-  call.kernel->fn(&rows);
+  call.kernel->backend->launch(call.kernel->handle, rows);
 }
 
 void runCall(const PreparedCall& call) {
   const CompiledKernel& kernel = *call.kernel;
   const int threads = kernel.spec.params.threads > 0 ? kernel.spec.params.threads
                                                      : static_cast<int>(Tunables::get(Tunable::KernelThreads));
-  const std::int64_t rows = threads > 1 && kernel.family->splitsAlongAxis0() ? callRows(call) : -1;
+  // Row chunks on the host's threads: a CPU backend's kernels only.
+  const bool host = kernel.backend->capabilities().device.isCpu();
+  const std::int64_t rows = host && threads > 1 && kernel.family->splitsAlongAxis0() ? callRows(call) : -1;
   if (rows >= 2) {
     // Row chunks of every operand, one task each (the calling thread takes one too).
     const int tasks = static_cast<int>(std::min<std::int64_t>(threads, rows));
     ThreadPool::global().run(tasks, [&](int t) { runCallRows(call, rows * t / tasks, rows * (t + 1) / tasks); });
   } else {
-    kernel.fn(&call.args);
+    kernel.backend->launch(kernel.handle, call.args);
   }
 }
 
@@ -196,19 +205,21 @@ bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, 
   return invokeCompiled(*static_cast<const CompiledKernel*>(state), inputs, outputs).isOk();
 }
 
-Expected<std::unique_ptr<CompiledKernel>> compileKernel(JitEngine& engine, const KernelFamily& family,
-                                                        const KernelSpec& spec) {
+Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, const KernelFamily& family,
+                                                        const KernelSpec& unstamped) {
+  SVM_RETURN_IF_ERROR(backend.supportsFamily(family));
+  const KernelSpec spec = backend.targetSpec(unstamped);
   SVM_RETURN_IF_ERROR(family.supports(spec));
   const OpSchema& schema = OpRegistry::global().schema(spec.op);
   SVM_ASSIGN_OR_RETURN(int num_outputs, numOutputs(schema, spec.attrs));
   if (spec.fused) num_outputs = static_cast<int>(spec.fused->outputs.size());
   const std::string symbol = "svm_" + family.symbolStem(spec);
-  SVM_ASSIGN_OR_RETURN(KernelHandle handle,
-                       engine.compile(symbol, [&](llvm::Module& module) { return family.emit(spec, module, symbol); }));
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> code, backend.compile(family, spec, symbol));
+  SVM_ASSIGN_OR_RETURN(KernelHandle handle, backend.load(std::move(code)));
   auto kernel = std::make_unique<CompiledKernel>();
   kernel->family = &family;
   kernel->spec = spec;
-  kernel->fn = reinterpret_cast<GeneratedKernelFn>(handle.address);
+  kernel->backend = &backend;
   kernel->handle = std::move(handle);
   kernel->num_outputs = num_outputs;
   return kernel;

@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "jit/engine.h"
+#include "jit/backend.h"
 #include "jit/kernel_abi.h"
 
 namespace shapevm::jit {
@@ -64,8 +64,8 @@ class PackedOperandCache {
 
 struct CompiledKernel {
   const KernelFamily* family = nullptr;
-  KernelSpec spec;
-  GeneratedKernelFn fn = nullptr;
+  KernelSpec spec;                  // stamped with the backend's target
+  const KernelBackend* backend = nullptr;  // launches `handle`; operands live on its device
   KernelHandle handle;
   int num_outputs = 1;
   // Test-only fault injection: when set, the kernel's first output element is corrupted after
@@ -76,7 +76,8 @@ struct CompiledKernel {
 };
 
 // Runs `kernel` on `inputs`; `outputs` may hold previous outputs for reuse. Error when the family
-// rejects the inputs (they do not fit its spec) or an allocation fails.
+// rejects the inputs (they do not fit its spec), an input lives on another device than the
+// kernel's backend, or an allocation fails.
 Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs);
 
 // invokeCompiled in three parts, so a caller may run a call whole or a range of its rows at a time
@@ -106,8 +107,9 @@ void finishCall(PreparedCall& call, std::span<Value> outputs);
 // The CompiledKernelFn installed in dispatch slots (state = const CompiledKernel*).
 bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, std::span<Value> outputs);
 
-// Compiles `spec` with `family` into a CompiledKernel (not yet validated or installed).
-Expected<std::unique_ptr<CompiledKernel>> compileKernel(JitEngine& engine, const KernelFamily& family,
+// Compiles `spec` with `family` on `backend` into a CompiledKernel (not yet validated or
+// installed): the spec stamped with the backend's target, compiled and loaded.
+Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, const KernelFamily& family,
                                                         const KernelSpec& spec);
 
 }  // namespace shapevm::jit

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// JitEngine over LLVM ORC: LLJIT (JITLink object layer on x86-64 ELF), host CPU target machine,
-// the new pass manager's O3 pipeline per module, one ResourceTracker per kernel version.
+// JitEngine over LLVM ORC: LLJIT (JITLink object layer on x86-64 ELF), a target machine for the
+// host CPU or a named one, the new pass manager's O3 pipeline per module, one ResourceTracker per
+// kernel version.
 #include "jit/engine.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 
 #include <llvm/ADT/StringMap.h>
@@ -21,6 +24,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/X86TargetParser.h>
 
 namespace shapevm::jit {
 
@@ -40,12 +44,98 @@ void initializeLlvmOnce() {
   (void)initialized;
 }
 
+// Vector ISA features: a named CPU may only ask for those the host has (others are tuning flags
+// or system features that do not change which instructions run).
+bool isVectorFeature(std::string_view feature) {
+  for (std::string_view prefix : {"sse", "ssse3", "avx", "fma", "f16c", "amx"}) {
+    if (feature.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+// Built, optimized IR waiting to be linked: the module and the context that owns it.
+class LlvmModuleCode final : public KernelCode {
+ public:
+  LlvmModuleCode(std::unique_ptr<llvm::LLVMContext> context, std::unique_ptr<llvm::Module> module,
+                 llvm::Function* function, std::string symbol, const void* engine)
+      : context_(std::move(context)), module_(std::move(module)), function_(function),
+        symbol_(std::move(symbol)), engine_(engine) {}
+  const std::string& symbol() const override { return symbol_; }
+
+  std::unique_ptr<llvm::LLVMContext> context_;
+  std::unique_ptr<llvm::Module> module_;
+  llvm::Function* function_;
+  std::string symbol_;
+  const void* engine_;  // the engine that built it (link() accepts only its own)
+};
+
 }  // namespace
+
+bool CpuTarget::has(std::string_view feature) const {
+  return std::any_of(features.begin(), features.end(), [&](const std::string& f) {
+    return f.size() == feature.size() + 1 && f[0] == '+' && std::string_view(f).substr(1) == feature;
+  });
+}
+
+Expected<CpuTarget> resolveCpuTarget(const std::string& cpu, bool allow_foreign) {
+  std::string name = cpu;
+  if (name.empty()) {
+    const char* env = std::getenv("SHAPEVM_JIT_CPU");
+    if (env != nullptr) name = env;
+  }
+  CpuTarget target;
+  const llvm::StringMap<bool> host_features = llvm::sys::getHostCPUFeatures();
+  if (name.empty() || name == "host" || name == "native") {
+    target.name = llvm::sys::getHostCPUName().str();
+    for (const auto& entry : host_features) {
+      if (entry.getValue()) target.features.push_back("+" + entry.getKey().str());
+    }
+    std::sort(target.features.begin(), target.features.end());
+    return target;
+  }
+  if (llvm::X86::parseArchX86(name, /*Only64Bit=*/true) == llvm::X86::CK_None) {
+    return makeError(ErrorCode::InvalidArgument,
+                     "SHAPEVM_JIT_CPU / EngineOptions::cpu '{}' is not an x86-64 CPU LLVM knows (e.g. haswell, "
+                     "skylake-avx512, znver4, or 'host')",
+                     name);
+  }
+  target.name = name;
+  target.host = false;
+  llvm::SmallVector<llvm::StringRef, 64> features;
+  llvm::X86::getFeaturesForCPU(name, features, /*NeedPlus=*/true);
+  for (llvm::StringRef feature : features) target.features.push_back(feature.str());
+  std::sort(target.features.begin(), target.features.end());
+  if (!allow_foreign) {
+    std::string missing;
+    for (const std::string& feature : target.features) {
+      const std::string bare = feature.substr(1);
+      if (!isVectorFeature(bare)) continue;
+      auto it = host_features.find(bare);
+      if (it == host_features.end() || !it->getValue()) missing += (missing.empty() ? "" : " ") + bare;
+    }
+    if (!missing.empty()) {
+      return makeError(ErrorCode::Unsupported,
+                       "JIT target CPU '{}' needs {}, which this host ({}) lacks: its kernels could not run here",
+                       name, missing, llvm::sys::getHostCPUName().str());
+    }
+  }
+  return target;
+}
+
+KernelTarget kernelTargetOf(const CpuTarget& cpu) {
+  KernelTarget target;
+  const bool avx512 = cpu.has("avx512f");
+  target.vector_bits = avx512 ? 512 : cpu.has("avx") ? 256 : 128;
+  target.vector_registers = avx512 ? 32 : 16;
+  target.bf16_dot = avx512 && cpu.has("avx512bf16");
+  return target;
+}
 
 struct JitEngine::Impl {
   EngineOptions options;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<llvm::TargetMachine> target_machine;  // for the IR pipeline (TTI)
+  CpuTarget cpu;
   std::string cpu_name;
   std::string cpu_features;
   bool avx512 = false;
@@ -67,8 +157,15 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
 
+  SVM_ASSIGN_OR_RETURN(impl->cpu, resolveCpuTarget(options.cpu, options.allow_foreign_cpu));
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb) return llvmError(jtmb.takeError(), "cannot describe the host CPU");
+  if (!impl->cpu.host) {
+    // Same triple, another CPU: only the features that CPU has.
+    jtmb = llvm::orc::JITTargetMachineBuilder(jtmb->getTargetTriple());
+    jtmb->setCPU(impl->cpu.name);
+    jtmb->addFeatures(impl->cpu.features);
+  }
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   impl->cpu_name = jtmb->getCPU();
   for (const std::string& feature : jtmb->getFeatures().getFeatures()) {
@@ -110,9 +207,16 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
 
 const std::string& JitEngine::cpuName() const { return impl_->cpu_name; }
 const std::string& JitEngine::cpuFeatures() const { return impl_->cpu_features; }
+const CpuTarget& JitEngine::cpu() const { return impl_->cpu; }
 bool JitEngine::hasAvx512() const { return impl_->avx512; }
 
 Expected<KernelHandle> JitEngine::compile(const std::string& symbol, const std::function<Status(llvm::Module&)>& build) {
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> code, this->build(symbol, build));
+  return link(std::move(code));
+}
+
+Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol,
+                                                       const std::function<Status(llvm::Module&)>& build) {
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(symbol, *context);
   module->setDataLayout(impl_->jit->getDataLayout());
@@ -153,7 +257,20 @@ Expected<KernelHandle> JitEngine::compile(const std::string& symbol, const std::
     llvm::ModulePassManager passes = builder.buildPerModuleDefaultPipeline(level);
     passes.run(*module, mam);
   }
+  return std::unique_ptr<KernelCode>(
+      new LlvmModuleCode(std::move(context), std::move(module), function, symbol, impl_.get()));
+}
 
+Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {
+  auto* built = dynamic_cast<LlvmModuleCode*>(code.get());
+  if (built == nullptr || built->engine_ != impl_.get()) {
+    return makeError(ErrorCode::Internal, "kernel code '{}' was not built by this engine",
+                     code ? code->symbol() : std::string("<null>"));
+  }
+  const std::string& symbol = built->symbol();
+  llvm::Function* function = built->function_;
+  std::unique_ptr<llvm::Module> module = std::move(built->module_);
+  std::unique_ptr<llvm::LLVMContext> context = std::move(built->context_);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const std::uint64_t id = impl_->next_id++;
   // Rename to a unique, readable symbol per version so several versions can be live at once.

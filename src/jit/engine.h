@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// JitEngine: the one thin layer over LLVM 19 ORC (LLJIT on JITLink) that ShapeVM uses. It builds
-// code for the host CPU and its features (AVX-512 when present), runs the O3 pipeline on each
+// JitEngine: the one thin layer over LLVM 19 ORC (LLJIT on JITLink) that the LLVM CPU backend
+// uses. It builds code for one x86-64 CPU and its features (the host's by default; another named
+// CPU, e.g. "haswell", from EngineOptions::cpu or $SHAPEVM_JIT_CPU), runs the O3 pipeline on each
 // kernel module, and gives every kernel version its own ResourceTracker so it can be removed.
 // Kernels are registered with gdb (JIT loader interface) and, when asked, perf (jitdump).
 // Invariant: nothing outside this file and codegen sees LLVM's generality; callers get a
@@ -12,7 +13,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "jit/backend.h"
 #include "shapevm/status.h"
 
 namespace llvm {
@@ -26,13 +30,27 @@ struct EngineOptions {
   bool debugger_support = true;  // register objects with gdb's JIT interface
   bool perf_support = false;     // write a perf jitdump (perf inject --jit)
   int opt_level = 3;             // IR pipeline O0..O3
+  // The CPU to compile for, an LLVM x86 CPU name ("haswell", "skylake-avx512"); empty: the
+  // SHAPEVM_JIT_CPU environment variable, else the host CPU with the host's features.
+  std::string cpu;
+  // Allow a named CPU with vector features the host lacks (compile-only: its kernels must not
+  // run here). Off: such a CPU is an error when the engine is created.
+  bool allow_foreign_cpu = false;
 };
 
-struct KernelHandle {
-  std::uint64_t id = 0;          // engine-wide kernel version id
-  void* address = nullptr;
-  std::string symbol;            // e.g. "svm_matmul_f32_Mdyn_K128_N1024_v3"
+// The CPU a JitEngine compiles for: its LLVM name and the features that are on ("+avx2" style).
+struct CpuTarget {
+  std::string name;
+  std::vector<std::string> features;  // each with its leading '+'
+  bool host = true;                   // detected (not named by an option or the environment)
+  bool has(std::string_view feature) const;  // feature without '+', e.g. "avx512f"
 };
+// The CPU for `cpu` as EngineOptions::cpu reads it (empty: $SHAPEVM_JIT_CPU, else the host).
+// Error for a name LLVM does not know, or (unless `allow_foreign`) one needing vector features
+// this host lacks.
+Expected<CpuTarget> resolveCpuTarget(const std::string& cpu, bool allow_foreign = false);
+// The kernel-facing description of a CPU: vector width and registers, bf16 dot products.
+KernelTarget kernelTargetOf(const CpuTarget& cpu);
 
 class JitEngine {
  public:
@@ -41,14 +59,20 @@ class JitEngine {
   JitEngine(const JitEngine&) = delete;
   JitEngine& operator=(const JitEngine&) = delete;
 
-  // Host description, e.g. "znver4 +avx512f +avx512bw ..." (features that are on).
+  // Target description, e.g. "znver4" and "avx512f avx512bw ..." (features that are on).
   const std::string& cpuName() const;
   const std::string& cpuFeatures() const;
+  const CpuTarget& cpu() const;
   bool hasAvx512() const;
 
   // Builds a kernel: `build` fills a fresh module (in a fresh context) with a function named
-  // `symbol`; the engine sets the host triple/data layout, verifies, optimizes and links it.
-  // The returned handle's address stays valid until remove(handle).
+  // `symbol`; the engine sets the triple/data layout and target CPU, verifies and optimizes it.
+  Expected<std::unique_ptr<KernelCode>> build(const std::string& symbol,
+                                              const std::function<Status(llvm::Module&)>& build);
+  // Links built code (from this engine's build()) under a unique symbol per version. The
+  // returned handle's address stays valid until remove(handle).
+  Expected<KernelHandle> link(std::unique_ptr<KernelCode> code);
+  // build() then link().
   Expected<KernelHandle> compile(const std::string& symbol,
                                  const std::function<Status(llvm::Module&)>& build);
   // Frees a kernel's code. The caller guarantees no frame can still be executing it.

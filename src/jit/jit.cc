@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "jit/compiled_kernel.h"
+#include "jit/llvm_cpu_backend.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "support/logging.h"
@@ -54,7 +55,7 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
     EngineOptions engine_options = options.engine;
     engine_options.debugger_support = Tunables::get(Tunable::JitDebugger) != 0;
     engine_options.perf_support = Tunables::get(Tunable::JitPerf) != 0;
-    SVM_ASSIGN_OR_RETURN(jit->engine_, JitEngine::create(engine_options));
+    SVM_ASSIGN_OR_RETURN(jit->engine_, LlvmCpuBackend::create(engine_options));
     jit->patches_ = std::make_unique<RuntimePatchManager>(vm, *jit->engine_);
   }
   const Module& module = vm.module();
@@ -326,7 +327,7 @@ void Jit::compileSite(const Request& request) {
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
   Status valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
   if (!valid.isOk()) {
-    (void)engine_->remove((*kernel)->handle);
+    (void)engine_->free((*kernel)->handle);
     recordFailure(function, site, JitReason::ValidationFailed, valid.message());
     return;
   }
@@ -365,7 +366,7 @@ void Jit::compileSite(const Request& request) {
 
 TuneOutcome Jit::tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc) {
   TuneOutcome none;
-  if (family.searchSpace(spec).empty()) return none;
+  if (family.searchSpace(engine_->targetSpec(spec)).empty()) return none;
   auto examples = randomInputs(spec, observed, 0x5eed ^ static_cast<std::uint64_t>(pc));
   if (!examples) return none;
   std::vector<const Value*> pointers;

@@ -3,7 +3,7 @@
 // cheap): after the warm-up runs, find hot regions (HotPathDetector), and queue one compile
 // request per hot site (O1: one kernel per op) or per site whose guards keep missing (a new
 // shape). On the compile thread(s): shape inference from the site's ProfileBuffer, codegen
-// through LLVM, validation against the reference kernel, then RuntimePatchManager installs the
+// through the kernel backend (KernelBackend; today the LLVM CPU backend), validation against the reference kernel, then RuntimePatchManager installs the
 // kernel. Failures are logged with a reason from abort_reasons.def; the site backs off (doubling)
 // and is blacklisted after BlacklistAfter failures. Results never change: every fallback is the
 // reference kernel.
@@ -38,7 +38,8 @@ namespace shapevm::jit {
 struct JitOptions {
   int level = -1;                  // 0/1/2; -1 = the JitLevel tunable
   bool wait_for_compiles = false;  // afterRun waits until queued compiles finish (deterministic tier-up)
-  EngineOptions engine;            // debugger/perf support: defaults from the JitDebugger/JitPerf tunables
+  EngineOptions engine;            // the LLVM CPU backend's engine: target CPU, debugger/perf support (the
+                                   // latter two from the JitDebugger/JitPerf tunables)
   Tuner* tuner = nullptr;          // O2: chooses kernel parameters (src/tune's AutoTuner); not owned
 };
 
@@ -93,7 +94,7 @@ class Jit final : public ExecutionObserver {
   JitStats stats() const;
   std::string statsReport() const;  // the block `shapevm run --stats` prints
   const RuntimePatchManager& patches() const { return *patches_; }
-  JitEngine& engine() { return *engine_; }
+  KernelBackend& backend() { return *engine_; }
 
   struct SiteState {
     enum class Phase : std::uint8_t { Cold, Queued, Compiled, NoKernel, Unsupported, Blacklisted };
@@ -147,7 +148,7 @@ class Jit final : public ExecutionObserver {
   VirtualMachine& vm_;
   JitOptions options_;
   int level_ = 0;
-  std::unique_ptr<JitEngine> engine_;
+  std::unique_ptr<KernelBackend> engine_;            // the LLVM CPU backend (level >= 1)
   std::unique_ptr<RuntimePatchManager> patches_;
   std::vector<std::vector<Region>> regions_;          // per function
   std::vector<std::vector<SiteState>> sites_;         // per function, per op site

@@ -19,11 +19,6 @@
 #include "shapevm/status.h"
 #include "shapevm/value.h"
 
-namespace llvm {
-class Module;
-class LLVMContext;
-}  // namespace llvm
-
 namespace shapevm::jit {
 
 struct FusedProgram;  // fusion.h
@@ -96,6 +91,18 @@ struct KernelParams {
   static Expected<KernelParams> parse(std::string_view text);  // inverse of toString()
 };
 
+// The target a kernel is compiled for, as far as a family's plan and search space depend on it.
+// A backend stamps its own into every spec it compiles (KernelBackend::targetSpec); a spec that
+// was never stamped (vector_bits == 0) means the default target of the LLVM CPU backend.
+struct KernelTarget {
+  int vector_bits = 0;       // widest native float vector: 512 (AVX-512), 256 (AVX2), 128 (SSE)
+  int vector_registers = 0;  // architectural vector registers (32 zmm, 16 ymm)
+  bool bf16_dot = false;     // bfloat16 pair dot products (AVX512_BF16 vdpbf16ps)
+  bool known() const { return vector_bits > 0; }
+  int floatLanes() const { return vector_bits / 32; }  // float32 lanes of one native vector
+  bool operator==(const KernelTarget&) const = default;
+};
+
 // A matmul epilogue step (fused into the matmul's store): value = op(value) for a unary op, or
 // value = op(value, extra) / op(extra, value) (swapped) for a binary op whose other operand is
 // spec.inputs[operand] (an input after A and B, broadcastable to the matmul's output shape).
@@ -113,6 +120,7 @@ struct KernelSpec {
   std::vector<OperandSpec> inputs;
   std::vector<EpilogueStep> epilogue;  // matmul only: fused elementwise steps on the output
   KernelParams params;                 // tuning knobs (AutoTuner); default = family defaults
+  KernelTarget target;                 // what it is compiled for (set by the backend)
   // The fused family: the region's dataflow (fusion.h). A matmul: a gate epilogue (LSTM-style)
   // evaluated on the product (after `epilogue`), whose columns are G equal blocks of H: the
   // program's iteration shape is [rows..., H] (rank 2 or 3; its leading axes flatten to the
@@ -142,7 +150,10 @@ enum class PackMode : std::uint8_t {
   PackOnly,  // the call only writes the packed operand into the buffer (no output is touched)
 };
 
-// A code generator for a family of ops. Implementations are stateless singletons.
+// What a family of ops needs from its kernels, backend-neutral: support, output shapes, argument
+// layout, the oracle and the tuning candidates. The code generator is the backend's part (the
+// LLVM CPU backend: LlvmKernelEmitter, which its families also implement). Implementations are
+// stateless singletons.
 class KernelFamily {
  public:
   virtual ~KernelFamily() = default;
@@ -162,8 +173,6 @@ class KernelFamily {
   // Points the prepared `args` at `buffer` (packedOperand().bytes, 64-byte aligned) in `mode`.
   // The packing is written and read by the generated code only: one layout, in one place.
   virtual void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const;
-  // Emits `void <symbol>(ptr args)` into `module`.
-  virtual Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const = 0;
   // A readable symbol stem, e.g. "matmul_f32_Mdyn_K128_N1024" (the engine prefixes "svm_").
   virtual std::string symbolStem(const KernelSpec& spec) const;
   // What the kernel must compute, with the reference kernels (validation's oracle). Default: the
@@ -183,7 +192,8 @@ class KernelFamily {
   virtual void narrowRows(const KernelSpec& spec, KernelArgs& args, const std::size_t* item, std::size_t inputs,
                           std::size_t outputs, std::int64_t begin, std::int64_t end) const;
   // The AutoTuner's candidates for `spec` (each a KernelParams this family reads); empty = nothing
-  // to tune. The first candidate is the family's default choice.
+  // to tune. The first candidate is the family's default choice. They fit spec.target (vector
+  // width, registers, ISA features): the caller stamps the spec first (KernelBackend::targetSpec).
   virtual std::vector<KernelParams> searchSpace(const KernelSpec& spec) const;
 };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The matmul family's shared pieces (internal to codegen_matmul.cc, the family, and
 // matmul_emitter.cc, the IR): its constants, the Plan (KernelParams resolved against the shape
-// and the host), the operand layout helpers, and the emitter's entry point. See the top of
+// and the target CPU), the operand layout helpers, and the emitter's entry point. See the top of
 // codegen_matmul.cc for the loop nest and the packed layouts. Invariant: the family and the
 // emitter see one resolvePlan(); the packed B layout and the scratch size derive from it only.
 #pragma once
@@ -66,8 +66,8 @@ int outputCount(const KernelSpec& spec);
 // Canonical view slots: right after the operands (inputs, then the outputs).
 int slotA(const KernelSpec& spec);
 int slotB(const KernelSpec& spec);
-bool hostHasAvx512();
-bool hostHasBf16Dot();  // vdpbf16ps: 16 float32 lanes += the products of 16 pairs of bfloat16
+bool targetHasAvx512(const KernelSpec& spec);   // the spec's target (KernelSpec::target) has AVX-512
+bool targetHasBf16Dot(const KernelSpec& spec);  // vdpbf16ps: 16 float32 lanes += 16 bf16 pair products
 bool isEpilogueUnary(OpId op);
 bool isEpilogueBinary(OpId op);
 MatmulDims staticDims(const KernelSpec& spec);

@@ -15,9 +15,9 @@ RuntimePatchManager::~RuntimePatchManager() {
 }
 
 void RuntimePatchManager::release(Retired& retired) {
-  for (auto& kernel : retired.kernels) (void)engine_.remove(kernel->handle);
+  for (auto& kernel : retired.kernels) (void)engine_.free(kernel->handle);
   for (auto& region : retired.regions) {
-    for (KernelHandle* handle : region->handles()) (void)engine_.remove(*handle);
+    for (KernelHandle* handle : region->handles()) (void)engine_.free(*handle);
   }
 }
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "jit/compiled_kernel.h"
-#include "jit/engine.h"
+#include "jit/backend.h"
 #include "jit/region.h"
 #include "vm/vm.h"
 
@@ -24,7 +24,7 @@ namespace shapevm::jit {
 
 class RuntimePatchManager {
  public:
-  RuntimePatchManager(VirtualMachine& vm, JitEngine& engine) : vm_(vm), engine_(engine) {}
+  RuntimePatchManager(VirtualMachine& vm, KernelBackend& engine) : vm_(vm), engine_(engine) {}
   // Unpublishes every table and frees all kernels. The VM must not be running.
   ~RuntimePatchManager();
 
@@ -67,7 +67,7 @@ class RuntimePatchManager {
   void reclaimLocked();
 
   VirtualMachine& vm_;
-  JitEngine& engine_;
+  KernelBackend& engine_;
   mutable std::mutex mutex_;
   std::map<std::pair<int, int>, SiteKernels> sites_;
   std::vector<Retired> retired_;

@@ -281,9 +281,9 @@ Status mergeGateEpilogues(RegionPlan& p, const Function& function, RegionExecuto
   return Status::ok();
 }
 
-KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
+KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily& family, const KernelSpec& spec,
                         std::span<const Value* const> examples, std::vector<TuneOutcome>* outcomes) {
-  if (tuner == nullptr || family.searchSpace(spec).empty()) return KernelParams{};
+  if (tuner == nullptr || family.searchSpace(engine.targetSpec(spec)).empty()) return KernelParams{};
   auto outcome = tuner->tune(engine, family, spec, examples);
   if (!outcome) return KernelParams{};  // a tuner error means default parameters
   if (outcomes != nullptr) outcomes->push_back(*outcome);
@@ -292,7 +292,7 @@ KernelParams tuneKernel(Tuner* tuner, JitEngine& engine, const KernelFamily& fam
 
 }  // namespace
 
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(JitEngine& engine, const Module& module, const Function& function,
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module, const Function& function,
                                                         const FusionRange& range, const Liveness& liveness,
                                                         std::span<const std::vector<ProfileRecord>> records, int compiles,
                                                         Tuner* tuner, std::vector<TuneOutcome>* tuning,

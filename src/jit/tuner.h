@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 
-#include "jit/engine.h"
+#include "jit/backend.h"
 #include "jit/kernel_abi.h"
 
 namespace shapevm::jit {
@@ -30,7 +30,7 @@ class Tuner {
  public:
   virtual ~Tuner() = default;
   // `examples` are inputs of the observed shapes (fresh scratch tensors are fine to build from them).
-  virtual Expected<TuneOutcome> tune(JitEngine& engine, const KernelFamily& family, const KernelSpec& spec,
+  virtual Expected<TuneOutcome> tune(KernelBackend& engine, const KernelFamily& family, const KernelSpec& spec,
                                      std::span<const Value* const> examples) = 0;
 };
 

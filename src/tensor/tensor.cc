@@ -124,8 +124,25 @@ Expected<Storage*> Storage::allocate(std::size_t nbytes) {
   return storage;
 }
 
-Storage* Storage::adopt(void* data, std::size_t nbytes, void (*release)(void*), void* release_context) {
+Status requireCpu(const Tensor& tensor, std::string_view what) {
+  if (!tensor.defined() || tensor.device().isCpu()) return Status::ok();
+  return makeError(ErrorCode::Unsupported, "{}: {} lives on {}, and this code reads host memory only (copy it to the cpu first)",
+                   what, tensor.describe(), tensor.device().toString());
+}
+
+std::string Device::toString() const {
+  switch (kind) {
+    case DeviceKind::Cpu:
+      return index == 0 ? "cpu" : fmt::format("cpu:{}", index);
+    case DeviceKind::Cuda:
+      return fmt::format("cuda:{}", index);
+  }
+  return fmt::format("device{}:{}", static_cast<int>(kind), index);
+}
+
+Storage* Storage::adopt(void* data, std::size_t nbytes, void (*release)(void*), void* release_context, Device device) {
   auto* storage = new (ObjectPool<Storage>::take()) Storage();
+  storage->device_ = device;
   storage->data_ = data;
   storage->nbytes_ = nbytes;
   storage->external_ = true;
@@ -205,13 +222,13 @@ Tensor Tensor::scalar(double value, DType dtype) {
 }
 
 Tensor Tensor::wrap(void* data, DType dtype, const Shape& shape, const Shape& strides, std::size_t nbytes,
-                    void (*release)(void*), void* release_context) {
+                    void (*release)(void*), void* release_context, Device device) {
   auto* impl = newTensorImpl();
   impl->dtype = dtype;
   impl->shape = shape;
   impl->strides = strides;
   impl->contiguous = layoutIsContiguous(shape, strides);
-  impl->storage = Storage::adopt(data, nbytes, release, release_context);
+  impl->storage = Storage::adopt(data, nbytes, release, release_context, device);
   return Tensor(impl);
 }
 
@@ -317,6 +334,7 @@ double Tensor::elementAsDouble(std::int64_t linear) const {
 }
 
 Expected<Tensor> Tensor::clone() const {
+  SVM_RETURN_IF_ERROR(requireCpu(*this, "clone"));
   SVM_ASSIGN_OR_RETURN(Tensor out, empty(dtype(), shape()));
   const std::size_t item = itemSize();
   const std::int64_t n = numel();
@@ -355,6 +373,7 @@ std::string Tensor::describe() const {
   if (!defined()) return "<undefined tensor>";
   std::string text = std::string(dtypeShortName(dtype())) + shape().toString();
   if (!isContiguous()) text += "/s" + strides().toString();
+  if (!device().isCpu()) text += "@" + device().toString();
   return text;
 }
 

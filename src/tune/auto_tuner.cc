@@ -139,16 +139,18 @@ std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelPar
   return ordered;
 }
 
-Expected<jit::TuneOutcome> AutoTuner::tune(jit::JitEngine& engine, const jit::KernelFamily& family,
-                                           const jit::KernelSpec& spec, std::span<const Value* const> examples) {
+Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit::KernelFamily& family,
+                                           const jit::KernelSpec& unstamped, std::span<const Value* const> examples) {
   std::lock_guard<std::mutex> tuning(tuning_mutex_);
   const Clock::time_point start = Clock::now();
   jit::TuneOutcome outcome;
+  // The candidates fit the backend's target (vector width, registers, ISA features).
+  const jit::KernelSpec spec = engine.targetSpec(unstamped);
   const std::vector<jit::KernelParams> space = family.searchSpace(spec);
   outcome.candidates = static_cast<int>(space.size());
   if (space.size() <= 1) return outcome;  // nothing to choose between: the default, untimed
   const std::string signature = spec.signature();
-  const KernelKey key = kernelKey(family, spec, engine.cpuName(), engine.cpuFeatures());
+  const KernelKey key = kernelKey(family, spec, engine.capabilities().target, engine.capabilities().features);
   const std::string key_text = key.key();
   const std::vector<double> point = shapePoint(examples);
 
@@ -228,7 +230,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::JitEngine& engine, const jit::Ke
     }
     if (progress) progress(TuneProgress{signature, kernel_index, i + 1, to_time, false, nullptr});
   }
-  for (const jit::KernelHandle& handle : handles) (void)engine.remove(handle);
+  for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
   outcome.tuning_ms = usSince(start) / 1000.0;
   if (outcome.timed == 0) {
     finish(outcome);

@@ -53,7 +53,7 @@ class AutoTuner final : public jit::Tuner {
  public:
   explicit AutoTuner(AutoTunerOptions options = {});
 
-  Expected<jit::TuneOutcome> tune(jit::JitEngine& engine, const jit::KernelFamily& family, const jit::KernelSpec& spec,
+  Expected<jit::TuneOutcome> tune(jit::KernelBackend& engine, const jit::KernelFamily& family, const jit::KernelSpec& spec,
                                   std::span<const Value* const> examples) override;
 
   // Called from the compile thread after every candidate and at the end of every kernel.

@@ -100,7 +100,7 @@ class Kernel {
       ADD_FAILURE() << "no kernel family for " << spec.signature();
       return;
     }
-    auto compiled = compileKernel(sharedEngine(), *family, spec);
+    auto compiled = compileKernel(sharedBackend(), *family, spec);
     if (!compiled) {
       ADD_FAILURE() << spec.signature() << ": " << compiled.status().toString();
       return;
@@ -109,7 +109,7 @@ class Kernel {
   }
   ~Kernel() {
     if (kernel_ != nullptr) {
-      EXPECT_TRUE(sharedEngine().remove(kernel_->handle).isOk());
+      EXPECT_TRUE(sharedBackend().free(kernel_->handle).isOk());
     }
   }
   Kernel(const Kernel&) = delete;
@@ -255,7 +255,7 @@ TEST(ElementwiseFamily, RejectedSpecsSayWhy) {
     EXPECT_NE(status.message().find(c.reason), std::string::npos)
         << c.op << ": '" << c.reason << "' missing from: " << status.message();
     // compileKernel reports the same reason.
-    auto compiled = compileKernel(sharedEngine(), *family, spec);
+    auto compiled = compileKernel(sharedBackend(), *family, spec);
     ASSERT_FALSE(compiled.hasValue());
     EXPECT_NE(compiled.status().message().find(c.reason), std::string::npos) << compiled.status().toString();
   }

@@ -33,6 +33,7 @@
 #include "jit/compiled_kernel.h"
 #include "jit/fusion.h"
 #include "jit/jit.h"
+#include "jit/llvm_cpu_backend.h"
 #include "jit/validate.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
@@ -1185,7 +1186,7 @@ TEST_F(FusionTest, StaticDimsAndDivisorsFromShapeTokensAreBakedIn) {
 // The fused family itself: a reduction program with a baked static dim and a divisor, against its
 // own reference semantics; shapes that break the baked facts are refused (the region declines).
 TEST_F(FusionTest, FusedReductionKernelChecksItsBakedDims) {
-  auto engine = JitEngine::create();
+  auto engine = LlvmCpuBackend::create();
   ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
   for (FusedProgram::Reduce reduce : {FusedProgram::Reduce::Sum, FusedProgram::Reduce::Mean, FusedProgram::Reduce::Max,
                                       FusedProgram::Reduce::Min}) {

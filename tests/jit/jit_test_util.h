@@ -23,7 +23,7 @@
 
 #include "../ops/op_test_util.h"
 #include "jit/compiled_kernel.h"
-#include "jit/engine.h"
+#include "jit/llvm_cpu_backend.h"
 #include "jit/kernel_abi.h"
 #include "jit/validate.h"
 
@@ -47,10 +47,11 @@ inline Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::
   return Value::fromTensor(w.asStrided(Shape{k, n}, Shape{1, k}, 0).value());
 }
 
-// One engine for the whole test binary (creating LLJIT costs ~10 ms).
-inline JitEngine& sharedEngine() {
-  static std::unique_ptr<JitEngine> engine = [] {
-    auto created = JitEngine::create();
+// One LLVM CPU backend for the whole test binary (creating LLJIT costs ~10 ms). Its CPU is the
+// host's, or $SHAPEVM_JIT_CPU's (the jit_tests_haswell ctest runs the kernel tests for haswell).
+inline LlvmCpuBackend& sharedLlvmBackend() {
+  static std::unique_ptr<LlvmCpuBackend> engine = [] {
+    auto created = LlvmCpuBackend::create();
     if (!created) {
       ADD_FAILURE() << created.status().toString();
       std::abort();
@@ -59,6 +60,9 @@ inline JitEngine& sharedEngine() {
   }();
   return *engine;
 }
+inline KernelBackend& sharedBackend() { return sharedLlvmBackend(); }
+// Its engine, for hand-built IR.
+inline JitEngine& sharedEngine() { return sharedLlvmBackend().engine(); }
 
 enum class Dims { Static, Symbolic };
 
@@ -95,7 +99,7 @@ inline Expected<std::vector<Value>> referenceOutputs(const KernelSpec& spec, con
 inline ::testing::AssertionResult matchesReference(const KernelSpec& spec, const std::vector<Value>& inputs) {
   const KernelFamily* family = familyFor(spec.op);
   if (family == nullptr) return ::testing::AssertionFailure() << "no kernel family for " << spec.signature();
-  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
   if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
   auto expected = referenceOutputs(spec, inputs);
   if (!expected) return ::testing::AssertionFailure() << "reference failed: " << expected.status().toString();
@@ -104,7 +108,7 @@ inline ::testing::AssertionResult matchesReference(const KernelSpec& spec, const
   Status run = invokeCompiled(**kernel, pointers, actual);
   if (!run.isOk()) return ::testing::AssertionFailure() << spec.signature() << ": " << run.toString();
   Comparison comparison = compareOutputs(*expected, actual);
-  Status removed = sharedEngine().remove((*kernel)->handle);
+  Status removed = sharedBackend().free((*kernel)->handle);
   if (!comparison.ok) {
     return ::testing::AssertionFailure() << spec.signature() << " on " << describeInputs(pointers) << ": "
                                          << comparison.reason;
@@ -119,7 +123,7 @@ inline ::testing::AssertionResult sameKernelMatches(const KernelSpec& spec,
                                                     const std::vector<std::vector<Value>>& input_sets) {
   const KernelFamily* family = familyFor(spec.op);
   if (family == nullptr) return ::testing::AssertionFailure() << "no family for " << spec.signature();
-  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
   if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
   ::testing::AssertionResult result = ::testing::AssertionSuccess();
   for (const std::vector<Value>& inputs : input_sets) {
@@ -143,7 +147,7 @@ inline ::testing::AssertionResult sameKernelMatches(const KernelSpec& spec,
       break;
     }
   }
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
   return result;
 }
 
@@ -204,7 +208,7 @@ inline Tensor guardedCopy(const Tensor& src, bool at_start, bool transposed = fa
 inline ::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, const std::vector<Value>& inputs,
                                                     bool transposed = false) {
   const KernelFamily* family = familyFor(spec.op);
-  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
   if (!kernel) return ::testing::AssertionFailure() << kernel.status().toString();
   auto expected = referenceOutputs(spec, inputs);
   if (!expected) return ::testing::AssertionFailure() << expected.status().toString();
@@ -241,7 +245,7 @@ inline ::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, cons
       result = ::testing::AssertionFailure() << status.toString();
       break;
     }
-    (*kernel)->fn(&args);
+    sharedBackend().launch((*kernel)->handle, args);
     std::vector<Value> actual = {Value::fromTensor(out)};
     Comparison comparison = compareOutputs(*expected, actual);
     if (!comparison.ok) {
@@ -250,7 +254,7 @@ inline ::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, cons
       break;
     }
   }
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
   return result;
 }
 

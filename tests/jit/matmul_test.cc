@@ -14,9 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include <llvm/ADT/StringMap.h>
-#include <llvm/TargetParser/Host.h>
-
 #include "jit_test_util.h"
 #include "support/thread_pool.h"
 #include "support/tunables.h"
@@ -31,15 +28,8 @@ using namespace testing;  // jit_test_util.h
   return matchesReference(specFor("matmul", inputs, {}, dims), inputs);
 }
 
-// The CPU runs bf16 pair dot products (vdpbf16ps): bf16 x bf16 kernels use them.
-bool hostHasBf16Dot() {
-  const auto features = llvm::sys::getHostCPUFeatures();
-  auto has = [&](const char* name) {
-    auto it = features.find(name);
-    return it != features.end() && it->second;
-  };
-  return has("avx512f") && has("avx512bf16");
-}
+// The backend's CPU runs bf16 pair dot products (vdpbf16ps): bf16 x bf16 kernels use them.
+bool hostHasBf16Dot() { return sharedBackend().capabilities().isa.bf16_dot; }
 
 // One symbolic kernel compiled for the first pair, run on every pair.
 ::testing::AssertionResult symbolicKernelMatches(const std::vector<std::vector<Value>>& pairs) {
@@ -294,14 +284,14 @@ TEST(MatmulJit, SupportAndSymbols) {
   std::vector<Value> vec = {operand(DType::Float16, Shape{9}, rng), operand(DType::Float32, Shape{9, 4}, rng)};
   EXPECT_EQ(family->symbolStem(specFor("matmul", vec, {}, Dims::Symbolic)), "matmul_f16f32_Mvec_Kdyn_Ndyn");
   // A kernel declines inputs that do not fit its spec (the reference then runs).
-  auto kernel = compileKernel(sharedEngine(), *family, specFor("matmul", linear));
+  auto kernel = compileKernel(sharedBackend(), *family, specFor("matmul", linear));
   ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
   std::vector<Value> other = {operand(DType::Float32, Shape{320, 64}, rng),
                               operand(DType::Float32, Shape{64, 1024}, rng)};
   std::vector<const Value*> pointers = {&other[0], &other[1]};
   std::vector<Value> out(1);
   EXPECT_FALSE(invokeCompiled(**kernel, pointers, out).isOk());
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 // ---- the search space: every candidate is a correct kernel ----
@@ -448,7 +438,7 @@ TEST(MatmulJit, Bf16PairDotProducts) {
       symbolic.params.kc = kc;
       EXPECT_EQ(usesPairs(symbolic), pairs);
       EXPECT_TRUE(sameKernelMatches(symbolic, sets)) << "B layout " << layout << " kc " << kc;
-      auto kernel = compileKernel(sharedEngine(), *family, symbolic);
+      auto kernel = compileKernel(sharedBackend(), *family, symbolic);
       ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
       for (const std::vector<Value>& inputs : sets) {
         std::vector<const Value*> pointers = pointersTo(inputs);
@@ -461,7 +451,7 @@ TEST(MatmulJit, Bf16PairDotProducts) {
             << inputs[0].tensor().describe() << " @ " << inputs[1].tensor().describe() << " layout " << layout << " kc "
             << kc;
       }
-      ASSERT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+      ASSERT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
     }
   }
 
@@ -471,12 +461,12 @@ TEST(MatmulJit, Bf16PairDotProducts) {
                                  operand(DType::Float16, Shape{301, 70}, rng)};
     KernelSpec half = specFor("matmul", inputs);
     half.params.kc = 16;
-    auto kernel = compileKernel(sharedEngine(), *family, half);
+    auto kernel = compileKernel(sharedBackend(), *family, half);
     ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
     std::vector<Value> out(1);
     ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), out).isOk());
     EXPECT_LE(relL2(out[0].tensor(), exactProduct(inputs[0].tensor(), inputs[1].tensor(), DType::Float16)), 5e-4);
-    ASSERT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+    ASSERT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
   }
 
   // A weight packed once into the cache (pairs layout) and read back by later calls.
@@ -492,7 +482,7 @@ TEST(MatmulJit, Bf16PairDotProducts) {
   ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, 0).isOk());
   std::vector<Value> inputs = {operand(DType::BFloat16, Shape{20, 77}, rng),
                                transposedWeight(DType::BFloat16, 77, 150, rng)};
-  auto kernel = compileKernel(sharedEngine(), *family, specFor("matmul", inputs));
+  auto kernel = compileKernel(sharedBackend(), *family, specFor("matmul", inputs));
   ASSERT_TRUE(static_cast<bool>(kernel)) << kernel.status().toString();
   const Tensor exact = exactProduct(inputs[0].tensor(), inputs[1].tensor().contiguous().value());
   for (int call = 0; call < 3; ++call) {
@@ -501,7 +491,7 @@ TEST(MatmulJit, Bf16PairDotProducts) {
     EXPECT_LE(relL2(out[0].tensor(), exact), 4e-3) << "call " << call;
   }
   EXPECT_GE((*kernel)->packed.stats().hits, 2u);
-  ASSERT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  ASSERT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 // ---- threads ----
@@ -522,12 +512,12 @@ TEST(MatmulJit, TwoThreadsGiveTheSameBits) {
     for (int threads : {1, 2}) {
       KernelSpec spec = specFor("matmul", inputs);
       spec.params.threads = threads;
-      auto kernel = compileKernel(sharedEngine(), *matmulFamily(OpId::MatMul), spec);
+      auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
       ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
       std::vector<Value>& out = results[threads - 1];
       out.resize(1);
       ASSERT_TRUE(invokeCompiled(**kernel, pointers, out).isOk());
-      EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+      EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
     }
     const Tensor& one = results[0][0].tensor();
     const Tensor& two = results[1][0].tensor();
@@ -571,13 +561,13 @@ Expected<std::vector<Value>> epilogueReference(const EpilogueCase& c) {
   if (dims == Dims::Symbolic) spec = symbolicSpec(std::move(spec));
   spec.epilogue = c.steps;
   spec.params = params;
-  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
   if (!kernel) return ::testing::AssertionFailure() << c.name << ": " << kernel.status().toString();
   auto expected = epilogueReference(c);
   if (!expected) return ::testing::AssertionFailure() << c.name << ": reference: " << expected.status().toString();
   std::vector<Value> actual(1);
   Status run = invokeCompiled(**kernel, pointersTo(c.inputs), actual);
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
   if (!run.isOk()) return ::testing::AssertionFailure() << c.name << ": " << run.toString();
   Comparison comparison = compareOutputs(*expected, actual);
   if (!comparison.ok) {
@@ -681,11 +671,11 @@ TEST(MatmulJit, EpilogueSupport) {
                                operand(DType::Float32, Shape{3, 4, 6}, rng)};
   spec = exactSpec(OpId::MatMul, {}, pointersTo(bigger));
   spec.epilogue = {{OpId::Add, 2, false}};
-  auto kernel = compileKernel(sharedEngine(), *family, spec);
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
   ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
   std::vector<Value> out(1);
   EXPECT_FALSE(invokeCompiled(**kernel, pointersTo(bigger), out).isOk());
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 }  // namespace

@@ -91,11 +91,11 @@ class PackedWeights : public ::testing::Test {
     for (Tunable t : {Tunable::PackedWeightMinElements, Tunable::PackedWeightEntries, Tunable::PackedWeightMaxUnused}) {
       EXPECT_TRUE(Tunables::set(t, Tunables::info(t).default_value).isOk());
     }
-    for (auto& kernel : kernels_) EXPECT_TRUE(sharedEngine().remove(kernel->handle).isOk());
+    for (auto& kernel : kernels_) EXPECT_TRUE(sharedBackend().free(kernel->handle).isOk());
   }
 
   CompiledKernel& compile(const KernelSpec& spec) {
-    auto kernel = compileKernel(sharedEngine(), *matmulFamily(OpId::MatMul), spec);
+    auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
     EXPECT_TRUE(kernel.hasValue()) << spec.signature() << ": " << kernel.status().toString();
     if (!kernel) std::abort();
     kernels_.push_back(std::move(*kernel));

@@ -51,11 +51,11 @@ Attrs axisAttr(std::int64_t axis) {
 Expected<Tensor> runKernel(const KernelSpec& spec, const Value& x) {
   const KernelFamily* family = familyFor(spec.op);
   if (family == nullptr) return makeError(ErrorCode::Internal, "no family");
-  SVM_ASSIGN_OR_RETURN(auto kernel, compileKernel(sharedEngine(), *family, spec));
+  SVM_ASSIGN_OR_RETURN(auto kernel, compileKernel(sharedBackend(), *family, spec));
   const Value* pointers[1] = {&x};
   std::vector<Value> actual(1);
   Status run = invokeCompiled(*kernel, pointers, actual);
-  Status removed = sharedEngine().remove(kernel->handle);
+  Status removed = sharedBackend().free(kernel->handle);
   SVM_RETURN_IF_ERROR(run);
   SVM_RETURN_IF_ERROR(removed);
   return actual[0].tensor();
@@ -257,12 +257,12 @@ TEST(ReduceJit, ScalarAndEmptyInputs) {
   for (std::int64_t i = 0; i < mean->numel(); ++i) EXPECT_TRUE(std::isnan(mean->elementAsDouble(i))) << i;
   // max over an empty extent: the kernel declines (the reference reports the error).
   KernelSpec spec = specFor("max", empty, reduceAttrs({1}, false));
-  auto kernel = compileKernel(sharedEngine(), *familyFor(spec.op), spec);
+  auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
   ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
   const Value* pointers[1] = {&empty[0]};
   std::vector<Value> out(1);
   EXPECT_FALSE(invokeCompiled(**kernel, pointers, out).isOk());
-  EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 // max/min: NaN wins (in every lane position and in the tail), infinities are ordinary values.

@@ -205,7 +205,7 @@ TEST_F(TieringTest, GuardMissesFallBackThenARangeKernelCoversTheNewShapes) {
   EXPECT_EQ(vm.stats().compiled_calls - compiled, 6u);
   // The replaced specialized kernels were retired and their code freed (no run was in progress).
   EXPECT_EQ((*jit)->patches().retiredPending(), 0u);
-  EXPECT_EQ((*jit)->engine().liveKernels(), 2u) << "only the two range kernels are still loaded";
+  EXPECT_EQ((*jit)->backend().liveKernels(), 2u) << "only the two range kernels are still loaded";
   run(65, 9);  // leaves the range: a counted miss, still the right answer
   EXPECT_EQ(vm.stats().guard_misses - misses, 2u);
   // dis shows what the JIT believes.

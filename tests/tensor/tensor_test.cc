@@ -788,6 +788,36 @@ TEST_F(TensorTest, WrapUsesExternalMemoryAndReleasesOnce) {
   EXPECT_EQ(liveBytes(), live_before);
 }
 
+// Every storage has a device: allocated and wrapped memory is the host's (cpu), views keep their
+// storage's device, and memory wrapped as another device's is never read by host code (clone,
+// contiguous copies) but reported with its device.
+TEST_F(TensorTest, StorageCarriesADeviceAndHostCodeRefusesOtherDevices) {
+  Tensor host = std::move(Tensor::zeros(DType::Float32, Shape{2, 3}).value());
+  EXPECT_EQ(host.device(), kCpuDevice);
+  EXPECT_EQ(host.device().toString(), "cpu");
+  EXPECT_TRUE(requireCpu(host, "test").isOk());
+  EXPECT_TRUE(requireCpu(Tensor(), "test").isOk());
+
+  alignas(64) float buffer[6] = {0, 1, 2, 3, 4, 5};
+  ReleaseLog log;
+  {
+    const Device gpu{DeviceKind::Cuda, 1};
+    Tensor device_tensor =
+        Tensor::wrap(buffer, DType::Float32, Shape{3, 2}, Shape{1, 3}, sizeof(buffer), countRelease, &log, gpu);
+    EXPECT_EQ(device_tensor.device(), gpu);
+    EXPECT_EQ(device_tensor.device().toString(), "cuda:1");
+    EXPECT_EQ(view(device_tensor, Shape{2}, Shape{1}, 1).device(), gpu) << "a view lives where its storage does";
+    const Status refused = requireCpu(device_tensor, "matmul kernel");
+    EXPECT_EQ(refused.code(), ErrorCode::Unsupported);
+    EXPECT_NE(refused.message().find("matmul kernel"), std::string::npos) << refused.message();
+    EXPECT_NE(refused.message().find("f32[3,2]/s[1,3]@cuda:1"), std::string::npos) << refused.message();
+    Expected<Tensor> copy = device_tensor.contiguous();
+    ASSERT_FALSE(copy.hasValue()) << "a host copy of device memory must fail, not read it";
+    EXPECT_NE(copy.status().message().find("cuda:1"), std::string::npos) << copy.status().message();
+  }
+  EXPECT_EQ(log.calls, 1) << "device memory is released through its callback like any adopted memory";
+}
+
 // Bug: a Storage adopted with a null release callback is handed to CachingAllocator::free
 // (Storage::releaseRef in tensor.cc) with capacity 0, as if the allocator owned it: the foreign
 // pointer enters the free lists (index of class 0 is computed with ctz(0): out of bounds), and a

@@ -43,7 +43,7 @@ const KernelParams kWrongResult = withChunk(7);
 // The elementwise add kernel behind a declared search space. Candidates' params are ignored by
 // the real code generator except: kFailsToCompile (emit fails), kWrongResult (compiles sub), and
 // the `slow` set (prepare() spins for slow_us on every call).
-class FakeAddFamily final : public jit::KernelFamily {
+class FakeAddFamily final : public jit::KernelFamily, public jit::LlvmKernelEmitter {
  public:
   FakeAddFamily(std::vector<KernelParams> space, std::vector<KernelParams> slow = {}, double slow_us = 0)
       : inner_(jit::familyFor(OpId::Add)), space_(std::move(space)), slow_(std::move(slow)), slow_us_(slow_us) {}
@@ -72,9 +72,9 @@ class FakeAddFamily final : public jit::KernelFamily {
     if (spec.params == kWrongResult) {
       KernelSpec sub = spec;
       sub.op = OpId::Sub;
-      return jit::familyFor(OpId::Sub)->emit(sub, module, symbol);
+      return dynamic_cast<const jit::LlvmKernelEmitter&>(*jit::familyFor(OpId::Sub)).emit(sub, module, symbol);
     }
-    return inner_->emit(spec, module, symbol);
+    return dynamic_cast<const jit::LlvmKernelEmitter&>(*inner_).emit(spec, module, symbol);
   }
   std::string symbolStem(const KernelSpec& spec) const override { return "fake_" + inner_->symbolStem(spec); }
   std::vector<KernelParams> searchSpace(const KernelSpec&) const override { return space_; }
@@ -151,7 +151,7 @@ const std::vector<KernelParams> kSpace = {KernelParams{}, withUnroll(2), kFailsT
 TEST_F(AutoTunerTest, FailingAndDisagreeingCandidatesAreSkippedAndTheSlowOneLoses) {
   FakeAddFamily family(kSpace, {withUnroll(99)}, 2000);
   Case c = addCase(4096);
-  jit::JitEngine& engine = jit::testing::sharedEngine();
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
   const std::size_t live = engine.liveKernels();
   AutoTuner tuner(options(false));
   auto outcome = tuner.tune(engine, family, c.spec, c.pointers);
@@ -176,7 +176,7 @@ TEST_F(AutoTunerTest, ASlowDefaultLosesToAFasterCandidate) {
   FakeAddFamily family({KernelParams{}, withUnroll(2), withUnroll(4)}, {KernelParams{}}, 1000);
   Case c = addCase(1024);
   AutoTuner tuner(options(false));
-  auto outcome = tuner.tune(jit::testing::sharedEngine(), family, c.spec, c.pointers);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, c.spec, c.pointers);
   ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
   EXPECT_FALSE(outcome->params.isDefault());
   EXPECT_GT(outcome->default_us, 900);
@@ -193,7 +193,7 @@ TEST_F(AutoTunerTest, TheChoiceIsNeverSlowerThanTheDefaultByItsOwnTiming) {
   ASSERT_TRUE(Tunables::set(Tunable::TuneRepeats, 9).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 500).isOk());
   AutoTuner tuner(options(false));
-  auto outcome = tuner.tune(jit::testing::sharedEngine(), family, c.spec, c.pointers);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, c.spec, c.pointers);
   ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
   EXPECT_GT(outcome->default_us, 0.0);
   EXPECT_LE(outcome->best_us, outcome->default_us) << "chosen " << outcome->params.toString();
@@ -204,7 +204,7 @@ TEST_F(AutoTunerTest, EveryCandidateFailingIsAnError) {
   FakeAddFamily family({kFailsToCompile, kFailsToCompile});
   Case c = addCase(64);
   AutoTuner tuner(options());
-  auto outcome = tuner.tune(jit::testing::sharedEngine(), family, c.spec, c.pointers);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, c.spec, c.pointers);
   ASSERT_FALSE(outcome.hasValue());
   EXPECT_NE(outcome.status().message().find("every candidate failed"), std::string::npos) << outcome.status().message();
   EXPECT_FALSE(std::filesystem::exists(path_)) << "no winner, no record";
@@ -218,7 +218,7 @@ TEST_F(AutoTunerTest, TheBudgetStopsTheSearchButTheDefaultIsAlwaysTimed) {
   ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 0).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 40).isOk());
   AutoTuner tuner(options(false));
-  auto outcome = tuner.tune(jit::testing::sharedEngine(), family, c.spec, c.pointers);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, c.spec, c.pointers);
   ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
   EXPECT_GE(outcome->timed, 1);
   EXPECT_LT(outcome->timed, 21);
@@ -227,7 +227,7 @@ TEST_F(AutoTunerTest, TheBudgetStopsTheSearchButTheDefaultIsAlwaysTimed) {
 
   ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 0).isOk());
   AutoTuner only_default(options(false));
-  auto first = only_default.tune(jit::testing::sharedEngine(), family, c.spec, c.pointers);
+  auto first = only_default.tune(jit::testing::sharedBackend(), family, c.spec, c.pointers);
   ASSERT_TRUE(first.hasValue());
   EXPECT_EQ(first->timed, 1);
   EXPECT_TRUE(first->params.isDefault());
@@ -236,7 +236,7 @@ TEST_F(AutoTunerTest, TheBudgetStopsTheSearchButTheDefaultIsAlwaysTimed) {
 TEST_F(AutoTunerTest, TheWinnerIsWrittenAndASecondTunerAnswersFromTheDatabase) {
   FakeAddFamily family({KernelParams{}, withUnroll(2), withUnroll(4)}, {KernelParams{}}, 500);
   Case c = addCase(2048);
-  jit::JitEngine& engine = jit::testing::sharedEngine();
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
   jit::KernelParams winner;
   {
     AutoTuner first(options());
@@ -254,12 +254,12 @@ TEST_F(AutoTunerTest, TheWinnerIsWrittenAndASecondTunerAnswersFromTheDatabase) {
   EXPECT_EQ(record->family, "fake_add");
   EXPECT_EQ(record->signature, "Add:(2048)x(2048)");
   EXPECT_EQ(record->params, winner);
-  EXPECT_EQ(record->cpu, engine.cpuName());
-  EXPECT_EQ(record->features, kernelKey(family, c.spec, engine.cpuName(), engine.cpuFeatures()).features);
+  EXPECT_EQ(record->cpu, engine.capabilities().target);
+  EXPECT_EQ(record->features, kernelKey(family, c.spec, engine.capabilities().target, engine.capabilities().features).features);
   EXPECT_EQ(kernelKey(family, c.spec, "cpu", "b a c").features, "a b c") << "features are sorted";
   EXPECT_EQ(record->candidates, 3);
   EXPECT_GT(record->default_us, record->us);
-  EXPECT_EQ(record->key, kernelKey(family, c.spec, engine.cpuName(), engine.cpuFeatures()).key());
+  EXPECT_EQ(record->key, kernelKey(family, c.spec, engine.capabilities().target, engine.capabilities().features).key());
 
   const std::size_t compiles_before = family.compiled().size();
   AutoTuner second(options());
@@ -293,7 +293,7 @@ TEST_F(AutoTunerTest, TheWinnerIsWrittenAndASecondTunerAnswersFromTheDatabase) {
 
 TEST_F(AutoTunerTest, CorruptedTruncatedAndEditedLinesAreReportedAndIgnored) {
   FakeAddFamily family({KernelParams{}, withUnroll(2), withUnroll(4)}, {KernelParams{}}, 500);
-  jit::JitEngine& engine = jit::testing::sharedEngine();
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
   Case c = addCase(512);
   Case other = addCase(300);
   // Real records to mangle: tune both shapes into a scratch database first.
@@ -353,7 +353,7 @@ TEST_F(AutoTunerTest, CorruptedTruncatedAndEditedLinesAreReportedAndIgnored) {
 
 TEST_F(AutoTunerTest, ARecordOutsideTheCurrentSearchSpaceIsIgnoredAndRetuned) {
   Case c = addCase(1000);
-  jit::JitEngine& engine = jit::testing::sharedEngine();
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
   {
     FakeAddFamily old_space({KernelParams{}, withUnroll(16)}, {KernelParams{}}, 500);
     AutoTuner tuner(options());
@@ -376,7 +376,7 @@ TEST_F(AutoTunerTest, ARecordOutsideTheCurrentSearchSpaceIsIgnoredAndRetuned) {
 TEST_F(AutoTunerTest, ThePredictorTimesTheNearestShapesWinnerRightAfterTheDefault) {
   std::vector<KernelParams> space{KernelParams{}};
   for (int u = 1; u <= 10; ++u) space.push_back(withUnroll(u));
-  jit::JitEngine& engine = jit::testing::sharedEngine();
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
   {
     // History: at n=1000 only unroll=7 is fast.
     std::vector<KernelParams> slow = space;

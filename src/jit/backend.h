@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// KernelBackend: the seam between the backend-neutral JIT (tiering, regions, guards,
+// validation, the patch manager, the AutoTuner's driver) and whatever turns a KernelSpec into
+// running code. A backend compiles a spec with a family's code generator, loads it, launches it
+// on a KernelArgs block, frees it, and says what it can do (capabilities) and how fast (cost
+// hints). Invariant: nothing here names LLVM or a device API; a backend's own headers (the LLVM
+// CPU backend: llvm_cpu_backend.h) are included only by the code that creates it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jit/kernel_abi.h"
+#include "shapevm/status.h"
+#include "shapevm/tensor.h"
+
+namespace shapevm::jit {
+
+// What a backend compiles for. `isa` is the part kernel families read (stamped into every
+// KernelSpec the backend compiles: KernelSpec::target); the rest describes the target.
+struct BackendCapabilities {
+  std::string backend;             // "llvm-cpu"
+  Device device;                   // where the kernels' operands must live
+  std::string target;              // the CPU (or device) it compiles for, e.g. "znver4", "haswell"
+  std::string features;            // ISA features that are on, space-separated ("avx2 fma ...")
+  KernelTarget isa;                // vector width, registers, bf16 dot products
+  std::vector<DType> native_dtypes;  // dtypes the target computes in natively (others widen)
+  // True when `feature` (e.g. "avx512f") is in `features`.
+  bool hasFeature(std::string_view feature) const;
+  bool computesNatively(DType dtype) const;
+  std::string toString() const;  // "llvm-cpu haswell (cpu): 256-bit vectors x 16, ..."
+};
+
+// Rough speeds and sizes the tuner and the planner may weigh candidates with. Estimates from the
+// target description, not measurements (the AutoTuner measures; these only order and prune).
+struct CostHints {
+  double peak_gflops = 0;           // one core's float32 FMA peak (estimated, GFLOP/s)
+  std::int64_t l1_bytes = 0;        // per-core data caches, and the shared last level
+  std::int64_t l2_bytes = 0;
+  std::int64_t l3_bytes = 0;
+  int cores = 1;                    // cores a kernel may split its work across
+};
+
+// A kernel that is loaded and callable; owned by its backend until free().
+struct KernelHandle {
+  std::uint64_t id = 0;          // backend-wide kernel version id
+  void* address = nullptr;       // the entry point (CPU: a GeneratedKernelFn)
+  std::string symbol;            // e.g. "svm_matmul_f32_Mdyn_K128_N1024_v3"
+};
+
+// Compiled code that is not yet loaded (a backend-defined object: an optimized module, PTX ...).
+class KernelCode {
+ public:
+  virtual ~KernelCode() = default;
+  virtual const std::string& symbol() const = 0;
+};
+
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+  virtual const BackendCapabilities& capabilities() const = 0;
+  virtual const CostHints& costHints() const = 0;
+  // OK when this backend has a code generator for `family`; else the reason.
+  virtual Status supportsFamily(const KernelFamily& family) const = 0;
+  // Compiles `spec` (stamped with this backend's target: see targetSpec) with `family`'s code
+  // generator into unloaded code whose entry is named `symbol`.
+  virtual Expected<std::unique_ptr<KernelCode>> compile(const KernelFamily& family, const KernelSpec& spec,
+                                                        const std::string& symbol) = 0;
+  // Makes compiled code callable. The handle stays valid until free(handle).
+  virtual Expected<KernelHandle> load(std::unique_ptr<KernelCode> code) = 0;
+  // Runs a loaded kernel on a prepared argument block (operands on capabilities().device).
+  virtual void launch(const KernelHandle& handle, const KernelArgs& args) const = 0;
+  // Frees a kernel's code. The caller guarantees no call can still be running it.
+  virtual Status free(const KernelHandle& handle) = 0;
+  virtual std::size_t liveKernels() const = 0;
+
+  // `spec` as this backend compiles it: its target fields set from capabilities().isa (the
+  // families' plans and search spaces read them).
+  KernelSpec targetSpec(KernelSpec spec) const {
+    spec.target = capabilities().isa;
+    return spec;
+  }
+};
+
+}  // namespace shapevm::jit

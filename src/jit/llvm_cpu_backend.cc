@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// LlvmCpuBackend: capabilities and cost hints from the engine's CPU, compile = emit the family's
+// IR + optimize (JitEngine::build), load = link (JitEngine::link), free = remove its tracker.
+#include "jit/llvm_cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace shapevm::jit {
+
+namespace {
+
+// Without a clock measurement, peak estimates assume this core clock (the AutoTuner measures).
+constexpr double kNominalGhz = 3.0;
+// FMA units per core on the x86-64 cores LLVM targets with AVX2 or AVX-512.
+constexpr int kFmaUnits = 2;
+
+std::int64_t cacheBytes(int name) {
+  const long bytes = sysconf(name);
+  return bytes > 0 ? bytes : 0;  // 0: unknown
+}
+
+}  // namespace
+
+bool BackendCapabilities::hasFeature(std::string_view feature) const {
+  std::string_view rest = features;
+  while (!rest.empty()) {
+    const std::size_t space = rest.find(' ');
+    if (rest.substr(0, space) == feature) return true;
+    if (space == std::string_view::npos) break;
+    rest.remove_prefix(space + 1);
+  }
+  return false;
+}
+
+bool BackendCapabilities::computesNatively(DType dtype) const {
+  return std::find(native_dtypes.begin(), native_dtypes.end(), dtype) != native_dtypes.end();
+}
+
+std::string BackendCapabilities::toString() const {
+  std::string dtypes;
+  for (DType dtype : native_dtypes) dtypes += (dtypes.empty() ? "" : " ") + std::string(dtypeShortName(dtype));
+  return fmt::format("{} {} ({}): {}-bit vectors x {} registers, bf16 dot products {}, native dtypes {}", backend,
+                     target, device.toString(), isa.vector_bits, isa.vector_registers, isa.bf16_dot ? "yes" : "no",
+                     dtypes);
+}
+
+Expected<std::unique_ptr<LlvmCpuBackend>> LlvmCpuBackend::create(EngineOptions options) {
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<JitEngine> engine, JitEngine::create(std::move(options)));
+  return std::unique_ptr<LlvmCpuBackend>(new LlvmCpuBackend(std::move(engine)));
+}
+
+LlvmCpuBackend::LlvmCpuBackend(std::unique_ptr<JitEngine> engine) : engine_(std::move(engine)) {
+  const CpuTarget& cpu = engine_->cpu();
+  capabilities_.backend = "llvm-cpu";
+  capabilities_.device = kCpuDevice;
+  capabilities_.target = engine_->cpuName();
+  capabilities_.features = engine_->cpuFeatures();
+  capabilities_.isa = kernelTargetOf(cpu);
+  capabilities_.native_dtypes = {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::Bool};
+  if (capabilities_.isa.bf16_dot) capabilities_.native_dtypes.push_back(DType::BFloat16);
+  if (cpu.has("avx512fp16")) capabilities_.native_dtypes.push_back(DType::Float16);
+
+  cost_hints_.peak_gflops = capabilities_.isa.floatLanes() * 2.0 * kFmaUnits * kNominalGhz;
+  cost_hints_.l1_bytes = cacheBytes(_SC_LEVEL1_DCACHE_SIZE);
+  cost_hints_.l2_bytes = cacheBytes(_SC_LEVEL2_CACHE_SIZE);
+  cost_hints_.l3_bytes = cacheBytes(_SC_LEVEL3_CACHE_SIZE);
+  cost_hints_.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+Status LlvmCpuBackend::supportsFamily(const KernelFamily& family) const {
+  if (dynamic_cast<const LlvmKernelEmitter*>(&family) != nullptr) return Status::ok();
+  return makeError(ErrorCode::Unsupported, "the llvm-cpu backend has no code generator for kernel family '{}'",
+                   family.name());
+}
+
+Expected<std::unique_ptr<KernelCode>> LlvmCpuBackend::compile(const KernelFamily& family, const KernelSpec& spec,
+                                                              const std::string& symbol) {
+  const auto* emitter = dynamic_cast<const LlvmKernelEmitter*>(&family);
+  if (emitter == nullptr) return supportsFamily(family);
+  if (spec.target != capabilities_.isa) {
+    return makeError(ErrorCode::Internal, "spec for '{}' targets another CPU than the backend's ({})", symbol,
+                     capabilities_.target);
+  }
+  return engine_->build(symbol, [&](llvm::Module& module) { return emitter->emit(spec, module, symbol); });
+}
+
+Expected<KernelHandle> LlvmCpuBackend::load(std::unique_ptr<KernelCode> code) { return engine_->link(std::move(code)); }
+
+Status LlvmCpuBackend::free(const KernelHandle& handle) { return engine_->remove(handle); }
+
+std::size_t LlvmCpuBackend::liveKernels() const { return engine_->liveKernels(); }
+
+const KernelTarget& defaultKernelTarget() {
+  static const KernelTarget target = [] {
+    // The same CPU JitEngine::create picks with default options; a bad $SHAPEVM_JIT_CPU falls
+    // back to the host here (the engine reports the error when it is created).
+    Expected<CpuTarget> cpu = resolveCpuTarget("");
+    if (!cpu) cpu = resolveCpuTarget("host");
+    return kernelTargetOf(*cpu);
+  }();
+  return target;
+}
+
+const KernelTarget& targetOf(const KernelSpec& spec) {
+  return spec.target.known() ? spec.target : defaultKernelTarget();
+}
+
+}  // namespace shapevm::jit

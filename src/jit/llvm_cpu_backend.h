@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// The LLVM CPU backend: KernelBackend over one JitEngine (LLVM ORC, x86-64). Its kernel families
+// implement LlvmKernelEmitter next to KernelFamily; it compiles a spec by emitting the family's IR
+// into a fresh module for the engine's CPU. Host features are this backend's decision: the CPU
+// it compiles for (EngineOptions::cpu, $SHAPEVM_JIT_CPU, else the host) fixes the KernelTarget
+// it stamps into specs, so a family's plan never asks the host CPU itself.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "jit/backend.h"
+#include "jit/engine.h"
+
+namespace llvm {
+class Module;
+}  // namespace llvm
+
+namespace shapevm::jit {
+
+// The LLVM code generator of a kernel family (implemented by the same singleton).
+class LlvmKernelEmitter {
+ public:
+  virtual ~LlvmKernelEmitter() = default;
+  // Emits `void <symbol>(ptr args)` into `module` for a spec the family supports (stamped with
+  // the backend's target: KernelSpec::target).
+  virtual Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const = 0;
+};
+
+class LlvmCpuBackend final : public KernelBackend {
+ public:
+  static Expected<std::unique_ptr<LlvmCpuBackend>> create(EngineOptions options = {});
+
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
+  const CostHints& costHints() const override { return cost_hints_; }
+  Status supportsFamily(const KernelFamily& family) const override;
+  Expected<std::unique_ptr<KernelCode>> compile(const KernelFamily& family, const KernelSpec& spec,
+                                                const std::string& symbol) override;
+  Expected<KernelHandle> load(std::unique_ptr<KernelCode> code) override;
+  void launch(const KernelHandle& handle, const KernelArgs& args) const override {
+    reinterpret_cast<GeneratedKernelFn>(handle.address)(&args);
+  }
+  Status free(const KernelHandle& handle) override;
+  std::size_t liveKernels() const override;
+
+  // The engine underneath (hand-built IR: tests, the bench's FMA peak).
+  JitEngine& engine() { return *engine_; }
+
+ private:
+  explicit LlvmCpuBackend(std::unique_ptr<JitEngine> engine);
+  std::unique_ptr<JitEngine> engine_;
+  BackendCapabilities capabilities_;
+  CostHints cost_hints_;
+};
+
+// The KernelTarget of the LLVM CPU backend's default CPU ($SHAPEVM_JIT_CPU, else the host),
+// resolved once per process: what an unstamped KernelSpec (KernelTarget::known() false) means.
+const KernelTarget& defaultKernelTarget();
+// spec.target when the spec was stamped, else defaultKernelTarget(). Families read this.
+const KernelTarget& targetOf(const KernelSpec& spec);
+
+}  // namespace shapevm::jit
