@@ -67,14 +67,14 @@ TEST(OpSchemaJit, EveryElementwiseOpCompilesAndPassesValidation) {
     const KernelFamily* family = familyFor(schema.id);
     ASSERT_NE(family, nullptr);
     ASSERT_TRUE(family->supports(spec).isOk()) << family->supports(spec).toString();
-    auto kernel = compileKernel(sharedEngine(), *family, spec);
+    auto kernel = compileKernel(sharedBackend(), *family, spec);
     ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
     std::vector<Shape> observed;
     for (const Value& v : inputs) observed.push_back(v.tensor().shape());
     const auto sets = validationShapes(spec, observed);
     const Status status = validateKernel(**kernel, sets, 7);
     EXPECT_TRUE(status.isOk()) << status.toString();
-    EXPECT_TRUE(sharedEngine().remove((*kernel)->handle).isOk());
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
     ++compiled;
   }
   EXPECT_GE(compiled, 30);
