@@ -25,10 +25,10 @@
 
 #include "bytecode/text_format.h"
 #include "frontend/frontend.h"
-#include "jit/codegen_util.h"
 #include "jit/compiled_kernel.h"
 #include "jit/jit.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/validate.h"
 #include "support/tunables.h"
 #include "tools/cli_inputs.h"
