@@ -10,7 +10,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "jit/codegen_util.h"
+#include "jit/llvm_cpu/codegen_util.h"
 #include "jit/jit.h"
 
 namespace shapevm::bench {

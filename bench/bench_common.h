@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bytecode/module.h"
-#include "jit/engine.h"
+#include "jit/llvm_cpu/engine.h"
 #include "jit/kernel_abi.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "session/session_access.h"
 #include "shapevm/shapevm.h"
 #include "tools/cli_inputs.h"

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "jit/compiled_kernel.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "support/logging.h"

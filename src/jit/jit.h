@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "jit/backoff.h"
-#include "jit/engine.h"
 #include "jit/hot_path.h"
+#include "jit/llvm_cpu/engine.h"
 #include "jit/patch_manager.h"
 #include "jit/reasons.h"
 #include "jit/region.h"

@@ -9,8 +9,8 @@
 
 #include <unistd.h>
 
-#include "jit/codegen_util.h"
-#include "jit/engine.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/engine.h"
 
 // gdb's JIT interface (GDB manual, "JIT Compilation Interface"), defined by LLVM's JIT loader.
 extern "C" {

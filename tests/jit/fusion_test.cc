@@ -33,7 +33,7 @@
 #include "jit/compiled_kernel.h"
 #include "jit/fusion.h"
 #include "jit/jit.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/validate.h"
 #include "support/tunables.h"
 #include "vm/vm.h"

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "jit/codegen_util.h"
-#include "jit/ir_math.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/ir_math.h"
 #include "jit_test_util.h"
 
 namespace shapevm::jit {

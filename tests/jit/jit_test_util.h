@@ -23,8 +23,8 @@
 
 #include "../ops/op_test_util.h"
 #include "jit/compiled_kernel.h"
-#include "jit/llvm_cpu_backend.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/validate.h"
 
 namespace shapevm::jit::testing {

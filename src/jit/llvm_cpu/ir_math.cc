@@ -9,7 +9,7 @@
 //   erf:   P(s)  = erf(sqrt s) / sqrt s              on [0, 1],                      degree 6
 //   erfcx: P(u)  = e^{a^2} erfc(a), a = 2/(u + c) - 2 on t = u + c in [1/6.05, 0.8],  degree 10
 // (fit error below 4e-9 relative in each case; the float32 evaluation adds a few ulp).
-#include "jit/ir_math.h"
+#include "jit/llvm_cpu/ir_math.h"
 
 #include <limits>
 

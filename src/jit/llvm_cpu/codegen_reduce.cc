@@ -27,10 +27,10 @@
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
 
-#include "jit/codegen_util.h"
-#include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/ir_math.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "ops/kernel_util.h"
 
 namespace shapevm::jit {

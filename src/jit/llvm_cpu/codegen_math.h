@@ -10,8 +10,8 @@
 #include <functional>
 #include <vector>
 
-#include "jit/codegen_util.h"
 #include "jit/fusion.h"
+#include "jit/llvm_cpu/codegen_util.h"
 #include "ops/registry.h"
 
 namespace shapevm::jit::ir {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "jit/backend.h"
-#include "jit/engine.h"
+#include "jit/llvm_cpu/engine.h"
 
 namespace llvm {
 class Module;

@@ -19,10 +19,10 @@
 #include <fmt/format.h>
 #include <llvm/IR/MDBuilder.h>
 
-#include "jit/codegen_math.h"
-#include "jit/codegen_util.h"
 #include "jit/fusion.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/codegen_math.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 
 namespace shapevm::jit {
 

@@ -36,11 +36,11 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 
-#include "jit/codegen_math.h"
-#include "jit/codegen_util.h"
-#include "jit/ir_math.h"
 #include "jit/kernel_abi.h"
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/codegen_math.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/ir_math.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "ops/kernel_util.h"
 
 namespace shapevm::jit {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // IR-building helpers shared by the kernel families (see codegen_util.h).
-#include "jit/codegen_util.h"
+#include "jit/llvm_cpu/codegen_util.h"
 
 #include <cstddef>
 #include <vector>

@@ -14,7 +14,7 @@
 // operation for operation, so float64 results are bit-identical to the reference.
 #pragma once
 
-#include "jit/codegen_util.h"
+#include "jit/llvm_cpu/codegen_util.h"
 
 namespace shapevm::jit::ir {
 

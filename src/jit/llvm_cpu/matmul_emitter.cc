@@ -12,10 +12,10 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsX86.h>
 
-#include "jit/codegen_math.h"
-#include "jit/codegen_util.h"
 #include "jit/fusion.h"
-#include "jit/matmul_plan.h"
+#include "jit/llvm_cpu/codegen_math.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/kernel_util.h"
 
 namespace shapevm::jit::matmul {

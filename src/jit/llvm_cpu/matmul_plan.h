@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "jit/codegen_util.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu/codegen_util.h"
 
 namespace shapevm::jit::matmul {
 

@@ -2,7 +2,7 @@
 // JitEngine over LLVM ORC: LLJIT (JITLink object layer on x86-64 ELF), a target machine for the
 // host CPU or a named one, the new pass manager's O3 pipeline per module, one ResourceTracker per
 // kernel version.
-#include "jit/engine.h"
+#include "jit/llvm_cpu/engine.h"
 
 #include <algorithm>
 #include <atomic>

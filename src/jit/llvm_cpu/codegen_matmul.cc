@@ -42,11 +42,11 @@
 
 #include <fmt/format.h>
 
-#include "jit/codegen_util.h"
 #include "jit/fusion.h"
 #include "jit/kernel_abi.h"
-#include "jit/llvm_cpu_backend.h"
-#include "jit/matmul_plan.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/kernel_util.h"
 #include "support/thread_pool.h"
 #include "support/tunables.h"

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The elementwise ops' element math in IR (see codegen_math.h).
-#include "jit/codegen_math.h"
+#include "jit/llvm_cpu/codegen_math.h"
 
 #include <llvm/IR/Intrinsics.h>
 
-#include "jit/ir_math.h"
+#include "jit/llvm_cpu/ir_math.h"
 
 namespace shapevm::jit::ir {
 

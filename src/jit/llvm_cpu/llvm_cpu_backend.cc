@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // LlvmCpuBackend: capabilities and cost hints from the engine's CPU, compile = emit the family's
 // IR + optimize (JitEngine::build), load = link (JitEngine::link), free = remove its tracker.
-#include "jit/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
 
 #include <unistd.h>
 
