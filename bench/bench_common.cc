@@ -10,12 +10,14 @@
 #include <cmath>
 #include <fstream>
 
-#include "jit/llvm_cpu/codegen_util.h"
 #include "jit/jit.h"
+#include "jit/llvm_cpu/codegen_util.h"
 
 namespace shapevm::bench {
 
-double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
 
 double relL2(const Tensor& got, const Tensor& want) {
   double diff = 0, ref = 0;
@@ -27,7 +29,9 @@ double relL2(const Tensor& got, const Tensor& want) {
   return std::sqrt(diff / std::max(ref, 1e-300));
 }
 
-std::int64_t heapBytes() { return static_cast<std::int64_t>(mallinfo2().uordblks); }
+std::int64_t heapBytes() {
+  return static_cast<std::int64_t>(mallinfo2().uordblks);
+}
 
 std::int64_t residentBytes() {
   std::ifstream statm("/proc/self/statm");
@@ -85,7 +89,8 @@ Status emitFmaPeak(llvm::Module& module, const std::string& symbol, unsigned lan
   }
   llvm::Value* i_next = b.CreateAdd(i, b.getInt64(1));
   i->addIncoming(i_next, loop);
-  for (int a = 0; a < accumulators; ++a) acc[static_cast<std::size_t>(a)]->addIncoming(next[static_cast<std::size_t>(a)], loop);
+  for (int a = 0; a < accumulators; ++a)
+    acc[static_cast<std::size_t>(a)]->addIncoming(next[static_cast<std::size_t>(a)], loop);
   b.CreateCondBr(b.CreateICmpSLT(i_next, iterations), loop, exit);
   b.SetInsertPoint(exit);
   llvm::Value* sum = next[0];
@@ -108,7 +113,9 @@ Status emitAxpy(llvm::Module& module, const std::string& symbol) {
   llvm::Value* py = args.data(3);
   llvm::Value* n = args.dim(0, 0);
   jit::ir::emitLoop(b, b.getInt64(0), n, 1, [&](llvm::Value* i) {
-    auto load = [&](llvm::Value* p) { return jit::ir::loadCompute(b, DType::Float32, jit::ir::elementPtr(b, DType::Float32, p, i)); };
+    auto load = [&](llvm::Value* p) {
+      return jit::ir::loadCompute(b, DType::Float32, jit::ir::elementPtr(b, DType::Float32, p, i));
+    };
     llvm::Value* v = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b.getFloatTy()}, {load(pa), load(pb), load(pc)});
     jit::ir::storeCompute(b, DType::Float32, v, jit::ir::elementPtr(b, DType::Float32, py, i));
   });

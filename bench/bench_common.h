@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bytecode/module.h"
-#include "jit/llvm_cpu/engine.h"
 #include "jit/kernel_abi.h"
+#include "jit/llvm_cpu/engine.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "session/session_access.h"
 #include "shapevm/shapevm.h"
@@ -110,7 +110,8 @@ struct Instance {
 // At O2 with a non-empty `tuning_db`, an AutoTuner on that database file is attached (a fresh
 // AutoTuner each time: it reads whatever the file holds when it is created).
 Expected<Instance> makeInstance(const BenchFlags& flags, const std::string& variant, int level,
-                                const std::string& tuning_db = "", std::int64_t tune_budget_ms = -1, bool jit_wait = false);
+                                const std::string& tuning_db = "", std::int64_t tune_budget_ms = -1,
+                                bool jit_wait = false);
 // A Session on .svasm text at `level`, every compile waited for, no AutoTuner (kernel suites).
 Expected<std::unique_ptr<Session>> svasmSession(std::string_view text, const std::string& filename, int level);
 Expected<Tensor> firstOutput(Instance& instance, const std::vector<Value>& args);
@@ -119,11 +120,12 @@ std::vector<std::int64_t> benchStream(bool quick);
 
 // ---- the suites (each appends its rows to `out`) ----
 
-Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weights& weights, const std::string& tmp_dir,
-                     json& out, json& compile_out, json& extra);
+Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weights& weights,
+                     const std::string& tmp_dir, json& out, json& compile_out, json& extra);
 Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline);
 Status memorySuite(const BenchFlags& flags, const Weights& weights, json& out);
-Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const std::string& tmp_dir, json& out, json& out_bf16);
+Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const std::string& tmp_dir, json& out,
+                   json& out_bf16);
 Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out, json& norms);
 Status overheadSuite(const BenchFlags& flags, json& out);
 

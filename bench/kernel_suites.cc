@@ -38,7 +38,8 @@ class OnednnMatmul {
       return makeError(ErrorCode::Internal, "oneDNN {} failed (status {})", what, static_cast<int>(status));
     };
     SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&mm->engine_, dnnl_cpu, 0), "engine_create"));
-    SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&mm->stream_, mm->engine_, dnnl_stream_default_flags), "stream_create"));
+    SVM_RETURN_IF_ERROR(
+        check(dnnl_stream_create(&mm->stream_, mm->engine_, dnnl_stream_default_flags), "stream_create"));
     dnnl_memory_desc_t a_md, b_md, c_md;
     const dnnl_dims_t a_dims = {m, k}, b_dims = {k, n}, c_dims = {m, n};
     SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&a_md, 2, a_dims, dtype, dnnl_ab), "memory_desc"));
@@ -46,7 +47,8 @@ class OnednnMatmul {
     SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&c_md, 2, c_dims, dtype, dnnl_ab), "memory_desc"));
     dnnl_matmul_desc_t desc;
     SVM_RETURN_IF_ERROR(check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul_desc_init"));
-    SVM_RETURN_IF_ERROR(check(dnnl_primitive_desc_create(&mm->pd_, &desc, nullptr, mm->engine_, nullptr), "primitive_desc"));
+    SVM_RETURN_IF_ERROR(
+        check(dnnl_primitive_desc_create(&mm->pd_, &desc, nullptr, mm->engine_, nullptr), "primitive_desc"));
     SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&mm->primitive_, mm->pd_), "primitive_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&mm->a_, &a_md, mm->engine_, a), "memory_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&mm->b_, &b_md, mm->engine_, b), "memory_create"));
@@ -86,8 +88,9 @@ struct TunedMatmul {
   double tune_s = 0;
 };
 
-Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelFamily& family, const jit::KernelSpec& base,
-                                 std::span<const Value* const> inputs, const Tensor& want, int repeats) {
+Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelFamily& family,
+                                 const jit::KernelSpec& base, std::span<const Value* const> inputs, const Tensor& want,
+                                 int repeats) {
   TunedMatmul best;
   const Clock::time_point start = Clock::now();
   for (const jit::KernelParams& params : family.searchSpace(base)) {
@@ -104,7 +107,8 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
       return makeError(ErrorCode::Internal, "matmul candidate {} gives wrong results", params.toString());
     }
     const double ms = medianMs(repeats, run);
-    if (std::getenv("SHAPEVM_BENCH_TUNE_LOG") != nullptr) fmt::print("  candidate {:<56} {:8.3f} ms\n", params.toString(), ms);
+    if (std::getenv("SHAPEVM_BENCH_TUNE_LOG") != nullptr)
+      fmt::print("  candidate {:<56} {:8.3f} ms\n", params.toString(), ms);
     if (best.kernel == nullptr || ms < best.ms) {
       if (best.kernel != nullptr) (void)engine.free(best.kernel->handle);
       best.kernel = std::move(*kernel);
@@ -179,9 +183,9 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     runOnce();
     // Each output rounds to bfloat16 (2^-9 relative), so 1e-2 in L2 means every kernel computes
     // the product, in whatever order it sums.
-    const double errors[] = {relL2(pairs_out[0].tensor(), want[0].tensor()),
-                             relL2(wide_out[0].tensor(), want[0].tensor()), primitive ? relL2(c, want[0].tensor()) : 0.0,
-                             relL2(once_out[0].tensor(), want[0].tensor())};
+    const double errors[] = {
+        relL2(pairs_out[0].tensor(), want[0].tensor()), relL2(wide_out[0].tensor(), want[0].tensor()),
+        primitive ? relL2(c, want[0].tensor()) : 0.0, relL2(once_out[0].tensor(), want[0].tensor())};
     for (double e : errors) {
       if (!(e <= 1e-2)) {
         return makeError(ErrorCode::Internal,
@@ -228,7 +232,6 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
   }
   return Status::ok();
 }
-
 
 // ---- elementwise ----
 
@@ -293,7 +296,8 @@ Status normalizationSuite(const BenchFlags& flags, double roof_gbps, json& out) 
   const std::int64_t n = rows * 1024;
   std::mt19937_64 rng(11);
   std::vector<Value> args = {Value::fromTensor(randomTensor(Shape{rows, 1024}, rng)),
-                             Value::fromTensor(randomTensor(Shape{1024}, rng)), Value::fromTensor(randomTensor(Shape{1024}, rng))};
+                             Value::fromTensor(randomTensor(Shape{1024}, rng)),
+                             Value::fromTensor(randomTensor(Shape{1024}, rng))};
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<Session> listing, svasmSession(kNormProgram, "norms.svasm", 0));
   for (const FunctionInfo& function : listing->functions()) {
     const int fn = function.index;
@@ -321,13 +325,21 @@ Status normalizationSuite(const BenchFlags& flags, double roof_gbps, json& out) 
       o0_ms.push_back(medianMs(repeats, [&] { (void)o0->run(fn, args); }));
     }
     const double bytes = 8.0 * static_cast<double>(n);
-    const double t2 = summarizeLatency(o2_ms).median, t1 = summarizeLatency(o1_ms).median, t0 = summarizeLatency(o0_ms).median;
+    const double t2 = summarizeLatency(o2_ms).median, t1 = summarizeLatency(o1_ms).median,
+                 t0 = summarizeLatency(o0_ms).median;
     const double gbps = bytes / (t2 * 1e6);
-    out.push_back({{"op", name}, {"rows", rows}, {"cols", 1024}, {"o2_ms", t2}, {"o1_ms", t1}, {"o0_ms", t0},
-                   {"o2_gbps", gbps}, {"roofline_gbps", roof_gbps}});
-    fmt::print("fused {} of an elementwise producer over [{},1024] f32: O2 {:.3f} ms ({:.1f} GB/s effective = {:.0f}% of the "
-               "one-pass roofline), O1 {:.3f} ms ({:.2f}x O2), O0 {:.3f} ms ({:.2f}x O2)\n",
-               name, rows, t2, gbps, 100.0 * gbps / roof_gbps, t1, t1 / t2, t0, t0 / t2);
+    out.push_back({{"op", name},
+                   {"rows", rows},
+                   {"cols", 1024},
+                   {"o2_ms", t2},
+                   {"o1_ms", t1},
+                   {"o0_ms", t0},
+                   {"o2_gbps", gbps},
+                   {"roofline_gbps", roof_gbps}});
+    fmt::print(
+        "fused {} of an elementwise producer over [{},1024] f32: O2 {:.3f} ms ({:.1f} GB/s effective = {:.0f}% of the "
+        "one-pass roofline), O1 {:.3f} ms ({:.2f}x O2), O0 {:.3f} ms ({:.2f}x O2)\n",
+        name, rows, t2, gbps, 100.0 * gbps / roof_gbps, t1, t1 / t2, t0, t0 / t2);
   }
   return Status::ok();
 }
@@ -357,8 +369,8 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     std::int64_t m, k, n;
   };
   // The shapes, then the reference workload's (seq 10/20/120 x batch 32 rows).
-  std::vector<MatmulShape> shapes = {{640, 128, 1024},  {32, 768, 4096},  {256, 256, 256}, {1024, 1024, 1024},
-                                     {320, 128, 1024},  {3840, 128, 1024}, {32, 256, 1024}};
+  std::vector<MatmulShape> shapes = {{640, 128, 1024}, {32, 768, 4096},   {256, 256, 256}, {1024, 1024, 1024},
+                                     {320, 128, 1024}, {3840, 128, 1024}, {32, 256, 1024}};
   if (flags.quick) shapes = {{640, 128, 1024}, {256, 256, 256}, {32, 256, 1024}};
   // SHAPEVM_BENCH_MATMUL_SHAPES=MxKxN,... : only these shapes (for working on one kernel).
   if (const char* only = std::getenv("SHAPEVM_BENCH_MATMUL_SHAPES"); only != nullptr && *only != '\0') {
@@ -402,7 +414,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
                  c.data<float>(), s.n);
     };
     SVM_ASSIGN_OR_RETURN(auto primitive, OnednnMatmul::create(s.m, s.k, s.n, a.tensor().data<float>(),
-                                                             b.tensor().data<float>(), c2.data<float>()));
+                                                              b.tensor().data<float>(), c2.data<float>()));
     auto runPrimitive = [&] { primitive->run(); };
     runJit();
     runSgemm();
@@ -415,8 +427,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     }
     const double flop = 2.0 * static_cast<double>(s.m * s.k * s.n);
     const int repeats = std::max(3, static_cast<int>(std::min<double>(flags.quick ? 10 : 40, 3e9 / flop)));
-    SVM_ASSIGN_OR_RETURN(TunedMatmul tuned,
-                         tuneMatmul(engine, *family, spec, inputs, want, std::max(3, repeats / 4)));
+    SVM_ASSIGN_OR_RETURN(TunedMatmul tuned, tuneMatmul(engine, *family, spec, inputs, want, std::max(3, repeats / 4)));
     auto runBest = [&] { (void)jit::invokeCompiled(*tuned.kernel, inputs, best_out); };
     SVM_ASSIGN_OR_RETURN(jit::TuneOutcome auto_outcome, auto_tuner.tune(engine, *family, spec, inputs));
     jit::KernelSpec auto_spec = spec;
@@ -426,12 +437,12 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     auto runAuto = [&] { (void)jit::invokeCompiled(*auto_kernel, inputs, auto_out); };
     runAuto();
     if (!(relL2(auto_out[0].tensor(), want) <= 1e-5)) {
-      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the AutoTuner's choice {} gives wrong results", s.m, s.k, s.n,
-                       auto_outcome.params.toString());
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the AutoTuner's choice {} gives wrong results", s.m, s.k,
+                       s.n, auto_outcome.params.toString());
     }
     std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms, auto_ms;
     double peak = 0;
-    const bool time_reference = flop <= 1e9;  // the reference kernel takes seconds beyond this
+    const bool time_reference = flop <= 1e9;                       // the reference kernel takes seconds beyond this
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {  // interleaved rounds
       peak = std::max(peak, meter->measure());
       jit_ms.push_back(medianMs(repeats, runJit));
@@ -445,7 +456,8 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     const double jit_g = gflops(jit_ms), best_g = gflops(best_ms), auto_g = gflops(auto_ms), sgemm_g = gflops(sgemm_ms),
                  prim_g = gflops(prim_ms), ref_g = time_reference ? gflops(ref_ms) : 0.0;
     // The default kernel with its B packed once and cached (the first call packs; a weight).
-    SVM_RETURN_IF_ERROR(Tunables::set(Tunable::PackedWeightEntries, restore_entries.saved > 0 ? restore_entries.saved : 2));
+    SVM_RETURN_IF_ERROR(
+        Tunables::set(Tunable::PackedWeightEntries, restore_entries.saved > 0 ? restore_entries.saved : 2));
     runJit();
     std::vector<double> cached_ms;
     for (int round = 0; round < (flags.quick ? 2 : 3); ++round) cached_ms.push_back(medianMs(repeats, runJit));
@@ -473,7 +485,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     }
     omp_set_num_threads(2);
     SVM_ASSIGN_OR_RETURN(auto primitive2, OnednnMatmul::create(s.m, s.k, s.n, a.tensor().data<float>(),
-                                                              b.tensor().data<float>(), c2.data<float>()));
+                                                               b.tensor().data<float>(), c2.data<float>()));
     std::vector<double> jit2_ms, prim2_ms;
     // libgomp's idle threads spin for milliseconds after a parallel region (OMP_WAIT_POLICY
     // unset), and on two vCPUs such a spinning thread takes the core the JIT's second worker
@@ -492,42 +504,63 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     (void)engine.free(kernel2->handle);
 
     const std::string best_params = tuned.kernel->spec.params.toString();
-    out.push_back({{"m", s.m}, {"k", s.k}, {"n", s.n}, {"jit_gflops", jit_g}, {"jit_best_gflops", best_g},
-                   {"jit_best_params", best_params}, {"candidates", tuned.candidates}, {"tune_s", tuned.tune_s},
-                   {"reference_gflops", ref_g}, {"onednn_gflops", dnnl_g}, {"onednn_sgemm_gflops", sgemm_g},
-                   {"onednn_matmul_gflops", prim_g}, {"peak_gflops", peak}, {"jit_2t_gflops", jit2_g},
-                   {"onednn_matmul_2t_gflops", prim2_g}, {"jit_level", "O1"},
-                   {"auto_gflops", auto_g}, {"auto_params", auto_outcome.params.toString()},
-                   {"auto_tuning_ms", auto_outcome.tuning_ms}, {"auto_timed", auto_outcome.timed},
-                   {"auto_failed", auto_outcome.failed}, {"auto_candidates", auto_outcome.candidates},
-                   {"auto_from_database", auto_outcome.from_database},
-                   {"auto_budget_ms", Tunables::get(Tunable::TuneBudgetMs)},
-                   {"auto_vs_best", auto_g / best_g}, {"auto_vs_default", auto_g / jit_g},
-                   {"auto_own_speedup", auto_outcome.best_us > 0 ? auto_outcome.default_us / auto_outcome.best_us : 0.0},
-                   {"jit_packed_once_gflops", cached_g}});
-    fmt::print("matmul {:>4}x{:>4}x{:>4}: JIT default {:6.1f} ({:3.0f}%, {:.2f}x)  best {:6.1f} ({:3.0f}%, {:.2f}x) [{}]\n",
-               s.m, s.k, s.n, jit_g, 100.0 * jit_g / peak, jit_g / dnnl_g, best_g, 100.0 * best_g / peak,
-               best_g / dnnl_g, best_params);
-    fmt::print("                    oneDNN sgemm {:6.1f}, matmul {:6.1f}; reference {:6.1f}; peak {:.1f}; "
-               "tuned {} candidates in {:.1f} s\n",
-               sgemm_g, prim_g, ref_g, peak, tuned.candidates, tuned.tune_s);
+    out.push_back(
+        {{"m", s.m},
+         {"k", s.k},
+         {"n", s.n},
+         {"jit_gflops", jit_g},
+         {"jit_best_gflops", best_g},
+         {"jit_best_params", best_params},
+         {"candidates", tuned.candidates},
+         {"tune_s", tuned.tune_s},
+         {"reference_gflops", ref_g},
+         {"onednn_gflops", dnnl_g},
+         {"onednn_sgemm_gflops", sgemm_g},
+         {"onednn_matmul_gflops", prim_g},
+         {"peak_gflops", peak},
+         {"jit_2t_gflops", jit2_g},
+         {"onednn_matmul_2t_gflops", prim2_g},
+         {"jit_level", "O1"},
+         {"auto_gflops", auto_g},
+         {"auto_params", auto_outcome.params.toString()},
+         {"auto_tuning_ms", auto_outcome.tuning_ms},
+         {"auto_timed", auto_outcome.timed},
+         {"auto_failed", auto_outcome.failed},
+         {"auto_candidates", auto_outcome.candidates},
+         {"auto_from_database", auto_outcome.from_database},
+         {"auto_budget_ms", Tunables::get(Tunable::TuneBudgetMs)},
+         {"auto_vs_best", auto_g / best_g},
+         {"auto_vs_default", auto_g / jit_g},
+         {"auto_own_speedup", auto_outcome.best_us > 0 ? auto_outcome.default_us / auto_outcome.best_us : 0.0},
+         {"jit_packed_once_gflops", cached_g}});
+    fmt::print(
+        "matmul {:>4}x{:>4}x{:>4}: JIT default {:6.1f} ({:3.0f}%, {:.2f}x)  best {:6.1f} ({:3.0f}%, {:.2f}x) [{}]\n",
+        s.m, s.k, s.n, jit_g, 100.0 * jit_g / peak, jit_g / dnnl_g, best_g, 100.0 * best_g / peak, best_g / dnnl_g,
+        best_params);
+    fmt::print(
+        "                    oneDNN sgemm {:6.1f}, matmul {:6.1f}; reference {:6.1f}; peak {:.1f}; "
+        "tuned {} candidates in {:.1f} s\n",
+        sgemm_g, prim_g, ref_g, peak, tuned.candidates, tuned.tune_s);
     fmt::print("                    2 threads: JIT {:6.1f}, oneDNN matmul {:6.1f} ({:.2f}x)\n", jit2_g, prim2_g,
                jit2_g / prim2_g);
     if (cached_g > 0) {
-      fmt::print("                    JIT default with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
-                 cached_g, 100.0 * cached_g / peak, cached_g / dnnl_g);
+      fmt::print(
+          "                    JIT default with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
+          cached_g, 100.0 * cached_g / peak, cached_g / dnnl_g);
     }
-    fmt::print("                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "
-               "exhaustive best, {:.2f}x the default, {:.2f}x oneDNN ({:.0f}% of peak) [{}]\n",
-               Tunables::get(Tunable::TuneBudgetMs), auto_outcome.timed, auto_outcome.candidates, auto_outcome.tuning_ms,
-               auto_g, auto_g / best_g, auto_g / jit_g, auto_g / dnnl_g, 100.0 * auto_g / peak,
-               auto_outcome.params.toString());
+    fmt::print(
+        "                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "
+        "exhaustive best, {:.2f}x the default, {:.2f}x oneDNN ({:.0f}% of peak) [{}]\n",
+        Tunables::get(Tunable::TuneBudgetMs), auto_outcome.timed, auto_outcome.candidates, auto_outcome.tuning_ms,
+        auto_g, auto_g / best_g, auto_g / jit_g, auto_g / dnnl_g, 100.0 * auto_g / peak,
+        auto_outcome.params.toString());
     (void)engine.free(kernel->handle);
     (void)engine.free(tuned.kernel->handle);
     (void)engine.free(auto_kernel->handle);
     overall_peak = std::max(overall_peak, peak);
   }
-  fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes, overall_peak);
+  fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes,
+             overall_peak);
   std::vector<std::array<std::int64_t, 3>> bf16_shapes;
   for (const MatmulShape& s : shapes) bf16_shapes.push_back({s.m, s.k, s.n});
   SVM_RETURN_IF_ERROR(bf16MatmulRows(flags, engine, *family, bf16_shapes, overall_peak, out_bf16));
@@ -537,7 +570,8 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
 Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& out, json& norms) {
   const std::int64_t n = flags.quick ? (1 << 20) : (1 << 24);
   std::mt19937_64 rng(9);
-  std::vector<Value> args = {Value::fromTensor(randomTensor(Shape{n}, rng)), Value::fromTensor(randomTensor(Shape{n}, rng)),
+  std::vector<Value> args = {Value::fromTensor(randomTensor(Shape{n}, rng)),
+                             Value::fromTensor(randomTensor(Shape{n}, rng)),
                              Value::fromTensor(randomTensor(Shape{n}, rng))};
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<Session> o0, svasmSession(kChainProgram, "chain.svasm", 0));
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<Session> o1, svasmSession(kChainProgram, "chain.svasm", 1));
@@ -546,13 +580,17 @@ Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& o
     if (auto ran = o1->run(0, args); !ran) return ran.status();
     if (auto ran = o2->run(0, args); !ran) return ran.status();
   }
-  if (o2->stats().fused_regions == 0) return makeError(ErrorCode::Internal, "elementwise chain: O2 installed no fused region");
+  if (o2->stats().fused_regions == 0)
+    return makeError(ErrorCode::Internal, "elementwise chain: O2 installed no fused region");
   SVM_ASSIGN_OR_RETURN(std::vector<Value> want, o0->run(0, args));
   SVM_ASSIGN_OR_RETURN(std::vector<Value> got, o1->run(0, args));
   SVM_ASSIGN_OR_RETURN(std::vector<Value> got2, o2->run(0, args));
-  if (relL2(got[0].tensor(), want[0].tensor()) > 1e-5) return makeError(ErrorCode::Internal, "elementwise chain: O1 differs from O0");
-  if (relL2(got2[0].tensor(), want[0].tensor()) > 1e-5) return makeError(ErrorCode::Internal, "elementwise chain: O2 differs from O0");
-  SVM_ASSIGN_OR_RETURN(jit::KernelHandle axpy, engine.compile("svm_bench_axpy", [](llvm::Module& m) { return emitAxpy(m, "svm_bench_axpy"); }));
+  if (relL2(got[0].tensor(), want[0].tensor()) > 1e-5)
+    return makeError(ErrorCode::Internal, "elementwise chain: O1 differs from O0");
+  if (relL2(got2[0].tensor(), want[0].tensor()) > 1e-5)
+    return makeError(ErrorCode::Internal, "elementwise chain: O2 differs from O0");
+  SVM_ASSIGN_OR_RETURN(jit::KernelHandle axpy,
+                       engine.compile("svm_bench_axpy", [](llvm::Module& m) { return emitAxpy(m, "svm_bench_axpy"); }));
   Tensor y = std::move(Tensor::empty(DType::Float32, Shape{n}).value());
   jit::KernelArgs axpy_args{};
   for (int i = 0; i < 3; ++i) axpy_args.data[i] = args[static_cast<std::size_t>(i)].tensor().rawData();
@@ -567,9 +605,8 @@ Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& o
     o1_ms.push_back(medianMs(repeats, [&] { (void)o1->run(0, args); }));
     o0_ms.push_back(medianMs(repeats, [&] { (void)o0->run(0, args); }));
     axpy_ms.push_back(medianMs(repeats, [&] { axpy_fn(&axpy_args); }));
-    copy_ms.push_back(medianMs(repeats, [&] {
-      std::memcpy(copy_dst.data(), args[0].tensor().rawData(), static_cast<std::size_t>(n) * 4);
-    }));
+    copy_ms.push_back(medianMs(
+        repeats, [&] { std::memcpy(copy_dst.data(), args[0].tensor().rawData(), static_cast<std::size_t>(n) * 4); }));
   }
   const double bytes = 16.0 * static_cast<double>(n);  // 3 inputs + 1 output, one pass
   const double chain2 = bytes / (summarizeLatency(o2_ms).median * 1e6);
@@ -577,13 +614,21 @@ Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& o
   const double chain0 = bytes / (summarizeLatency(o0_ms).median * 1e6);
   const double roof = bytes / (summarizeLatency(axpy_ms).median * 1e6);
   const double copy = 8.0 * static_cast<double>(n) / (summarizeLatency(copy_ms).median * 1e6);
-  out.push_back({{"n", n}, {"chain", "sigmoid(a*b+c)"}, {"level", "O2"}, {"chain_o2_gbps", chain2}, {"chain_gbps", chain},
-                 {"chain_o0_gbps", chain0}, {"axpy_gbps", roof}, {"memcpy_gbps", copy},
-                 {"chain_o2_ms", summarizeLatency(o2_ms).median}, {"chain_ms", summarizeLatency(o1_ms).median},
+  out.push_back({{"n", n},
+                 {"chain", "sigmoid(a*b+c)"},
+                 {"level", "O2"},
+                 {"chain_o2_gbps", chain2},
+                 {"chain_gbps", chain},
+                 {"chain_o0_gbps", chain0},
+                 {"axpy_gbps", roof},
+                 {"memcpy_gbps", copy},
+                 {"chain_o2_ms", summarizeLatency(o2_ms).median},
+                 {"chain_ms", summarizeLatency(o1_ms).median},
                  {"axpy_ms", summarizeLatency(axpy_ms).median}});
-  fmt::print("elementwise sigmoid(a*b+c) over {} f32: O2 (fused) {:.1f} GB/s effective = {:.0f}% of the one-pass y=a*b+c "
-             "roofline {:.1f} GB/s; O1 {:.1f} ({:.0f}%), O0 {:.1f}; memcpy {:.1f} GB/s\n",
-             n, chain2, 100.0 * chain2 / roof, roof, chain, 100.0 * chain / roof, chain0, copy);
+  fmt::print(
+      "elementwise sigmoid(a*b+c) over {} f32: O2 (fused) {:.1f} GB/s effective = {:.0f}% of the one-pass y=a*b+c "
+      "roofline {:.1f} GB/s; O1 {:.1f} ({:.0f}%), O0 {:.1f}; memcpy {:.1f} GB/s\n",
+      n, chain2, 100.0 * chain2 / roof, roof, chain, 100.0 * chain / roof, chain0, copy);
   (void)engine.remove(axpy);
   return normalizationSuite(flags, roof, norms);
 }
@@ -593,7 +638,8 @@ Status elementwiseSuite(const BenchFlags& flags, jit::JitEngine& engine, json& o
 Status overheadSuite(const BenchFlags& flags, json& out) {
   std::string text = ".module \"overhead\"\n.func f\n  .param a : f32[1]\n  .outputs 1\n  LoadTensor r0, a\n";
   const int ops = 64;
-  for (int i = 0; i < ops; ++i) text += fmt::format("  CallOp add r{} = r{}, r0 : f32[1] x f32[1] -> f32[1]\n", i + 1, i);
+  for (int i = 0; i < ops; ++i)
+    text += fmt::format("  CallOp add r{} = r{}, r0 : f32[1] x f32[1] -> f32[1]\n", i + 1, i);
   text += fmt::format("  StoreTensor r{}, o0\n  Return\n.end\n", ops);
   SVM_ASSIGN_OR_RETURN(Module parsed, assemble(text, "overhead.svasm"));
   auto module = std::make_shared<Module>(std::move(parsed));
@@ -612,8 +658,10 @@ Status overheadSuite(const BenchFlags& flags, json& out) {
       per_op.push_back(msSince(start) * 1e6 / (static_cast<double>(calls) * ops));
     }
     const double ns = summarizeLatency(per_op).median;
-    out.push_back({{"what", fmt::format("CallOp add 1-elem f32 ({})", profile ? "profiled" : "unprofiled")}, {"ns", ns}});
-    fmt::print("per-op overhead, CallOp add on 1-element f32, {}: {:.1f} ns/op\n", profile ? "profiled" : "unprofiled", ns);
+    out.push_back(
+        {{"what", fmt::format("CallOp add 1-elem f32 ({})", profile ? "profiled" : "unprofiled")}, {"ns", ns}});
+    fmt::print("per-op overhead, CallOp add on 1-element f32, {}: {:.1f} ns/op\n", profile ? "profiled" : "unprofiled",
+               ns);
   }
   return Status::ok();
 }

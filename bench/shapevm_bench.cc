@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
 #include "support/tunables.h"
@@ -27,7 +27,10 @@ int benchCommand(const BenchFlags& flags_in) {
   std::vector<std::string> suites = flags.suites.empty() ? known : flags.suites;
   for (const std::string& suite : suites) {
     if (std::find(known.begin(), known.end(), suite) == known.end()) {
-      fmt::print(stderr, "shapevm: error: unknown bench suite '{}' (suites: workload, cold, matmul, elementwise, overhead, memory)\n", suite);
+      fmt::print(
+          stderr,
+          "shapevm: error: unknown bench suite '{}' (suites: workload, cold, matmul, elementwise, overhead, memory)\n",
+          suite);
       return 2;
     }
   }
@@ -69,7 +72,8 @@ int benchCommand(const BenchFlags& flags_in) {
     std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
     result["date"] = date;
   }
-  fmt::print("shapevm bench{}: {} ({}), single thread\n", flags.quick ? " --quick" : "", cpuModel(), (*engine)->engine().cpuName());
+  fmt::print("shapevm bench{}: {} ({}), single thread\n", flags.quick ? " --quick" : "", cpuModel(),
+             (*engine)->engine().cpuName());
   auto check = [&](Status status, const char* suite) {
     if (status.isOk()) return true;
     fmt::print(stderr, "shapevm: error: bench suite '{}': {}\n", suite, status.toString());
@@ -99,8 +103,12 @@ int benchCommand(const BenchFlags& flags_in) {
   bool ok = true;
   if (wants("overhead")) ok = check(overheadSuite(flags, overhead), "overhead") && ok;
   if (wants("matmul")) ok = check(matmulSuite(flags, **engine, tmp_dir, matmul, matmul_bf16), "matmul") && ok;
-  if (wants("elementwise")) ok = check(elementwiseSuite(flags, (*engine)->engine(), elementwise, norms), "elementwise") && ok;
-  if (wants("workload")) ok = check(workloadSuite(flags, (*engine)->engine(), weights, tmp_dir, workload, compile, workload_extra), "workload") && ok;
+  if (wants("elementwise"))
+    ok = check(elementwiseSuite(flags, (*engine)->engine(), elementwise, norms), "elementwise") && ok;
+  if (wants("workload"))
+    ok = check(workloadSuite(flags, (*engine)->engine(), weights, tmp_dir, workload, compile, workload_extra),
+               "workload") &&
+         ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
   result["workload"] = workload;
@@ -139,10 +147,12 @@ int main(int argc, char** argv) {
   bench::BenchFlags flags;
   CLI::App app{"ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)",
                "shapevm bench"};
-  app.add_option("--suite", flags.suites, "only these suites: workload, cold, matmul, elementwise, overhead, memory (repeatable)");
+  app.add_option("--suite", flags.suites,
+                 "only these suites: workload, cold, matmul, elementwise, overhead, memory (repeatable)");
   app.add_flag("--quick", flags.quick, "smaller sizes and fewer repeats (under 2 minutes; a smoke test)");
   app.add_option("--out", flags.out, "write DIR/shapevm.json");
-  app.add_option("--examples", flags.examples, "folder with lstm_cell.py and lstm_loop.py (default: the source tree's examples/)");
+  app.add_option("--examples", flags.examples,
+                 "folder with lstm_cell.py and lstm_loop.py (default: the source tree's examples/)");
   CLI11_PARSE(app, argc, argv);
   // The SHAPEVM_* tunables apply here as for `shapevm run` (A/B runs of a setting).
   if (Status s = Session::loadTunablesFromEnvironment(); !s.isOk()) {

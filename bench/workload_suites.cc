@@ -47,13 +47,14 @@ struct WarmUp {
 // finish after the run that queued it. With a tuner attached, more passes follow until every
 // installed fused region has been re-tuned: a region is installed untuned first, and a later run
 // queues its tuning (and a region widened for new shapes is installed untuned again).
-Expected<WarmUp> warmUp(Instance& instance, const Weights& weights, std::int64_t batch, const std::vector<std::int64_t>& seqs,
-                        const std::vector<std::int64_t>& stream) {
+Expected<WarmUp> warmUp(Instance& instance, const Weights& weights, std::int64_t batch,
+                        const std::vector<std::int64_t>& seqs, const std::vector<std::int64_t>& stream) {
   const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
   const Clock::time_point start = Clock::now();
   auto pass = [&](const std::vector<std::int64_t>& list) -> Status {
     for (std::int64_t seq : list) {
-      if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran) return ran.status();
+      if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, batch, seq, 7)); !ran)
+        return ran.status();
       if (instance.jit()) instance.jit()->waitIdle();
     }
     return Status::ok();
@@ -83,7 +84,8 @@ Status checkAgainst(Instance& reference, Instance& instance, const Weights& weig
     SVM_ASSIGN_OR_RETURN(Tensor got, firstOutput(instance, args));
     const double err = relL2(got, want);
     if (!(err <= 1e-5)) {
-      return makeError(ErrorCode::Internal, "{} {} differs from O0 at seq {}: rel L2 {:.3g}", instance.variant, what, seq, err);
+      return makeError(ErrorCode::Internal, "{} {} differs from O0 at seq {}: rel L2 {:.3g}", instance.variant, what,
+                       seq, err);
     }
   }
   return Status::ok();
@@ -114,12 +116,21 @@ std::string eventCategory(int level, const jit::CompileEvent& e, bool cache_inst
 
 json jitStatsJson(const std::string& variant, const std::string& role, int level, const jit::JitStats& stats,
                   const WarmUp& warm) {
-  return {{"variant", variant}, {"role", role}, {"level", fmt::format("O{}", level)}, {"compiles", stats.compiles},
-          {"fused_regions", stats.fused_regions}, {"fused_ops", stats.fused_ops}, {"region_declines", stats.region_declines},
-          {"tuning_ms", stats.tuning_ms}, {"tuned_kernels", stats.tuned_kernels},
-          {"tuning_cache_hits", stats.tuning_cache_hits}, {"compile_failures", stats.compile_failures},
-          {"validation_failures", stats.validation_failures}, {"warmup_s", warm.ms / 1000.0},
-          {"warmup_extra_passes", warm.extra_passes}, {"untuned_ranges", warm.untuned}};
+  return {{"variant", variant},
+          {"role", role},
+          {"level", fmt::format("O{}", level)},
+          {"compiles", stats.compiles},
+          {"fused_regions", stats.fused_regions},
+          {"fused_ops", stats.fused_ops},
+          {"region_declines", stats.region_declines},
+          {"tuning_ms", stats.tuning_ms},
+          {"tuned_kernels", stats.tuned_kernels},
+          {"tuning_cache_hits", stats.tuning_cache_hits},
+          {"compile_failures", stats.compile_failures},
+          {"validation_failures", stats.validation_failures},
+          {"warmup_s", warm.ms / 1000.0},
+          {"warmup_extra_passes", warm.extra_passes},
+          {"untuned_ranges", warm.untuned}};
 }
 
 }  // namespace
@@ -128,10 +139,11 @@ json jitStatsJson(const std::string& variant, const std::string& role, int level
 // split); `extra`: compile_latency (per category, median/p90 of each part), compile_paths (per
 // fused range: untuned install, cold re-tune, database-hit re-tune), workload_jit (JIT stats) and
 // workload_2t (O2 timed again with kernel_threads = 2 in the same rounds, fixed seqs).
-Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weights& weights, const std::string& tmp_dir,
-                     json& out, json& compile_out, json& extra) {
+Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weights& weights,
+                     const std::string& tmp_dir, json& out, json& compile_out, json& extra) {
   const std::int64_t batch = 32;
-  const std::vector<std::int64_t> seqs = flags.quick ? std::vector<std::int64_t>{10, 30} : std::vector<std::int64_t>{10, 20, 30, 120};
+  const std::vector<std::int64_t> seqs =
+      flags.quick ? std::vector<std::int64_t>{10, 30} : std::vector<std::int64_t>{10, 20, 30, 120};
   const std::vector<std::int64_t> stream = benchStream(flags.quick);
   const int rounds = flags.quick ? 3 : 7;
   const int per_round = flags.quick ? 2 : 4;
@@ -160,8 +172,8 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
       SVM_RETURN_IF_ERROR(checkAgainst(instances[0], instances[l], weights, batch, seqs, fmt::format("at O{}", l)));
     }
     if (warm[2].untuned > 0) {
-      fmt::print("workload {:<9} O2: {} fused ranges still untuned after {} extra warm-up passes\n", variant, warm[2].untuned,
-                 warm[2].extra_passes);
+      fmt::print("workload {:<9} O2: {} fused ranges still untuned after {} extra warm-up passes\n", variant,
+                 warm[2].untuned, warm[2].extra_passes);
     }
     // Timing: rounds interleave the levels (and an FMA-peak measurement); each round runs every
     // seq `per_round` times, then the stream once.
@@ -169,12 +181,14 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
       std::vector<double> ms;
       std::uint64_t runs = 0, allocs = 0, system_allocs = 0, compiled = 0, calls = 0;
     };
-    std::map<std::pair<int, std::int64_t>, Acc> acc;  // (level, seq or -1 = stream)
+    std::map<std::pair<int, std::int64_t>, Acc> acc;          // (level, seq or -1 = stream)
     std::map<std::int64_t, std::vector<double>> two_threads;  // O2 with kernel_threads = 2: seq -> ms
     std::map<std::int64_t, std::vector<Value>> args_by_seq;
-    for (std::int64_t seq : seqs) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 2000 + static_cast<std::uint64_t>(seq));
+    for (std::int64_t seq : seqs)
+      args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 2000 + static_cast<std::uint64_t>(seq));
     for (std::int64_t seq : stream) {
-      if (!args_by_seq.count(seq)) args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 3000 + static_cast<std::uint64_t>(seq));
+      if (!args_by_seq.count(seq))
+        args_by_seq[seq] = workloadArgs(fn, weights, batch, seq, 3000 + static_cast<std::uint64_t>(seq));
     }
     for (int round = 0; round < rounds; ++round) {
       meter->measure();
@@ -211,7 +225,8 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
         Status status = Status::ok();
         const Clock::time_point warm_start = Clock::now();
         for (int k = 0; status.isOk() && (k < 2 || msSince(warm_start) < 20.0); ++k) {
-          if (auto ran = instances[2].session->run(instances[2].function, args_by_seq[seqs[0]]); !ran) status = ran.status();
+          if (auto ran = instances[2].session->run(instances[2].function, args_by_seq[seqs[0]]); !ran)
+            status = ran.status();
         }
         for (std::int64_t seq : seqs) {
           for (int k = 0; k < per_round && status.isOk(); ++k) {
@@ -236,8 +251,11 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
     for (auto& [key, a] : acc) {
       LatencySummary s = summarizeLatency(a.ms);
       const double runs = static_cast<double>(a.runs);
-      json row = {{"variant", variant}, {"level", fmt::format("O{}", key.first)}, {"batch", batch},
-                  {"runs", a.runs}, {"allocs_per_run", static_cast<double>(a.allocs) / runs},
+      json row = {{"variant", variant},
+                  {"level", fmt::format("O{}", key.first)},
+                  {"batch", batch},
+                  {"runs", a.runs},
+                  {"allocs_per_run", static_cast<double>(a.allocs) / runs},
                   {"system_allocs_per_run", static_cast<double>(a.system_allocs) / runs},
                   {"compiled_calls_per_run", static_cast<double>(a.compiled) / runs},
                   {"interpreted_calls_per_run", static_cast<double>(a.calls - a.compiled) / runs},
@@ -266,18 +284,20 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
       if (peak > 0) {
         row["vs_floor"] = s.median / floor;
         row["gflops"] = (key.second < 0 ? stream_flops / stream_tokens / (s.median * 1e3)
-                                         : workloadFlops(variant, batch, key.second) / (s.median * 1e6));
+                                        : workloadFlops(variant, batch, key.second) / (s.median * 1e6));
       }
       if (medians.count({0, key.second}) && s.median > 0) row["speedup_vs_o0"] = medians[{0, key.second}] / s.median;
       out.push_back(row);
-      fmt::print("workload {:<9} O{} seq {:>6}: median {:.3f} {} (min {:.3f}, max {:.3f}) = {:.2f}x the floor, {:.2f}x O0; "
-                 "{:.1f} allocs/run, {:.0f}/{:.0f} compiled/interpreted calls/run\n",
-                 variant, key.first, key.second < 0 ? std::string("stream") : std::to_string(key.second), s.median,
-                 key.second < 0 ? "us/token" : "ms", s.low, s.high, s.median / floor,
-                 row.value("speedup_vs_o0", 0.0), static_cast<double>(a.allocs) / runs,
-                 static_cast<double>(a.compiled) / runs, static_cast<double>(a.calls - a.compiled) / runs);
+      fmt::print(
+          "workload {:<9} O{} seq {:>6}: median {:.3f} {} (min {:.3f}, max {:.3f}) = {:.2f}x the floor, {:.2f}x O0; "
+          "{:.1f} allocs/run, {:.0f}/{:.0f} compiled/interpreted calls/run\n",
+          variant, key.first, key.second < 0 ? std::string("stream") : std::to_string(key.second), s.median,
+          key.second < 0 ? "us/token" : "ms", s.low, s.high, s.median / floor, row.value("speedup_vs_o0", 0.0),
+          static_cast<double>(a.allocs) / runs, static_cast<double>(a.compiled) / runs,
+          static_cast<double>(a.calls - a.compiled) / runs);
     }
-    fmt::print("workload {:<9}: FMA peak {:.1f} GFLOP/s (best of the rounds); the floor counts matmul FLOPs only\n", variant, peak);
+    fmt::print("workload {:<9}: FMA peak {:.1f} GFLOP/s (best of the rounds); the floor counts matmul FLOPs only\n",
+               variant, peak);
     for (const auto& [seq, ms] : two_threads) {
       const LatencySummary s = summarizeLatency(ms);
       const double floor = workloadFlops(variant, batch, seq) / (peak * 1e6);  // one core's, ms
@@ -306,7 +326,8 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
     // Compile events of O1 and of the cold O2 instance (its tuning timed every candidate).
     for (int level = 1; level <= 2; ++level) {
       const jit::JitStats stats = instances[static_cast<std::size_t>(level)].jit()->stats();
-      jit_stats.push_back(jitStatsJson(variant, level == 2 ? "cold" : "", level, stats, warm[static_cast<std::size_t>(level)]));
+      jit_stats.push_back(
+          jitStatsJson(variant, level == 2 ? "cold" : "", level, stats, warm[static_cast<std::size_t>(level)]));
       if (level == 2) jit_stats.back()["tune_budget_ms"] = tune_budget_ms;
       for (const jit::CompileEvent& e : stats.events) events.push_back({variant, eventCategory(level, e, false), e});
     }
@@ -320,10 +341,11 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
     jit_stats.back()["tune_budget_ms"] = tune_budget_ms;
     for (const jit::CompileEvent& e : cached_stats.events) events.push_back({variant, eventCategory(2, e, true), e});
     const jit::JitStats cold_stats = instances[2].jit()->stats();
-    fmt::print("workload {:<9} O2 tuning: cold {:.0f} ms ({} kernels timed, {} database hits, warm-up {:.1f} s); "
-               "second AutoTuner on its database: {:.1f} ms ({} timed, {} hits, warm-up {:.1f} s)\n",
-               variant, cold_stats.tuning_ms, cold_stats.tuned_kernels, cold_stats.tuning_cache_hits, warm[2].ms / 1000.0,
-               cached_stats.tuning_ms, cached_stats.tuned_kernels, cached_stats.tuning_cache_hits, cached_warm.ms / 1000.0);
+    fmt::print(
+        "workload {:<9} O2 tuning: cold {:.0f} ms ({} kernels timed, {} database hits, warm-up {:.1f} s); "
+        "second AutoTuner on its database: {:.1f} ms ({} timed, {} hits, warm-up {:.1f} s)\n",
+        variant, cold_stats.tuning_ms, cold_stats.tuned_kernels, cold_stats.tuning_cache_hits, warm[2].ms / 1000.0,
+        cached_stats.tuning_ms, cached_stats.tuned_kernels, cached_stats.tuning_cache_hits, cached_warm.ms / 1000.0);
     // Per hot path (fused range): its untuned install, the cold re-tune and the database-hit re-tune.
     std::map<std::string, json> by_path;
     std::vector<std::string> order;
@@ -356,10 +378,14 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
     for (const std::string& path : order) paths.push_back(by_path[path]);
   }
   // Compile latency per hot path and category, over both variants: median and p90 of each part.
-  const std::vector<std::string> known_order = {
-      "O1 op kernel", "O2 fused region, untuned install", "O2 fused region re-tune, cold (timed)",
-      "O2 fused region re-tune, tuning-database hit", "O2 fused region re-tune, database miss (timed)", "O2 op kernel",
-      "O2 op kernel, tuned by timing", "O2 op kernel, tuning-database hit"};
+  const std::vector<std::string> known_order = {"O1 op kernel",
+                                                "O2 fused region, untuned install",
+                                                "O2 fused region re-tune, cold (timed)",
+                                                "O2 fused region re-tune, tuning-database hit",
+                                                "O2 fused region re-tune, database miss (timed)",
+                                                "O2 op kernel",
+                                                "O2 op kernel, tuned by timing",
+                                                "O2 op kernel, tuning-database hit"};
   std::vector<std::string> categories;
   for (const std::string& category : known_order) {
     if (std::any_of(events.begin(), events.end(), [&](const TaggedEvent& t) { return t.category == category; })) {
@@ -382,20 +408,26 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
       tuning.push_back(e.tuning_ms);
       validate.push_back(e.validate_patch_ms);
     }
-    json row = {{"category", category}, {"level", category.substr(0, 2)}, {"count", total.size()},
+    json row = {{"category", category},
+                {"level", category.substr(0, 2)},
+                {"count", total.size()},
                 {"region", category.find("region") != std::string::npos}};
-    for (auto& [name, v] : std::vector<std::pair<std::string, std::vector<double>*>>{
-             {"total", &total}, {"shape_infer", &infer}, {"codegen", &codegen}, {"tuning", &tuning}, {"validate_patch", &validate}}) {
+    for (auto& [name, v] : std::vector<std::pair<std::string, std::vector<double>*>>{{"total", &total},
+                                                                                     {"shape_infer", &infer},
+                                                                                     {"codegen", &codegen},
+                                                                                     {"tuning", &tuning},
+                                                                                     {"validate_patch", &validate}}) {
       row[name + "_median_ms"] = pct(*v, 0.5);
       row[name + "_p90_ms"] = pct(*v, 0.9);
     }
     latency.push_back(row);
-    fmt::print("compile {:<48} n={:<3} median {:8.1f} ms, p90 {:8.1f}; shape inference {:.2f}, codegen {:.1f}, tuning {:.1f}, "
-               "validation+patch {:.1f} ms (medians){}\n",
-               category, total.size(), row["total_median_ms"].get<double>(), row["total_p90_ms"].get<double>(),
-               row["shape_infer_median_ms"].get<double>(), row["codegen_median_ms"].get<double>(),
-               row["tuning_median_ms"].get<double>(), row["validate_patch_median_ms"].get<double>(),
-               row["region"].get<bool>() ? " [region: shape inference = its plan]" : "");
+    fmt::print(
+        "compile {:<48} n={:<3} median {:8.1f} ms, p90 {:8.1f}; shape inference {:.2f}, codegen {:.1f}, tuning {:.1f}, "
+        "validation+patch {:.1f} ms (medians){}\n",
+        category, total.size(), row["total_median_ms"].get<double>(), row["total_p90_ms"].get<double>(),
+        row["shape_infer_median_ms"].get<double>(), row["codegen_median_ms"].get<double>(),
+        row["tuning_median_ms"].get<double>(), row["validate_patch_median_ms"].get<double>(),
+        row["region"].get<bool>() ? " [region: shape inference = its plan]" : "");
   }
   extra = {{"compile_latency", latency},
            {"compile_paths", paths},
@@ -413,8 +445,13 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
   }
   if (!compile_ms.empty()) {
     const double n = static_cast<double>(compile_ms.size());
-    compile_out = {{"level", "O1"}, {"count", compile_ms.size()}, {"median_ms", pct(compile_ms, 0.5)}, {"p90_ms", pct(compile_ms, 0.9)},
-                   {"shape_infer_ms", infer / n}, {"codegen_ms", codegen / n}, {"validate_patch_ms", validate / n}};
+    compile_out = {{"level", "O1"},
+                   {"count", compile_ms.size()},
+                   {"median_ms", pct(compile_ms, 0.5)},
+                   {"p90_ms", pct(compile_ms, 0.9)},
+                   {"shape_infer_ms", infer / n},
+                   {"codegen_ms", codegen / n},
+                   {"validate_patch_ms", validate / n}};
   }
   return Status::ok();
 }
@@ -440,8 +477,10 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, jso
       const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
       if (compiling) during.push_back(ms);
       if (variant == "lstm_cell" && timeline.size() < 400) {
-        timeline.push_back({{"thread", "interpreter"}, {"name", fmt::format("run seq={}", cycle[i % 3])},
-                            {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()}, {"dur_ms", ms}});
+        timeline.push_back({{"thread", "interpreter"},
+                            {"name", fmt::format("run seq={}", cycle[i % 3])},
+                            {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()},
+                            {"dur_ms", ms}});
       }
     }
     instance.jit()->waitIdle();
@@ -458,16 +497,25 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, jso
     const double after_new_shape = msSince(start);
     if (variant == "lstm_cell") {
       for (const jit::CompileEvent& e : instance.jit()->stats().events) {
-        timeline.push_back({{"thread", "compile"}, {"name", e.signature}, {"start_ms", e.start_ms},
+        timeline.push_back({{"thread", "compile"},
+                            {"name", e.signature},
+                            {"start_ms", e.start_ms},
                             {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
       }
     }
     LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
-    out.push_back({{"variant", variant}, {"level", "O1"}, {"first_call_ms", first}, {"first_after_new_shape_ms", after_new_shape},
-                   {"p50_during_compile_ms", d.median}, {"p99_during_compile_ms", d.p99}, {"runs_during_compile", during.size()},
+    out.push_back({{"variant", variant},
+                   {"level", "O1"},
+                   {"first_call_ms", first},
+                   {"first_after_new_shape_ms", after_new_shape},
+                   {"p50_during_compile_ms", d.median},
+                   {"p99_during_compile_ms", d.p99},
+                   {"runs_during_compile", during.size()},
                    {"p50_steady_ms", s.median}});
-    fmt::print("cold {:<9} O1: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 {:.2f} ms ({} runs), steady p50 {:.2f} ms (seq 20)\n",
-               variant, first, after_new_shape, d.median, d.p99, during.size(), s.median);
+    fmt::print(
+        "cold {:<9} O1: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 "
+        "{:.2f} ms ({} runs), steady p50 {:.2f} ms (seq 20)\n",
+        variant, first, after_new_shape, d.median, d.p99, during.size(), s.median);
   }
   return Status::ok();
 }
@@ -487,18 +535,23 @@ Status memorySuite(const BenchFlags& flags, const Weights& weights, json& out) {
     SVM_RETURN_IF_ERROR(instance.session->set("jit_level", 1));
     SVM_RETURN_IF_ERROR(instance.session->jitStatus());
     for (int i = 0; i < 8; ++i) {
-      if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, 32, 10, 3)); !ran) return ran.status();
+      if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, 32, 10, 3)); !ran)
+        return ran.status();
     }
     const std::int64_t jit_bytes = residentBytes() - before_jit;
     const std::int64_t jit_heap = heapBytes() - before_jit_heap;
-    out.push_back({{"module", variant}, {"context_bytes", context}, {"llvm_code_bytes", jit_bytes},
-                   {"jit_heap_bytes", jit_heap}, {"kernels", instance.jit()->stats().compiles}});
-    fmt::print("memory {:<9}: VM context (module + runtime state, heap) {:.1f} KB; JIT with {} kernels (incl. LLVM): {:.1f} KB RSS, {:.1f} KB heap\n",
-               variant, static_cast<double>(context) / 1024, instance.jit()->stats().compiles, static_cast<double>(jit_bytes) / 1024,
-               static_cast<double>(jit_heap) / 1024);
+    out.push_back({{"module", variant},
+                   {"context_bytes", context},
+                   {"llvm_code_bytes", jit_bytes},
+                   {"jit_heap_bytes", jit_heap},
+                   {"kernels", instance.jit()->stats().compiles}});
+    fmt::print(
+        "memory {:<9}: VM context (module + runtime state, heap) {:.1f} KB; JIT with {} kernels (incl. LLVM): {:.1f} "
+        "KB RSS, {:.1f} KB heap\n",
+        variant, static_cast<double>(context) / 1024, instance.jit()->stats().compiles,
+        static_cast<double>(jit_bytes) / 1024, static_cast<double>(jit_heap) / 1024);
   }
   return Status::ok();
 }
-
 
 }  // namespace shapevm::bench

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Checks clang-format (.clang-format) on the C++ lines changed since a base commit: the merge base
-# with origin/main (or with --base REF) when that exists, else the previous commit (HEAD~1);
+# with origin/main (or with --base REF) when that is behind HEAD, else the previous commit (HEAD~1:
+# in CI's clone of main, origin/main is HEAD itself, so the newest commit is checked);
 # uncommitted changes count.
 # Only changed lines are checked, so untouched legacy code never fails it. Prints the diff that
 # would fix the changed lines and exits 1 when there is one.
@@ -25,7 +26,8 @@ fi
 if [ -n "$base" ]; then
   base=$(git merge-base HEAD "$base")  # never the other branch's own later changes
 else
-  if git rev-parse -q --verify origin/main >/dev/null; then
+  if git rev-parse -q --verify origin/main >/dev/null &&
+     [ "$(git merge-base HEAD origin/main)" != "$(git rev-parse HEAD)" ]; then
     base=$(git merge-base HEAD origin/main)
   elif git rev-parse -q --verify HEAD~1 >/dev/null; then
     base=HEAD~1

@@ -74,7 +74,8 @@ Expected<FrontendOptions> frontendOptions(bool no_opt, const std::string& opt_li
 
 // --no-opt / --opt=LIST / --fn as a Session's LoadOptions (the default: every optimization on).
 Expected<LoadOptions> loadOptions(bool no_opt, const std::string& opt_list, const std::string& entry) {
-  if (no_opt && !opt_list.empty()) return makeError(ErrorCode::InvalidArgument, "--no-opt and --opt cannot be combined");
+  if (no_opt && !opt_list.empty())
+    return makeError(ErrorCode::InvalidArgument, "--no-opt and --opt cannot be combined");
   LoadOptions options;
   options.optimizations = no_opt ? "none" : opt_list.empty() ? "all" : opt_list;
   options.entry = entry;  // a .py program's entry function (ignored for modules)
@@ -521,7 +522,8 @@ int main(int argc, char** argv) {
 #if SHAPEVM_HAVE_JIT
   // `shapevm bench ARGS` runs the shapevm_bench executable with ARGS (see main's first lines);
   // the subcommand is declared here for `shapevm --help` and the unknown-subcommand check.
-  app.add_subcommand("bench", "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)")
+  app.add_subcommand("bench",
+                     "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)")
       ->allow_extras();
 #endif
   run_cmd->add_option("module", run.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();

@@ -47,8 +47,8 @@ shapevm::Expected<std::vector<shapevm::Value>> randomArgs(const shapevm::Functio
     shapevm::Shape shape;
     for (const shapevm::DimInfo& d : p.dims) shape.push_back(d.size >= 0 ? d.size : dynamic);
     if (p.dtype.value_or(shapevm::DType::Float32) != shapevm::DType::Float32) {
-      return shapevm::makeError(shapevm::ErrorCode::Unsupported, "parameter '{}' is {}: this example fills float32 only",
-                                p.name, p.token);
+      return shapevm::makeError(shapevm::ErrorCode::Unsupported,
+                                "parameter '{}' is {}: this example fills float32 only", p.name, p.token);
     }
     auto tensor = shapevm::Tensor::empty(shapevm::DType::Float32, shape);
     if (!tensor) return tensor.status();
@@ -94,13 +94,15 @@ int main(int argc, char** argv) {
     }());
     if (!loaded.isOk()) return fail(loaded);
   }
-  if (shapevm::Status why = fast.jitStatus(); !why.isOk()) std::printf("note: the JIT is off (%s)\n", why.toString().c_str());
+  if (shapevm::Status why = fast.jitStatus(); !why.isOk())
+    std::printf("note: the JIT is off (%s)\n", why.toString().c_str());
   auto fn = fast.function("");
   if (!fn) return fail(fn.status());
   std::printf("function %s(", fn->name.c_str());
   for (std::size_t i = 0; i < fn->params.size(); ++i) {
     const shapevm::ParamInfo& p = fn->params[i];
-    const std::string type = p.kind == shapevm::ValueKind::Tensor ? p.token : std::string(shapevm::valueKindName(p.kind));
+    const std::string type =
+        p.kind == shapevm::ValueKind::Tensor ? p.token : std::string(shapevm::valueKindName(p.kind));
     std::printf("%s%s: %s", i ? ", " : "", p.name.c_str(), type.c_str());
   }
   std::printf(") -> %d outputs\n", fn->num_outputs);
@@ -128,12 +130,13 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   const shapevm::SessionStats st = fast.stats();
-  std::printf("%s: %llu runs, %llu compiled / %llu interpreted op launches, %llu kernels installed in %.1f ms, "
-              "%llu allocations (%llu from the system)\n",
-              level, static_cast<unsigned long long>(st.runs), static_cast<unsigned long long>(st.launches_compiled),
-              static_cast<unsigned long long>(st.launches_interpreted), static_cast<unsigned long long>(st.kernels_installed),
-              st.compile_ms, static_cast<unsigned long long>(st.allocations_requested),
-              static_cast<unsigned long long>(st.allocations_system));
+  std::printf(
+      "%s: %llu runs, %llu compiled / %llu interpreted op launches, %llu kernels installed in %.1f ms, "
+      "%llu allocations (%llu from the system)\n",
+      level, static_cast<unsigned long long>(st.runs), static_cast<unsigned long long>(st.launches_compiled),
+      static_cast<unsigned long long>(st.launches_interpreted), static_cast<unsigned long long>(st.kernels_installed),
+      st.compile_ms, static_cast<unsigned long long>(st.allocations_requested),
+      static_cast<unsigned long long>(st.allocations_system));
   std::printf("%s", st.jit_report.c_str());
   std::printf(agree ? "OK: %s matches O0\n" : "MISMATCH: %s differs from O0\n", level);
   return agree ? 0 : 1;

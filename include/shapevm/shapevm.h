@@ -41,12 +41,12 @@ namespace shapevm {
 
 // Fixed when a Session is made.
 struct SessionOptions {
-  bool profile = true;         // per-site timing and shape profiles (the JIT compiles from them;
-                               // false = everything runs interpreted)
-  bool jit_wait = false;       // each run() waits for the compiles it queued (reproducible tier-up)
-  bool autotune = true;        // O2: time each kernel's candidates (the AutoTuner); false = defaults
-  bool tuning_cache = true;    // O2: read and append the tuning database (false = --no-cache)
-  std::string tuning_db;       // its file; "" = $SHAPEVM_CACHE_DIR/tuning.jsonl (or ~/.cache/shapevm)
+  bool profile = true;               // per-site timing and shape profiles (the JIT compiles from them;
+                                     // false = everything runs interpreted)
+  bool jit_wait = false;             // each run() waits for the compiles it queued (reproducible tier-up)
+  bool autotune = true;              // O2: time each kernel's candidates (the AutoTuner); false = defaults
+  bool tuning_cache = true;          // O2: read and append the tuning database (false = --no-cache)
+  std::string tuning_db;             // its file; "" = $SHAPEVM_CACHE_DIR/tuning.jsonl (or ~/.cache/shapevm)
   std::int64_t tune_budget_ms = -1;  // per kernel; -1 = the tune_budget_ms tunable
 };
 
@@ -71,9 +71,9 @@ struct LoadOptions {
 
 // One dim of a parameter's shape token.
 struct DimInfo {
-  std::int64_t size = -1;   // the static extent; -1 = dynamic
-  std::string name;         // a dynamic dim's name ("batch"), "?N" for an unnamed id, "" anonymous/static
-  std::int64_t lo = -1;     // a dynamic dim's range, -1 = unbounded
+  std::int64_t size = -1;  // the static extent; -1 = dynamic
+  std::string name;        // a dynamic dim's name ("batch"), "?N" for an unnamed id, "" anonymous/static
+  std::int64_t lo = -1;    // a dynamic dim's range, -1 = unbounded
   std::int64_t hi = -1;
 };
 
@@ -88,26 +88,26 @@ struct ParamInfo {
 
 struct FunctionInfo {
   int index = 0;
-  std::string name;                    // "lstm_cell", "Cell.construct"
+  std::string name;  // "lstm_cell", "Cell.construct"
   std::vector<ParamInfo> params;
   int num_outputs = 0;
 };
 
 struct SessionStats {
-  std::uint64_t runs = 0;                  // run() calls that reached the interpreter
-  std::uint64_t launches_compiled = 0;     // op executions served by JIT-compiled kernels
-  std::uint64_t launches_interpreted = 0;  // op executions that ran a reference kernel
-  std::uint64_t kernels_installed = 0;     // kernels the JIT installed
-  double compile_ms = 0;                   // end-to-end compile time of those kernels, summed
-  std::uint64_t allocations_requested = 0; // tensor allocations asked of the caching allocator
-  std::uint64_t allocations_system = 0;    // ... of which reached the system allocator
-  std::uint64_t instructions = 0;          // bytecode instructions executed
-  std::uint64_t guard_misses = 0;          // compiled sites whose guards rejected the shapes
-  std::uint64_t compile_failures = 0;      // codegen failures and validation rejections
-  std::uint64_t fused_regions = 0;         // O2 fused ranges installed
-  double tuning_ms = 0;                    // AutoTuner time, summed
-  int jit_level = 0;                       // the level the JIT runs at (0 when none is attached)
-  std::string jit_report;                  // the JIT's report (what `shapevm run --stats` prints); "" at O0
+  std::uint64_t runs = 0;                   // run() calls that reached the interpreter
+  std::uint64_t launches_compiled = 0;      // op executions served by JIT-compiled kernels
+  std::uint64_t launches_interpreted = 0;   // op executions that ran a reference kernel
+  std::uint64_t kernels_installed = 0;      // kernels the JIT installed
+  double compile_ms = 0;                    // end-to-end compile time of those kernels, summed
+  std::uint64_t allocations_requested = 0;  // tensor allocations asked of the caching allocator
+  std::uint64_t allocations_system = 0;     // ... of which reached the system allocator
+  std::uint64_t instructions = 0;           // bytecode instructions executed
+  std::uint64_t guard_misses = 0;           // compiled sites whose guards rejected the shapes
+  std::uint64_t compile_failures = 0;       // codegen failures and validation rejections
+  std::uint64_t fused_regions = 0;          // O2 fused ranges installed
+  double tuning_ms = 0;                     // AutoTuner time, summed
+  int jit_level = 0;                        // the level the JIT runs at (0 when none is attached)
+  std::string jit_report;                   // the JIT's report (what `shapevm run --stats` prints); "" at O0
 };
 
 class Session {
@@ -127,7 +127,7 @@ class Session {
     std::string key;
     std::int64_t value = 0;
     std::int64_t default_value = 0;
-    std::string env;      // the environment variable that sets it
+    std::string env;  // the environment variable that sets it
     std::string meaning;
   };
   // Every row of the table, with this Session's jit_level.

@@ -571,7 +571,9 @@ Expected<Module> deserializeModule(std::span<const std::uint8_t> bytes, std::str
   if (header.ok() && std::memcmp(magic.data(), kMagic, 4) != 0) header.failAt(0, "magic", "not a ShapeVM module (expected \"SVM\\x01\")");
   std::uint32_t version = header.get<std::uint32_t>("version");
   if (header.ok() && (version < kSvmOldestVersion || version > kSvmVersion)) {
-    header.failAt(4, "version", fmt::format("unsupported version {} (this build reads {}..{})", version, kSvmOldestVersion, kSvmVersion));
+    header.failAt(
+        4, "version",
+        fmt::format("unsupported version {} (this build reads {}..{})", version, kSvmOldestVersion, kSvmVersion));
   }
   std::uint32_t checksum = header.get<std::uint32_t>("checksum");
   std::uint64_t size = header.get<std::uint64_t>("payload size");

@@ -25,8 +25,7 @@ RegisterLists<const std::int32_t> registerListsOf(const Function& function, cons
         lists.list = std::span<const std::int32_t>(function.operand_pool)
                          .subspan(static_cast<std::size_t>(inst.b), static_cast<std::size_t>(inst.c));
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return lists;

@@ -30,12 +30,8 @@ void visitRegisters(Opcode op, T& a, T& b, T& c, const RegisterLists<T>& lists, 
   T* fields[3] = {&a, &b, &c};
   for (int f = 0; f < 3; ++f) {
     switch (operandRole(op, f)) {
-      case OperandRole::RegRead:
-        cb(*fields[f], false);
-        break;
-      case OperandRole::RegWrite:
-        cb(*fields[f], true);
-        break;
+      case OperandRole::RegRead: cb(*fields[f], false); break;
+      case OperandRole::RegWrite: cb(*fields[f], true); break;
       case OperandRole::OpSite:
       case OperandRole::CallSite:
         for (T& r : lists.site_inputs) {
@@ -49,8 +45,7 @@ void visitRegisters(Opcode op, T& a, T& b, T& c, const RegisterLists<T>& lists, 
           for (T& r : lists.list) cb(r, operandRole(op, f) == OperandRole::RegListWrite);
         }
         break;
-      default:
-        break;
+      default: break;
     }
   }
 }

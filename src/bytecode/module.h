@@ -61,7 +61,7 @@ struct Function {
   std::vector<Param> params;
   std::int32_t num_outputs = 0;
   std::int32_t num_registers = 0;
-  std::int32_t num_loops = 0;    // loop-region ids are 0..num_loops-1
+  std::int32_t num_loops = 0;          // loop-region ids are 0..num_loops-1
   std::vector<std::string> dim_names;  // per dynamic dim id: its name ("batch") or ""
   std::vector<Instruction> code;
   std::vector<SourceLoc> locs;         // parallel to code

@@ -31,8 +31,19 @@ static_assert(sizeof(Instruction) == 16, "instructions are 16 bytes");
 
 // The role of one operand field (see the legend in opcodes.def).
 enum class OperandRole : char {
-  Unused = '_', RegWrite = 'D', RegRead = 'r', Constant = 'k', Param = 'p', Output = 'o', Target = 't',
-  Loop = 'l', Immediate = 'n', OpSite = 's', CallSite = 'c', RegListRead = 'v', RegListWrite = 'V',
+  Unused = '_',
+  RegWrite = 'D',
+  RegRead = 'r',
+  Constant = 'k',
+  Param = 'p',
+  Output = 'o',
+  Target = 't',
+  Loop = 'l',
+  Immediate = 'n',
+  OpSite = 's',
+  CallSite = 'c',
+  RegListRead = 'v',
+  RegListWrite = 'V',
 };
 
 std::string_view opcodeName(Opcode op);

@@ -885,8 +885,10 @@ class Assembler {
       }
       function_ = nullptr;
     } else {
-      return cur.errorAt(start, fmt::format("unknown directive '.{}' inside a function (expected .param, .dim, .outputs, "
-                                            ".registers, .loops, .loc or .end)", name));
+      return cur.errorAt(start,
+                         fmt::format("unknown directive '.{}' inside a function (expected .param, .dim, .outputs, "
+                                     ".registers, .loops, .loc or .end)",
+                                     name));
     }
     return cur.expectEnd();
   }

@@ -99,10 +99,12 @@ std::string contradictedShape(const OpSchema& schema, const OpSite& site, std::s
       continue;
     }
     SymShape shape;
-    for (const DimToken& d : token.dims) shape.dims.push_back(d.is_static ? SymDim::fixed(d.size) : SymDim::dynamic(d.id));
+    for (const DimToken& d : token.dims)
+      shape.dims.push_back(d.is_static ? SymDim::fixed(d.size) : SymDim::dynamic(d.id));
     inputs.push_back(SymInput::tensor(shape));
   }
-  const SymShape inferred = inferShape(schema, inputs, site.attrs, static_cast<int>(output), static_cast<int>(site.outputs.size()));
+  const SymShape inferred =
+      inferShape(schema, inputs, site.attrs, static_cast<int>(output), static_cast<int>(site.outputs.size()));
   const TensorDescriptor& token = site.output_tokens[output];
   if (!inferred.rank_known || token.any_rank) return "";
   bool ok = inferred.rank() == token.rank();
@@ -325,8 +327,9 @@ class FunctionVerifier {
         return fail(pc, "op-tokens", fmt::format("op '{}' output {} has the non-tensor token _ (ops produce tensors)", schema.name, i));
       }
       if (std::string inferred = contradictedShape(schema, site, i); !inferred.empty()) {
-        return fail(pc, "op-shape", fmt::format("op '{}' output {} has the token {}, but its inputs give {} ({})", schema.name, i,
-                                                site.output_tokens[i].toString(), inferred, schema.shape_fn_name));
+        return fail(pc, "op-shape",
+                    fmt::format("op '{}' output {} has the token {}, but its inputs give {} ({})", schema.name, i,
+                                site.output_tokens[i].toString(), inferred, schema.shape_fn_name));
       }
     }
     return Status::ok();

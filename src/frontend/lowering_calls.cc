@@ -38,12 +38,12 @@ struct PyQuirk {
   const char* what;  // "hidden", "role:<input>=<role>", "default:<attr>=<text>", "order:<attrs...>", "split"
 };
 constexpr PyQuirk kPyQuirks[] = {
-    {"slice", "hidden"},                  // reached through subscripts, not ops.slice
-    {"gather", "role:indices=G"},         // a tensor or an int index
-    {"pad", "role:pads=P"},               // numpy-style ((before, after), ...) pairs
-    {"arange", "default:dtype=None"},     // int64, or float64 when an argument is a float
-    {"layer_norm", "order:eps axis"},     // eps is the 4th positional argument
-    {"split", "split"},                   // sections_or_sizes decides sections or sizes
+    {"slice", "hidden"},               // reached through subscripts, not ops.slice
+    {"gather", "role:indices=G"},      // a tensor or an int index
+    {"pad", "role:pads=P"},            // numpy-style ((before, after), ...) pairs
+    {"arange", "default:dtype=None"},  // int64, or float64 when an argument is a float
+    {"layer_norm", "order:eps axis"},  // eps is the 4th positional argument
+    {"split", "split"},                // sections_or_sizes decides sections or sizes
 };
 
 std::string defaultText(const AttrSpec& attr) {
@@ -120,7 +120,8 @@ std::optional<OpBinding> bindingOf(const OpSchema& schema) {
     const std::size_t eq = q.find('=');
     for (ArgSpec& arg : b.args) {
       if (q.starts_with("role:") && q.substr(5, eq - 5) == arg.name) arg.role = q[eq + 1];
-      if (q.starts_with("default:") && q.substr(8, eq - 8) == arg.attr) arg.default_text = std::string(q.substr(eq + 1));
+      if (q.starts_with("default:") && q.substr(8, eq - 8) == arg.attr)
+        arg.default_text = std::string(q.substr(eq + 1));
     }
   }
   return b;

@@ -42,7 +42,9 @@ std::optional<Val> foldScalar(Opcode op, const Val& a, const Val& b) {
   return constantOf(shapevm::scalarBinary(op, valueOf(a), valueOf(b)));
 }
 
-std::optional<Val> foldUnary(Opcode op, const Val& a) { return constantOf(shapevm::scalarUnary(op, valueOf(a))); }
+std::optional<Val> foldUnary(Opcode op, const Val& a) {
+  return constantOf(shapevm::scalarUnary(op, valueOf(a)));
+}
 
 }  // namespace
 

@@ -25,26 +25,19 @@ std::string quoted(std::string_view text) {
 
 std::string_view inputKindName(InputKind kind) {
   switch (kind) {
-    case InputKind::Tensor:
-      return "T";
-    case InputKind::Ints:
-      return "ints";
-    case InputKind::Int:
-      return "int";
-    case InputKind::Num:
-      return "num";
+    case InputKind::Tensor: return "T";
+    case InputKind::Ints: return "ints";
+    case InputKind::Int: return "int";
+    case InputKind::Num: return "num";
   }
   return "?";
 }
 
 std::string_view domainName(InputDomain domain) {
   switch (domain) {
-    case InputDomain::Any:
-      return "any";
-    case InputDomain::Positive:
-      return "pos";
-    case InputDomain::Bool:
-      return "bool";
+    case InputDomain::Any: return "any";
+    case InputDomain::Positive: return "pos";
+    case InputDomain::Bool: return "bool";
   }
   return "?";
 }

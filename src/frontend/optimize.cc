@@ -23,7 +23,8 @@ void visitIrRegisters(Inst& inst, F&& cb) {
   RegisterLists<T> lists;
   lists.site_inputs = inst.inputs;
   lists.site_outputs = inst.outputs;
-  lists.list = operandRole(inst.op, 1) == OperandRole::RegListWrite ? std::span<T>(inst.outputs) : std::span<T>(inst.inputs);
+  lists.list =
+      operandRole(inst.op, 1) == OperandRole::RegListWrite ? std::span<T>(inst.outputs) : std::span<T>(inst.inputs);
   visitRegisters<T>(inst.op, inst.a, inst.b, inst.c, lists, cb);
 }
 

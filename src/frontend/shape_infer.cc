@@ -36,7 +36,8 @@ SymInput symInput(const Val& v) {
     case VKind::Tensor: {
       if (!v.token.is_tensor || v.token.any_rank) return SymInput::of(SymInput::Kind::Other);
       SymShape shape;
-      for (const DimToken& d : v.token.dims) shape.dims.push_back(d.is_static ? SymDim::fixed(d.size) : SymDim::dynamic(d.id));
+      for (const DimToken& d : v.token.dims)
+        shape.dims.push_back(d.is_static ? SymDim::fixed(d.size) : SymDim::dynamic(d.id));
       return SymInput::tensor(shape);
     }
     case VKind::Int:
@@ -64,7 +65,8 @@ SymInput symInput(const Val& v) {
 TensorDescriptor tokenOf(const SymShape& shape) {
   if (!shape.rank_known) return TensorDescriptor::anyTensor();
   TensorDescriptor out;
-  for (const SymDim& d : shape.dims) out.dims.push_back(d.is_static ? DimToken::fixed(d.size) : DimToken::dynamic(d.id));
+  for (const SymDim& d : shape.dims)
+    out.dims.push_back(d.is_static ? DimToken::fixed(d.size) : DimToken::dynamic(d.id));
   return out;
 }
 

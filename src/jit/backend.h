@@ -22,11 +22,11 @@ namespace shapevm::jit {
 // What a backend compiles for. `isa` is the part kernel families read (stamped into every
 // KernelSpec the backend compiles: KernelSpec::target); the rest describes the target.
 struct BackendCapabilities {
-  std::string backend;             // "llvm-cpu"
-  Device device;                   // where the kernels' operands must live
-  std::string target;              // the CPU (or device) it compiles for, e.g. "znver4", "haswell"
-  std::string features;            // ISA features that are on, space-separated ("avx2 fma ...")
-  KernelTarget isa;                // vector width, registers, bf16 dot products
+  std::string backend;               // "llvm-cpu"
+  Device device;                     // where the kernels' operands must live
+  std::string target;                // the CPU (or device) it compiles for, e.g. "znver4", "haswell"
+  std::string features;              // ISA features that are on, space-separated ("avx2 fma ...")
+  KernelTarget isa;                  // vector width, registers, bf16 dot products
   std::vector<DType> native_dtypes;  // dtypes the target computes in natively (others widen)
   // True when `feature` (e.g. "avx512f") is in `features`.
   bool hasFeature(std::string_view feature) const;
@@ -37,18 +37,18 @@ struct BackendCapabilities {
 // Rough speeds and sizes the tuner and the planner may weigh candidates with. Estimates from the
 // target description, not measurements (the AutoTuner measures; these only order and prune).
 struct CostHints {
-  double peak_gflops = 0;           // one core's float32 FMA peak (estimated, GFLOP/s)
-  std::int64_t l1_bytes = 0;        // per-core data caches, and the shared last level
+  double peak_gflops = 0;     // one core's float32 FMA peak (estimated, GFLOP/s)
+  std::int64_t l1_bytes = 0;  // per-core data caches, and the shared last level
   std::int64_t l2_bytes = 0;
   std::int64_t l3_bytes = 0;
-  int cores = 1;                    // cores a kernel may split its work across
+  int cores = 1;  // cores a kernel may split its work across
 };
 
 // A kernel that is loaded and callable; owned by its backend until free().
 struct KernelHandle {
-  std::uint64_t id = 0;          // backend-wide kernel version id
-  void* address = nullptr;       // the entry point (CPU: a GeneratedKernelFn)
-  std::string symbol;            // e.g. "svm_matmul_f32_Mdyn_K128_N1024_v3"
+  std::uint64_t id = 0;     // backend-wide kernel version id
+  void* address = nullptr;  // the entry point (CPU: a GeneratedKernelFn)
+  std::string symbol;       // e.g. "svm_matmul_f32_Mdyn_K128_N1024_v3"
 };
 
 // Compiled code that is not yet loaded (a backend-defined object: an optimized module, PTX ...).

@@ -64,7 +64,7 @@ class PackedOperandCache {
 
 struct CompiledKernel {
   const KernelFamily* family = nullptr;
-  KernelSpec spec;                  // stamped with the backend's target
+  KernelSpec spec;                         // stamped with the backend's target
   const KernelBackend* backend = nullptr;  // launches `handle`; operands live on its device
   KernelHandle handle;
   int num_outputs = 1;

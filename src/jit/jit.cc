@@ -261,8 +261,8 @@ void Jit::recordFailure(int function, int site, JitReason reason, const std::str
   }
   state.phase = state.compiles > 0 ? SiteState::Phase::Compiled : SiteState::Phase::Cold;
   state.misses_at_request = vm_.runtime(function).slots[static_cast<std::size_t>(site)].guard_misses.load(std::memory_order_relaxed);
-  logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}; backing off {} executions ({})", what, state.pc, why, verdict.wait,
-        jitReasonName(reason));
+  logAt(LogLevel::Info, "JIT", "{} for PC=0x{:02X}: {}; backing off {} executions ({})", what, state.pc, why,
+        verdict.wait, jitReasonName(reason));
 }
 
 void Jit::compileSite(const Request& request) {
@@ -490,18 +490,20 @@ void Jit::compileRange(const Request& request) {
     const JitReason reason = validation ? JitReason::ValidationFailed : JitReason::CodegenFailed;
     ++stats_.fallbacks[static_cast<std::size_t>(reason)];
     const Region& hot = regions_[static_cast<std::size_t>(function)][static_cast<std::size_t>(snapshot.region)];
-    const FailureBackoff::Verdict verdict = state.backoff.recordFailure(measureRegion(hot, vm_.runtime(function)).executions);
+    const FailureBackoff::Verdict verdict =
+        state.backoff.recordFailure(measureRegion(hot, vm_.runtime(function)).executions);
     if (verdict.blacklisted) {
       state.phase = Phase::Blacklisted;
       ++stats_.blacklisted_sites;
-      logAt(LogLevel::Info, "JIT", "Blacklisted region at PC=0x{:02X} after {} failures ({}): {}; its ops compile one by one",
+      logAt(LogLevel::Info, "JIT",
+            "Blacklisted region at PC=0x{:02X} after {} failures ({}): {}; its ops compile one by one",
             snapshot.range.start_pc, state.backoff.failures, jitReasonName(reason), region.status().message());
       return;
     }
     state.phase = state.compiles > 0 ? Phase::Installed : Phase::Cold;
     logAt(LogLevel::Info, "JIT", "{} for region at PC=0x{:02X}: {}; backing off {} executions ({})",
-          validation ? "Validation failed" : "Compile failed", snapshot.range.start_pc, region.status().message(), verdict.wait,
-          jitReasonName(reason));
+          validation ? "Validation failed" : "Compile failed", snapshot.range.start_pc, region.status().message(),
+          verdict.wait, jitReasonName(reason));
     return;
   }
   (*region)->decline_counter = state.declines;

@@ -3,12 +3,11 @@
 // cheap): after the warm-up runs, find hot regions (HotPathDetector), and queue one compile
 // request per hot site (O1: one kernel per op) or per site whose guards keep missing (a new
 // shape). On the compile thread(s): shape inference from the site's ProfileBuffer, codegen
-// through the kernel backend (KernelBackend; today the LLVM CPU backend), validation against the reference kernel, then RuntimePatchManager installs the
-// kernel. Failures are logged with a reason from abort_reasons.def; the site backs off (doubling)
-// and is blacklisted after BlacklistAfter failures. Results never change: every fallback is the
-// reference kernel.
-// Invariant: the interpreter never waits for a compile (unless JitOptions::wait_for_compiles, a
-// test/benchmark switch), and the Jit must be destroyed while its VM is not running.
+// through the kernel backend (KernelBackend; today the LLVM CPU backend), validation against the reference kernel, then
+// RuntimePatchManager installs the kernel. Failures are logged with a reason from abort_reasons.def; the site backs off
+// (doubling) and is blacklisted after BlacklistAfter failures. Results never change: every fallback is the reference
+// kernel. Invariant: the interpreter never waits for a compile (unless JitOptions::wait_for_compiles, a test/benchmark
+// switch), and the Jit must be destroyed while its VM is not running.
 #pragma once
 
 #include <array>
@@ -148,7 +147,7 @@ class Jit final : public ExecutionObserver {
   VirtualMachine& vm_;
   JitOptions options_;
   int level_ = 0;
-  std::unique_ptr<KernelBackend> engine_;            // the LLVM CPU backend (level >= 1)
+  std::unique_ptr<KernelBackend> engine_;  // the LLVM CPU backend (level >= 1)
   std::unique_ptr<RuntimePatchManager> patches_;
   std::vector<std::vector<Region>> regions_;          // per function
   std::vector<std::vector<SiteState>> sites_;         // per function, per op site

@@ -21,7 +21,8 @@ Liveness::Liveness(const Function& function) {
         if (s < 0 || s >= n) continue;
         for (int w = 0; w < words_; ++w) set[static_cast<std::size_t>(w)] |= live_in_[static_cast<std::size_t>(s * words_ + w)];
       }
-      forEachWrite(function, in, [&](int r) { set[static_cast<std::size_t>(r / 64)] &= ~(std::uint64_t{1} << (r % 64)); });
+      forEachWrite(function, in,
+                   [&](int r) { set[static_cast<std::size_t>(r / 64)] &= ~(std::uint64_t{1} << (r % 64)); });
       forEachRead(function, in, [&](int r) { set[static_cast<std::size_t>(r / 64)] |= std::uint64_t{1} << (r % 64); });
       for (int w = 0; w < words_; ++w) {
         std::uint64_t& slot = live_in_[static_cast<std::size_t>(pc * words_ + w)];

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Register liveness over a function's bytecode (classic backward dataflow to a fixed point), from
 // the reads, writes and successors of bytecode/instruction_info.h: which registers may still be
-// read after a given PC. Region fusion uses it to decide which values a fused range must write back to registers; everything
-// else stays inside the kernels and is never materialized.
+// read after a given PC. Region fusion uses it to decide which values a fused range must write back to registers;
+// everything else stays inside the kernels and is never materialized.
 #pragma once
 
 #include <cstdint>

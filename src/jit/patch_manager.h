@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "jit/compiled_kernel.h"
 #include "jit/backend.h"
+#include "jit/compiled_kernel.h"
 #include "jit/region.h"
 #include "vm/vm.h"
 

@@ -93,10 +93,11 @@ bool runCompiledRegion(const void* state, std::span<Value> registers);
 // `compiles` = earlier compiles of this range (the matmul range policy widens with it). With a
 // tuner, each kernel's parameters are tuned (one outcome per tuned kernel in *tuning). The result is validated
 // against the reference kernels run op by op on fresh random inputs of the observed shapes.
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module, const Function& function,
-                                                        const FusionRange& range, const Liveness& liveness,
-                                                        std::span<const std::vector<ProfileRecord>> records, int compiles,
-                                                        Tuner* tuner, std::vector<TuneOutcome>* tuning,
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module,
+                                                        const Function& function, const FusionRange& range,
+                                                        const Liveness& liveness,
+                                                        std::span<const std::vector<ProfileRecord>> records,
+                                                        int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
                                                         RegionCompileTimes* times = nullptr);
 
 }  // namespace shapevm::jit

@@ -75,7 +75,8 @@ void planBlocks(RegionPlan& p) {
     StepBlock block;
     block.members.push_back(k);
     if (rowStep(p.steps[static_cast<std::size_t>(k)])) {
-      std::set<int> made(p.steps[static_cast<std::size_t>(k)].outputs.begin(), p.steps[static_cast<std::size_t>(k)].outputs.end());
+      std::set<int> made(p.steps[static_cast<std::size_t>(k)].outputs.begin(),
+                         p.steps[static_cast<std::size_t>(k)].outputs.end());
       std::vector<int> independent;
       for (int j = k + 1; j < n; ++j) {
         const Step& step = p.steps[static_cast<std::size_t>(j)];
@@ -292,13 +293,16 @@ KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily&
 
 }  // namespace
 
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module, const Function& function,
-                                                        const FusionRange& range, const Liveness& liveness,
-                                                        std::span<const std::vector<ProfileRecord>> records, int compiles,
-                                                        Tuner* tuner, std::vector<TuneOutcome>* tuning,
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module,
+                                                        const Function& function, const FusionRange& range,
+                                                        const Liveness& liveness,
+                                                        std::span<const std::vector<ProfileRecord>> records,
+                                                        int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
                                                         RegionCompileTimes* times) {
   using Clock = std::chrono::steady_clock;
-  const auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
   Clock::time_point phase = Clock::now();
   RegionCompileTimes local;
   if (times == nullptr) times = &local;
@@ -315,10 +319,12 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
     op.op = in.op;
     op.dst = in.a;
     if (in.op == Opcode::LoadConst) {
-      if (in.b < 0 || static_cast<std::size_t>(in.b) >= module.constants.size()) return makeError(ErrorCode::Internal, "bad constant");
+      if (in.b < 0 || static_cast<std::size_t>(in.b) >= module.constants.size())
+        return makeError(ErrorCode::Internal, "bad constant");
       op.constant = module.constants[static_cast<std::size_t>(in.b)].value;
     } else if (in.op == Opcode::TuplePack) {
-      for (std::int32_t i = 0; i < in.c; ++i) op.items.push_back(function.operand_pool[static_cast<std::size_t>(in.b + i)]);
+      for (std::int32_t i = 0; i < in.c; ++i)
+        op.items.push_back(function.operand_pool[static_cast<std::size_t>(in.b + i)]);
     } else if (in.op == Opcode::DimOf) {
       op.items = {in.b};
       op.axis = in.c;
@@ -333,7 +339,8 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
   // A range whose ops fail on random inputs of its shapes (integer division by zero, an index out
   // of range ...) cannot be planned or validated: not fusable, not a codegen failure.
   if (Status run = referenceRun(p, reference); !run.isOk()) {
-    return makeError(ErrorCode::Unsupported, "the reference run on random inputs of the observed shapes failed: {}", run.message());
+    return makeError(ErrorCode::Unsupported, "the reference run on random inputs of the observed shapes failed: {}",
+                     run.message());
   }
   for (std::size_t v = 0; v < p.values.size(); ++v) {
     const Value& observed = reference.realValue(static_cast<int>(v));

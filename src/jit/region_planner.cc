@@ -17,9 +17,13 @@ namespace {
 
 // Op classes come from the schema (ops.def's jit column): `view` ops become leaf index maps,
 // `fuse` ops fused-program nodes, `freduce` ops fused reductions, `norm` ops statistics.
-const JitSupport& jitOf(OpId op) { return OpRegistry::global().schema(op).jit; }
+const JitSupport& jitOf(OpId op) {
+  return OpRegistry::global().schema(op).jit;
+}
 
-bool isViewOp(OpId op) { return jitOf(op).view; }
+bool isViewOp(OpId op) {
+  return jitOf(op).view;
+}
 
 bool isFloat16or32(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;

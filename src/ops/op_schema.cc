@@ -89,12 +89,9 @@ AttrValue parseDefault(AttrKind kind, std::string_view text) {
       std::from_chars(text.data(), text.data() + text.size(), v);
       return AttrValue::ofInt(v);
     }
-    case AttrKind::Float:
-      return AttrValue::ofFloat(std::strtod(std::string(text).c_str(), nullptr));
-    case AttrKind::Bool:
-      return AttrValue::ofBool(text == "true");
-    case AttrKind::DType:
-      return AttrValue::ofDType(parseDType(text).value_or(DType::Float32));
+    case AttrKind::Float: return AttrValue::ofFloat(std::strtod(std::string(text).c_str(), nullptr));
+    case AttrKind::Bool: return AttrValue::ofBool(text == "true");
+    case AttrKind::DType: return AttrValue::ofDType(parseDType(text).value_or(DType::Float32));
     case AttrKind::Ints: {
       std::vector<std::int64_t> values;  // only "[]" defaults appear in ops.def
       return AttrValue::ofInts(values);
@@ -168,16 +165,11 @@ OpSchema buildSchema(const OpRow& row) {
 
 std::string_view attrKindName(AttrKind kind) {
   switch (kind) {
-    case AttrKind::Int:
-      return "int";
-    case AttrKind::Float:
-      return "float";
-    case AttrKind::Bool:
-      return "bool";
-    case AttrKind::Ints:
-      return "ints";
-    case AttrKind::DType:
-      return "dtype";
+    case AttrKind::Int: return "int";
+    case AttrKind::Float: return "float";
+    case AttrKind::Bool: return "bool";
+    case AttrKind::Ints: return "ints";
+    case AttrKind::DType: return "dtype";
   }
   return "?";
 }
@@ -186,31 +178,24 @@ bool AttrValue::operator==(const AttrValue& other) const {
   if (kind != other.kind) return false;
   switch (kind) {
     case AttrKind::Int:
-    case AttrKind::Bool:
-      return i == other.i;
-    case AttrKind::Float:
-      return f == other.f || (f != f && other.f != other.f);
-    case AttrKind::Ints:
-      return ints == other.ints;
-    case AttrKind::DType:
-      return dtype == other.dtype;
+    case AttrKind::Bool: return i == other.i;
+    case AttrKind::Float: return f == other.f || (f != f && other.f != other.f);
+    case AttrKind::Ints: return ints == other.ints;
+    case AttrKind::DType: return dtype == other.dtype;
   }
   return false;
 }
 
 std::string AttrValue::toString() const {
   switch (kind) {
-    case AttrKind::Int:
-      return std::to_string(i);
-    case AttrKind::Bool:
-      return i ? "true" : "false";
+    case AttrKind::Int: return std::to_string(i);
+    case AttrKind::Bool: return i ? "true" : "false";
     case AttrKind::Float: {
       std::string text = fmt::format("{}", f);  // shortest round-trip form
       if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
       return text;
     }
-    case AttrKind::DType:
-      return std::string(dtypeName(dtype));
+    case AttrKind::DType: return std::string(dtypeName(dtype));
     case AttrKind::Ints: {
       std::string text = "[";
       for (std::size_t k = 0; k < ints.size(); ++k) {
@@ -245,56 +230,34 @@ int OpSchema::attrIndex(std::string_view attr_name) const {
 
 std::string_view opClassName(OpClass cls) {
   switch (cls) {
-    case OpClass::Contraction:
-      return "contraction";
-    case OpClass::Binary:
-      return "binary";
-    case OpClass::Compare:
-      return "compare";
-    case OpClass::Unary:
-      return "unary";
-    case OpClass::Select:
-      return "select";
-    case OpClass::Cast:
-      return "cast";
-    case OpClass::Nary:
-      return "nary";
-    case OpClass::View:
-      return "view";
-    case OpClass::Movement:
-      return "movement";
-    case OpClass::Reduction:
-      return "reduction";
-    case OpClass::Normalization:
-      return "normalization";
-    case OpClass::Copy:
-      return "copy";
-    case OpClass::Creation:
-      return "creation";
+    case OpClass::Contraction: return "contraction";
+    case OpClass::Binary: return "binary";
+    case OpClass::Compare: return "compare";
+    case OpClass::Unary: return "unary";
+    case OpClass::Select: return "select";
+    case OpClass::Cast: return "cast";
+    case OpClass::Nary: return "nary";
+    case OpClass::View: return "view";
+    case OpClass::Movement: return "movement";
+    case OpClass::Reduction: return "reduction";
+    case OpClass::Normalization: return "normalization";
+    case OpClass::Copy: return "copy";
+    case OpClass::Creation: return "creation";
   }
   return "?";
 }
 
 std::string_view dtypeRuleName(DTypeRule rule) {
   switch (rule) {
-    case DTypeRule::Same:
-      return "same";
-    case DTypeRule::Promote:
-      return "promote";
-    case DTypeRule::Bool:
-      return "bool";
-    case DTypeRule::Float:
-      return "float";
-    case DTypeRule::Select:
-      return "select";
-    case DTypeRule::Attr:
-      return "attr";
-    case DTypeRule::Int64:
-      return "int64";
-    case DTypeRule::Sum:
-      return "sum";
-    case DTypeRule::Mean:
-      return "mean";
+    case DTypeRule::Same: return "same";
+    case DTypeRule::Promote: return "promote";
+    case DTypeRule::Bool: return "bool";
+    case DTypeRule::Float: return "float";
+    case DTypeRule::Select: return "select";
+    case DTypeRule::Attr: return "attr";
+    case DTypeRule::Int64: return "int64";
+    case DTypeRule::Sum: return "sum";
+    case DTypeRule::Mean: return "mean";
   }
   return "?";
 }
@@ -354,12 +317,9 @@ std::optional<DType> resultDType(const OpSchema& schema, std::span<const std::op
     promoted = promoted ? promoteTypes(*promoted, *d) : *d;
   }
   switch (schema.dtype_rule) {
-    case DTypeRule::Same:
-      return first;
-    case DTypeRule::Promote:
-      return promoted;
-    case DTypeRule::Bool:
-      return DType::Bool;
+    case DTypeRule::Same: return first;
+    case DTypeRule::Promote: return promoted;
+    case DTypeRule::Bool: return DType::Bool;
     case DTypeRule::Float:
       if (!first) return std::nullopt;
       return isFloating(*first) ? *first : DType::Float32;
@@ -371,8 +331,7 @@ std::optional<DType> resultDType(const OpSchema& schema, std::span<const std::op
       if (index < 0 || static_cast<std::size_t>(index) >= attrs.size()) return std::nullopt;
       return attrs[static_cast<std::size_t>(index)].dtype;
     }
-    case DTypeRule::Int64:
-      return DType::Int64;
+    case DTypeRule::Int64: return DType::Int64;
     case DTypeRule::Sum:
       if (!first) return std::nullopt;
       return isFloating(*first) ? *first : DType::Int64;

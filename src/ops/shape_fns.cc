@@ -22,15 +22,12 @@ bool isOne(const SymDim& d) {
 // An input as a tensor shape: a scalar acts as a 0-d tensor; anything else has an unknown shape.
 SymShape tensorOf(const SymInput& in) {
   switch (in.kind) {
-    case SymInput::Kind::Tensor:
-      return in.shape;
+    case SymInput::Kind::Tensor: return in.shape;
     case SymInput::Kind::IntScalar:
-    case SymInput::Kind::Scalar:
-      return SymShape{};
+    case SymInput::Kind::Scalar: return SymShape{};
     case SymInput::Kind::Ints:
     case SymInput::Kind::None:
-    case SymInput::Kind::Other:
-      return SymShape::any();
+    case SymInput::Kind::Other: return SymShape::any();
   }
   return SymShape::any();
 }
@@ -180,12 +177,9 @@ SymShape reshapeLike(const ShapeArgs& args, bool allow_minus_one) {
     int minus_index = -1, nonstatic = 0;
     const std::vector<SymDim>& items = args.inputs[1].shape.dims;
     for (std::size_t k = 0; k < items.size(); ++k) {
-      if (items[k].is_static && items[k].size == -1)
-        minus_index = static_cast<int>(k);
-      else if (out.dims[k].is_static)
-        known *= out.dims[k].size;
-      else
-        ++nonstatic;
+      if (items[k].is_static && items[k].size == -1) minus_index = static_cast<int>(k);
+      else if (out.dims[k].is_static) known *= out.dims[k].size;
+      else ++nonstatic;
     }
     if (all_static && nonstatic == 0 && known > 0 && total % known == 0 && minus_index >= 0) {
       out.dims[static_cast<std::size_t>(minus_index)] = SymDim::fixed(total / known);
@@ -308,10 +302,8 @@ namespace {
 SymShape reduced(const SymShape& x, const std::set<std::int64_t>& axes, bool keepdims) {
   SymShape out;
   for (int k = 0; k < x.rank(); ++k) {
-    if (!axes.count(k))
-      out.dims.push_back(x.dims[static_cast<std::size_t>(k)]);
-    else if (keepdims)
-      out.dims.push_back(SymDim::fixed(1));
+    if (!axes.count(k)) out.dims.push_back(x.dims[static_cast<std::size_t>(k)]);
+    else if (keepdims) out.dims.push_back(SymDim::fixed(1));
   }
   return out;
 }

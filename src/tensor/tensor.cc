@@ -126,16 +126,15 @@ Expected<Storage*> Storage::allocate(std::size_t nbytes) {
 
 Status requireCpu(const Tensor& tensor, std::string_view what) {
   if (!tensor.defined() || tensor.device().isCpu()) return Status::ok();
-  return makeError(ErrorCode::Unsupported, "{}: {} lives on {}, and this code reads host memory only (copy it to the cpu first)",
-                   what, tensor.describe(), tensor.device().toString());
+  return makeError(ErrorCode::Unsupported,
+                   "{}: {} lives on {}, and this code reads host memory only (copy it to the cpu first)", what,
+                   tensor.describe(), tensor.device().toString());
 }
 
 std::string Device::toString() const {
   switch (kind) {
-    case DeviceKind::Cpu:
-      return index == 0 ? "cpu" : fmt::format("cpu:{}", index);
-    case DeviceKind::Cuda:
-      return fmt::format("cuda:{}", index);
+    case DeviceKind::Cpu: return index == 0 ? "cpu" : fmt::format("cpu:{}", index);
+    case DeviceKind::Cuda: return fmt::format("cuda:{}", index);
   }
   return fmt::format("device{}:{}", static_cast<int>(kind), index);
 }

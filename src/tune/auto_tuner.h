@@ -53,8 +53,8 @@ class AutoTuner final : public jit::Tuner {
  public:
   explicit AutoTuner(AutoTunerOptions options = {});
 
-  Expected<jit::TuneOutcome> tune(jit::KernelBackend& engine, const jit::KernelFamily& family, const jit::KernelSpec& spec,
-                                  std::span<const Value* const> examples) override;
+  Expected<jit::TuneOutcome> tune(jit::KernelBackend& engine, const jit::KernelFamily& family,
+                                  const jit::KernelSpec& spec, std::span<const Value* const> examples) override;
 
   // Called from the compile thread after every candidate and at the end of every kernel.
   void setProgress(std::function<void(const TuneProgress&)> progress);

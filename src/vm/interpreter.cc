@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "bytecode/scalar_ops.h"
 #include "support/logging.h"
 #include "support/tunables.h"
-#include "bytecode/scalar_ops.h"
 #include "vm/vm.h"
 
 #if defined(__x86_64__)

@@ -145,7 +145,8 @@ TEST(BinaryFormat, Version1FilesWithoutJitEnterStillLoad) {
   EXPECT_EQ(disassemble(*loaded), disassemble(module));
   EXPECT_EQ(serializeModule(*loaded), v2);  // written back as version 2
   // What version 1 had and version 2 cannot express is an error naming it.
-  EXPECT_NE(errorOf(asVersion1(v2, 1)).find("num_regions: JIT region tables were removed in version 2"), std::string::npos)
+  EXPECT_NE(errorOf(asVersion1(v2, 1)).find("num_regions: JIT region tables were removed in version 2"),
+            std::string::npos)
       << errorOf(asVersion1(v2, 1));
   std::vector<std::uint8_t> jit_enter = asVersion1(v2, 0);
   std::vector<std::uint8_t> encoded(16);
@@ -293,8 +294,19 @@ TEST(ModuleIo, CorruptedBinaryFilesFailWithTheirMessage) {
       {"truncated.svm", [](auto& b) { b.resize(b.size() / 2); }, "truncated.svm: offset 12: payload size: header says"},
       {"checksum.svm", [](auto& b) { b[b.size() - 5] ^= 1; }, "checksum.svm: offset 20: checksum: CRC32 mismatch"},
       {"magic.svm", [](auto& b) { b[1] = 'X'; }, "magic.svm: offset 0: magic: not a ShapeVM module"},
-      {"section.svm", [](auto& b) { b[kSvmHeaderSize] = 'X'; fixChecksum(b); }, "section.svm: offset 20: section tag: expected section META"},
-      {"trailing.svm", [](auto& b) { b.push_back(0); std::uint64_t n = b.size() - kSvmHeaderSize; std::memcpy(b.data() + 12, &n, 8); fixChecksum(b); },
+      {"section.svm",
+       [](auto& b) {
+         b[kSvmHeaderSize] = 'X';
+         fixChecksum(b);
+       },
+       "section.svm: offset 20: section tag: expected section META"},
+      {"trailing.svm",
+       [](auto& b) {
+         b.push_back(0);
+         std::uint64_t n = b.size() - kSvmHeaderSize;
+         std::memcpy(b.data() + 12, &n, 8);
+         fixChecksum(b);
+       },
        "trailing.svm: offset"},
       {"register.svm",
        [](auto& b) {
@@ -306,7 +318,8 @@ TEST(ModuleIo, CorruptedBinaryFilesFailWithTheirMessage) {
          b[at + 4] = 200;
          fixChecksum(b);
        },
-       "register.svm: verify: function 'main', PC 0x0000: rule register-range: LoadTensor operand r200 is outside r0..r7"},
+       "register.svm: verify: function 'main', PC 0x0000: rule register-range: LoadTensor operand r200 is outside "
+       "r0..r7"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.file);

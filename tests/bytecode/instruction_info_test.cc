@@ -65,12 +65,8 @@ TEST(InstructionInfo, EveryOpcodeReadsAndWritesWhatItsFormatSays) {
     bool target = false;
     for (std::size_t k = 0; k < format.size(); ++k) {
       switch (format[k]) {
-        case 'r':
-          reads.push_back(values[k]);
-          break;
-        case 'D':
-          writes.push_back(values[k]);
-          break;
+        case 'r': reads.push_back(values[k]); break;
+        case 'D': writes.push_back(values[k]); break;
         case 's':
           inst.a = 0;
           reads.insert(reads.end(), {10, 11});
@@ -81,24 +77,16 @@ TEST(InstructionInfo, EveryOpcodeReadsAndWritesWhatItsFormatSays) {
           reads.insert(reads.end(), {20, 21});
           writes.insert(writes.end(), {22});
           break;
-        case 'v':
-          reads.insert(reads.end(), {30, 31, 32});
-          break;
-        case 'V':
-          writes.insert(writes.end(), {30, 31, 32});
-          break;
-        case 't':
-          target = true;
-          break;
+        case 'v': reads.insert(reads.end(), {30, 31, 32}); break;
+        case 'V': writes.insert(writes.end(), {30, 31, 32}); break;
+        case 't': target = true; break;
         case '_':
         case 'k':
         case 'p':
         case 'o':
         case 'l':
-        case 'n':
-          break;
-        default:
-          FAIL() << "role letter '" << format[k] << "' is not in the legend of opcodes.def";
+        case 'n': break;
+        default: FAIL() << "role letter '" << format[k] << "' is not in the legend of opcodes.def";
       }
     }
     EXPECT_EQ(readsOf(fn, inst), reads);

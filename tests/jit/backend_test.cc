@@ -210,10 +210,15 @@ TEST(LlvmCpuBackend, EveryFamilyIsCorrectOnHaswell) {
   // Reductions and softmax.
   {
     std::vector<Value> x = {operand(DType::Float32, Shape{13, 70}, rng)};
-    EXPECT_TRUE(matchesOn(*haswell, *familyFor(OpId::Sum), specFor("sum", x, {{"axes", AttrValue::ofInts({1})}, {"keepdims", AttrValue::ofBool(false)}}), x));
-    EXPECT_TRUE(matchesOn(*haswell, *familyFor(OpId::Softmax), specFor("softmax", x, {{"axis", AttrValue::ofInt(-1)}}), x));
+    EXPECT_TRUE(matchesOn(*haswell, *familyFor(OpId::Sum),
+                          specFor("sum", x, {{"axes", AttrValue::ofInts({1})}, {"keepdims", AttrValue::ofBool(false)}}),
+                          x));
+    EXPECT_TRUE(
+        matchesOn(*haswell, *familyFor(OpId::Softmax), specFor("softmax", x, {{"axis", AttrValue::ofInt(-1)}}), x));
     std::vector<Value> h = {operand(DType::Float16, Shape{9, 40}, rng)};
-    EXPECT_TRUE(matchesOn(*haswell, *familyFor(OpId::Max), specFor("max", h, {{"axes", AttrValue::ofInts({0})}, {"keepdims", AttrValue::ofBool(true)}}), h));
+    EXPECT_TRUE(matchesOn(*haswell, *familyFor(OpId::Max),
+                          specFor("max", h, {{"axes", AttrValue::ofInts({0})}, {"keepdims", AttrValue::ofBool(true)}}),
+                          h));
   }
   // Matmul: f32 with every candidate of the AVX2 space, f16 and bf16 (widening: no pairs).
   {
@@ -234,7 +239,8 @@ TEST(LlvmCpuBackend, EveryFamilyIsCorrectOnHaswell) {
   }
   // A fused region kernel, with each vector width of its search space.
   {
-    std::vector<Value> leaves = {operand(DType::Float32, Shape{21, 64}, rng), operand(DType::Float32, Shape{21, 64}, rng)};
+    std::vector<Value> leaves = {operand(DType::Float32, Shape{21, 64}, rng),
+                                 operand(DType::Float32, Shape{21, 64}, rng)};
     const KernelSpec base = haswell->targetSpec(fusedSpec());
     for (const KernelParams& params : fusedFamily()->searchSpace(base)) {
       KernelSpec spec = base;
@@ -254,7 +260,8 @@ TEST(LlvmCpuBackend, EveryFamilyCompilesForAnAvx512Cpu) {
   std::vector<Value> bf16 = matmulInputs(DType::BFloat16, 16, 64, 64, rng);
   const std::vector<std::pair<const KernelFamily*, KernelSpec>> cases = {
       {familyFor(OpId::Exp), specFor("exp", x)},
-      {familyFor(OpId::Sum), specFor("sum", x, {{"axes", AttrValue::ofInts({1})}, {"keepdims", AttrValue::ofBool(false)}})},
+      {familyFor(OpId::Sum),
+       specFor("sum", x, {{"axes", AttrValue::ofInts({1})}, {"keepdims", AttrValue::ofBool(false)}})},
       {matmulFamily(OpId::MatMul), specFor("matmul", matmulInputs(DType::Float32, 64, 64, 64, rng))},
       {matmulFamily(OpId::MatMul), specFor("matmul", bf16)},
       {fusedFamily(), fusedSpec()},

@@ -91,8 +91,9 @@ struct Report {
   std::string installed() const {
     std::string text;
     for (const Jit::RangeState& r : ranges) {
-      text += fmt::format("[range 0x{:02X}..0x{:02X} phase {} compiles {} failures {}: {}] ", r.range.start_pc,
-                          r.range.resume_pc - 1, static_cast<int>(r.phase), r.compiles, r.backoff.failures, r.description);
+      text +=
+          fmt::format("[range 0x{:02X}..0x{:02X} phase {} compiles {} failures {}: {}] ", r.range.start_pc,
+                      r.range.resume_pc - 1, static_cast<int>(r.phase), r.compiles, r.backoff.failures, r.description);
     }
     return text;
   }

@@ -60,9 +60,13 @@ inline LlvmCpuBackend& sharedLlvmBackend() {
   }();
   return *engine;
 }
-inline KernelBackend& sharedBackend() { return sharedLlvmBackend(); }
+inline KernelBackend& sharedBackend() {
+  return sharedLlvmBackend();
+}
 // Its engine, for hand-built IR.
-inline JitEngine& sharedEngine() { return sharedLlvmBackend().engine(); }
+inline JitEngine& sharedEngine() {
+  return sharedLlvmBackend().engine();
+}
 
 enum class Dims { Static, Symbolic };
 

@@ -29,7 +29,9 @@ using namespace testing;  // jit_test_util.h
 }
 
 // The backend's CPU runs bf16 pair dot products (vdpbf16ps): bf16 x bf16 kernels use them.
-bool hostHasBf16Dot() { return sharedBackend().capabilities().isa.bf16_dot; }
+bool hostHasBf16Dot() {
+  return sharedBackend().capabilities().isa.bf16_dot;
+}
 
 // One symbolic kernel compiled for the first pair, run on every pair.
 ::testing::AssertionResult symbolicKernelMatches(const std::vector<std::vector<Value>>& pairs) {

@@ -148,9 +148,7 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
     case OpId::Silu:
     case OpId::LogicalNot:
     case OpId::Identity:
-    case OpId::Contiguous:
-      c.inputs = {tensorOf(dt, randomShape(rng), rng)};
-      break;
+    case OpId::Contiguous: c.inputs = {tensorOf(dt, randomShape(rng), rng)}; break;
     case OpId::Cast:
       c.inputs = {tensorOf(dt, randomShape(rng), rng)};
       c.attrs = {{"dtype", AttrValue::ofDType(pickFrom(rng, kAllDTypes))}};
@@ -309,9 +307,7 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
     case OpId::Arange:
       c.inputs = {Value::fromInt(pick(rng, -3, 3)), Value::fromInt(pick(rng, 4, 12)), Value::fromInt(pick(rng, 1, 3))};
       break;
-    case OpId::kCount:
-      ADD_FAILURE() << "kCount is not an op";
-      break;
+    case OpId::kCount: ADD_FAILURE() << "kCount is not an op"; break;
   }
   return c;
 }
@@ -447,10 +443,8 @@ TEST(OpSchema, ShapeFunctionsAndDTypeRulesMatchTheReferenceKernels) {
       bool scalar_data = false;
       for (std::size_t i = 0; i < c.inputs.size(); ++i) {
         const InputSpec& spec = schema.inputs[std::min(i, schema.inputs.size() - 1)];
-        if (c.inputs[i].isTensor())
-          dtypes.push_back(c.inputs[i].tensor().dtype());
-        else
-          dtypes.push_back(std::nullopt), scalar_data = scalar_data || spec.kind == InputKind::Tensor;
+        if (c.inputs[i].isTensor()) dtypes.push_back(c.inputs[i].tensor().dtype());
+        else dtypes.push_back(std::nullopt), scalar_data = scalar_data || spec.kind == InputKind::Tensor;
       }
       if (scalar_data || schema.id == OpId::Gather) dtypes.resize(1);  // gather's indices do not count
       if (!scalar_data) {

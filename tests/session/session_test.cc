@@ -140,7 +140,8 @@ TEST_F(SessionTest, ListsFunctionsWithParameterNamesAndTokens) {
 TEST_F(SessionTest, LoadsSvasmTextAndRoundTripsThroughSave) {
   Session session(quiet());
   ASSERT_TRUE(session.loadSource(kSvasm).isOk());  // detected by its `.module` line
-  const std::string path = (std::filesystem::temp_directory_path() / ("svm_session_" + std::to_string(::getpid()) + ".svasm")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("svm_session_" + std::to_string(::getpid()) + ".svasm")).string();
   ASSERT_TRUE(session.save(path).isOk());
   Session again(quiet());
   ASSERT_TRUE(again.load(path).isOk());
@@ -310,14 +311,16 @@ TEST_F(SessionTest, MissingFunctionAndWrongArgumentsAreClearErrors) {
       << count.status().toString();
 
   Tensor wrong = randomTensor(Shape{3, 5}, rng);
-  auto shape = session.run("axpy", std::vector<Value>{Value::fromTensor(x), Value::fromTensor(wrong), Value::fromFloat(1)});
+  auto shape =
+      session.run("axpy", std::vector<Value>{Value::fromTensor(x), Value::fromTensor(wrong), Value::fromFloat(1)});
   EXPECT_FALSE(shape.hasValue());
   EXPECT_NE(shape.status().message().find("parameter 'y'"), std::string::npos) << shape.status().toString();
   EXPECT_NE(shape.status().message().find("[3,5]"), std::string::npos) << shape.status().toString();
 
   auto kind = session.run("axpy", std::vector<Value>{Value::fromInt(1), Value::fromTensor(x), Value::fromFloat(1)});
   EXPECT_EQ(kind.status().code(), ErrorCode::KindMismatch);
-  EXPECT_NE(kind.status().message().find("parameter 'x' must be a tensor"), std::string::npos) << kind.status().toString();
+  EXPECT_NE(kind.status().message().find("parameter 'x' must be a tensor"), std::string::npos)
+      << kind.status().toString();
   // The session stays usable after errors.
   auto fine = session.run("axpy", std::vector<Value>{Value::fromTensor(x), Value::fromTensor(x), Value::fromFloat(1)});
   EXPECT_TRUE(fine.hasValue()) << fine.status().toString();
@@ -359,10 +362,11 @@ TEST_F(SessionTest, DestroyedWhileCompilesAreInFlight) {
     const SessionStats st = session->stats();
     unsigned level = 0;
     unsigned long long requests = 0;
-    ASSERT_EQ(std::sscanf(st.jit_report.c_str(), "jit: level O%u, %llu compile requests", &level, &requests), 2) << st.jit_report;
+    ASSERT_EQ(std::sscanf(st.jit_report.c_str(), "jit: level O%u, %llu compile requests", &level, &requests), 2)
+        << st.jit_report;
     EXPECT_GT(requests, 0u) << st.jit_report;
     EXPECT_EQ(st.kernels_installed, 0u);  // still sleeping
-    session.reset();  // a compile is sleeping in the compile thread: stopped, no crash
+    session.reset();                      // a compile is sleeping in the compile thread: stopped, no crash
   }
 }
 

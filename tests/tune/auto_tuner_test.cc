@@ -255,7 +255,8 @@ TEST_F(AutoTunerTest, TheWinnerIsWrittenAndASecondTunerAnswersFromTheDatabase) {
   EXPECT_EQ(record->signature, "Add:(2048)x(2048)");
   EXPECT_EQ(record->params, winner);
   EXPECT_EQ(record->cpu, engine.capabilities().target);
-  EXPECT_EQ(record->features, kernelKey(family, c.spec, engine.capabilities().target, engine.capabilities().features).features);
+  EXPECT_EQ(record->features,
+            kernelKey(family, c.spec, engine.capabilities().target, engine.capabilities().features).features);
   EXPECT_EQ(kernelKey(family, c.spec, "cpu", "b a c").features, "a b c") << "features are sorted";
   EXPECT_EQ(record->candidates, 3);
   EXPECT_GT(record->default_us, record->us);

@@ -72,14 +72,18 @@ bool kindOf(OpId op, Kind& kind) {
   return false;
 }
 
-bool isComparison(OpId op) { return OpRegistry::global().schema(op).cls == OpClass::Compare; }
+bool isComparison(OpId op) {
+  return OpRegistry::global().schema(op).cls == OpClass::Compare;
+}
 // Binary ops on bool operands with a bool result (logical and/or).
 bool isLogical(OpId op) {
   const OpSchema& schema = OpRegistry::global().schema(op);
   return schema.cls == OpClass::Binary && schema.dtype_rule == DTypeRule::Bool;
 }
 // Unary ops that produce a float result (integer and bool inputs are cast to float32 first).
-bool isFloatMath(OpId op) { return OpRegistry::global().schema(op).dtype_rule == DTypeRule::Float; }
+bool isFloatMath(OpId op) {
+  return OpRegistry::global().schema(op).dtype_rule == DTypeRule::Float;
+}
 
 constexpr int kMaxInputs = kMaxKernelOperands - 1;
 constexpr int kMaxScalarOperands = 3;

@@ -26,7 +26,9 @@
 
 namespace shapevm::jit {
 
-bool isFusableElementwise(OpId op) { return OpRegistry::global().schema(op).jit.fuse; }
+bool isFusableElementwise(OpId op) {
+  return OpRegistry::global().schema(op).jit.fuse;
+}
 
 namespace {
 

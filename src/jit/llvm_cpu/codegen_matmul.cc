@@ -90,8 +90,12 @@ bool isComputeFloat(DType dtype) {
 }
 
 // The target's ISA decides (KernelSpec::target, stamped by the backend), never the host's.
-bool targetHasAvx512(const KernelSpec& spec) { return targetOf(spec).vector_bits >= 512; }
-bool targetHasBf16Dot(const KernelSpec& spec) { return targetOf(spec).bf16_dot; }
+bool targetHasAvx512(const KernelSpec& spec) {
+  return targetOf(spec).vector_bits >= 512;
+}
+bool targetHasBf16Dot(const KernelSpec& spec) {
+  return targetOf(spec).bf16_dot;
+}
 
 // Native vector registers one tile of `mr` rows x `nr` columns keeps its accumulators in: each
 // <16 x float> accumulator is one zmm, or two ymm on a 256-bit target.
@@ -584,8 +588,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
       int mr, nr;
     };
     // AVX-512 tiles first, then AVX2 ones; fits() keeps those of the target's register budget.
-    const Tile tiles[] = {{8, 32}, {6, 64}, {4, 64}, {12, 32}, {14, 32}, {8, 48},
-                          {4, 16}, {6, 16}, {2, 32}, {3, 32}};
+    const Tile tiles[] = {{8, 32}, {6, 64}, {4, 64}, {12, 32}, {14, 32}, {8, 48}, {4, 16}, {6, 16}, {2, 32}, {3, 32}};
     auto add = [&](KernelParams p) {
       if (checkParams(p).isOk() && std::find(space.begin(), space.end(), p) == space.end()) space.push_back(p);
     };
@@ -598,7 +601,8 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
       // K unrolled 4x only with accumulators in up to half the registers: with 24-28 zmm, the
       // unrolled steps' loads are scheduled ahead and spill (12 x 32, 14 x 32, 8 x 48 ran
       // 1.6-2.7x slower at 256^3).
-      if (accumulatorRegisters(target, t.mr, t.nr) <= target.vector_registers / 2) add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
+      if (accumulatorRegisters(target, t.mr, t.nr) <= target.vector_registers / 2)
+        add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
       if (small_m && direct) {
         // B read in place, K blocks of 8 or 16 rows: as many sequential streams through B's
         // rows, which the hardware prefetcher follows (M of 1..8: 1.3-1.5x packed panels).

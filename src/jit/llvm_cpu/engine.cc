@@ -58,8 +58,11 @@ class LlvmModuleCode final : public KernelCode {
  public:
   LlvmModuleCode(std::unique_ptr<llvm::LLVMContext> context, std::unique_ptr<llvm::Module> module,
                  llvm::Function* function, std::string symbol, const void* engine)
-      : context_(std::move(context)), module_(std::move(module)), function_(function),
-        symbol_(std::move(symbol)), engine_(engine) {}
+      : context_(std::move(context)),
+        module_(std::move(module)),
+        function_(function),
+        symbol_(std::move(symbol)),
+        engine_(engine) {}
   const std::string& symbol() const override { return symbol_; }
 
   std::unique_ptr<llvm::LLVMContext> context_;
@@ -115,8 +118,8 @@ Expected<CpuTarget> resolveCpuTarget(const std::string& cpu, bool allow_foreign)
     }
     if (!missing.empty()) {
       return makeError(ErrorCode::Unsupported,
-                       "JIT target CPU '{}' needs {}, which this host ({}) lacks: its kernels could not run here",
-                       name, missing, llvm::sys::getHostCPUName().str());
+                       "JIT target CPU '{}' needs {}, which this host ({}) lacks: its kernels could not run here", name,
+                       missing, llvm::sys::getHostCPUName().str());
     }
   }
   return target;
@@ -207,7 +210,9 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
 
 const std::string& JitEngine::cpuName() const { return impl_->cpu_name; }
 const std::string& JitEngine::cpuFeatures() const { return impl_->cpu_features; }
-const CpuTarget& JitEngine::cpu() const { return impl_->cpu; }
+const CpuTarget& JitEngine::cpu() const {
+  return impl_->cpu;
+}
 bool JitEngine::hasAvx512() const { return impl_->avx512; }
 
 Expected<KernelHandle> JitEngine::compile(const std::string& symbol, const std::function<Status(llvm::Module&)>& build) {

@@ -41,8 +41,8 @@ struct EngineOptions {
 // The CPU a JitEngine compiles for: its LLVM name and the features that are on ("+avx2" style).
 struct CpuTarget {
   std::string name;
-  std::vector<std::string> features;  // each with its leading '+'
-  bool host = true;                   // detected (not named by an option or the environment)
+  std::vector<std::string> features;         // each with its leading '+'
+  bool host = true;                          // detected (not named by an option or the environment)
   bool has(std::string_view feature) const;  // feature without '+', e.g. "avx512f"
 };
 // The CPU for `cpu` as EngineOptions::cpu reads it (empty: $SHAPEVM_JIT_CPU, else the host).
@@ -73,8 +73,7 @@ class JitEngine {
   // returned handle's address stays valid until remove(handle).
   Expected<KernelHandle> link(std::unique_ptr<KernelCode> code);
   // build() then link().
-  Expected<KernelHandle> compile(const std::string& symbol,
-                                 const std::function<Status(llvm::Module&)>& build);
+  Expected<KernelHandle> compile(const std::string& symbol, const std::function<Status(llvm::Module&)>& build);
   // Frees a kernel's code. The caller guarantees no frame can still be executing it.
   Status remove(const KernelHandle& handle);
   std::size_t liveKernels() const;

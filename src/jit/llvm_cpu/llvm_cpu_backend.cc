@@ -89,11 +89,17 @@ Expected<std::unique_ptr<KernelCode>> LlvmCpuBackend::compile(const KernelFamily
   return engine_->build(symbol, [&](llvm::Module& module) { return emitter->emit(spec, module, symbol); });
 }
 
-Expected<KernelHandle> LlvmCpuBackend::load(std::unique_ptr<KernelCode> code) { return engine_->link(std::move(code)); }
+Expected<KernelHandle> LlvmCpuBackend::load(std::unique_ptr<KernelCode> code) {
+  return engine_->link(std::move(code));
+}
 
-Status LlvmCpuBackend::free(const KernelHandle& handle) { return engine_->remove(handle); }
+Status LlvmCpuBackend::free(const KernelHandle& handle) {
+  return engine_->remove(handle);
+}
 
-std::size_t LlvmCpuBackend::liveKernels() const { return engine_->liveKernels(); }
+std::size_t LlvmCpuBackend::liveKernels() const {
+  return engine_->liveKernels();
+}
 
 const KernelTarget& defaultKernelTarget() {
   static const KernelTarget target = [] {
