@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `shapevm` CLI: compile, asm, dis, verify, run, tune, ops, tunables (.py sources go through
+// The `shapevm` CLI: compile, asm, dis, verify, run, tune, cache, ops, tunables (.py sources go through
 // the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds,
 // waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
 // "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
@@ -32,6 +32,7 @@
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
+#include "tools/cache_command.h"
 #include "tune/auto_tuner.h"
 #endif
 
@@ -581,6 +582,14 @@ int main(int argc, char** argv) {
   tune_cmd->add_flag("--stats", tune_flags.stats, "also print the run's statistics");
   tune_cmd->add_flag("--jit-log", tune_flags.jit_log, "print the JIT's log lines");
   tune_cmd->add_option("--set", tune_flags.settings, "KEY=VALUE for a tunable (repeatable)");
+  std::string cache_action, cache_dir_arg;
+  auto* cache_cmd = app.add_subcommand(
+      "cache", "the compiled-kernel cache and tuning database ($SHAPEVM_CACHE_DIR): stats, clear, export DIR, "
+               "import DIR (ship one warmed cache to every replica; see docs/kernel-cache.md)");
+  cache_cmd->add_option("action", cache_action, "stats | clear | export | import")
+      ->required()
+      ->check(CLI::IsMember({"stats", "clear", "export", "import"}));
+  cache_cmd->add_option("dir", cache_dir_arg, "export: the directory to write; import: the directory to read");
 #endif
 
   auto* ops_cmd = app.add_subcommand("ops", "list the op table (inputs, attributes, meaning)");
@@ -660,6 +669,10 @@ int main(int argc, char** argv) {
   if (*run_cmd) return runCommand(run);
 #if SHAPEVM_HAVE_JIT
   if (*tune_cmd) return runCommand(tune_flags);
+  if (*cache_cmd) {
+    if (Status s = applyTunables({}); !s.isOk()) return fail(s);
+    return cacheCommand(cache_action, cache_dir_arg);
+  }
 #endif
   if (*ops_cmd) {
     if (ops_json) {

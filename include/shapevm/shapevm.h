@@ -106,6 +106,8 @@ struct SessionStats {
   std::uint64_t compile_failures = 0;       // codegen failures and validation rejections
   std::uint64_t fused_regions = 0;          // O2 fused ranges installed
   double tuning_ms = 0;                     // AutoTuner time, summed
+  std::uint64_t kernels_from_cache = 0;     // kernels whose code came from the compiled-kernel cache
+  std::uint64_t codegen_count = 0;          // LLVM code generations the JIT ran
   int jit_level = 0;                        // the level the JIT runs at (0 when none is attached)
   std::string jit_report;                   // the JIT's report (what `shapevm run --stats` prints); "" at O0
 };

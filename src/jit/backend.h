@@ -7,6 +7,7 @@
 // CPU backend: llvm_cpu_backend.h) are included only by the code that creates it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,6 +59,8 @@ class KernelCode {
   virtual const std::string& symbol() const = 0;
 };
 
+class KernelCache;  // kernel_cache.h: compiled code kept across processes
+
 class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
@@ -83,6 +86,28 @@ class KernelBackend {
     spec.target = capabilities().isa;
     return spec;
   }
+
+  // Kernel caching (kernel_cache.h). What besides the spec fixes the code this backend emits
+  // (compiler version, target, features); "" = its code is never cached.
+  virtual std::string codeIdentity() const { return {}; }
+  // The bytes a cache keeps for compiled code (from compile()); empty = none to keep.
+  virtual std::string_view codeBytes(const KernelCode& /*code*/) const { return {}; }
+  // Compiled code from kept bytes; an error when they are not usable code defining `symbol`.
+  virtual Expected<std::unique_ptr<KernelCode>> codeFromBytes(const std::string& symbol,
+                                                              std::string_view /*bytes*/) const {
+    return makeError(ErrorCode::Unsupported, "this backend keeps no compiled code ('{}')", symbol);
+  }
+  // Code generations run so far (compiles that did not come from a cache).
+  virtual std::uint64_t codegens() const { return 0; }
+  void setKernelCache(std::shared_ptr<KernelCache> cache) { cache_ = std::move(cache); }
+  KernelCache* kernelCache() const { return cache_.get(); }
+  // Kernels whose code came from the kernel cache (counted by compileThroughCache).
+  std::uint64_t kernelsFromCache() const { return from_cache_.load(std::memory_order_relaxed); }
+  void noteKernelFromCache() { from_cache_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<KernelCache> cache_;
+  std::atomic<std::uint64_t> from_cache_{0};
 };
 
 }  // namespace shapevm::jit

@@ -4,6 +4,7 @@
 #include "jit/compiled_kernel.h"
 
 #include "jit/fusion.h"
+#include "jit/kernel_cache.h"
 #include "support/thread_pool.h"
 #include "support/tunables.h"
 
@@ -214,9 +215,12 @@ Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, 
   SVM_ASSIGN_OR_RETURN(int num_outputs, numOutputs(schema, spec.attrs));
   if (spec.fused) num_outputs = static_cast<int>(spec.fused->outputs.size());
   const std::string symbol = "svm_" + family.symbolStem(spec);
-  SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> code, backend.compile(family, spec, symbol));
-  SVM_ASSIGN_OR_RETURN(KernelHandle handle, backend.load(std::move(code)));
+  std::string key;
+  bool from_cache = false;
+  SVM_ASSIGN_OR_RETURN(KernelHandle handle, compileThroughCache(backend, family, spec, symbol, key, from_cache));
   auto kernel = std::make_unique<CompiledKernel>();
+  kernel->cache_key = std::move(key);
+  kernel->from_cache = from_cache;
   kernel->family = &family;
   kernel->spec = spec;
   kernel->backend = &backend;

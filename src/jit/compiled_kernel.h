@@ -73,6 +73,9 @@ struct CompiledKernel {
   bool corrupt_outputs = false;
   // Packings of the packable input (matmul's B) of recent calls; see PackedOperandCache.
   mutable PackedOperandCache packed;
+  // Its key in the backend's kernel cache ("" without one), and whether its code came from there.
+  std::string cache_key;
+  bool from_cache = false;
 };
 
 // Runs `kernel` on `inputs`; `outputs` may hold previous outputs for reuse. Error when the family
@@ -108,7 +111,8 @@ void finishCall(PreparedCall& call, std::span<Value> outputs);
 bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, std::span<Value> outputs);
 
 // Compiles `spec` with `family` on `backend` into a CompiledKernel (not yet validated or
-// installed): the spec stamped with the backend's target, compiled and loaded.
+// installed): the spec stamped with the backend's target, compiled (or taken from the backend's
+// kernel cache: compileThroughCache) and loaded.
 Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, const KernelFamily& family,
                                                         const KernelSpec& spec);
 

@@ -10,9 +10,11 @@
 #include <fmt/format.h>
 
 #include "jit/compiled_kernel.h"
+#include "jit/kernel_cache.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
+#include "support/cache_dir.h"
 #include "support/logging.h"
 #include "support/tunables.h"
 
@@ -56,6 +58,10 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
     engine_options.debugger_support = Tunables::get(Tunable::JitDebugger) != 0;
     engine_options.perf_support = Tunables::get(Tunable::JitPerf) != 0;
     SVM_ASSIGN_OR_RETURN(jit->engine_, LlvmCpuBackend::create(engine_options));
+    if (options.kernel_cache) {
+      jit->engine_->setKernelCache(KernelCache::forDirectory(
+          options.kernel_cache_dir.empty() ? defaultCacheDir() : options.kernel_cache_dir));
+    }
     jit->patches_ = std::make_unique<RuntimePatchManager>(vm, *jit->engine_);
   }
   const Module& module = vm.module();
@@ -326,6 +332,16 @@ void Jit::compileSite(const Request& request) {
                              static_cast<std::uint64_t>(before.compiles * 7919 + before.backoff.failures * 104729) ^
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
   Status valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
+  if (!valid.isOk() && (*kernel)->from_cache && !(*kernel)->corrupt_outputs) {
+    // A cached kernel that fails validation was dropped from the cache: compile it afresh now.
+    (void)engine_->free((*kernel)->handle);
+    kernel = compileKernel(*engine_, *family, inferred->spec);
+    if (!kernel) {
+      recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());
+      return;
+    }
+    valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
+  }
   if (!valid.isOk()) {
     (void)engine_->free((*kernel)->handle);
     recordFailure(function, site, JitReason::ValidationFailed, valid.message());
@@ -577,6 +593,10 @@ JitStats Jit::stats() const {
       out.region_row_blocked += range.row_blocked->load(std::memory_order_relaxed);
     }
   }
+  if (engine_) {
+    out.codegen_count = engine_->codegens();
+    out.kernels_from_cache = engine_->kernelsFromCache();
+  }
   return out;
 }
 
@@ -600,6 +620,8 @@ std::string Jit::statsReport() const {
                       s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);
   text += fmt::format("jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits\n", s.tuning_ms,
                       s.tuned_kernels, s.tuning_cache_hits);
+  text += fmt::format("jit: kernel cache: {} kernels from the cache, {} LLVM codegens\n", s.kernels_from_cache,
+                      s.codegen_count);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",
                       s.compiled_calls, s.interpreted_calls, s.guard_misses);
   std::string reasons;

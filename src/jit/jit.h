@@ -40,6 +40,8 @@ struct JitOptions {
   EngineOptions engine;            // the LLVM CPU backend's engine: target CPU, debugger/perf support (the
                                    // latter two from the JitDebugger/JitPerf tunables)
   Tuner* tuner = nullptr;          // O2: chooses kernel parameters (src/tune's AutoTuner); not owned
+  bool kernel_cache = true;        // compiled kernels kept in <kernel_cache_dir>/kernels (kernel_cache.h)
+  std::string kernel_cache_dir;    // "" = defaultCacheDir() (support/cache_dir.h)
 };
 
 // One installed compile, for timelines (times in ms since the Jit was attached).
@@ -72,6 +74,8 @@ struct JitStats {
   std::uint64_t compiled_calls = 0;      // executions served by a compiled kernel (cache reuse)
   std::uint64_t interpreted_calls = 0;   // CallOp executions that ran a reference kernel
   std::uint64_t guard_misses = 0;
+  std::uint64_t codegen_count = 0;       // (stats() time) LLVM code generations run by this JIT's backend
+  std::uint64_t kernels_from_cache = 0;  // (stats() time) kernels whose code came from the kernel cache
   std::array<std::uint64_t, kNumJitReasons> fallbacks{};  // executions/events per reason
 };
 

@@ -3,6 +3,11 @@
 // target signature (never zeros; for a range kernel also at the range ends) and is compared with
 // the reference kernel. Outputs are poisoned with NaN beforehand, so an element the kernel never
 // wrote fails; NaN never passes. Tolerances are relative L2 error per output dtype.
+// Large outputs are sampled: when the op computes output row r from row r of its inputs
+// (elementwise with broadcasting, 2-D matmul) and there are more than 8 rows, the reference
+// computes only the first, the last and (on the observed shapes) one random row, while every
+// element the kernel wrote is still checked for the poison. Kernels from the kernel cache are
+// validated like fresh ones.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +43,8 @@ bool needsPositiveInput(OpId op, std::size_t input);
 // other inputs with the same observed extent move with it). Unbounded dims stay as observed.
 std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::span<const Shape> observed);
 
-// Runs `kernel` and the reference kernel on random inputs for every shape set; OK or the first
-// failure with its reason (shapes included). A call that packed an operand into the kernel's
+// Runs `kernel` and the reference kernel (on sampled rows, see above) on random inputs for every
+// shape set; OK or the first failure with its reason (shapes included). A call that packed an operand into the kernel's
 // cache (PackedOperandCache) runs twice, so the cached packing is checked too; the cache is
 // emptied afterwards.
 Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed);

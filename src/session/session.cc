@@ -190,6 +190,10 @@ struct Session::Impl {
     jit_options.level = static_cast<int>(jit_level);
     jit_options.wait_for_compiles = options.jit_wait;
     jit_options.tuner = tuner.get();
+    // Compiled kernels next to the tuning database.
+    if (const std::size_t slash = options.tuning_db.rfind('/'); slash != std::string::npos) {
+      jit_options.kernel_cache_dir = options.tuning_db.substr(0, slash);
+    }
     auto attached = jit::Jit::attach(*vm, jit_options);
     if (attached) {
       jit = std::move(*attached);
@@ -402,6 +406,8 @@ SessionStats Session::stats() const {
     out.compile_failures = js.compile_failures + js.validation_failures;
     out.fused_regions = js.fused_regions;
     out.tuning_ms = js.tuning_ms;
+    out.kernels_from_cache = js.kernels_from_cache;
+    out.codegen_count = js.codegen_count;
     out.jit_level = impl_->jit->level();
     out.jit_report = impl_->jit->statsReport();
   }

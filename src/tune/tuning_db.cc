@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jit/fusion.h"
+#include "support/cache_dir.h"
 #include "support/logging.h"
 
 namespace shapevm::tune {
@@ -44,19 +45,9 @@ std::string hashKey(const std::string& family, const std::string& kernel, const 
   return fmt::format("{:016x}", hash);
 }
 
-std::string envOrEmpty(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string() : std::string(value);
-}
-
 }  // namespace
 
-std::string defaultCacheDir() {
-  if (std::string dir = envOrEmpty("SHAPEVM_CACHE_DIR"); !dir.empty()) return dir;
-  if (std::string xdg = envOrEmpty("XDG_CACHE_HOME"); !xdg.empty()) return xdg + "/shapevm";
-  if (std::string home = envOrEmpty("HOME"); !home.empty()) return home + "/.cache/shapevm";
-  return {};
-}
+std::string defaultCacheDir() { return shapevm::defaultCacheDir(); }
 
 std::string KernelKey::key() const { return hashKey(family, kernel, bucket, cpu, features); }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // JitEngine over LLVM ORC: LLJIT (JITLink object layer on x86-64 ELF), a target machine for the
-// host CPU or a named one, the new pass manager's O3 pipeline per module, one ResourceTracker per
-// kernel version.
+// host CPU or a named one, the new pass manager's O3 pipeline per module, codegen to a relocatable
+// object (target machines pooled, one per concurrent codegen), one JITDylib per kernel version.
 #include "jit/llvm_cpu/engine.h"
 
 #include <algorithm>
@@ -10,6 +10,8 @@
 #include <map>
 
 #include <llvm/ADT/StringMap.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/Debugging/DebuggerSupport.h>
 #include <llvm/ExecutionEngine/Orc/Debugging/PerfSupportPlugin.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -19,7 +21,9 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -70,6 +74,18 @@ class LlvmModuleCode final : public KernelCode {
   llvm::Function* function_;
   std::string symbol_;
   const void* engine_;  // the engine that built it (link() accepts only its own)
+};
+
+// A relocatable object defining `symbol` (compiled by emitObject() or read from a cache).
+class LlvmObjectCode final : public KernelCode {
+ public:
+  LlvmObjectCode(std::unique_ptr<llvm::MemoryBuffer> object, std::string symbol, const void* engine)
+      : object_(std::move(object)), symbol_(std::move(symbol)), engine_(engine) {}
+  const std::string& symbol() const override { return symbol_; }
+
+  std::unique_ptr<llvm::MemoryBuffer> object_;
+  std::string symbol_;
+  const void* engine_;
 };
 
 }  // namespace
@@ -142,17 +158,23 @@ struct JitEngine::Impl {
   std::string cpu_name;
   std::string cpu_features;
   bool avx512 = false;
-  mutable std::mutex mutex;  // compile/remove are serialized (one engine, any thread)
-  std::map<std::uint64_t, llvm::orc::ResourceTrackerSP> trackers;
+  mutable std::mutex mutex;  // link/remove are serialized (one engine, any thread)
+  std::map<std::uint64_t, llvm::orc::JITDylib*> dylibs;  // one per live kernel version
   std::uint64_t next_id = 1;
+  // Codegen: target machines are not shared between threads; idle ones wait here for reuse.
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> machine_builder;
+  std::mutex machines_mutex;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines;
+  std::atomic<std::uint64_t> codegens{0};
+  std::string code_identity;
 };
 
 JitEngine::JitEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 JitEngine::~JitEngine() {
   if (!impl_) return;
-  for (auto& [id, tracker] : impl_->trackers) llvm::consumeError(tracker->remove());
-  impl_->trackers.clear();
+  for (auto& [id, dylib] : impl_->dylibs) llvm::consumeError(impl_->jit->getExecutionSession().removeJITDylib(*dylib));
+  impl_->dylibs.clear();
 }
 
 Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
@@ -179,6 +201,19 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
   auto tm = jtmb->createTargetMachine();
   if (!tm) return llvmError(tm.takeError(), "cannot create a target machine for the host");
   impl->target_machine = std::move(*tm);
+  impl->machine_builder = std::make_unique<llvm::orc::JITTargetMachineBuilder>(*jtmb);
+  {
+    std::vector<std::string> sorted;
+    for (std::size_t pos = 0; pos < impl->cpu_features.size();) {
+      const std::size_t end = std::min(impl->cpu_features.find(' ', pos), impl->cpu_features.size());
+      if (end > pos) sorted.push_back(impl->cpu_features.substr(pos, end - pos));
+      pos = end + 1;
+    }
+    std::sort(sorted.begin(), sorted.end());
+    impl->code_identity = fmt::format("llvm {}; {}; cpu {}; O{}; features", LLVM_VERSION_STRING,
+                                      jtmb->getTargetTriple().str(), impl->cpu_name, options.opt_level);
+    for (const std::string& feature : sorted) impl->code_identity += " " + feature;
+  }
 
   auto jit = llvm::orc::LLJITBuilder()
                  .setJITTargetMachineBuilder(std::move(*jtmb))
@@ -266,47 +301,118 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
       new LlvmModuleCode(std::move(context), std::move(module), function, symbol, impl_.get()));
 }
 
-Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {
+Expected<std::unique_ptr<KernelCode>> JitEngine::emitObject(std::unique_ptr<KernelCode> code) {
+  if (auto* object = dynamic_cast<LlvmObjectCode*>(code.get()); object != nullptr && object->engine_ == impl_.get()) {
+    return code;
+  }
   auto* built = dynamic_cast<LlvmModuleCode*>(code.get());
-  if (built == nullptr || built->engine_ != impl_.get()) {
+  if (built == nullptr || built->engine_ != impl_.get() || !built->module_) {
     return makeError(ErrorCode::Internal, "kernel code '{}' was not built by this engine",
                      code ? code->symbol() : std::string("<null>"));
   }
-  const std::string& symbol = built->symbol();
-  llvm::Function* function = built->function_;
-  std::unique_ptr<llvm::Module> module = std::move(built->module_);
-  std::unique_ptr<llvm::LLVMContext> context = std::move(built->context_);
+  std::unique_ptr<llvm::TargetMachine> machine;
+  {
+    std::lock_guard<std::mutex> lock(impl_->machines_mutex);
+    if (!impl_->idle_machines.empty()) {
+      machine = std::move(impl_->idle_machines.back());
+      impl_->idle_machines.pop_back();
+    }
+  }
+  if (!machine) {
+    auto created = impl_->machine_builder->createTargetMachine();
+    if (!created) return llvmError(created.takeError(), "cannot create a target machine for codegen");
+    machine = std::move(*created);
+  }
+  llvm::orc::SimpleCompiler compiler(*machine);
+  auto object = compiler(*built->module_);
+  {
+    std::lock_guard<std::mutex> lock(impl_->machines_mutex);
+    impl_->idle_machines.push_back(std::move(machine));
+  }
+  if (!object) return llvmError(object.takeError(), fmt::format("cannot compile kernel '{}'", built->symbol()));
+  impl_->codegens.fetch_add(1, std::memory_order_relaxed);
+  return std::unique_ptr<KernelCode>(new LlvmObjectCode(std::move(*object), built->symbol(), impl_.get()));
+}
+
+std::string_view JitEngine::objectBytes(const KernelCode& code) const {
+  const auto* object = dynamic_cast<const LlvmObjectCode*>(&code);
+  if (object == nullptr || !object->object_) return {};
+  const llvm::StringRef bytes = object->object_->getBuffer();
+  return std::string_view(bytes.data(), bytes.size());
+}
+
+Expected<std::unique_ptr<KernelCode>> JitEngine::objectCode(const std::string& symbol, std::string_view bytes) const {
+  std::unique_ptr<llvm::MemoryBuffer> buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(bytes.data(), bytes.size()), symbol);
+  auto file = llvm::object::ObjectFile::createObjectFile(buffer->getMemBufferRef());
+  if (!file) return llvmError(file.takeError(), fmt::format("object for '{}' does not parse", symbol));
+  const llvm::Triple& triple = impl_->jit->getTargetTriple();
+  if ((*file)->getArch() != triple.getArch() || !(*file)->isRelocatableObject()) {
+    return makeError(ErrorCode::JitError, "object for '{}' is not a relocatable {} object", symbol, triple.str());
+  }
+  bool defined = false;
+  for (const llvm::object::SymbolRef& entry : (*file)->symbols()) {
+    auto name = entry.getName();
+    auto flags = entry.getFlags();
+    if (!name || !flags) {
+      llvm::consumeError(name.takeError());
+      llvm::consumeError(flags.takeError());
+      continue;
+    }
+    if (*name == symbol && (*flags & llvm::object::SymbolRef::SF_Undefined) == 0) defined = true;
+  }
+  if (!defined) return makeError(ErrorCode::JitError, "object does not define kernel '{}'", symbol);
+  return std::unique_ptr<KernelCode>(new LlvmObjectCode(std::move(buffer), symbol, impl_.get()));
+}
+
+const std::string& JitEngine::codeIdentity() const { return impl_->code_identity; }
+
+std::uint64_t JitEngine::codegens() const { return impl_->codegens.load(std::memory_order_relaxed); }
+
+Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {
+  if (dynamic_cast<LlvmModuleCode*>(code.get()) != nullptr) {
+    SVM_ASSIGN_OR_RETURN(code, emitObject(std::move(code)));
+  }
+  auto* object = dynamic_cast<LlvmObjectCode*>(code.get());
+  if (object == nullptr || object->engine_ != impl_.get() || !object->object_) {
+    return makeError(ErrorCode::Internal, "kernel code '{}' was not built by this engine",
+                     code ? code->symbol() : std::string("<null>"));
+  }
+  const std::string symbol = object->symbol();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const std::uint64_t id = impl_->next_id++;
-  // Rename to a unique, readable symbol per version so several versions can be live at once.
+  // A readable name per version for messages; the object keeps its own symbol, alone in its dylib.
   const std::string unique = fmt::format("{}_v{}", symbol, id);
-  function->setName(unique);
-  llvm::orc::ResourceTrackerSP tracker = impl_->jit->getMainJITDylib().createResourceTracker();
-  if (llvm::Error error = impl_->jit->addIRModule(tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context)))) {
+  llvm::orc::ExecutionSession& session = impl_->jit->getExecutionSession();
+  auto dylib = impl_->jit->createJITDylib(unique);
+  if (!dylib) return llvmError(dylib.takeError(), fmt::format("cannot add kernel '{}'", unique));
+  dylib->addToLinkOrder(impl_->jit->getMainJITDylib());
+  if (llvm::Error error = impl_->jit->addObjectFile(*dylib, std::move(object->object_))) {
+    llvm::consumeError(session.removeJITDylib(*dylib));
     return llvmError(std::move(error), fmt::format("cannot add kernel '{}'", unique));
   }
-  auto address = impl_->jit->lookup(unique);
+  auto address = impl_->jit->lookup(*dylib, symbol);
   if (!address) {
-    llvm::consumeError(tracker->remove());
+    llvm::consumeError(session.removeJITDylib(*dylib));
     return llvmError(address.takeError(), fmt::format("cannot link kernel '{}'", unique));
   }
-  impl_->trackers.emplace(id, tracker);
+  impl_->dylibs.emplace(id, &*dylib);
   return KernelHandle{id, address->toPtr<void*>(), unique};
 }
 
 Status JitEngine::remove(const KernelHandle& handle) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  auto it = impl_->trackers.find(handle.id);
-  if (it == impl_->trackers.end()) return makeError(ErrorCode::Internal, "kernel {} is not live", handle.symbol);
-  llvm::Error error = it->second->remove();
-  impl_->trackers.erase(it);
+  auto it = impl_->dylibs.find(handle.id);
+  if (it == impl_->dylibs.end()) return makeError(ErrorCode::Internal, "kernel {} is not live", handle.symbol);
+  llvm::Error error = impl_->jit->getExecutionSession().removeJITDylib(*it->second);
+  impl_->dylibs.erase(it);
   if (error) return llvmError(std::move(error), fmt::format("cannot remove kernel '{}'", handle.symbol));
   return Status::ok();
 }
 
 std::size_t JitEngine::liveKernels() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->trackers.size();
+  return impl_->dylibs.size();
 }
 
 }  // namespace shapevm::jit

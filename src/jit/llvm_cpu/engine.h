@@ -2,7 +2,9 @@
 // JitEngine: the one thin layer over LLVM 19 ORC (LLJIT on JITLink) that the LLVM CPU backend
 // uses. It builds code for one x86-64 CPU and its features (the host's by default; another named
 // CPU, e.g. "haswell", from EngineOptions::cpu or $SHAPEVM_JIT_CPU), runs the O3 pipeline on each
-// kernel module, and gives every kernel version its own ResourceTracker so it can be removed.
+// kernel module, compiles it to a relocatable object, and links every kernel version into its own
+// JITDylib so it can be removed (and so one object can be linked more than once). Objects come
+// from build() + emitObject() or from bytes a kernel cache kept (objectCode()).
 // Kernels are registered with gdb (JIT loader interface) and, when asked, perf (jitdump).
 // Invariant: nothing outside this file and codegen sees LLVM's generality; callers get a
 // KernelHandle (address + symbol) and hand it back to remove() once no frame can run it.
@@ -69,14 +71,28 @@ class JitEngine {
   // `symbol`; the engine sets the triple/data layout and target CPU, verifies and optimizes it.
   Expected<std::unique_ptr<KernelCode>> build(const std::string& symbol,
                                               const std::function<Status(llvm::Module&)>& build);
-  // Links built code (from this engine's build()) under a unique symbol per version. The
-  // returned handle's address stays valid until remove(handle).
+  // Compiles built code (from build()) to a relocatable object for this engine's target; object
+  // code is returned as it is. Counted in codegens().
+  Expected<std::unique_ptr<KernelCode>> emitObject(std::unique_ptr<KernelCode> code);
+  // The object file's bytes of object code (from emitObject() or objectCode()); empty otherwise.
+  std::string_view objectBytes(const KernelCode& code) const;
+  // Object code from bytes (a cached object): error unless they are an object file for this
+  // engine's architecture that defines `symbol`.
+  Expected<std::unique_ptr<KernelCode>> objectCode(const std::string& symbol, std::string_view bytes) const;
+  // What fixes the machine code this engine emits for a given IR: LLVM version, target triple,
+  // CPU, its features and the optimization level (a kernel cache keys its objects with it).
+  const std::string& codeIdentity() const;
+  // Links code (from build(), emitObject() or objectCode(); built code is compiled first) into a
+  // fresh JITDylib. The returned handle's address stays valid until remove(handle); its symbol
+  // is the kernel's with a per-version suffix ("svm_add_f32_v3"), for messages.
   Expected<KernelHandle> link(std::unique_ptr<KernelCode> code);
   // build() then link().
   Expected<KernelHandle> compile(const std::string& symbol, const std::function<Status(llvm::Module&)>& build);
   // Frees a kernel's code. The caller guarantees no frame can still be executing it.
   Status remove(const KernelHandle& handle);
   std::size_t liveKernels() const;
+  // IR modules compiled to machine code so far (emitObject() of built code; link() of built code).
+  std::uint64_t codegens() const;
 
  private:
   struct Impl;

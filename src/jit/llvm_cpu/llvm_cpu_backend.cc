@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // LlvmCpuBackend: capabilities and cost hints from the engine's CPU, compile = emit the family's
-// IR + optimize (JitEngine::build), load = link (JitEngine::link), free = remove its tracker.
+// IR + optimize (JitEngine::build) + codegen to an object (emitObject), load = link
+// (JitEngine::link), free = remove its JITDylib.
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 
 #include <unistd.h>
@@ -86,7 +87,10 @@ Expected<std::unique_ptr<KernelCode>> LlvmCpuBackend::compile(const KernelFamily
     return makeError(ErrorCode::Internal, "spec for '{}' targets another CPU than the backend's ({})", symbol,
                      capabilities_.target);
   }
-  return engine_->build(symbol, [&](llvm::Module& module) { return emitter->emit(spec, module, symbol); });
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> built, engine_->build(symbol, [&](llvm::Module& module) {
+                         return emitter->emit(spec, module, symbol);
+                       }));
+  return engine_->emitObject(std::move(built));
 }
 
 Expected<KernelHandle> LlvmCpuBackend::load(std::unique_ptr<KernelCode> code) {

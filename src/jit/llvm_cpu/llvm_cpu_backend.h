@@ -3,7 +3,8 @@
 // implement LlvmKernelEmitter next to KernelFamily; it compiles a spec by emitting the family's IR
 // into a fresh module for the engine's CPU. Host features are this backend's decision: the CPU
 // it compiles for (EngineOptions::cpu, $SHAPEVM_JIT_CPU, else the host) fixes the KernelTarget
-// it stamps into specs, so a family's plan never asks the host CPU itself.
+// it stamps into specs, so a family's plan never asks the host CPU itself. Compiled code is a
+// relocatable object: what a kernel cache keeps (codeBytes) and links back (codeFromBytes).
 #pragma once
 
 #include <memory>
@@ -42,6 +43,12 @@ class LlvmCpuBackend final : public KernelBackend {
   }
   Status free(const KernelHandle& handle) override;
   std::size_t liveKernels() const override;
+  std::string codeIdentity() const override { return engine_->codeIdentity(); }
+  std::string_view codeBytes(const KernelCode& code) const override { return engine_->objectBytes(code); }
+  Expected<std::unique_ptr<KernelCode>> codeFromBytes(const std::string& symbol, std::string_view bytes) const override {
+    return engine_->objectCode(symbol, bytes);
+  }
+  std::uint64_t codegens() const override { return engine_->codegens(); }
 
   // The engine underneath (hand-built IR: tests, the bench's FMA peak).
   JitEngine& engine() { return *engine_; }

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// The persistent compiled-kernel cache: code bytes a backend chose to keep (the LLVM CPU backend:
+// relocatable objects), one file per kernel under <cache dir>/kernels, plus an in-process map so
+// identical kernels of several sites and regions are compiled once. Files are written whole
+// (temporary file + rename), carry their full key and a checksum, and are evicted least recently
+// used beyond the cache_max_mb tunable; any number of processes may share a directory.
+// Invariant: nothing read from disk is trusted — a file that is truncated, fails its checksum or
+// holds another key is ignored with a warning (and removed), and the kernel is compiled again.
+// The store knows bytes and keys only; the key's text (kernelCacheKey) is the only part that
+// knows KernelSpec, and the backend alone decides what the bytes are.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "jit/backend.h"
+#include "jit/kernel_abi.h"
+#include "shapevm/status.h"
+
+namespace shapevm::jit {
+
+// One kept kernel: its key's text, the symbol the code defines and the backend's bytes.
+struct CachedCode {
+  std::string key;
+  std::string symbol;
+  std::string bytes;
+};
+
+struct KernelCacheStats {
+  std::string directory;          // where the files are ("" = in memory only)
+  std::uint64_t entries = 0;      // files on disk now
+  std::uint64_t bytes = 0;        // their size
+  std::uint64_t cap_bytes = 0;    // cache_max_mb (0: nothing is written to disk)
+  std::uint64_t disk_hits = 0;    // this process: entries read from disk
+  std::uint64_t memory_hits = 0;  // this process: entries served from the in-process map
+  std::uint64_t misses = 0;
+  std::uint64_t stores = 0;           // files written
+  std::uint64_t rejected = 0;         // files ignored: truncated, checksum, other key, unusable code
+  std::uint64_t write_failures = 0;   // files that could not be written (read-only, full ...)
+  std::uint64_t evictions = 0;        // files removed to stay under the cap
+};
+
+class KernelCache {
+ public:
+  // The cache for `dir` (its files go in dir/kernels), shared by every user in this process;
+  // "" = in memory only.
+  static std::shared_ptr<KernelCache> forDirectory(const std::string& dir);
+  explicit KernelCache(std::string dir);
+
+  // "" when in memory only.
+  const std::string& directory() const { return kernels_dir_; }
+  // The entry for `key`: from memory, else from disk (checked; counts as a use for eviction).
+  std::optional<CachedCode> find(const std::string& key);
+  // Keeps `code` in memory and, unless cache_max_mb is 0 or the directory is unusable (one
+  // warning per process), on disk; evicts least recently used files beyond the cap.
+  void store(const CachedCode& code);
+  // Drops an entry that proved unusable (code that does not load, a failed validation).
+  void forget(const std::string& key, std::string_view why);
+  KernelCacheStats stats() const;
+  // Removes every entry file (and stale temporary files); the in-process map too.
+  Status clear();
+  // Copies every intact entry into `dir` (created); returns how many. Damaged ones are skipped
+  // with a warning.
+  Expected<int> exportTo(const std::string& dir) const;
+  // Checks and copies every entry file of `dir` into this cache; returns how many. Files that are
+  // not intact entries are skipped with a warning.
+  Expected<int> importFrom(const std::string& dir);
+
+  // The file name of `key`'s entry ("<16 hex digits>.svmk").
+  static std::string fileName(const std::string& key);
+  // An entry file's bytes and back (decode: error naming what is wrong).
+  static std::string encode(const CachedCode& code);
+  static Expected<CachedCode> decode(std::string_view file);
+
+ private:
+  std::optional<CachedCode> readFile(const std::string& key, const std::string& path);
+  void remember(const CachedCode& code);  // callers hold mutex_
+  void evictIfNeeded(std::uint64_t cap);
+  void warnOnce(const std::string& what);
+
+  std::string kernels_dir_;
+  mutable std::mutex mutex_;
+  std::list<CachedCode> recent_;  // most recently used first
+  std::unordered_map<std::string, std::list<CachedCode>::iterator> by_key_;
+  std::uint64_t memory_bytes_ = 0;
+  std::uint64_t disk_bytes_estimate_ = 0;  // what this process believes is on disk (rescanned)
+  bool scanned_ = false;
+  bool write_warned_ = false;
+  KernelCacheStats counters_;
+};
+
+// Everything that fixes the code compiled for `spec` with `family` on a backend whose
+// codeIdentity() is `code_identity`: the full spec (op, attributes, operands with dims, ranges and
+// divisors, epilogue, fused program, parameters, target), the ShapeVM version and build, and the
+// compiler and target. Equal keys mean interchangeable code.
+std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, const std::string& code_identity);
+
+// The kernel for `spec`, loaded, through the backend's kernel cache (KernelBackend::kernelCache):
+// a kept entry when one loads (`from_cache` set; one that does not is dropped), else compiled and
+// kept. `key` gets the cache key ("" without a cache). Without a cache: backend.compile + load.
+Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family,
+                                                          const KernelSpec& spec, const std::string& symbol,
+                                                          std::string& key, bool& from_cache);
+
+// This ShapeVM build: version and a hash of the executable code that holds the JIT, so a
+// rebuilt ShapeVM never reuses another build's kernels.
+const std::string& shapevmBuildIdentity();
+
+}  // namespace shapevm::jit

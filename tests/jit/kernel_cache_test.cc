@@ -1,0 +1,499 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compiled-kernel cache: hits and misses through compileKernel, in-process dedupe, damaged
+// entries (flipped byte, truncated mid-write, another CPU's or LLVM's key, another symbol),
+// eviction under cache_max_mb, four concurrent writer processes, a second process installing
+// from the cache with zero LLVM codegen (JIT stats), export/import, an unwritable or full cache
+// directory, garbage cache_max_mb, and a cached object that computes the wrong op being rejected
+// by validation (then compiled afresh).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "bytecode/text_format.h"
+#include "bytecode/verifier.h"
+#include "jit/jit.h"
+#include "jit_test_util.h"
+#include "jit/kernel_cache.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
+#include "jit/validate.h"
+#include "support/tunables.h"
+#include "vm/vm.h"
+
+namespace shapevm::jit {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::operand;
+using testing::pointersTo;
+using testing::sharedBackend;
+using testing::specFor;
+
+// A fresh directory per test, removed afterwards.
+class KernelCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Tunables::resetToDefaults();
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = (fs::temp_directory_path() / fmt::format("svm-kcache-{}-{}", ::getpid(), info->name())).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    Tunables::resetToDefaults();
+    std::error_code ignored;
+    fs::permissions(dir_, fs::perms::owner_all, ignored);
+    fs::remove_all(dir_, ignored);
+  }
+
+  // A backend of its own (a fresh LLJIT and codegen counter) with a fresh cache object on `dir`
+  // (nothing in memory: every hit comes from disk).
+  static std::unique_ptr<LlvmCpuBackend> backendWithCache(const std::string& dir) {
+    auto backend = LlvmCpuBackend::create();
+    EXPECT_TRUE(backend.hasValue()) << backend.status().toString();
+    (*backend)->setKernelCache(std::make_shared<KernelCache>(dir));
+    return std::move(*backend);
+  }
+
+  std::vector<Value> addInputs(std::int64_t rows = 5, std::int64_t cols = 13) {
+    std::mt19937 rng(7);
+    return {operand(DType::Float32, Shape{rows, cols}, rng), operand(DType::Float32, Shape{rows, cols}, rng)};
+  }
+
+  std::vector<std::string> entryFiles() const {
+    std::vector<std::string> files;
+    if (!fs::exists(dir_ + "/kernels")) return files;
+    for (const auto& entry : fs::directory_iterator(dir_ + "/kernels")) files.push_back(entry.path().string());
+    return files;
+  }
+
+  // Compiles `spec` on `backend` and checks the kernel against the reference on `inputs`.
+  static std::unique_ptr<CompiledKernel> compileAndCheck(KernelBackend& backend, const KernelSpec& spec,
+                                                         const std::vector<Value>& inputs) {
+    auto kernel = compileKernel(backend, *familyFor(spec.op), spec);
+    EXPECT_TRUE(kernel.hasValue()) << kernel.status().toString();
+    if (!kernel) return nullptr;
+    std::vector<Shape> observed;
+    for (const Value& v : inputs) observed.push_back(v.tensor().shape());
+    const Status valid = validateKernel(**kernel, validationShapes((*kernel)->spec, observed), 3);
+    EXPECT_TRUE(valid.isOk()) << valid.toString();
+    return std::move(*kernel);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(KernelCacheTest, MissCompilesAndStoresHitLoadsWithoutCodegen) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelSpec spec = specFor("add", inputs);
+  auto first = backendWithCache(dir_);
+  auto k1 = compileAndCheck(*first, spec, inputs);
+  ASSERT_NE(k1, nullptr);
+  EXPECT_FALSE(k1->from_cache);
+  EXPECT_EQ(first->codegens(), 1u);
+  EXPECT_EQ(first->kernelsFromCache(), 0u);
+  ASSERT_EQ(entryFiles().size(), 1u);
+  EXPECT_EQ(first->kernelCache()->stats().stores, 1u);
+
+  auto second = backendWithCache(dir_);
+  auto k2 = compileAndCheck(*second, spec, inputs);
+  ASSERT_NE(k2, nullptr);
+  EXPECT_TRUE(k2->from_cache);
+  EXPECT_EQ(k2->cache_key, k1->cache_key);
+  EXPECT_EQ(second->codegens(), 0u) << "a hit adds the object file: no IR, no LLVM codegen";
+  EXPECT_EQ(second->kernelsFromCache(), 1u);
+  EXPECT_EQ(second->kernelCache()->stats().disk_hits, 1u);
+  EXPECT_TRUE(first->free(k1->handle).isOk());
+  EXPECT_TRUE(second->free(k2->handle).isOk());
+}
+
+TEST_F(KernelCacheTest, IdenticalKernelsInOneProcessAreCompiledOnce) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelSpec spec = specFor("add", inputs);
+  auto backend = backendWithCache(dir_);
+  auto a = compileAndCheck(*backend, spec, inputs);
+  auto b = compileAndCheck(*backend, spec, inputs);  // another site, the same kernel
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(backend->codegens(), 1u);
+  EXPECT_TRUE(b->from_cache);
+  EXPECT_EQ(backend->kernelCache()->stats().memory_hits, 1u);
+  EXPECT_NE(a->handle.address, b->handle.address) << "two live versions, each removable on its own";
+  EXPECT_TRUE(backend->free(a->handle).isOk());
+  // The other version still runs after the first is freed.
+  std::vector<Value> out(1);
+  ASSERT_TRUE(invokeCompiled(*b, pointersTo(inputs), out).isOk());
+  EXPECT_TRUE(backend->free(b->handle).isOk());
+  // Without a disk cache (cache_max_mb 0) the dedupe still holds.
+  ASSERT_TRUE(Tunables::set(Tunable::CacheMaxMb, 0).isOk());
+  auto memory_only = backendWithCache(dir_ + "/other");
+  auto c = compileAndCheck(*memory_only, spec, inputs);
+  auto d = compileAndCheck(*memory_only, spec, inputs);
+  EXPECT_EQ(memory_only->codegens(), 1u);
+  EXPECT_FALSE(fs::exists(dir_ + "/other/kernels"));
+}
+
+TEST_F(KernelCacheTest, KeyCoversSpecParamsTargetAndCompiler) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelFamily& family = *familyFor(OpId::Add);
+  const KernelSpec spec = sharedBackend().targetSpec(specFor("add", inputs, {}, testing::Dims::Symbolic));
+  const std::string identity = sharedBackend().codeIdentity();
+  const std::string key = kernelCacheKey(family, spec, identity);
+  EXPECT_EQ(key, kernelCacheKey(family, spec, identity)) << "stable";
+  EXPECT_NE(key.find(identity), std::string::npos);
+  EXPECT_NE(key.find(shapevmBuildIdentity()), std::string::npos);
+  KernelSpec ranged = spec;
+  ranged.inputs[0].dims[0].hi = 64;
+  KernelSpec divided = spec;
+  divided.inputs[1].dims[1].divisor = 8;
+  KernelSpec tuned = spec;
+  tuned.params.unroll = 4;
+  KernelSpec avx512 = spec;
+  avx512.target.vector_bits = 512;
+  for (const KernelSpec* other : {&ranged, &divided, &tuned, &avx512}) {
+    EXPECT_NE(kernelCacheKey(family, *other, identity), key);
+  }
+  EXPECT_NE(kernelCacheKey(family, spec, identity + " +avx512f"), key) << "another CPU's features";
+  EXPECT_NE(KernelCache::fileName(kernelCacheKey(family, spec, "llvm 18.1.0; x86_64")), KernelCache::fileName(key));
+  EXPECT_NE(identity.find("llvm 19"), std::string::npos) << identity;
+}
+
+TEST_F(KernelCacheTest, CorruptTruncatedAndForeignEntriesAreIgnoredAndRecompiled) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelSpec spec = specFor("add", inputs);
+  {
+    auto backend = backendWithCache(dir_);
+    ASSERT_NE(compileAndCheck(*backend, spec, inputs), nullptr);
+  }
+  ASSERT_EQ(entryFiles().size(), 1u);
+  const std::string path = entryFiles()[0];
+  std::string good;
+  {
+    std::ifstream in(path, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  Expected<CachedCode> decoded = KernelCache::decode(good);
+  ASSERT_TRUE(decoded.hasValue()) << decoded.status().toString();
+  // Another CPU / another LLVM under this key's file name (a copied or renamed file).
+  CachedCode foreign = *decoded;
+  const std::size_t llvm_at = foreign.key.find("llvm 19");
+  ASSERT_NE(llvm_at, std::string::npos);
+  foreign.key.replace(llvm_at, 7, "llvm 18");
+  CachedCode other_cpu = *decoded;
+  other_cpu.key += " +avx512f";
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x40;
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {"flipped byte", flipped},
+      {"truncated mid-write", good.substr(0, good.size() / 2)},
+      {"header only", good.substr(0, 20)},
+      {"empty", ""},
+      {"another LLVM", KernelCache::encode(foreign)},
+      {"another CPU", KernelCache::encode(other_cpu)},
+  };
+  for (const auto& [what, bytes] : damaged) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << bytes;
+    }
+    auto backend = backendWithCache(dir_);
+    auto kernel = compileAndCheck(*backend, spec, inputs);
+    ASSERT_NE(kernel, nullptr) << what;
+    EXPECT_FALSE(kernel->from_cache) << what;
+    EXPECT_EQ(backend->codegens(), 1u) << what << ": recompiled";
+    EXPECT_EQ(backend->kernelCache()->stats().rejected, 1u) << what;
+    // The fresh compile replaced the damaged file with a good entry.
+    std::ifstream in(path, std::ios::binary);
+    const std::string now(std::istreambuf_iterator<char>(in), {});
+    EXPECT_TRUE(KernelCache::decode(now).hasValue()) << what;
+    EXPECT_TRUE(backend->free(kernel->handle).isOk());
+  }
+  // An intact entry whose bytes are no object file: loading fails, it is dropped, recompiled.
+  CachedCode garbage = *decoded;
+  garbage.bytes = "not an ELF object";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << KernelCache::encode(garbage);
+  }
+  auto backend = backendWithCache(dir_);
+  auto kernel = compileAndCheck(*backend, spec, inputs);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_FALSE(kernel->from_cache);
+  EXPECT_EQ(backend->codegens(), 1u);
+}
+
+TEST_F(KernelCacheTest, CachedObjectComputingTheWrongOpIsRejectedByValidation) {
+  // The cache entry for `sub` holds a well-formed object (valid checksum, right symbol) whose
+  // code computes `add`: only validation can tell.
+  const std::vector<Value> inputs = addInputs(40, 24);
+  const KernelSpec sub = sharedBackend().targetSpec(specFor("sub", inputs));
+  const KernelSpec add = sharedBackend().targetSpec(specFor("add", inputs));
+  auto backend = backendWithCache(dir_);
+  const std::string symbol = "svm_" + familyFor(OpId::Sub)->symbolStem(sub);
+  const auto* emitter = dynamic_cast<const LlvmKernelEmitter*>(familyFor(OpId::Add));
+  ASSERT_NE(emitter, nullptr);
+  auto built = backend->engine().build(symbol, [&](llvm::Module& module) { return emitter->emit(add, module, symbol); });
+  ASSERT_TRUE(built.hasValue()) << built.status().toString();
+  auto object = backend->engine().emitObject(std::move(*built));
+  ASSERT_TRUE(object.hasValue()) << object.status().toString();
+  const std::string key = kernelCacheKey(*familyFor(OpId::Sub), sub, backend->codeIdentity());
+  backend->kernelCache()->store(CachedCode{key, symbol, std::string(backend->codeBytes(**object))});
+  const std::uint64_t codegens = backend->codegens();
+
+  auto wrong = compileKernel(*backend, *familyFor(OpId::Sub), sub);
+  ASSERT_TRUE(wrong.hasValue()) << wrong.status().toString();
+  EXPECT_TRUE((*wrong)->from_cache);
+  std::vector<Shape> observed = {Shape{40, 24}, Shape{40, 24}};
+  const Status verdict = validateKernel(**wrong, validationShapes(sub, observed), 11);
+  ASSERT_FALSE(verdict.isOk()) << "a wrong cached object must never be installed";
+  EXPECT_NE(verdict.message().find("disagrees"), std::string::npos) << verdict.toString();
+  EXPECT_FALSE(fs::exists(dir_ + "/kernels/" + KernelCache::fileName(key))) << "the bad entry is dropped";
+  EXPECT_TRUE(backend->free((*wrong)->handle).isOk());
+  // The next compile is a fresh codegen, and it validates.
+  auto fresh = compileAndCheck(*backend, sub, inputs);
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_FALSE(fresh->from_cache);
+  EXPECT_EQ(backend->codegens(), codegens + 1);
+}
+
+TEST_F(KernelCacheTest, FaultInjectedKernelsAreCaughtWithSampledValidation) {
+  // Many rows: validation samples rows, and the corrupted first element is always among them.
+  for (const char* op : {"add", "mul", "tanh"}) {
+    std::mt19937 rng(5);
+    std::vector<Value> inputs = {operand(DType::Float32, Shape{300, 64}, rng)};
+    if (std::string_view(op) != "tanh") inputs.push_back(operand(DType::Float32, Shape{64}, rng));
+    KernelSpec spec = specFor(op, inputs, {}, testing::Dims::Symbolic);
+    spec.inputs[0].dims[0].lo = 16;
+    spec.inputs[0].dims[0].hi = 512;
+    auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
+    ASSERT_TRUE(kernel.hasValue());
+    std::vector<Shape> observed;
+    for (const Value& v : inputs) observed.push_back(v.tensor().shape());
+    EXPECT_TRUE(validateKernel(**kernel, validationShapes(spec, observed), 1).isOk()) << op;
+    (*kernel)->corrupt_outputs = true;
+    for (std::uint64_t seed = 0; seed < 10; ++seed) {
+      EXPECT_FALSE(validateKernel(**kernel, validationShapes(spec, observed), seed).isOk()) << op << " seed " << seed;
+    }
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
+  // A matmul too (sampled rows of A against the whole of B).
+  std::mt19937 rng(9);
+  std::vector<Value> mm = {operand(DType::Float32, Shape{200, 96}, rng), operand(DType::Float32, Shape{96, 80}, rng)};
+  KernelSpec spec = specFor("matmul", mm);
+  auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
+  ASSERT_TRUE(kernel.hasValue());
+  const std::vector<Shape> observed = {Shape{200, 96}, Shape{96, 80}};
+  EXPECT_TRUE(validateKernel(**kernel, validationShapes(spec, observed), 2).isOk());
+  (*kernel)->corrupt_outputs = true;
+  EXPECT_FALSE(validateKernel(**kernel, validationShapes(spec, observed), 2).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
+TEST_F(KernelCacheTest, EvictsLeastRecentlyUsedBeyondTheCap) {
+  ASSERT_TRUE(Tunables::set(Tunable::CacheMaxMb, 1).isOk());
+  KernelCache cache(dir_);
+  const std::string payload(100 * 1024, 'x');
+  // The first entry is used again after every store: it must survive.
+  for (int i = 0; i < 30; ++i) {
+    cache.store(CachedCode{fmt::format("key {}", i), "svm_k", payload});
+    if (i > 0) {
+      KernelCache reader(dir_);  // a disk read (touches the file), not the in-process map
+      EXPECT_TRUE(reader.find("key 0").has_value()) << i;
+    }
+    // Distinct modification times, so LRU order is well defined on coarse clocks.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const KernelCacheStats stats = cache.stats();
+  EXPECT_LE(stats.bytes, std::uint64_t{1} << 20);
+  EXPECT_GT(stats.evictions, 0u);
+  KernelCache reader(dir_);
+  EXPECT_TRUE(reader.find("key 0").has_value()) << "recently used";
+  EXPECT_TRUE(reader.find("key 29").has_value()) << "newest";
+  EXPECT_FALSE(reader.find("key 1").has_value()) << "least recently used";
+}
+
+TEST_F(KernelCacheTest, FourConcurrentWriterProcesses) {
+  const std::string payload(20000, 'p');
+  std::vector<pid_t> children;
+  for (int p = 0; p < 4; ++p) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      KernelCache cache(dir_);
+      for (int i = 0; i < 40; ++i) {
+        // Shared keys (every process writes them) and own keys.
+        cache.store(CachedCode{fmt::format("shared {}", i % 10), "svm_shared", payload + std::to_string(i % 10)});
+        cache.store(CachedCode{fmt::format("own {} {}", p, i), "svm_own", payload});
+        KernelCache reader(dir_);
+        if (auto got = reader.find(fmt::format("shared {}", (i + 3) % 10)); got && got->symbol != "svm_shared") _exit(3);
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  int entries = 0;
+  for (const std::string& file : entryFiles()) {
+    EXPECT_EQ(file.find(".tmp."), std::string::npos) << "no temporary file left: " << file;
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    Expected<CachedCode> code = KernelCache::decode(bytes);
+    ASSERT_TRUE(code.hasValue()) << file << ": " << code.status().toString();
+    EXPECT_EQ(fs::path(file).filename().string(), KernelCache::fileName(code->key));
+    ++entries;
+  }
+  EXPECT_EQ(entries, 10 + 4 * 40);
+}
+
+// add then tanh over [?0,?1]: two kernels per process.
+constexpr const char* kProgram = R"(.module "cache"
+.func f
+  .param a : f32[?0,?1]
+  .param b : f32[?0,?1]
+  .outputs 1
+  LoadTensor r0, a
+  LoadTensor r1, b
+  CallOp add r2 = r0, r1 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
+  CallOp tanh r3 = r2 : f32[?0,?1] -> f32[?0,?1]
+  StoreTensor r3, o0
+  Return
+.end
+)";
+
+// Runs kProgram under an O1 JIT on `dir` in a child process; the exit code is 10 + kernels from
+// the cache + 20 * codegens when the results match the reference, 1 otherwise.
+int runProgramInChild(const std::string& dir) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    Tunables::resetToDefaults();
+    (void)Tunables::set(Tunable::HotMs, 0);
+    (void)Tunables::set(Tunable::JitLevel, 1);
+    (void)Tunables::set(Tunable::WarmupRuns, 0);
+    (void)Tunables::set(Tunable::HotCount, 1);
+    auto module = assemble(kProgram, "cache.svasm");
+    if (!module) _exit(1);
+    VirtualMachine vm(std::make_shared<Module>(std::move(*module)));
+    JitOptions options;
+    options.wait_for_compiles = true;
+    options.kernel_cache_dir = dir;
+    auto jit = Jit::attach(vm, options);
+    if (!jit) _exit(1);
+    std::mt19937 rng(3);
+    for (int run = 0; run < 3; ++run) {
+      std::vector<Value> in = {operand(DType::Float32, Shape{6, 33}, rng), operand(DType::Float32, Shape{6, 33}, rng)};
+      auto out = vm.run(0, in);
+      if (!out) _exit(1);
+      Value sum = callOp("add", {in[0], in[1]}).value()[0];
+      Value want = callOp("tanh", {sum}).value()[0];
+      for (std::int64_t i = 0; i < want.tensor().numel(); ++i) {
+        if (std::abs(want.tensor().elementAsDouble(i) - (*out)[0].tensor().elementAsDouble(i)) > 1e-6) _exit(1);
+      }
+    }
+    const JitStats stats = (*jit)->stats();
+    if (stats.compiles != 2) _exit(1);
+    _exit(static_cast<int>(10 + stats.kernels_from_cache + 20 * stats.codegen_count));
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST_F(KernelCacheTest, SecondProcessInstallsFromTheCacheWithZeroCodegen) {
+  EXPECT_EQ(runProgramInChild(dir_), 10 + 0 + 20 * 2) << "first process: two codegens";
+  EXPECT_EQ(runProgramInChild(dir_), 10 + 2 + 20 * 0) << "second process: both kernels from the cache";
+}
+
+TEST_F(KernelCacheTest, ExportImportShipsAWarmedCache) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelSpec spec = specFor("add", inputs);
+  {
+    auto backend = backendWithCache(dir_ + "/build");
+    ASSERT_NE(compileAndCheck(*backend, spec, inputs), nullptr);
+  }
+  KernelCache built(dir_ + "/build");
+  Expected<int> exported = built.exportTo(dir_ + "/shipped/kernels");
+  ASSERT_TRUE(exported.hasValue()) << exported.status().toString();
+  EXPECT_EQ(*exported, 1);
+  // A damaged file in the shipment is skipped, not imported.
+  { std::ofstream(dir_ + "/shipped/kernels/0123456789abcdef.svmk") << "garbage"; }
+  KernelCache replica(dir_ + "/replica");
+  Expected<int> imported = replica.importFrom(dir_ + "/shipped/kernels");
+  ASSERT_TRUE(imported.hasValue()) << imported.status().toString();
+  EXPECT_EQ(*imported, 1);
+  auto backend = backendWithCache(dir_ + "/replica");
+  auto kernel = compileAndCheck(*backend, spec, inputs);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_TRUE(kernel->from_cache);
+  EXPECT_EQ(backend->codegens(), 0u);
+  EXPECT_FALSE(replica.importFrom(dir_ + "/missing").hasValue());
+}
+
+TEST_F(KernelCacheTest, UnwritableOrFullDirectoryWarnsAndStillCompiles) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelSpec spec = specFor("add", inputs);
+  // A regular file where the cache directory should be: nothing can be created under it.
+  { std::ofstream(dir_ + "/file") << "x"; }
+  auto blocked = backendWithCache(dir_ + "/file");
+  auto kernel = compileAndCheck(*blocked, spec, inputs);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(blocked->kernelCache()->stats().write_failures, 1u);
+  // In-process dedupe still works.
+  ASSERT_NE(compileAndCheck(*blocked, spec, inputs), nullptr);
+  EXPECT_EQ(blocked->codegens(), 1u);
+  // A full disk: a child whose files may not grow beyond 100 bytes (EFBIG on write).
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{100, 100};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
+    auto backend = LlvmCpuBackend::create();
+    if (!backend) _exit(1);
+    (*backend)->setKernelCache(std::make_shared<KernelCache>(dir_ + "/full"));
+    auto k = compileKernel(**backend, *familyFor(spec.op), spec);
+    if (!k) _exit(1);
+    std::vector<Value> out(1);
+    if (!invokeCompiled(**k, pointersTo(inputs), out).isOk()) _exit(1);
+    const KernelCacheStats stats = (*backend)->kernelCache()->stats();
+    _exit(stats.write_failures == 1 && stats.stores == 0 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (const auto& entry : fs::directory_iterator(dir_ + "/full/kernels")) {
+    ADD_FAILURE() << "nothing may be left of a failed write: " << entry.path();
+  }
+}
+
+TEST_F(KernelCacheTest, GarbageCacheMaxMbIsRejectedAndTheCacheKeepsWorking) {
+  EXPECT_FALSE(Tunables::set("cache_max_mb", "lots").isOk());
+  EXPECT_FALSE(Tunables::set("cache_max_mb", "-5").isOk());
+  EXPECT_FALSE(Tunables::set("cache_max_mb", "99999999999").isOk());
+  EXPECT_EQ(Tunables::get(Tunable::CacheMaxMb), Tunables::info(Tunable::CacheMaxMb).default_value);
+  setenv("SHAPEVM_CACHE_MAX_MB", "1e3", 1);
+  const Status env = Tunables::loadFromEnvironment();
+  unsetenv("SHAPEVM_CACHE_MAX_MB");
+  EXPECT_FALSE(env.isOk());
+  EXPECT_NE(env.message().find("SHAPEVM_CACHE_MAX_MB"), std::string::npos) << env.toString();
+  const std::vector<Value> inputs = addInputs();
+  auto backend = backendWithCache(dir_);
+  ASSERT_NE(compileAndCheck(*backend, specFor("add", inputs), inputs), nullptr);
+  EXPECT_EQ(entryFiles().size(), 1u);
+}
+
+}  // namespace
+}  // namespace shapevm::jit
