@@ -87,7 +87,8 @@ int cacheCommand(const std::string& action, const std::string& dir, const std::s
     fmt::print("imported {} kernels and {} tuning records into {}\n", *kernels, *records, root);
     return 0;
   }
-  return fail(makeError(ErrorCode::InvalidArgument, "unknown action '{}' (stats, clear, export DIR, import DIR)", action));
+  return fail(
+      makeError(ErrorCode::InvalidArgument, "unknown action '{}' (stats, clear, export DIR, import DIR)", action));
 }
 
 }  // namespace shapevm

@@ -584,8 +584,9 @@ int main(int argc, char** argv) {
   tune_cmd->add_option("--set", tune_flags.settings, "KEY=VALUE for a tunable (repeatable)");
   std::string cache_action, cache_dir_arg;
   auto* cache_cmd = app.add_subcommand(
-      "cache", "the compiled-kernel cache and tuning database ($SHAPEVM_CACHE_DIR): stats, clear, export DIR, "
-               "import DIR (ship one warmed cache to every replica; see docs/kernel-cache.md)");
+      "cache",
+      "the compiled-kernel cache and tuning database ($SHAPEVM_CACHE_DIR): stats, clear, export DIR, "
+      "import DIR (ship one warmed cache to every replica; see docs/kernel-cache.md)");
   cache_cmd->add_option("action", cache_action, "stats | clear | export | import")
       ->required()
       ->check(CLI::IsMember({"stats", "clear", "export", "import"}));

@@ -49,7 +49,7 @@ struct CostHints {
 struct KernelHandle {
   std::uint64_t id = 0;     // backend-wide kernel version id
   void* address = nullptr;  // the entry point (CPU: a GeneratedKernelFn)
-  std::string symbol;       // e.g. "svm_matmul_f32_Mdyn_K128_N1024_v3"
+  std::string symbol;       // e.g. "svm_matmul_f32_Mdyn_K128_N1024" (versions differ by id)
 };
 
 // Compiled code that is not yet loaded (a backend-defined object: an optimized module, PTX ...).

@@ -59,8 +59,8 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
     engine_options.perf_support = Tunables::get(Tunable::JitPerf) != 0;
     SVM_ASSIGN_OR_RETURN(jit->engine_, LlvmCpuBackend::create(engine_options));
     if (options.kernel_cache) {
-      jit->engine_->setKernelCache(KernelCache::forDirectory(
-          options.kernel_cache_dir.empty() ? defaultCacheDir() : options.kernel_cache_dir));
+      jit->engine_->setKernelCache(
+          KernelCache::forDirectory(options.kernel_cache_dir.empty() ? defaultCacheDir() : options.kernel_cache_dir));
     }
     jit->patches_ = std::make_unique<RuntimePatchManager>(vm, *jit->engine_);
   }

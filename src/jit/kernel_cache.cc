@@ -62,8 +62,12 @@ std::uint64_t capBytes() {
   return static_cast<std::uint64_t>(std::max<std::int64_t>(0, Tunables::get(Tunable::CacheMaxMb))) << 20;
 }
 
-void put32(std::string& out, std::uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
-void put64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
+void put32(std::string& out, std::uint32_t v) {
+  out.append(reinterpret_cast<const char*>(&v), 4);
+}
+void put64(std::string& out, std::uint64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), 8);
+}
 template <typename T>
 T get(std::string_view in, std::size_t at) {
   T v;
@@ -103,8 +107,8 @@ Expected<std::string> readWhole(const std::string& path) {
 Status writeAtomically(const std::string& path, std::string_view data) {
   static std::atomic<std::uint64_t> counter{0};
   const std::size_t slash = path.rfind('/');
-  const std::string temp = fmt::format("{}.{}.tmp.{}.{}", path.substr(0, slash + 1),
-                                       path.substr(slash + 1), ::getpid(), counter.fetch_add(1));
+  const std::string temp = fmt::format("{}.{}.tmp.{}.{}", path.substr(0, slash + 1), path.substr(slash + 1), ::getpid(),
+                                       counter.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return systemError("cannot create", temp);
   std::size_t done = 0;
@@ -138,7 +142,7 @@ Status makeDirectories(const std::string& dir) {
     const std::string prefix = dir.substr(0, pos);
     if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return systemError("cannot create directory", prefix);
   }
-  struct stat info{};
+  struct stat info {};
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) return systemError("not a directory:", dir);
   return Status::ok();
 }
@@ -158,15 +162,18 @@ std::vector<DirEntry> listFiles(const std::string& dir) {
   while (const dirent* entry = ::readdir(handle)) {
     const std::string name = entry->d_name;
     if (name == "." || name == "..") continue;
-    struct stat info{};
+    struct stat info {};
     if (::stat((dir + "/" + name).c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
-    files.push_back(DirEntry{name, static_cast<std::uint64_t>(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec});
+    files.push_back(
+        DirEntry{name, static_cast<std::uint64_t>(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec});
   }
   ::closedir(handle);
   return files;
 }
 
-bool isEntryName(const std::string& name) { return endsWith(name, kSuffix) && name.find(".tmp.") == std::string::npos; }
+bool isEntryName(const std::string& name) {
+  return endsWith(name, kSuffix) && name.find(".tmp.") == std::string::npos;
+}
 
 }  // namespace
 
@@ -426,7 +433,7 @@ Expected<int> KernelCache::exportTo(const std::string& dir) const {
 
 Expected<int> KernelCache::importFrom(const std::string& dir) {
   if (kernels_dir_.empty()) return makeError(ErrorCode::InvalidArgument, "this kernel cache has no directory");
-  struct stat info{};
+  struct stat info {};
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
     return makeError(ErrorCode::InvalidArgument, "'{}' is not a directory of exported kernels", dir);
   }
@@ -562,8 +569,7 @@ Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelF
   if (!identity.empty()) {
     key = kernelCacheKey(family, spec, identity);
     if (std::optional<CachedCode> kept = cache->find(key)) {
-      Expected<KernelHandle> handle =
-          makeError(ErrorCode::JitError, "it defines '{}', not '{}'", kept->symbol, symbol);
+      Expected<KernelHandle> handle = makeError(ErrorCode::JitError, "it defines '{}', not '{}'", kept->symbol, symbol);
       if (kept->symbol == symbol) {
         Expected<std::unique_ptr<KernelCode>> code = backend.codeFromBytes(symbol, kept->bytes);
         handle = code ? backend.load(std::move(*code)) : Expected<KernelHandle>(code.status());

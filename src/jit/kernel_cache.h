@@ -39,10 +39,10 @@ struct KernelCacheStats {
   std::uint64_t disk_hits = 0;    // this process: entries read from disk
   std::uint64_t memory_hits = 0;  // this process: entries served from the in-process map
   std::uint64_t misses = 0;
-  std::uint64_t stores = 0;           // files written
-  std::uint64_t rejected = 0;         // files ignored: truncated, checksum, other key, unusable code
-  std::uint64_t write_failures = 0;   // files that could not be written (read-only, full ...)
-  std::uint64_t evictions = 0;        // files removed to stay under the cap
+  std::uint64_t stores = 0;          // files written
+  std::uint64_t rejected = 0;        // files ignored: truncated, checksum, other key, unusable code
+  std::uint64_t write_failures = 0;  // files that could not be written (read-only, full ...)
+  std::uint64_t evictions = 0;       // files removed to stay under the cap
 };
 
 class KernelCache {
@@ -103,9 +103,8 @@ std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, c
 // The kernel for `spec`, loaded, through the backend's kernel cache (KernelBackend::kernelCache):
 // a kept entry when one loads (`from_cache` set; one that does not is dropped), else compiled and
 // kept. `key` gets the cache key ("" without a cache). Without a cache: backend.compile + load.
-Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family,
-                                                          const KernelSpec& spec, const std::string& symbol,
-                                                          std::string& key, bool& from_cache);
+Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family, const KernelSpec& spec,
+                                           const std::string& symbol, std::string& key, bool& from_cache);
 
 // This ShapeVM build: version and a hash of the executable code that holds the JIT, so a
 // rebuilt ShapeVM never reuses another build's kernels.

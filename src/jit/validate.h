@@ -44,9 +44,10 @@ bool needsPositiveInput(OpId op, std::size_t input);
 std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::span<const Shape> observed);
 
 // Runs `kernel` and the reference kernel (on sampled rows, see above) on random inputs for every
-// shape set; OK or the first failure with its reason (shapes included). A call that packed an operand into the kernel's
-// cache (PackedOperandCache) runs twice, so the cached packing is checked too; the cache is
-// emptied afterwards.
+// shape set; OK or the first failure with its reason (shapes included). On the observed shapes, a
+// call that packed an operand into the kernel's cache (PackedOperandCache) runs twice, so the
+// cached packing is checked too; the cache is emptied afterwards. A kernel from the kernel cache
+// that fails is dropped from it (KernelCache::forget).
 Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed);
 
 }  // namespace shapevm::jit

@@ -47,7 +47,9 @@ std::string hashKey(const std::string& family, const std::string& kernel, const 
 
 }  // namespace
 
-std::string defaultCacheDir() { return shapevm::defaultCacheDir(); }
+std::string defaultCacheDir() {
+  return shapevm::defaultCacheDir();
+}
 
 std::string KernelKey::key() const { return hashKey(family, kernel, bucket, cpu, features); }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -23,10 +24,10 @@
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
 #include "jit/jit.h"
-#include "jit_test_util.h"
 #include "jit/kernel_cache.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/validate.h"
+#include "jit_test_util.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -242,7 +243,8 @@ TEST_F(KernelCacheTest, CachedObjectComputingTheWrongOpIsRejectedByValidation) {
   const std::string symbol = "svm_" + familyFor(OpId::Sub)->symbolStem(sub);
   const auto* emitter = dynamic_cast<const LlvmKernelEmitter*>(familyFor(OpId::Add));
   ASSERT_NE(emitter, nullptr);
-  auto built = backend->engine().build(symbol, [&](llvm::Module& module) { return emitter->emit(add, module, symbol); });
+  auto built =
+      backend->engine().build(symbol, [&](llvm::Module& module) { return emitter->emit(add, module, symbol); });
   ASSERT_TRUE(built.hasValue()) << built.status().toString();
   auto object = backend->engine().emitObject(std::move(*built));
   ASSERT_TRUE(object.hasValue()) << object.status().toString();
@@ -335,7 +337,8 @@ TEST_F(KernelCacheTest, FourConcurrentWriterProcesses) {
         cache.store(CachedCode{fmt::format("shared {}", i % 10), "svm_shared", payload + std::to_string(i % 10)});
         cache.store(CachedCode{fmt::format("own {} {}", p, i), "svm_own", payload});
         KernelCache reader(dir_);
-        if (auto got = reader.find(fmt::format("shared {}", (i + 3) % 10)); got && got->symbol != "svm_shared") _exit(3);
+        if (auto got = reader.find(fmt::format("shared {}", (i + 3) % 10)); got && got->symbol != "svm_shared")
+          _exit(3);
       }
       _exit(0);
     }
@@ -374,47 +377,91 @@ constexpr const char* kProgram = R"(.module "cache"
 .end
 )";
 
-// Runs kProgram under an O1 JIT on `dir` in a child process; the exit code is 10 + kernels from
-// the cache + 20 * codegens when the results match the reference, 1 otherwise.
-int runProgramInChild(const std::string& dir) {
+// Runs DISABLED_KernelCacheChild.<test> in a fresh process of this test binary (exec, not a bare
+// fork: LLVM and the thread pool must not inherit another thread's state) with SVM_KCACHE_DIR set
+// to `dir`; its exit code, or -1.
+int runChild(const std::string& test, const std::string& dir) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("SVM_KCACHE_DIR=" + dir);
+  const std::string filter = "--gtest_filter=DISABLED_KernelCacheChild." + test;
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  std::string filter_arg = filter;
+  char also[] = "--gtest_also_run_disabled_tests";
+  char* argv[] = {self, filter_arg.data(), also, nullptr};
   const pid_t pid = ::fork();
   if (pid == 0) {
-    Tunables::resetToDefaults();
-    (void)Tunables::set(Tunable::HotMs, 0);
-    (void)Tunables::set(Tunable::JitLevel, 1);
-    (void)Tunables::set(Tunable::WarmupRuns, 0);
-    (void)Tunables::set(Tunable::HotCount, 1);
-    auto module = assemble(kProgram, "cache.svasm");
-    if (!module) _exit(1);
-    VirtualMachine vm(std::make_shared<Module>(std::move(*module)));
-    JitOptions options;
-    options.wait_for_compiles = true;
-    options.kernel_cache_dir = dir;
-    auto jit = Jit::attach(vm, options);
-    if (!jit) _exit(1);
-    std::mt19937 rng(3);
-    for (int run = 0; run < 3; ++run) {
-      std::vector<Value> in = {operand(DType::Float32, Shape{6, 33}, rng), operand(DType::Float32, Shape{6, 33}, rng)};
-      auto out = vm.run(0, in);
-      if (!out) _exit(1);
-      Value sum = callOp("add", {in[0], in[1]}).value()[0];
-      Value want = callOp("tanh", {sum}).value()[0];
-      for (std::int64_t i = 0; i < want.tensor().numel(); ++i) {
-        if (std::abs(want.tensor().elementAsDouble(i) - (*out)[0].tensor().elementAsDouble(i)) > 1e-6) _exit(1);
-      }
-    }
-    const JitStats stats = (*jit)->stats();
-    if (stats.compiles != 2) _exit(1);
-    _exit(static_cast<int>(10 + stats.kernels_from_cache + 20 * stats.codegen_count));
+    ::execve(self, argv, envp.data());
+    _exit(127);
   }
   int status = 0;
   if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
 }
 
+// Runs kProgram under an O1 JIT on $SVM_KCACHE_DIR (in a fresh process: runChild); exits with
+// 10 + kernels from the cache + 20 * LLVM codegens when the results match the reference, else 1.
+TEST(DISABLED_KernelCacheChild, RunProgram) {
+  const char* dir = std::getenv("SVM_KCACHE_DIR");
+  if (dir == nullptr) GTEST_SKIP();
+  Tunables::resetToDefaults();
+  (void)Tunables::set(Tunable::HotMs, 0);
+  (void)Tunables::set(Tunable::JitLevel, 1);
+  (void)Tunables::set(Tunable::WarmupRuns, 0);
+  (void)Tunables::set(Tunable::HotCount, 1);
+  auto module = assemble(kProgram, "cache.svasm");
+  if (!module) _exit(1);
+  VirtualMachine vm(std::make_shared<Module>(std::move(*module)));
+  JitOptions options;
+  options.wait_for_compiles = true;
+  options.kernel_cache_dir = dir;
+  auto jit = Jit::attach(vm, options);
+  if (!jit) _exit(1);
+  std::mt19937 rng(3);
+  for (int run = 0; run < 3; ++run) {
+    std::vector<Value> in = {operand(DType::Float32, Shape{6, 33}, rng), operand(DType::Float32, Shape{6, 33}, rng)};
+    auto out = vm.run(0, in);
+    if (!out) _exit(1);
+    Value sum = callOp("add", {in[0], in[1]}).value()[0];
+    Value want = callOp("tanh", {sum}).value()[0];
+    for (std::int64_t i = 0; i < want.tensor().numel(); ++i) {
+      if (std::abs(want.tensor().elementAsDouble(i) - (*out)[0].tensor().elementAsDouble(i)) > 1e-6) _exit(1);
+    }
+  }
+  const JitStats stats = (*jit)->stats();
+  if (stats.compiles != 2) _exit(1);
+  _exit(static_cast<int>(10 + stats.kernels_from_cache + 20 * stats.codegen_count));
+}
+
+// A full disk: files may not grow beyond 100 bytes (EFBIG on write). Exits 0 when the kernel
+// compiled, ran, and the cache counted one failed write and no store.
+TEST(DISABLED_KernelCacheChild, FullDisk) {
+  const char* dir = std::getenv("SVM_KCACHE_DIR");
+  if (dir == nullptr) GTEST_SKIP();
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit limit{100, 100};
+  if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
+  std::mt19937 rng(7);
+  const std::vector<Value> inputs = {operand(DType::Float32, Shape{5, 13}, rng),
+                                     operand(DType::Float32, Shape{5, 13}, rng)};
+  const KernelSpec spec = specFor("add", inputs);
+  auto backend = LlvmCpuBackend::create();
+  if (!backend) _exit(1);
+  (*backend)->setKernelCache(std::make_shared<KernelCache>(dir));
+  auto k = compileKernel(**backend, *familyFor(spec.op), spec);
+  if (!k) _exit(1);
+  std::vector<Value> out(1);
+  if (!invokeCompiled(**k, pointersTo(inputs), out).isOk()) _exit(1);
+  const KernelCacheStats stats = (*backend)->kernelCache()->stats();
+  _exit(stats.write_failures == 1 && stats.stores == 0 ? 0 : 3);
+}
+
 TEST_F(KernelCacheTest, SecondProcessInstallsFromTheCacheWithZeroCodegen) {
-  EXPECT_EQ(runProgramInChild(dir_), 10 + 0 + 20 * 2) << "first process: two codegens";
-  EXPECT_EQ(runProgramInChild(dir_), 10 + 2 + 20 * 0) << "second process: both kernels from the cache";
+  EXPECT_EQ(runChild("RunProgram", dir_), 10 + 0 + 20 * 2) << "first process: two codegens";
+  EXPECT_EQ(runChild("RunProgram", dir_), 10 + 2 + 20 * 0) << "second process: both kernels from the cache";
 }
 
 TEST_F(KernelCacheTest, ExportImportShipsAWarmedCache) {
@@ -454,26 +501,8 @@ TEST_F(KernelCacheTest, UnwritableOrFullDirectoryWarnsAndStillCompiles) {
   // In-process dedupe still works.
   ASSERT_NE(compileAndCheck(*blocked, spec, inputs), nullptr);
   EXPECT_EQ(blocked->codegens(), 1u);
-  // A full disk: a child whose files may not grow beyond 100 bytes (EFBIG on write).
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    rlimit limit{100, 100};
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
-    auto backend = LlvmCpuBackend::create();
-    if (!backend) _exit(1);
-    (*backend)->setKernelCache(std::make_shared<KernelCache>(dir_ + "/full"));
-    auto k = compileKernel(**backend, *familyFor(spec.op), spec);
-    if (!k) _exit(1);
-    std::vector<Value> out(1);
-    if (!invokeCompiled(**k, pointersTo(inputs), out).isOk()) _exit(1);
-    const KernelCacheStats stats = (*backend)->kernelCache()->stats();
-    _exit(stats.write_failures == 1 && stats.stores == 0 ? 0 : 3);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // A full disk (a fresh process whose files may not grow beyond 100 bytes).
+  EXPECT_EQ(runChild("FullDisk", dir_ + "/full"), 0);
   for (const auto& entry : fs::directory_iterator(dir_ + "/full/kernels")) {
     ADD_FAILURE() << "nothing may be left of a failed write: " << entry.path();
   }

@@ -158,7 +158,7 @@ struct JitEngine::Impl {
   std::string cpu_name;
   std::string cpu_features;
   bool avx512 = false;
-  mutable std::mutex mutex;  // link/remove are serialized (one engine, any thread)
+  mutable std::mutex mutex;                              // link/remove are serialized (one engine, any thread)
   std::map<std::uint64_t, llvm::orc::JITDylib*> dylibs;  // one per live kernel version
   std::uint64_t next_id = 1;
   // Codegen: target machines are not shared between threads; idle ones wait here for reuse.
@@ -365,9 +365,13 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::objectCode(const std::string& s
   return std::unique_ptr<KernelCode>(new LlvmObjectCode(std::move(buffer), symbol, impl_.get()));
 }
 
-const std::string& JitEngine::codeIdentity() const { return impl_->code_identity; }
+const std::string& JitEngine::codeIdentity() const {
+  return impl_->code_identity;
+}
 
-std::uint64_t JitEngine::codegens() const { return impl_->codegens.load(std::memory_order_relaxed); }
+std::uint64_t JitEngine::codegens() const {
+  return impl_->codegens.load(std::memory_order_relaxed);
+}
 
 Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {
   if (dynamic_cast<LlvmModuleCode*>(code.get()) != nullptr) {
@@ -381,23 +385,23 @@ Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {
   const std::string symbol = object->symbol();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const std::uint64_t id = impl_->next_id++;
-  // A readable name per version for messages; the object keeps its own symbol, alone in its dylib.
-  const std::string unique = fmt::format("{}_v{}", symbol, id);
+  // Each version alone in its dylib: versions of one symbol (and one cached object) coexist.
+  const std::string unique = fmt::format("svm_kernel_{}", id);
   llvm::orc::ExecutionSession& session = impl_->jit->getExecutionSession();
   auto dylib = impl_->jit->createJITDylib(unique);
-  if (!dylib) return llvmError(dylib.takeError(), fmt::format("cannot add kernel '{}'", unique));
+  if (!dylib) return llvmError(dylib.takeError(), fmt::format("cannot add kernel '{}'", symbol));
   dylib->addToLinkOrder(impl_->jit->getMainJITDylib());
   if (llvm::Error error = impl_->jit->addObjectFile(*dylib, std::move(object->object_))) {
     llvm::consumeError(session.removeJITDylib(*dylib));
-    return llvmError(std::move(error), fmt::format("cannot add kernel '{}'", unique));
+    return llvmError(std::move(error), fmt::format("cannot add kernel '{}'", symbol));
   }
   auto address = impl_->jit->lookup(*dylib, symbol);
   if (!address) {
     llvm::consumeError(session.removeJITDylib(*dylib));
-    return llvmError(address.takeError(), fmt::format("cannot link kernel '{}'", unique));
+    return llvmError(address.takeError(), fmt::format("cannot link kernel '{}'", symbol));
   }
   impl_->dylibs.emplace(id, &*dylib);
-  return KernelHandle{id, address->toPtr<void*>(), unique};
+  return KernelHandle{id, address->toPtr<void*>(), symbol};
 }
 
 Status JitEngine::remove(const KernelHandle& handle) {

@@ -83,8 +83,8 @@ class JitEngine {
   // CPU, its features and the optimization level (a kernel cache keys its objects with it).
   const std::string& codeIdentity() const;
   // Links code (from build(), emitObject() or objectCode(); built code is compiled first) into a
-  // fresh JITDylib. The returned handle's address stays valid until remove(handle); its symbol
-  // is the kernel's with a per-version suffix ("svm_add_f32_v3"), for messages.
+  // fresh JITDylib, so versions of one symbol coexist (their handles differ by id). The returned
+  // handle's address stays valid until remove(handle).
   Expected<KernelHandle> link(std::unique_ptr<KernelCode> code);
   // build() then link().
   Expected<KernelHandle> compile(const std::string& symbol, const std::function<Status(llvm::Module&)>& build);

@@ -88,8 +88,8 @@ Expected<std::unique_ptr<KernelCode>> LlvmCpuBackend::compile(const KernelFamily
                      capabilities_.target);
   }
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> built, engine_->build(symbol, [&](llvm::Module& module) {
-                         return emitter->emit(spec, module, symbol);
-                       }));
+    return emitter->emit(spec, module, symbol);
+  }));
   return engine_->emitObject(std::move(built));
 }
 

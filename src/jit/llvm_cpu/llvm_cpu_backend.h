@@ -45,7 +45,8 @@ class LlvmCpuBackend final : public KernelBackend {
   std::size_t liveKernels() const override;
   std::string codeIdentity() const override { return engine_->codeIdentity(); }
   std::string_view codeBytes(const KernelCode& code) const override { return engine_->objectBytes(code); }
-  Expected<std::unique_ptr<KernelCode>> codeFromBytes(const std::string& symbol, std::string_view bytes) const override {
+  Expected<std::unique_ptr<KernelCode>> codeFromBytes(const std::string& symbol,
+                                                      std::string_view bytes) const override {
     return engine_->objectCode(symbol, bytes);
   }
   std::uint64_t codegens() const override { return engine_->codegens(); }

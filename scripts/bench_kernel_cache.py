@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# Measures the compiled-kernel cache and validation cost (issue 23, BENCHMARKS.md) on the
+# reference cell: per-kernel validation at O1, and a second process's per-region install at O2
+# from a warm cache, for this build and a peer build (e.g. main's), interleaved, medians.
+# Usage: scripts/bench_kernel_cache.py --shapevm build/tools/shapevm [--peer OTHER/shapevm] [--repeats 3]
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ARGS = ["run", "examples/lstm_cell.py", "--dim", "batch=32", "--dim", "seq=10,20,30", "--iters", "30",
+        "--jit-wait", "--stats", "-q", "--jit-log"]
+INSTALLED = re.compile(r"codegen ([0-9.]+)ms, validation\+patch ([0-9.]+)ms")
+COMPILE = re.compile(r"jit: compile time ([0-9.]+) ms \(shape inference ([0-9.]+) ms, codegen ([0-9.]+) ms, "
+                     r"validation\+patch ([0-9.]+) ms\)")
+INSTALLS = re.compile(r"(\d+) kernels installed")
+CACHE = re.compile(r"kernel cache: (\d+) kernels from the cache, (\d+) LLVM codegens")
+
+
+def run(binary, cache_dir, level):
+    env = {"SHAPEVM_CACHE_DIR": cache_dir, "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([binary] + ARGS + ["--jit-level", level], env=env, capture_output=True, text=True,
+                         timeout=900)
+    if out.returncode != 0:
+        sys.exit(f"{binary} failed: {out.stderr[-2000:]}")
+    return out.stdout + out.stderr
+
+
+def o1_validation(binary):
+    with tempfile.TemporaryDirectory() as d:
+        text = run(binary, d, "O1")
+    return [float(v) for _, v in INSTALLED.findall(text)]
+
+
+def o2_second_process(binary):
+    with tempfile.TemporaryDirectory() as d:
+        run(binary, d, "O2")  # warms the tuning database (and, with a kernel cache, the kernels)
+        text = run(binary, d, "O2")
+    total, plan, codegen, validate = (float(x) for x in COMPILE.search(text).groups())
+    installs = int(INSTALLS.search(text).group(1))
+    cache = CACHE.search(text)
+    return {"per_region_ms": total / max(installs, 1), "plan_ms": plan / max(installs, 1),
+            "codegen_ms": codegen / max(installs, 1), "validate_ms": validate / max(installs, 1),
+            "codegens": int(cache.group(2)) if cache else None}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shapevm", required=True)
+    parser.add_argument("--peer", help="another build's shapevm, measured interleaved")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    binaries = {"this": args.shapevm}
+    if args.peer:
+        binaries["peer"] = args.peer
+    validation = {k: [] for k in binaries}
+    second = {k: [] for k in binaries}
+    for _ in range(args.repeats):
+        for name, binary in binaries.items():
+            validation[name].extend(o1_validation(binary))
+            second[name].append(o2_second_process(binary))
+    for name in binaries:
+        v = validation[name]
+        print(f"{name}: O1 validation+patch per kernel: median {statistics.median(v):.1f} ms, "
+              f"max {max(v):.1f} ms over {len(v)} kernels")
+        s = second[name]
+        med = {k: statistics.median(r[k] for r in s) for k in ("per_region_ms", "plan_ms", "codegen_ms", "validate_ms")}
+        print(f"{name}: O2 second process per region install: median {med['per_region_ms']:.1f} ms (planning "
+              f"{med['plan_ms']:.1f}, codegen/link {med['codegen_ms']:.1f}, validation+patch {med['validate_ms']:.1f}); "
+              f"LLVM codegens {[r['codegens'] for r in s]}")
+
+
+if __name__ == "__main__":
+    main()
