@@ -100,16 +100,7 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
 }
 
 Jit::~Jit() {
-  // A finished program never waits for the JIT: queued requests are dropped, and the running one
-  // stops at its next cancellation point (before an LLVM compile, between tuning candidates, inside
-  // a timing loop) and leaves nothing behind; what already finished stays in the caches.
-  cancel_.store(true, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    queue_.clear();
-  }
-  queue_cv_.notify_all();
+  cancel();
   for (std::thread& worker : workers_) worker.join();
   if (vm_.options().observer == this) vm_.options().observer = nullptr;
   patches_.reset();  // unpublishes every table (the VM is not running) and frees the kernels
@@ -230,6 +221,25 @@ void Jit::logGuardMisses(int function, int site, SiteState& state) {
           jitReasonName(reason), misses);
   }
   state.misses_logged = misses;
+}
+
+void Jit::cancel() {
+  // A finished program never waits for the JIT: queued requests are dropped, and the running one
+  // stops at its next cancellation point (before an LLVM compile, between tuning candidates, inside
+  // a timing loop) and leaves nothing behind; what already finished stays in the caches.
+  cancel_.store(true, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  queue_cv_.notify_all();
+  idle_cv_.notify_all();
+}
+
+bool Jit::waitStopped(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return idle_cv_.wait_for(lock, timeout, [&] { return in_flight_ == 0; });
 }
 
 void Jit::waitIdle() {

@@ -90,6 +90,13 @@ class Jit final : public ExecutionObserver {
 
   // Blocks until no compile request is queued or running (tests, benchmarks, end of a CLI run).
   void waitIdle();
+  // Shutdown without waiting: drops queued requests and cancels the running one at its next
+  // cancellation point (jit/compile_cancel.h); nothing more is compiled or installed. The
+  // destructor does the same, then joins the compile threads.
+  void cancel();
+  // After cancel(): true once no compile is running (false when `timeout` passed first, e.g. an
+  // LLVM compile is still in progress; a process that is about to exit may abandon it then).
+  bool waitStopped(std::chrono::milliseconds timeout);
   int level() const { return level_; }
   JitStats stats() const;
   std::string statsReport() const;  // the block `shapevm run --stats` prints

@@ -3,7 +3,8 @@
 // function and parameter listings, runs with tensors and scalars, O0 vs O2 on fresh random inputs
 // over several shapes, settings (per-Session jit_level, process-wide rows, bad keys and values),
 // the errors for a missing function and wrong argument counts, kinds and shapes, statistics that
-// move, save() round trips, and a Session destroyed while its compiles are in flight.
+// move, save() round trips, and a Session destroyed while its compiles or its tuning are in flight
+// (promptly, leaving only whole tuning-database records).
 #include "shapevm/shapevm.h"
 
 #include <gtest/gtest.h>
