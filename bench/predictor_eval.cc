@@ -75,7 +75,9 @@ int run(int argc, char** argv) {
     else if (flag == "--top-k") top_k = static_cast<std::size_t>(std::atoi(argv[i + 1]));
     else if (flag == "--json") json = argv[i + 1];
     else {
-      fmt::print(stderr, "unknown flag {} (usage: svm_predictor_eval [--shapes N] [--seed S] [--top-k K] [--json FILE])\n", flag);
+      fmt::print(stderr,
+                 "unknown flag {} (usage: svm_predictor_eval [--shapes N] [--seed S] [--top-k K] [--json FILE])\n",
+                 flag);
       return 2;
     }
   }
@@ -121,7 +123,8 @@ int run(int argc, char** argv) {
     s.timings = tuner.reports().back().timings;
     s.best_us = std::numeric_limits<double>::infinity();
     for (const tune::CandidateTiming& t : s.timings) s.best_us = std::min(s.best_us, t.us);
-    const tune::KernelKey key = tune::kernelKey(*family, spec, engine.capabilities().target, engine.capabilities().features);
+    const tune::KernelKey key =
+        tune::kernelKey(*family, spec, engine.capabilities().target, engine.capabilities().features);
     s.record.key = key.key();
     s.record.family = key.family;
     s.record.kernel = key.kernel;
@@ -133,9 +136,9 @@ int run(int argc, char** argv) {
     s.record.params = outcome->params;
     s.record.us = outcome->best_us;
     s.record.default_us = outcome->default_us;
-    fmt::print("shape {:>4}x{:>3}x{:>4}{}: {} candidates, exhaustive best {:.1f} us ({}), default {:.1f} us\n", s.m, s.k, s.n,
-               s.transposed_b ? " (B=W.T)" : "        ", s.timings.size(), s.best_us, outcome->params.toString(),
-               outcome->default_us);
+    fmt::print("shape {:>4}x{:>3}x{:>4}{}: {} candidates, exhaustive best {:.1f} us ({}), default {:.1f} us\n", s.m,
+               s.k, s.n, s.transposed_b ? " (B=W.T)" : "        ", s.timings.size(), s.best_us,
+               outcome->params.toString(), outcome->default_us);
     std::fflush(stdout);
     samples.push_back(std::move(s));
   }
@@ -175,27 +178,31 @@ int run(int argc, char** argv) {
     const double learned_gap = score(ranked, top_k, learned);
     const double nearest_gap = score(baseline, top_k, nearest);
     const double default_gap = score(space, 1, default_only);
-    rows += fmt::format("{}{{\"m\":{},\"k\":{},\"n\":{},\"wt\":{},\"candidates\":{},\"best_us\":{:.3f},\"learned_gap\":{:.4f},"
-                        "\"nearest_gap\":{:.4f},\"default_gap\":{:.4f}}}",
-                        rows.empty() ? "" : ",", s.m, s.k, s.n, s.transposed_b, s.timings.size(), s.best_us, learned_gap,
-                        nearest_gap, default_gap);
+    rows += fmt::format(
+        "{}{{\"m\":{},\"k\":{},\"n\":{},\"wt\":{},\"candidates\":{},\"best_us\":{:.3f},\"learned_gap\":{:.4f},"
+        "\"nearest_gap\":{:.4f},\"default_gap\":{:.4f}}}",
+        rows.empty() ? "" : ",", s.m, s.k, s.n, s.transposed_b, s.timings.size(), s.best_us, learned_gap, nearest_gap,
+        default_gap);
   }
   const double n = static_cast<double>(std::max<std::size_t>(samples.size(), 1));
   auto line = [&](const char* name, const Score& x) {
-    return fmt::format("{:<28} top-{} best within 3% of exhaustive: {:>2}/{} ({:.0f}%), mean gap {:.1f}%, tuning time {:.0f}% of "
-                       "exhaustive",
-                       name, name[0] == 'd' ? 1 : top_k, x.within, samples.size(), 100.0 * x.within / n, 100.0 * x.gap / n,
-                       100.0 * x.cost_ms / std::max(exhaustive_ms, 1e-9));
+    return fmt::format(
+        "{:<28} top-{} best within 3% of exhaustive: {:>2}/{} ({:.0f}%), mean gap {:.1f}%, tuning time {:.0f}% of "
+        "exhaustive",
+        name, name[0] == 'd' ? 1 : top_k, x.within, samples.size(), 100.0 * x.within / n, 100.0 * x.gap / n,
+        100.0 * x.cost_ms / std::max(exhaustive_ms, 1e-9));
   };
-  fmt::print("\nleave-one-out over {} matmul shapes ({} exhaustive tuning ms in all):\n", samples.size(), exhaustive_ms);
+  fmt::print("\nleave-one-out over {} matmul shapes ({} exhaustive tuning ms in all):\n", samples.size(),
+             exhaustive_ms);
   fmt::print("{}\n{}\n{}\n", line("learned predictor (k-NN)", learned), line("nearest-shape baseline", nearest),
              line("default only", default_only));
   if (!json.empty()) {
     std::ofstream out(json);
-    out << fmt::format("{{\"top_k\":{},\"shapes\":{},\"learned_within\":{},\"nearest_within\":{},\"default_within\":{},"
-                       "\"learned_cost_share\":{:.4f},\"nearest_cost_share\":{:.4f},\"rows\":[{}]}}\n",
-                       top_k, samples.size(), learned.within, nearest.within, default_only.within,
-                       learned.cost_ms / std::max(exhaustive_ms, 1e-9), nearest.cost_ms / std::max(exhaustive_ms, 1e-9), rows);
+    out << fmt::format(
+        "{{\"top_k\":{},\"shapes\":{},\"learned_within\":{},\"nearest_within\":{},\"default_within\":{},"
+        "\"learned_cost_share\":{:.4f},\"nearest_cost_share\":{:.4f},\"rows\":[{}]}}\n",
+        top_k, samples.size(), learned.within, nearest.within, default_only.within,
+        learned.cost_ms / std::max(exhaustive_ms, 1e-9), nearest.cost_ms / std::max(exhaustive_ms, 1e-9), rows);
   }
   return 0;
 }
@@ -203,4 +210,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace shapevm
 
-int main(int argc, char** argv) { return shapevm::run(argc, argv); }
+int main(int argc, char** argv) {
+  return shapevm::run(argc, argv);
+}

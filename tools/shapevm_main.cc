@@ -3,6 +3,7 @@
 // the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds,
 // waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
 // "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
+#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -14,7 +15,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 

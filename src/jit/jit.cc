@@ -158,7 +158,8 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
   bool retune = false;
   if (state.compiles > 0) {
     if (misses > state.misses_logged) logGuardMisses(function, site, state);
-    const bool widen = misses - state.misses_at_request >= static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile));
+    const bool widen =
+        misses - state.misses_at_request >= static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile));
     // O2: the default-parameter kernel serves until tuning it pays off (then it is recompiled tuned).
     retune = !widen && !state.tuned &&
              tuningPaysOff(ticksToNanos(slot.ticks.load(std::memory_order_relaxed)) * 1e-6 - state.installed_ms,
@@ -179,7 +180,8 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
     logAt(LogLevel::Info, "JIT", "Tuning the kernel at PC=0x{:02X} pays off now (estimated cost {:.0f}ms)", state.pc,
           state.tune_cost_ms);
   } else {
-    logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc, recordSignature(op_site.op, *target));
+    logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc,
+          recordSignature(op_site.op, *target));
   }
   state.phase = Phase::Queued;
   state.misses_at_request = misses;
@@ -384,9 +386,12 @@ void Jit::compileSite(const Request& request) {
   }
   const double validate_ms = msSince(validate_start);
   const double total_ms = msSince(start);
-  const TuneEstimate estimate =
-      tuner && !tune_now ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms) : TuneEstimate{0.0, 0.0};
-  const double site_ms = ticksToNanos(vm_.runtime(function).slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed)) * 1e-6;
+  const TuneEstimate estimate = tuner && !tune_now
+                                    ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms)
+                                    : TuneEstimate{0.0, 0.0};
+  const double site_ms =
+      ticksToNanos(vm_.runtime(function).slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed)) *
+      1e-6;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
@@ -472,9 +477,9 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
                        state.compiles <= Tunables::get(Tunable::MaxRecompiles);
     tune = !widen && !state.tuned && level_ >= 2 && options_.tuner != nullptr;
     if (tune && !tuningPaysOff(sitesMilliseconds(state.range.sites, vm_.runtime(function)) - state.installed_ms,
-                             state.tune_cost_ms, state.tune_gain)) {
-    return;  // deferred: the untuned region keeps serving
-  }
+                               state.tune_cost_ms, state.tune_gain)) {
+      return;  // deferred: the untuned region keeps serving
+    }
     if (!widen && !tune) return;
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
@@ -492,10 +497,11 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   }
   if (!tune) logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
   if (tune && state.tune_cost_ms > 0) {
-    logAt(LogLevel::Info, "JIT", "Tuning the region at PC=0x{:02X} pays off now: {:.0f}ms run since its install x expected "
-          "gain {:.0f}% >= estimated tuning cost {:.0f}ms", state.range.start_pc,
-          sitesMilliseconds(state.range.sites, vm_.runtime(function)) - state.installed_ms, state.tune_gain * 100,
-          state.tune_cost_ms);
+    logAt(LogLevel::Info, "JIT",
+          "Tuning the region at PC=0x{:02X} pays off now: {:.0f}ms run since its install x expected "
+          "gain {:.0f}% >= estimated tuning cost {:.0f}ms",
+          state.range.start_pc, sitesMilliseconds(state.range.sites, vm_.runtime(function)) - state.installed_ms,
+          state.tune_gain * 100, state.tune_cost_ms);
   }
   state.phase = Phase::Queued;
   state.declines_at_request = declines;
@@ -705,9 +711,10 @@ std::string Jit::statsReport() const {
   text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
                       "executions served, {} declined (ran op by op), {} ran kernels in row blocks\n",
                       s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);
-  text += fmt::format("jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits; {} tunings deferred "
-                      "(would not pay off yet)\n",
-                      s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
+  text += fmt::format(
+      "jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits; {} tunings deferred "
+      "(would not pay off yet)\n",
+      s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",
                       s.compiled_calls, s.interpreted_calls, s.guard_misses);
   std::string reasons;

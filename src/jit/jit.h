@@ -180,7 +180,7 @@ class Jit final : public ExecutionObserver {
   std::deque<Request> queue_;
   int in_flight_ = 0;
   bool stopping_ = false;
-  std::atomic<bool> cancel_{false};                   // set at destruction: the workers' cancel flag
+  std::atomic<bool> cancel_{false};  // set at destruction: the workers' cancel flag
   JitStats stats_;
   std::vector<std::thread> workers_;
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();

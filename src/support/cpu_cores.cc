@@ -149,8 +149,14 @@ int kernelThreads() {
   return std::max(1, availableCores() - busy_compile_threads.load(std::memory_order_relaxed));
 }
 
-BusyCompileThread::BusyCompileThread() { busy_compile_threads.fetch_add(1, std::memory_order_relaxed); }
-BusyCompileThread::~BusyCompileThread() { busy_compile_threads.fetch_sub(1, std::memory_order_relaxed); }
-int busyCompileThreads() { return busy_compile_threads.load(std::memory_order_relaxed); }
+BusyCompileThread::BusyCompileThread() {
+  busy_compile_threads.fetch_add(1, std::memory_order_relaxed);
+}
+BusyCompileThread::~BusyCompileThread() {
+  busy_compile_threads.fetch_sub(1, std::memory_order_relaxed);
+}
+int busyCompileThreads() {
+  return busy_compile_threads.load(std::memory_order_relaxed);
+}
 
 }  // namespace shapevm

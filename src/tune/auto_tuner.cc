@@ -118,7 +118,8 @@ std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelPar
     if (*ranked_by > 0) {
       ordered = predictor.rank(query, space);
       const std::int64_t top_k = setting(options_.top_k, Tunable::TuneTopK);
-      if (top_k > 0 && static_cast<std::int64_t>(ordered.size()) > top_k) ordered.resize(static_cast<std::size_t>(top_k));
+      if (top_k > 0 && static_cast<std::int64_t>(ordered.size()) > top_k)
+        ordered.resize(static_cast<std::size_t>(top_k));
     }
   }
   const std::int64_t limit = setting(options_.max_candidates, Tunable::TuneCandidates);
@@ -151,7 +152,8 @@ jit::TuneEstimate AutoTuner::estimate(jit::KernelBackend& engine, const jit::Ker
   int ranked_by = 0;
   const auto candidates = static_cast<std::int64_t>(order(space, key, {}, &ranked_by).size());
   const std::int64_t repeats = std::max<std::int64_t>(1, setting(options_.repeats, Tunable::TuneRepeats));
-  const double timing_ms = static_cast<double>(repeats + 2) * static_cast<double>(setting(options_.sample_us, Tunable::TuneSampleUs)) / 1000.0;
+  const double timing_ms = static_cast<double>(repeats + 2) *
+                           static_cast<double>(setting(options_.sample_us, Tunable::TuneSampleUs)) / 1000.0;
   const double per_candidate_ms = std::max(compile_ms, 0.0) + timing_ms;
   const double budget_ms = static_cast<double>(setting(options_.budget_ms, Tunable::TuneBudgetMs));
   estimate.cost_ms = std::min(static_cast<double>(candidates) * per_candidate_ms, budget_ms + per_candidate_ms);

@@ -19,7 +19,8 @@ constexpr double kKernelMismatch = 0.5;  // other static dims, attributes or epi
 
 int stridedOperands(const std::string& kernel) {
   int count = 0;
-  for (std::size_t pos = kernel.find("strided"); pos != std::string::npos; pos = kernel.find("strided", pos + 1)) ++count;
+  for (std::size_t pos = kernel.find("strided"); pos != std::string::npos; pos = kernel.find("strided", pos + 1))
+    ++count;
   return count;
 }
 
@@ -39,8 +40,10 @@ double logParam(int value) {
 }
 
 double paramDistance(const jit::KernelParams& a, const jit::KernelParams& b) {
-  const int left[] = {a.mr, a.nr, a.mc, a.kc, a.nc, a.k_unroll, a.prefetch, a.threads, a.vector_width, a.unroll, a.chunk, a.bf16_dot};
-  const int right[] = {b.mr, b.nr, b.mc, b.kc, b.nc, b.k_unroll, b.prefetch, b.threads, b.vector_width, b.unroll, b.chunk, b.bf16_dot};
+  const int left[] = {a.mr,       a.nr,      a.mc,           a.kc,     a.nc,    a.k_unroll,
+                      a.prefetch, a.threads, a.vector_width, a.unroll, a.chunk, a.bf16_dot};
+  const int right[] = {b.mr,       b.nr,      b.mc,           b.kc,     b.nc,    b.k_unroll,
+                       b.prefetch, b.threads, b.vector_width, b.unroll, b.chunk, b.bf16_dot};
   double sum = 0;
   for (std::size_t i = 0; i < std::size(left); ++i) sum += std::fabs(logParam(left[i]) - logParam(right[i]));
   return sum;
@@ -57,7 +60,8 @@ std::vector<double> shapePoint(std::span<const Value* const> examples) {
   for (const Value* value : examples) {
     if (value == nullptr || !value->isTensor()) continue;
     const Tensor& t = value->tensor();
-    for (int d = 0; d < t.rank(); ++d) point.push_back(std::log2(static_cast<double>(std::max<std::int64_t>(t.dim(d), 1))));
+    for (int d = 0; d < t.rank(); ++d)
+      point.push_back(std::log2(static_cast<double>(std::max<std::int64_t>(t.dim(d), 1))));
   }
   return point;
 }
@@ -66,7 +70,8 @@ CandidatePredictor::CandidatePredictor(std::vector<TuningRecord> records) {
   for (TuningRecord& record : records) {
     if (!record.params.isDefault()) records_.push_back(std::move(record));
   }
-  std::sort(records_.begin(), records_.end(), [](const TuningRecord& a, const TuningRecord& b) { return a.key < b.key; });
+  std::sort(records_.begin(), records_.end(),
+            [](const TuningRecord& a, const TuningRecord& b) { return a.key < b.key; });
 }
 
 double CandidatePredictor::distance(const PredictorQuery& query, const TuningRecord& record) {
@@ -100,7 +105,8 @@ std::vector<jit::KernelParams> CandidatePredictor::rank(const PredictorQuery& qu
   std::vector<double> score(space.size(), 0.0);
   for (const auto& [d, record] : near) {
     const double weight = std::exp(-d);
-    for (std::size_t c = 0; c < space.size(); ++c) score[c] += weight * std::exp(-paramDistance(space[c], record->params));
+    for (std::size_t c = 0; c < space.size(); ++c)
+      score[c] += weight * std::exp(-paramDistance(space[c], record->params));
   }
   std::vector<std::size_t> order(space.size());
   for (std::size_t c = 0; c < order.size(); ++c) order[c] = c;

@@ -482,11 +482,13 @@ class FixedCostTuner final : public Tuner {
   TuneEstimate estimate(KernelBackend&, const KernelFamily&, const KernelSpec&, double) const override {
     return {cost_ms_, 1.0};
   }
-  Expected<TuneOutcome> tune(KernelBackend&, const KernelFamily&, const KernelSpec&, std::span<const Value* const>) override {
+  Expected<TuneOutcome> tune(KernelBackend&, const KernelFamily&, const KernelSpec&,
+                             std::span<const Value* const>) override {
     TuneOutcome outcome;
     outcome.timed = 1;
     return outcome;
   }
+
  private:
   double cost_ms_;
 };

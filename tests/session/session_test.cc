@@ -384,7 +384,8 @@ TEST_F(SessionTest, DestroyedWhileTuningIsInFlightReturnsPromptlyAndLeavesNoPart
   // Tuning at once (no pay-off wait), long: each candidate is timed for >= 9 x 50 ms.
   ASSERT_TRUE(Session::setTunable("tune_payoff", "0").isOk());
   ASSERT_TRUE(Session::setTunable("tune_sample_us", "50000").isOk());
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("svm_session_cancel_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("svm_session_cancel_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   SessionOptions options = quiet();
   options.tuning_cache = true;

@@ -59,10 +59,12 @@ PredictorQuery query(std::vector<double> point) {
 }
 
 std::vector<TuningRecord> history() {
-  return {record("a", {5, 7, 7, 10}, tile(4, 64, 256)), record("b", {9, 7, 7, 10}, tile(8, 32, 128)),
-          record("c", {10, 7, 7, 10}, tile(8, 32, 128)), record("d", {3, 7, 7, 10}, tile(2, 16, 512)),
-          record("e", {6, 7, 7, 10}, KernelParams{}),  // the default won: no vote
-          record("f", {6, 7, 7, 10}, tile(6, 16, 128), "fused"),      // another family
+  return {record("a", {5, 7, 7, 10}, tile(4, 64, 256)),
+          record("b", {9, 7, 7, 10}, tile(8, 32, 128)),
+          record("c", {10, 7, 7, 10}, tile(8, 32, 128)),
+          record("d", {3, 7, 7, 10}, tile(2, 16, 512)),
+          record("e", {6, 7, 7, 10}, KernelParams{}),                          // the default won: no vote
+          record("f", {6, 7, 7, 10}, tile(6, 16, 128), "fused"),               // another family
           record("g", {6, 7, 7, 10}, tile(6, 16, 128), "matmul", "skylake")};  // another host
 }
 
@@ -78,7 +80,9 @@ TEST(CandidatePredictor, RanksTheNearestShapesWinnerRightAfterTheDefault) {
   std::vector<KernelParams> sorted = ranked;
   for (const KernelParams& p : space()) EXPECT_EQ(std::count(sorted.begin(), sorted.end(), p), 1);
   // Neighbours of the winner in parameter space come before far ones.
-  const auto position = [&](const KernelParams& p) { return std::find(ranked.begin(), ranked.end(), p) - ranked.begin(); };
+  const auto position = [&](const KernelParams& p) {
+    return std::find(ranked.begin(), ranked.end(), p) - ranked.begin();
+  };
   EXPECT_LT(position(tile(4, 64, 512)), position(tile(2, 16, 512)));
 }
 
@@ -93,7 +97,8 @@ TEST(CandidatePredictor, OtherFamiliesHostsAndDefaultWinnersDoNotVote) {
   // A strided operand or another shape class is farther than the same point.
   PredictorQuery strided = query({5, 7, 7, 10});
   strided.key.kernel += "strided";
-  EXPECT_GT(CandidatePredictor::distance(strided, history()[0]), CandidatePredictor::distance(query({5, 7, 7, 10}), history()[0]));
+  EXPECT_GT(CandidatePredictor::distance(strided, history()[0]),
+            CandidatePredictor::distance(query({5, 7, 7, 10}), history()[0]));
 }
 
 TEST(CandidatePredictor, TrainingAndRankingAreDeterministicGivenTheRecords) {
