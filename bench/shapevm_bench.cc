@@ -38,7 +38,9 @@ int benchCommand(const BenchFlags& flags_in) {
   omp_set_num_threads(1);  // oneDNN (OpenMP build): single thread like everything else here
   // The defaults, then the SHAPEVM_* variables (an A/B of a setting needs no rebuild); the ones
   // that differ from the defaults are printed and recorded with the results.
+  // kernel_threads defaults to auto; the suite pins 1 like its peers unless the environment says otherwise.
   Tunables::resetToDefaults();
+  (void)Tunables::set(Tunable::KernelThreads, 1);
   if (Status env = Tunables::loadFromEnvironment(); !env.isOk()) {
     fmt::print(stderr, "shapevm: error: {}\n", env.toString());
     return 2;
@@ -47,7 +49,8 @@ int benchCommand(const BenchFlags& flags_in) {
   for (std::size_t t = 0; t < Tunables::all().size(); ++t) {
     const TunableInfo& info = Tunables::all()[t];
     const std::int64_t value = Tunables::get(static_cast<Tunable>(t));
-    if (value != info.default_value) tunables[std::string(info.key)] = value;
+    const std::int64_t baseline = static_cast<Tunable>(t) == Tunable::KernelThreads ? 1 : info.default_value;
+    if (value != baseline) tunables[std::string(info.key)] = value;
   }
   if (!tunables.empty()) fmt::print("shapevm bench: tunables from the environment: {}\n", tunables.dump());
   auto wants = [&](const char* name) { return std::find(suites.begin(), suites.end(), name) != suites.end(); };

@@ -23,7 +23,10 @@ case "$mode" in
   --tsan)
     # halt_on_error: any race fails the run. LLVM's own (uninstrumented) internals are not checked.
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-    build-tsan/tests/svm_support_tests --gtest_filter='ThreadPool*'
+    build-tsan/tests/svm_support_tests --gtest_filter='ThreadPool*:CpuCoresTest*'
+    # Shutdown: tuning cancelled mid-flight on the compile thread, a Session destroyed meanwhile.
+    build-tsan/tests/svm_tune_tests --gtest_filter='AutoTunerTest.Shutdown*'
+    build-tsan/tests/svm_session_tests --gtest_filter='SessionTest.Destroyed*'
     build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*' ;;
   --release)
     # Every GoogleTest of the layer executables (labelled by folder); not pytest, conformance or bench.

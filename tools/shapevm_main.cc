@@ -3,17 +3,18 @@
 // the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds,
 // waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
 // "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
+#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -463,13 +464,24 @@ int runCommand(RunFlags flags) {
                "database {}\n", tuned, timed, failed, tuning_ms, hits,
                tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"));
   }
-  SessionAccess::stopJit(session);  // stops the compile thread; the VM keeps its (now unpatched) interpreter state
+  // A finished run never waits for the JIT: queued and running compiles are cancelled here.
+  bool jit_stopped = SessionAccess::cancelJit(session, 5);
 #endif
   if (flags.profile) printProfile(vm, *function);
   if (!flags.dump.empty()) {
     // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for.
     if (Status written = session.save(flags.dump); !written.isOk()) return fail(written);
   }
+#if SHAPEVM_HAVE_JIT
+  if (!jit_stopped && !SessionAccess::cancelJit(session, 0)) {
+    // An LLVM compile is still running: abandoned with the process, its result dropped (the tuning
+    // database is written a whole line per write(); nothing else of the JIT is on disk).
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
+  SessionAccess::stopJit(session);  // joins the compile thread; the VM keeps its (now unpatched) interpreter state
+#endif
   return 0;
 }
 

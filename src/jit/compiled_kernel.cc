@@ -3,8 +3,10 @@
 // per kernel), fault injection.
 #include "jit/compiled_kernel.h"
 
+#include "jit/compile_cancel.h"
 #include "jit/fusion.h"
 #include "jit/kernel_cache.h"
+#include "support/cpu_cores.h"
 #include "support/thread_pool.h"
 #include "support/tunables.h"
 
@@ -15,6 +17,10 @@
 namespace shapevm::jit {
 
 namespace {
+
+// kernel_threads=auto splits a row-split kernel only into tasks of at least this many outputs
+// (128 KB of float32: tens of microseconds of work, against a few for waking the pool).
+constexpr std::int64_t kMinAutoElementsPerTask = std::int64_t{1} << 15;
 
 // The same bytes: one storage, and the same view of it.
 bool sameView(const Tensor& a, const Tensor& b) {
@@ -166,14 +172,21 @@ void runCallRows(const PreparedCall& call, std::int64_t begin, std::int64_t end)
 
 void runCall(const PreparedCall& call) {
   const CompiledKernel& kernel = *call.kernel;
-  const int threads = kernel.spec.params.threads > 0 ? kernel.spec.params.threads
-                                                     : static_cast<int>(Tunables::get(Tunable::KernelThreads));
+  const bool automatic = kernel.spec.params.threads <= 0 && Tunables::get(Tunable::KernelThreads) == 0;
+  const int threads = kernel.spec.params.threads > 0 ? kernel.spec.params.threads : kernelThreads();
   // Row chunks on the host's threads: a CPU backend's kernels only.
   const bool host = kernel.backend->capabilities().device.isCpu();
   const std::int64_t rows = host && threads > 1 && kernel.family->splitsAlongAxis0() ? callRows(call) : -1;
-  if (rows >= 2) {
+  std::int64_t tasks = std::min<std::int64_t>(threads, rows);
+  if (automatic && tasks >= 2) {
+    // kernel_threads=auto: work too small to split stays on this thread (each task gets at least
+    // kMinAutoElementsPerTask outputs), so no shape is slower than with one thread.
+    std::int64_t elements = 0;
+    for (std::size_t o = 0; o < call.num_outputs; ++o) elements += call.outputs[o].numel();
+    tasks = std::min(tasks, elements / kMinAutoElementsPerTask);
+  }
+  if (tasks >= 2) {
     // Row chunks of every operand, one task each (the calling thread takes one too).
-    const int tasks = static_cast<int>(std::min<std::int64_t>(threads, rows));
     ThreadPool::global().run(tasks, [&](int t) { runCallRows(call, rows * t / tasks, rows * (t + 1) / tasks); });
   } else {
     kernel.backend->launch(kernel.handle, call.args);
@@ -208,6 +221,7 @@ bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, 
 
 Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, const KernelFamily& family,
                                                         const KernelSpec& unstamped) {
+  if (compileCancelled()) return makeError(ErrorCode::JitError, "{}", kCompileCancelledMessage);
   SVM_RETURN_IF_ERROR(backend.supportsFamily(family));
   const KernelSpec spec = backend.targetSpec(unstamped);
   SVM_RETURN_IF_ERROR(family.supports(spec));

@@ -84,10 +84,14 @@ RegionHeat measureRegion(const Region& region, const FunctionRuntime& runtime) {
   }
   // A block runs as often as its first CallOp; its time is its sites' time.
   heat.executions = runtime.pc_counts[static_cast<std::size_t>(region.pcs.front())].load(std::memory_order_relaxed);
-  std::uint64_t ticks = 0;
-  for (int site : region.sites) ticks += runtime.slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed);
-  heat.milliseconds = ticksToNanos(ticks) * 1e-6;
+  heat.milliseconds = sitesMilliseconds(region.sites, runtime);
   return heat;
+}
+
+double sitesMilliseconds(const std::vector<int>& sites, const FunctionRuntime& runtime) {
+  std::uint64_t ticks = 0;
+  for (int site : sites) ticks += runtime.slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed);
+  return ticksToNanos(ticks) * 1e-6;
 }
 
 bool isHot(const RegionHeat& heat) {

@@ -31,6 +31,9 @@ struct RegionHeat {
 
 std::vector<Region> findRegions(const Function& function);
 RegionHeat measureRegion(const Region& region, const FunctionRuntime& runtime);
+// Cumulative milliseconds spent at these op sites (a fused range's time: its runs are timed at its
+// first site, the ops of a declined run at their own).
+double sitesMilliseconds(const std::vector<int>& sites, const FunctionRuntime& runtime);
 // Hot when executions >= hot_count and time >= hot_ms (tunables HotCount, HotMs).
 bool isHot(const RegionHeat& heat);
 

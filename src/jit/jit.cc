@@ -9,12 +9,15 @@
 
 #include <fmt/format.h>
 
+#include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
 #include "jit/kernel_cache.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
+#include "jit/region_plan.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "support/cache_dir.h"
+#include "support/cpu_cores.h"
 #include "support/logging.h"
 #include "support/tunables.h"
 
@@ -103,12 +106,7 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
 }
 
 Jit::~Jit() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    queue_.clear();
-  }
-  queue_cv_.notify_all();
+  cancel();
   for (std::thread& worker : workers_) worker.join();
   if (vm_.options().observer == this) vm_.options().observer = nullptr;
   patches_.reset();  // unpublishes every table (the VM is not running) and frees the kernels
@@ -163,9 +161,16 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
   }
   if (!state.backoff.mayRetry(heat.executions)) return;
   const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
+  bool retune = false;
   if (state.compiles > 0) {
     if (misses > state.misses_logged) logGuardMisses(function, site, state);
-    if (misses - state.misses_at_request < static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile))) return;
+    const bool widen =
+        misses - state.misses_at_request >= static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile));
+    // O2: the default-parameter kernel serves until tuning it pays off (then it is recompiled tuned).
+    retune = !widen && !state.tuned &&
+             tuningPaysOff(ticksToNanos(slot.ticks.load(std::memory_order_relaxed)) * 1e-6 - state.installed_ms,
+                           state.tune_cost_ms, state.tune_gain);
+    if (!widen && !retune) return;
   }
   const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
   const ProfileRecord* target = newestRecord(records);
@@ -177,10 +182,16 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
           Tunables::get(Tunable::CompileQueue), state.pc);
     return;
   }
-  logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc, recordSignature(op_site.op, *target));
+  if (retune) {
+    logAt(LogLevel::Info, "JIT", "Tuning the kernel at PC=0x{:02X} pays off now (estimated cost {:.0f}ms)", state.pc,
+          state.tune_cost_ms);
+  } else {
+    logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc,
+          recordSignature(op_site.op, *target));
+  }
   state.phase = Phase::Queued;
   state.misses_at_request = misses;
-  queue_.push_back(Request{function, site});
+  queue_.push_back(Request{function, site, -1, retune});
   ++stats_.requests;
   logAt(LogLevel::Info, "JIT", "Compile queued for PC=0x{:02X} ({}/{} in queue)", state.pc, queue_.size(),
         Tunables::get(Tunable::CompileQueue));
@@ -220,12 +231,32 @@ void Jit::logGuardMisses(int function, int site, SiteState& state) {
   state.misses_logged = misses;
 }
 
+void Jit::cancel() {
+  // A finished program never waits for the JIT: queued requests are dropped, and the running one
+  // stops at its next cancellation point (before an LLVM compile, between tuning candidates, inside
+  // a timing loop) and leaves nothing behind; what already finished stays in the caches.
+  cancel_.store(true, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  queue_cv_.notify_all();
+  idle_cv_.notify_all();
+}
+
+bool Jit::waitStopped(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return idle_cv_.wait_for(lock, timeout, [&] { return in_flight_ == 0; });
+}
+
 void Jit::waitIdle() {
   std::unique_lock<std::mutex> lock(mutex_);
   idle_cv_.wait(lock, [&] { return (queue_.empty() && in_flight_ == 0) || stopping_; });
 }
 
 void Jit::workerLoop() {
+  const CompileCancelScope cancellable(&cancel_);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -234,10 +265,13 @@ void Jit::workerLoop() {
     queue_.pop_front();
     ++in_flight_;
     lock.unlock();
-    if (request.range >= 0) {
-      compileRange(request);
-    } else {
-      compileSite(request);
+    {
+      const BusyCompileThread busy;  // kernel_threads=auto leaves this thread its core meanwhile
+      if (request.range >= 0) {
+        compileRange(request);
+      } else {
+        compileSite(request);
+      }
     }
     lock.lock();
     --in_flight_;
@@ -273,7 +307,9 @@ void Jit::recordFailure(int function, int site, JitReason reason, const std::str
 
 void Jit::compileSite(const Request& request) {
   const std::int64_t delay = Tunables::get(Tunable::JitTestCompileDelayMs);
-  if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+  for (std::int64_t slept = 0; slept < delay && !compileCancelled(); ++slept) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   const int function = request.function;
   const int site = request.site;
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
@@ -293,7 +329,7 @@ void Jit::compileSite(const Request& request) {
     return;
   }
   // Already covered (the misses came from shapes an entry installed meanwhile admits)?
-  if (const ProfileRecord* target = newestRecord(records)) {
+  if (const ProfileRecord* target = request.tune ? nullptr : newestRecord(records)) {
     for (const Guard& guard : patches_->guards(function, site)) {
       if (guardMissReason(guard, *target, nullptr).empty()) {
         settle(SiteState::Phase::Compiled);
@@ -312,14 +348,23 @@ void Jit::compileSite(const Request& request) {
     return;
   }
   // 2a. O2: the AutoTuner picks the kernel's parameters (from its database or by timing).
+  //     At once when that costs nothing (a database hit), was asked for (the re-tune request) or
+  //     pay-off waiting is off; otherwise the default-parameter kernel is installed first.
   TuneOutcome tuned;
-  if (level_ >= 2 && options_.tuner != nullptr) {
+  const bool tuner = level_ >= 2 && options_.tuner != nullptr;
+  const bool tune_now = tuner && (request.tune || !payoffWaits() ||
+                                  options_.tuner->estimate(*engine_, *family, inferred->spec, 1.0).cost_ms <= 0);
+  if (tune_now) {
     tuned = tuneSpec(*family, inferred->spec, inferred->observed, before.pc);
     inferred->spec.params = tuned.params;
   }
   const Clock::time_point codegen_start = Clock::now();
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
   const double codegen_ms = msSince(codegen_start);
+  if (compileCancelled()) {  // shutdown: no install, no failure recorded
+    if (kernel) (void)engine_->free((*kernel)->handle);
+    return;
+  }
   if (!kernel) {
     recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());
     return;
@@ -357,11 +402,21 @@ void Jit::compileSite(const Request& request) {
   }
   const double validate_ms = msSince(validate_start);
   const double total_ms = msSince(start);
+  const TuneEstimate estimate = tuner && !tune_now
+                                    ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms)
+                                    : TuneEstimate{0.0, 0.0};
+  const double site_ms =
+      ticksToNanos(vm_.runtime(function).slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed)) *
+      1e-6;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     SiteState& state = sites_[static_cast<std::size_t>(function)][static_cast<std::size_t>(site)];
     state.phase = SiteState::Phase::Compiled;
-    ++state.compiles;
+    if (!request.tune) ++state.compiles;
+    state.tuned = estimate.cost_ms <= 0;
+    state.installed_ms = site_ms;
+    state.tune_cost_ms = estimate.cost_ms;
+    state.tune_gain = estimate.gain;
     ++stats_.compiles;
     stats_.shape_infer_ms += infer_ms;
     stats_.codegen_ms += codegen_ms;
@@ -437,6 +492,10 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
     const bool widen = declines - state.declines_at_request >= static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile)) &&
                        state.compiles <= Tunables::get(Tunable::MaxRecompiles);
     tune = !widen && !state.tuned && level_ >= 2 && options_.tuner != nullptr;
+    if (tune && !tuningPaysOff(sitesMilliseconds(state.range.sites, vm_.runtime(function)) - state.installed_ms,
+                               state.tune_cost_ms, state.tune_gain)) {
+      return;  // deferred: the untuned region keeps serving
+    }
     if (!widen && !tune) return;
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
@@ -453,6 +512,13 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
     return;
   }
   if (!tune) logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+  if (tune && state.tune_cost_ms > 0) {
+    logAt(LogLevel::Info, "JIT",
+          "Tuning the region at PC=0x{:02X} pays off now: {:.0f}ms run since its install x expected "
+          "gain {:.0f}% >= estimated tuning cost {:.0f}ms",
+          state.range.start_pc, sitesMilliseconds(state.range.sites, vm_.runtime(function)) - state.installed_ms,
+          state.tune_gain * 100, state.tune_cost_ms);
+  }
   state.phase = Phase::Queued;
   state.declines_at_request = declines;
   queue_.push_back(Request{function, state.range.sites[0], range, tune});
@@ -476,6 +542,12 @@ void Jit::compileRange(const Request& request) {
   RegionCompileTimes times;
   auto region = compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
                               snapshot.compiles, request.tune ? options_.tuner : nullptr, &tuning, &times);
+  if (compileCancelled()) {  // shutdown: drop whatever was compiled; no install, no failure recorded
+    if (region) {
+      for (KernelHandle* handle : (*region)->handles()) (void)engine_->free(*handle);
+    }
+    return;
+  }
   double tuning_ms = 0;
   bool all_from_database = !tuning.empty();
   for (const TuneOutcome& outcome : tuning) {
@@ -483,6 +555,12 @@ void Jit::compileRange(const Request& request) {
     all_from_database = all_from_database && outcome.from_database;
   }
   const double total_ms = msSince(start);
+  TuneEstimate estimate;
+  double ran_ms = 0;
+  if (region && !request.tune) {
+    estimate = estimateTuning(**region, times.codegen_ms);
+    ran_ms = sitesMilliseconds(snapshot.range.sites, vm_.runtime(function));
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(request.range)];
   using Phase = RangeState::Phase;
@@ -530,7 +608,12 @@ void Jit::compileRange(const Request& request) {
   const int fused = (*region)->fusedOps();
   const int entries = patches_->installRegion(function, snapshot.range.sites[0], std::move(*region));
   state.phase = Phase::Installed;
-  if (!request.tune) ++state.compiles;
+  if (!request.tune) {
+    ++state.compiles;
+    state.installed_ms = ran_ms;
+    state.tune_cost_ms = estimate.cost_ms;
+    state.tune_gain = estimate.gain;
+  }
   state.tuned = request.tune;
   state.description = description;
   state.declines_at_request = state.declines->load(std::memory_order_relaxed);
@@ -557,6 +640,33 @@ void Jit::compileRange(const Request& request) {
         entries, entries == 1 ? "entry" : "entries", tuning_ms);
 }
 
+bool Jit::payoffWaits() const {
+  return !options_.wait_for_compiles && Tunables::get(Tunable::TunePayoff) != 0;
+}
+
+// Tuning is worth starting once the time spent since the untuned install, times the expected
+// fraction saved, repays its estimated cost: the past predicts as much again to come.
+bool Jit::tuningPaysOff(double ran_ms, double cost_ms, double gain) const {
+  return !payoffWaits() || cost_ms <= 0 || ran_ms * gain >= cost_ms;
+}
+
+TuneEstimate Jit::estimateTuning(const CompiledRegion& region, double codegen_ms) const {
+  TuneEstimate total{0.0, 0.0};
+  if (level_ < 2 || options_.tuner == nullptr) return total;
+  const double compile_ms = codegen_ms / std::max(1, region.kernels());
+  int tunable = 0;
+  for (const Step& step : region.plan->steps) {
+    if (!step.kernel || step.kind == Step::Kind::Opaque) continue;  // opaque steps are never tuned
+    const TuneEstimate one = options_.tuner->estimate(*engine_, *step.kernel->family, step.kernel->spec, compile_ms);
+    if (one.cost_ms <= 0) continue;
+    total.cost_ms += one.cost_ms;
+    total.gain += one.gain;
+    ++tunable;
+  }
+  total.gain = tunable > 0 ? total.gain / tunable : 1.0;
+  return total;
+}
+
 std::vector<Jit::RangeState> Jit::rangeStates(int function) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return ranges_[static_cast<std::size_t>(function)];
@@ -578,6 +688,7 @@ JitStats Jit::stats() const {
       const std::uint64_t compiled = slot.compiled_calls.load(std::memory_order_relaxed);
       out.compiled_calls += compiled;
       out.interpreted_calls += calls - compiled;
+      if (sites_[f][s].phase == SiteState::Phase::Compiled && !sites_[f][s].tuned) ++out.tuning_deferred;
       switch (sites_[f][s].phase) {
         case SiteState::Phase::NoKernel: out.fallbacks[static_cast<std::size_t>(JitReason::NoKernel)] += calls; break;
         case SiteState::Phase::Unsupported: out.fallbacks[static_cast<std::size_t>(JitReason::Unsupported)] += calls; break;
@@ -591,6 +702,8 @@ JitStats Jit::stats() const {
       out.region_declines += range.declines->load(std::memory_order_relaxed);
       out.region_runs += range.runs->load(std::memory_order_relaxed);
       out.region_row_blocked += range.row_blocked->load(std::memory_order_relaxed);
+      const bool tunable = level_ >= 2 && options_.tuner != nullptr && range.tune_cost_ms > 0;
+      if (tunable && range.phase == RangeState::Phase::Installed && !range.tuned) ++out.tuning_deferred;
     }
   }
   if (engine_) {
@@ -618,8 +731,10 @@ std::string Jit::statsReport() const {
   text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
                       "executions served, {} declined (ran op by op), {} ran kernels in row blocks\n",
                       s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);
-  text += fmt::format("jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits\n", s.tuning_ms,
-                      s.tuned_kernels, s.tuning_cache_hits);
+  text += fmt::format(
+      "jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits; {} tunings deferred "
+      "(would not pay off yet)\n",
+      s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
   text += fmt::format("jit: kernel cache: {} kernels from the cache, {} LLVM codegens\n", s.kernels_from_cache,
                       s.codegen_count);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",

@@ -64,6 +64,7 @@ struct JitStats {
   double tuning_ms = 0;                  // summed: AutoTuner time (compiling + timing candidates)
   std::uint64_t tuned_kernels = 0;       // kernels whose parameters were chosen by timing
   std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
+  std::uint64_t tuning_deferred = 0;     // (stats() time) installed regions/kernels whose tuning does not pay off yet
   std::uint64_t fused_regions = 0;       // O2 fused ranges installed
   std::uint64_t fused_ops = 0;           // CallOps folded into their fused kernels and epilogues
   std::uint64_t region_runs = 0;         // (stats() time) executions served by fused regions
@@ -93,6 +94,13 @@ class Jit final : public ExecutionObserver {
 
   // Blocks until no compile request is queued or running (tests, benchmarks, end of a CLI run).
   void waitIdle();
+  // Shutdown without waiting: drops queued requests and cancels the running one at its next
+  // cancellation point (jit/compile_cancel.h); nothing more is compiled or installed. The
+  // destructor does the same, then joins the compile threads.
+  void cancel();
+  // After cancel(): true once no compile is running (false when `timeout` passed first, e.g. an
+  // LLVM compile is still in progress; a process that is about to exit may abandon it then).
+  bool waitStopped(std::chrono::milliseconds timeout);
   int level() const { return level_; }
   JitStats stats() const;
   std::string statsReport() const;  // the block `shapevm run --stats` prints
@@ -108,6 +116,10 @@ class Jit final : public ExecutionObserver {
     std::uint64_t misses_logged = 0;  // guard misses already reported (log rate limit: doubling)
     int region = -1;
     int pc = 0;
+    // O2 pay-off aware tiering (as RangeState): the installed kernel has default parameters and
+    // its tuning waits until the time spent at the site since the install repays it.
+    bool tuned = true;
+    double installed_ms = 0, tune_cost_ms = 0, tune_gain = 1;
   };
   SiteState siteState(int function, int site) const;
 
@@ -125,6 +137,11 @@ class Jit final : public ExecutionObserver {
     std::shared_ptr<std::atomic<std::uint64_t>> runs = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::string description;  // of the installed region
     bool tuned = false;       // the installed region's kernels have tuned parameters
+    // Pay-off aware tiering (TunePayoff): tuning the installed untuned region waits until the time
+    // spent in it since the install, times the expected gain, repays the estimated tuning cost.
+    double installed_ms = 0;  // the range's cumulative time when the untuned region was installed
+    double tune_cost_ms = 0;  // estimated: compiling + timing the candidates of its kernels
+    double tune_gain = 1;     // expected fraction of its time that tuning saves
   };
   std::vector<RangeState> rangeStates(int function) const;
 
@@ -142,6 +159,9 @@ class Jit final : public ExecutionObserver {
   void compileSite(const Request& request);
   void considerRange(int function, int range, const RegionHeat& heat);
   void compileRange(const Request& request);
+  bool payoffWaits() const;  // TunePayoff on and no --jit-wait
+  bool tuningPaysOff(double ran_ms, double cost_ms, double gain) const;
+  TuneEstimate estimateTuning(const CompiledRegion& region, double codegen_ms) const;
   bool coveredByRange(int function, int site) const;  // callers hold mutex_
   void recordFailure(int function, int site, JitReason reason, const std::string& why);
   TuneOutcome tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc);
@@ -164,6 +184,7 @@ class Jit final : public ExecutionObserver {
   std::deque<Request> queue_;
   int in_flight_ = 0;
   bool stopping_ = false;
+  std::atomic<bool> cancel_{false};  // set at destruction: the workers' cancel flag
   JitStats stats_;
   std::vector<std::thread> workers_;
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();

@@ -13,6 +13,7 @@
 
 #include "bytecode/scalar_ops.h"
 #include "ops/kernel_util.h"
+#include "support/cpu_cores.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -393,7 +394,7 @@ Status RegionExecutor::runBlock(const StepBlock& block, bool pooled) {
 RegionExecutor::RowBlocking RegionExecutor::rowBlocking(const std::vector<Member>& members) const {
   RowBlocking none;
   const std::int64_t target = Tunables::get(Tunable::RegionRowBlockKb) * 1024;
-  if (target <= 0 || Tunables::get(Tunable::KernelThreads) > 1) return none;
+  if (target <= 0 || kernelThreads() > 1) return none;
   std::vector<std::int64_t> rows(members.size());
   std::int64_t units = std::numeric_limits<std::int64_t>::max();
   for (std::size_t m = 0; m < members.size(); ++m) {

@@ -26,9 +26,21 @@ struct TuneOutcome {
   double default_us = 0.0;      // the default candidate's median time (0 when not timed)
 };
 
+// What tuning one kernel would cost and bring (the JIT's pay-off aware tiering weighs the two).
+struct TuneEstimate {
+  double cost_ms = 0.0;  // compile + time the candidates it would try (0: answered from its database)
+  double gain = 1.0;     // expected fraction of the kernel's time saved (0..1)
+};
+
 class Tuner {
  public:
   virtual ~Tuner() = default;
+  // `compile_ms`: what compiling this kernel once took (the untuned install's codegen share).
+  virtual TuneEstimate estimate(KernelBackend& engine, const KernelFamily& family, const KernelSpec& spec,
+                                double compile_ms) const {
+    (void)engine, (void)family, (void)spec, (void)compile_ms;
+    return {};
+  }
   // `examples` are inputs of the observed shapes (fresh scratch tensors are fine to build from them).
   virtual Expected<TuneOutcome> tune(KernelBackend& engine, const KernelFamily& family, const KernelSpec& spec,
                                      std::span<const Value* const> examples) = 0;

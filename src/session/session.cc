@@ -444,6 +444,18 @@ tune::AutoTuner* SessionAccess::tuner(Session& session) {
 #endif
 }
 
+bool SessionAccess::cancelJit(Session& session, int timeout_ms) {
+#if SHAPEVM_HAVE_JIT
+  std::lock_guard<std::mutex> lock(session.impl_->mutex);
+  if (!session.impl_->jit) return true;
+  session.impl_->jit->cancel();
+  return session.impl_->jit->waitStopped(std::chrono::milliseconds(timeout_ms));
+#else
+  (void)session, (void)timeout_ms;
+  return true;
+#endif
+}
+
 void SessionAccess::stopJit(Session& session) {
 #if SHAPEVM_HAVE_JIT
   std::lock_guard<std::mutex> lock(session.impl_->mutex);

@@ -27,6 +27,9 @@ struct SessionAccess {
   static tune::AutoTuner* tuner(Session& session);
   // Stops and drops the JIT (its compile thread; the VM keeps its unpatched interpreter state).
   static void stopJit(Session& session);
+  // Cancels the JIT's compiles without waiting (stopJit() then only joins); true when no compile
+  // is still running after `timeout_ms` (or there is no JIT).
+  static bool cancelJit(Session& session, int timeout_ms);
 };
 
 }  // namespace shapevm

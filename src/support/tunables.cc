@@ -61,6 +61,8 @@ Status Tunables::set(std::string_view key, std::string_view value) {
     if (static_cast<Tunable>(i) == Tunable::JitLevel && value.size() == 2 && (value[0] == 'O' || value[0] == 'o')) {
       value.remove_prefix(1);
     }
+    // The kernel thread count is also written as the word "auto" (0).
+    if (static_cast<Tunable>(i) == Tunable::KernelThreads && value == "auto") value = "0";
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
     if (ec != std::errc() || end != value.data() + value.size()) {
       return makeError(ErrorCode::InvalidArgument, "tunable {}: '{}' is not an integer", row.key, value);

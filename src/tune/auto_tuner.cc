@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
 #include "jit/validate.h"
 #include "support/logging.h"
@@ -35,24 +36,6 @@ std::int64_t setting(std::int64_t option, Tunable tunable) { return option >= 0 
 
 bool contains(const std::vector<jit::KernelParams>& list, const jit::KernelParams& params) {
   return std::find(list.begin(), list.end(), params) != list.end();
-}
-
-// log2 of every dim of the example tensors: the predictor's distance space.
-std::vector<double> shapePoint(std::span<const Value* const> examples) {
-  std::vector<double> point;
-  for (const Value* value : examples) {
-    if (value == nullptr || !value->isTensor()) continue;
-    const Tensor& t = value->tensor();
-    for (int d = 0; d < t.rank(); ++d) point.push_back(std::log2(static_cast<double>(std::max<std::int64_t>(t.dim(d), 1))));
-  }
-  return point;
-}
-
-double distance(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double sum = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) sum += std::fabs(a[i] - b[i]);
-  return sum;
 }
 
 struct Measurement {
@@ -85,7 +68,11 @@ Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const
   std::vector<double> samples;
   for (std::int64_t r = 0; r < repeats; ++r) {
     start = Clock::now();
-    for (std::int64_t c = 0; c < calls; ++c) SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+    for (std::int64_t c = 0; c < calls; ++c) {
+      // Shutdown cancels within one call (a relaxed load per call: nothing next to a kernel call).
+      if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
+      SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+    }
     samples.push_back(usSince(start) / static_cast<double>(calls));
   }
   std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
@@ -121,22 +108,56 @@ std::vector<TuneReport> AutoTuner::reports() const {
 }
 
 std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelParams>& space, const KernelKey& key,
-                                                const std::vector<double>& point, std::int64_t limit) const {
-  std::vector<jit::KernelParams> ordered{space.front()};  // the default is always timed, first
+                                                const std::vector<double>& point, int* ranked_by) const {
+  std::vector<jit::KernelParams> ordered = space;
+  *ranked_by = 0;
   if (use_database_) {
-    std::vector<TuningRecord> history = database_.similar(key.shape_class, key.cpu, key.features);
-    std::stable_sort(history.begin(), history.end(), [&](const TuningRecord& a, const TuningRecord& b) {
-      return distance(point, a.point) < distance(point, b.point);
-    });
-    for (const TuningRecord& record : history) {
-      if (contains(space, record.params) && !contains(ordered, record.params)) ordered.push_back(record.params);
+    const CandidatePredictor predictor(database_.records());
+    const PredictorQuery query{key, point};
+    *ranked_by = predictor.history(query);
+    if (*ranked_by > 0) {
+      ordered = predictor.rank(query, space);
+      const std::int64_t top_k = setting(options_.top_k, Tunable::TuneTopK);
+      if (top_k > 0 && static_cast<std::int64_t>(ordered.size()) > top_k)
+        ordered.resize(static_cast<std::size_t>(top_k));
     }
   }
-  for (const jit::KernelParams& params : space) {
-    if (!contains(ordered, params)) ordered.push_back(params);
-  }
+  const std::int64_t limit = setting(options_.max_candidates, Tunable::TuneCandidates);
   if (limit > 0 && static_cast<std::int64_t>(ordered.size()) > limit) ordered.resize(static_cast<std::size_t>(limit));
   return ordered;
+}
+
+jit::TuneEstimate AutoTuner::estimate(jit::KernelBackend& engine, const jit::KernelFamily& family,
+                                      const jit::KernelSpec& unstamped, double compile_ms) const {
+  jit::TuneEstimate estimate{0.0, 0.0};
+  const jit::KernelSpec spec = engine.targetSpec(unstamped);
+  const std::vector<jit::KernelParams> space = family.searchSpace(spec);
+  if (space.size() <= 1) return estimate;  // nothing to choose between
+  const KernelKey key = kernelKey(family, spec, engine.capabilities().target, engine.capabilities().features);
+  std::vector<TuningRecord> history;
+  if (use_database_) {
+    if (std::optional<TuningRecord> record = database_.find(key.key()); record && contains(space, record->params)) {
+      return estimate;  // a database hit costs nothing
+    }
+    history = database_.similar(key.shape_class, key.cpu, key.features);
+  }
+  double saved = 0;
+  int counted = 0;
+  for (const TuningRecord& record : history) {
+    if (record.default_us <= 0 || record.us <= 0) continue;
+    saved += std::clamp(1.0 - record.us / record.default_us, 0.0, 1.0);
+    ++counted;
+  }
+  estimate.gain = counted > 0 ? saved / counted : kDefaultGain;
+  int ranked_by = 0;
+  const auto candidates = static_cast<std::int64_t>(order(space, key, {}, &ranked_by).size());
+  const std::int64_t repeats = std::max<std::int64_t>(1, setting(options_.repeats, Tunable::TuneRepeats));
+  const double timing_ms = static_cast<double>(repeats + 2) *
+                           static_cast<double>(setting(options_.sample_us, Tunable::TuneSampleUs)) / 1000.0;
+  const double per_candidate_ms = std::max(compile_ms, 0.0) + timing_ms;
+  const double budget_ms = static_cast<double>(setting(options_.budget_ms, Tunable::TuneBudgetMs));
+  estimate.cost_ms = std::min(static_cast<double>(candidates) * per_candidate_ms, budget_ms + per_candidate_ms);
+  return estimate;
 }
 
 Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit::KernelFamily& family,
@@ -192,8 +213,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   const std::int64_t budget_ms = setting(options_.budget_ms, Tunable::TuneBudgetMs);
   const std::int64_t repeats = std::max<std::int64_t>(1, setting(options_.repeats, Tunable::TuneRepeats));
   const std::int64_t sample_us = setting(options_.sample_us, Tunable::TuneSampleUs);
-  const std::int64_t limit = setting(options_.max_candidates, Tunable::TuneCandidates);
-  const std::vector<jit::KernelParams> candidates = order(space, key, point, limit);
+  const std::vector<jit::KernelParams> candidates = order(space, key, point, &report.ranked_by_predictor);
   const int to_time = static_cast<int>(candidates.size());
 
   std::vector<jit::KernelHandle> handles;
@@ -203,14 +223,23 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   bool default_timed = false;
   std::string first_failure;
   for (int i = 0; i < to_time; ++i) {
+    if (jit::compileCancelled()) {
+      // Shutdown: half-finished tuning leaves no trace (no report, no database record).
+      for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+      return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
+    }
     if (i > 0 && usSince(start) / 1000.0 >= static_cast<double>(budget_ms)) break;
     jit::KernelSpec candidate_spec = spec;
     candidate_spec.params = candidates[static_cast<std::size_t>(i)];
     const std::string params_text = candidate_spec.params.toString();
+    const Clock::time_point candidate_start = Clock::now();
     auto kernel = jit::compileKernel(engine, family, candidate_spec);
     Expected<Measurement> measured = kernel ? measure(**kernel, examples, baseline, repeats, sample_us)
                                             : Expected<Measurement>(kernel.status());
     if (kernel) handles.push_back((*kernel)->handle);
+    report.timings.push_back(CandidateTiming{candidate_spec.params,
+                                             measured ? measured->median_us : std::numeric_limits<double>::infinity(),
+                                             usSince(candidate_start) / 1000.0});
     if (!measured) {
       ++outcome.failed;
       logAt(LogLevel::Info, "JIT", "Tuning {}: candidate {} skipped ({})", signature, params_text, measured.status().message());
@@ -231,6 +260,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     if (progress) progress(TuneProgress{signature, kernel_index, i + 1, to_time, false, nullptr});
   }
   for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+  if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
   outcome.tuning_ms = usSince(start) / 1000.0;
   if (outcome.timed == 0) {
     finish(outcome);

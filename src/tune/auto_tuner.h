@@ -4,8 +4,10 @@
 // thread, runs each on scratch copies of the example inputs (a warm-up call whose outputs must
 // agree with the first candidate that ran, then the median of TuneRepeats timed samples), stops
 // starting new candidates once TuneBudgetMs is spent, and appends the winner to the database.
-// A light predictor orders the candidates: the default first, then the winners of the nearest
-// shapes of the same kind in the database; TuneCandidates > 0 times only that many.
+// The learned predictor (predictor.h) ranks the candidates from the database's history of the
+// kernel's family on this host and only its top TuneTopK are timed (the default always first);
+// without history every candidate is timed; TuneCandidates > 0 caps the count. Shutdown cancels
+// tuning between candidates and inside timing loops (jit/compile_cancel.h): nothing is recorded.
 // Invariant: every candidate's code is removed from the engine before tune() returns (the JIT
 // compiles the winner's params again through its validated path); a candidate that fails to
 // compile, to run or to agree counts as infinitely slow; tune() never throws away the default.
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "jit/tuner.h"
+#include "tune/predictor.h"
 #include "tune/tuning_db.h"
 
 namespace shapevm::tune {
@@ -31,6 +34,14 @@ struct AutoTunerOptions {
   std::int64_t repeats = -1;
   std::int64_t sample_us = -1;
   std::int64_t max_candidates = -1;
+  std::int64_t top_k = -1;  // TuneTopK
+};
+
+// One candidate as tune() timed it (the predictor's evaluation reads these).
+struct CandidateTiming {
+  jit::KernelParams params;
+  double us = 0;       // median per call; infinity when it failed to compile, run or agree
+  double cost_ms = 0;  // compiling and timing it
 };
 
 // One tune() call as the CLI's summary and progress bar see it.
@@ -38,6 +49,8 @@ struct TuneReport {
   std::string signature;
   std::string family;
   jit::TuneOutcome outcome;
+  std::vector<CandidateTiming> timings;  // in the order timed (empty on a database hit)
+  int ranked_by_predictor = 0;           // > 0: the predictor ordered the candidates from this many records
 };
 
 struct TuneProgress {
@@ -55,6 +68,12 @@ class AutoTuner final : public jit::Tuner {
 
   Expected<jit::TuneOutcome> tune(jit::KernelBackend& engine, const jit::KernelFamily& family,
                                   const jit::KernelSpec& spec, std::span<const Value* const> examples) override;
+  // Cost: 0 on a database hit, else the candidates it would time x (compile_ms + the timing
+  // samples), capped by the budget; gain: the mean saving of the family's winners on this host
+  // in the database (kDefaultGain without history).
+  jit::TuneEstimate estimate(jit::KernelBackend& engine, const jit::KernelFamily& family, const jit::KernelSpec& spec,
+                             double compile_ms) const override;
+  static constexpr double kDefaultGain = 0.10;
 
   // Called from the compile thread after every candidate and at the end of every kernel.
   void setProgress(std::function<void(const TuneProgress&)> progress);
@@ -63,8 +82,10 @@ class AutoTuner final : public jit::Tuner {
   bool databaseEnabled() const { return use_database_; }
 
  private:
+  // The candidates to time, best first: the predictor's ranking cut to TuneTopK when it has
+  // history for the family on this host, else the whole space; then capped by TuneCandidates.
   std::vector<jit::KernelParams> order(const std::vector<jit::KernelParams>& space, const KernelKey& key,
-                                       const std::vector<double>& point, std::int64_t limit) const;
+                                       const std::vector<double>& point, int* ranked_by) const;
 
   AutoTunerOptions options_;
   bool use_database_ = true;

@@ -275,6 +275,13 @@ std::vector<TuningRecord> TuningDatabase::similar(const std::string& shape_class
   return out;
 }
 
+std::vector<TuningRecord> TuningDatabase::records() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TuningRecord> out;
+  for (const auto& [key, record] : records_) out.push_back(record);
+  return out;
+}
+
 void TuningDatabase::forget(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   records_.erase(key);

@@ -73,6 +73,8 @@ class TuningDatabase {
   // Records on this host in the same shape class (for the predictor).
   std::vector<TuningRecord> similar(const std::string& shape_class, const std::string& cpu,
                                     const std::string& features) const;
+  // Every record, by key (the predictor's training set).
+  std::vector<TuningRecord> records() const;
   // Adds the record in memory and, with a file, appends it as one line.
   Status append(const TuningRecord& record);
   // Drops a record from memory (the predictor/lookup found it unusable).

@@ -118,6 +118,9 @@ class FusionTest : public ::testing::Test {
     ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 0).isOk());
     ASSERT_TRUE(Tunables::set(Tunable::HotCount, 0).isOk());
     ASSERT_TRUE(Tunables::set(Tunable::HotMs, 0).isOk());
+    // One kernel thread (kernel_threads=auto would follow the host): row blocking, which these
+    // tests expect, runs only when kernels are not split across threads.
+    ASSERT_TRUE(Tunables::set(Tunable::KernelThreads, 1).isOk());
     // SHAPEVM_FUSION_TEST_LOG=1 prints the JIT's log (why a region declined or failed).
     if (std::getenv("SHAPEVM_FUSION_TEST_LOG") != nullptr) {
       ASSERT_TRUE(Tunables::set(Tunable::JitLog, 1).isOk());

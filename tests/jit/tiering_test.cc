@@ -3,7 +3,8 @@
 // ReOptimizeLayerTest style: old path up to the threshold, compiled after, same results), async
 // compiles that never stall the interpreter, guards and ranges, the recompile cap, the patch
 // table growing from 1 to 2 entries, validation catching corrupted kernels with back-off and
-// blacklisting, token rewriting, and several threads running while the compile thread patches.
+// blacklisting, token rewriting, several threads running while the compile thread patches, and
+// O2 tuning deferred until the time spent in the code repays its estimated cost.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -472,6 +473,59 @@ TEST_F(TieringTest, DetachingLeavesTheVmInterpreting) {
   ASSERT_TRUE(out.hasValue());
   expectSame(expected(in[0], in[1]), (*out)[0]);
   EXPECT_EQ(vm.stats().compiled_calls, compiled);
+}
+
+// A tuner whose estimate is fixed and whose tune() answers the default parameters at once.
+class FixedCostTuner final : public Tuner {
+ public:
+  explicit FixedCostTuner(double cost_ms) : cost_ms_(cost_ms) {}
+  TuneEstimate estimate(KernelBackend&, const KernelFamily&, const KernelSpec&, double) const override {
+    return {cost_ms_, 1.0};
+  }
+  Expected<TuneOutcome> tune(KernelBackend&, const KernelFamily&, const KernelSpec&,
+                             std::span<const Value* const>) override {
+    TuneOutcome outcome;
+    outcome.timed = 1;
+    return outcome;
+  }
+
+ private:
+  double cost_ms_;
+};
+
+TEST_F(TieringTest, O2TuningWaitsUntilTheTimeSpentRepaysItsEstimatedCost) {
+  eagerTierUp();
+  auto module = load(kProgram);
+  std::uint64_t untuned_compiles = 0;
+  for (const double cost_ms : {1e9, 1e-3}) {
+    VirtualMachine vm(module);
+    FixedCostTuner tuner(cost_ms);
+    JitOptions options;
+    options.level = 2;
+    options.tuner = &tuner;  // no wait_for_compiles: pay-off waiting applies
+    auto jit = Jit::attach(vm, options);
+    ASSERT_TRUE(jit.hasValue()) << jit.status().toString();
+    for (int run = 0; run < 40; ++run) {
+      auto in = args(DType::Float32, Shape{16, 64}, static_cast<std::uint32_t>(run));
+      auto out = vm.run(0, in);
+      ASSERT_TRUE(out.hasValue()) << out.status().toString();
+      expectSame(expected(in[0], in[1]), (*out)[0]);
+      if (run % 10 == 9) (*jit)->waitIdle();  // let the installs (and any tuning) land
+    }
+    (*jit)->waitIdle();
+    const JitStats stats = (*jit)->stats();
+    EXPECT_GT(stats.compiles, 0u) << "the default-parameter kernels are installed first";
+    // add and tanh compile on their own here (no fused range): the elementwise family has no
+    // candidates to time, so the tuned recompile is what shows that tuning started.
+    if (cost_ms > 1) {
+      EXPECT_GT(stats.tuning_deferred, 0u) << "tuning never repays 1e9 ms here\n" << (*jit)->statsReport();
+      untuned_compiles = stats.compiles;
+    } else {
+      EXPECT_EQ(stats.tuning_deferred, 0u) << (*jit)->statsReport();
+      EXPECT_GT(stats.compiles, untuned_compiles) << "a microsecond of tuning pays off at once: tuned recompiles\n"
+                                                  << (*jit)->statsReport();
+    }
+  }
 }
 
 }  // namespace

@@ -3,16 +3,24 @@
 // function and parameter listings, runs with tensors and scalars, O0 vs O2 on fresh random inputs
 // over several shapes, settings (per-Session jit_level, process-wide rows, bad keys and values),
 // the errors for a missing function and wrong argument counts, kinds and shapes, statistics that
-// move, save() round trips, and a Session destroyed while its compiles are in flight.
+// move, save() round trips, and a Session destroyed while its compiles or its tuning are in flight
+// (promptly, leaving only whole tuning-database records).
 #include "shapevm/shapevm.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "support/tunables.h"
 
@@ -282,7 +290,7 @@ TEST_F(SessionTest, BadSettingNamesAndValuesAreClearErrors) {
   Status not_int = session.set("hot_count", "lots");
   EXPECT_EQ(not_int.code(), ErrorCode::InvalidArgument);
   EXPECT_NE(not_int.message().find("hot_count"), std::string::npos) << not_int.toString();
-  Status range = session.set("kernel_threads", 0);
+  Status range = session.set("kernel_threads", -1);
   EXPECT_NE(range.message().find("outside its range"), std::string::npos) << range.toString();
   Status level = session.set("jit_level", "O7");
   EXPECT_EQ(level.code(), ErrorCode::InvalidArgument);
@@ -368,6 +376,55 @@ TEST_F(SessionTest, DestroyedWhileCompilesAreInFlight) {
     EXPECT_EQ(st.kernels_installed, 0u);  // still sleeping
     session.reset();                      // a compile is sleeping in the compile thread: stopped, no crash
   }
+}
+
+TEST_F(SessionTest, DestroyedWhileTuningIsInFlightReturnsPromptlyAndLeavesNoPartialRecord) {
+  if (!Session::jitAvailable()) GTEST_SKIP() << "built without the JIT";
+  hotAtOnce();
+  // Tuning at once (no pay-off wait), long: each candidate is timed for >= 9 x 50 ms.
+  ASSERT_TRUE(Session::setTunable("tune_payoff", "0").isOk());
+  ASSERT_TRUE(Session::setTunable("tune_sample_us", "50000").isOk());
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("svm_session_cancel_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  SessionOptions options = quiet();
+  options.tuning_cache = true;
+  options.tuning_db = (dir / "tuning.jsonl").string();
+  options.tune_budget_ms = 600000;
+  auto session = std::make_unique<Session>(options);
+  ASSERT_TRUE(session->set("jit_level", "O2").isOk());
+  ASSERT_TRUE(session->load(kExamples + "/lstm_cell.py").isOk());
+  const FunctionInfo fn = session->functions()[0];
+  std::mt19937_64 rng(8);
+  // Run until the untuned region is installed and its tuning request has been taken.
+  bool tuning = false;
+  for (int i = 0; i < 2000 && !tuning; ++i) {
+    ASSERT_TRUE(session->run(fn.index, randomArgs(fn, 4, rng)).hasValue());
+    const SessionStats st = session->stats();
+    unsigned level = 0;
+    unsigned long long requests = 0;
+    ASSERT_EQ(std::sscanf(st.jit_report.c_str(), "jit: level O%u, %llu compile requests", &level, &requests), 2);
+    tuning = st.fused_regions > 0 && requests > st.kernels_installed;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(tuning) << session->stats().jit_report;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // well inside the candidates' timing
+  const auto start = std::chrono::steady_clock::now();
+  session.reset();
+  const double destroy_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // Bounded by one kernel's LLVM compile at worst (the cancellation points are before every
+  // compile, between candidates and inside timing loops), not by the tuning still to come (minutes).
+  EXPECT_LT(destroy_ms, 3000) << "the Session waited for the tuning to finish";
+  std::printf("[ INFO     ] Session destroyed %.1f ms after the cancel\n", destroy_ms);
+  // Whatever the database holds is whole records of kernels that finished (one JSON object a line).
+  std::ifstream in(dir / "tuning.jsonl");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(text.empty() || text.back() == '\n') << text;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(line.starts_with("{") && line.ends_with("}") && line.find("\"params\"") != std::string::npos) << line;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -11,14 +11,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "../jit/jit_test_util.h"
+#include "jit/compile_cancel.h"
 #include "support/tunables.h"
 
 namespace shapevm::tune {
@@ -399,6 +403,83 @@ TEST_F(AutoTunerTest, ThePredictorTimesTheNearestShapesWinnerRightAfterTheDefaul
   EXPECT_FALSE(outcome->from_database);
   EXPECT_EQ(outcome->timed, 2);
   EXPECT_EQ(family.compiled(), (std::vector<KernelParams>{KernelParams{}, withUnroll(7)}));
+}
+
+TEST_F(AutoTunerTest, ShutdownCancelsTuningPromptlyAndRecordsNothing) {
+  std::vector<KernelParams> space{KernelParams{}};
+  for (int u = 1; u <= 20; ++u) space.push_back(withUnroll(u));
+  FakeAddFamily family(space, space, 3000);  // every call takes >= 3 ms: ~25 ms per sample, seconds in all
+  Case c = addCase(256);
+  ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 20000).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 600000).isOk());
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
+  const std::size_t live = engine.liveKernels();
+  AutoTuner tuner(options());
+  std::mutex mutex;
+  std::condition_variable started_cv;
+  bool started = false;
+  tuner.setProgress([&](const TuneProgress& progress) {
+    if (progress.done || progress.candidate < 1) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    started = true;
+    started_cv.notify_all();
+  });
+  std::atomic<bool> cancel{false};
+  Expected<jit::TuneOutcome> outcome = jit::TuneOutcome{};
+  std::thread compile_thread([&] {
+    const jit::CompileCancelScope scope(&cancel);
+    outcome = tuner.tune(engine, family, c.spec, c.pointers);
+  });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(started_cv.wait_for(lock, std::chrono::seconds(60), [&] { return started; }));
+  }
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  cancel.store(true);
+  compile_thread.join();
+  const double waited_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - cancelled_at).count();
+  // One kernel call (3 ms) or one add-kernel compile, not the ~19 candidates x 0.2 s still to come.
+  EXPECT_LT(waited_ms, 500) << "the tuner did not stop at its next cancellation point";
+  ASSERT_FALSE(outcome.hasValue());
+  EXPECT_NE(outcome.status().message().find("cancelled"), std::string::npos) << outcome.status().message();
+  EXPECT_TRUE(lines().empty()) << "half-finished tuning leaves no record";
+  EXPECT_TRUE(tuner.reports().empty()) << "nor a report";
+  EXPECT_EQ(engine.liveKernels(), live) << "every candidate's code is removed";
+  // Outside a cancelled scope the same tuner works (the flag belongs to the compile thread's request).
+  ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 0).isOk());
+  FakeAddFamily quick({KernelParams{}, withUnroll(2)});
+  auto again = tuner.tune(engine, quick, c.spec, c.pointers);
+  ASSERT_TRUE(again.hasValue()) << again.status().toString();
+  EXPECT_EQ(lines().size(), 1u);
+}
+
+TEST_F(AutoTunerTest, TheTuningEstimateIsFreeOnADatabaseHitAndBudgetCappedOnAMiss) {
+  std::vector<KernelParams> space{KernelParams{}};
+  for (int u = 1; u <= 9; ++u) space.push_back(withUnroll(u));
+  FakeAddFamily family(space, {KernelParams{}}, 300);
+  Case c = addCase(512);
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
+  ASSERT_TRUE(Tunables::set(Tunable::TuneRepeats, 3).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 1000).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 100000).isOk());
+  AutoTuner tuner(options());
+  // A miss without history: every candidate, each compiled (20 ms here) and timed (5 samples of 1 ms).
+  jit::TuneEstimate miss = tuner.estimate(engine, family, c.spec, 20.0);
+  EXPECT_DOUBLE_EQ(miss.cost_ms, 10 * (20.0 + 5.0));
+  EXPECT_DOUBLE_EQ(miss.gain, AutoTuner::kDefaultGain);
+  ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 30).isOk());
+  EXPECT_DOUBLE_EQ(tuner.estimate(engine, family, c.spec, 20.0).cost_ms, 30 + 25.0) << "the budget caps it";
+  auto outcome = tuner.tune(engine, family, c.spec, c.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  jit::TuneEstimate hit = tuner.estimate(engine, family, c.spec, 20.0);
+  EXPECT_EQ(hit.cost_ms, 0.0) << "the database answers: nothing to pay";
+  // Another shape now has history: the family's recorded saving is the expected gain.
+  Case other = addCase(4096);
+  const jit::TuneEstimate next = tuner.estimate(engine, family, other.spec, 20.0);
+  EXPECT_GT(next.cost_ms, 0.0);
+  const double saved = 1.0 - outcome->best_us / outcome->default_us;
+  EXPECT_NEAR(next.gain, std::clamp(saved, 0.0, 1.0), 1e-9);
 }
 
 TEST(TuningDatabase, RecordsRoundTripAndKeysSeparateKernelBucketAndHost) {

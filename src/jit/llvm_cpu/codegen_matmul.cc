@@ -48,6 +48,7 @@
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/kernel_util.h"
+#include "support/cpu_cores.h"
 #include "support/thread_pool.h"
 #include "support/tunables.h"
 
@@ -445,7 +446,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
       for (int d = 0; d < 4; ++d) strides[d] = own[d];
     }
     const Plan plan = resolvePlan(spec);
-    const std::int64_t threads = plan.threads > 0 ? plan.threads : Tunables::get(Tunable::KernelThreads);
+    const std::int64_t threads = plan.threads > 0 ? plan.threads : kernelThreads();
     std::int64_t batches = 1;
     for (int d = 0; d < nb; ++d) batches *= g.batch[d];
     const std::int64_t work = batches * g.left.rows * g.left.cols * g.right.cols;

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// The k-NN candidate predictor and the nearest-shape baseline (see predictor.h).
+#include "tune/predictor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace shapevm::tune {
+
+namespace {
+
+// Feature weights of the distance, in log2 units of the shape point (one doubling of a dim = 1).
+constexpr double kRankMismatch = 6.0;    // points of other lengths (other ranks or operand counts)
+constexpr double kClassMismatch = 2.0;   // another op, dtype or rank pattern in the same family
+constexpr double kStridedOperand = 1.0;  // per operand whose layout (contiguous/strided) differs
+constexpr double kKernelMismatch = 0.5;  // other static dims, attributes or epilogue
+
+int stridedOperands(const std::string& kernel) {
+  int count = 0;
+  for (std::size_t pos = kernel.find("strided"); pos != std::string::npos; pos = kernel.find("strided", pos + 1))
+    ++count;
+  return count;
+}
+
+double pointDistance(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) {
+    return kRankMismatch + std::fabs(static_cast<double>(a.size()) - static_cast<double>(b.size()));
+  }
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += std::fabs(a[i] - b[i]);
+  return sum;
+}
+
+// A parameter in log2 space (0 = the family's choice stays 0; -1 = off stays negative).
+double logParam(int value) {
+  const double magnitude = std::log2(1.0 + std::fabs(static_cast<double>(value)));
+  return value < 0 ? -magnitude : magnitude;
+}
+
+double paramDistance(const jit::KernelParams& a, const jit::KernelParams& b) {
+  const int left[] = {a.mr,       a.nr,      a.mc,           a.kc,     a.nc,    a.k_unroll,
+                      a.prefetch, a.threads, a.vector_width, a.unroll, a.chunk, a.bf16_dot};
+  const int right[] = {b.mr,       b.nr,      b.mc,           b.kc,     b.nc,    b.k_unroll,
+                       b.prefetch, b.threads, b.vector_width, b.unroll, b.chunk, b.bf16_dot};
+  double sum = 0;
+  for (std::size_t i = 0; i < std::size(left); ++i) sum += std::fabs(logParam(left[i]) - logParam(right[i]));
+  return sum;
+}
+
+bool sameHost(const KernelKey& key, const TuningRecord& record) {
+  return record.family == key.family && record.cpu == key.cpu && record.features == key.features;
+}
+
+}  // namespace
+
+std::vector<double> shapePoint(std::span<const Value* const> examples) {
+  std::vector<double> point;
+  for (const Value* value : examples) {
+    if (value == nullptr || !value->isTensor()) continue;
+    const Tensor& t = value->tensor();
+    for (int d = 0; d < t.rank(); ++d)
+      point.push_back(std::log2(static_cast<double>(std::max<std::int64_t>(t.dim(d), 1))));
+  }
+  return point;
+}
+
+CandidatePredictor::CandidatePredictor(std::vector<TuningRecord> records) {
+  for (TuningRecord& record : records) {
+    if (!record.params.isDefault()) records_.push_back(std::move(record));
+  }
+  std::sort(records_.begin(), records_.end(),
+            [](const TuningRecord& a, const TuningRecord& b) { return a.key < b.key; });
+}
+
+double CandidatePredictor::distance(const PredictorQuery& query, const TuningRecord& record) {
+  if (!sameHost(query.key, record)) return std::numeric_limits<double>::infinity();
+  double d = pointDistance(query.point, record.point);
+  if (record.shape_class != query.key.shape_class) d += kClassMismatch;
+  d += kStridedOperand * std::abs(stridedOperands(record.kernel) - stridedOperands(query.key.kernel));
+  if (record.kernel != query.key.kernel) d += kKernelMismatch;
+  return d;
+}
+
+int CandidatePredictor::history(const PredictorQuery& query) const {
+  int count = 0;
+  for (const TuningRecord& record : records_) count += sameHost(query.key, record) ? 1 : 0;
+  return count;
+}
+
+std::vector<jit::KernelParams> CandidatePredictor::rank(const PredictorQuery& query,
+                                                        const std::vector<jit::KernelParams>& space) const {
+  if (space.empty()) return {};
+  // The k nearest records (ties by key: records_ is sorted by key and the sort is stable).
+  std::vector<std::pair<double, const TuningRecord*>> near;
+  for (const TuningRecord& record : records_) {
+    const double d = distance(query, record);
+    if (std::isfinite(d)) near.emplace_back(d, &record);
+  }
+  std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (near.size() > static_cast<std::size_t>(kNeighbours)) near.resize(kNeighbours);
+  // Each neighbour votes exp(-distance) for its winner, spread over the candidates by their
+  // parameter distance to it (an exact match gets the whole vote).
+  std::vector<double> score(space.size(), 0.0);
+  for (const auto& [d, record] : near) {
+    const double weight = std::exp(-d);
+    for (std::size_t c = 0; c < space.size(); ++c)
+      score[c] += weight * std::exp(-paramDistance(space[c], record->params));
+  }
+  std::vector<std::size_t> order(space.size());
+  for (std::size_t c = 0; c < order.size(); ++c) order[c] = c;
+  std::stable_sort(order.begin() + 1, order.end(), [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+  std::vector<jit::KernelParams> ranked;
+  for (std::size_t c : order) ranked.push_back(space[c]);
+  return ranked;
+}
+
+std::vector<jit::KernelParams> nearestShapeOrder(const std::vector<jit::KernelParams>& space,
+                                                 std::vector<TuningRecord> same_class,
+                                                 const std::vector<double>& point) {
+  if (space.empty()) return {};
+  auto contains = [](const std::vector<jit::KernelParams>& list, const jit::KernelParams& params) {
+    return std::find(list.begin(), list.end(), params) != list.end();
+  };
+  auto l1 = [&](const std::vector<double>& other) {
+    if (other.size() != point.size()) return std::numeric_limits<double>::infinity();
+    double sum = 0;
+    for (std::size_t i = 0; i < point.size(); ++i) sum += std::fabs(point[i] - other[i]);
+    return sum;
+  };
+  std::vector<jit::KernelParams> ordered{space.front()};
+  std::stable_sort(same_class.begin(), same_class.end(),
+                   [&](const TuningRecord& a, const TuningRecord& b) { return l1(a.point) < l1(b.point); });
+  for (const TuningRecord& record : same_class) {
+    if (contains(space, record.params) && !contains(ordered, record.params)) ordered.push_back(record.params);
+  }
+  for (const jit::KernelParams& params : space) {
+    if (!contains(ordered, params)) ordered.push_back(params);
+  }
+  return ordered;
+}
+
+}  // namespace shapevm::tune

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// The AutoTuner's learned candidate predictor (SYSTEM.md 3.6, 36 candidates -> 8): trained from
+// the tuning database's winners of a kernel family on this CPU, it ranks a new kernel's search
+// space by a k-nearest-neighbour vote over log features — shape point (log2 dims), op/dtype/rank
+// class, strided operands, static kernel text — where each neighbour's winner credits every
+// candidate by its distance in log2 parameter space. Also the baseline it replaced (nearest-shape
+// ordering). Invariant: deterministic given the records (ties by key, then by search-space order),
+// and the default always ranks first.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tune/tuning_db.h"
+
+namespace shapevm::tune {
+
+// What the predictor knows about the kernel being tuned.
+struct PredictorQuery {
+  KernelKey key;
+  std::vector<double> point;  // log2 of the example shapes' dims (shapePoint)
+};
+
+// log2 of every dim of the example tensors (the records' `point`).
+std::vector<double> shapePoint(std::span<const Value* const> examples);
+
+class CandidatePredictor {
+ public:
+  static constexpr int kNeighbours = 8;
+
+  // Trains on `records`: keeps those whose winner is not the default, sorted by key (a model per
+  // family and host is the subset matching a query's family, cpu and features).
+  explicit CandidatePredictor(std::vector<TuningRecord> records);
+
+  // Records of the query's family on its host that can vote (0: the predictor has no history).
+  int history(const PredictorQuery& query) const;
+  // The search space best first (the default first of all).
+  std::vector<jit::KernelParams> rank(const PredictorQuery& query, const std::vector<jit::KernelParams>& space) const;
+  // The feature distance between the query and a record (log2 units; infinity across families/hosts).
+  static double distance(const PredictorQuery& query, const TuningRecord& record);
+
+ private:
+  std::vector<TuningRecord> records_;
+};
+
+// The baseline: the default, then the winners of the same shape class's records by L1 distance
+// of their points, then the rest of the space in its order.
+std::vector<jit::KernelParams> nearestShapeOrder(const std::vector<jit::KernelParams>& space,
+                                                 std::vector<TuningRecord> same_class,
+                                                 const std::vector<double>& point);
+
+}  // namespace shapevm::tune

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// The learned candidate predictor (tune/predictor.h): training and ranking are deterministic given
+// the records (any order in, the same ranking out), the nearest shape's winner ranks right after
+// the default and candidates near it in parameter space follow, records of other families or
+// hosts and default winners do not vote, and the nearest-shape baseline keeps its order.
+#include "tune/predictor.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace shapevm::tune {
+namespace {
+
+using jit::KernelParams;
+
+KernelParams tile(int mr, int nr, int kc) {
+  KernelParams p;
+  p.mr = mr;
+  p.nr = nr;
+  p.kc = kc;
+  return p;
+}
+
+std::vector<KernelParams> space() {
+  std::vector<KernelParams> out{KernelParams{}};
+  for (int mr : {2, 4, 6, 8})
+    for (int nr : {16, 32, 64})
+      for (int kc : {128, 256, 512}) out.push_back(tile(mr, nr, kc));
+  return out;  // 37: the default and 36 tiles
+}
+
+TuningRecord record(std::string key, std::vector<double> point, KernelParams winner, std::string family = "matmul",
+                    std::string cpu = "znver3") {
+  TuningRecord r;
+  r.key = std::move(key);
+  r.family = std::move(family);
+  r.kernel = "MatMul|f32[?,128]|f32[128,1024]";
+  r.shape_class = "matmul|MatMul|f32r2|f32r2";
+  r.point = std::move(point);
+  r.cpu = std::move(cpu);
+  r.features = "+avx2 +fma";
+  r.params = winner;
+  r.us = 10;
+  r.default_us = 12;
+  return r;
+}
+
+PredictorQuery query(std::vector<double> point) {
+  PredictorQuery q;
+  q.key.family = "matmul";
+  q.key.kernel = "MatMul|f32[?,128]|f32[128,1024]";
+  q.key.shape_class = "matmul|MatMul|f32r2|f32r2";
+  q.key.cpu = "znver3";
+  q.key.features = "+avx2 +fma";
+  q.point = std::move(point);
+  return q;
+}
+
+std::vector<TuningRecord> history() {
+  return {record("a", {5, 7, 7, 10}, tile(4, 64, 256)),
+          record("b", {9, 7, 7, 10}, tile(8, 32, 128)),
+          record("c", {10, 7, 7, 10}, tile(8, 32, 128)),
+          record("d", {3, 7, 7, 10}, tile(2, 16, 512)),
+          record("e", {6, 7, 7, 10}, KernelParams{}),                          // the default won: no vote
+          record("f", {6, 7, 7, 10}, tile(6, 16, 128), "fused"),               // another family
+          record("g", {6, 7, 7, 10}, tile(6, 16, 128), "matmul", "skylake")};  // another host
+}
+
+TEST(CandidatePredictor, RanksTheNearestShapesWinnerRightAfterTheDefault) {
+  const CandidatePredictor predictor(history());
+  const std::vector<KernelParams> ranked = predictor.rank(query({5.2, 7, 7, 10}), space());
+  ASSERT_EQ(ranked.size(), space().size());
+  EXPECT_TRUE(ranked[0].isDefault());
+  EXPECT_EQ(ranked[1], tile(4, 64, 256));
+  // A large shape: the two large neighbours' winner.
+  EXPECT_EQ(predictor.rank(query({9.5, 7, 7, 10}), space())[1], tile(8, 32, 128));
+  // Every candidate is still there, once.
+  std::vector<KernelParams> sorted = ranked;
+  for (const KernelParams& p : space()) EXPECT_EQ(std::count(sorted.begin(), sorted.end(), p), 1);
+  // Neighbours of the winner in parameter space come before far ones.
+  const auto position = [&](const KernelParams& p) {
+    return std::find(ranked.begin(), ranked.end(), p) - ranked.begin();
+  };
+  EXPECT_LT(position(tile(4, 64, 512)), position(tile(2, 16, 512)));
+}
+
+TEST(CandidatePredictor, OtherFamiliesHostsAndDefaultWinnersDoNotVote) {
+  const CandidatePredictor predictor(history());
+  EXPECT_EQ(predictor.history(query({6, 7, 7, 10})), 4);
+  PredictorQuery other = query({6, 7, 7, 10});
+  other.key.cpu = "icelake";
+  EXPECT_EQ(predictor.history(other), 0);
+  EXPECT_EQ(predictor.rank(other, space()), space()) << "no history: the space's own order";
+  EXPECT_TRUE(std::isinf(CandidatePredictor::distance(other, history()[0])));
+  // A strided operand or another shape class is farther than the same point.
+  PredictorQuery strided = query({5, 7, 7, 10});
+  strided.key.kernel += "strided";
+  EXPECT_GT(CandidatePredictor::distance(strided, history()[0]),
+            CandidatePredictor::distance(query({5, 7, 7, 10}), history()[0]));
+}
+
+TEST(CandidatePredictor, TrainingAndRankingAreDeterministicGivenTheRecords) {
+  std::vector<TuningRecord> records = history();
+  // Two records at the same distance with different winners: the tie is broken by key, not by order.
+  records.push_back(record("h", {6, 7, 7, 10}, tile(6, 64, 128)));
+  records.push_back(record("i", {6, 7, 7, 10}, tile(2, 32, 256)));
+  const std::vector<KernelParams> expected = CandidatePredictor(records).rank(query({6, 7, 7, 10}), space());
+  std::mt19937 rng(7);
+  for (int round = 0; round < 10; ++round) {
+    std::shuffle(records.begin(), records.end(), rng);
+    EXPECT_EQ(CandidatePredictor(records).rank(query({6, 7, 7, 10}), space()), expected) << "round " << round;
+  }
+}
+
+TEST(CandidatePredictor, TheNearestShapeBaselineKeepsItsOrder) {
+  std::vector<TuningRecord> same = history();
+  same.resize(4);
+  const std::vector<KernelParams> order = nearestShapeOrder(space(), same, {9.2, 7, 7, 10});
+  ASSERT_EQ(order.size(), space().size());
+  EXPECT_TRUE(order[0].isDefault());
+  EXPECT_EQ(order[1], tile(8, 32, 128));
+  EXPECT_EQ(order[2], tile(4, 64, 256));
+  EXPECT_EQ(order[3], tile(2, 16, 512));
+  EXPECT_EQ(order[4], space()[1]) << "then the space in its order";
+}
+
+}  // namespace
+}  // namespace shapevm::tune
