@@ -23,13 +23,14 @@ namespace {
 
 int benchCommand(const BenchFlags& flags_in) {
   BenchFlags flags = flags_in;
-  const std::vector<std::string> known = {"workload", "cold", "matmul", "elementwise", "overhead", "memory"};
+  const std::vector<std::string> known = {"workload", "cold", "compile", "matmul", "elementwise", "overhead", "memory"};
   std::vector<std::string> suites = flags.suites.empty() ? known : flags.suites;
   for (const std::string& suite : suites) {
     if (std::find(known.begin(), known.end(), suite) == known.end()) {
       fmt::print(
           stderr,
-          "shapevm: error: unknown bench suite '{}' (suites: workload, cold, matmul, elementwise, overhead, memory)\n",
+          "shapevm: error: unknown bench suite '{}' (suites: workload, cold, compile, matmul, elementwise, overhead, "
+          "memory)\n",
           suite);
       return 2;
     }
@@ -81,7 +82,8 @@ int benchCommand(const BenchFlags& flags_in) {
   };
   json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
        matmul = json::array(), matmul_bf16 = json::array(), elementwise = json::array(), overhead = json::array(),
-       memory = json::array(), workload_extra = json::object(), norms = json::array();
+       memory = json::array(), workload_extra = json::object(), norms = json::array(),
+       compile_pipelines = json::object();
   // Tuning databases of this run (the O2 workload instances and the matmul tuning-quality check):
   // fresh, so every run pays (and reports) its tuning; removed at the end.
   std::string tmp_dir;
@@ -109,7 +111,8 @@ int benchCommand(const BenchFlags& flags_in) {
     ok = check(workloadSuite(flags, (*engine)->engine(), weights, tmp_dir, workload, compile, workload_extra),
                "workload") &&
          ok;
-  if (wants("cold")) ok = check(coldSuite(flags, weights, cold, timeline), "cold") && ok;
+  if (wants("cold")) ok = check(coldSuite(flags, weights, tmp_dir, cold, timeline), "cold") && ok;
+  if (wants("compile")) ok = check(compileSuite(flags, **engine, weights, compile_pipelines), "compile") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
   result["workload"] = workload;
   result["stream"] = benchStream(flags.quick);
@@ -125,6 +128,7 @@ int benchCommand(const BenchFlags& flags_in) {
   result["normalizations"] = norms;
   result["overhead"] = overhead;
   result["memory"] = memory;
+  result["compile_pipelines"] = compile_pipelines;
   if (!flags.out.empty()) {
     std::error_code error;
     std::filesystem::create_directories(flags.out, error);
@@ -148,7 +152,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)",
                "shapevm bench"};
   app.add_option("--suite", flags.suites,
-                 "only these suites: workload, cold, matmul, elementwise, overhead, memory (repeatable)");
+                 "only these suites: workload, cold, compile, matmul, elementwise, overhead, memory (repeatable)");
   app.add_flag("--quick", flags.quick, "smaller sizes and fewer repeats (under 2 minutes; a smoke test)");
   app.add_option("--out", flags.out, "write DIR/shapevm.json");
   app.add_option("--examples", flags.examples,
