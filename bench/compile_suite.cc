@@ -158,8 +158,13 @@ Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) 
       SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, pipeline));
       SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, "lstm_cell", level, "", -1, /*jit_wait=*/true));
       const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
-      for (int i = 0; i < 24; ++i) {  // O2: enough runs at each seq to widen its regions' ranges
-        if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, 32, seqs[i % 3], 5)); !ran)
+      // As the workload suite warms up: six passes over the seqs, then the seq stream (8..128), so
+      // O2's regions widen to every timed seq.
+      std::vector<std::int64_t> warm;
+      for (int pass = 0; pass < 6; ++pass) warm.insert(warm.end(), std::begin(seqs), std::end(seqs));
+      for (std::int64_t seq : benchStream(flags.quick)) warm.push_back(seq);
+      for (std::int64_t seq : warm) {
+        if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, 32, seq, 5)); !ran)
           return ran.status();
       }
       Entry entry{std::move(instance), level, pipeline, {}, {}, {}};
