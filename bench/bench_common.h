@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 struct BenchFlags {
-  std::vector<std::string> suites;  // empty = all: workload, cold, compile, matmul, elementwise, overhead, memory
+  std::vector<std::string> suites;  // empty = all but compile: workload, cold, matmul, elementwise, overhead, memory
   bool quick = false;               // < 2 minutes in all (CI smoke test; no thresholds asserted)
   std::string out;                  // directory for shapevm.json (printed summary either way)
   std::string examples;             // folder with lstm_cell.py / lstm_loop.py
