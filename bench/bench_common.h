@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 struct BenchFlags {
-  std::vector<std::string> suites;  // empty = all: workload, cold, matmul, elementwise, overhead, memory
+  std::vector<std::string> suites;  // empty = all but compile: workload, cold, matmul, elementwise, overhead, memory
   bool quick = false;               // < 2 minutes in all (CI smoke test; no thresholds asserted)
   std::string out;                  // directory for shapevm.json (printed summary either way)
   std::string examples;             // folder with lstm_cell.py / lstm_loop.py
@@ -122,7 +122,10 @@ std::vector<std::int64_t> benchStream(bool quick);
 
 Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weights& weights,
                      const std::string& tmp_dir, json& out, json& compile_out, json& extra);
-Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline);
+// JitOptPipeline 0 (LLVM O3) against 1 (the kernel pipeline): cold compile CPU time and kernel speed.
+Status compileSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend, const Weights& weights, json& out);
+Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
+                 json& timeline);
 Status memorySuite(const BenchFlags& flags, const Weights& weights, json& out);
 Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const std::string& tmp_dir, json& out,
                    json& out_bf16);

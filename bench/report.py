@@ -354,10 +354,11 @@ def render(svm, peers, gate, command="/usr/bin/python3 bench/run_all.py", image_
     w("")
     rows = [[r.get("variant", "?"), r.get("level", "?"), f3(r.get("first_call_ms")), f3(r.get("first_after_new_shape_ms")),
              f3(r.get("p50_during_compile_ms")), f3(r.get("p99_during_compile_ms")), r.get("runs_during_compile", "—"),
-             f3(r.get("p50_steady_ms"))]
+             f3(r.get("p99_during_compile_over_o0_median")), f3(r.get("p50_o0_ms")), f3(r.get("p50_steady_ms"))]
             for r in section(d.svm, "cold")]
     lines += table(["ShapeVM variant", "level", "first call", "first after a new shape", "p50 while compiling",
-                    "p99 while compiling", "runs while compiling", "p50 steady"], rows, ["---", "---"] + ["---:"] * 6)
+                    "p99 while compiling", "runs while compiling", "p99 while compiling / O0 p50 (same seq)",
+                    "O0 p50 (seq 20)", "p50 steady (seq 20)"], rows, ["---", "---"] + ["---:"] * 8)
     w("")
     rows = [[r.get("peer", "?"), r.get("variant", "?"), f3(r.get("script_ms")) if r.get("peer") == "torchscript" else "—",
              f3(r.get("first_call_ms")), f3(r.get("second_call_ms")), f3(r.get("first_after_new_shape_ms")),

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The reference workload's suites: lstm_cell / lstm_loop at O0/O1/O2 against the measured FMA
 // floor (with compile latency, tuning-database hits and a two-thread O2 row), cold costs (first
-// call, latency while compiles are in flight) and memory (VM context, JIT with its kernels).
+// call, latency while compiles are in flight at O1 and O2 against O0) and memory (VM context, JIT with its kernels).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
@@ -458,64 +459,91 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
 
 // ---- cold costs: first call, first call after a new shape, latency while compiles are in flight ----
 
-Status coldSuite(const BenchFlags& flags, const Weights& weights, json& out, json& timeline) {
+// At O1 and at O2 (fresh tuning database: its background re-tunes run while the program does), per
+// variant: each call of the JIT instance is followed by the same call on an O0 instance (same
+// shape, same inputs), so "while compiling" latencies are compared with O0's median of the same
+// shape measured in the same rounds.
+Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
+                 json& timeline) {
   for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
-    const Clock::time_point t0 = Clock::now();
-    SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, 1));
-    const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
-    std::vector<double> during, steady;
-    double first = 0;
-    const std::int64_t cycle[] = {10, 20, 30};
-    const int runs = flags.quick ? 40 : 120;
-    for (int i = 0; i < runs; ++i) {
-      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
-      const Clock::time_point start = Clock::now();
-      if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
-      const double ms = msSince(start);
-      if (i == 0) first = ms;
-      const jit::JitStats stats = instance.jit()->stats();
-      const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
-      if (compiling) during.push_back(ms);
-      if (variant == "lstm_cell" && timeline.size() < 400) {
-        timeline.push_back({{"thread", "interpreter"},
-                            {"name", fmt::format("run seq={}", cycle[i % 3])},
-                            {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()},
-                            {"dur_ms", ms}});
+    for (int level = 1; level <= 2; ++level) {
+      const std::string tuning_db = fmt::format("{}/cold/{}/O{}/tuning.jsonl", tmp_dir, variant, level);
+      std::error_code ignored;
+      std::filesystem::remove(tuning_db, ignored);
+      const Clock::time_point t0 = Clock::now();
+      SVM_ASSIGN_OR_RETURN(Instance o0, makeInstance(flags, variant, 0));
+      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, level >= 2 ? tuning_db : ""));
+      const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+      std::vector<double> during, steady, during_ratio;
+      std::map<std::int64_t, std::vector<double>> interpreted;  // O0, per seq
+      std::vector<std::pair<std::int64_t, double>> during_by_seq;
+      double first = 0;
+      const std::int64_t cycle[] = {10, 20, 30};
+      const int runs = flags.quick ? 40 : 120;
+      for (int i = 0; i < runs; ++i) {
+        const std::int64_t seq = cycle[i % 3];
+        auto args = workloadArgs(fn, weights, 32, seq, 11);
+        const Clock::time_point start = Clock::now();
+        if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
+        const double ms = msSince(start);
+        if (i == 0) first = ms;
+        const jit::JitStats stats = instance.jit()->stats();
+        const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
+        if (compiling) during_by_seq.emplace_back(seq, ms);
+        if (variant == "lstm_cell" && level == 1 && timeline.size() < 400) {
+          timeline.push_back({{"thread", "interpreter"},
+                              {"name", fmt::format("run seq={}", seq)},
+                              {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()},
+                              {"dur_ms", ms}});
+        }
+        const Clock::time_point o0_start = Clock::now();
+        if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
+        interpreted[seq].push_back(msSince(o0_start));
       }
-    }
-    instance.jit()->waitIdle();
-    for (int i = 0; i < 30; ++i) {
-      auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
-      const Clock::time_point start = Clock::now();
-      if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
-      if (cycle[i % 3] == 20) steady.push_back(msSince(start));
-    }
-    // A shape never seen: interpreted (guard miss) at first.
-    auto fresh = workloadArgs(fn, weights, 32, 77, 12);
-    const Clock::time_point start = Clock::now();
-    if (auto ran = instance.session->run(instance.function, fresh); !ran) return ran.status();
-    const double after_new_shape = msSince(start);
-    if (variant == "lstm_cell") {
-      for (const jit::CompileEvent& e : instance.jit()->stats().events) {
-        timeline.push_back({{"thread", "compile"},
-                            {"name", e.signature},
-                            {"start_ms", e.start_ms},
-                            {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
+      std::map<std::int64_t, double> o0_median;
+      for (const auto& [seq, ms] : interpreted) o0_median[seq] = summarizeLatency(ms).median;
+      for (const auto& [seq, ms] : during_by_seq) {
+        during.push_back(ms);
+        during_ratio.push_back(ms / o0_median[seq]);
       }
+      instance.jit()->waitIdle();
+      for (int i = 0; i < 30; ++i) {
+        auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
+        const Clock::time_point start = Clock::now();
+        if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
+        if (cycle[i % 3] == 20) steady.push_back(msSince(start));
+      }
+      // A shape never seen: interpreted (guard miss) at first.
+      auto fresh = workloadArgs(fn, weights, 32, 77, 12);
+      const Clock::time_point start = Clock::now();
+      if (auto ran = instance.session->run(instance.function, fresh); !ran) return ran.status();
+      const double after_new_shape = msSince(start);
+      if (variant == "lstm_cell" && level == 1) {
+        for (const jit::CompileEvent& e : instance.jit()->stats().events) {
+          timeline.push_back({{"thread", "compile"},
+                              {"name", e.signature},
+                              {"start_ms", e.start_ms},
+                              {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
+        }
+      }
+      LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
+      const double p99_ratio = during_ratio.empty() ? 0.0 : summarizeLatency(during_ratio).p99;
+      out.push_back({{"variant", variant},
+                     {"level", fmt::format("O{}", level)},
+                     {"first_call_ms", first},
+                     {"first_after_new_shape_ms", after_new_shape},
+                     {"p50_during_compile_ms", d.median},
+                     {"p99_during_compile_ms", d.p99},
+                     {"runs_during_compile", during.size()},
+                     {"p99_during_compile_over_o0_median", p99_ratio},
+                     {"p50_o0_ms", o0_median[20]},
+                     {"p50_steady_ms", s.median}});
+      fmt::print(
+          "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 "
+          "{:.2f} ms ({} runs; p99 / O0 median of the same seq {:.2f}), O0 p50 {:.2f} ms, steady p50 {:.2f} ms "
+          "(seq 20)\n",
+          variant, level, first, after_new_shape, d.median, d.p99, during.size(), p99_ratio, o0_median[20], s.median);
     }
-    LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
-    out.push_back({{"variant", variant},
-                   {"level", "O1"},
-                   {"first_call_ms", first},
-                   {"first_after_new_shape_ms", after_new_shape},
-                   {"p50_during_compile_ms", d.median},
-                   {"p99_during_compile_ms", d.p99},
-                   {"runs_during_compile", during.size()},
-                   {"p50_steady_ms", s.median}});
-    fmt::print(
-        "cold {:<9} O1: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 "
-        "{:.2f} ms ({} runs), steady p50 {:.2f} ms (seq 20)\n",
-        variant, first, after_new_shape, d.median, d.p99, during.size(), s.median);
   }
   return Status::ok();
 }

@@ -19,6 +19,7 @@
 #include "support/cache_dir.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
+#include "support/thread_pool.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -257,13 +258,28 @@ void Jit::waitIdle() {
 
 void Jit::workerLoop() {
   const CompileCancelScope cancellable(&cancel_);
+  // Below the interpreter's priority (support/thread_pool.h says why SCHED_BATCH + nice).
+  if (!lowerThreadPriority(static_cast<int>(Tunables::get(Tunable::CompileNice)))) {
+    logAt(LogLevel::Info, "JIT", "Cannot lower the compile thread's priority; it runs at the interpreter's");
+  }
+  // Tuning's duty cycle: after T ms of tuning, this thread starts no re-tune for T * (100 - p) / p ms.
+  Clock::time_point retune_after = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    auto next = queue_.end();
+    while (!stopping_) {
+      next = Clock::now() >= retune_after
+                 ? queue_.begin()
+                 : std::find_if(queue_.begin(), queue_.end(), [](const Request& r) { return !r.tune; });
+      if (next != queue_.end()) break;
+      if (queue_.empty()) queue_cv_.wait(lock);
+      else queue_cv_.wait_until(lock, retune_after);
+    }
     if (stopping_) break;
-    Request request = queue_.front();
-    queue_.pop_front();
+    Request request = *next;
+    queue_.erase(next);
     ++in_flight_;
+    const double tuned_before = stats_.tuning_ms;
     lock.unlock();
     {
       const BusyCompileThread busy;  // kernel_threads=auto leaves this thread its core meanwhile
@@ -274,6 +290,9 @@ void Jit::workerLoop() {
       }
     }
     lock.lock();
+    const double duty = static_cast<double>(Tunables::get(Tunable::TuneDutyPercent));
+    retune_after = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+                                      (stats_.tuning_ms - tuned_before) * (100.0 - duty) / duty));
     --in_flight_;
     idle_cv_.notify_all();
   }

@@ -4,12 +4,59 @@
 // stack, so the caller waits until every worker that joined it has left before returning.
 #include "support/thread_pool.h"
 
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <deque>
+#include <future>
 
 namespace shapevm {
 namespace {
 thread_local bool t_in_pool_task = false;
+thread_local bool t_lowered = false;
+
+// Starts threads for lowered callers: one thread, made at normal priority by the first
+// lowerThreadPriority() call (before that caller lowered itself), never destroyed.
+class NormalPriorityStarter {
+ public:
+  static NormalPriorityStarter& get() {
+    static NormalPriorityStarter* starter = new NormalPriorityStarter();  // leaked: may be asked at exit
+    return *starter;
+  }
+  std::thread start(std::function<void()> body) {
+    std::packaged_task<std::thread()> task([body = std::move(body)]() mutable { return std::thread(std::move(body)); });
+    std::future<std::thread> started = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      requests_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return started.get();
+  }
+
+ private:
+  NormalPriorityStarter() {
+    std::thread([this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      for (;;) {
+        wake_.wait(lock, [&] { return !requests_.empty(); });
+        std::packaged_task<std::thread()> task = std::move(requests_.front());
+        requests_.pop_front();
+        lock.unlock();
+        task();
+        lock.lock();
+      }
+    }).detach();
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<std::thread()>> requests_;
+};
 
 // One poll's pause: the CPU's spin-wait hint. sched_yield() is a system call, and on this
 // project's VM (a paravirtualized guest) a worker polling through it spent a third of its time in
@@ -47,6 +94,30 @@ bool spinUntil(const Ready& ready) {
 }
 }  // namespace
 
+bool lowerThreadPriority(int nice_increment) {
+  NormalPriorityStarter::get();  // made now, while this thread still has the normal priority
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  sched_param param{};
+  param.sched_priority = 0;
+  bool ok = sched_setscheduler(0, SCHED_BATCH, &param) == 0;
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, tid);
+  if (errno != 0) return false;
+  const int increment = std::clamp(nice_increment, 0, 19);
+  ok = (increment == 0 || setpriority(PRIO_PROCESS, tid, std::min(19, nice + increment)) == 0) && ok;
+  t_lowered = true;
+  return ok;
+}
+
+bool threadPriorityLowered() {
+  return t_lowered;
+}
+
+std::thread startNormalPriorityThread(std::function<void()> body) {
+  if (!t_lowered) return std::thread(std::move(body));
+  return NormalPriorityStarter::get().start(std::move(body));
+}
+
 struct ThreadPool::Job {
   const std::function<void(int)>* fn;
   int n_tasks;
@@ -68,18 +139,15 @@ void ThreadPool::ensureWorkers(int count) {
   count = std::min(count, kMaxWorkers);
   std::lock_guard<std::mutex> lock(mutex_);
   while (static_cast<int>(threads_.size()) < count) {
-    threads_.emplace_back([this] { workerLoop(); });
+    // The worker starts from the generation before the job about to be published (run() calls
+    // this before it bumps the generation), so it joins that job however late it starts.
+    threads_.push_back(startNormalPriorityThread([this, seen = generation_.load()] { workerLoop(seen); }));
     threads_.back().detach();
   }
 }
 
-void ThreadPool::workerLoop() {
+void ThreadPool::workerLoop(std::uint64_t seen) {
   t_in_pool_task = true;
-  std::uint64_t seen = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    seen = generation_;
-  }
   for (;;) {
     Job* job = nullptr;
     spinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });

@@ -8,6 +8,8 @@
 // returns only when every task has finished.
 // Invariant: run() never deadlocks — a call from inside a pool task, or while another thread's
 // job holds the pool, runs its tasks inline on the calling thread (same results, one core).
+// Background threads (JIT compiles, tuning) lower themselves with lowerThreadPriority(); the
+// pool's workers always run at the priority of the process, whichever thread first asked for them.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,20 @@
 #include <vector>
 
 namespace shapevm {
+
+// Lowers the calling thread below the threads that run the program: SCHED_BATCH (it never
+// preempts them on wake-up; the scheduler treats it as CPU-bound) and its nice value raised by
+// `nice_increment` (0..19; Linux keeps nice per thread). Not SCHED_IDLE: that weight (3 against
+// 1024) all but stops the thread while the program keeps every core busy, so a busy loop would
+// never tier up; nice +10 leaves it about a tenth of a contended core. A thread cannot raise its
+// priority again. False (nothing changed, or only part) where the OS refuses.
+bool lowerThreadPriority(int nice_increment);
+// True once the calling thread lowered itself.
+bool threadPriorityLowered();
+// A thread running `body` at the process's normal priority, also when the caller is lowered
+// (Linux threads inherit policy and nice: a lowered caller has a normal-priority helper thread,
+// made before it lowered itself, start it).
+std::thread startNormalPriorityThread(std::function<void()> body);
 
 class ThreadPool {
  public:
@@ -39,7 +55,7 @@ class ThreadPool {
  private:
   struct Job;
   void ensureWorkers(int count);  // call with run_mutex_ held
-  void workerLoop();
+  void workerLoop(std::uint64_t seen);  // seen: the generation before the first job it may join
 
   std::mutex run_mutex_;  // one job at a time; try_lock fails -> inline
   mutable std::mutex mutex_;

@@ -4,9 +4,15 @@
 // compiles that never stall the interpreter, guards and ranges, the recompile cap, the patch
 // table growing from 1 to 2 entries, validation catching corrupted kernels with back-off and
 // blacklisting, token rewriting, several threads running while the compile thread patches, and
-// O2 tuning deferred until the time spent in the code repays its estimated cost.
+// O2 tuning deferred until the time spent in the code repays its estimated cost, and the compile
+// thread running below the interpreter's priority.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -526,6 +532,63 @@ TEST_F(TieringTest, O2TuningWaitsUntilTheTimeSpentRepaysItsEstimatedCost) {
                                                   << (*jit)->statsReport();
     }
   }
+}
+
+// The scheduling policy and nice value of the thread that compiles and tunes (asked for tuning,
+// it records them and answers "no tuning": default parameters).
+class PriorityRecordingTuner final : public Tuner {
+ public:
+  Expected<TuneOutcome> tune(KernelBackend&, const KernelFamily&, const KernelSpec&,
+                             std::span<const Value* const>) override {
+    policy = sched_getscheduler(0);
+    nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+    calls.fetch_add(1);
+    return makeError(ErrorCode::Unsupported, "recording only");
+  }
+  std::atomic<int> calls{0};
+  std::atomic<int> policy{-1};
+  std::atomic<int> nice{0};
+};
+
+TEST_F(TieringTest, TheCompileThreadRunsBelowTheInterpretersPriority) {
+  eagerTierUp();
+  ASSERT_TRUE(Tunables::set(Tunable::JitLevel, 2).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::CompileNice, 6).isOk());
+  const int caller_policy = sched_getscheduler(0);
+  const int caller_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  // A lone matmul (nothing to fuse): at O2 its site compile asks the tuner first.
+  auto module = load(R"(.module "mm"
+.func f
+  .param a : f32[?0,32]
+  .param b : f32[32,48]
+  .outputs 1
+  LoadTensor r0, a
+  LoadTensor r1, b
+  CallOp matmul r2 = r0, r1 : f32[?0,32] x f32[32,48] -> f32[?0,48]
+  StoreTensor r2, o0
+  Return
+.end
+)");
+  VirtualMachine vm(module);
+  PriorityRecordingTuner tuner;
+  JitOptions options;
+  options.wait_for_compiles = true;
+  options.tuner = &tuner;
+  auto jit = Jit::attach(vm, options);
+  ASSERT_TRUE(jit.hasValue()) << jit.status().toString();
+  const std::vector<Value> in = {Value::fromTensor(random(DType::Float32, Shape{8, 32}, 3)),
+                                 Value::fromTensor(random(DType::Float32, Shape{32, 48}, 4))};
+  const Tensor want = callOp("matmul", {in[0], in[1]}).value()[0].tensor();
+  for (int run = 0; run < 12 && tuner.calls.load() == 0; ++run) {
+    auto out = vm.run(0, in);
+    ASSERT_TRUE(out.hasValue()) << out.status().toString();
+    expectSame(want, (*out)[0], 1e-4);
+  }
+  ASSERT_GT(tuner.calls.load(), 0) << "the O2 JIT never asked the tuner";
+  EXPECT_EQ(sched_getscheduler(0), caller_policy) << "the interpreter thread is left alone";
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))), caller_nice);
+  EXPECT_EQ(tuner.policy.load(), SCHED_BATCH);
+  EXPECT_EQ(tuner.nice.load(), std::min(19, caller_nice + 6));
 }
 
 }  // namespace

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compile suite: what a cold kernel costs to build under each IR pipeline (JitOptPipeline 1,
+// the short kernel pipeline, against 0, LLVM's O3 pipeline), and what the kernels it gives cost
+// to run. On the reference workload's O1 kernels: CPU time of this thread for emit + IR passes
+// (KernelBackend::compile) and for machine code + link (the rest of compileKernel), and each
+// kernel's time per call; then the workload's steady time per call at O1 and O2 (untuned) with
+// every kernel built under each pipeline (compile threads at nice 0 for it). Invariant: both pipelines alternate within
+// every round (this machine's speed drifts) and every kernel is checked against the reference before it is timed;
+// figures are medians.
+#include <time.h>
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "bench/bench_common.h"
+#include "jit/compiled_kernel.h"
+#include "jit/jit.h"
+#include "support/tunables.h"
+
+namespace shapevm::bench {
+
+namespace {
+
+double threadCpuMs() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+constexpr int kPipelines = 2;  // JitOptPipeline 0 (LLVM O3) and 1 (the kernel pipeline)
+
+// One of the workload's O1 kernels on inputs of its shapes (batch 32, seq 30).
+struct CompileCase {
+  std::string name;
+  OpId op;
+  std::vector<Value> inputs;
+};
+
+std::vector<CompileCase> compileCases(std::mt19937_64& rng) {
+  auto value = [&](const Shape& shape) { return Value::fromTensor(randomTensor(shape, rng)); };
+  // W.T of a [n, k] weight: a [k, n] view with strides (1, k), as x @ W.T reads it.
+  auto transposed = [&](std::int64_t k, std::int64_t n) {
+    return Value::fromTensor(randomTensor(Shape{n, k}, rng).asStrided(Shape{k, n}, Shape{1, k}, 0).value());
+  };
+  // One gate of the [32, 30, 1024] pre-activations: a [32, 30, 256] view (split along the last axis).
+  auto gate = [&] {
+    return Value::fromTensor(
+        randomTensor(Shape{32, 30, 1024}, rng).asStrided(Shape{32, 30, 256}, Shape{30 * 1024, 1024, 1}, 256).value());
+  };
+  std::vector<CompileCase> cases;
+  cases.push_back({"matmul 960x128 @ W.T(128x1024)", OpId::MatMul, {value(Shape{960, 128}), transposed(128, 1024)}});
+  cases.push_back({"matmul 32x256 @ W.T(256x1024)", OpId::MatMul, {value(Shape{32, 256}), transposed(256, 1024)}});
+  cases.push_back({"add 32x30x1024 + 32x1x1024", OpId::Add, {value(Shape{32, 30, 1024}), value(Shape{32, 1, 1024})}});
+  cases.push_back({"sigmoid of a gate view", OpId::Sigmoid, {gate()}});
+  cases.push_back({"tanh of a gate view", OpId::Tanh, {gate()}});
+  cases.push_back({"mul 32x30x256 * 32x30x256", OpId::Mul, {value(Shape{32, 30, 256}), value(Shape{32, 30, 256})}});
+  return cases;
+}
+
+struct CaseTimes {
+  std::vector<double> build_ms[kPipelines], codegen_ms[kPipelines], call_us[kPipelines];
+};
+
+// The O1 kernels, pipelines alternating per round.
+Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& out) {
+  std::mt19937_64 rng(23);
+  std::vector<CompileCase> cases = compileCases(rng);
+  std::vector<CaseTimes> times(cases.size());
+  const int rounds = flags.quick ? 3 : 7;
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      CompileCase& kase = cases[c];
+      std::vector<const Value*> inputs;
+      for (const Value& v : kase.inputs) inputs.push_back(&v);
+      const jit::KernelFamily* family = jit::familyFor(kase.op);
+      if (family == nullptr) return makeError(ErrorCode::Internal, "no kernel family for {}", kase.name);
+      const jit::KernelSpec spec = backend.targetSpec(jit::exactSpec(kase.op, {}, inputs));
+      std::vector<Value> want(1);
+      SVM_RETURN_IF_ERROR(family->reference(spec, inputs, want));
+      for (int p = 0; p < kPipelines; ++p) {
+        const int pipeline = (round % 2 == 0) ? p : kPipelines - 1 - p;
+        SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, pipeline));
+        // Emit + IR passes alone (the code is dropped), then the whole compile.
+        double start = threadCpuMs();
+        SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> code,
+                             backend.compile(*family, spec, "svm_bench_" + family->symbolStem(spec)));
+        const double build_ms = threadCpuMs() - start;
+        code.reset();
+        start = threadCpuMs();
+        SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::CompiledKernel> kernel, jit::compileKernel(backend, *family, spec));
+        const double total_ms = threadCpuMs() - start;
+        std::vector<Value> got(1);
+        auto call = [&] { (void)jit::invokeCompiled(*kernel, inputs, got); };
+        call();
+        const double error = got[0].isTensor() ? relL2(got[0].tensor(), want[0].tensor()) : 1.0;
+        if (!(error <= 1e-5)) {
+          (void)backend.free(kernel->handle);
+          return makeError(ErrorCode::Internal, "{} (JitOptPipeline={}): rel L2 {:.3g} against the reference",
+                           kase.name, pipeline, error);
+        }
+        const double call_ms = medianMs(flags.quick ? 15 : 41, call);
+        (void)backend.free(kernel->handle);
+        times[c].build_ms[pipeline].push_back(build_ms);
+        times[c].codegen_ms[pipeline].push_back(std::max(0.0, total_ms - build_ms));
+        times[c].call_us[pipeline].push_back(call_ms * 1e3);
+      }
+    }
+  }
+  SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, Tunables::info(Tunable::JitOptPipeline).default_value));
+  fmt::print(
+      "compile: thread CPU ms per cold kernel (emit + IR passes | machine code + link) and us per call, "
+      "LLVM O3 pipeline -> kernel pipeline, medians of {} rounds\n",
+      rounds);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const CaseTimes& t = times[c];
+    json row = {{"kernel", cases[c].name}, {"rounds", rounds}};
+    for (int p = 0; p < kPipelines; ++p) {
+      const std::string tag = p == 0 ? "o3" : "kernel";
+      row[tag + "_build_cpu_ms"] = median(t.build_ms[p]);
+      row[tag + "_codegen_cpu_ms"] = median(t.codegen_ms[p]);
+      row[tag + "_call_us"] = median(t.call_us[p]);
+    }
+    out.push_back(row);
+    fmt::print(
+        "compile {:<34} IR {:6.1f} -> {:5.1f} ms, codegen {:6.1f} -> {:5.1f} ms, total {:6.1f} -> {:5.1f} ms; "
+        "call {:8.1f} -> {:8.1f} us\n",
+        cases[c].name, median(t.build_ms[0]), median(t.build_ms[1]), median(t.codegen_ms[0]), median(t.codegen_ms[1]),
+        median(t.build_ms[0]) + median(t.codegen_ms[0]), median(t.build_ms[1]) + median(t.codegen_ms[1]),
+        median(t.call_us[0]), median(t.call_us[1]));
+  }
+  return Status::ok();
+}
+
+// The workload (lstm_cell, batch 32) at O1 and O2 without tuning, every kernel built under each
+// pipeline: compile events of the warm-up, then the steady time per call, instances interleaved.
+Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) {
+  const std::int64_t seqs[] = {10, 20, 30};
+  struct Entry {
+    Instance instance;
+    int level = 0, pipeline = 0;
+    std::vector<double> codegen_ms, total_ms;
+    std::map<std::int64_t, std::vector<double>> ms;
+  };
+  std::vector<Entry> entries;
+  // Compile threads at the interpreter's priority here: on a loaded machine a lowered compile
+  // thread's wall times measure the other load more than the pipeline.
+  SVM_RETURN_IF_ERROR(Tunables::set(Tunable::CompileNice, 0));
+  for (int level = 1; level <= 2; ++level) {
+    for (int pipeline = 0; pipeline < kPipelines; ++pipeline) {
+      SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, pipeline));
+      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, "lstm_cell", level, "", -1, /*jit_wait=*/true));
+      const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+      // As the workload suite warms up: six passes over the seqs, then the seq stream (8..128), so
+      // O2's regions widen to every timed seq.
+      std::vector<std::int64_t> warm;
+      for (int pass = 0; pass < 6; ++pass) warm.insert(warm.end(), std::begin(seqs), std::end(seqs));
+      for (std::int64_t seq : benchStream(flags.quick)) warm.push_back(seq);
+      for (std::int64_t seq : warm) {
+        if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, 32, seq, 5)); !ran)
+          return ran.status();
+      }
+      Entry entry{std::move(instance), level, pipeline, {}, {}, {}};
+      for (const jit::CompileEvent& e : entry.instance.jit()->stats().events) {
+        entry.codegen_ms.push_back(e.codegen_ms);
+        entry.total_ms.push_back(e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms);
+      }
+      entries.push_back(std::move(entry));
+    }
+  }
+  for (Tunable t : {Tunable::JitOptPipeline, Tunable::CompileNice}) {
+    SVM_RETURN_IF_ERROR(Tunables::set(t, Tunables::info(t).default_value));
+  }
+  const int rounds = flags.quick ? 5 : 15;
+  for (int round = 0; round < rounds; ++round) {
+    for (std::int64_t seq : seqs) {
+      for (Entry& entry : entries) {
+        const Function& fn = entry.instance.module->functions[static_cast<std::size_t>(entry.instance.function)];
+        auto args = workloadArgs(fn, weights, 32, seq, 100 + round);
+        const Clock::time_point start = Clock::now();
+        if (auto ran = entry.instance.session->run(entry.instance.function, args); !ran) return ran.status();
+        entry.ms[seq].push_back(msSince(start));
+      }
+    }
+  }
+  for (const Entry& entry : entries) {
+    json row = {{"variant", "lstm_cell"},
+                {"level", fmt::format("O{}", entry.level)},
+                {"pipeline", entry.pipeline == 0 ? "llvm-o3" : "kernel"},
+                {"compiles", entry.codegen_ms.size()},
+                {"codegen_median_ms", median(entry.codegen_ms)},
+                {"compile_median_ms", median(entry.total_ms)}};
+    std::string steady;
+    for (std::int64_t seq : seqs) {
+      const double ms = median(entry.ms.at(seq));
+      row[fmt::format("steady_seq{}_ms", seq)] = ms;
+      steady += fmt::format(" seq {} {:.3f} ms", seq, ms);
+    }
+    out.push_back(row);
+    fmt::print(
+        "compile workload lstm_cell O{} {:<8}: {} compiles, codegen median {:.1f} ms, compile median {:.1f} ms "
+        "(wall, compile thread); steady per call{}\n",
+        entry.level, entry.pipeline == 0 ? "LLVM O3" : "kernel", entry.codegen_ms.size(), median(entry.codegen_ms),
+        median(entry.total_ms), steady);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status compileSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend, const Weights& weights, json& out) {
+  json kernels = json::array(), workload = json::array();
+  SVM_RETURN_IF_ERROR(kernelRows(flags, backend, kernels));
+  SVM_RETURN_IF_ERROR(workloadRows(flags, weights, workload));
+  out = {{"kernels", kernels}, {"workload", workload}};
+  return Status::ok();
+}
+
+}  // namespace shapevm::bench
