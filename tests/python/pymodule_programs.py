@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+# Functions and Modules that test_python_module.py compiles with @shapevm.jit / shapevm.Module.
+# They are plain here (decorated by the tests) so a test can compile one at any jit_level; the
+# line numbers of the error cases are part of the tests (LINE_* below name them).
+import numpy as np
+
+import shapevm
+from shapevm import Tensor, ops
+
+
+def scaled_softmax(x: Tensor[None, None], t: float):
+    return ops.softmax(x * t, axis=-1)
+
+
+def _double(x: Tensor[None, None]):
+    return x * 2.0
+
+
+def calls_helper(x: Tensor[None, None]):
+    return _double(x) + 1.0
+
+
+def add(x: Tensor[None], y: Tensor[None]):
+    return x + y
+
+
+def identity(x: Tensor[None, None]):
+    return x
+
+
+def tail_rows(x: Tensor[None, None]):
+    return x[1:]
+
+
+def two_outputs(x: Tensor[None], y: Tensor[None]):
+    return x + y, x * y
+
+
+def shape_and_sum(x: Tensor[None, None]):
+    return x.shape, ops.sum(x), x.shape[0] * 2, x.shape[0] > 1
+
+
+def half_scale(x: Tensor[None]):
+    return x * 2.0
+
+
+def bf16_roundtrip(x: Tensor[None]):
+    return ops.cast(x, ops.bfloat16) * 2.0
+
+
+def poly(x: Tensor[None, None]):
+    y = x * x
+    y = y + 3.0 * x
+    y = ops.tanh(y) - 0.5
+    return ops.exp(y) * x
+
+
+# ---- error cases (the tests check these line numbers) ----
+
+def bad_matmul(a: Tensor[None, None], b: Tensor[None, None]):
+    c = a + 1.0
+    return c @ b  # LINE_MATMUL
+
+
+def checked(x: Tensor[None]):
+    assert x.shape[0] > 3, "need more than 3 elements"  # LINE_ASSERT
+    return x
+
+
+def pick(x: Tensor[None], i: int):
+    return x[i]  # LINE_INDEX
+
+
+def grow(x: Tensor[None], n: int):
+    for _ in range(n):
+        x = x + 1.0  # LINE_LOOP
+    return x
+
+
+def big(n: int):
+    return ops.zeros((n, n))  # LINE_ALLOC
+
+
+def unknown_op(x: Tensor[None]):
+    return ops.nonexistent(x)  # LINE_UNKNOWN
+
+
+def uses_try(x: Tensor[None]):
+    try:  # LINE_TRY
+        return x
+    finally:
+        pass
+
+
+def uses_comprehension(x: Tensor[None]):
+    return [x for _ in range(2)]  # LINE_COMPREHENSION
+
+
+def uses_numpy(x: Tensor[None]):
+    return np.exp(x)  # LINE_NUMPY
+
+
+def with_star_args(*xs):
+    return xs
+
+
+class Affine(shapevm.Module):
+    def __init__(self, rows, cols, seed=0, **options):
+        super().__init__(**options)
+        rng = np.random.default_rng(seed)
+        self.weight = rng.standard_normal((rows, cols)).astype(np.float32)
+        self.bias = rng.standard_normal(rows).astype(np.float32)
+
+    def construct(self, x: Tensor[None, None]):
+        return ops.matmul(x, self.weight.T) + self.bias
+
+
+class Cell(shapevm.Module):
+    """The reference cell (docs/reference-workload.md, examples/lstm_cell.py) as a Module."""
+
+    def __init__(self, rng, **options):
+        super().__init__(**options)
+        self.W_ih = (0.1 * rng.standard_normal((1024, 128))).astype(np.float32)
+        self.W_hh = (0.1 * rng.standard_normal((1024, 256))).astype(np.float32)
+        self.b_ih = rng.standard_normal(1024).astype(np.float32)
+        self.b_hh = rng.standard_normal(1024).astype(np.float32)
+
+    def construct(self, x: Tensor["batch", "seq", 128], h: Tensor["batch", 256], c: Tensor["batch", 256]):
+        batch, seq, _ = x.shape
+        rows = ops.reshape(x, (batch * seq, 128))
+        gx = rows @ self.W_ih.T + self.b_ih
+        gh = h @ self.W_hh.T + self.b_hh
+        gates = ops.reshape(gx, (batch, seq, 1024)) + ops.unsqueeze(gh, 1)
+        i, f, g, o = ops.split(gates, 4, axis=2)
+        c_next = self.gate(f) * ops.unsqueeze(c, 1) + self.gate(i) * ops.tanh(g)
+        h_next = self.gate(o) * ops.tanh(c_next)
+        return h_next, c_next
+
+    def gate(self, z: Tensor):
+        return ops.sigmoid(z)
+
+
+def line_of(marker):
+    """The line of this file that carries `# MARKER`."""
+    with open(__file__) as f:
+        for number, text in enumerate(f, 1):
+            if text.rstrip().endswith("# " + marker):
+                return number
+    raise KeyError(marker)
