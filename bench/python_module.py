@@ -8,90 +8,50 @@
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/python_module.py [--rounds 7] [--quick]
 import argparse
 import os
-import platform
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import shapevm  # noqa: E402
-from shapevm import Tensor, ops  # noqa: E402
+from op_overhead import cpu_model  # noqa: E402  (bench/)
+from shapevm import Tensor  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from lstm_cell_module import LstmCell  # noqa: E402
 
 
 def add_one_op(x: Tensor[None], y: Tensor[None]):
     return x + y
 
 
-def chain20(x: Tensor[None]):
-    y = x * 1.5
-    y = y + 0.25
-    y = ops.tanh(y)
-    y = y * 0.75
-    y = y - 0.125
-    y = ops.sigmoid(y)
-    y = y * 2.0
-    y = y + x
-    y = ops.abs(y)
-    y = y + 1.0
-    y = ops.sqrt(y)
-    y = y * 0.5
-    y = ops.exp(y)
-    y = y - 1.0
-    y = ops.relu(y)
-    y = y + 0.5
-    y = ops.log(y)
-    y = y * 3.0
-    y = ops.tanh(y)
-    y = y + x
-    return y
+# The 20-op chain, one table for both sides: (operator or function, constant).
+CHAIN = [("*", 1.5), ("+", 0.25), ("tanh", None), ("*", 0.75), ("-", 0.125), ("sigmoid", None), ("*", 2.0),
+         ("+", "x"), ("abs", None), ("+", 1.0), ("sqrt", None), ("*", 0.5), ("exp", None), ("-", 1.0),
+         ("relu", None), ("+", 0.5), ("log", None), ("*", 3.0), ("tanh", None), ("+", "x")]
 
 
-def torch_chain20(x):
-    y = x * 1.5
-    y = y + 0.25
-    y = torch.tanh(y)
-    y = y * 0.75
-    y = y - 0.125
-    y = torch.sigmoid(y)
-    y = y * 2.0
-    y = y + x
-    y = torch.abs(y)
-    y = y + 1.0
-    y = torch.sqrt(y)
-    y = y * 0.5
-    y = torch.exp(y)
-    y = y - 1.0
-    y = torch.relu(y)
-    y = y + 0.5
-    y = torch.log(y)
-    y = y * 3.0
-    y = torch.tanh(y)
-    y = y + x
-    return y
+def chain_source(namespace, header):
+    """The chain as a Python function `chain20(x)` calling `namespace`.tanh etc."""
+    lines = [header, "def chain20(x" + (": Tensor[None]" if namespace == "ops" else "") + "):", "    y = x"]
+    for op, operand in CHAIN:
+        lines.append(f"    y = {namespace}.{op}(y)" if operand is None else f"    y = y {op} {operand}")
+    return "\n".join(lines + ["    return y", ""])
 
 
-class Cell(shapevm.Module):
-    """The reference cell (docs/reference-workload.md, examples/lstm_cell.py) as a Module."""
-
-    def __init__(self, rng):
-        super().__init__(wait=True)  # each call waits for the compiles it queued: tier-up inside warm-up
-        self.W_ih = (0.1 * rng.standard_normal((1024, 128))).astype(np.float32)
-        self.W_hh = (0.1 * rng.standard_normal((1024, 256))).astype(np.float32)
-        self.b_ih = rng.standard_normal(1024).astype(np.float32)
-        self.b_hh = rng.standard_normal(1024).astype(np.float32)
-
-    def construct(self, x: Tensor["batch", "seq", 128], h: Tensor["batch", 256], c: Tensor["batch", 256]):
-        batch, seq, _ = x.shape
-        rows = ops.reshape(x, (batch * seq, 128))
-        gx = rows @ self.W_ih.T + self.b_ih
-        gh = h @ self.W_hh.T + self.b_hh
-        gates = ops.reshape(gx, (batch, seq, 1024)) + ops.unsqueeze(gh, 1)
-        i, f, g, o = ops.split(gates, 4, axis=2)
-        c_next = ops.sigmoid(f) * ops.unsqueeze(c, 1) + ops.sigmoid(i) * ops.tanh(g)
-        h_next = ops.sigmoid(o) * ops.tanh(c_next)
-        return h_next, c_next
+def load_chains(folder):
+    """(ShapeVM's chain20 via shapevm.load, PyTorch's chain20), both from generated files."""
+    svm_file, torch_file = folder / "chain_shapevm.py", folder / "chain_torch.py"
+    svm_file.write_text(chain_source("ops", "from shapevm import ops, Tensor\n"))
+    torch_file.write_text(chain_source("torch", "import torch\n"))
+    namespace = {}
+    exec(compile(torch_file.read_text(), str(torch_file), "exec"), namespace)  # noqa: S102 - generated above
+    return svm_file, namespace["chain20"]
 
 
 def torch_cell(p, x, h, c):
@@ -123,17 +83,6 @@ def compare(rows, name, svm, peer, args_svm, args_peer, calls, rounds):
     rows.append((name, ma, mb, mb / ma))
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=7)
@@ -151,13 +100,15 @@ def main():
     assert np.allclose(one(x1, y1), torch.add(t1, u1).numpy())
     compare(rows, "one op (x + y), 1 element", one, torch.add, (x1, y1), (t1, u1), int(20000 * scale), opts.rounds)
 
-    chain = shapevm.jit(chain20, wait=True)
+    with tempfile.TemporaryDirectory() as folder:
+        svm_file, torch_chain20 = load_chains(Path(folder))
+        chain = shapevm.load(svm_file, wait=True).chain20
     x = np.full(1, 0.3, np.float32)
     assert np.allclose(chain(x), torch_chain20(torch.from_numpy(x.copy())).numpy(), rtol=1e-5)
     compare(rows, "20-op elementwise chain, 1 element", chain, torch_chain20, (x,), (torch.from_numpy(x.copy()),),
             int(5000 * scale), opts.rounds)
 
-    cell = Cell(rng)
+    cell = LstmCell(rng, wait=True)  # each call waits for the compiles it queued: tier-up inside warm-up
     params = {k: torch.from_numpy(getattr(cell, k).copy()) for k in ("W_ih", "W_hh", "b_ih", "b_hh")}
     for seq in (10, 20, 30, 120):
         xs = rng.standard_normal((32, seq, 128)).astype(np.float32)

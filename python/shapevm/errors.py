@@ -53,6 +53,9 @@ class CompileError(Error):
     Module class definition and by shapevm.load). Also an instance of the code's class."""
 
 
+Error.__module__ = CompileError.__module__ = "shapevm"  # as users name them
+
+
 def class_name(code):
     """The Python class name of an error table code."""
     return code[: -len("Mismatch")] + "Error" if code.endswith("Mismatch") else code

@@ -60,6 +60,7 @@ class JitFunction(_core.Function):
         program = _new_program(jit_level, wait)
         program.load_source(source, filename, entry)
         _core.Function.__init__(self, program, program.index(entry), -1)
+        self._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
         functools.update_wrapper(self, fn)
         self.source = source
 
@@ -120,6 +121,7 @@ class Module:
             program = _new_program(*self.__dict__.get("_shapevm_options", (None, False)))
             program.load_source(source, filename, entry)
             fn = _core.Function(program, program.index(entry), user_params)
+            fn._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
             self.__dict__["_shapevm_fn"] = fn
         return fn
 
@@ -151,6 +153,7 @@ class LoadedModule:
             short.setdefault(info["name"].rsplit(".", 1)[-1], []).append(info["name"])
         for info in infos:
             fn = _core.Function(self.program, info["index"], -1)
+            fn._program = self.program  # a function outliving this object keeps the program tracked
             self._functions[info["name"]] = fn
             bare = info["name"].rsplit(".", 1)[-1]
             if len(short[bare]) == 1:

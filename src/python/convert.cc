@@ -70,7 +70,7 @@ const Numpy& numpy() {
 std::optional<DType> dtypeOf(const py::dtype& dtype) {
   const char kind = dtype.kind();
   const auto size = dtype.itemsize();
-  const char order = py::cast<char>(dtype.attr("byteorder"));
+  const char order = dtype.byteorder();
   if (order == '>') return std::nullopt;  // a byte-swapped array (this host is little-endian)
   if (kind == 'f') {
     if (size == 4) return DType::Float32;

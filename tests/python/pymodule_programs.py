@@ -24,6 +24,10 @@ def add(x: Tensor[None], y: Tensor[None]):
     return x + y
 
 
+def fixed_width(x: Tensor[None, 4]):
+    return x * 2.0
+
+
 def identity(x: Tensor[None, None]):
     return x
 
@@ -72,9 +76,13 @@ def pick(x: Tensor[None], i: int):
 
 
 def grow(x: Tensor[None], n: int):
-    for _ in range(n):
-        x = x + 1.0  # LINE_LOOP
+    for _ in range(n):  # LINE_LOOP
+        x = x + 1.0
     return x
+
+
+def take(x: Tensor[None], idx: Tensor[None]):
+    return ops.gather(x, idx, axis=0)  # LINE_GATHER
 
 
 def big(n: int):
@@ -113,31 +121,6 @@ class Affine(shapevm.Module):
 
     def construct(self, x: Tensor[None, None]):
         return ops.matmul(x, self.weight.T) + self.bias
-
-
-class Cell(shapevm.Module):
-    """The reference cell (docs/reference-workload.md, examples/lstm_cell.py) as a Module."""
-
-    def __init__(self, rng, **options):
-        super().__init__(**options)
-        self.W_ih = (0.1 * rng.standard_normal((1024, 128))).astype(np.float32)
-        self.W_hh = (0.1 * rng.standard_normal((1024, 256))).astype(np.float32)
-        self.b_ih = rng.standard_normal(1024).astype(np.float32)
-        self.b_hh = rng.standard_normal(1024).astype(np.float32)
-
-    def construct(self, x: Tensor["batch", "seq", 128], h: Tensor["batch", 256], c: Tensor["batch", 256]):
-        batch, seq, _ = x.shape
-        rows = ops.reshape(x, (batch * seq, 128))
-        gx = rows @ self.W_ih.T + self.b_ih
-        gh = h @ self.W_hh.T + self.b_hh
-        gates = ops.reshape(gx, (batch, seq, 1024)) + ops.unsqueeze(gh, 1)
-        i, f, g, o = ops.split(gates, 4, axis=2)
-        c_next = self.gate(f) * ops.unsqueeze(c, 1) + self.gate(i) * ops.tanh(g)
-        h_next = self.gate(o) * ops.tanh(c_next)
-        return h_next, c_next
-
-    def gate(self, z: Tensor):
-        return ops.sigmoid(z)
 
 
 def line_of(marker):
