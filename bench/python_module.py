@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS threads spin beside the timed loop
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -99,10 +100,14 @@ def main():
     t1, u1 = torch.from_numpy(x1.copy()), torch.from_numpy(y1.copy())
     assert np.allclose(one(x1, y1), torch.add(t1, u1).numpy())
     compare(rows, "one op (x + y), 1 element", one, torch.add, (x1, y1), (t1, u1), int(20000 * scale), opts.rounds)
+    one_o0 = shapevm.jit(add_one_op, jit_level="O0")
+    compare(rows, "one op (x + y), 1 element, O0 (interpreted)", one_o0, torch.add, (x1, y1), (t1, u1),
+            int(20000 * scale), opts.rounds)
 
     with tempfile.TemporaryDirectory() as folder:
         svm_file, torch_chain20 = load_chains(Path(folder))
-        chain = shapevm.load(svm_file, wait=True).chain20
+        chains = shapevm.load(svm_file, wait=True)
+        chain = chains.chain20
     x = np.full(1, 0.3, np.float32)
     assert np.allclose(chain(x), torch_chain20(torch.from_numpy(x.copy())).numpy(), rtol=1e-5)
     compare(rows, "20-op elementwise chain, 1 element", chain, torch_chain20, (x,), (torch.from_numpy(x.copy()),),

@@ -52,28 +52,18 @@ def get_context():
 
 # ---- @jit ----
 
-class JitFunction(_core.Function):
-    """A compiled Python function: call it with numpy arrays and Python scalars."""
+JitFunction = _core.Function  # what @jit returns: call it with numpy arrays and Python scalars
 
-    def __init__(self, fn, jit_level=None, wait=False):
-        source, filename, entry = _source.function_program(fn)
-        program = _new_program(jit_level, wait)
-        program.load_source(source, filename, entry)
-        _core.Function.__init__(self, program, program.index(entry), -1)
-        self._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
-        functools.update_wrapper(self, fn)
-        self.source = source
 
-    def stats(self):
-        """Counters of this function's program (runs, launches_compiled, kernels_installed, ...)."""
-        return self.program.stats()
-
-    def wait_idle(self):
-        """Blocks until the JIT has no compile queued or running for this function."""
-        self.program.wait_idle()
-
-    def __repr__(self):
-        return f"<shapevm.jit {self.__qualname__}>"
+def _compile_function(fn, jit_level, wait):
+    source, filename, entry = _source.function_program(fn)
+    program = _new_program(jit_level, wait)
+    program.load_source(source, filename, entry)
+    compiled = _core.Function(program, program.index(entry), -1)
+    compiled._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
+    functools.update_wrapper(compiled, fn)
+    compiled.source = source  # the text the frontend compiled (the user's lines, the rest blank)
+    return compiled
 
 
 def jit(fn=None, *, jit_level=None, wait=False):
@@ -81,8 +71,8 @@ def jit(fn=None, *, jit_level=None, wait=False):
     overrides the context's for this function; `wait=True` makes each call wait for the compiles
     it triggered (reproducible tier-up)."""
     if fn is None:
-        return lambda f: JitFunction(f, jit_level, wait)
-    return JitFunction(fn, jit_level, wait)
+        return lambda f: _compile_function(f, jit_level, wait)
+    return _compile_function(fn, jit_level, wait)
 
 
 # ---- Module ----

@@ -212,25 +212,36 @@ py::object fromValue(Value value) {
     case ValueKind::Tensor: break;
   }
   Tensor tensor = value.takeTensor();
-  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  const int rank = tensor.rank();
   if (tensor.dtype() == DType::BFloat16) {  // numpy has no bfloat16: widen (exactly) to float32
-    py::array_t<float> out(shape);
+    py::array_t<float> out(std::vector<py::ssize_t>(tensor.shape().begin(), tensor.shape().end()));
     float* data = out.mutable_data();
     for (std::int64_t i = 0; i < tensor.numel(); ++i) data[i] = static_cast<float>(tensor.elementAsDouble(i));
     return out;
   }
   const auto item = static_cast<py::ssize_t>(tensor.itemSize());
-  std::vector<py::ssize_t> strides;
-  for (int axis = 0; axis < tensor.rank(); ++axis) strides.push_back(tensor.stride(axis) * item);
+  py::ssize_t dims[kMaxRank];
+  py::ssize_t strides[kMaxRank];
+  for (int axis = 0; axis < rank; ++axis) {
+    dims[axis] = tensor.dim(axis);
+    strides[axis] = tensor.stride(axis) * item;
+  }
   // Writable when nothing else can see the bytes (a fresh result) or they are the caller's own
   // (a view of an argument array); read-only when ShapeVM shares them (a program constant).
   const bool writable = tensor.storage()->isExternal() || tensor.isSoleOwner();
-  const DType tensor_dtype = tensor.dtype();
+  const DType dtype = tensor.dtype();
   void* data = tensor.rawData();
   py::capsule owner(new Tensor(std::move(tensor)), [](void* held) { delete static_cast<Tensor*>(held); });
-  py::array out(numpyDtype(tensor_dtype), shape, strides, data, owner);
-  if (!writable) py::detail::array_proxy(out.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-  return out;
+  auto& api = py::detail::npy_api::get();
+  PyObject* array = api.PyArray_NewFromDescr_(api.PyArray_Type_, numpyDtype(dtype).inc_ref().ptr(), rank, dims, strides,
+                                              data, writable ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0,
+                                              nullptr);  // steals the dtype reference
+  if (array == nullptr) throw py::error_already_set();
+  if (api.PyArray_SetBaseObject_(array, owner.release().ptr()) != 0) {  // steals the capsule
+    Py_DECREF(array);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(array);
 }
 
 void drainDeferredReleases() {

@@ -4,10 +4,12 @@
 // its functions with numpy arrays and Python scalars. Invariant: the GIL is released whenever
 // ShapeVM may block or run (load, run, stats, wait, close), and nothing ShapeVM calls back on its
 // own threads (log lines, array releases) takes the GIL: it queues and asks for a pending call.
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -129,42 +131,49 @@ class Program {
     return info->index;
   }
 
-  // Runs function `index`: positional `args`, then `kwargs` by name, for its first `user_params`
-  // parameters; the rest are attributes of `owner` (a Module's weights), read now.
-  py::object call(int index, int user_params, py::handle owner, py::args args, py::kwargs kwargs) {
+  // Runs function `index`: positional `args` (a tuple), then `kwargs` (a dict or null) by name,
+  // for its first `user_params` parameters; the rest are attributes of `owner` (a Module's
+  // weights), read now.
+  py::object call(int index, int user_params, py::handle owner, PyObject* args, PyObject* kwargs) {
     if (index < 0 || static_cast<std::size_t>(index) >= functions_.size()) {
       raiseStatus(makeError(ErrorCode::InvalidArgument, "function index {} out of range", index), Phase::Run);
     }
     const FunctionInfo& info = functions_[static_cast<std::size_t>(index)];
     const std::size_t count = info.params.size();
     const std::size_t user = user_params < 0 ? count : std::min(count, static_cast<std::size_t>(user_params));
-    std::vector<Value> values(count);
-    std::vector<bool> given(count, false);
-    if (args.size() > user) {
+    // A parameter is bound once its Value is not None (toValue never yields None).
+    std::array<Value, 8> inline_values;
+    std::vector<Value> heap_values(count > inline_values.size() ? count : 0);
+    const std::span<Value> values =
+        count > inline_values.size() ? std::span<Value>(heap_values) : std::span<Value>(inline_values.data(), count);
+    const auto positional = static_cast<std::size_t>(PyTuple_GET_SIZE(args));
+    if (positional > user) {
       raiseStatus(makeError(ErrorCode::InvalidArgument, "{}() takes {} argument{} ({}), got {}", info.name, user,
-                            user == 1 ? "" : "s", paramList(info, user), args.size()),
+                            user == 1 ? "" : "s", paramList(info, user), positional),
                   Phase::Run);
     }
-    for (std::size_t i = 0; i < args.size(); ++i) bind(info, i, args[i], values, given);
-    for (auto [key, item] : kwargs) {
-      const std::string name = py::str(key);
-      std::size_t i = 0;
-      while (i < user && info.params[i].name != name) ++i;
-      if (i == user) {
-        raiseStatus(
-            makeError(ErrorCode::InvalidArgument, "{}() got an unexpected keyword argument '{}' (parameters: {})",
-                      info.name, name, paramList(info, user)),
-            Phase::Run);
+    for (std::size_t i = 0; i < positional; ++i) bind(info, i, PyTuple_GET_ITEM(args, i), values);
+    if (kwargs != nullptr) {
+      for (auto [key, item] : py::reinterpret_borrow<py::dict>(kwargs)) {
+        const std::string name = py::str(key);
+        std::size_t i = 0;
+        while (i < user && info.params[i].name != name) ++i;
+        if (i == user) {
+          raiseStatus(
+              makeError(ErrorCode::InvalidArgument, "{}() got an unexpected keyword argument '{}' (parameters: {})",
+                        info.name, name, paramList(info, user)),
+              Phase::Run);
+        }
+        if (!values[i].isNone()) {
+          raiseStatus(
+              makeError(ErrorCode::InvalidArgument, "{}() got multiple values for argument '{}'", info.name, name),
+              Phase::Run);
+        }
+        bind(info, i, item, values);
       }
-      if (given[i]) {
-        raiseStatus(
-            makeError(ErrorCode::InvalidArgument, "{}() got multiple values for argument '{}'", info.name, name),
-            Phase::Run);
-      }
-      bind(info, i, item, values, given);
     }
     for (std::size_t i = 0; i < user; ++i) {
-      if (!given[i]) {
+      if (values[i].isNone()) {
         raiseStatus(makeError(ErrorCode::InvalidArgument, "{}() missing argument '{}' (parameters: {})", info.name,
                               info.params[i].name, paramList(info, user)),
                     Phase::Run);
@@ -177,7 +186,7 @@ class Program {
                               "{}: the module has no attribute '{}' (self.{} is a parameter)", info.name, name, name),
                     Phase::Run);
       }
-      bind(info, i, owner.attr(name.c_str()), values, given);
+      bind(info, i, owner.attr(name.c_str()), values);
     }
     std::shared_ptr<Session> session = live();
     std::optional<Expected<std::vector<Value>>> result;
@@ -185,7 +194,7 @@ class Program {
       py::gil_scoped_release release;
       result.emplace(session->run(index, values));
     }
-    values.clear();  // with the GIL: the arrays are decref'd here
+    for (Value& value : values) value = Value();  // with the GIL: the arrays are decref'd here
     afterNative();
     if (!*result) raiseStatus(result->status(), Phase::Run);
     std::vector<Value>& outputs = result->value();
@@ -307,28 +316,28 @@ class Program {
     return out.empty() ? "none" : out;
   }
 
-  static void bind(const FunctionInfo& info, std::size_t i, py::handle object, std::vector<Value>& values,
-                   std::vector<bool>& given) {
+  static void bind(const FunctionInfo& info, std::size_t i, py::handle object, std::span<Value> values) {
     Expected<Value> value = toValue(object, info.params[i], info.name);
     if (!value) raiseStatus(value.status(), Phase::Run);
     values[i] = std::move(*value);
-    given[i] = true;
   }
 
   std::shared_ptr<Session> session_;
   std::vector<FunctionInfo> functions_;
 };
 
-// One callable function of a Program (a @shapevm.jit function or a Module's construct).
+// One callable function of a Program (a @shapevm.jit function, a Module's construct, a function
+// of a loaded program). Calls come through functionCall (its type's tp_call), not pybind11's
+// dispatcher: the per-call overhead is what a one-op function costs.
 class Function {
  public:
   Function(std::shared_ptr<Program> program, int index, int user_params)
       : program_(std::move(program)), index_(index), user_params_(user_params) {}
-  py::object call(py::args args, py::kwargs kwargs) {
-    return program_->call(index_, user_params_, py::none(), std::move(args), std::move(kwargs));
+  py::object call(PyObject* args, PyObject* kwargs) {
+    return program_->call(index_, user_params_, py::none(), args, kwargs);
   }
   py::object callBound(py::handle owner, py::args args, py::kwargs kwargs) {
-    return program_->call(index_, user_params_, owner, std::move(args), std::move(kwargs));
+    return program_->call(index_, user_params_, owner, args.ptr(), kwargs.ptr());
   }
   const std::shared_ptr<Program>& program() const { return program_; }
   int index() const { return index_; }
@@ -338,6 +347,19 @@ class Function {
   int index_;
   int user_params_;
 };
+
+PyObject* functionCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  try {
+    return py::cast<Function&>(py::handle(self)).call(args, kwargs).release().ptr();
+  } catch (py::error_already_set& error) {
+    error.restore();
+  } catch (py::builtin_exception& error) {
+    error.set_error();
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+  }
+  return nullptr;
+}
 
 py::dict describeParam(const ParamInfo& param) {
   py::dict out;
@@ -458,11 +480,21 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &Program::close)
       .def_property_readonly("closed", &Program::closed);
 
-  py::class_<Function, std::shared_ptr<Function>>(m, "Function", py::dynamic_attr())
+  py::class_<Function, std::shared_ptr<Function>> function(m, "Function", py::dynamic_attr());
+  function
       .def(py::init<std::shared_ptr<Program>, int, int>(), py::arg("program"), py::arg("index"),
            py::arg("user_params") = -1)
-      .def("__call__", &Function::call)
       .def("call_bound", &Function::callBound)
+      .def(
+          "stats", [](const Function& f) { return f.program()->stats(); },
+          "counters of its program (runs, launches_compiled, kernels_installed, ...)")
+      .def(
+          "wait_idle", [](const Function& f) { f.program()->waitIdle(); },
+          "blocks until its JIT has no compile queued or running")
       .def_property_readonly("program", &Function::program)
       .def_property_readonly("index", &Function::index);
+  // Calls go straight to functionCall; the type never gets a __call__ attribute that would
+  // send them through slot_tp_call and pybind11's dispatcher.
+  reinterpret_cast<PyTypeObject*>(function.ptr())->tp_call = &functionCall;
+  PyType_Modified(reinterpret_cast<PyTypeObject*>(function.ptr()));
 }

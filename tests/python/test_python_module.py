@@ -212,7 +212,36 @@ def test_corpus_through_jit(context, level):
             for i, (a, e) in enumerate(zip(got, expected)):
                 compare(a, e, spec.tol, f"{path.name} out{i} at {level} (run {run}, dims {case.dims})")
         checked += 1
+    print(f"{level}: {checked} corpus programs checked, {len(skipped)} skipped: {skipped}")
     assert checked >= 60, f"only {checked} corpus programs checked; skipped {skipped}"
+
+
+def test_corpus_runtime_errors_through_jit():
+    """The corpus programs that must fail at run time fail through @shapevm.jit with a
+    shapevm.Error whose message has what the program's header expects (lines included: the
+    compiled text keeps the user's line numbers)."""
+    rng = np.random.default_rng()
+    checked = 0
+    for path in sorted(CORPUS.glob("*.py")):
+        spec = parse_header(path)
+        if not spec.runtime_errors or spec.compile_errors or spec.xfail:
+            continue
+        module, fn, module_cls = _corpus_entry(path, spec)
+        if fn is None and module_cls is None:
+            continue
+        params = entry_params(find_entry(path.read_text(), spec.fn)[1])
+        case = make_case(spec, params, rng)
+        kwargs = dict(case.inputs, **case.scalars, **spec.fixed_args)
+        target = shapevm.jit(fn) if fn else module_cls.__new__(module_cls)
+        for name, value in case.params.items():
+            setattr(target, name, value)
+        with pytest.raises(shapevm.Error) as info:
+            target(**kwargs)
+        text = f"{info.value.code}: {info.value}"  # as the CLI prints a Status
+        for needle in spec.runtime_errors:
+            assert needle in text, f"{path.name}: {needle!r} not in {text}"
+        checked += 1
+    assert checked >= 9, f"only {checked} runtime-error programs"
 
 
 # ---- shapevm.Module ----
