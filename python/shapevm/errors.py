@@ -13,6 +13,7 @@ _RUN_CONTEXT = re.compile(r"in function '(?P<function>[^']+)' at PC 0x(?P<pc>[0-
                           r"(?: \((?:(?P<file>.*?) )?line (?P<line>\d+):(?P<col>\d+)\))?")
 _COMPILE_POSITION = re.compile(r"\(line (?P<line>\d+), col (?P<col>\d+)\)")
 _COMPILE_FUNCTION = re.compile(r"(?:in|function) '(?P<function>[\w.]+)'")
+_COMPILE_FILE = re.compile(r"^(?P<file>[^\n]+?\.(?:py|svasm|svm)): ")  # frontend.cc / module_io.cc prefix
 
 
 class Error(Exception):
@@ -36,6 +37,9 @@ class Error(Exception):
                 self.col = self.col or int(run.group("col"))
                 self.file = self.file or run.group("file")
             return
+        named_file = _COMPILE_FILE.match(message)
+        if named_file:
+            self.file = self.file or named_file.group("file")
         position = _COMPILE_POSITION.search(message)
         if position:
             self.line = self.line or int(position.group("line"))

@@ -2,7 +2,7 @@
 # The runtime half of the `shapevm` package (docs/python.md): @jit, Module, load, set_context /
 # get_context and the JIT's log lines on Python's logging. Every compiled thing is a
 # _core.Program (one Session); live Programs are tracked weakly so set_context(jit_level=...)
-# reaches them and interpreter exit closes them before the interpreter goes away.
+# reaches those without a level of their own, and interpreter exit closes them all first.
 import atexit
 import functools
 import inspect
@@ -10,15 +10,18 @@ import logging
 import weakref
 
 from . import _core, _source
-from .errors import compile_error
+from .errors import Error, compile_error
 
-_PROGRAMS = weakref.WeakSet()
+_PROGRAMS = weakref.WeakSet()  # every live program (closed at exit)
+_FOLLOWING = weakref.WeakSet()  # ... of which those without their own jit_level (set_context reaches them)
 _LEVELS = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR)  # support/logging.h LogLevel
 
 
 def _new_program(jit_level=None, wait=False):
     program = _core.Program(jit_level=None if jit_level is None else _level_text(jit_level), jit_wait=wait)
     _PROGRAMS.add(program)
+    if jit_level is None:
+        _FOLLOWING.add(program)
     return program
 
 
@@ -30,13 +33,13 @@ def _level_text(level):
 
 def set_context(**settings):
     """Sets tunables by name (`shapevm tunables` lists them): jit_level="O2", hot_count=0,
-    jit_log=True, kernel_threads=4, ... jit_level also re-attaches every live program's JIT; every
-    other row is process-wide and read live."""
+    jit_log=True, kernel_threads=4, ... jit_level also re-attaches the JIT of every live program
+    that was not given its own jit_level; every other row is process-wide and read live."""
     for key, value in settings.items():
         if key == "jit_level":
             text = _level_text(value)
             _core.set_tunable(key, text)
-            for program in list(_PROGRAMS):
+            for program in list(_FOLLOWING):
                 if not program.closed:
                     program.set(key, text)
             continue
@@ -58,7 +61,11 @@ JitFunction = _core.Function  # what @jit returns: call it with numpy arrays and
 def _compile_function(fn, jit_level, wait):
     source, filename, entry = _source.function_program(fn)
     program = _new_program(jit_level, wait)
-    program.load_source(source, filename, entry)
+    try:
+        program.load_source(source, filename, entry)
+    except Error as err:
+        err.function = err.function or fn.__qualname__
+        raise
     compiled = _core.Function(program, program.index(entry), -1)
     compiled._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
     functools.update_wrapper(compiled, fn)

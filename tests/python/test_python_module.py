@@ -79,9 +79,13 @@ def test_import_from_a_fresh_interpreter():
 def test_settings_roundtrip(context):
     ctx = shapevm.get_context()
     assert {"jit_level", "hot_count", "hot_ms", "jit_log", "kernel_threads"} <= set(ctx)
+    following = shapevm.jit(progs.add)  # starts at the context's level
+    pinned = shapevm.jit(progs.add, jit_level="O0")
     context(hot_count=7, jit_level="O1", jit_log=True)
     got = shapevm.get_context()
     assert (got["hot_count"], got["jit_level"], got["jit_log"]) == (7, 1, 1)
+    assert following.program.get("jit_level") == 1 and following.stats()["jit_level"] == 1
+    assert pinned.program.get("jit_level") == 0 and shapevm.jit(progs.add).program.get("jit_level") == 1
     with pytest.raises(shapevm.UnknownName, match="hot_count"):
         shapevm.set_context(no_such_tunable=1)
     with pytest.raises(shapevm.InvalidArgument, match="jit_level"):
@@ -401,6 +405,7 @@ def test_error_classes_with_lines(context):
                              (progs.uses_comprehension, None, "LINE_COMPREHENSION"),
                              (progs.uses_numpy, None, "LINE_NUMPY")]:
         err = _raises(shapevm.CompileError, shapevm.jit, fn, line=progs.line_of(marker))
+        assert err.function == fn.__name__ and err.file.endswith("pymodule_programs.py"), (err.function, err.file)
         if code:
             assert isinstance(err, shapevm.errors.BY_CODE[code]), type(err).__qualname__
     # arguments
