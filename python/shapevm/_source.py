@@ -118,6 +118,18 @@ def _add_module_context(text, tree, used_names):
                 text.copy(stmt.lineno, stmt.end_lineno)
 
 
+def _callee_node(tree, filename, globals_, name):
+    """The def a call by `name` reaches in this file: the module global's (a same-file function),
+    or, for a name not bound yet (a function defined below a decorated one), the file's own
+    top-level def of that name."""
+    if name in globals_:
+        target = _unwrap(globals_[name])
+        if inspect.isfunction(target) and target.__code__.co_filename == filename:
+            return _function_node(tree, target)
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
 def _add_callees(text, tree, filename, globals_, roots, used_names):
     """Same-file functions called by name from `roots` (and from those, transitively)."""
     pending = list(roots)
@@ -125,12 +137,9 @@ def _add_callees(text, tree, filename, globals_, roots, used_names):
     while pending:
         node = pending.pop()
         used_names |= _names_loaded(node)
-        for name in _called_names(node):
-            target = _unwrap(globals_.get(name)) if name in globals_ else None
-            if name in seen or not inspect.isfunction(target) or target.__code__.co_filename != filename:
-                continue
+        for name in _called_names(node) - seen:
             seen.add(name)
-            callee = _function_node(tree, target)
+            callee = _callee_node(tree, filename, globals_, name)
             if callee is not None and _add_function(text, callee, callee in tree.body):
                 pending.append(callee)
 

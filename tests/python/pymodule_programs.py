@@ -20,6 +20,15 @@ def calls_helper(x: Tensor[None, None]):
     return _double(x) + 1.0
 
 
+@shapevm.jit  # compiled at import, before defined_later exists
+def calls_later(x: Tensor[None]):
+    return defined_later(x) * 2.0
+
+
+def defined_later(x: Tensor[None]):
+    return x + 1.0
+
+
 def add(x: Tensor[None], y: Tensor[None]):
     return x + y
 

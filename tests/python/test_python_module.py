@@ -105,6 +105,8 @@ def test_issue_example_and_same_module_callee():
     assert "def _double" in g.source  # the callee was compiled with it
     np.testing.assert_allclose(g(x), x * 2.0 + 1.0, rtol=1e-6)
     np.testing.assert_allclose(g(x=x), x * 2.0 + 1.0, rtol=1e-6)
+    assert isinstance(progs.calls_later, shapevm.JitFunction)  # decorated in its file
+    assert progs.calls_later(np.array([1.0, 2.0], np.float32)).tolist() == [4.0, 6.0]
 
 
 def test_results_tuples_scalars_and_dtypes():
