@@ -23,6 +23,7 @@ LAYERS = [
     ("jit", 5, ["jit/*"]),
     ("tune", 6, ["tune/*"]),
     ("session", 7, ["session/*", "shapevm/*"]),  # the public Session API (include/shapevm/shapevm.h)
+    ("python", 8, ["python/*"]),  # the pybind11 extension shapevm._core, on the Session API
 ]
 
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Log sink: one line per message on stderr, serialized so two threads never interleave.
+// Log sink: one line per message on stderr (or the installed Sink), serialized so two threads
+// never interleave.
 #include "support/logging.h"
 
 #include <cstdio>
@@ -8,11 +9,16 @@
 namespace shapevm {
 
 std::atomic<int> Log::threshold_{static_cast<int>(LogLevel::Warn)};
+std::atomic<Log::Sink> Log::sink_{nullptr};
 
 void Log::write(LogLevel level, std::string_view component, std::string_view message) {
   static std::mutex mutex;
   static constexpr std::string_view kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
   std::lock_guard<std::mutex> lock(mutex);
+  if (Sink sink = sink_.load(std::memory_order_acquire); sink != nullptr) {
+    sink(level, component, message);
+    return;
+  }
   fmt::print(stderr, "[{}] {}: {}\n", kNames[static_cast<int>(level)], component, message);
 }
 

@@ -17,9 +17,14 @@ class Log {
   static bool enabled(LogLevel level) { return static_cast<int>(level) >= threshold_.load(std::memory_order_relaxed); }
   static void setThreshold(LogLevel level) { threshold_.store(static_cast<int>(level), std::memory_order_relaxed); }
   static void write(LogLevel level, std::string_view component, std::string_view message);
+  // Where write() sends lines: nullptr (the default) = stderr. A sink may be called from any
+  // thread (the JIT's compile threads too), one call at a time; it must not log itself.
+  using Sink = void (*)(LogLevel level, std::string_view component, std::string_view message);
+  static void setSink(Sink sink) { sink_.store(sink, std::memory_order_release); }
 
  private:
   static std::atomic<int> threshold_;
+  static std::atomic<Sink> sink_;
 };
 
 template <typename... Args>

@@ -3,7 +3,8 @@
 # then examples/cpp configured out of tree with only that prefix to find ShapeVM
 # (find_package(ShapeVM REQUIRED), ShapeVM::shapevm), built and run on examples/lstm_cell.py and
 # on its inline program; each run must end "OK: O2 matches O0" ("O0 matches O0" in an
-# interpreter-only build). The prefix must hold the public headers only (no internal headers).
+# interpreter-only build). The prefix must hold the public headers only (no internal headers);
+# with the Python module built, it must also hold the shapevm package, importable from there.
 # Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, BUILD_TYPE.
 foreach(var BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER BUILD_TYPE)
   if(NOT DEFINED ${var})
@@ -51,4 +52,20 @@ foreach(program ${SOURCE_DIR}/examples/lstm_cell.py "")
     message(FATAL_ERROR "shapevm_example ${program} did not report a match:\n${step_output}")
   endif()
 endforeach()
+
+# The Python package (SHAPEVM_BUILD_PYTHON builds): installed, and importable from the prefix alone.
+if(EXISTS ${BUILD_DIR}/python/shapevm/__init__.py)
+  file(GLOB_RECURSE packages ${prefix}/*__init__.py)
+  list(FILTER packages INCLUDE REGEX "/shapevm/__init__\\.py$")
+  if(NOT packages)
+    message(FATAL_ERROR "the install lacks the shapevm Python package")
+  endif()
+  list(GET packages 0 package)
+  get_filename_component(site ${package} DIRECTORY)
+  get_filename_component(site ${site} DIRECTORY)
+  # (no `;` in the Python text: run_step's ARGN would split the argument there)
+  run_step("importing the installed shapevm package" ${CMAKE_COMMAND} -E env PYTHONPATH=${site} /usr/bin/python3 -c
+           "import shapevm\nassert shapevm.__file__.startswith('${site}')\nprint(shapevm.load('${SOURCE_DIR}/examples/lstm_cell.py').functions)")
+  message(STATUS "installed shapevm package: ${step_output}")
+endif()
 file(REMOVE_RECURSE ${WORK_DIR})

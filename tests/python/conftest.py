@@ -3,11 +3,21 @@
 # and a helper that runs it and returns (exit code, stdout, stderr).
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The built `shapevm` package (the numpy oracle plus the native extension; SHAPEVM_PYTHON_DIR, set
+# by ctest, or build/python) is imported first, so every test file shares it; without a build
+# the source tree's oracle-only copy (python/) is what frontend_harness imports.
+# SHAPEVM_PYTHON_DIR="" (sanitizer builds' python_tests) keeps the oracle-only copy.
+_BUILT_PYTHON = os.environ.get("SHAPEVM_PYTHON_DIR", str(ROOT / "build" / "python"))
+if _BUILT_PYTHON and (Path(_BUILT_PYTHON) / "shapevm" / "__init__.py").is_file():
+    sys.path.insert(0, str(_BUILT_PYTHON))
+    import shapevm  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+# The Python module (`shapevm`, issue 19) against PyTorch eager, one thread, in one script run:
+# per-call overhead of a jitted one-op function vs torch.add on 1-element arrays, a 20-op
+# elementwise chain on 1-element arrays, and the reference cell through shapevm.Module at
+# batch 32, seq 10/20/30/120. Each round times ShapeVM and PyTorch back to back; the table gives
+# medians over rounds and the ratio. Outputs are checked against each other first.
+# Usage: PYTHONPATH=build/python /usr/bin/python3 bench/python_module.py [--rounds 7] [--quick]
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS threads spin beside the timed loop
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import shapevm  # noqa: E402
+from op_overhead import cpu_model  # noqa: E402  (bench/)
+from shapevm import Tensor  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from lstm_cell_module import LstmCell  # noqa: E402
+
+
+def add_one_op(x: Tensor[None], y: Tensor[None]):
+    return x + y
+
+
+# The 20-op chain, one table for both sides: (operator or function, constant).
+CHAIN = [("*", 1.5), ("+", 0.25), ("tanh", None), ("*", 0.75), ("-", 0.125), ("sigmoid", None), ("*", 2.0),
+         ("+", "x"), ("abs", None), ("+", 1.0), ("sqrt", None), ("*", 0.5), ("exp", None), ("-", 1.0),
+         ("relu", None), ("+", 0.5), ("log", None), ("*", 3.0), ("tanh", None), ("+", "x")]
+
+
+def chain_source(namespace, header):
+    """The chain as a Python function `chain20(x)` calling `namespace`.tanh etc."""
+    lines = [header, "def chain20(x" + (": Tensor[None]" if namespace == "ops" else "") + "):", "    y = x"]
+    for op, operand in CHAIN:
+        lines.append(f"    y = {namespace}.{op}(y)" if operand is None else f"    y = y {op} {operand}")
+    return "\n".join(lines + ["    return y", ""])
+
+
+def load_chains(folder):
+    """(ShapeVM's chain20 via shapevm.load, PyTorch's chain20), both from generated files."""
+    svm_file, torch_file = folder / "chain_shapevm.py", folder / "chain_torch.py"
+    svm_file.write_text(chain_source("ops", "from shapevm import ops, Tensor\n"))
+    torch_file.write_text(chain_source("torch", "import torch\n"))
+    namespace = {}
+    exec(compile(torch_file.read_text(), str(torch_file), "exec"), namespace)  # noqa: S102 - generated above
+    return svm_file, namespace["chain20"]
+
+
+def torch_cell(p, x, h, c):
+    batch, seq, _ = x.shape
+    gx = torch.nn.functional.linear(x.reshape(batch * seq, 128), p["W_ih"], p["b_ih"])
+    gh = torch.nn.functional.linear(h, p["W_hh"], p["b_hh"])
+    gates = gx.reshape(batch, seq, 1024) + gh.unsqueeze(1)
+    i, f, g, o = gates.chunk(4, dim=2)
+    c_next = torch.sigmoid(f) * c.unsqueeze(1) + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c_next), c_next
+
+
+def per_call_us(fn, args, calls):
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn(*args)
+    return (time.perf_counter_ns() - start) / calls / 1e3
+
+
+def compare(rows, name, svm, peer, args_svm, args_peer, calls, rounds):
+    for _ in range(3):  # warm up (tier-up happens here: the context waits for compiles)
+        svm(*args_svm)
+        peer(*args_peer)
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(per_call_us(svm, args_svm, calls))
+        b.append(per_call_us(peer, args_peer, calls))
+    ma, mb = statistics.median(a), statistics.median(b)
+    rows.append((name, ma, mb, mb / ma))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="few calls per round (a smoke run)")
+    opts = parser.parse_args()
+    torch.set_num_threads(1)
+    shapevm.set_context(jit_level="O2", kernel_threads=1, warmup=0, hot_count=0, hot_ms=0)
+    scale = 0.05 if opts.quick else 1.0
+    rng = np.random.default_rng(0)
+    rows = []
+
+    one = shapevm.jit(add_one_op, wait=True)
+    x1, y1 = np.ones(1, np.float32), np.full(1, 2.0, np.float32)
+    t1, u1 = torch.from_numpy(x1.copy()), torch.from_numpy(y1.copy())
+    assert np.allclose(one(x1, y1), torch.add(t1, u1).numpy())
+    compare(rows, "one op (x + y), 1 element", one, torch.add, (x1, y1), (t1, u1), int(20000 * scale), opts.rounds)
+    one_o0 = shapevm.jit(add_one_op, jit_level="O0")
+    compare(rows, "one op (x + y), 1 element, O0 (interpreted)", one_o0, torch.add, (x1, y1), (t1, u1),
+            int(20000 * scale), opts.rounds)
+
+    with tempfile.TemporaryDirectory() as folder:
+        svm_file, torch_chain20 = load_chains(Path(folder))
+        chains = shapevm.load(svm_file, wait=True)
+        chain = chains.chain20
+    x = np.full(1, 0.3, np.float32)
+    assert np.allclose(chain(x), torch_chain20(torch.from_numpy(x.copy())).numpy(), rtol=1e-5)
+    compare(rows, "20-op elementwise chain, 1 element", chain, torch_chain20, (x,), (torch.from_numpy(x.copy()),),
+            int(5000 * scale), opts.rounds)
+
+    cell = LstmCell(rng, wait=True)  # each call waits for the compiles it queued: tier-up inside warm-up
+    params = {k: torch.from_numpy(getattr(cell, k).copy()) for k in ("W_ih", "W_hh", "b_ih", "b_hh")}
+    for seq in (10, 20, 30, 120):
+        xs = rng.standard_normal((32, seq, 128)).astype(np.float32)
+        hs = rng.standard_normal((32, 256)).astype(np.float32)
+        cs = rng.standard_normal((32, 256)).astype(np.float32)
+        got = cell(xs, hs, cs)
+        want = torch_cell(params, torch.from_numpy(xs), torch.from_numpy(hs), torch.from_numpy(cs))
+        assert np.allclose(got[0], want[0].numpy(), rtol=1e-4, atol=1e-4)
+        compare(rows, f"reference cell via shapevm.Module, batch 32 seq {seq}", cell,
+                lambda a, b, c: torch_cell(params, a, b, c), (xs, hs, cs),
+                (torch.from_numpy(xs), torch.from_numpy(hs), torch.from_numpy(cs)), max(3, int(200 * scale)),
+                opts.rounds)
+    stats = cell.stats()
+
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}, numpy {np.__version__}; one thread; "
+          f"{opts.rounds} interleaved rounds, medians")
+    print()
+    print("| case | ShapeVM µs/call | PyTorch eager µs/call | PyTorch / ShapeVM |")
+    print("|---|---:|---:|---:|")
+    for name, a, b, ratio in rows:
+        print(f"| {name} | {a:.2f} | {b:.2f} | {ratio:.2f}× |")
+    print()
+    print(f"cell stats: runs {stats['runs']}, launches compiled {stats['launches_compiled']} / interpreted "
+          f"{stats['launches_interpreted']}, kernels installed {stats['kernels_installed']}")
+
+
+if __name__ == "__main__":
+    main()

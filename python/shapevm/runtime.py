@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: Apache-2.0
+# The runtime half of the `shapevm` package (docs/python.md): @jit, Module, load, set_context /
+# get_context and the JIT's log lines on Python's logging. Every compiled thing is a
+# _core.Program (one Session); live Programs are tracked weakly so set_context(jit_level=...)
+# reaches those without a level of their own, and interpreter exit closes them all first.
+import atexit
+import functools
+import inspect
+import logging
+import weakref
+
+from . import _core, _source
+from .errors import Error, compile_error
+
+_PROGRAMS = weakref.WeakSet()  # every live program (closed at exit)
+_FOLLOWING = weakref.WeakSet()  # ... of which those without their own jit_level (set_context reaches them)
+_LEVELS = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR)  # support/logging.h LogLevel
+
+
+def _new_program(jit_level=None, wait=False):
+    program = _core.Program(jit_level=None if jit_level is None else _level_text(jit_level), jit_wait=wait)
+    _PROGRAMS.add(program)
+    if jit_level is None:
+        _FOLLOWING.add(program)
+    return program
+
+
+def _level_text(level):
+    return f"O{level}" if isinstance(level, int) and not isinstance(level, bool) else str(level)
+
+
+# ---- settings ----
+
+def set_context(**settings):
+    """Sets tunables by name (`shapevm tunables` lists them): jit_level="O2", hot_count=0,
+    jit_log=True, kernel_threads=4, ... jit_level also re-attaches the JIT of every live program
+    that was not given its own jit_level; every other row is process-wide and read live."""
+    for key, value in settings.items():
+        if key == "jit_level":
+            text = _level_text(value)
+            _core.set_tunable(key, text)
+            for program in list(_FOLLOWING):
+                if not program.closed:
+                    program.set(key, text)
+            continue
+        if isinstance(value, bool):
+            value = int(value)
+        _core.set_tunable(key, str(value))
+
+
+def get_context():
+    """Every tunable by key with its current value (jit_level: the level new programs start at)."""
+    return {row["key"]: row["value"] for row in _core.settings()}
+
+
+# ---- @jit ----
+
+JitFunction = _core.Function  # what @jit returns: call it with numpy arrays and Python scalars
+
+
+def _compile_function(fn, jit_level, wait):
+    source, filename, entry = _source.function_program(fn)
+    program = _new_program(jit_level, wait)
+    try:
+        program.load_source(source, filename, entry)
+    except Error as err:
+        err.function = err.function or fn.__qualname__
+        raise
+    compiled = _core.Function(program, program.index(entry), -1)
+    compiled._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
+    functools.update_wrapper(compiled, fn)
+    compiled.source = source  # the text the frontend compiled (the user's lines, the rest blank)
+    return compiled
+
+
+def jit(fn=None, *, jit_level=None, wait=False):
+    """Compiles `fn` with ShapeVM's frontend now (errors raise CompileError here). `jit_level`
+    overrides the context's for this function; `wait=True` makes each call wait for the compiles
+    it triggered (reproducible tier-up)."""
+    if fn is None:
+        return lambda f: _compile_function(f, jit_level, wait)
+    return _compile_function(fn, jit_level, wait)
+
+
+# ---- Module ----
+
+class Module:
+    """An nn.Module-like class: subclass it, keep parameters as numpy array attributes and write
+    `construct(self, ...)` in the ShapeVM subset. The class is compiled when it is defined; each
+    instance gets its own program at its first call, and reads its attributes at every call."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        construct = getattr(cls, "construct", None)
+        if construct is None:
+            return
+        source, filename, entry = _source.module_program(cls)
+        probe = _core.Program(jit_level="O0")  # compile errors surface at class definition
+        try:
+            probe.load_source(source, filename, entry)
+        finally:
+            probe.close()
+        signature = inspect.signature(construct)
+        cls._shapevm_program_source = (source, filename, entry, len(signature.parameters) - 1)
+
+    def __init__(self, *, jit_level=None, wait=False):
+        """`jit_level` overrides the context's for this instance; `wait=True` makes each call wait
+        for the compiles it triggered. Subclasses that skip super().__init__() get the defaults."""
+        self.__dict__["_shapevm_options"] = (jit_level, wait)
+
+    def _shapevm_function(self):
+        fn = self.__dict__.get("_shapevm_fn")
+        if fn is None:
+            spec = getattr(type(self), "_shapevm_program_source", None)
+            if spec is None:
+                raise compile_error("Unsupported", f"{type(self).__qualname__} has no construct(self, ...) method")
+            source, filename, entry, user_params = spec
+            program = _new_program(*self.__dict__.get("_shapevm_options", (None, False)))
+            program.load_source(source, filename, entry)
+            fn = _core.Function(program, program.index(entry), user_params)
+            fn._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
+            self.__dict__["_shapevm_fn"] = fn
+        return fn
+
+    def __call__(self, *args, **kwargs):
+        return self._shapevm_function().call_bound(self, *args, **kwargs)
+
+    def stats(self):
+        """Counters of this instance's program (runs, launches_compiled, kernels_installed, ...)."""
+        return self._shapevm_function().program.stats()
+
+    def wait_idle(self):
+        self._shapevm_function().program.wait_idle()
+
+
+# ---- load ----
+
+class LoadedModule:
+    """A program file loaded with shapevm.load: its functions are attributes (`mod.f(a, b)`),
+    methods also by their bare name when unique; `mod["Cell.construct"]` by full name."""
+
+    def __init__(self, path, jit_level=None, wait=False):
+        self.path = str(path)
+        self.program = _new_program(jit_level, wait)
+        self.program.load(self.path)
+        self._functions = {}
+        infos = self.program.functions()
+        short = {}
+        for info in infos:
+            short.setdefault(info["name"].rsplit(".", 1)[-1], []).append(info["name"])
+        for info in infos:
+            fn = _core.Function(self.program, info["index"], -1)
+            fn._program = self.program  # a function outliving this object keeps the program tracked
+            self._functions[info["name"]] = fn
+            bare = info["name"].rsplit(".", 1)[-1]
+            if len(short[bare]) == 1:
+                self._functions.setdefault(bare, fn)
+        self.functions = [info["name"] for info in infos]
+
+    def __getattr__(self, name):
+        functions = self.__dict__.get("_functions", {})
+        if name in functions:
+            return functions[name]
+        raise AttributeError(f"{self.path} has no function {name!r} (functions: {', '.join(self.functions)})")
+
+    def __getitem__(self, name):
+        return self._functions[name]
+
+    def stats(self):
+        return self.program.stats()
+
+
+def load(path, *, jit_level=None, wait=False):
+    """Loads a .py, .svasm or .svm program; its functions are attributes."""
+    return LoadedModule(path, jit_level, wait)
+
+
+# ---- logging and exit ----
+
+def _log_lines(lines):
+    for level, component, message in lines:
+        logging.getLogger("shapevm." + component.lower()).log(_LEVELS[level], message)
+
+
+def _shutdown():
+    for program in list(_PROGRAMS):
+        program.close()  # stops each JIT's compile thread while the interpreter is alive
+    _core._flush()
+    _core._shutdown()
+
+
+_core._set_log_handler(_log_lines)
+atexit.register(_shutdown)

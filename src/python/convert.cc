@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+// numpy <-> ShapeVM values (see convert.h). Arrays with negative strides or strides that are not
+// a multiple of the item size are the only inputs copied (Tensor views cannot express them).
+#include "python/convert.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace shapevm::python {
+namespace {
+
+// ---- error classes ----
+
+std::vector<py::object>& errorClasses(Phase phase) {
+  static std::vector<py::object>* run = new std::vector<py::object>();  // never destroyed: outlive exit
+  static std::vector<py::object>* compile = new std::vector<py::object>();
+  return phase == Phase::Run ? *run : *compile;
+}
+
+// ---- releases of wrapped arrays ----
+
+struct Deferred {
+  std::mutex mutex;
+  std::vector<PyObject*> objects;
+  std::atomic<bool> scheduled{false};
+  std::atomic<bool> stopped{false};
+};
+Deferred& deferred() {
+  static Deferred* state = new Deferred();  // never destroyed: compile threads may release at exit
+  return *state;
+}
+
+int drainPending(void*) {
+  deferred().scheduled.store(false);
+  drainDeferredReleases();
+  return 0;
+}
+
+void releaseArray(void* context) {
+  auto* object = static_cast<PyObject*>(context);
+  Deferred& state = deferred();
+  if (state.stopped.load()) return;  // the interpreter is finalizing: leak rather than touch it
+  if (PyGILState_Check()) {
+    Py_DECREF(object);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.objects.push_back(object);
+  }
+  if (!state.scheduled.exchange(true) && Py_AddPendingCall(drainPending, nullptr) != 0) state.scheduled.store(false);
+}
+
+// ---- dtypes ----
+
+// numpy's types and functions the conversions use, looked up once (and never destroyed).
+struct Numpy {
+  py::object bool_type, floating, generic, asarray;
+};
+const Numpy& numpy() {
+  static const Numpy* cached = [] {
+    py::module_ np = py::module_::import("numpy");
+    return new Numpy{np.attr("bool_"), np.attr("floating"), np.attr("generic"), np.attr("asarray")};
+  }();
+  return *cached;
+}
+
+std::optional<DType> dtypeOf(const py::dtype& dtype) {
+  const char kind = dtype.kind();
+  const auto size = dtype.itemsize();
+  const char order = dtype.byteorder();
+  if (order == '>') return std::nullopt;  // a byte-swapped array (this host is little-endian)
+  if (kind == 'f') {
+    if (size == 4) return DType::Float32;
+    if (size == 8) return DType::Float64;
+    if (size == 2) return DType::Float16;
+  } else if (kind == 'i') {
+    if (size == 4) return DType::Int32;
+    if (size == 8) return DType::Int64;
+  } else if (kind == 'b' && size == 1) {
+    return DType::Bool;
+  }
+  return std::nullopt;
+}
+
+const py::dtype& numpyDtype(DType dtype) {
+  // float16..bool by DType; bfloat16 has no numpy dtype (fromValue widens it to float32).
+  static const auto* table = [] {
+    auto* dtypes = new std::vector<py::dtype>();
+#define SVM_DTYPE_NUMPY(name, ctype, full, short_name, size) \
+  dtypes->push_back(py::dtype(DType::name == DType::BFloat16 ? std::string("float32") : std::string(full)));
+    SVM_DTYPES(SVM_DTYPE_NUMPY)
+#undef SVM_DTYPE_NUMPY
+    return dtypes;
+  }();
+  return (*table)[static_cast<std::size_t>(dtype)];
+}
+
+std::string typeName(py::handle object) {
+  return py::str(py::type::handle_of(object).attr("__name__"));
+}
+
+Expected<Tensor> wrapArray(py::array array, const ParamInfo& param, std::string_view function) {
+  const std::optional<DType> dtype = dtypeOf(array.dtype());
+  if (!dtype) {
+    return makeError(ErrorCode::DTypeMismatch,
+                     "{}(): argument '{}' has numpy dtype {}, which ShapeVM does not support (float32, float16, "
+                     "float64, int32, int64, bool; for bfloat16 pass float32 and ops.cast inside){}",
+                     function, param.name, std::string(py::str(array.dtype())),
+                     param.token.empty() ? "" : fmt::format("; the parameter is {}", param.token));
+  }
+  if (array.ndim() > kMaxRank) {
+    return makeError(ErrorCode::ShapeMismatch, "{}(): argument '{}' has rank {}; ShapeVM tensors have at most {} dims",
+                     function, param.name, array.ndim(), kMaxRank);
+  }
+  const auto item = static_cast<py::ssize_t>(dtypeSize(*dtype));
+  bool expressible = true;
+  for (py::ssize_t axis = 0; axis < array.ndim(); ++axis) {
+    const py::ssize_t stride = array.strides(axis);
+    if (array.shape(axis) > 1 && (stride < 0 || stride % item != 0)) expressible = false;
+  }
+  if (!expressible) array = py::array::ensure(array, py::array::c_style);  // the one copying case
+  Shape shape;
+  Shape strides;
+  std::size_t extent = 0;
+  bool empty = false;
+  for (py::ssize_t axis = 0; axis < array.ndim(); ++axis) {
+    const py::ssize_t size = array.shape(axis);
+    const py::ssize_t stride = size > 1 ? array.strides(axis) / item : 0;
+    shape.push_back(size);
+    strides.push_back(stride);
+    empty = empty || size == 0;
+    extent += static_cast<std::size_t>((size - 1) * stride);
+  }
+  const std::size_t nbytes = empty ? 0 : (extent + 1) * static_cast<std::size_t>(item);
+  PyObject* owner = array.inc_ref().ptr();  // released by releaseArray when the storage goes
+  return Tensor::wrap(const_cast<void*>(array.data()), *dtype, shape, strides, nbytes, releaseArray, owner);
+}
+
+Expected<Value> scalarValue(py::handle object, const ParamInfo& param, std::string_view function) {
+  auto given = [&] {
+    return py::isinstance<py::array>(object)
+               ? fmt::format("an array {}", std::string(py::str(object.attr("shape"))))
+               : fmt::format("{} {}", typeName(object), std::string(py::repr(object)).substr(0, 40));
+  };
+  const bool is_bool = PyBool_Check(object.ptr()) || py::isinstance(object, numpy().bool_type);
+  const bool is_int = !is_bool && !py::isinstance<py::array>(object) && PyIndex_Check(object.ptr());
+  const bool is_float = PyFloat_Check(object.ptr()) || py::isinstance(object, numpy().floating);
+  switch (param.kind) {
+    case ValueKind::Bool:
+      if (is_bool) return Value::fromBool(object.cast<bool>());
+      break;
+    case ValueKind::Int:
+      if (is_int || is_bool)
+        return Value::fromInt(py::cast<std::int64_t>(py::int_(py::reinterpret_borrow<py::object>(object))));
+      break;
+    case ValueKind::Float:
+      if (is_float || is_int || is_bool)
+        return Value::fromFloat(py::cast<double>(py::float_(py::reinterpret_borrow<py::object>(object))));
+      break;
+    default: break;
+  }
+  return makeError(ErrorCode::KindMismatch, "{}(): argument '{}' is a {} parameter, got {}", function, param.name,
+                   valueKindName(param.kind), given());
+}
+
+}  // namespace
+
+void setErrorClasses(py::list run_classes, py::list compile_classes) {
+  errorClasses(Phase::Run).clear();
+  errorClasses(Phase::Compile).clear();
+  for (py::handle c : run_classes) errorClasses(Phase::Run).push_back(py::reinterpret_borrow<py::object>(c));
+  for (py::handle c : compile_classes) errorClasses(Phase::Compile).push_back(py::reinterpret_borrow<py::object>(c));
+}
+
+void raiseStatus(const Status& status, Phase phase) {
+  const auto code = static_cast<std::size_t>(status.code());
+  const std::vector<py::object>& classes = errorClasses(phase);
+  if (code >= classes.size()) throw std::runtime_error(status.toString());  // the package did not register them
+  py::object error = classes[code](py::str(status.message()), py::str(std::string(errorCodeName(status.code()))));
+  PyErr_SetObject(classes[code].ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+Expected<Value> toValue(py::handle object, const ParamInfo& param, std::string_view function) {
+  if (param.kind != ValueKind::Tensor) return scalarValue(object, param, function);
+  py::object candidate = py::reinterpret_borrow<py::object>(object);
+  if (!py::isinstance<py::array>(candidate)) {
+    if (!py::isinstance(candidate, numpy().generic)) {
+      return makeError(ErrorCode::KindMismatch, "{}(): argument '{}' takes a numpy array{}, got {}", function,
+                       param.name, param.token.empty() ? "" : " (" + param.token + ")", typeName(object));
+    }
+    candidate = numpy().asarray(candidate);  // a numpy scalar: a 0-d array (a copy of one element)
+  }
+  SVM_ASSIGN_OR_RETURN(Tensor tensor, wrapArray(py::reinterpret_borrow<py::array>(candidate), param, function));
+  return Value::fromTensor(std::move(tensor));
+}
+
+py::object fromValue(Value value) {
+  switch (value.kind()) {
+    case ValueKind::None: return py::none();
+    case ValueKind::Int: return py::int_(value.asInt());
+    case ValueKind::Float: return py::float_(value.asFloat());
+    case ValueKind::Bool: return py::bool_(value.asBool());
+    case ValueKind::Tuple: {
+      py::tuple out(value.tuple().size());
+      for (std::size_t i = 0; i < value.tuple().size(); ++i) out[i] = fromValue(value.tuple()[i]);
+      return out;
+    }
+    case ValueKind::Tensor: break;
+  }
+  Tensor tensor = value.takeTensor();
+  const int rank = tensor.rank();
+  if (tensor.dtype() == DType::BFloat16) {  // numpy has no bfloat16: widen (exactly) to float32
+    py::array_t<float> out(std::vector<py::ssize_t>(tensor.shape().begin(), tensor.shape().end()));
+    float* data = out.mutable_data();
+    for (std::int64_t i = 0; i < tensor.numel(); ++i) data[i] = static_cast<float>(tensor.elementAsDouble(i));
+    return out;
+  }
+  const auto item = static_cast<py::ssize_t>(tensor.itemSize());
+  py::ssize_t dims[kMaxRank];
+  py::ssize_t strides[kMaxRank];
+  for (int axis = 0; axis < rank; ++axis) {
+    dims[axis] = tensor.dim(axis);
+    strides[axis] = tensor.stride(axis) * item;
+  }
+  // Writable when nothing else can see the bytes (a fresh result) or they are the caller's own
+  // (a view of an argument array); read-only when ShapeVM shares them (a program constant).
+  const bool writable = tensor.storage()->isExternal() || tensor.isSoleOwner();
+  const DType dtype = tensor.dtype();
+  void* data = tensor.rawData();
+  py::capsule owner(new Tensor(std::move(tensor)), [](void* held) { delete static_cast<Tensor*>(held); });
+  auto& api = py::detail::npy_api::get();
+  PyObject* array = api.PyArray_NewFromDescr_(api.PyArray_Type_, numpyDtype(dtype).inc_ref().ptr(), rank, dims, strides,
+                                              data, writable ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0,
+                                              nullptr);  // steals the dtype reference
+  if (array == nullptr) throw py::error_already_set();
+  if (api.PyArray_SetBaseObject_(array, owner.release().ptr()) != 0) {  // steals the capsule
+    Py_DECREF(array);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(array);
+}
+
+void drainDeferredReleases() {
+  Deferred& state = deferred();
+  std::vector<PyObject*> objects;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (state.objects.empty()) return;
+    objects.swap(state.objects);
+  }
+  for (PyObject* object : objects) Py_DECREF(object);
+}
+
+void stopDeferredReleases() {
+  deferred().stopped.store(true);
+}
+
+}  // namespace shapevm::python

@@ -1,0 +1,500 @@
+// SPDX-License-Identifier: Apache-2.0
+// shapevm._core: the pybind11 extension under the `shapevm` package (python/shapevm/, docs/python.md).
+// A Program is one Session (one loaded program, its VM, JIT and tuner); a Function calls one of
+// its functions with numpy arrays and Python scalars. Invariant: the GIL is released whenever
+// ShapeVM may block or run (load, run, stats, wait, close), and nothing ShapeVM calls back on its
+// own threads (log lines, array releases) takes the GIL: it queues and asks for a pending call.
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <pybind11/stl.h>
+
+#include "python/convert.h"
+#include "shapevm/shapevm.h"
+#include "support/logging.h"
+#include "support/tunables.h"
+
+namespace shapevm::python {
+namespace {
+
+constexpr std::size_t kNumErrorCodes = 0
+#define SVM_ERROR(name, meaning) +1
+#include "shapevm/errors.def"
+#undef SVM_ERROR
+    ;
+
+// ---- log lines to Python's logging (through a handler the package registers) ----
+
+struct LogQueue {
+  std::mutex mutex;
+  std::vector<std::tuple<int, std::string, std::string>> lines;
+  std::atomic<bool> any{false};
+  std::atomic<bool> scheduled{false};
+  std::atomic<bool> stopped{false};
+  py::object handler;  // handler(list of (level, component, message)); set and read with the GIL
+};
+LogQueue& logQueue() {
+  static LogQueue* queue = new LogQueue();  // never destroyed: compile threads may log at exit
+  return *queue;
+}
+
+void flushLog() {
+  LogQueue& queue = logQueue();
+  if (!queue.any.load(std::memory_order_acquire)) return;
+  std::vector<std::tuple<int, std::string, std::string>> lines;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    lines.swap(queue.lines);
+    queue.any.store(false);
+  }
+  if (!queue.handler || lines.empty()) return;
+  try {
+    queue.handler(py::cast(lines));
+  } catch (py::error_already_set& error) {
+    error.discard_as_unraisable("shapevm log handler");
+  }
+}
+
+int flushLogPending(void*) {
+  logQueue().scheduled.store(false);
+  flushLog();
+  return 0;
+}
+
+void pythonLogSink(LogLevel level, std::string_view component, std::string_view message) {
+  LogQueue& queue = logQueue();
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    queue.lines.emplace_back(static_cast<int>(level), std::string(component), std::string(message));
+    queue.any.store(true, std::memory_order_release);
+  }
+  if (queue.stopped.load()) return;
+  if (!queue.scheduled.exchange(true) && Py_AddPendingCall(flushLogPending, nullptr) != 0) queue.scheduled.store(false);
+}
+
+// Back in Python after ShapeVM ran: hand over what other threads left.
+void afterNative() {
+  drainDeferredReleases();
+  flushLog();
+}
+
+// ---- Program: one Session ----
+
+class Program {
+ public:
+  Program(std::optional<std::string> jit_level, bool jit_wait, bool autotune, bool tuning_cache) {
+    SessionOptions options;
+    options.jit_wait = jit_wait;
+    options.autotune = autotune;
+    options.tuning_cache = tuning_cache;
+    session_ = std::make_shared<Session>(options);
+    if (jit_level) check(session_->set("jit_level", *jit_level), Phase::Run);
+  }
+  ~Program() { close(); }
+
+  void loadSource(const std::string& source, const std::string& filename, const std::string& entry, bool python) {
+    LoadOptions options;
+    options.filename = filename;
+    options.entry = entry;
+    options.kind = python ? SourceKind::Python : SourceKind::Auto;
+    std::shared_ptr<Session> session = live();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session->loadSource(source, options);
+    }
+    afterLoad(status);
+  }
+
+  void load(const std::string& path) {
+    std::shared_ptr<Session> session = live();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session->load(path);
+    }
+    afterLoad(status);
+  }
+
+  const std::vector<FunctionInfo>& functions() const { return functions_; }
+
+  int index(const std::string& name) {
+    Expected<FunctionInfo> info = live()->function(name);
+    if (!info) raiseStatus(info.status(), Phase::Run);
+    return info->index;
+  }
+
+  // Runs function `index`: positional `args` (a tuple), then `kwargs` (a dict or null) by name,
+  // for its first `user_params` parameters; the rest are attributes of `owner` (a Module's
+  // weights), read now.
+  py::object call(int index, int user_params, py::handle owner, PyObject* args, PyObject* kwargs) {
+    if (index < 0 || static_cast<std::size_t>(index) >= functions_.size()) {
+      raiseStatus(makeError(ErrorCode::InvalidArgument, "function index {} out of range", index), Phase::Run);
+    }
+    const FunctionInfo& info = functions_[static_cast<std::size_t>(index)];
+    const std::size_t count = info.params.size();
+    const std::size_t user = user_params < 0 ? count : std::min(count, static_cast<std::size_t>(user_params));
+    // A parameter is bound once its Value is not None (toValue never yields None).
+    std::array<Value, 8> inline_values;
+    std::vector<Value> heap_values(count > inline_values.size() ? count : 0);
+    const std::span<Value> values =
+        count > inline_values.size() ? std::span<Value>(heap_values) : std::span<Value>(inline_values.data(), count);
+    const auto positional = static_cast<std::size_t>(PyTuple_GET_SIZE(args));
+    if (positional > user) {
+      raiseStatus(makeError(ErrorCode::InvalidArgument, "{}() takes {} argument{} ({}), got {}", info.name, user,
+                            user == 1 ? "" : "s", paramList(info, user), positional),
+                  Phase::Run);
+    }
+    for (std::size_t i = 0; i < positional; ++i) bind(info, i, PyTuple_GET_ITEM(args, i), values);
+    if (kwargs != nullptr) {
+      for (auto [key, item] : py::reinterpret_borrow<py::dict>(kwargs)) {
+        const std::string name = py::str(key);
+        std::size_t i = 0;
+        while (i < user && info.params[i].name != name) ++i;
+        if (i == user) {
+          raiseStatus(
+              makeError(ErrorCode::InvalidArgument, "{}() got an unexpected keyword argument '{}' (parameters: {})",
+                        info.name, name, paramList(info, user)),
+              Phase::Run);
+        }
+        if (!values[i].isNone()) {
+          raiseStatus(
+              makeError(ErrorCode::InvalidArgument, "{}() got multiple values for argument '{}'", info.name, name),
+              Phase::Run);
+        }
+        bind(info, i, item, values);
+      }
+    }
+    for (std::size_t i = 0; i < user; ++i) {
+      if (values[i].isNone()) {
+        raiseStatus(makeError(ErrorCode::InvalidArgument, "{}() missing argument '{}' (parameters: {})", info.name,
+                              info.params[i].name, paramList(info, user)),
+                    Phase::Run);
+      }
+    }
+    for (std::size_t i = user; i < count; ++i) {
+      const std::string& name = info.params[i].name;
+      if (owner.is_none() || !py::hasattr(owner, name.c_str())) {
+        raiseStatus(makeError(ErrorCode::InvalidArgument,
+                              "{}: the module has no attribute '{}' (self.{} is a parameter)", info.name, name, name),
+                    Phase::Run);
+      }
+      bind(info, i, owner.attr(name.c_str()), values);
+    }
+    std::shared_ptr<Session> session = live();
+    std::optional<Expected<std::vector<Value>>> result;
+    {
+      py::gil_scoped_release release;
+      result.emplace(session->run(index, values));
+    }
+    for (Value& value : values) value = Value();  // with the GIL: the arrays are decref'd here
+    afterNative();
+    if (!*result) raiseStatus(result->status(), Phase::Run);
+    std::vector<Value>& outputs = result->value();
+    if (outputs.empty()) return py::none();
+    if (outputs.size() == 1) return fromValue(std::move(outputs[0]));
+    py::tuple out(outputs.size());
+    for (std::size_t i = 0; i < outputs.size(); ++i) out[i] = fromValue(std::move(outputs[i]));
+    return out;
+  }
+
+  py::dict stats() {
+    std::shared_ptr<Session> session = live();
+    SessionStats st;
+    {
+      py::gil_scoped_release release;
+      st = session->stats();
+    }
+    afterNative();
+    py::dict out;
+    out["runs"] = st.runs;
+    out["launches_compiled"] = st.launches_compiled;
+    out["launches_interpreted"] = st.launches_interpreted;
+    out["kernels_installed"] = st.kernels_installed;
+    out["compile_ms"] = st.compile_ms;
+    out["allocations_requested"] = st.allocations_requested;
+    out["allocations_system"] = st.allocations_system;
+    out["instructions"] = st.instructions;
+    out["guard_misses"] = st.guard_misses;
+    out["compile_failures"] = st.compile_failures;
+    out["fused_regions"] = st.fused_regions;
+    out["tuning_ms"] = st.tuning_ms;
+    out["jit_level"] = st.jit_level;
+    out["jit_report"] = st.jit_report;
+    return out;
+  }
+
+  void set(const std::string& key, const std::string& value) {
+    std::shared_ptr<Session> session = live();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session->set(key, value);
+    }
+    check(status, Phase::Run);
+  }
+
+  std::int64_t get(const std::string& key) {
+    Expected<std::int64_t> value = live()->get(key);
+    if (!value) raiseStatus(value.status(), Phase::Run);
+    return *value;
+  }
+
+  std::string jitStatus() {
+    Status status = live()->jitStatus();
+    return status.isOk() ? std::string() : status.toString();
+  }
+
+  void waitIdle() {
+    std::shared_ptr<Session> session = live();
+    {
+      py::gil_scoped_release release;
+      session->waitIdle();
+    }
+    afterNative();
+  }
+
+  void save(const std::string& path) {
+    std::shared_ptr<Session> session = live();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session->save(path);
+    }
+    check(status, Phase::Run);
+  }
+
+  // Stops the JIT's compiles and frees the program; later calls raise. Runs in flight finish
+  // first (they hold their own reference to the Session).
+  void close() {
+    if (!session_) return;
+    std::shared_ptr<Session> session = std::move(session_);
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      session.reset();
+    } else {
+      session.reset();
+    }
+  }
+  bool closed() const { return session_ == nullptr; }
+
+ private:
+  static void check(const Status& status, Phase phase) {
+    if (!status.isOk()) raiseStatus(status, phase);
+  }
+
+  std::shared_ptr<Session> live() const {
+    if (!session_) {
+      raiseStatus(makeError(ErrorCode::InvalidArgument, "this program was closed (shapevm is shutting down?)"),
+                  Phase::Run);
+    }
+    return session_;
+  }
+
+  void afterLoad(const Status& status) {
+    afterNative();
+    check(status, Phase::Compile);
+    std::shared_ptr<Session> session = live();
+    std::vector<FunctionInfo> functions;
+    {
+      py::gil_scoped_release release;
+      functions = session->functions();
+    }
+    functions_ = std::move(functions);  // with the GIL: call() reads it
+  }
+
+  static std::string paramList(const FunctionInfo& info, std::size_t count) {
+    std::string out;
+    for (std::size_t i = 0; i < count; ++i) out += (out.empty() ? "" : ", ") + info.params[i].name;
+    return out.empty() ? "none" : out;
+  }
+
+  static void bind(const FunctionInfo& info, std::size_t i, py::handle object, std::span<Value> values) {
+    Expected<Value> value = toValue(object, info.params[i], info.name);
+    if (!value) raiseStatus(value.status(), Phase::Run);
+    values[i] = std::move(*value);
+  }
+
+  std::shared_ptr<Session> session_;
+  std::vector<FunctionInfo> functions_;
+};
+
+// One callable function of a Program (a @shapevm.jit function, a Module's construct, a function
+// of a loaded program). Calls come through functionCall (its type's tp_call), not pybind11's
+// dispatcher: the per-call overhead is what a one-op function costs.
+class Function {
+ public:
+  Function(std::shared_ptr<Program> program, int index, int user_params)
+      : program_(std::move(program)), index_(index), user_params_(user_params) {}
+  py::object call(PyObject* args, PyObject* kwargs) {
+    return program_->call(index_, user_params_, py::none(), args, kwargs);
+  }
+  py::object callBound(py::handle owner, py::args args, py::kwargs kwargs) {
+    return program_->call(index_, user_params_, owner, args.ptr(), kwargs.ptr());
+  }
+  const std::shared_ptr<Program>& program() const { return program_; }
+  int index() const { return index_; }
+
+ private:
+  std::shared_ptr<Program> program_;
+  int index_;
+  int user_params_;
+};
+
+PyObject* functionCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  try {
+    return py::cast<Function&>(py::handle(self)).call(args, kwargs).release().ptr();
+  } catch (py::error_already_set& error) {
+    error.restore();
+  } catch (py::builtin_exception& error) {
+    error.set_error();
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+  }
+  return nullptr;
+}
+
+py::dict describeParam(const ParamInfo& param) {
+  py::dict out;
+  out["name"] = param.name;
+  out["kind"] = std::string(valueKindName(param.kind));
+  out["token"] = param.token;
+  out["dtype"] = param.dtype ? py::object(py::str(std::string(dtypeName(*param.dtype)))) : py::object(py::none());
+  out["any_rank"] = param.any_rank;
+  py::list dims;
+  for (const DimInfo& dim : param.dims) {
+    if (dim.size >= 0) {
+      dims.append(dim.size);
+    } else {
+      dims.append(dim.name.empty() ? py::object(py::none()) : py::object(py::str(dim.name)));
+    }
+  }
+  out["dims"] = dims;
+  return out;
+}
+
+py::list settings() {
+  py::list out;
+  for (std::size_t i = 0; i < Tunables::all().size(); ++i) {
+    const TunableInfo& row = Tunables::all()[i];
+    py::dict item;
+    item["key"] = std::string(row.key);
+    item["value"] = Tunables::get(static_cast<Tunable>(i));
+    item["default"] = row.default_value;
+    item["min"] = row.min_value;
+    item["max"] = row.max_value;
+    item["env"] = std::string(row.env);
+    item["meaning"] = std::string(row.meaning);
+    out.append(item);
+  }
+  return out;
+}
+
+void setTunable(const std::string& key, const std::string& value) {
+  if (Status status = Session::setTunable(key, value); !status.isOk()) raiseStatus(status, Phase::Run);
+  // The JIT raises the log threshold when it attaches; a live Session's JIT must see it now.
+  if (key == "jit_log" || key == "JitLog") {
+    const std::int64_t level = Tunables::get(Tunable::JitLog);
+    Log::setThreshold(level >= 2 ? LogLevel::Debug : level == 1 ? LogLevel::Info : LogLevel::Warn);
+  }
+}
+
+}  // namespace
+}  // namespace shapevm::python
+
+PYBIND11_MODULE(_core, m) {
+  namespace py = pybind11;
+  using namespace shapevm;
+  using namespace shapevm::python;
+  m.doc() = "ShapeVM's native core (use the `shapevm` package, docs/python.md)";
+
+  m.def("error_table", [] {
+    std::vector<std::pair<std::string, std::string>> rows;
+    for (std::size_t i = 0; i < kNumErrorCodes; ++i) {
+      const auto code = static_cast<ErrorCode>(i);
+      rows.emplace_back(std::string(errorCodeName(code)), std::string(errorCodeMeaning(code)));
+    }
+    return rows;
+  });
+  m.def("_set_error_classes", &setErrorClasses);
+  m.def("settings", &settings, "every row of the tunables table (key, value, default, min, max, env, meaning)");
+  m.def("set_tunable", &setTunable, py::arg("key"), py::arg("value"));
+  m.def("get_tunable", [](const std::string& key) {
+    Expected<std::int64_t> value = Session::getTunable(key);
+    if (!value) raiseStatus(value.status(), Phase::Run);
+    return *value;
+  });
+  m.def("jit_available", &Session::jitAvailable);
+  m.def("dtypes", [] {
+    std::vector<std::string> names;
+    for (int i = 0; i < kNumDTypes; ++i) names.emplace_back(dtypeName(static_cast<DType>(i)));
+    return names;
+  });
+  m.def("_set_log_handler", [](py::object handler) {
+    logQueue().handler = std::move(handler);
+    Log::setSink(logQueue().handler.is_none() ? nullptr : &pythonLogSink);
+  });
+  m.def("_flush", &afterNative, "hands Python what ShapeVM's threads left (log lines, array releases)");
+  m.def("_shutdown", [] {
+    stopDeferredReleases();
+    logQueue().stopped.store(true);
+    Log::setSink(nullptr);
+    logQueue().handler = py::none();
+  });
+
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program")
+      .def(py::init<std::optional<std::string>, bool, bool, bool>(), py::arg("jit_level") = py::none(),
+           py::arg("jit_wait") = false, py::arg("autotune") = true, py::arg("tuning_cache") = true)
+      .def("load_source", &Program::loadSource, py::arg("source"), py::arg("filename"), py::arg("entry") = "",
+           py::arg("python") = true)
+      .def("load", &Program::load, py::arg("path"))
+      .def("functions",
+           [](const Program& program) {
+             py::list out;
+             for (const FunctionInfo& info : program.functions()) {
+               py::dict item;
+               item["index"] = info.index;
+               item["name"] = info.name;
+               item["num_outputs"] = info.num_outputs;
+               py::list params;
+               for (const ParamInfo& p : info.params) params.append(describeParam(p));
+               item["params"] = params;
+               out.append(item);
+             }
+             return out;
+           })
+      .def("index", &Program::index)
+      .def("stats", &Program::stats)
+      .def("set", &Program::set)
+      .def("get", &Program::get)
+      .def("jit_status", &Program::jitStatus)
+      .def("wait_idle", &Program::waitIdle)
+      .def("save", &Program::save)
+      .def("close", &Program::close)
+      .def_property_readonly("closed", &Program::closed);
+
+  py::class_<Function, std::shared_ptr<Function>> function(m, "Function", py::dynamic_attr());
+  function
+      .def(py::init<std::shared_ptr<Program>, int, int>(), py::arg("program"), py::arg("index"),
+           py::arg("user_params") = -1)
+      .def("call_bound", &Function::callBound)
+      .def(
+          "stats", [](const Function& f) { return f.program()->stats(); },
+          "counters of its program (runs, launches_compiled, kernels_installed, ...)")
+      .def(
+          "wait_idle", [](const Function& f) { f.program()->waitIdle(); },
+          "blocks until its JIT has no compile queued or running")
+      .def_property_readonly("program", &Function::program)
+      .def_property_readonly("index", &Function::index);
+  // Calls go straight to functionCall; the type never gets a __call__ attribute that would
+  // send them through slot_tp_call and pybind11's dispatcher.
+  reinterpret_cast<PyTypeObject*>(function.ptr())->tp_call = &functionCall;
+  PyType_Modified(reinterpret_cast<PyTypeObject*>(function.ptr()));
+}
