@@ -467,12 +467,14 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                  json& timeline) {
   for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
     for (int level = 1; level <= 2; ++level) {
-      const std::string tuning_db = fmt::format("{}/cold/{}/O{}/tuning.jsonl", tmp_dir, variant, level);
+      // A fresh folder per measurement: the compiled-kernel cache lives next to the tuning database,
+      // and a kernel from it would make the run warm, not cold.
+      const std::string cache_dir = fmt::format("{}/cold/{}/O{}", tmp_dir, variant, level);
       std::error_code ignored;
-      std::filesystem::remove(tuning_db, ignored);
+      std::filesystem::remove_all(cache_dir, ignored);
       const Clock::time_point t0 = Clock::now();
       SVM_ASSIGN_OR_RETURN(Instance o0, makeInstance(flags, variant, 0));
-      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, level >= 2 ? tuning_db : ""));
+      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, cache_dir + "/tuning.jsonl"));
       const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
       std::vector<double> during, steady, during_ratio;
       std::map<std::int64_t, std::vector<double>> interpreted;  // O0, per seq
