@@ -45,7 +45,7 @@ case "$mode" in
   --tsan)
     build=build-tsan
     extra=(-DSHAPEVM_TSAN=ON -DSHAPEVM_BUILD_BENCH=OFF)
-    targets=(--target svm_jit_tests svm_support_tests) ;;
+    targets=(--target svm_jit_tests svm_support_tests svm_tune_tests svm_session_tests) ;;
 esac
 if [ -n "$build_type" ]; then type="$build_type"; fi
 if command -v ccache >/dev/null && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
