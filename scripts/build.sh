@@ -8,7 +8,7 @@
 #   --asan     build-asan/     Debug with ASan+UBSan, tests only
 #   --tsan     build-tsan/     ThreadSanitizer, only the test binaries of the threaded code (the
 #                              JIT's, whose tests run the compile thread beside the interpreter, and
-#                              support's thread pool)
+#                              support's thread pool, the tuner's and the Session's shutdown)
 # --build-type TYPE overrides the folder's CMake build type (Debug, Release, RelWithDebInfo).
 # --werror makes warnings errors (SHAPEVM_WERROR=ON); CI=true does too, except for --release.
 # Usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror]
