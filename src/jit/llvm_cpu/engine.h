@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // JitEngine: the one thin layer over LLVM 19 ORC (LLJIT on JITLink) that the LLVM CPU backend
 // uses. It builds code for one x86-64 CPU and its features (the host's by default; another named
-// CPU, e.g. "haswell", from EngineOptions::cpu or $SHAPEVM_JIT_CPU), runs the kernel pass pipeline (jit_opt_pipeline) on each
-// kernel module, compiles it to a relocatable object, and links every kernel version into its own
-// JITDylib so it can be removed (and so one object can be linked more than once). Objects come
+// CPU, e.g. "haswell", from EngineOptions::cpu or $SHAPEVM_JIT_CPU), runs the kernel pass
+// pipeline (jit_opt_pipeline) on each kernel module, compiles it to a relocatable object, and links every kernel
+// version into its own JITDylib so it can be removed (and so one object can be linked more than once). Objects come
 // from build() + emitObject() or from bytes a kernel cache kept (objectCode()).
 // Kernels are registered with gdb (JIT loader interface) and, when asked, perf (jitdump).
 // Invariant: nothing outside this file and codegen sees LLVM's generality; callers get a
