@@ -93,7 +93,16 @@ class _Text:
 
 
 def _names_loaded(node):
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    """The free names a def reads: loaded names that are not its parameters or bound in its body
+    (Python makes a name local to a function when the function assigns it anywhere)."""
+    loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = node.args
+        bound |= {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+        bound |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
+    declared_global = {name for n in ast.walk(node) if isinstance(n, ast.Global) for name in n.names}
+    return loaded - (bound - declared_global)
 
 
 def _called_names(node):
@@ -111,7 +120,12 @@ def _add_module_context(text, tree, used_names):
         if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").split(".")[0] == "shapevm":
             text.copy(stmt.lineno, stmt.end_lineno)
         elif isinstance(stmt, ast.Import) and any(a.name.split(".")[0] == "shapevm" for a in stmt.names):
-            text.copy(stmt.lineno, stmt.end_lineno)
+            kept = [a for a in stmt.names if a.name.split(".")[0] == "shapevm"]
+            if len(kept) == len(stmt.names) or stmt.lineno != stmt.end_lineno:
+                text.copy(stmt.lineno, stmt.end_lineno)
+            else:  # `import numpy as np, shapevm`: only the shapevm part, at the same line
+                names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
+                text.put(stmt.lineno, " " * stmt.col_offset + "import " + names)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             if any(isinstance(t, ast.Name) and t.id in used_names for t in targets):

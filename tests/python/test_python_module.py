@@ -511,3 +511,15 @@ def test_jit_log_goes_to_python_logging(context, caplog):
     records = [r for r in caplog.records if r.name == "shapevm.jit"]
     assert records, "no JIT log line reached logging.getLogger('shapevm.jit')"
     assert any("compiled" in r.getMessage().lower() or "hot" in r.getMessage().lower() for r in records)
+
+
+def test_jit_copies_only_free_module_names_and_the_shapevm_import():
+    # Module-level `x` and `y` (numpy arrays, not constants) share names with the function's
+    # parameter and local; `import numpy as np, shapevm` shares a line with numpy. Only SCALE is free.
+    import pymodule_scoping as prog
+    fn = shapevm.jit(prog.softmax_of_param)
+    a = np.random.default_rng(7).standard_normal((5, 9)).astype(np.float32)
+    got = fn(a, 2.0)
+    z = a * 2.0 * prog.SCALE
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
