@@ -410,25 +410,35 @@ Status KernelCache::clear() {
   return Status::ok();
 }
 
-Expected<int> KernelCache::exportTo(const std::string& dir) const {
-  if (kernels_dir_.empty()) return makeError(ErrorCode::InvalidArgument, "this kernel cache has no directory");
-  SVM_RETURN_IF_ERROR(makeDirectories(dir));
+namespace {
+// Copies every entry of `from` that decodes and whose name matches its key into `to` (atomically
+// per file); the others are skipped with a warning naming `verb`. An entry that can no longer be
+// read is skipped silently when `missing_ok` (evicted meanwhile), else with the same warning.
+Expected<int> copyCheckedEntries(const std::string& from, const std::string& to, std::string_view verb,
+                                 bool missing_ok) {
   int copied = 0;
-  for (const DirEntry& file : listFiles(kernels_dir_)) {
+  for (const DirEntry& file : listFiles(from)) {
     if (!isEntryName(file.name)) continue;
-    const std::string path = kernels_dir_ + "/" + file.name;
+    const std::string path = from + "/" + file.name;
     Expected<std::string> data = readWhole(path);
-    if (!data) continue;  // evicted meanwhile
-    Expected<CachedCode> code = decode(*data);
-    if (!code || fileName(code->key) != file.name) {
-      logAt(LogLevel::Warn, "JIT", "kernel cache: not exporting {}: {}", path,
+    if (!data && missing_ok) continue;
+    Expected<CachedCode> code = data ? KernelCache::decode(*data) : Expected<CachedCode>(data.status());
+    if (!code || KernelCache::fileName(code->key) != file.name) {
+      logAt(LogLevel::Warn, "JIT", "kernel cache: not {} {}: {}", verb, path,
             code ? "its name does not match its key" : code.status().message());
       continue;
     }
-    SVM_RETURN_IF_ERROR(writeAtomically(dir + "/" + file.name, *data));
+    SVM_RETURN_IF_ERROR(writeAtomically(to + "/" + file.name, *data));
     ++copied;
   }
   return copied;
+}
+}  // namespace
+
+Expected<int> KernelCache::exportTo(const std::string& dir) const {
+  if (kernels_dir_.empty()) return makeError(ErrorCode::InvalidArgument, "this kernel cache has no directory");
+  SVM_RETURN_IF_ERROR(makeDirectories(dir));
+  return copyCheckedEntries(kernels_dir_, dir, "exporting", /*missing_ok=*/true);
 }
 
 Expected<int> KernelCache::importFrom(const std::string& dir) {
@@ -438,20 +448,7 @@ Expected<int> KernelCache::importFrom(const std::string& dir) {
     return makeError(ErrorCode::InvalidArgument, "'{}' is not a directory of exported kernels", dir);
   }
   SVM_RETURN_IF_ERROR(makeDirectories(kernels_dir_));
-  int copied = 0;
-  for (const DirEntry& file : listFiles(dir)) {
-    if (!isEntryName(file.name)) continue;
-    const std::string path = dir + "/" + file.name;
-    Expected<std::string> data = readWhole(path);
-    Expected<CachedCode> code = data ? decode(*data) : Expected<CachedCode>(data.status());
-    if (!code || fileName(code->key) != file.name) {
-      logAt(LogLevel::Warn, "JIT", "kernel cache: not importing {}: {}", path,
-            code ? "its name does not match its key" : code.status().message());
-      continue;
-    }
-    SVM_RETURN_IF_ERROR(writeAtomically(kernels_dir_ + "/" + file.name, *data));
-    ++copied;
-  }
+  SVM_ASSIGN_OR_RETURN(const int copied, copyCheckedEntries(dir, kernels_dir_, "importing", /*missing_ok=*/false));
   evictIfNeeded(std::max<std::uint64_t>(capBytes(), 1));
   return copied;
 }
