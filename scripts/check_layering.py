@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 # The layering check: fails when a file under src/ or include/shapevm/ includes a header of a layer
-# above its own, or of a sibling layer of the same rank (frontend and vm never include each other).
+# above its own, or of a sibling layer of the same rank (frontend and vm never include each other),
+# or a header sealed inside its layer (SEALED: the LLVM CPU backend behind the backend seam).
 # LAYERS below is the one table of layers; every quoted include must resolve to a header that the
 # table assigns to a layer, so a new src/ folder must get a row here before it builds a test green.
 # Usage: scripts/check_layering.py [--root DIR]   (exit status 1 and one line per violation)
@@ -24,6 +25,14 @@ LAYERS = [
     ("tune", 6, ["tune/*"]),
     ("session", 7, ["session/*", "shapevm/*"]),  # the public Session API (include/shapevm/shapevm.h)
     ("python", 8, ["python/*"]),  # the pybind11 extension shapevm._core, on the Session API
+]
+
+# Headers sealed inside their layer: (the headers, the files that alone may include them, why).
+# The backend seam: the backend-neutral JIT, the tuner and the Session reach the LLVM CPU backend
+# only through jit/backend.h's createBackend(), whose table (jit/backend_registry.cc) names it.
+SEALED = [
+    ("jit/llvm_cpu/*", ["jit/llvm_cpu/*", "jit/backend_registry.cc"],
+     "a backend's headers are included only by the backend and the backend table (use jit/backend.h)"),
 ]
 
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
@@ -87,6 +96,11 @@ def check(root):
             elif used[0] != owner[0] and used[1] >= owner[1]:
                 relation = "a sibling layer" if used[1] == owner[1] else "a layer above it"
                 problems.append(f'{shown}:{line}: layer {owner[0]} includes "{target}" from {relation} ({used[0]})')
+            else:
+                for sealed, allowed, why in SEALED:
+                    if fnmatch.fnmatchcase(header, sealed) and not any(
+                            fnmatch.fnmatchcase(relative, a) for a in allowed):
+                        problems.append(f'{shown}:{line}: includes "{target}": {why}')
     return problems
 
 

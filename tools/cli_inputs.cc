@@ -40,11 +40,7 @@ const DimSchedule* findSchedule(const Function& fn, const InputPlan& plan, const
 }
 
 std::int64_t defaultExtent(const DimToken& dim) {
-  std::int64_t value = Tunables::get(Tunable::DefaultDynamicDim);
-  if (dim.lo >= 0 && value < dim.lo) value = dim.lo;
-  if (dim.hi >= 0 && value > dim.hi) value = dim.hi;
-  if (dim.divisor > 1 && value % dim.divisor != 0) value = (value / dim.divisor + 1) * dim.divisor;
-  return value;
+  return dim.nearestAccepted(Tunables::get(Tunable::DefaultDynamicDim));
 }
 
 }  // namespace

@@ -75,8 +75,9 @@ class Writer {
       u8(d.is_static ? 1 : 0);
       i64(d.size);
       i32(d.id);
-      i64(d.lo);
-      i64(d.hi);
+      // On disk, -1 is "no bound" (the format predates DimRange's 0 / kUnbounded defaults).
+      i64(d.lo != 0 || d.bounded() ? d.lo : -1);
+      i64(d.bounded() ? d.hi : -1);
       i64(d.divisor);
     }
   }
@@ -293,14 +294,16 @@ class Reader {
       d.is_static = is_static == 1;
       d.size = i64(field);
       d.id = i32(field);
-      d.lo = i64(field);
-      d.hi = i64(field);
+      const std::int64_t lo = i64(field);
+      const std::int64_t hi = i64(field);
       d.divisor = i64(field);
       bool valid = is_static <= 1 &&
-                   (d.is_static ? (d.size >= 0 && d.id == -1 && d.lo == -1 && d.hi == -1 && d.divisor == 1)
-                                : (d.size == 0 && d.id >= -1 && d.id <= 1000000 && d.lo >= -1 && d.hi >= -1 && d.divisor >= 1 &&
-                                   (d.hi < 0 || (d.lo >= 0 && d.hi >= d.lo))));
+                   (d.is_static ? (d.size >= 0 && d.id == -1 && lo == -1 && hi == -1 && d.divisor == 1)
+                                : (d.size == 0 && d.id >= -1 && d.id <= 1000000 && lo >= -1 && hi >= -1 && d.divisor >= 1 &&
+                                   (hi < 0 || (lo >= 0 && hi >= lo && hi != DimRange::kUnbounded))));
       if (!valid && ok()) fail(field, fmt::format("bad dim {} in shape token", i));
+      d.lo = lo < 0 ? 0 : lo;
+      d.hi = hi < 0 ? DimRange::kUnbounded : hi;
       t.dims.push_back(d);
     }
     return t;

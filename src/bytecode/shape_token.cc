@@ -56,7 +56,9 @@ Expected<DimToken> parseDim(std::string_view text, std::string_view whole) {
     if (dots == std::string_view::npos) return fail("expected ?N, ?N%D, lo..hi or ?N:lo..hi");
     if (!parseInt(range.substr(0, dots), &dim.lo) || dim.lo < 0) return fail("range lower bound must be an int >= 0");
     std::string_view hi = range.substr(dots + 2);
-    if (!hi.empty() && (!parseInt(hi, &dim.hi) || dim.hi < dim.lo)) return fail("range upper bound must be an int >= lo");
+    if (!hi.empty() && (!parseInt(hi, &dim.hi) || dim.hi < dim.lo || dim.hi == DimRange::kUnbounded)) {
+      return fail("range upper bound must be an int >= lo");
+    }
   } else if (text.front() != '?') {
     return fail("expected an extent, ?N, or a range");
   }
@@ -65,26 +67,14 @@ Expected<DimToken> parseDim(std::string_view text, std::string_view whole) {
 
 }  // namespace
 
-bool DimToken::accepts(std::int64_t extent) const {
-  if (is_static) return extent == size;
-  if (lo >= 0 && extent < lo) return false;
-  if (hi >= 0 && extent > hi) return false;
-  return divisor <= 1 || extent % divisor == 0;
-}
+bool DimToken::accepts(std::int64_t extent) const { return is_static ? extent == size : DimRange::accepts(extent); }
 
 std::string DimToken::toString() const {
   if (is_static) return std::to_string(size);
-  std::string text;
-  if (id >= 0) text = "?" + std::to_string(id);
-  if (lo >= 0) {
-    if (id >= 0) text += ":";
-    text += std::to_string(lo) + "..";
-    if (hi >= 0) text += std::to_string(hi);
-  } else if (id < 0) {
-    text = "?";
-  }
-  if (divisor > 1) text += "%" + std::to_string(divisor);
-  return text;
+  const std::string constraints = DimRange::toString();  // "lo..hi%d", "lo..", "%d" or ""
+  const bool has_range = lo != 0 || bounded();
+  if (id < 0) return has_range ? constraints : "?" + constraints;
+  return "?" + std::to_string(id) + (has_range ? ":" : "") + constraints;
 }
 
 std::string TensorDescriptor::toString() const {

@@ -17,16 +17,16 @@
 #include "shapevm/dtype.h"
 #include "shapevm/status.h"
 #include "shapevm/tensor.h"
+#include "tensor/dim_range.h"
 
 namespace shapevm {
 
-struct DimToken {
+// A dynamic dim's constraints (range, divisor) are its DimRange (tensor/dim_range.h); a static
+// dim is its size alone (its range stays unconstrained).
+struct DimToken : DimRange {
   bool is_static = true;
   std::int64_t size = 0;      // static extent
   std::int32_t id = -1;       // dynamic dim id (?N); -1 = anonymous
-  std::int64_t lo = -1;       // range lower bound; -1 = none
-  std::int64_t hi = -1;       // range upper bound; -1 = none
-  std::int64_t divisor = 1;   // constraint: size % divisor == 0
 
   static DimToken fixed(std::int64_t size) { DimToken d; d.size = size; return d; }
   static DimToken dynamic(std::int32_t id) { DimToken d; d.is_static = false; d.id = id; return d; }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,5 +110,27 @@ class KernelBackend {
   std::shared_ptr<KernelCache> cache_;
   std::atomic<std::uint64_t> from_cache_{0};
 };
+
+// How the JIT creates its backend (createBackend): which one, and what it compiles for.
+struct BackendOptions {
+  std::string name = "llvm-cpu";  // a row of the backend table (backends())
+  // The target to compile for, in the backend's own terms (llvm-cpu: an LLVM CPU name such as
+  // "haswell"); "" = the backend's default (llvm-cpu: $SHAPEVM_JIT_CPU, else the host CPU).
+  std::string target;
+  bool debugger_support = true;  // make compiled code visible to a debugger (gdb's JIT interface)
+  bool perf_support = false;     // and to a profiler (perf jitdump)
+};
+
+// One row of the backend table (backend_registry.cc): the only place that names a backend's
+// implementation. A new backend is a row here plus its own folder (docs/gpu-backend.md).
+struct BackendInfo {
+  std::string_view name;
+  std::string_view description;
+  Expected<std::unique_ptr<KernelBackend>> (*create)(const BackendOptions& options);
+};
+std::span<const BackendInfo> backends();
+// The backend `options.name` names, created for `options`; an unknown name is an error that
+// lists the known ones.
+Expected<std::unique_ptr<KernelBackend>> createBackend(const BackendOptions& options = {});
 
 }  // namespace shapevm::jit

@@ -12,7 +12,6 @@
 #include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
 #include "jit/kernel_cache.h"
-#include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/region_plan.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
@@ -58,10 +57,10 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
   const LogLevel wanted = log_level >= 2 ? LogLevel::Debug : LogLevel::Info;
   if (log_level != 0 && !Log::enabled(wanted)) Log::setThreshold(wanted);
   if (jit->level_ >= 1) {
-    EngineOptions engine_options = options.engine;
-    engine_options.debugger_support = Tunables::get(Tunable::JitDebugger) != 0;
-    engine_options.perf_support = Tunables::get(Tunable::JitPerf) != 0;
-    SVM_ASSIGN_OR_RETURN(jit->engine_, LlvmCpuBackend::create(engine_options));
+    BackendOptions backend_options = options.backend;
+    backend_options.debugger_support = Tunables::get(Tunable::JitDebugger) != 0;
+    backend_options.perf_support = Tunables::get(Tunable::JitPerf) != 0;
+    SVM_ASSIGN_OR_RETURN(jit->engine_, createBackend(backend_options));
     if (options.kernel_cache) {
       jit->engine_->setKernelCache(
           KernelCache::forDirectory(options.kernel_cache_dir.empty() ? defaultCacheDir() : options.kernel_cache_dir));

@@ -25,7 +25,7 @@
 
 #include "jit/backoff.h"
 #include "jit/hot_path.h"
-#include "jit/llvm_cpu/engine.h"
+#include "jit/backend.h"
 #include "jit/patch_manager.h"
 #include "jit/reasons.h"
 #include "jit/region.h"
@@ -37,8 +37,8 @@ namespace shapevm::jit {
 struct JitOptions {
   int level = -1;                  // 0/1/2; -1 = the JitLevel tunable
   bool wait_for_compiles = false;  // afterRun waits until queued compiles finish (deterministic tier-up)
-  EngineOptions engine;            // the LLVM CPU backend's engine: target CPU, debugger/perf support (the
-                                   // latter two from the JitDebugger/JitPerf tunables)
+  BackendOptions backend;          // which backend compiles kernels, for which target (debugger/perf
+                                   // support come from the JitDebugger/JitPerf tunables)
   Tuner* tuner = nullptr;          // O2: chooses kernel parameters (src/tune's AutoTuner); not owned
   bool kernel_cache = true;        // compiled kernels kept in <kernel_cache_dir>/kernels (kernel_cache.h)
   std::string kernel_cache_dir;    // "" = defaultCacheDir() (support/cache_dir.h)
@@ -171,7 +171,7 @@ class Jit final : public ExecutionObserver {
   VirtualMachine& vm_;
   JitOptions options_;
   int level_ = 0;
-  std::unique_ptr<KernelBackend> engine_;  // the LLVM CPU backend (level >= 1)
+  std::unique_ptr<KernelBackend> engine_;  // from createBackend(options.backend) (level >= 1)
   std::unique_ptr<RuntimePatchManager> patches_;
   std::vector<std::vector<Region>> regions_;          // per function
   std::vector<std::vector<SiteState>> sites_;         // per function, per op site

@@ -22,9 +22,8 @@ static_assert(sizeof(kOpIdents) / sizeof(kOpIdents[0]) == kNumOps, "one ident pe
 
 std::string dimText(const DimSpec& d) {
   if (d.isStatic()) return std::to_string(d.size);
-  std::string text = d.hi == INT64_MAX ? "?" : fmt::format("{}..{}", d.lo, d.hi);
-  if (d.divisor > 1) text += fmt::format("%{}", d.divisor);
-  return text;
+  if (d.bounded()) return d.toString();  // "lo..hi", "lo..hi%d"
+  return d.divisor > 1 ? fmt::format("?%{}", d.divisor) : "?";
 }
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include "ops/registry.h"
 #include "shapevm/status.h"
 #include "shapevm/value.h"
+#include "tensor/dim_range.h"
 
 namespace shapevm::jit {
 
@@ -52,13 +53,13 @@ struct KernelArgs {
 };
 using GeneratedKernelFn = void (*)(const KernelArgs* args);
 
-// One dynamic-or-static dim as the specialization sees it.
-struct DimSpec {
+// One dynamic-or-static dim as the specialization sees it: a dynamic dim's guarded range and
+// divisor (every observed value divisible by it) are its DimRange.
+struct DimSpec : DimRange {
   std::int64_t size = -1;     // >= 0: static (baked in); -1: dynamic (read from KernelArgs)
-  std::int64_t lo = 0;        // guarded range of a dynamic dim
-  std::int64_t hi = INT64_MAX;
-  std::int64_t divisor = 1;   // every observed value divisible by this (guarded)
   bool isStatic() const { return size >= 0; }
+  // What a guard requires of this dim.
+  DimRange guarded() const { return isStatic() ? DimRange::exactly(size) : static_cast<const DimRange&>(*this); }
 };
 
 struct OperandSpec {

@@ -123,8 +123,7 @@ Guard guardFor(const KernelSpec& spec) {
     input.rank = operand.rank;
     input.require_contiguous = operand.contiguous;
     for (int d = 0; d < operand.rank; ++d) {
-      const DimSpec& dim = operand.dims[d];
-      input.dims[d] = dim.isStatic() ? GuardDim{dim.size, dim.size, 1} : GuardDim{dim.lo, dim.hi, dim.divisor};
+      input.dims[d] = operand.dims[d].guarded();
     }
     guard.inputs.push_back(input);
   }
@@ -144,8 +143,7 @@ bool guardCovers(const Guard& outer, const Guard& inner) {
     if (o.dtype != n.dtype || o.rank != n.rank) return false;
     if (o.require_contiguous && !n.require_contiguous) return false;
     for (int d = 0; d < o.rank; ++d) {
-      if (n.dims[d].lo < o.dims[d].lo || n.dims[d].hi > o.dims[d].hi) return false;
-      if (o.dims[d].divisor > 1 && n.dims[d].divisor % o.dims[d].divisor != 0) return false;
+      if (!o.dims[d].covers(n.dims[d])) return false;
     }
   }
   return true;
@@ -182,9 +180,9 @@ std::string guardMissReason(const Guard& guard, const ProfileRecord& record, Jit
     }
     for (int d = 0; d < g.rank; ++d) {
       const std::int64_t extent = operand.shape[d];
-      const GuardDim& dim = g.dims[d];
-      if (extent < dim.lo || extent > dim.hi || (dim.divisor > 1 && extent % dim.divisor != 0)) {
-        std::string range = dim.lo == dim.hi ? std::to_string(dim.lo) : fmt::format("{}..{}", dim.lo, dim.hi);
+      const DimRange& dim = g.dims[d];
+      if (!dim.accepts(extent)) {
+        std::string range = dim.single() ? std::to_string(dim.lo) : dim.toString();
         return fail(JitReason::GuardRange, fmt::format("dim {} of input {} {} is {}, compiled for {}", d, i,
                                                        operand.shape.toString(), extent, range));
       }
@@ -200,14 +198,10 @@ TensorDescriptor rewriteToken(const TensorDescriptor& token, const OperandSpec& 
     DimToken& dim = out.dims[static_cast<std::size_t>(d)];
     if (dim.is_static) continue;
     const DimSpec& s = spec.dims[d];
-    if (s.isStatic()) {
-      dim.lo = dim.hi = s.size;
-    } else if (s.hi != INT64_MAX) {
-      dim.lo = s.lo;
-      dim.hi = s.hi;
-    } else {
-      dim.lo = dim.hi = -1;  // fully symbolic: no range
-    }
+    // The token keeps its own divisor; its range becomes the spec's (none when fully symbolic).
+    const DimRange range = s.isStatic() ? DimRange::exactly(s.size) : s.bounded() ? DimRange::between(s.lo, s.hi) : DimRange{};
+    dim.lo = range.lo;
+    dim.hi = range.hi;
   }
   return out;
 }

@@ -132,8 +132,8 @@ FunctionInfo describeFunction(const Module& module, int index) {
           if (d.id >= 0)
             dim.name =
                 id < fn.dim_names.size() && !fn.dim_names[id].empty() ? fn.dim_names[id] : fmt::format("?{}", d.id);
-          dim.lo = d.lo;
-          dim.hi = d.hi;
+          dim.lo = d.lo != 0 || d.bounded() ? d.lo : -1;  // DimInfo's -1: no bound
+          dim.hi = d.bounded() ? d.hi : -1;
         }
         param.dims.push_back(std::move(dim));
       }

@@ -13,22 +13,18 @@
 
 #include "ops/registry.h"
 #include "shapevm/value.h"
+#include "tensor/dim_range.h"
 
 namespace shapevm {
 
 // What a compiled entry requires of its inputs; checked at the slot before every compiled call.
-struct GuardDim {
-  std::int64_t lo = 0;
-  std::int64_t hi = INT64_MAX;
-  std::int64_t divisor = 1;
-};
 struct InputGuard {
   bool is_tensor = true;
   ValueKind scalar_kind = ValueKind::None;  // !is_tensor: the kind the kernel was compiled for (None = omitted)
   DType dtype = DType::Float32;
   int rank = 0;
   bool require_contiguous = true;
-  GuardDim dims[kMaxRank];
+  DimRange dims[kMaxRank];  // a static dim: DimRange::exactly(extent)
 };
 struct Guard {
   std::vector<InputGuard> inputs;

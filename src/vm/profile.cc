@@ -106,7 +106,8 @@ std::string ProfileRecord::toString() const {
 
 std::uint64_t signatureKey(std::span<const Value* const> inputs) {
   // Per input one byte: bit 7 tensor, bits 4-6 dtype, bit 3 contiguous, bits 0-2 rank (0..7).
-  // Rank 8 or more than 7 inputs: uncacheable (~0), resolved on every call.
+  // Rank 8, more than 7 inputs or a tensor off the CPU: uncacheable (~0), resolved (and its
+  // inputs checked, which refuses the device) on every call.
   if (inputs.size() > 7) return ~std::uint64_t{0};
   std::uint64_t key = 0;
   const Shape* first = nullptr;
@@ -116,7 +117,7 @@ std::uint64_t signatureKey(std::span<const Value* const> inputs) {
     std::uint64_t byte = 0;
     if (v != nullptr && v->isTensor()) {
       const Tensor& t = v->tensor();
-      if (t.rank() >= 8) return ~std::uint64_t{0};
+      if (t.rank() >= 8 || !t.device().isCpu()) return ~std::uint64_t{0};
       byte = 0x80u | (static_cast<std::uint64_t>(t.dtype()) << 4) | static_cast<std::uint64_t>(t.rank());
       if (t.isContiguous()) byte |= 0x08u;
       if (first == nullptr) first = &t.shape();
@@ -144,9 +145,7 @@ bool Guard::passes(std::span<const Value* const> values) const {
     if (t.dtype() != g.dtype || t.rank() != g.rank) return false;
     if (g.require_contiguous && !t.isContiguous()) return false;
     for (int d = 0; d < g.rank; ++d) {
-      std::int64_t extent = t.dim(d);
-      if (extent < g.dims[d].lo || extent > g.dims[d].hi) return false;
-      if (g.dims[d].divisor > 1 && extent % g.dims[d].divisor != 0) return false;
+      if (!g.dims[d].accepts(t.dim(d))) return false;
     }
   }
   return true;

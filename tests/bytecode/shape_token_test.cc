@@ -38,6 +38,19 @@ TEST(ShapeToken, FieldsAreFormal) {
   EXPECT_EQ(token->dims[1].size, 128);
 }
 
+// A dynamic dim's constraints are a DimRange (the type guards and kernel specs share); "no range"
+// is the unconstrained range, and "0.." says nothing more than "?", so it prints as "?".
+TEST(ShapeToken, DynamicDimConstraintsAreADimRange) {
+  auto token = parseTensorDescriptor("[?1:320..960%8,?2,16..,0..]");
+  ASSERT_TRUE(token.hasValue()) << token.status().toString();
+  EXPECT_EQ(static_cast<const DimRange&>(token->dims[0]), DimRange::between(320, 960, 8));
+  EXPECT_TRUE(token->dims[1].unconstrained());
+  EXPECT_EQ(static_cast<const DimRange&>(token->dims[2]), DimRange::between(16, DimRange::kUnbounded));
+  EXPECT_TRUE(token->dims[3].unconstrained());
+  EXPECT_EQ(token->toString(), "[?1:320..960%8,?2,16..,?]");
+  EXPECT_FALSE(parseTensorDescriptor("[0..9223372036854775807]").hasValue()) << "the largest int64 is 'unbounded'";
+}
+
 TEST(ShapeToken, BadFormsNameTheToken) {
   struct Case {
     const char* text;

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Tests scripts/check_layering.py itself on small synthetic source trees: a clean tree passes, and
 # each kind of violation (a layer above, a sibling layer, the interpreter including the JIT, a
-# public header reaching up, a folder missing from the table, an include that resolves nowhere)
+# public header reaching up, a folder missing from the table, an include that resolves nowhere, a
+# backend header included past the backend seam)
 # fails with a line naming the file, the include and the layers involved.
 import pathlib
 import subprocess
@@ -24,6 +25,8 @@ CLEAN_TREE = {
     "src/vm/interpreter.cc": '#include "bytecode/module.h"\n#include "vm/interpreter.h"\n',
     "src/vm/interpreter.h": "",
     "src/jit/jit.cc": '#include "vm/interpreter.h"\n#include "frontend/lowering.cc"\n',
+    "src/jit/llvm_cpu/engine.h": "",
+    "src/jit/backend_registry.cc": '#include "jit/llvm_cpu/engine.h"\n',
     "src/tune/tuner.cc": '#include "jit/jit.cc"\n',
     "src/session/session.cc": '#include "tune/tuner.cc"\n#include "shapevm/shapevm.h"\n',
     "include/shapevm/shapevm.h": '#include "shapevm/tensor.h"\n',
@@ -45,7 +48,7 @@ def runChecker(tmp_path, overrides):
 def test_clean_tree_passes(tmp_path):
     code, out = runChecker(tmp_path, {})
     assert code == 0, out
-    assert "check_layering: ok (15 files)" in out
+    assert "check_layering: ok (17 files)" in out
 
 
 @pytest.mark.parametrize("file, text, expected", [
@@ -63,6 +66,10 @@ def test_clean_tree_passes(tmp_path):
      'include/shapevm/tensor.h:1: layer tensor includes "ops/registry.h" from a layer above it (ops)'),
     ("src/support/logging.h", '#include "shapevm/shapevm.h"\n',
      'src/support/logging.h:1: layer support includes "shapevm/shapevm.h" from a layer above it (session)'),
+    ("src/jit/jit.cc", '#include "jit/llvm_cpu/engine.h"\n',
+     'src/jit/jit.cc:1: includes "jit/llvm_cpu/engine.h": a backend\'s headers are included only by the backend'),
+    ("src/tune/tuner.cc", '#include "jit/llvm_cpu/engine.h"\n',
+     'src/tune/tuner.cc:1: includes "jit/llvm_cpu/engine.h": a backend\'s headers are included only by the backend'),
     ("src/backend/cpu.h", "",
      "src/backend/cpu.h: not in any layer of the table"),
     ("src/tensor/tensor.cc", '#include "tensor/missing.h"\n',

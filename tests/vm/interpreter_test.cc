@@ -163,8 +163,8 @@ TEST(InterpreterDispatch, PatchTableEntryRunsBehindItsGuard) {
   CompiledEntry entry;
   InputGuard guard;
   guard.rank = 2;
-  guard.dims[0] = GuardDim{1, 4, 1};
-  guard.dims[1] = GuardDim{4, 4, 1};
+  guard.dims[0] = DimRange::between(1, 4);
+  guard.dims[1] = DimRange::exactly(4);
   entry.guard.inputs = {guard, guard};
   entry.fn = fakeCompiledAdd;
   entry.state = &state;
@@ -265,6 +265,44 @@ TEST(InterpreterErrors, ShapeErrorsNameFunctionPcLineAndShapes) {
   EXPECT_NE(message.find("function 'f' at PC 0x0002"), std::string::npos) << message;
   EXPECT_NE(message.find("model.py line 7:9"), std::string::npos) << message;
   EXPECT_NE(message.find("add(f32[2,3], f32[2,4])"), std::string::npos) << message;
+}
+
+// A tensor tagged with another device reaches the reference kernels only to be refused, on the
+// first call and on a later one after the same site ran a host tensor (the inline cache must not
+// let it through), naming the op, the input and the device.
+TEST(InterpreterErrors, TensorsOffTheCpuAreRefusedByTheReferenceKernels) {
+  auto module = load(R"(.module "dev"
+.source "model.py"
+.func f
+  .param a : f32[?0,3]
+  .param b : f32[?0,3]
+  .outputs 1
+  LoadTensor r0, a
+  LoadTensor r1, b
+.loc 4 5
+  CallOp add r2 = r0, r1
+  StoreTensor r2, o0
+  Return
+.end
+)");
+  ASSERT_TRUE(module);
+  VirtualMachine vm(module);
+  alignas(64) float device_bytes[6] = {1, 2, 3, 4, 5, 6};
+  Tensor on_gpu = Tensor::wrap(device_bytes, DType::Float32, Shape{2, 3}, Shape{3, 1}, sizeof(device_bytes), nullptr,
+                               nullptr, Device{DeviceKind::Cuda, 0});
+  Value host = Value::fromTensor(randomTensor(Shape{2, 3}, 21));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Value> host_args{host, host};
+    ASSERT_TRUE(vm.run(0, host_args).hasValue()) << "round " << round;
+    std::vector<Value> args{host, Value::fromTensor(on_gpu)};
+    auto out = vm.run(0, args);
+    ASSERT_FALSE(out.hasValue()) << "round " << round;
+    const std::string& message = out.status().message();
+    EXPECT_EQ(out.status().code(), ErrorCode::Unsupported);
+    EXPECT_NE(message.find("op 'add' input 1"), std::string::npos) << message;
+    EXPECT_NE(message.find("cuda:0"), std::string::npos) << message;
+    EXPECT_NE(message.find("model.py line 4:5"), std::string::npos) << message;
+  }
 }
 
 TEST(InterpreterErrors, ParameterTokensAndSharedDimsAreChecked) {
