@@ -116,12 +116,15 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
   if (cost.calls > 0 && calls >= cost.calls + InterpretedCost::kMinInterval) {
     const double interval = (total_ns - cost.nanos) / static_cast<double>(calls - cost.calls);
     cost.best_ns = cost.best_ns < 0.0 ? interval : std::min(cost.best_ns, interval);
+    ++cost.intervals;
   }
   if (cost.calls == 0 || calls >= cost.calls + InterpretedCost::kMinInterval) {
     cost.calls = calls;  // the next interval starts here
     cost.nanos = total_ns;
   }
-  return cost.best_ns < 0.0 || cost.best_ns < kCompiledLaunchNs;  // no interval yet: measure one first
+  if (cost.best_ns < 0.0 || cost.best_ns < kCompiledLaunchNs) return true;  // no interval yet, or cheap
+  // Over the launch: clearly (10x) at once, else only once several intervals agree.
+  return cost.best_ns < 10 * kCompiledLaunchNs && cost.intervals < InterpretedCost::kIntervals;
 }
 
 bool isHot(const RegionHeat& heat) {

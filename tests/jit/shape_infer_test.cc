@@ -202,35 +202,46 @@ TEST(HotPathDetector, SitesCheaperInterpretedThanALaunchStayInterpretedAtO2) {
   Tunables::resetToDefaults();
 }
 
-TEST(HotPathDetector, AnExpensiveSiteCompilesAfterOneCleanInterval) {
-  Tunables::resetToDefaults();
+// Adds `calls` executions of `ns` each to site 0 of `runtime`.
+void addCalls(FunctionRuntime& runtime, std::uint64_t calls, double ns) {
   const double ticks_per_ns = 1e9 / ticksToNanos(1'000'000'000);
-  auto owned = timedSites(1, 1000, {5e6});  // 5 us per call
+  runtime.slots[0].calls.fetch_add(calls);
+  runtime.slots[0].ticks.fetch_add(static_cast<std::uint64_t>(static_cast<double>(calls) * ns * ticks_per_ns));
+}
+
+TEST(HotPathDetector, AnExpensiveSiteCompilesOnceItsIntervalsAgree) {
+  Tunables::resetToDefaults();
+  auto owned = timedSites(1, 1000, {3e6});  // 3 us per call: over the launch, not 10x over
   FunctionRuntime& runtime = *owned;
   InterpretedCost cost;
   EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "the first look starts an interval";
-  runtime.slots[0].calls.store(1000 + InterpretedCost::kMinInterval);
-  runtime.slots[0].ticks.store(static_cast<std::uint64_t>((5e6 + 5e3 * InterpretedCost::kMinInterval) * ticks_per_ns));
+  for (int interval = 1; interval < InterpretedCost::kIntervals; ++interval) {
+    addCalls(runtime, InterpretedCost::kMinInterval, 3000.0);
+    EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "interval " << interval;
+  }
+  addCalls(runtime, InterpretedCost::kMinInterval, 3000.0);
   EXPECT_FALSE(cheaperInterpreted(cost, {0}, runtime, 2));
-  EXPECT_NEAR(cost.best_ns, 5000.0, 50.0);
+  EXPECT_NEAR(cost.best_ns, 3000.0, 30.0);
+  // 10x over the launch: compiled after one interval.
+  auto big = timedSites(1, 1000, {20e6});
+  InterpretedCost big_cost;
+  EXPECT_TRUE(cheaperInterpreted(big_cost, {0}, *big, 2));
+  addCalls(*big, InterpretedCost::kMinInterval, 20000.0);
+  EXPECT_FALSE(cheaperInterpreted(big_cost, {0}, *big, 2));
   Tunables::resetToDefaults();
 }
 
 TEST(HotPathDetector, APreemptedCallDoesNotMakeATinySiteCompile) {
   Tunables::resetToDefaults();
-  const double ticks_per_ns = 1e9 / ticksToNanos(1'000'000'000);
   // 1000 calls of 300 ns, one of which was preempted for 10 ms: the cumulative mean is 10.3 us.
   auto owned = timedSites(1, 1000, {300e3 + 10e6});
   FunctionRuntime& runtime = *owned;
   InterpretedCost cost;
   EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2));
-  double nanos = 300e3 + 10e6;
-  std::uint64_t calls = 1000;
-  for (int interval = 0; interval < 3; ++interval) {  // clean intervals of 300 ns per call
-    calls += 4;
-    nanos += 4 * 300.0;
-    runtime.slots[0].calls.store(calls);
-    runtime.slots[0].ticks.store(static_cast<std::uint64_t>(nanos * ticks_per_ns));
+  addCalls(runtime, InterpretedCost::kMinInterval, 5000.0);  // a slow interval (another preemption)
+  EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "one slow interval is not enough";
+  for (int interval = 0; interval < 2 * InterpretedCost::kIntervals; ++interval) {  // clean: 300 ns per call
+    addCalls(runtime, 4, 300.0);
     EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "interval " << interval;
   }
   EXPECT_NEAR(cost.best_ns, 300.0, 10.0);
