@@ -87,7 +87,8 @@ def jit(fn=None, *, jit_level=None, wait=False):
 class Module:
     """An nn.Module-like class: subclass it, keep parameters as numpy array attributes and write
     `construct(self, ...)` in the ShapeVM subset. The class is compiled when it is defined; each
-    instance gets its own program at its first call, and reads its attributes at every call."""
+    instance gets its own program at its first call, and reads its attributes at every call.
+    numpy attributes are parameters the Module owns (a read-only copy; see __setattr__)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -121,6 +122,13 @@ class Module:
             fn._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
             self.__dict__["_shapevm_fn"] = fn
         return fn
+
+    def __setattr__(self, name, value):
+        """Parameters are owned by the Module: a numpy array assigned to an attribute is copied
+        once into ShapeVM's storage and the attribute holds a read-only array over that copy, so
+        the JIT may keep what it derives from it (packed weights) across calls. Change a weight
+        by assigning a new array (in-place writes raise numpy's read-only ValueError)."""
+        object.__setattr__(self, name, _core._own_parameter(value))
 
     def __call__(self, *args, **kwargs):
         return self._shapevm_function().call_bound(self, *args, **kwargs)

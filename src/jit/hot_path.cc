@@ -94,6 +94,39 @@ double sitesMilliseconds(const std::vector<int>& sites, const FunctionRuntime& r
   return ticksToNanos(ticks) * 1e-6;
 }
 
+double sitesMeanNanos(const std::vector<int>& sites, const FunctionRuntime& runtime) {
+  if (sites.empty()) return -1.0;
+  const std::uint64_t calls =
+      runtime.slots[static_cast<std::size_t>(sites.front())].calls.load(std::memory_order_relaxed);
+  const double ms = sitesMilliseconds(sites, runtime);
+  if (calls == 0 || ms <= 0.0) return -1.0;  // not run yet, or not timed (profiling off)
+  return ms * 1e6 / static_cast<double>(calls);
+}
+
+bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime,
+                        int level) {
+  if (level < 2 || Tunables::get(Tunable::HotMs) <= 0 || sites.empty()) return false;
+  const std::uint64_t calls =
+      runtime.slots[static_cast<std::size_t>(sites.front())].calls.load(std::memory_order_relaxed);
+  const double ms = sitesMilliseconds(sites, runtime);
+  if (calls == 0 || ms <= 0.0) return false;  // not run, or not timed (profiling off): no evidence
+  const double total_ns = ms * 1e6;
+  // Other load only ever adds time, so a cumulative mean below a launch is proof enough.
+  if (total_ns / static_cast<double>(calls) < kCompiledLaunchNs) return true;
+  if (cost.calls > 0 && calls >= cost.calls + InterpretedCost::kMinInterval) {
+    const double interval = (total_ns - cost.nanos) / static_cast<double>(calls - cost.calls);
+    cost.best_ns = cost.best_ns < 0.0 ? interval : std::min(cost.best_ns, interval);
+    ++cost.intervals;
+  }
+  if (cost.calls == 0 || calls >= cost.calls + InterpretedCost::kMinInterval) {
+    cost.calls = calls;  // the next interval starts here
+    cost.nanos = total_ns;
+  }
+  if (cost.best_ns < 0.0 || cost.best_ns < kCompiledLaunchNs) return true;  // no interval yet, or cheap
+  // Over the launch: clearly (10x) at once, else only once several intervals agree.
+  return cost.best_ns < 10 * kCompiledLaunchNs && cost.intervals < InterpretedCost::kIntervals;
+}
+
 bool isHot(const RegionHeat& heat) {
   return heat.executions >= static_cast<std::uint64_t>(Tunables::get(Tunable::HotCount)) &&
          heat.milliseconds >= static_cast<double>(Tunables::get(Tunable::HotMs));

@@ -34,6 +34,34 @@ RegionHeat measureRegion(const Region& region, const FunctionRuntime& runtime);
 // Cumulative milliseconds spent at these op sites (a fused range's time: its runs are timed at its
 // first site, the ops of a declined run at their own).
 double sitesMilliseconds(const std::vector<int>& sites, const FunctionRuntime& runtime);
+// Mean nanoseconds per execution spent at these op sites (executions: the calls of the first
+// site; before a compile, all interpreted); -1 when they have not run or were not timed.
+double sitesMeanNanos(const std::vector<int>& sites, const FunctionRuntime& runtime);
+
+// About what one compiled launch costs beyond the kernel's own work (guards, the kernel ABI,
+// output buffers): ~1 us measured on the reference host (BENCHMARKS.md, issue 19 follow-up).
+inline constexpr double kCompiledLaunchNs = 1000.0;
+
+// What an op site's (or fusible range's) interpreted executions cost, sampled between scans.
+// The cumulative mean alone misleads on a shared host: one preempted call adds its whole time
+// slice to it. So the decision takes the least mean over intervals of >= kMinInterval
+// executions (other load inflates some intervals, not all of them); a site over the launch
+// compiles once kIntervals intervals agree, or at once when it is over 10x the launch.
+struct InterpretedCost {
+  static constexpr std::uint64_t kMinInterval = 2;
+  static constexpr int kIntervals = 4;
+  std::uint64_t calls = 0;  // the counters at the current interval's start (0: none yet)
+  double nanos = 0.0;
+  double best_ns = -1.0;  // least interval mean so far (-1: none)
+  int intervals = 0;      // intervals measured
+};
+// True at O2 when these sites, interpreted, cost less per execution than a compiled launch
+// (kCompiledLaunchNs): compiling them would make every call slower (a one-op call on 1-element
+// arrays, a chain of tiny ops), so they stay interpreted while that holds. Also true while it
+// is unknown: an over-the-launch cumulative mean waits for its intervals (InterpretedCost).
+// hot_ms = 0 (compile whatever is hot, regardless of time) turns this off.
+bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime,
+                        int level);
 // Hot when executions >= hot_count and time >= hot_ms (tunables HotCount, HotMs).
 bool isHot(const RegionHeat& heat);
 

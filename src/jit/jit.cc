@@ -160,6 +160,7 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
     return;
   }
   if (!state.backoff.mayRetry(heat.executions)) return;
+  if (state.compiles == 0 && cheaperInterpreted(state.interpreted, {site}, vm_.runtime(function), level_)) return;
   const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
   bool retune = false;
   if (state.compiles > 0) {
@@ -501,6 +502,9 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   using Phase = RangeState::Phase;
   if (state.phase == Phase::Queued || state.phase == Phase::NotFused || state.phase == Phase::Blacklisted) return;
   if (!state.backoff.mayRetry(heat.executions)) return;
+  if (state.compiles == 0 && cheaperInterpreted(state.interpreted, state.range.sites, vm_.runtime(function), level_)) {
+    return;
+  }
   const std::uint64_t declines = state.declines->load(std::memory_order_relaxed);
   bool tune = false;
   if (state.phase == Phase::Installed) {

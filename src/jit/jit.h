@@ -120,6 +120,7 @@ class Jit final : public ExecutionObserver {
     // its tuning waits until the time spent at the site since the install repays it.
     bool tuned = true;
     double installed_ms = 0, tune_cost_ms = 0, tune_gain = 1;
+    InterpretedCost interpreted;  // O2: stays interpreted while cheaper than a launch (hot_path.h)
   };
   SiteState siteState(int function, int site) const;
 
@@ -131,6 +132,7 @@ class Jit final : public ExecutionObserver {
     Phase phase = Phase::Cold;
     int compiles = 0;
     FailureBackoff backoff;
+    InterpretedCost interpreted;  // O2: stays interpreted while cheaper than a launch (hot_path.h)
     std::uint64_t declines_at_request = 0;
     std::shared_ptr<std::atomic<std::uint64_t>> declines = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::shared_ptr<std::atomic<std::uint64_t>> row_blocked = std::make_shared<std::atomic<std::uint64_t>>(0);

@@ -166,6 +166,81 @@ Expected<Value> scalarValue(py::handle object, const ParamInfo& param, std::stri
                    valueKindName(param.kind), given());
 }
 
+// ---- arrays over ShapeVM storage ----
+
+// The capsule name that marks a Module parameter's storage (ownParameter): ShapeVM-owned bytes
+// behind a read-only array, so caches derived from them (packed weights) stay valid.
+constexpr const char* kParameterCapsule = "shapevm.parameter";
+
+// An ndarray over `tensor`'s elements whose base is a capsule owning the Tensor (named `name`,
+// or unnamed for a result).
+py::object arrayOver(Tensor tensor, bool writable, const char* name) {
+  const int rank = tensor.rank();
+  const auto item = static_cast<py::ssize_t>(tensor.itemSize());
+  py::ssize_t dims[kMaxRank];
+  py::ssize_t strides[kMaxRank];
+  for (int axis = 0; axis < rank; ++axis) {
+    dims[axis] = tensor.dim(axis);
+    strides[axis] = tensor.stride(axis) * item;
+  }
+  const DType dtype = tensor.dtype();
+  void* data = tensor.rawData();
+  py::capsule owner(new Tensor(std::move(tensor)), name, [](PyObject* capsule) {
+    delete static_cast<Tensor*>(PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule)));
+  });
+  auto& api = py::detail::npy_api::get();
+  PyObject* array = api.PyArray_NewFromDescr_(api.PyArray_Type_, numpyDtype(dtype).inc_ref().ptr(), rank, dims, strides,
+                                              data, writable ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0,
+                                              nullptr);  // steals the dtype reference
+  if (array == nullptr) throw py::error_already_set();
+  if (api.PyArray_SetBaseObject_(array, owner.release().ptr()) != 0) {  // steals the capsule
+    Py_DECREF(array);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(array);
+}
+
+// The Tensor behind a Module parameter array, or a view of one (whose base is the parameter
+// array: numpy stops collapsing bases at the capsule), else null.
+const Tensor* parameterTensor(py::handle object) {
+  PyObject* base = py::detail::array_proxy(object.ptr())->base;
+  auto& api = py::detail::npy_api::get();
+  while (base != nullptr && api.PyArray_Check_(base)) base = py::detail::array_proxy(base)->base;
+  if (base == nullptr || !PyCapsule_IsValid(base, kParameterCapsule)) return nullptr;
+  return static_cast<const Tensor*>(PyCapsule_GetPointer(base, kParameterCapsule));
+}
+
+// `array` (over a parameter's storage) as a view of `owned` without adopting it: same storage,
+// so the JIT may cache what it derives (the bytes are read-only to Python). Null when the view
+// is not expressible (another dtype, a misaligned offset).
+std::optional<Tensor> parameterView(py::array array, const Tensor& owned, DType dtype) {
+  if (dtype != owned.dtype()) return std::nullopt;
+  const auto item = static_cast<std::ptrdiff_t>(owned.itemSize());
+  const std::ptrdiff_t bytes =
+      static_cast<const char*>(array.data()) - static_cast<const char*>(owned.storage()->data());
+  if (bytes < 0 || bytes % item != 0) return std::nullopt;
+  Shape shape;
+  Shape strides;
+  for (py::ssize_t axis = 0; axis < array.ndim(); ++axis) {
+    if (array.strides(axis) % item != 0) return std::nullopt;
+    shape.push_back(array.shape(axis));
+    strides.push_back(array.shape(axis) > 1 ? array.strides(axis) / item : 0);
+  }
+  if (shape == owned.shape() && strides == owned.strides() && bytes / item == owned.offset()) return owned;
+  Expected<Tensor> view = owned.asStrided(shape, strides, bytes / item);
+  if (!view) return std::nullopt;
+  return std::move(*view);
+}
+
+// A Module parameter array (or a view of one) as a view of ShapeVM's Tensor; null otherwise.
+std::optional<Tensor> ownedView(py::handle object) {
+  const Tensor* owned = parameterTensor(object);
+  if (owned == nullptr) return std::nullopt;
+  py::array array = py::reinterpret_borrow<py::array>(object);
+  const std::optional<DType> dtype = dtypeOf(array.dtype());
+  if (!dtype) return std::nullopt;
+  return parameterView(array, *owned, *dtype);
+}
 }  // namespace
 
 void setErrorClasses(py::list run_classes, py::list compile_classes) {
@@ -194,6 +269,7 @@ Expected<Value> toValue(py::handle object, const ParamInfo& param, std::string_v
     }
     candidate = numpy().asarray(candidate);  // a numpy scalar: a 0-d array (a copy of one element)
   }
+  if (std::optional<Tensor> owned = ownedView(candidate)) return Value::fromTensor(std::move(*owned));
   SVM_ASSIGN_OR_RETURN(Tensor tensor, wrapArray(py::reinterpret_borrow<py::array>(candidate), param, function));
   return Value::fromTensor(std::move(tensor));
 }
@@ -212,36 +288,38 @@ py::object fromValue(Value value) {
     case ValueKind::Tensor: break;
   }
   Tensor tensor = value.takeTensor();
-  const int rank = tensor.rank();
   if (tensor.dtype() == DType::BFloat16) {  // numpy has no bfloat16: widen (exactly) to float32
     py::array_t<float> out(std::vector<py::ssize_t>(tensor.shape().begin(), tensor.shape().end()));
     float* data = out.mutable_data();
     for (std::int64_t i = 0; i < tensor.numel(); ++i) data[i] = static_cast<float>(tensor.elementAsDouble(i));
     return out;
   }
-  const auto item = static_cast<py::ssize_t>(tensor.itemSize());
-  py::ssize_t dims[kMaxRank];
-  py::ssize_t strides[kMaxRank];
-  for (int axis = 0; axis < rank; ++axis) {
-    dims[axis] = tensor.dim(axis);
-    strides[axis] = tensor.stride(axis) * item;
-  }
   // Writable when nothing else can see the bytes (a fresh result) or they are the caller's own
   // (a view of an argument array); read-only when ShapeVM shares them (a program constant).
   const bool writable = tensor.storage()->isExternal() || tensor.isSoleOwner();
-  const DType dtype = tensor.dtype();
-  void* data = tensor.rawData();
-  py::capsule owner(new Tensor(std::move(tensor)), [](void* held) { delete static_cast<Tensor*>(held); });
-  auto& api = py::detail::npy_api::get();
-  PyObject* array = api.PyArray_NewFromDescr_(api.PyArray_Type_, numpyDtype(dtype).inc_ref().ptr(), rank, dims, strides,
-                                              data, writable ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0,
-                                              nullptr);  // steals the dtype reference
-  if (array == nullptr) throw py::error_already_set();
-  if (api.PyArray_SetBaseObject_(array, owner.release().ptr()) != 0) {  // steals the capsule
-    Py_DECREF(array);
-    throw py::error_already_set();
+  return arrayOver(std::move(tensor), writable, nullptr);
+}
+
+bool crossesOwned(py::handle object) {
+  return py::isinstance<py::array>(object) && ownedView(object).has_value();
+}
+
+py::object ownParameter(py::handle object) {
+  if (!py::isinstance<py::array>(object) || parameterTensor(object) != nullptr) {
+    return py::reinterpret_borrow<py::object>(object);  // not an array, or already ShapeVM's own
   }
-  return py::reinterpret_steal<py::object>(array);
+  py::array array = py::reinterpret_borrow<py::array>(object);
+  const std::optional<DType> dtype = dtypeOf(array.dtype());
+  if (!dtype || array.ndim() > kMaxRank) return array;   // calls reject it with the usual message
+  array = py::array::ensure(array, py::array::c_style);  // row-major (a copy only when it is not)
+  Shape shape;
+  for (py::ssize_t axis = 0; axis < array.ndim(); ++axis) shape.push_back(array.shape(axis));
+  Expected<Tensor> tensor = Tensor::empty(*dtype, shape);
+  if (!tensor) raiseStatus(tensor.status(), Phase::Run);
+  if (tensor->numel() > 0) {
+    std::memcpy(tensor->rawData(), array.data(), static_cast<std::size_t>(tensor->numel()) * tensor->itemSize());
+  }
+  return arrayOver(std::move(*tensor), false, kParameterCapsule);
 }
 
 void drainDeferredReleases() {

@@ -441,6 +441,11 @@ PYBIND11_MODULE(_core, m) {
     logQueue().handler = std::move(handler);
     Log::setSink(logQueue().handler.is_none() ? nullptr : &pythonLogSink);
   });
+  m.def("_own_parameter", &ownParameter, py::arg("value"),
+        "a Module attribute as the Module keeps it: a numpy array becomes a read-only array over a ShapeVM-owned "
+        "copy; anything else is returned unchanged");
+  m.def("_crosses_owned", &crossesOwned, py::arg("array"),
+        "whether `array` crosses into a call as ShapeVM-owned storage (a Module parameter or a view of one)");
   m.def("_flush", &afterNative, "hands Python what ShapeVM's threads left (log lines, array releases)");
   m.def("_shutdown", [] {
     stopDeferredReleases();

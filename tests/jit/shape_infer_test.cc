@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "bytecode/module_io.h"
@@ -169,6 +170,82 @@ TEST(HotPathDetector, TheFlatWorkloadIsOneStraightLineBlock) {
   ASSERT_EQ(regions.size(), 1u);
   EXPECT_EQ(regions[0].kind, Region::Kind::Block);
   EXPECT_EQ(regions[0].sites.size(), module->functions[0].op_sites.size());
+}
+
+// A runtime whose sites each ran `calls` times for `nanos` in all (the interpreter's counters).
+std::unique_ptr<FunctionRuntime> timedSites(std::size_t sites, std::uint64_t calls, const std::vector<double>& nanos) {
+  auto runtime = std::make_unique<FunctionRuntime>();
+  runtime->slots = std::make_unique<DispatchSlot[]>(sites);
+  const double ticks_per_ns = 1e9 / ticksToNanos(1'000'000'000);
+  for (std::size_t s = 0; s < sites; ++s) {
+    runtime->slots[s].calls.store(calls);
+    runtime->slots[s].ticks.store(static_cast<std::uint64_t>(nanos[s] * ticks_per_ns));
+  }
+  return runtime;
+}
+
+TEST(HotPathDetector, SitesCheaperInterpretedThanALaunchStayInterpretedAtO2) {
+  Tunables::resetToDefaults();
+  // 1000 calls: 300 us in all is 300 ns per call (a 1-element op), 5 ms is 5 us.
+  const auto tiny_owned = timedSites(2, 1000, {300e3, 200e3});
+  const FunctionRuntime& tiny = *tiny_owned;
+  EXPECT_NEAR(sitesMeanNanos({0}, tiny), 300.0, 3.0);
+  EXPECT_NEAR(sitesMeanNanos({0, 1}, tiny), 500.0, 5.0) << "a range: its sites' time per execution";
+  InterpretedCost cost;
+  EXPECT_TRUE(cheaperInterpreted(cost, {0}, tiny, 2));
+  EXPECT_TRUE(cheaperInterpreted(cost, {0, 1}, tiny, 2));
+  EXPECT_FALSE(cheaperInterpreted(cost, {0}, tiny, 1)) << "O1 compiles every hot op";
+  EXPECT_FALSE(cheaperInterpreted(cost, {0}, *timedSites(1, 0, {0.0}), 2)) << "never run: no evidence";
+  EXPECT_FALSE(cheaperInterpreted(cost, {0}, *timedSites(1, 1000, {0.0}), 2)) << "not timed (profiling off)";
+  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 0).isOk());
+  EXPECT_FALSE(cheaperInterpreted(cost, {0}, tiny, 2)) << "hot_ms = 0 compiles whatever is hot";
+  Tunables::resetToDefaults();
+}
+
+// Adds `calls` executions of `ns` each to site 0 of `runtime`.
+void addCalls(FunctionRuntime& runtime, std::uint64_t calls, double ns) {
+  const double ticks_per_ns = 1e9 / ticksToNanos(1'000'000'000);
+  runtime.slots[0].calls.fetch_add(calls);
+  runtime.slots[0].ticks.fetch_add(static_cast<std::uint64_t>(static_cast<double>(calls) * ns * ticks_per_ns));
+}
+
+TEST(HotPathDetector, AnExpensiveSiteCompilesOnceItsIntervalsAgree) {
+  Tunables::resetToDefaults();
+  auto owned = timedSites(1, 1000, {3e6});  // 3 us per call: over the launch, not 10x over
+  FunctionRuntime& runtime = *owned;
+  InterpretedCost cost;
+  EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "the first look starts an interval";
+  for (int interval = 1; interval < InterpretedCost::kIntervals; ++interval) {
+    addCalls(runtime, InterpretedCost::kMinInterval, 3000.0);
+    EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "interval " << interval;
+  }
+  addCalls(runtime, InterpretedCost::kMinInterval, 3000.0);
+  EXPECT_FALSE(cheaperInterpreted(cost, {0}, runtime, 2));
+  EXPECT_NEAR(cost.best_ns, 3000.0, 30.0);
+  // 10x over the launch: compiled after one interval.
+  auto big = timedSites(1, 1000, {20e6});
+  InterpretedCost big_cost;
+  EXPECT_TRUE(cheaperInterpreted(big_cost, {0}, *big, 2));
+  addCalls(*big, InterpretedCost::kMinInterval, 20000.0);
+  EXPECT_FALSE(cheaperInterpreted(big_cost, {0}, *big, 2));
+  Tunables::resetToDefaults();
+}
+
+TEST(HotPathDetector, APreemptedCallDoesNotMakeATinySiteCompile) {
+  Tunables::resetToDefaults();
+  // 1000 calls of 300 ns, one of which was preempted for 10 ms: the cumulative mean is 10.3 us.
+  auto owned = timedSites(1, 1000, {300e3 + 10e6});
+  FunctionRuntime& runtime = *owned;
+  InterpretedCost cost;
+  EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2));
+  addCalls(runtime, InterpretedCost::kMinInterval, 5000.0);  // a slow interval (another preemption)
+  EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "one slow interval is not enough";
+  for (int interval = 0; interval < 2 * InterpretedCost::kIntervals; ++interval) {  // clean: 300 ns per call
+    addCalls(runtime, 4, 300.0);
+    EXPECT_TRUE(cheaperInterpreted(cost, {0}, runtime, 2)) << "interval " << interval;
+  }
+  EXPECT_NEAR(cost.best_ns, 300.0, 10.0);
+  Tunables::resetToDefaults();
 }
 
 }  // namespace

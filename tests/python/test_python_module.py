@@ -283,22 +283,51 @@ def test_reference_cell_module(context):
 
 
 @pytest.mark.parametrize("level", ["O0", "O2"])
-def test_weight_reassignment_and_in_place_update(context, level):
+def test_weights_are_owned_reassignment_takes_effect(context, level):
     eager(context)
     model = progs.Affine(256, 128, jit_level=level, wait=True)  # 32768 elements: a packable weight
     x = np.random.default_rng(5).standard_normal((9, 128)).astype(np.float32)
     for _ in range(4):  # compiled (and any packing cached) by now
         first = model(x)
     np.testing.assert_allclose(first, x @ model.weight.T + model.bias, rtol=1e-4, atol=1e-4)
-    model.weight = np.random.default_rng(6).standard_normal((256, 128)).astype(np.float32)
+    # The Module owns its parameters: a read-only copy, so in-place writes are refused ...
+    assert not model.weight.flags.writeable and not np.shares_memory(model.weight, first)
+    with pytest.raises(ValueError, match="read-only"):
+        model.weight *= -1.0
+    with pytest.raises(ValueError):
+        model.weight.flags.writeable = True
+    source = np.random.default_rng(6).standard_normal((256, 128)).astype(np.float32)
+    model.weight = source
+    assert not np.shares_memory(model.weight, source)
+    source[:] = 0.0  # the caller's array is not the parameter
     second = model(x)
+    # ... and a new array takes effect on the next call, packed weights included.
     np.testing.assert_allclose(second, x @ model.weight.T + model.bias, rtol=1e-4, atol=1e-4)
     assert not np.allclose(first, second)
-    model.weight *= -1.0  # the same array, new bytes
+    model.weight = -model.weight
     third = model(x)
     np.testing.assert_allclose(third, -second + 2 * model.bias, rtol=1e-4, atol=1e-4)
+    model.weight = np.asfortranarray(model.weight)  # any layout is copied row-major
+    np.testing.assert_allclose(model(x), third, rtol=1e-5, atol=1e-5)
     if level == "O2":
         assert model.stats()["launches_compiled"] > 0
+
+
+def test_owned_weights_cross_as_shapevm_storage():
+    """A Module parameter (and a view of it) crosses as ShapeVM's own storage, which the compiled
+    matmul's packed-weight cache admits; the caller's arrays and results cross as adopted memory."""
+    model = progs.Affine(256, 128)
+    assert shapevm._core._crosses_owned(model.weight)
+    assert shapevm._core._crosses_owned(model.weight.T) and shapevm._core._crosses_owned(model.weight[1:7, ::2])
+    assert not shapevm._core._crosses_owned(model.weight.view(np.int32))  # another dtype: adopted
+    plain = np.ones((4, 4), np.float32)
+    assert not shapevm._core._crosses_owned(plain)
+    result = model(np.ones((2, 128), np.float32))
+    assert result.flags.writeable and not shapevm._core._crosses_owned(result)
+    model.extra = [1.0, 2.0]  # not an array: kept as given
+    assert model.extra == [1.0, 2.0]
+    model.copy_of_weight = model.weight  # already a parameter: shared, not copied again
+    assert model.copy_of_weight is model.weight
 
 
 def test_module_attributes_are_checked():
