@@ -98,12 +98,18 @@ class DapServer {
     }
   }
   void respond(const json& request, json body = json::object()) {
-    send(json{{"type", "response"}, {"request_seq", request.value("seq", 0)}, {"success", true},
-              {"command", request.value("command", "")}, {"body", std::move(body)}});
+    send(json{{"type", "response"},
+              {"request_seq", request.value("seq", 0)},
+              {"success", true},
+              {"command", request.value("command", "")},
+              {"body", std::move(body)}});
   }
   void fail(const json& request, const std::string& message) {
-    send(json{{"type", "response"}, {"request_seq", request.value("seq", 0)}, {"success", false},
-              {"command", request.value("command", "")}, {"message", message},
+    send(json{{"type", "response"},
+              {"request_seq", request.value("seq", 0)},
+              {"success", false},
+              {"command", request.value("command", "")},
+              {"message", message},
               {"body", {{"error", {{"id", 1}, {"format", message}}}}}});
   }
   void failRaw(const std::string& message) { fail(json::object(), message); }
@@ -155,7 +161,8 @@ class DapServer {
       fail(request, "launch: " + code.status().message());
     } else if (!attached) {
       fail(request, fmt::format("launch: `shapevm run {}` failed before the program started (exit code {}; its "
-                                "message is on the adapter's stderr)", program, *code));
+                                "message is on the adapter's stderr)",
+                                program, *code));
     } else if (*code != 0) {
       event("output", {{"category", "stderr"}, {"output", fmt::format("the program failed (exit code {})\n", *code)}});
       event("exited", {{"exitCode", *code}});
@@ -201,7 +208,8 @@ class DapServer {
     debugger_->clearBreakpoints();
     for (const auto& [path, lines] : breakpoint_lines_) {
       const std::string mine = debugger_->module().source_file;
-      const bool ours = !mine.empty() && std::filesystem::path(path).filename() == std::filesystem::path(mine).filename();
+      const bool ours =
+          !mine.empty() && std::filesystem::path(path).filename() == std::filesystem::path(mine).filename();
       for (int line : lines) {
         json item{{"verified", false}, {"line", line}};
         if (!ours) {
@@ -255,10 +263,13 @@ class DapServer {
         rest /= t.dim(d);
       }
       for (std::int64_t c : coords) index += (index.empty() ? "" : ",") + std::to_string(c);
-      out.push_back(json{{"name", "[" + index + "]"}, {"value", fmt::format("{:.6g}", t.elementAsDouble(i))}, {"variablesReference", 0}});
+      out.push_back(json{{"name", "[" + index + "]"},
+                         {"value", fmt::format("{:.6g}", t.elementAsDouble(i))},
+                         {"variablesReference", 0}});
     }
     if (t.numel() > shown) {
-      out.push_back(json{{"name", "..."}, {"value", fmt::format("{} more elements", t.numel() - shown)}, {"variablesReference", 0}});
+      out.push_back(json{
+          {"name", "..."}, {"value", fmt::format("{} more elements", t.numel() - shown)}, {"variablesReference", 0}});
     }
     return out;
   }
@@ -277,8 +288,10 @@ class DapServer {
       return Flow::Resume;
     };
     if (command == "initialize") {
-      respond(request, {{"supportsConfigurationDoneRequest", true}, {"supportsEvaluateForHovers", true},
-                        {"supportsStepInTargetsRequest", false}, {"supportsTerminateRequest", false}});
+      respond(request, {{"supportsConfigurationDoneRequest", true},
+                        {"supportsEvaluateForHovers", true},
+                        {"supportsStepInTargetsRequest", false},
+                        {"supportsTerminateRequest", false}});
       return Flow::Stay;
     }
     if (command == "launch") {
@@ -304,7 +317,8 @@ class DapServer {
       breakpoint_lines_[path] = lines;
       json result = applyBreakpoints();
       if (!debugger_) {  // not launched yet: verified once the program is loaded
-        for (int line : lines) result.push_back(json{{"verified", false}, {"line", line}, {"message", "pending until launch"}});
+        for (int line : lines)
+          result.push_back(json{{"verified", false}, {"line", line}, {"message", "pending until launch"}});
       }
       respond(request, {{"breakpoints", result}});
       return Flow::Stay;
@@ -335,8 +349,10 @@ class DapServer {
       int id = 0;
       const std::string file = debugger_->module().source_file;
       for (const DebugFrame* f = stop->frame; f != nullptr; f = f->caller, ++id) {
-        json frame{{"id", id}, {"name", debugger_->module().functions[static_cast<std::size_t>(f->function)].name},
-                   {"line", debugger_->lineOf(f->function, f->pc)}, {"column", 1},
+        json frame{{"id", id},
+                   {"name", debugger_->module().functions[static_cast<std::size_t>(f->function)].name},
+                   {"line", debugger_->lineOf(f->function, f->pc)},
+                   {"column", 1},
                    {"instructionPointerReference", fmt::format("0x{:04X}", f->pc)}};
         if (!file.empty()) {
           frame["source"] = json{{"name", std::filesystem::path(file).filename().string()},
@@ -353,8 +369,10 @@ class DapServer {
         fail(request, fmt::format("scopes: no frame {} (the program is not stopped there)", frame_id));
         return Flow::Stay;
       }
-      respond(request, {{"scopes", json::array({json{{"name", "Live registers"}, {"presentationHint", "locals"},
-                                                     {"variablesReference", kScopeBase + frame_id}, {"expensive", false}}})}});
+      respond(request, {{"scopes", json::array({json{{"name", "Live registers"},
+                                                     {"presentationHint", "locals"},
+                                                     {"variablesReference", kScopeBase + frame_id},
+                                                     {"expensive", false}}})}});
       return Flow::Stay;
     }
     if (command == "variables") {
@@ -362,13 +380,15 @@ class DapServer {
       json vars = json::array();
       if (ref >= kValueBase && static_cast<std::size_t>(ref - kValueBase) < values_.size()) {
         vars = elements(*values_[static_cast<std::size_t>(ref - kValueBase)]);
-      } else if (const DebugFrame* frame = ref >= kScopeBase && ref < kValueBase ? frameAt(stop, ref - kScopeBase) : nullptr) {
+      } else if (const DebugFrame* frame =
+                     ref >= kScopeBase && ref < kValueBase ? frameAt(stop, ref - kScopeBase) : nullptr) {
         for (const debug::VariableView& v : debugger_->liveVariables(*frame)) {
           vars.push_back(variable(v.name.empty() ? "r" + std::to_string(v.reg) : v.name, *v.value));
           vars.back()["evaluateName"] = v.name.empty() ? "r" + std::to_string(v.reg) : v.name;
         }
       } else {
-        fail(request, fmt::format("variables: unknown variablesReference {} (references last only while stopped)", ref));
+        fail(request,
+             fmt::format("variables: unknown variablesReference {} (references last only while stopped)", ref));
         return Flow::Stay;
       }
       respond(request, {{"variables", vars}});
@@ -386,7 +406,9 @@ class DapServer {
         return Flow::Stay;
       }
       json shown = variable(args.value("expression", ""), **value);
-      respond(request, {{"result", shown["value"]}, {"type", shown["type"]}, {"variablesReference", shown["variablesReference"]}});
+      respond(
+          request,
+          {{"result", shown["value"]}, {"type", shown["type"]}, {"variablesReference", shown["variablesReference"]}});
       return Flow::Stay;
     }
     if (command == "continue") return resumeWith(debug::Resume::Continue);
@@ -399,9 +421,10 @@ class DapServer {
       if (resume != nullptr) *resume = debug::Resume::Quit;
       return stop != nullptr ? Flow::Resume : Flow::Stay;
     }
-    fail(request, fmt::format("unknown request '{}' (supported: initialize, launch, setBreakpoints, configurationDone, "
-                              "threads, stackTrace, scopes, variables, evaluate, continue, next, stepIn, stepOut, disconnect)",
-                              command));
+    fail(request,
+         fmt::format("unknown request '{}' (supported: initialize, launch, setBreakpoints, configurationDone, "
+                     "threads, stackTrace, scopes, variables, evaluate, continue, next, stepIn, stepOut, disconnect)",
+                     command));
     return Flow::Stay;
   }
 
@@ -414,7 +437,7 @@ class DapServer {
   DebugTarget target_;
   std::unique_ptr<debug::Debugger> debugger_;
   std::map<std::string, std::vector<int>> breakpoint_lines_;  // by source path, as the client set them
-  std::vector<const Value*> values_;                           // tensors with children, this stop
+  std::vector<const Value*> values_;                          // tensors with children, this stop
 };
 
 }  // namespace

@@ -139,8 +139,12 @@ class CliDebugger {
     const Function& fn = debugger_->module().functions[static_cast<std::size_t>(frame.function)];
     const Instruction& inst = fn.code[static_cast<std::size_t>(frame.pc)];
     std::string what{opcodeName(inst.op)};
-    if (inst.op == Opcode::CallOp) what += " " + std::string(OpRegistry::global().schema(fn.op_sites[static_cast<std::size_t>(inst.a)].op).name);
-    if (inst.op == Opcode::Call) what += " " + debugger_->module().functions[static_cast<std::size_t>(fn.call_sites[static_cast<std::size_t>(inst.a)].callee)].name;
+    if (inst.op == Opcode::CallOp)
+      what += " " + std::string(OpRegistry::global().schema(fn.op_sites[static_cast<std::size_t>(inst.a)].op).name);
+    if (inst.op == Opcode::Call)
+      what += " " + debugger_->module()
+                        .functions[static_cast<std::size_t>(fn.call_sites[static_cast<std::size_t>(inst.a)].callee)]
+                        .name;
     if (stop.reason == debug::StopReason::Breakpoint) std::printf("Breakpoint %d, ", stop.breakpoint);
     std::printf("%s (%s)\n", debugger_->where(frame).c_str(), what.c_str());
     const int line = debugger_->lineOf(frame.function, frame.pc);
@@ -232,12 +236,10 @@ class CliDebugger {
       const char* short_name;
       debug::Resume resume;
     };
-    static const Step kSteps[] = {{"continue", "c", debug::Resume::Continue},
-                                  {"step", "s", debug::Resume::StepInstruction},
-                                  {"stepi", "si", debug::Resume::StepInstruction},
-                                  {"next", "n", debug::Resume::NextLine},
-                                  {"stepin", "sl", debug::Resume::StepIn},
-                                  {"finish", "fin", debug::Resume::Finish}};
+    static const Step kSteps[] = {
+        {"continue", "c", debug::Resume::Continue},      {"step", "s", debug::Resume::StepInstruction},
+        {"stepi", "si", debug::Resume::StepInstruction}, {"next", "n", debug::Resume::NextLine},
+        {"stepin", "sl", debug::Resume::StepIn},         {"finish", "fin", debug::Resume::Finish}};
     for (const Step& step : kSteps) {
       if (verb != step.long_name && verb != step.short_name) continue;
       if (!needFrame()) return std::nullopt;

@@ -73,7 +73,8 @@ std::string dumpText(const Module& module, const DumpNotes& notes) {
   return out;
 }
 
-Status writeDump(const Module& module, const std::string& function_name, const std::string& path, const DumpNotes& notes) {
+Status writeDump(const Module& module, const std::string& function_name, const std::string& path,
+                 const DumpNotes& notes) {
   const Module* chosen = &module;
   Module extracted;
   DumpNotes chosen_notes = notes;
@@ -85,7 +86,9 @@ Status writeDump(const Module& module, const std::string& function_name, const s
     if (notes) {  // notes are keyed by the original function index
       std::vector<int> original;
       for (const Function& fn : extracted.functions) original.push_back(module.findFunction(fn.name));
-      chosen_notes = [notes, original](int function, int pc) { return notes(original[static_cast<std::size_t>(function)], pc); };
+      chosen_notes = [notes, original](int function, int pc) {
+        return notes(original[static_cast<std::size_t>(function)], pc);
+      };
     }
   }
   const bool text = path.size() >= 6 && path.compare(path.size() - 6, 6, ".svasm") == 0;
@@ -132,12 +135,13 @@ std::string_view rangePhaseName(jit::Jit::RangeState::Phase phase) {
 std::vector<std::string> jitSiteNotes(jit::Jit& jit, VirtualMachine& vm, int function, int pc, bool state) {
   std::vector<std::string> notes;
   const Function& fn = vm.module().functions[static_cast<std::size_t>(function)];
-  if (pc < 0 || pc >= static_cast<int>(fn.code.size()) || fn.code[static_cast<std::size_t>(pc)].op != Opcode::CallOp) return notes;
+  if (pc < 0 || pc >= static_cast<int>(fn.code.size()) || fn.code[static_cast<std::size_t>(pc)].op != Opcode::CallOp)
+    return notes;
   const int site = fn.code[static_cast<std::size_t>(pc)].a;
   for (const jit::RuntimePatchManager::EntryInfo& entry : jit.patches().describe(function, site)) {
     if (entry.region) {
-      notes.push_back(fmt::format("jit: region {} kernel {}, launches {} ({})", entry.guard, entry.symbol, entry.launches,
-                                  entry.description));
+      notes.push_back(fmt::format("jit: region {} kernel {}, launches {} ({})", entry.guard, entry.symbol,
+                                  entry.launches, entry.description));
     } else {
       notes.push_back(fmt::format("jit: kernel {}, guard {}, launches {}{}", entry.symbol, entry.guard, entry.launches,
                                   entry.launches_of_site ? " (all of this site's kernels)" : ""));
@@ -149,21 +153,25 @@ std::vector<std::string> jitSiteNotes(jit::Jit& jit, VirtualMachine& vm, int fun
   const std::uint64_t misses = slot.guard_misses.load(std::memory_order_relaxed);
   notes.push_back(fmt::format("site: {}; calls {}, compiled {}, guard misses {}, failed compiles {}",
                               phaseName(site_state.phase), slot.calls.load(std::memory_order_relaxed),
-                              slot.compiled_calls.load(std::memory_order_relaxed), misses, site_state.backoff.failures));
+                              slot.compiled_calls.load(std::memory_order_relaxed), misses,
+                              site_state.backoff.failures));
   const std::vector<ProfileRecord> records = vm.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
   const ProfileRecord* newest = jit::newestRecord(records);
   if (newest != nullptr) {
     for (const Guard& guard : jit.patches().guards(function, site)) {
       jit::JitReason reason{};
       const std::string why = jit::guardMissReason(guard, *newest, &reason);
-      if (!why.empty()) notes.push_back(fmt::format("last fallback: {} misses guard {}: {}", newest->toString(), jit::guardText(guard), why));
+      if (!why.empty())
+        notes.push_back(
+            fmt::format("last fallback: {} misses guard {}: {}", newest->toString(), jit::guardText(guard), why));
     }
   }
   for (const jit::Jit::RangeState& range : jit.rangeStates(function)) {
     if (pc < range.range.start_pc || pc >= range.range.resume_pc) continue;
     notes.push_back(fmt::format("fused range PC 0x{:04X}..0x{:04X}: {}, runs {}, declines {}{}", range.range.start_pc,
                                 range.range.resume_pc - 1, rangePhaseName(range.phase), range.runs->load(),
-                                range.declines->load(), range.description.empty() ? "" : " (" + range.description + ")"));
+                                range.declines->load(),
+                                range.description.empty() ? "" : " (" + range.description + ")"));
   }
   return notes;
 }

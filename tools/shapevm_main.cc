@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `shapevm` CLI: compile, asm, dis, verify, run, debug, dap, dump, tune, cache, ops, tunables (.py sources go through
-// the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds,
-// waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
-// "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
+// The `shapevm` CLI: compile, asm, dis, verify, run, debug, dap, dump, tune, cache, ops, tunables (.py sources go
+// through the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds, waiting for
+// every compile, with the AutoTuner's progress bar and summary. Every failure prints "shapevm: error: <what, where,
+// shapes>" and exits non-zero; nothing here aborts.
 #include <unistd.h>
 #include <algorithm>
 #include <charconv>
@@ -512,8 +512,8 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("--input", flags.input_files, "NAME=FILE.npy for one parameter (repeatable)");
   cmd->add_option("--arg", flags.args, "NAME=VALUE for a scalar (int/float/bool) parameter (repeatable)");
   cmd->add_option("--dim", flags.dims,
-                      "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
-                      "a list cycles per iteration (repeatable)");
+                  "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
+                  "a list cycles per iteration (repeatable)");
   cmd->add_option("--seed", flags.seed, "seed for generated inputs (default 0)");
   cmd->add_option("--iters", flags.iters, "number of runs (default 1)");
   cmd->add_option("--out", flags.out, "write the last run's outputs to this .npz (out0, out1, ...)");
@@ -525,17 +525,22 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_flag("-q,--quiet", flags.quiet, "do not print output summaries");
   cmd->add_flag("--no-opt", flags.no_opt, "(.py) compile without optimizations");
   cmd->add_option("--opt", flags.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
-  cmd->add_option("--jit-level", flags.jit_level, "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default: hot-region fusion + autotuning)");
+  cmd->add_option("--jit-level", flags.jit_level,
+                  "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default: hot-region fusion + autotuning)");
   cmd->add_option("--warmup", flags.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
   cmd->add_option("--hot-count", flags.hot_count, "executions before a region is hot (tunable hot_count, default 5)");
   cmd->add_option("--hot-ms", flags.hot_ms, "cumulative ms before a region is hot (tunable hot_ms, default 20)");
   cmd->add_flag("--jit-log", flags.jit_log,
-                    "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1 (=2 adds debug lines: every "
-                    "AutoTuner candidate's time)");
-  cmd->add_flag("--jit-wait", flags.jit_wait, "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
-  cmd->add_option("--dump", flags.dump, "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
+                "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1 (=2 adds debug lines: every "
+                "AutoTuner candidate's time)");
+  cmd->add_flag("--jit-wait", flags.jit_wait,
+                "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
+  cmd->add_option(
+      "--dump", flags.dump,
+      "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
   cmd->add_option("--set", flags.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
-  cmd->add_flag("--no-cache", flags.no_cache, "O2: neither read nor write the tuning database ($SHAPEVM_CACHE_DIR/tuning.jsonl)");
+  cmd->add_flag("--no-cache", flags.no_cache,
+                "O2: neither read nor write the tuning database ($SHAPEVM_CACHE_DIR/tuning.jsonl)");
 }
 
 Status writeBytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
@@ -596,17 +601,20 @@ int main(int argc, char** argv) {
 
   RunFlags debug_flags;
   auto* debug_cmd = app.add_subcommand(
-      "debug", "debug a program at the source and bytecode level: breakpoints, stepping, frames with runtime shapes "
-               "(commands from stdin; see docs/debugging.md); takes every `run` flag");
+      "debug",
+      "debug a program at the source and bytecode level: breakpoints, stepping, frames with runtime shapes "
+      "(commands from stdin; see docs/debugging.md); takes every `run` flag");
   addRunOptions(debug_cmd, debug_flags);
 
   auto* dap_cmd = app.add_subcommand(
-      "dap", "serve the debugger over the Debug Adapter Protocol on stdio (VS Code: see docs/vscode.md); the launch "
-             "request names the program, the function and `run` flags");
+      "dap",
+      "serve the debugger over the Debug Adapter Protocol on stdio (VS Code: see docs/vscode.md); the launch "
+      "request names the program, the function and `run` flags");
 
   std::string dump_in, dump_out, dump_fn, dump_opt;
   bool dump_no_opt = false;
-  auto* dump_cmd = app.add_subcommand("dump", "write a module, or one function and what it calls, as .svasm text or .svm binary");
+  auto* dump_cmd =
+      app.add_subcommand("dump", "write a module, or one function and what it calls, as .svasm text or .svm binary");
   dump_cmd->add_option("module", dump_in, "module file (.svm, .svasm) or Python source (.py)")->required();
   dump_cmd->add_option("-o,--output", dump_out, "output .svasm (text) or .svm (binary) file")->required();
   dump_cmd->add_option("--fn", dump_fn, "only this function (or Class.method) and the functions it calls");
@@ -723,7 +731,8 @@ int main(int argc, char** argv) {
   }
   if (*run_cmd) return runCommand(run);
   if (*debug_cmd) {
-    debug_flags.hooks = makeCliDebugger(DebugTarget{debug_flags.module_path, debug_flags.fn, debug_flags.no_opt, debug_flags.opt_list});
+    debug_flags.hooks =
+        makeCliDebugger(DebugTarget{debug_flags.module_path, debug_flags.fn, debug_flags.no_opt, debug_flags.opt_list});
     return runCommand(debug_flags);
   }
   if (*dap_cmd) {

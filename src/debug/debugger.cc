@@ -46,7 +46,8 @@ std::vector<std::vector<bool>> liveIn(const Function& fn) {
 
 // The source variable each register holds: the frontend's names, else the parameter it loads.
 std::string registerName(const Function& fn, int reg) {
-  if (static_cast<std::size_t>(reg) < fn.register_names.size() && !fn.register_names[static_cast<std::size_t>(reg)].empty()) {
+  if (static_cast<std::size_t>(reg) < fn.register_names.size() &&
+      !fn.register_names[static_cast<std::size_t>(reg)].empty()) {
     return fn.register_names[static_cast<std::size_t>(reg)];
   }
   for (const Instruction& inst : fn.code) {
@@ -58,7 +59,9 @@ std::string registerName(const Function& fn, int reg) {
   return "";
 }
 
-std::string number(double x) { return fmt::format("{:.4g}", x); }
+std::string number(double x) {
+  return fmt::format("{:.4g}", x);
+}
 
 std::string trim(std::string_view text) {
   const std::size_t begin = text.find_first_not_of(" \t");
@@ -95,8 +98,9 @@ std::string previewValue(const Value& value, int elements) {
 std::string describeValue(const Value& value, int elements) {
   if (!value.isTensor()) return fmt::format("{} = {}", valueKindName(value.kind()), previewValue(value, elements));
   const Tensor& t = value.tensor();
-  std::string out = fmt::format("tensor shape {} dtype {} strides {}{}", t.shape().toString(), dtypeShortName(t.dtype()),
-                                t.strides().toString(), t.isContiguous() ? "" : " (not contiguous)");
+  std::string out =
+      fmt::format("tensor shape {} dtype {} strides {}{}", t.shape().toString(), dtypeShortName(t.dtype()),
+                  t.strides().toString(), t.isContiguous() ? "" : " (not contiguous)");
   if (t.numel() > 0 && t.device().isCpu()) {
     double low = std::numeric_limits<double>::infinity(), high = -low, sum = 0;
     for (std::int64_t i = 0; i < t.numel(); ++i) {
@@ -105,12 +109,15 @@ std::string describeValue(const Value& value, int elements) {
       high = std::max(high, x);
       sum += x;
     }
-    out += fmt::format("\n  min {}  max {}  mean {}", number(low), number(high), number(sum / static_cast<double>(t.numel())));
+    out += fmt::format("\n  min {}  max {}  mean {}", number(low), number(high),
+                       number(sum / static_cast<double>(t.numel())));
   }
-  return out + fmt::format("\n  first {}: {}", std::min<std::int64_t>(t.numel(), elements), previewValue(value, elements));
+  return out +
+         fmt::format("\n  first {}: {}", std::min<std::int64_t>(t.numel(), elements), previewValue(value, elements));
 }
 
-Debugger::Debugger(std::shared_ptr<const Module> module, std::string source_text, std::set<int> unoptimized_lines, int entry)
+Debugger::Debugger(std::shared_ptr<const Module> module, std::string source_text, std::set<int> unoptimized_lines,
+                   int entry)
     : module_(std::move(module)), unoptimized_lines_(std::move(unoptimized_lines)), entry_(entry) {
   std::istringstream lines(source_text);
   for (std::string line; std::getline(lines, line);) source_lines_.push_back(line);
@@ -123,7 +130,9 @@ int Debugger::lineOf(int function, int pc) const {
 }
 
 std::string Debugger::sourceLine(int line) const {
-  return line > 0 && static_cast<std::size_t>(line) <= source_lines_.size() ? trim(source_lines_[static_cast<std::size_t>(line - 1)]) : "";
+  return line > 0 && static_cast<std::size_t>(line) <= source_lines_.size()
+             ? trim(source_lines_[static_cast<std::size_t>(line - 1)])
+             : "";
 }
 
 // ---- breakpoints ----
@@ -136,13 +145,15 @@ Expected<Breakpoint> Debugger::addBreakpoint(std::string_view spec_in, int funct
     auto result = std::from_chars(text.data(), text.data() + text.size(), *out, base);
     return result.ec == std::errc() && result.ptr == text.data() + text.size() && !text.empty();
   };
-  if (spec.empty()) return makeError(ErrorCode::InvalidArgument, "break: expected LINE, FILE:LINE, PC=0x.. or FUNCTION");
+  if (spec.empty())
+    return makeError(ErrorCode::InvalidArgument, "break: expected LINE, FILE:LINE, PC=0x.. or FUNCTION");
   int value = 0;
   if (spec.rfind("PC=", 0) == 0 || spec.rfind("pc=", 0) == 0) {
     std::string_view digits = std::string_view(spec).substr(3);
     if (digits.rfind("0x", 0) == 0 || digits.rfind("0X", 0) == 0) digits.remove_prefix(2);
     const Function& fn = module_->functions[static_cast<std::size_t>(function)];
-    if (!parseInt(digits, 16, &value)) return makeError(ErrorCode::InvalidArgument, "break {}: expected PC=0xNNNN (hex)", spec);
+    if (!parseInt(digits, 16, &value))
+      return makeError(ErrorCode::InvalidArgument, "break {}: expected PC=0xNNNN (hex)", spec);
     if (value < 0 || value >= static_cast<int>(fn.code.size())) {
       return makeError(ErrorCode::IndexOutOfRange, "break {}: function '{}' has PCs 0x0000..0x{:04X}", spec, fn.name,
                        fn.code.size() - 1);
@@ -153,9 +164,10 @@ Expected<Breakpoint> Debugger::addBreakpoint(std::string_view spec_in, int funct
     std::string line_text = spec;
     if (const std::size_t colon = spec.rfind(':'); colon != std::string::npos) {
       const std::string file = spec.substr(0, colon);
-      if (module_->source_file.empty() || (file != module_->source_file && baseName(file) != baseName(module_->source_file))) {
-        return makeError(ErrorCode::UnknownName, "break {}: no source file '{}' in this program (its source is '{}')", spec,
-                         file, module_->source_file.empty() ? "unknown" : module_->source_file);
+      if (module_->source_file.empty() ||
+          (file != module_->source_file && baseName(file) != baseName(module_->source_file))) {
+        return makeError(ErrorCode::UnknownName, "break {}: no source file '{}' in this program (its source is '{}')",
+                         spec, file, module_->source_file.empty() ? "unknown" : module_->source_file);
       }
       line_text = spec.substr(colon + 1);
     }
@@ -166,7 +178,8 @@ Expected<Breakpoint> Debugger::addBreakpoint(std::string_view spec_in, int funct
         for (std::size_t f = 0; f < module_->functions.size(); ++f) {
           const Function& fn = module_->functions[f];
           for (std::size_t pc = 0; pc < fn.locs.size(); ++pc) {
-            if (fn.locs[pc].line == line && (pc == 0 || fn.locs[pc - 1].line != line)) found.emplace_back(static_cast<int>(f), static_cast<int>(pc));
+            if (fn.locs[pc].line == line && (pc == 0 || fn.locs[pc - 1].line != line))
+              found.emplace_back(static_cast<int>(f), static_cast<int>(pc));
           }
         }
         return found;
@@ -192,8 +205,9 @@ Expected<Breakpoint> Debugger::addBreakpoint(std::string_view spec_in, int funct
         const std::string text = sourceLine(value);
         if (unoptimized_lines_.count(value) > 0 && (after > 0 || before > 0)) {
           const int instead = after > 0 ? after : before;
-          bp.note = fmt::format("line {} has no code after optimization (moved or removed: `{}`); it stops at line {} instead",
-                                value, text, instead);
+          bp.note = fmt::format(
+              "line {} has no code after optimization (moved or removed: `{}`); it stops at line {} instead", value,
+              text, instead);
           bp.line = instead;
           bp.locations = locate(instead);
         } else {
@@ -221,7 +235,8 @@ Expected<Breakpoint> Debugger::addBreakpoint(std::string_view spec_in, int funct
       if (found < 0) {
         std::string names;
         for (const Function& fn : module_->functions) names += (names.empty() ? "" : ", ") + fn.name;
-        return makeError(ErrorCode::UnknownName, "break {}: not a line, PC=0x.. or function (functions: {})", spec, names);
+        return makeError(ErrorCode::UnknownName, "break {}: not a line, PC=0x.. or function (functions: {})", spec,
+                         names);
       }
       bp.locations.emplace_back(found, 0);
       bp.line = lineOf(found, 0);
@@ -239,7 +254,8 @@ Status Debugger::deleteBreakpoint(int id) {
   if (it == breakpoints_.end()) {
     std::string ids;
     for (const Breakpoint& bp : breakpoints_) ids += (ids.empty() ? "" : ", ") + std::to_string(bp.id);
-    return makeError(ErrorCode::UnknownName, "delete {}: no such breakpoint ({})", id, ids.empty() ? "none set" : "set: " + ids);
+    return makeError(ErrorCode::UnknownName, "delete {}: no such breakpoint ({})", id,
+                     ids.empty() ? "none set" : "set: " + ids);
   }
   breakpoints_.erase(it);
   return Status::ok();
@@ -249,7 +265,8 @@ std::string Debugger::breakpointTable() const {
   if (breakpoints_.empty()) return "No breakpoints.\n";
   std::string out = fmt::format("{:<4} {:<20} {:<28} {:>6} {}\n", "Num", "Spec", "Where", "Hits", "Note");
   for (const Breakpoint& bp : breakpoints_) {
-    std::string where = fmt::format("{} PC 0x{:04X}", module_->functions[static_cast<std::size_t>(bp.function)].name, bp.pc);
+    std::string where =
+        fmt::format("{} PC 0x{:04X}", module_->functions[static_cast<std::size_t>(bp.function)].name, bp.pc);
     if (bp.line > 0) where += fmt::format(" line {}", bp.line);
     if (bp.locations.size() > 1) where += fmt::format(" (+{})", bp.locations.size() - 1);
     out += fmt::format("{:<4} {:<20} {:<28} {:>6} {}\n", bp.id, bp.spec, where, bp.hits, bp.note);
@@ -316,14 +333,17 @@ bool Debugger::allowRegion(int function, int pc, int resume_pc) {
 bool Debugger::isLive(int function, int pc, int reg) const {
   const auto& in = live_in_[static_cast<std::size_t>(function)];
   return pc >= 0 && static_cast<std::size_t>(pc) < in.size() && reg >= 0 &&
-         static_cast<std::size_t>(reg) < in[static_cast<std::size_t>(pc)].size() && in[static_cast<std::size_t>(pc)][static_cast<std::size_t>(reg)];
+         static_cast<std::size_t>(reg) < in[static_cast<std::size_t>(pc)].size() &&
+         in[static_cast<std::size_t>(pc)][static_cast<std::size_t>(reg)];
 }
 
 std::string Debugger::where(const DebugFrame& frame) const {
   const Function& fn = module_->functions[static_cast<std::size_t>(frame.function)];
   const int line = lineOf(frame.function, frame.pc);
   std::string out = fmt::format("{} PC 0x{:04X}", fn.name, frame.pc);
-  if (line > 0) out += fmt::format(" at {}:{}", module_->source_file.empty() ? std::string("line") : baseName(module_->source_file), line);
+  if (line > 0)
+    out += fmt::format(" at {}:{}", module_->source_file.empty() ? std::string("line") : baseName(module_->source_file),
+                       line);
   return out;
 }
 
@@ -352,8 +372,10 @@ std::vector<VariableView> Debugger::liveVariables(const DebugFrame& frame) const
 std::string Debugger::regionNote(const DebugFrame& frame) const {
   for (const auto& [function, pc, resume] : declined_) {
     if (function == frame.function && frame.pc >= pc && frame.pc < resume) {
-      return fmt::format("inside compiled region PC 0x{:04X}..0x{:04X}: it declines while a breakpoint is set in it, so "
-                         "this range runs interpreted\n", pc, resume - 1);
+      return fmt::format(
+          "inside compiled region PC 0x{:04X}..0x{:04X}: it declines while a breakpoint is set in it, so "
+          "this range runs interpreted\n",
+          pc, resume - 1);
     }
   }
   return "";
@@ -367,11 +389,12 @@ std::string Debugger::frameView(const DebugFrame& frame) const {
   out += regionNote(frame);
   const std::vector<VariableView> vars = liveVariables(frame);
   if (vars.empty()) return out + "no live registers\n";
-  out += fmt::format("  {:<4} {:<10} {:<7} {:<6} {:<16} {:<16} {}\n", "reg", "name", "kind", "dtype", "shape", "strides", "value");
+  out += fmt::format("  {:<4} {:<10} {:<7} {:<6} {:<16} {:<16} {}\n", "reg", "name", "kind", "dtype", "shape",
+                     "strides", "value");
   for (const VariableView& v : vars) {
     out += fmt::format("  r{:<3} {:<10} {:<7} {:<6} {:<16} {:<16} {}\n", v.reg, v.name.empty() ? "-" : v.name, v.kind,
-                       v.dtype.empty() ? "-" : v.dtype, v.shape.empty() ? "-" : v.shape, v.strides.empty() ? "-" : v.strides,
-                       v.preview);
+                       v.dtype.empty() ? "-" : v.dtype, v.shape.empty() ? "-" : v.shape,
+                       v.strides.empty() ? "-" : v.strides, v.preview);
   }
   return out;
 }
@@ -381,7 +404,8 @@ Expected<const Value*> Debugger::lookup(const DebugFrame& frame, std::string_vie
   const Function& fn = module_->functions[static_cast<std::size_t>(frame.function)];
   const std::string at = fmt::format("PC 0x{:04X} (line {})", frame.pc, lineOf(frame.function, frame.pc));
   int reg = -1;
-  if (what.size() > 1 && what[0] == 'r' && std::all_of(what.begin() + 1, what.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+  if (what.size() > 1 && what[0] == 'r' &&
+      std::all_of(what.begin() + 1, what.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     reg = std::stoi(what.substr(1));
     if (reg >= static_cast<int>(frame.registers.size())) {
       return makeError(ErrorCode::UnknownName, "unknown register {}: function '{}' has r0..r{}", what, fn.name,
@@ -397,8 +421,8 @@ Expected<const Value*> Debugger::lookup(const DebugFrame& frame, std::string_vie
     }
     if (reg < 0) {
       if (!names.empty()) names.pop_back();
-      return makeError(ErrorCode::UnknownName, "no variable or register '{}' in function '{}' (variables:{})", what, fn.name,
-                       names.empty() ? " none known" : names);
+      return makeError(ErrorCode::UnknownName, "no variable or register '{}' in function '{}' (variables:{})", what,
+                       fn.name, names.empty() ? " none known" : names);
     }
   }
   const Value& v = frame.registers[static_cast<std::size_t>(reg)];
@@ -439,10 +463,12 @@ std::string Debugger::jitInfo(const DebugFrame& frame) const {
   const Function& fn = module_->functions[static_cast<std::size_t>(frame.function)];
   const Instruction& inst = fn.code[static_cast<std::size_t>(frame.pc)];
   if (inst.op != Opcode::CallOp) {
-    return fmt::format("PC 0x{:04X} is {}, not an op call: it has no dispatch entries\n", frame.pc, opcodeName(inst.op));
+    return fmt::format("PC 0x{:04X} is {}, not an op call: it has no dispatch entries\n", frame.pc,
+                       opcodeName(inst.op));
   }
-  std::string out = fmt::format("PC 0x{:04X} {} (site {}):\n", frame.pc,
-                                OpRegistry::global().schema(fn.op_sites[static_cast<std::size_t>(inst.a)].op).name, inst.a);
+  std::string out =
+      fmt::format("PC 0x{:04X} {} (site {}):\n", frame.pc,
+                  OpRegistry::global().schema(fn.op_sites[static_cast<std::size_t>(inst.a)].op).name, inst.a);
   std::vector<std::string> notes = jit_notes_ ? jit_notes_(frame.function, frame.pc) : std::vector<std::string>{};
   if (!jit_notes_) notes.push_back("no JIT attached (jit level O0): the site runs its reference kernel");
   for (const std::string& note : notes) out += "  " + note + "\n";

@@ -23,14 +23,14 @@ namespace shapevm::debug {
 
 struct Breakpoint {
   int id = 0;
-  std::string spec;     // as the user wrote it ("12", "cell.py:12", "PC=0x0003", "lstm_cell")
-  int function = 0;     // of its first location
-  int pc = 0;           // its first location's PC
-  int line = 0;         // source line it stops at (0 = none known)
+  std::string spec;  // as the user wrote it ("12", "cell.py:12", "PC=0x0003", "lstm_cell")
+  int function = 0;  // of its first location
+  int pc = 0;        // its first location's PC
+  int line = 0;      // source line it stops at (0 = none known)
   // Every (function, PC) that stops: a line stops at the first PC of each run of its code (a
   // loop header may start at several places).
   std::vector<std::pair<int, int>> locations;
-  std::string note;     // e.g. "line 14 has no code after optimization; stops at line 15 instead"
+  std::string note;  // e.g. "line 14 has no code after optimization; stops at line 15 instead"
   std::uint64_t hits = 0;
 };
 

@@ -185,7 +185,8 @@ std::vector<RuntimePatchManager::EntryInfo> RuntimePatchManager::describe(int fu
   for (const auto& region : current.regions) {
     EntryInfo info;
     info.region = true;
-    for (const KernelHandle* handle : region->handles()) info.symbol += (info.symbol.empty() ? "" : ",") + handle->symbol;
+    for (const KernelHandle* handle : region->handles())
+      info.symbol += (info.symbol.empty() ? "" : ",") + handle->symbol;
     info.guard = fmt::format("PC 0x{:04X}..0x{:04X}", region->range.start_pc, region->range.resume_pc - 1);
     info.description = region->describe();
     info.launches = region->run_counter->load(std::memory_order_relaxed);

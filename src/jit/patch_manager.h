@@ -53,10 +53,10 @@ class RuntimePatchManager {
   // What is installed at a site, in table order (regions first), for `dump` and the debugger.
   struct EntryInfo {
     bool region = false;
-    std::string symbol;          // the kernel's symbol; a region: its kernels' symbols, comma-separated
-    std::string guard;           // guardText(); a region: the PC range it covers
-    std::string description;     // a region's fused steps ("" for an op entry)
-    std::uint64_t launches = 0;  // region: executions it served; op entry: see launches_of_site
+    std::string symbol;             // the kernel's symbol; a region: its kernels' symbols, comma-separated
+    std::string guard;              // guardText(); a region: the PC range it covers
+    std::string description;        // a region's fused steps ("" for an op entry)
+    std::uint64_t launches = 0;     // region: executions it served; op entry: see launches_of_site
     bool launches_of_site = false;  // op entries: `launches` is the site's compiled launches (not per entry)
   };
   std::vector<EntryInfo> describe(int function, int site) const;

@@ -133,6 +133,8 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   run_start_instructions_ = stats_.instructions;
   std::vector<Value> results;
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
+  // A failed run unwinds every frame without popping its debug frame.
+  debug_top_ = nullptr;
   Status status = execute(function, args, results, 0);
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // even: no frame of this VM is running
   if (options_.observer != nullptr) options_.observer->afterRun(*this, function);
@@ -238,13 +240,13 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
     Status svm_try_ = (expr);               \
     if (!svm_try_.isOk()) SVM_FAIL(std::move(svm_try_)); \
   } while (0)
-#define SVM_TRACE()                                                 \
-  do {                                                              \
-    if (tracing) {                                                  \
-      if (options_.trace) SVM_TRY(options_.trace(function, pc));    \
-      debug_frame.pc = pc;                                          \
+#define SVM_TRACE()                                                         \
+  do {                                                                      \
+    if (tracing) {                                                          \
+      if (options_.trace) SVM_TRY(options_.trace(function, pc));            \
+      debug_frame.pc = pc;                                                  \
       if (debug != nullptr) SVM_TRY(debug->beforeInstruction(debug_frame)); \
-    }                                                               \
+    }                                                                       \
   } while (0)
   // The step budget counts instructions; checking it at control transfers is enough, since
   // straight-line code between two of them is bounded by the function's length.
@@ -643,7 +645,6 @@ dispatch:
 
 fail:
   stats_.instructions += executed;
-  if (debug != nullptr) debug_top_ = debug_frame.caller;
   return where(std::move(status), function, pc);
 
 #undef SVM_FAIL
