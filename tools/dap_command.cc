@@ -323,6 +323,10 @@ class DapServer {
       respond(request, {{"breakpoints", result}});
       return Flow::Stay;
     }
+    if (command == "setExceptionBreakpoints") {  // VS Code always sends it; ShapeVM has no exceptions to filter
+      respond(request, {{"breakpoints", json::array()}});
+      return Flow::Stay;
+    }
     if (command == "configurationDone") {
       configured_ = true;
       respond(request);

@@ -95,6 +95,7 @@ def test_dap_session_shows_runtime_shapes(shapevm_bin):
                                                 "breakpoints": [{"line": 14}, {"line": 10}]})["body"]["breakpoints"]
         assert bps[0]["verified"] is True and bps[0]["line"] == 14
         assert bps[1]["verified"] is False and "no code" in bps[1]["message"]
+        client.request("setExceptionBreakpoints", {"filters": []})
         client.request("configurationDone")
         stopped = client.event("stopped")["body"]
         assert stopped["reason"] == "breakpoint"
