@@ -22,6 +22,7 @@ LAYERS = [
     ("frontend", 4, ["frontend/*"]),
     ("vm", 4, ["vm/*"]),  # the interpreter: below jit, so it never includes the JIT
     ("jit", 5, ["jit/*"]),
+    ("debug", 5, ["debug/*"]),  # the debugger core: on the vm, beside (never including) the JIT
     ("tune", 6, ["tune/*"]),
     ("session", 7, ["session/*", "shapevm/*"]),  # the public Session API (include/shapevm/shapevm.h)
     ("python", 8, ["python/*"]),  # the pybind11 extension shapevm._core, on the Session API

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ clang-19 libomp-19-dev clang-format pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libfmt-dev nlohmann-json3-dev
+  libcli11-dev libfmt-dev nlohmann-json3-dev libreadline-dev tmux
   libzip-dev zlib1g-dev
   libprotobuf-dev protobuf-compiler libonnx-dev
   llvm-19-dev libdnnl-dev libopenblas0-pthread

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `shapevm` CLI: compile, asm, dis, verify, run, tune, cache, ops, tunables (.py sources go through
-// the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds,
-// waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
-// "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
+// The `shapevm` CLI: compile, asm, dis, verify, run, debug, dap, dump, tune, cache, ops, tunables (.py sources go
+// through the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds, waiting for
+// every compile, with the AutoTuner's progress bar and summary. Every failure prints "shapevm: error: <what, where,
+// shapes>" and exits non-zero; nothing here aborts.
 #include <unistd.h>
 #include <algorithm>
 #include <charconv>
@@ -30,6 +30,9 @@
 #include "support/tunables.h"
 #include "tools/bench_launcher.h"
 #include "tools/cli_inputs.h"
+#include "tools/dap_command.h"
+#include "tools/debug_command.h"
+#include "tools/dump_command.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
@@ -176,6 +179,8 @@ struct RunFlags {
   std::vector<std::string> ranges;        // NAME=LO..HI, expanded to a --dim schedule
   std::optional<std::int64_t> budget_ms;  // the TuneBudgetMs tunable
   std::optional<std::int64_t> tune_iters;
+  // `debug` / `dap`: the debugger front end driving the runs (nullptr for `run`).
+  std::shared_ptr<RunHooks> hooks;
 };
 
 // `--range NAME=LO..HI`: LO, every power of two strictly between, and HI (the range buckets'
@@ -386,6 +391,9 @@ int runCommand(RunFlags flags) {
     return fail(makeError(ErrorCode::Unsupported, "this shapevm was built without the JIT (SHAPEVM_ENABLE_JIT=OFF); use --jit-level O0"));
   }
 #endif
+  if (flags.hooks && flags.hooks->before_runs) {
+    if (Status s = flags.hooks->before_runs(session, *function); !s.isOk()) return fail(s);
+  }
   std::vector<double> latencies;
   std::map<std::string, std::vector<double>> by_label;
   std::vector<std::string> label_order;
@@ -397,6 +405,10 @@ int runCommand(RunFlags flags) {
     auto start = std::chrono::steady_clock::now();
     auto result = session.run(*function, *args);
     auto stop = std::chrono::steady_clock::now();
+    if (!result && flags.hooks && flags.hooks->ended_by_user && flags.hooks->ended_by_user()) {
+      if (flags.hooks->after_runs) flags.hooks->after_runs(false);
+      return 0;  // the user quit the debugger mid-run
+    }
     if (!result) {
       Status status = std::move(result).status();
       if (flags.iters > 1) status.withContext(fmt::format("iteration {}{}", iteration, label.empty() ? "" : " (" + label + ")"));
@@ -421,6 +433,7 @@ int runCommand(RunFlags flags) {
   if (!flags.quiet) {
     for (std::size_t i = 0; i < outputs.size(); ++i) fmt::print("out{}: {}\n", i, summarize(outputs[i]));
   }
+  if (flags.hooks && flags.hooks->after_runs) flags.hooks->after_runs(true);
   if (flags.stats) {
     const ExecStats& st = vm.stats();
     const double runs = static_cast<double>(flags.iters);
@@ -469,8 +482,13 @@ int runCommand(RunFlags flags) {
 #endif
   if (flags.profile) printProfile(vm, *function);
   if (!flags.dump.empty()) {
-    // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for.
-    if (Status written = session.save(flags.dump); !written.isOk()) return fail(written);
+    // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for and, in
+    // the text form, each site's installed entries as comments.
+    DumpNotes notes;
+#if SHAPEVM_HAVE_JIT
+    if (jit) notes = [jit, &vm](int f, int pc) { return jitSiteNotes(*jit, vm, f, pc, false); };
+#endif
+    if (Status written = writeDump(*shared, "", flags.dump, notes); !written.isOk()) return fail(written);
   }
 #if SHAPEVM_HAVE_JIT
   if (!jit_stopped && !SessionAccess::cancelJit(session, 0)) {
@@ -483,6 +501,46 @@ int runCommand(RunFlags flags) {
   SessionAccess::stopJit(session);  // joins the compile thread; the VM keeps its (now unpatched) interpreter state
 #endif
   return 0;
+}
+
+// The flags of `run`, shared by `debug` (and the DAP launch request's `args`).
+void addRunOptions(CLI::App* cmd, RunFlags& flags) {
+  cmd->add_option("module", flags.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
+  cmd->add_option("--fn", flags.fn, "function to run (default: the only one, or 'main')");
+  cmd->add_option("--inputs", flags.inputs_npz, ".npz whose arrays are matched to parameters by name");
+  cmd->add_option("--params", flags.params_npz, ".npz of parameters (weights), matched by name");
+  cmd->add_option("--input", flags.input_files, "NAME=FILE.npy for one parameter (repeatable)");
+  cmd->add_option("--arg", flags.args, "NAME=VALUE for a scalar (int/float/bool) parameter (repeatable)");
+  cmd->add_option("--dim", flags.dims,
+                  "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
+                  "a list cycles per iteration (repeatable)");
+  cmd->add_option("--seed", flags.seed, "seed for generated inputs (default 0)");
+  cmd->add_option("--iters", flags.iters, "number of runs (default 1)");
+  cmd->add_option("--out", flags.out, "write the last run's outputs to this .npz (out0, out1, ...)");
+  cmd->add_flag("--stats", flags.stats, "print latency (median, p99) per dim setting and totals");
+  cmd->add_flag("--profile", flags.profile, "print the per-site profile (calls, time, shapes seen)");
+  cmd->add_flag(
+      "--no-profile", flags.no_profile,
+      "disable per-site timing and shape profiling (and with them the JIT, which compiles from the profiles)");
+  cmd->add_flag("-q,--quiet", flags.quiet, "do not print output summaries");
+  cmd->add_flag("--no-opt", flags.no_opt, "(.py) compile without optimizations");
+  cmd->add_option("--opt", flags.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
+  cmd->add_option("--jit-level", flags.jit_level,
+                  "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default: hot-region fusion + autotuning)");
+  cmd->add_option("--warmup", flags.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
+  cmd->add_option("--hot-count", flags.hot_count, "executions before a region is hot (tunable hot_count, default 5)");
+  cmd->add_option("--hot-ms", flags.hot_ms, "cumulative ms before a region is hot (tunable hot_ms, default 20)");
+  cmd->add_flag("--jit-log", flags.jit_log,
+                "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1 (=2 adds debug lines: every "
+                "AutoTuner candidate's time)");
+  cmd->add_flag("--jit-wait", flags.jit_wait,
+                "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
+  cmd->add_option(
+      "--dump", flags.dump,
+      "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
+  cmd->add_option("--set", flags.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
+  cmd->add_flag("--no-cache", flags.no_cache,
+                "O2: neither read nor write the tuning database ($SHAPEVM_CACHE_DIR/tuning.jsonl)");
 }
 
 Status writeBytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
@@ -539,37 +597,29 @@ int main(int argc, char** argv) {
                      "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)")
       ->allow_extras();
 #endif
-  run_cmd->add_option("module", run.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
-  run_cmd->add_option("--fn", run.fn, "function to run (default: the only one, or 'main')");
-  run_cmd->add_option("--inputs", run.inputs_npz, ".npz whose arrays are matched to parameters by name");
-  run_cmd->add_option("--params", run.params_npz, ".npz of parameters (weights), matched by name");
-  run_cmd->add_option("--input", run.input_files, "NAME=FILE.npy for one parameter (repeatable)");
-  run_cmd->add_option("--arg", run.args, "NAME=VALUE for a scalar (int/float/bool) parameter (repeatable)");
-  run_cmd->add_option("--dim", run.dims,
-                      "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
-                      "a list cycles per iteration (repeatable)");
-  run_cmd->add_option("--seed", run.seed, "seed for generated inputs (default 0)");
-  run_cmd->add_option("--iters", run.iters, "number of runs (default 1)");
-  run_cmd->add_option("--out", run.out, "write the last run's outputs to this .npz (out0, out1, ...)");
-  run_cmd->add_flag("--stats", run.stats, "print latency (median, p99) per dim setting and totals");
-  run_cmd->add_flag("--profile", run.profile, "print the per-site profile (calls, time, shapes seen)");
-  run_cmd->add_flag(
-      "--no-profile", run.no_profile,
-      "disable per-site timing and shape profiling (and with them the JIT, which compiles from the profiles)");
-  run_cmd->add_flag("-q,--quiet", run.quiet, "do not print output summaries");
-  run_cmd->add_flag("--no-opt", run.no_opt, "(.py) compile without optimizations");
-  run_cmd->add_option("--opt", run.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
-  run_cmd->add_option("--jit-level", run.jit_level, "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default: hot-region fusion + autotuning)");
-  run_cmd->add_option("--warmup", run.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
-  run_cmd->add_option("--hot-count", run.hot_count, "executions before a region is hot (tunable hot_count, default 5)");
-  run_cmd->add_option("--hot-ms", run.hot_ms, "cumulative ms before a region is hot (tunable hot_ms, default 20)");
-  run_cmd->add_flag("--jit-log", run.jit_log,
-                    "print the JIT's log lines ([INFO] JIT: ...); also SHAPEVM_JIT_LOG=1 (=2 adds debug lines: every "
-                    "AutoTuner candidate's time)");
-  run_cmd->add_flag("--jit-wait", run.jit_wait, "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
-  run_cmd->add_option("--dump", run.dump, "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");
-  run_cmd->add_option("--set", run.settings, "KEY=VALUE for a tunable (see `shapevm tunables`; repeatable)");
-  run_cmd->add_flag("--no-cache", run.no_cache, "O2: neither read nor write the tuning database ($SHAPEVM_CACHE_DIR/tuning.jsonl)");
+  addRunOptions(run_cmd, run);
+
+  RunFlags debug_flags;
+  auto* debug_cmd = app.add_subcommand(
+      "debug",
+      "debug a program at the source and bytecode level: breakpoints, stepping, frames with runtime shapes "
+      "(commands from stdin; see docs/debugging.md); takes every `run` flag");
+  addRunOptions(debug_cmd, debug_flags);
+
+  auto* dap_cmd = app.add_subcommand(
+      "dap",
+      "serve the debugger over the Debug Adapter Protocol on stdio (VS Code: see docs/vscode.md); the launch "
+      "request names the program, the function and `run` flags");
+
+  std::string dump_in, dump_out, dump_fn, dump_opt;
+  bool dump_no_opt = false;
+  auto* dump_cmd =
+      app.add_subcommand("dump", "write a module, or one function and what it calls, as .svasm text or .svm binary");
+  dump_cmd->add_option("module", dump_in, "module file (.svm, .svasm) or Python source (.py)")->required();
+  dump_cmd->add_option("-o,--output", dump_out, "output .svasm (text) or .svm (binary) file")->required();
+  dump_cmd->add_option("--fn", dump_fn, "only this function (or Class.method) and the functions it calls");
+  dump_cmd->add_flag("--no-opt", dump_no_opt, "(.py) compile without optimizations");
+  dump_cmd->add_option("--opt", dump_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
 
 #if SHAPEVM_HAVE_JIT
   RunFlags tune_flags;
@@ -680,6 +730,34 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*run_cmd) return runCommand(run);
+  if (*debug_cmd) {
+    debug_flags.hooks =
+        makeCliDebugger(DebugTarget{debug_flags.module_path, debug_flags.fn, debug_flags.no_opt, debug_flags.opt_list});
+    return runCommand(debug_flags);
+  }
+  if (*dap_cmd) {
+    return dapCommand([](const std::vector<std::string>& args, std::shared_ptr<RunHooks> hooks) -> Expected<int> {
+      CLI::App parser{"shapevm dap: the launch request's program and run flags"};
+      RunFlags flags;
+      addRunOptions(&parser, flags);
+      std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
+      try {
+        parser.parse(reversed);
+      } catch (const CLI::ParseError& e) {
+        return makeError(ErrorCode::InvalidArgument, "bad run flags: {}", e.what());
+      }
+      flags.hooks = std::move(hooks);
+      return runCommand(flags);
+    });
+  }
+  if (*dump_cmd) {
+    auto options = frontendOptions(dump_no_opt, dump_opt, !dump_opt.empty(), isPythonSource(dump_in) ? dump_fn : "");
+    if (!options) return fail(options.status());
+    auto module = loadProgram(dump_in, *options);
+    if (!module) return fail(module.status());
+    if (Status s = writeDump(*module, dump_fn, dump_out, {}); !s.isOk()) return fail(s);
+    return 0;
+  }
 #if SHAPEVM_HAVE_JIT
   if (*tune_cmd) return runCommand(tune_flags);
   if (*cache_cmd) {

@@ -68,6 +68,9 @@ struct Function {
   std::vector<OpSite> op_sites;
   std::vector<CallSite> call_sites;
   std::vector<std::int32_t> operand_pool;  // register lists of TuplePack/TupleUnpack
+  // Debug info from the frontend (not serialized): per register, the source variable it holds
+  // ("" = a temporary or unknown; empty when the module came from a file).
+  std::vector<std::string> register_names;
   int paramIndex(std::string_view param_name) const;
   int dimId(std::string_view dim_name) const;  // -1 if no dim has this name
 };

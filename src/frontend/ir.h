@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ struct IrFunction {
   int num_registers = 0;
   int num_labels = 0;
   std::vector<IrInst> code;
+  std::map<std::int32_t, std::string> reg_names;  // debug info: register -> source variable
 };
 
 // Registers an instruction writes / reads (labels and -1 "none" inputs excluded).

@@ -357,6 +357,10 @@ Status Lowerer::lowerFunction(FunctionInfo& info) {
         out = IrFunction();
         SVM_RETURN_IF_ERROR(lowerFunctionPass(info, out));
       }
+      for (const auto& [name, var] : vars_) {  // debug info: which register holds which variable
+        const std::int32_t reg = var.has_static ? (var.value.static_tuple ? -1 : var.value.reg) : var.reg;
+        if (reg >= 0) out.reg_names.emplace(reg, name);
+      }
       if (options_.reshape) mergeReshapes(out);
       if (options_.dce) eliminateDeadCode(out);
       compactRegisters(out);

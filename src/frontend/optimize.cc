@@ -147,6 +147,11 @@ void compactRegisters(IrFunction& fn) {
   };
   for (IrInst& inst : fn.code) visitIrRegisters(inst, [&](std::int32_t& r, bool) { map(r); });
   fn.num_registers = static_cast<int>(renumber.size());
+  std::map<std::int32_t, std::string> names;
+  for (const auto& [reg, name] : fn.reg_names) {
+    if (auto it = renumber.find(reg); it != renumber.end()) names[it->second] = name;
+  }
+  fn.reg_names = std::move(names);
 }
 
 namespace {
@@ -203,7 +208,16 @@ Expected<Module> emitModule(const std::vector<IrFunction>& functions, const std:
       }
     }
   }
-  return mb.finish();
+  SVM_ASSIGN_OR_RETURN(Module module, mb.finish());
+  for (std::size_t f = 0; f < functions.size() && f < module.functions.size(); ++f) {
+    Function& out = module.functions[f];
+    for (const auto& [reg, name] : functions[f].reg_names) {
+      if (reg < 0 || reg >= out.num_registers) continue;
+      out.register_names.resize(static_cast<std::size_t>(out.num_registers));
+      out.register_names[static_cast<std::size_t>(reg)] = name;
+    }
+  }
+  return module;
 }
 
 }  // namespace shapevm::frontend

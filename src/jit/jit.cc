@@ -324,6 +324,18 @@ void Jit::recordFailure(int function, int site, JitReason reason, const std::str
         verdict.wait, jitReasonName(reason));
 }
 
+namespace {
+// Rewrites a site's input tokens to the ranges `spec` was compiled for (Module::rewriteSiteToken).
+void rewriteSiteTokens(Module& module, int function, int site, const KernelSpec& spec) {
+  const OpSite& op_site = module.functions[static_cast<std::size_t>(function)].op_sites[static_cast<std::size_t>(site)];
+  for (std::size_t i = 0; i < spec.inputs.size() && i < op_site.input_tokens.size(); ++i) {
+    const TensorDescriptor current = module.tokenSnapshot(function, site, false, static_cast<int>(i));
+    TensorDescriptor rewritten = rewriteToken(current, spec.inputs[i]);
+    if (!(rewritten == current)) (void)module.rewriteSiteToken(function, site, false, static_cast<int>(i), rewritten);
+  }
+}
+}  // namespace
+
 void Jit::compileSite(const Request& request) {
   const std::int64_t delay = Tunables::get(Tunable::JitTestCompileDelayMs);
   for (std::int64_t slept = 0; slept < delay && !compileCancelled(); ++slept) {
@@ -413,12 +425,7 @@ void Jit::compileSite(const Request& request) {
   }
   const std::string symbol = (*kernel)->handle.symbol;
   const int entries = patches_->install(function, site, guardFor(inferred->spec), std::move(*kernel));
-  std::shared_ptr<Module> module = vm_.sharedModule();
-  for (std::size_t i = 0; i < inferred->spec.inputs.size() && i < op_site.input_tokens.size(); ++i) {
-    const TensorDescriptor current = module->tokenSnapshot(function, site, false, static_cast<int>(i));
-    TensorDescriptor rewritten = rewriteToken(current, inferred->spec.inputs[i]);
-    if (!(rewritten == current)) (void)module->rewriteSiteToken(function, site, false, static_cast<int>(i), rewritten);
-  }
+  rewriteSiteTokens(*vm_.sharedModule(), function, site, inferred->spec);
   const double validate_ms = msSince(validate_start);
   const double total_ms = msSince(start);
   const TuneEstimate estimate = tuner && !tune_now
@@ -629,6 +636,13 @@ void Jit::compileRange(const Request& request) {
   const int kernels = (*region)->kernels();
   const int fused = (*region)->fusedOps();
   const int entries = patches_->installRegion(function, snapshot.range.sites[0], std::move(*region));
+  // The module shows what the region was compiled for: each op's input tokens get the ranges the
+  // shape inference gives its profile (what `run --dump` writes at O2).
+  for (std::size_t k = 0; k < snapshot.range.sites.size(); ++k) {
+    const OpSite& op_site = fn.op_sites[static_cast<std::size_t>(snapshot.range.sites[k])];
+    auto inferred = inferSpec(op_site.op, op_site.attrs, records[k], snapshot.compiles);
+    if (inferred) rewriteSiteTokens(*vm_.sharedModule(), function, snapshot.range.sites[k], inferred->spec);
+  }
   state.phase = Phase::Installed;
   if (!request.tune) {
     ++state.compiles;

@@ -154,4 +154,57 @@ std::vector<Guard> RuntimePatchManager::guards(int function, int site) const {
   return out;
 }
 
+std::string guardText(const Guard& guard) {
+  std::string text;
+  for (const InputGuard& input : guard.inputs) {
+    if (!text.empty()) text += " x ";
+    if (!input.is_tensor) {
+      text += input.scalar_kind == ValueKind::None ? "_" : std::string(valueKindName(input.scalar_kind));
+      continue;
+    }
+    text += std::string(dtypeShortName(input.dtype)) + "[";
+    for (int d = 0; d < input.rank && d < kMaxRank; ++d) {
+      const GuardDim& dim = input.dims[d];
+      text += d ? "," : "";
+      if (dim.lo == dim.hi) text += std::to_string(dim.lo);
+      else text += std::to_string(dim.lo) + ".." + (dim.hi == INT64_MAX ? std::string() : std::to_string(dim.hi));
+      if (dim.divisor > 1) text += "%" + std::to_string(dim.divisor);
+    }
+    text += input.require_contiguous ? "]" : "] strided";
+  }
+  return text;
+}
+
+std::vector<RuntimePatchManager::EntryInfo> RuntimePatchManager::describe(int function, int site) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<EntryInfo> out;
+  auto it = sites_.find({function, site});
+  if (it == sites_.end() || !it->second.table) return out;
+  const SiteKernels& current = it->second;
+  std::uint64_t region_launches = 0;
+  for (const auto& region : current.regions) {
+    EntryInfo info;
+    info.region = true;
+    for (const KernelHandle* handle : region->handles())
+      info.symbol += (info.symbol.empty() ? "" : ",") + handle->symbol;
+    info.guard = fmt::format("PC 0x{:04X}..0x{:04X}", region->range.start_pc, region->range.resume_pc - 1);
+    info.description = region->describe();
+    info.launches = region->run_counter->load(std::memory_order_relaxed);
+    region_launches += info.launches;
+    out.push_back(std::move(info));
+  }
+  const std::uint64_t compiled =
+      vm_.runtime(function).slots[static_cast<std::size_t>(site)].compiled_calls.load(std::memory_order_relaxed);
+  const std::uint64_t op_launches = compiled > region_launches ? compiled - region_launches : 0;
+  for (std::size_t e = 0; e < current.kernels.size(); ++e) {
+    EntryInfo info;
+    info.symbol = current.kernels[e]->handle.symbol;
+    info.guard = guardText(current.table->entries[current.regions.size() + e].guard);
+    info.launches = op_launches;
+    info.launches_of_site = current.kernels.size() > 1;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 }  // namespace shapevm::jit

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,9 @@
 #include "vm/vm.h"
 
 namespace shapevm::jit {
+
+// A guard as text: per input `f32[1..64,128]` (dims lo..hi, `%d` divisor), `int` for scalars.
+std::string guardText(const Guard& guard);
 
 class RuntimePatchManager {
  public:
@@ -46,6 +50,16 @@ class RuntimePatchManager {
   std::size_t retiredPending() const;
   // The guards of the site's current entries (for guard-miss explanations).
   std::vector<Guard> guards(int function, int site) const;
+  // What is installed at a site, in table order (regions first), for `dump` and the debugger.
+  struct EntryInfo {
+    bool region = false;
+    std::string symbol;             // the kernel's symbol; a region: its kernels' symbols, comma-separated
+    std::string guard;              // guardText(); a region: the PC range it covers
+    std::string description;        // a region's fused steps ("" for an op entry)
+    std::uint64_t launches = 0;     // region: executions it served; op entry: see launches_of_site
+    bool launches_of_site = false;  // op entries: `launches` is the site's compiled launches (not per entry)
+  };
+  std::vector<EntryInfo> describe(int function, int site) const;
 
  private:
   struct SiteKernels {

@@ -133,6 +133,8 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   run_start_instructions_ = stats_.instructions;
   std::vector<Value> results;
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
+  // A failed run unwinds every frame without popping its debug frame.
+  debug_top_ = nullptr;
   Status status = execute(function, args, results, 0);
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // even: no frame of this VM is running
   if (options_.observer != nullptr) options_.observer->afterRun(*this, function);
@@ -214,7 +216,10 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   const bool profile = options_.profile;
   const bool check_tokens = options_.check_tokens;
   ExecutionObserver* const observer = options_.observer;
-  const bool tracing = static_cast<bool>(options_.trace);
+  DebugHook* const debug = options_.debug;
+  const bool tracing = static_cast<bool>(options_.trace) || debug != nullptr;
+  DebugFrame debug_frame{function, 0, depth, std::span<const Value>(regs), debug_top_};
+  if (debug != nullptr) debug_top_ = &debug_frame;
   const std::int64_t max_steps = Tunables::get(Tunable::MaxSteps);
   std::uint64_t executed = 0;
   int pc = 0;
@@ -235,9 +240,13 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
     Status svm_try_ = (expr);               \
     if (!svm_try_.isOk()) SVM_FAIL(std::move(svm_try_)); \
   } while (0)
-#define SVM_TRACE()                                               \
-  do {                                                            \
-    if (tracing) SVM_TRY(options_.trace(function, pc));           \
+#define SVM_TRACE()                                                         \
+  do {                                                                      \
+    if (tracing) {                                                          \
+      if (options_.trace) SVM_TRY(options_.trace(function, pc));            \
+      debug_frame.pc = pc;                                                  \
+      if (debug != nullptr) SVM_TRY(debug->beforeInstruction(debug_frame)); \
+    }                                                                       \
   } while (0)
   // The step budget counts instructions; checking it at control transfers is enough, since
   // straight-line code between two of them is bounded by the function's length.
@@ -344,7 +353,8 @@ dispatch:
       const std::uint64_t region_start = profile ? nowTicks() : 0;
       bool ran = false;
       for (const CompiledEntry& entry : table->entries) {
-        if (entry.region != nullptr && entry.region(entry.state, std::span<Value>(regs))) {
+        if (entry.region != nullptr && (debug == nullptr || debug->allowRegion(function, pc, entry.resume_pc)) &&
+            entry.region(entry.state, std::span<Value>(regs))) {
           bumpCounter(slot.calls);
           bumpCounter(slot.compiled_calls);
           ++stats_.op_calls;
@@ -445,6 +455,7 @@ dispatch:
   SVM_CASE(Return) {
     results = std::move(outputs);
     stats_.instructions += executed;
+    if (debug != nullptr) debug_top_ = debug_frame.caller;
     return Status::ok();
   }
   SVM_CASE(Jump) {

@@ -72,11 +72,34 @@ class ExecutionObserver {
 };
 inline constexpr std::uint64_t kLoopPollInterval = 16;
 
+// One interpreter frame as the debugger sees it (valid only during the DebugHook call).
+struct DebugFrame {
+  int function = 0;
+  int pc = 0;
+  int depth = 0;                     // 0 = the run's entry function
+  std::span<const Value> registers;  // the frame's registers
+  const DebugFrame* caller = nullptr;
+};
+
+// The debugger's hook (src/debug). With none attached the interpreter pays one predictable branch
+// per instruction (shared with `trace`).
+class DebugHook {
+ public:
+  virtual ~DebugHook() = default;
+  // Before every instruction of every frame; an error stops the run.
+  virtual Status beforeInstruction(const DebugFrame& frame) = 0;
+  // Before a compiled region entry covering [pc, resume_pc) runs: false makes it decline for this
+  // execution (the range runs interpreted, op by op; results never change).
+  virtual bool allowRegion(int function, int pc, int resume_pc) = 0;
+};
+
 struct VmOptions {
   bool profile = true;       // per-site timing and ProfileBuffer recording
   bool check_tokens = true;  // check CallOp outputs against their tokens' rank/dtype/static dims
   // Called before every instruction when set (the debugger's hook); returning an error stops the run.
   std::function<Status(int function, int pc)> trace;
+  // The debugger (not owned); nullptr = none attached.
+  DebugHook* debug = nullptr;
   // The JIT's hook (not owned); nullptr = interpret only.
   ExecutionObserver* observer = nullptr;
 };
@@ -113,6 +136,7 @@ class VirtualMachine {
   std::uint64_t run_start_instructions_ = 0;  // stats_.instructions when the current run() began
   std::mutex run_mutex_;
   std::atomic<std::uint64_t> run_epoch_{0};
+  const DebugFrame* debug_top_ = nullptr;  // innermost frame while a debugger is attached
 };
 
 }  // namespace shapevm
