@@ -499,6 +499,16 @@ Status writeBytes(const std::string& path, const std::vector<std::uint8_t>& byte
 int main(int argc, char** argv) {
   using namespace shapevm;
   CLI::App app{"ShapeVM: a bytecode VM for tensor programs with dynamic shapes"};
+  // An unsigned option would take "-1" as 2^64-1; a seed is written without a sign.
+  const CLI::Validator kNonNegativeSeed(
+      [](std::string& text) -> std::string {
+        const auto first = text.find_first_not_of(" \t");
+        if (first != std::string::npos && (text[first] == '-' || text[first] == '+')) {
+          return "the seed must be an unsigned integer (0 to 18446744073709551615), got " + text;
+        }
+        return {};
+      },
+      "UINT64");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
 
@@ -548,7 +558,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--dim", run.dims,
                       "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
                       "a list cycles per iteration (repeatable)");
-  run_cmd->add_option("--seed", run.seed, "seed for generated inputs (default 0)");
+  run_cmd->add_option("--seed", run.seed, "seed for generated inputs (default 0)")->check(kNonNegativeSeed);
   run_cmd->add_option("--iters", run.iters, "number of runs (default 1)");
   run_cmd->add_option("--out", run.out, "write the last run's outputs to this .npz (out0, out1, ...)");
   run_cmd->add_flag("--stats", run.stats, "print latency (median, p99) per dim setting and totals");
@@ -589,7 +599,7 @@ int main(int argc, char** argv) {
                        "NAME=LO..HI: tune for LO, every power of two in between and HI (repeatable)");
   tune_cmd->add_option("--budget-ms", tune_flags.budget_ms, "milliseconds per kernel for timing candidates (tunable tune_budget_ms, default 2000)");
   tune_cmd->add_option("--iters", tune_flags.tune_iters, "runs (default: enough passes over the --dim schedule for every recompile)");
-  tune_cmd->add_option("--seed", tune_flags.seed, "seed for generated inputs (default 0)");
+  tune_cmd->add_option("--seed", tune_flags.seed, "seed for generated inputs (default 0)")->check(kNonNegativeSeed);
   tune_cmd->add_flag("--no-cache", tune_flags.no_cache, "time every kernel without reading or writing the tuning database");
   tune_cmd->add_flag("--stats", tune_flags.stats, "also print the run's statistics");
   tune_cmd->add_flag("--jit-log", tune_flags.jit_log, "print the JIT's log lines");

@@ -152,18 +152,28 @@ class FunctionVerifier {
     if (pc < 0) return makeError(ErrorCode::VerifyError, "verify: function '{}': rule {}: {}", fn_.name, rule, details);
     return makeError(ErrorCode::VerifyError, "verify: function '{}', PC 0x{:04X}: rule {}: {}", fn_.name, pc, rule, details);
   }
+  // A function-wide limit names where the function starts in its source, when the module has one.
+  Status failLimit(const std::string& details) const {
+    const auto located =
+        std::find_if(fn_.locs.begin(), fn_.locs.end(), [](const SourceLoc& loc) { return loc.line > 0; });
+    if (located == fn_.locs.end()) return fail(-1, "limits", details);
+    const std::string& file = module_.source_file;
+    return makeError(ErrorCode::VerifyError, "verify: function '{}' ({}line {}): rule limits: {}", fn_.name,
+                     file.empty() ? "" : file + " ", located->line, details);
+  }
 
   Status headerChecks() const {
     if (fn_.num_registers < 0 || fn_.num_registers > kMaxRegisters) {
-      return fail(-1, "limits", fmt::format("num_registers {} is outside 0..{}", fn_.num_registers, kMaxRegisters));
+      return failLimit(fmt::format("num_registers {} is outside 0..{}", fn_.num_registers, kMaxRegisters));
     }
     if (fn_.num_outputs < 0 || fn_.num_outputs > kMaxOutputs) {
-      return fail(-1, "limits", fmt::format("num_outputs {} is outside 0..{}", fn_.num_outputs, kMaxOutputs));
+      return failLimit(fmt::format("num_outputs {} is outside 0..{}", fn_.num_outputs, kMaxOutputs));
     }
     if (fn_.num_loops < 0 || fn_.num_loops > kMaxLoopIds) {
-      return fail(-1, "limits", fmt::format("num_loops {} outside 0..{}", fn_.num_loops, kMaxLoopIds));
+      return failLimit(fmt::format("num_loops {} outside 0..{}", fn_.num_loops, kMaxLoopIds));
     }
-    if (fn_.code.size() > kMaxCodeSize) return fail(-1, "limits", fmt::format("{} instructions exceed {}", fn_.code.size(), kMaxCodeSize));
+    if (fn_.code.size() > kMaxCodeSize)
+      return failLimit(fmt::format("{} instructions exceed {}", fn_.code.size(), kMaxCodeSize));
     if (fn_.locs.size() != fn_.code.size()) {
       return fail(-1, "line-table", fmt::format("{} source locations for {} instructions", fn_.locs.size(), fn_.code.size()));
     }
@@ -526,7 +536,7 @@ class FunctionVerifier {
     const std::size_t blocks = block_start.size() - 1;
     const std::size_t width = static_cast<std::size_t>(fn_.num_registers) + static_cast<std::size_t>(fn_.num_outputs);
     if (blocks * width > (std::size_t{64} << 20)) {
-      return fail(-1, "limits", fmt::format("{} basic blocks x {} registers and outputs is too large to verify", blocks, width));
+      return failLimit(fmt::format("{} basic blocks x {} registers and outputs is too large to verify", blocks, width));
     }
     std::vector<State> in(blocks);
     std::vector<std::uint8_t> queued(blocks, 0);

@@ -11,12 +11,20 @@
 
 #include <fmt/format.h>
 
+#include "bytecode/verifier.h"
 #include "frontend/lexer.h"
+#include "support/native_stack.h"
 
 namespace shapevm::frontend {
 
 Status Lowerer::error(ErrorCode code, std::string_view message, int line, int col) const {
   return frontendError(code, message, line, col);
+}
+
+Status Lowerer::checkStack(int line, int col) const {
+  if (nativeStackHasRoom()) return Status::ok();
+  return error(ErrorCode::LimitExceeded, "nested too deeply for the native stack (lower tunable max_nesting)", line,
+               col);
 }
 
 IrInst& Lowerer::emit(Opcode op, std::int32_t a, std::int32_t b, std::int32_t c) {
@@ -360,6 +368,16 @@ Status Lowerer::lowerFunction(FunctionInfo& info) {
       if (options_.reshape) mergeReshapes(out);
       if (options_.dce) eliminateDeadCode(out);
       compactRegisters(out);
+      // Short functions keep one register per value (what the JIT's analyses have always seen);
+      // only a function beyond the bytecode's limit shares registers between dead values.
+      if (out.num_registers > kMaxRegisters || options_.share_registers) reuseDeadRegisters(out);
+      if (out.num_registers > kMaxRegisters) {
+        return error(ErrorCode::LimitExceeded,
+                     fmt::format("function '{}' holds {} values live at once, more than the {} registers a "
+                                 "function may have; split it into smaller functions",
+                                 info.name, out.num_registers, kMaxRegisters),
+                     info.def->line, info.def->col);
+      }
       info.lowered = true;
       lowered_[info.name] = std::move(out);
       return Status::ok();
@@ -498,6 +516,7 @@ Status Lowerer::lowerBlock(const std::vector<StmtPtr>& body) {
 
 Status Lowerer::lowerStmt(const Stmt& s) {
   setLoc(s.line, s.col);
+  SVM_RETURN_IF_ERROR(checkStack(s.line, s.col));
   switch (s.kind) {
     case StmtKind::Pass:
     case StmtKind::Import: return Status::ok();
