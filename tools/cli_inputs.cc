@@ -93,9 +93,9 @@ Status validatePlan(const Function& fn, const InputPlan& plan) {
     if (const Param& p = fn.params[static_cast<std::size_t>(index)]; p.kind == ValueKind::Tensor) {
       return makeError(
           ErrorCode::KindMismatch,
-          "--arg {}={}: parameter '{}' of '{}' is a tensor {}; give it with --input {}=FILE.npy (or leave it "
+          "--arg {}=...: parameter '{}' of '{}' is a tensor {}; give it with --input {}=FILE.npy (or leave it "
           "out for generated data)",
-          name, value.describe(), name, fn.name, p.token.toString(), name);
+          name, name, fn.name, p.token.toString(), name);
     }
   }
   for (const DimSchedule& s : plan.dims) {

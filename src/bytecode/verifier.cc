@@ -539,7 +539,10 @@ class FunctionVerifier {
       return failLimit(fmt::format("{} basic blocks x {} registers and outputs is too large to verify", blocks, width));
     }
     std::vector<State> in(blocks);
-    std::vector<std::uint8_t> queued(blocks, 0);
+    // Whether a block's `in` is set: with no registers and no outputs every state is empty, so
+    // in[b].empty() cannot tell (a loop in such a function used to requeue itself forever).
+    std::vector<std::uint8_t> queued(blocks, 0), reached(blocks, 0);
+    reached[0] = 1;
     in[0].assign(width, 0);
     std::fill(in[0].begin(), in[0].begin() + fn_.num_registers, kUnwritten);
     std::fill(in[0].begin() + fn_.num_registers, in[0].end(), 1);
@@ -556,7 +559,8 @@ class FunctionVerifier {
       for (int s : successors(fn_.code[static_cast<std::size_t>(last)], last)) {
         auto target = static_cast<std::size_t>(block_of[static_cast<std::size_t>(s)]);
         bool changed = false;
-        if (in[target].empty()) {
+        if (!reached[target]) {
+          reached[target] = 1;
           in[target] = state;
           changed = true;
         } else {
@@ -575,7 +579,7 @@ class FunctionVerifier {
       }
     }
     for (std::size_t b = 0; b < blocks; ++b) {
-      if (in[b].empty()) continue;  // unreachable
+      if (!reached[b]) continue;  // unreachable
       state = in[b];
       for (int pc = block_start[b]; pc < block_start[b + 1]; ++pc) SVM_RETURN_IF_ERROR(transfer(state, pc, true));
     }

@@ -436,6 +436,7 @@ Status Lowerer::lowerFunctionPass(FunctionInfo& info, IrFunction& out) {
   out.name = info.name;
   vars_.clear();
   var_regs_.clear();
+  static_regs_.clear();
   loops_.clear();
   next_reg_ = 0;
   terminated_ = false;
@@ -653,6 +654,11 @@ Status Lowerer::assignName(const std::string& name, Val v, const Expr& at) {
   if (var.assignments <= 1 && (v.kind == VKind::DType || (v.static_tuple ? staticOk(v, staticOk) : (v.is_const ? options_.fold : temp_reg)))) {
     var.has_static = true;
     var.value = v;
+    const auto publish = [&](const Val& x, const auto& self) -> void {
+      if (x.reg >= 0) static_regs_.insert(x.reg);
+      for (const Val& item : x.items) self(item, self);
+    };
+    publish(v, publish);
     return Status::ok();
   }
   if (v.kind == VKind::DType) return error(ErrorCode::Unsupported, fmt::format("dtype variable `{}` must be assigned once", name), at);
@@ -661,7 +667,9 @@ Status Lowerer::assignName(const std::string& name, Val v, const Expr& at) {
     var_regs_.insert(var.reg);
   }
   var.has_static = false;
-  if (temp_reg && !fn_->code.empty() && !fn_->code.back().isLabel()) {
+  // The instruction that just produced the value may write the variable's register instead,
+  // unless the value is another variable's (`t = x * 2; acc = t`: t still needs it).
+  if (temp_reg && static_regs_.count(v.reg) == 0 && !fn_->code.empty() && !fn_->code.back().isLabel()) {
     IrInst& last = fn_->code.back();
     auto defs = irDefs(last);
     if (defs.size() == 1 && defs[0] == v.reg && last.op != Opcode::TupleUnpack) {

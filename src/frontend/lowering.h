@@ -173,6 +173,7 @@ class Lowerer {
   IrFunction* fn_ = nullptr;
   std::map<std::string, VarInfo> vars_;
   std::set<std::int32_t> var_regs_;
+  std::set<std::int32_t> static_regs_;  // temporaries a single-assignment variable stands for
   std::vector<LoopFrame> loops_;
   std::int32_t next_reg_ = 0;
   SourceLoc loc_;

@@ -27,6 +27,8 @@ inline constexpr std::size_t kNativeStackReserve = std::size_t{512} << 10;
 std::size_t nativeStackLeft();
 
 // True when at least kNativeStackReserve bytes are left.
-inline bool nativeStackHasRoom() { return nativeStackLeft() >= kNativeStackReserve; }
+inline bool nativeStackHasRoom() {
+  return nativeStackLeft() >= kNativeStackReserve;
+}
 
 }  // namespace shapevm

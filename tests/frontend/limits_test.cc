@@ -26,7 +26,9 @@ std::string repeat(std::string_view piece, int times) {
 }
 
 // `def f(x: int):` + a body line at line 3.
-std::string function(const std::string& body_line) { return "import shapevm\ndef f(x: int):\n    " + body_line + "\n    return y\n"; }
+std::string function(const std::string& body_line) {
+  return "import shapevm\ndef f(x: int):\n    " + body_line + "\n    return y\n";
+}
 
 void expectTooDeep(const std::string& source, int line) {
   const std::string error = compileError(source);
@@ -71,7 +73,8 @@ TEST(Limits, DeepBlocksAndElifChainsAreAnErrorNamingTheLine) {
 
 TEST(Limits, NestingWithinTheLimitCompilesAndRuns) {
   const int depth = 150;  // well inside max_nesting, and inside the native stack even under ASan
-  Module module = compileOk(function("y = " + repeat("-(", depth) + "x" + repeat(")", depth) + " + x" + repeat(" + 1", depth)));
+  Module module =
+      compileOk(function("y = " + repeat("-(", depth) + "x" + repeat(")", depth) + " + x" + repeat(" + 1", depth)));
   auto results = runModule(module, "f", {Value::fromInt(5)});
   ASSERT_TRUE(results) << results.status().toString();
   EXPECT_EQ(intResult((*results)[0]), 5 + 5 + depth);  // 150 negations of x cancel out
@@ -194,7 +197,9 @@ TEST(Limits, ReusedRegistersGiveIdenticalResults) {
           if (p.token.any_rank) runnable = false;
           else args.push_back(Value::fromTensor(input(p, 3)));
         } else {
-          args.push_back(p.kind == ValueKind::Float ? Value::fromFloat(1.5) : p.kind == ValueKind::Bool ? Value::fromBool(true) : Value::fromInt(3));
+          args.push_back(p.kind == ValueKind::Float  ? Value::fromFloat(1.5)
+                         : p.kind == ValueKind::Bool ? Value::fromBool(true)
+                                                     : Value::fromInt(3));
         }
       }
       if (!runnable) continue;
@@ -217,8 +222,23 @@ TEST(Limits, ReusedRegistersGiveIdenticalResults) {
   EXPECT_GE(compared, 30) << "most of the corpus runs with generated inputs";
 }
 
+// A loop in a function without registers or outputs: the verifier's dataflow used to take every
+// (empty) state for an unvisited block and requeue the loop forever.
+TEST(Limits, VerifierEndsOnALoopWithoutRegisters) {
+  auto module = assemble(".module \"spin\"\n.func spin\n  .outputs 0\nloop:\n  Jump @loop\n.end\n", "spin.svasm");
+  ASSERT_TRUE(module) << module.status().toString();
+  EXPECT_TRUE(verifyModule(*module).isOk());
+  ASSERT_TRUE(Tunables::set("max_steps", "1000").isOk());
+  auto results = runModule(*module, "spin", {});
+  Tunables::resetToDefaults();
+  ASSERT_FALSE(results);
+  EXPECT_NE(results.status().message().find("max_steps"), std::string::npos) << results.status().message();
+}
+
 TEST(Limits, ByteOrderMarkIsAccepted) {
-  Module module = compileOk("\xEF\xBB\xBF" "def f(x: int) -> int:\n    return x + 1\n");
+  Module module = compileOk(
+      "\xEF\xBB\xBF"
+      "def f(x: int) -> int:\n    return x + 1\n");
   auto results = runModule(module, "f", {Value::fromInt(1)});
   ASSERT_TRUE(results);
   EXPECT_EQ(intResult((*results)[0]), 2);
@@ -256,7 +276,8 @@ TEST(Limits, IntegerOverflowNamesTheOperands) {
   Module module = compileOk("def f(x: int, e: int) -> int:\n    return x ** e\n");
   auto results = runModule(module, "f", {Value::fromInt(3), Value::fromInt(100)});
   ASSERT_FALSE(results);
-  EXPECT_NE(results.status().message().find("integer overflow in 3 Pow 100"), std::string::npos) << results.status().message();
+  EXPECT_NE(results.status().message().find("integer overflow in 3 Pow 100"), std::string::npos)
+      << results.status().message();
 }
 
 }  // namespace
