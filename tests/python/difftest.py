@@ -229,6 +229,8 @@ def main():
             text = Gen(rng, rng.choice(DTYPES)).program(seed)
             path = work / f"p{seed}.py"
             path.write_text(text)
+            if n and n % 50 == 0:
+                print(f"difftest: {n} programs so far, {mismatches} mismatches, {time.time() - start:.0f} s", flush=True)
             problem = check(args.bin, path, seed, work)
             if problem and problem.startswith("oracle raised"):
                 generator_errors += 1
