@@ -7,6 +7,7 @@
 #include "frontend/lowering.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 
 #include <fmt/format.h>
@@ -417,6 +418,15 @@ Expected<Val> Lowerer::paramAnnotation(const frontend::Param& p, IrFunction& out
       out.dim_names.emplace_back();
       token.dims.push_back(DimToken::dynamic(id));
     } else if (item->kind == ExprKind::Str) {
+      const std::string& name = item->name;
+      const bool identifier = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                              std::all_of(name.begin(), name.end(), [](char c) {
+                                return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                              });
+      if (!identifier) {
+        return error(ErrorCode::InvalidArgument,
+                     fmt::format("a Tensor annotation dim name must be an identifier, got \"{}\"", name), *item);
+      }
       auto it = dims.find(item->name);
       if (it == dims.end()) {
         it = dims.emplace(item->name, static_cast<int>(out.dim_names.size())).first;

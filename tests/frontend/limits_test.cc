@@ -235,6 +235,14 @@ TEST(Limits, VerifierEndsOnALoopWithoutRegisters) {
   EXPECT_NE(results.status().message().find("max_steps"), std::string::npos) << results.status().message();
 }
 
+// Found by fuzz_frontend: a dim name the verifier rejects was an internal compiler error.
+TEST(Limits, DimNamesMustBeIdentifiers) {
+  const std::string error = compileError("def f(x: Tensor[\"%n\", 3]):\n    return x\n");
+  EXPECT_NE(error.find("dim name must be an identifier, got \"%n\""), std::string::npos) << error;
+  EXPECT_NE(error.find("line 1"), std::string::npos) << error;
+  compileOk("def f(x: Tensor[\"n_1\", 3]):\n    return x\n");
+}
+
 TEST(Limits, ByteOrderMarkIsAccepted) {
   Module module = compileOk(
       "\xEF\xBB\xBF"
