@@ -4,7 +4,7 @@
 # Idempotent; skips apt when everything is already installed.
 set -euo pipefail
 packages=(
-  cmake ninja-build g++ clang-19 libomp-19-dev clang-format pkg-config
+  cmake ninja-build g++ clang-19 libclang-rt-19-dev libomp-19-dev clang-format pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libreadline-dev tmux
   libzip-dev zlib1g-dev

@@ -86,6 +86,13 @@ Status validatePlan(const Function& fn, const InputPlan& plan) {
     if (index < 0) {
       return makeError(ErrorCode::UnknownName, "--arg '{}' matches no parameter of '{}' (parameters: {})", name, fn.name, params);
     }
+    if (const Param& p = fn.params[static_cast<std::size_t>(index)]; p.kind == ValueKind::Tensor) {
+      return makeError(
+          ErrorCode::KindMismatch,
+          "--arg {}=...: parameter '{}' of '{}' is a tensor {}; give it with --input {}=FILE.npy (or leave it "
+          "out for generated data)",
+          name, name, fn.name, p.token.toString(), name);
+    }
   }
   for (const DimSchedule& s : plan.dims) {
     bool found = false;

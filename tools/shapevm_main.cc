@@ -504,6 +504,19 @@ int runCommand(RunFlags flags) {
 }
 
 // The flags of `run`, shared by `debug` (and the DAP launch request's `args`).
+// An unsigned option would take "-1" as 2^64-1; a seed is written without a sign.
+CLI::Validator nonNegativeSeed() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const auto first = text.find_first_not_of(" \t");
+        if (first != std::string::npos && (text[first] == '-' || text[first] == '+')) {
+          return "the seed must be an unsigned integer (0 to 18446744073709551615), got " + text;
+        }
+        return {};
+      },
+      "UINT64");
+}
+
 void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("module", flags.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
   cmd->add_option("--fn", flags.fn, "function to run (default: the only one, or 'main')");
@@ -514,7 +527,7 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("--dim", flags.dims,
                   "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
                   "a list cycles per iteration (repeatable)");
-  cmd->add_option("--seed", flags.seed, "seed for generated inputs (default 0)");
+  cmd->add_option("--seed", flags.seed, "seed for generated inputs (default 0)")->check(nonNegativeSeed());
   cmd->add_option("--iters", flags.iters, "number of runs (default 1)");
   cmd->add_option("--out", flags.out, "write the last run's outputs to this .npz (out0, out1, ...)");
   cmd->add_flag("--stats", flags.stats, "print latency (median, p99) per dim setting and totals");
@@ -639,7 +652,7 @@ int main(int argc, char** argv) {
                        "NAME=LO..HI: tune for LO, every power of two in between and HI (repeatable)");
   tune_cmd->add_option("--budget-ms", tune_flags.budget_ms, "milliseconds per kernel for timing candidates (tunable tune_budget_ms, default 2000)");
   tune_cmd->add_option("--iters", tune_flags.tune_iters, "runs (default: enough passes over the --dim schedule for every recompile)");
-  tune_cmd->add_option("--seed", tune_flags.seed, "seed for generated inputs (default 0)");
+  tune_cmd->add_option("--seed", tune_flags.seed, "seed for generated inputs (default 0)")->check(nonNegativeSeed());
   tune_cmd->add_flag("--no-cache", tune_flags.no_cache, "time every kernel without reading or writing the tuning database");
   tune_cmd->add_flag("--stats", tune_flags.stats, "also print the run's statistics");
   tune_cmd->add_flag("--jit-log", tune_flags.jit_log, "print the JIT's log lines");

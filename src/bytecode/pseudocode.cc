@@ -2,6 +2,7 @@
 // The Python-like pseudocode view of a function (text_format.h): one line per instruction with
 // its PC, loop bodies indented between LoopStart and LoopEnd, op sites with their shape tokens.
 // A view only — never parsed back; robust against unverified modules (bad indices print as such).
+#include <algorithm>
 #include <array>
 
 #include "bytecode/text_format.h"
@@ -157,15 +158,19 @@ std::string pseudocode(const Module& module, int function) {
     params += (params.empty() ? "" : ", ") + p.name + ": " + kind;
   }
   std::string out = fmt::format("def {}({}):  # outputs: {}, registers: {}\n", fn->name, params, fn->num_outputs, fn->num_registers);
+  // Loop nesting indents, up to kMaxIndentLevels (deeper loops print at that level: a module of
+  // 100k nested loops must not need 100k x 100k spaces).
+  static constexpr int kMaxIndentLevels = 32;
   int depth = 1;
+  const auto indent = [&depth] { return 4 * std::min(depth, kMaxIndentLevels); };
   SourceLoc loc;
   for (std::size_t pc = 0; pc < fn->code.size(); ++pc) {
     const Instruction& inst = fn->code[pc];
     SourceLoc here = pc < fn->locs.size() ? fn->locs[pc] : SourceLoc{};
-    if (!(here == loc) && here.line > 0) out += fmt::format("{:{}}# line {}:{}\n", "", 4 * depth, here.line, here.col);
+    if (!(here == loc) && here.line > 0) out += fmt::format("{:{}}# line {}:{}\n", "", indent(), here.line, here.col);
     loc = here;
     if (inst.op == Opcode::LoopEnd && depth > 1) --depth;
-    out += fmt::format("{:{}}{}  {}\n", "", 4 * depth, pc4(static_cast<std::int64_t>(pc)),
+    out += fmt::format("{:{}}{}  {}\n", "", indent(), pc4(static_cast<std::int64_t>(pc)),
                        instructionLine(module, *fn, inst, static_cast<std::int64_t>(pc)));
     if (inst.op == Opcode::LoopStart) ++depth;
   }

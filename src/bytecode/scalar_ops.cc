@@ -11,19 +11,25 @@ namespace {
 bool intLike(const Value& v) { return v.isInt() || v.isBool(); }
 std::int64_t intOf(const Value& v) { return v.isInt() ? v.asInt() : static_cast<std::int64_t>(v.asBool()); }
 
+// Names the operation's operands as the program gave them (never an intermediate value).
 Status overflow(Opcode op, std::int64_t a, std::int64_t b) {
-  return makeError(ErrorCode::InvalidArgument, "integer overflow in {} {} {}", a, opcodeName(op), b);
+  return makeError(ErrorCode::InvalidArgument, "integer overflow in {} {} {} (the result does not fit in int64)", a,
+                   opcodeName(op), b);
+}
+Status overflow(Opcode op, std::int64_t a) {
+  return makeError(ErrorCode::InvalidArgument, "integer overflow in {} {} (the result does not fit in int64)",
+                   opcodeName(op), a);
 }
 
-Expected<Value> intPow(std::int64_t base, std::int64_t exponent) {
+Expected<Value> intPow(const std::int64_t base, const std::int64_t exponent) {
   if (exponent < 0) return Value::fromFloat(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
-  std::int64_t result = 1;
-  while (exponent > 0) {
-    if (exponent & 1) {
-      if (__builtin_mul_overflow(result, base, &result)) return overflow(Opcode::Pow, base, exponent);
+  std::int64_t result = 1, square = base;
+  for (std::int64_t e = exponent; e > 0;) {
+    if (e & 1) {
+      if (__builtin_mul_overflow(result, square, &result)) return overflow(Opcode::Pow, base, exponent);
     }
-    exponent >>= 1;
-    if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) return overflow(Opcode::Pow, base, exponent);
+    e >>= 1;
+    if (e > 0 && __builtin_mul_overflow(square, square, &square)) return overflow(Opcode::Pow, base, exponent);
   }
   return Value::fromInt(result);
 }
@@ -162,13 +168,13 @@ Expected<Value> scalarUnary(Opcode op, const Value& a) {
   switch (op) {
     case Opcode::Neg:
       if (intLike(scalar)) {
-        if (intOf(scalar) == std::numeric_limits<std::int64_t>::min()) return overflow(op, 0, intOf(scalar));
+        if (intOf(scalar) == std::numeric_limits<std::int64_t>::min()) return overflow(op, intOf(scalar));
         return Value::fromInt(-intOf(scalar));
       }
       return Value::fromFloat(-scalar.asFloat());
     case Opcode::Abs:
       if (intLike(scalar)) {
-        if (intOf(scalar) == std::numeric_limits<std::int64_t>::min()) return overflow(op, 0, intOf(scalar));
+        if (intOf(scalar) == std::numeric_limits<std::int64_t>::min()) return overflow(op, intOf(scalar));
         return Value::fromInt(std::llabs(intOf(scalar)));
       }
       return Value::fromFloat(std::fabs(scalar.asFloat()));

@@ -152,18 +152,28 @@ class FunctionVerifier {
     if (pc < 0) return makeError(ErrorCode::VerifyError, "verify: function '{}': rule {}: {}", fn_.name, rule, details);
     return makeError(ErrorCode::VerifyError, "verify: function '{}', PC 0x{:04X}: rule {}: {}", fn_.name, pc, rule, details);
   }
+  // A function-wide limit names where the function starts in its source, when the module has one.
+  Status failLimit(const std::string& details) const {
+    const auto located =
+        std::find_if(fn_.locs.begin(), fn_.locs.end(), [](const SourceLoc& loc) { return loc.line > 0; });
+    if (located == fn_.locs.end()) return fail(-1, "limits", details);
+    const std::string& file = module_.source_file;
+    return makeError(ErrorCode::VerifyError, "verify: function '{}' ({}line {}): rule limits: {}", fn_.name,
+                     file.empty() ? "" : file + " ", located->line, details);
+  }
 
   Status headerChecks() const {
     if (fn_.num_registers < 0 || fn_.num_registers > kMaxRegisters) {
-      return fail(-1, "limits", fmt::format("num_registers {} is outside 0..{}", fn_.num_registers, kMaxRegisters));
+      return failLimit(fmt::format("num_registers {} is outside 0..{}", fn_.num_registers, kMaxRegisters));
     }
     if (fn_.num_outputs < 0 || fn_.num_outputs > kMaxOutputs) {
-      return fail(-1, "limits", fmt::format("num_outputs {} is outside 0..{}", fn_.num_outputs, kMaxOutputs));
+      return failLimit(fmt::format("num_outputs {} is outside 0..{}", fn_.num_outputs, kMaxOutputs));
     }
     if (fn_.num_loops < 0 || fn_.num_loops > kMaxLoopIds) {
-      return fail(-1, "limits", fmt::format("num_loops {} outside 0..{}", fn_.num_loops, kMaxLoopIds));
+      return failLimit(fmt::format("num_loops {} outside 0..{}", fn_.num_loops, kMaxLoopIds));
     }
-    if (fn_.code.size() > kMaxCodeSize) return fail(-1, "limits", fmt::format("{} instructions exceed {}", fn_.code.size(), kMaxCodeSize));
+    if (fn_.code.size() > kMaxCodeSize)
+      return failLimit(fmt::format("{} instructions exceed {}", fn_.code.size(), kMaxCodeSize));
     if (fn_.locs.size() != fn_.code.size()) {
       return fail(-1, "line-table", fmt::format("{} source locations for {} instructions", fn_.locs.size(), fn_.code.size()));
     }
@@ -526,10 +536,13 @@ class FunctionVerifier {
     const std::size_t blocks = block_start.size() - 1;
     const std::size_t width = static_cast<std::size_t>(fn_.num_registers) + static_cast<std::size_t>(fn_.num_outputs);
     if (blocks * width > (std::size_t{64} << 20)) {
-      return fail(-1, "limits", fmt::format("{} basic blocks x {} registers and outputs is too large to verify", blocks, width));
+      return failLimit(fmt::format("{} basic blocks x {} registers and outputs is too large to verify", blocks, width));
     }
     std::vector<State> in(blocks);
-    std::vector<std::uint8_t> queued(blocks, 0);
+    // Whether a block's `in` is set: with no registers and no outputs every state is empty, so
+    // in[b].empty() cannot tell (a loop in such a function used to requeue itself forever).
+    std::vector<std::uint8_t> queued(blocks, 0), reached(blocks, 0);
+    reached[0] = 1;
     in[0].assign(width, 0);
     std::fill(in[0].begin(), in[0].begin() + fn_.num_registers, kUnwritten);
     std::fill(in[0].begin() + fn_.num_registers, in[0].end(), 1);
@@ -546,7 +559,8 @@ class FunctionVerifier {
       for (int s : successors(fn_.code[static_cast<std::size_t>(last)], last)) {
         auto target = static_cast<std::size_t>(block_of[static_cast<std::size_t>(s)]);
         bool changed = false;
-        if (in[target].empty()) {
+        if (!reached[target]) {
+          reached[target] = 1;
           in[target] = state;
           changed = true;
         } else {
@@ -565,7 +579,7 @@ class FunctionVerifier {
       }
     }
     for (std::size_t b = 0; b < blocks; ++b) {
-      if (in[b].empty()) continue;  // unreachable
+      if (!reached[b]) continue;  // unreachable
       state = in[b];
       for (int pc = block_start[b]; pc < block_start[b + 1]; ++pc) SVM_RETURN_IF_ERROR(transfer(state, pc, true));
     }

@@ -41,6 +41,7 @@ struct Expr {
   std::vector<std::string> ops;                             // Compare operators
   std::vector<std::pair<std::string, ExprPtr>> keywords;    // Call keyword arguments
   ExprPtr slice_parts[3];
+  int height = 1;  // 1 + the tallest child's height (the parser bounds it by max_nesting)
 };
 
 enum class StmtKind : std::uint8_t {

@@ -4,6 +4,7 @@
 // source line/col of the offending construct.
 #include "frontend/frontend.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -59,6 +60,10 @@ Expected<Module> compilePython(std::string_view source, std::string_view filenam
 }
 
 Expected<Module> loadProgram(const std::string& path, const FrontendOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return makeError(ErrorCode::IoError, "'{}' is a directory, not a program file (.py, .svm or .svasm)", path);
+  }
   if (path.size() >= 3 && path.compare(path.size() - 3, 3, ".py") == 0) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return makeError(ErrorCode::IoError, "cannot open '{}'", path);
@@ -75,6 +80,10 @@ Expected<Module> loadProgram(const std::string& path, const FrontendOptions& opt
 }
 
 Expected<int> resolveFunction(const Module& module, const std::string& name) {
+  if (module.functions.empty()) {
+    return makeError(ErrorCode::InvalidArgument, "module{} has no functions",
+                     module.source_file.empty() ? std::string() : fmt::format(" '{}'", module.source_file));
+  }
   std::string known;
   for (const Function& fn : module.functions) known += (known.empty() ? "" : ", ") + fn.name;
   if (!name.empty()) {

@@ -21,6 +21,9 @@ struct FrontendOptions {
   // When set, only this function (a name, `Class.method`, or a method name unique in the module)
   // and what it calls are compiled; it becomes function 0.
   std::string entry;
+  // Registers of dead values are shared (linear scan) in every function, not only in one that
+  // would exceed the bytecode's register limit (tests and differential runs switch it on).
+  bool share_registers = false;
 
   static FrontendOptions none() { FrontendOptions o; o.dce = o.reshape = o.addn = o.fold = false; return o; }
   // Parses `--opt=` lists: "dce,reshape,addn,fold" (any subset; "none" or "" = all off, "all" = all on).

@@ -72,6 +72,10 @@ int eliminateDeadCode(IrFunction& fn);
 int mergeReshapes(IrFunction& fn);
 // Renumbers registers densely in order of first appearance.
 void compactRegisters(IrFunction& fn);
+// Gives registers whose live ranges do not overlap the same number (a function of 200k
+// statements then fits the bytecode's register limit). Runs after compactRegisters; returns
+// false (nothing changed) when the control flow is not the nested loops lowering produces.
+bool reuseDeadRegisters(IrFunction& fn);
 
 // Emits the functions through the builder (labels, sites, constants deduplicated by it).
 Expected<Module> emitModule(const std::vector<IrFunction>& functions, const std::string& module_name,

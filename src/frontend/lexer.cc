@@ -288,6 +288,9 @@ class Lexer {
 }  // namespace
 
 Expected<std::vector<Token>> tokenize(std::string_view source) {
+  // A UTF-8 byte-order mark opens many editor-saved files; CPython skips it, so do we.
+  constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+  if (source.starts_with(kUtf8Bom)) source.remove_prefix(kUtf8Bom.size());
   Lexer lexer(source);
   return lexer.run();
 }

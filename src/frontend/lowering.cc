@@ -7,16 +7,25 @@
 #include "frontend/lowering.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 
 #include <fmt/format.h>
 
+#include "bytecode/verifier.h"
 #include "frontend/lexer.h"
+#include "support/native_stack.h"
 
 namespace shapevm::frontend {
 
 Status Lowerer::error(ErrorCode code, std::string_view message, int line, int col) const {
   return frontendError(code, message, line, col);
+}
+
+Status Lowerer::checkStack(int line, int col) const {
+  if (nativeStackHasRoom()) return Status::ok();
+  return error(ErrorCode::LimitExceeded, "nested too deeply for the native stack (lower tunable max_nesting)", line,
+               col);
 }
 
 IrInst& Lowerer::emit(Opcode op, std::int32_t a, std::int32_t b, std::int32_t c) {
@@ -364,6 +373,16 @@ Status Lowerer::lowerFunction(FunctionInfo& info) {
       if (options_.reshape) mergeReshapes(out);
       if (options_.dce) eliminateDeadCode(out);
       compactRegisters(out);
+      // Short functions keep one register per value (what the JIT's analyses have always seen);
+      // only a function beyond the bytecode's limit shares registers between dead values.
+      if (out.num_registers > kMaxRegisters || options_.share_registers) reuseDeadRegisters(out);
+      if (out.num_registers > kMaxRegisters) {
+        return error(ErrorCode::LimitExceeded,
+                     fmt::format("function '{}' holds {} values live at once, more than the {} registers a "
+                                 "function may have; split it into smaller functions",
+                                 info.name, out.num_registers, kMaxRegisters),
+                     info.def->line, info.def->col);
+      }
       info.lowered = true;
       lowered_[info.name] = std::move(out);
       return Status::ok();
@@ -403,6 +422,15 @@ Expected<Val> Lowerer::paramAnnotation(const frontend::Param& p, IrFunction& out
       out.dim_names.emplace_back();
       token.dims.push_back(DimToken::dynamic(id));
     } else if (item->kind == ExprKind::Str) {
+      const std::string& name = item->name;
+      const bool identifier = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                              std::all_of(name.begin(), name.end(), [](char c) {
+                                return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                              });
+      if (!identifier) {
+        return error(ErrorCode::InvalidArgument,
+                     fmt::format("a Tensor annotation dim name must be an identifier, got \"{}\"", name), *item);
+      }
       auto it = dims.find(item->name);
       if (it == dims.end()) {
         it = dims.emplace(item->name, static_cast<int>(out.dim_names.size())).first;
@@ -422,6 +450,7 @@ Status Lowerer::lowerFunctionPass(FunctionInfo& info, IrFunction& out) {
   out.name = info.name;
   vars_.clear();
   var_regs_.clear();
+  static_regs_.clear();
   loops_.clear();
   next_reg_ = 0;
   terminated_ = false;
@@ -502,6 +531,7 @@ Status Lowerer::lowerBlock(const std::vector<StmtPtr>& body) {
 
 Status Lowerer::lowerStmt(const Stmt& s) {
   setLoc(s.line, s.col);
+  SVM_RETURN_IF_ERROR(checkStack(s.line, s.col));
   switch (s.kind) {
     case StmtKind::Pass:
     case StmtKind::Import: return Status::ok();
@@ -638,6 +668,11 @@ Status Lowerer::assignName(const std::string& name, Val v, const Expr& at) {
   if (var.assignments <= 1 && (v.kind == VKind::DType || (v.static_tuple ? staticOk(v, staticOk) : (v.is_const ? options_.fold : temp_reg)))) {
     var.has_static = true;
     var.value = v;
+    const auto publish = [&](const Val& x, const auto& self) -> void {
+      if (x.reg >= 0) static_regs_.insert(x.reg);
+      for (const Val& item : x.items) self(item, self);
+    };
+    publish(v, publish);
     return Status::ok();
   }
   if (v.kind == VKind::DType) return error(ErrorCode::Unsupported, fmt::format("dtype variable `{}` must be assigned once", name), at);
@@ -646,7 +681,9 @@ Status Lowerer::assignName(const std::string& name, Val v, const Expr& at) {
     var_regs_.insert(var.reg);
   }
   var.has_static = false;
-  if (temp_reg && !fn_->code.empty() && !fn_->code.back().isLabel()) {
+  // The instruction that just produced the value may write the variable's register instead,
+  // unless the value is another variable's (`t = x * 2; acc = t`: t still needs it).
+  if (temp_reg && static_regs_.count(v.reg) == 0 && !fn_->code.empty() && !fn_->code.back().isLabel()) {
     IrInst& last = fn_->code.back();
     auto defs = irDefs(last);
     if (defs.size() == 1 && defs[0] == v.reg && last.op != Opcode::TupleUnpack) {

@@ -86,6 +86,9 @@ class Lowerer {
   // ---- shared by the lowering files ----
   Status error(ErrorCode code, std::string_view message, int line, int col) const;
   Status error(ErrorCode code, std::string_view message, const Expr& at) const { return error(code, message, at.line, at.col); }
+  // LimitExceeded naming the line when the native stack is nearly used up (the parser bounds
+  // the AST's depth, so this is the second line of defence for the recursive walks).
+  Status checkStack(int line, int col) const;
 
   std::int32_t newReg() { return next_reg_++; }
   int newLabel() { return fn_->num_labels++; }
@@ -170,6 +173,7 @@ class Lowerer {
   IrFunction* fn_ = nullptr;
   std::map<std::string, VarInfo> vars_;
   std::set<std::int32_t> var_regs_;
+  std::set<std::int32_t> static_regs_;  // temporaries a single-assignment variable stands for
   std::vector<LoopFrame> loops_;
   std::int32_t next_reg_ = 0;
   SourceLoc loc_;

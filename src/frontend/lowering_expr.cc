@@ -14,6 +14,7 @@
 
 #include "bytecode/scalar_ops.h"
 #include "frontend/lowering.h"
+#include "support/native_stack.h"
 
 namespace shapevm::frontend {
 namespace {
@@ -89,6 +90,7 @@ std::optional<Val> literalValue(const Expr& e) {
 
 Expected<Val> Lowerer::lowerExpr(const Expr& e) {
   setLoc(e.line, e.col);
+  SVM_RETURN_IF_ERROR(checkStack(e.line, e.col));
   switch (e.kind) {
     case ExprKind::Int:
     case ExprKind::Float:
@@ -350,6 +352,8 @@ Expected<Val> Lowerer::lowerAddChain(const Expr& e) {
 
 std::optional<Val> Lowerer::constEval(const Expr& e) const {
   if (std::optional<Val> literal = literalValue(e)) return literal;
+  // Not a constant as far as folding goes; lowerExpr then reports the depth with the line.
+  if (!checkStack(e.line, e.col).isOk()) return std::nullopt;
   switch (e.kind) {
     case ExprKind::Tuple:
     case ExprKind::List: {

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // IR utilities and the IR-level optimizations: dead-code elimination (whole-function use sets,
 // iterated to a fixpoint), merging of consecutive reshapes, register compaction, and emission
-// through the bytecode builder. `identity` op sites are anchors: never removed or looked through.
+// through the bytecode builder, and the reuse of dead registers (linear scan over live ranges)
+// for functions with more values than the bytecode's register limit. `identity` op sites are
+// anchors: never removed or looked through.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <type_traits>
 
@@ -152,6 +155,131 @@ void compactRegisters(IrFunction& fn) {
     if (auto it = renumber.find(reg); it != renumber.end()) names[it->second] = name;
   }
   fn.reg_names = std::move(names);
+}
+
+namespace {
+
+// [start, end]: the IR positions a register must keep its value over.
+struct LiveRange {
+  std::int32_t start = -1, end = -1;
+  bool starts_with_def = false;  // its first position writes it (so a loop around it need not carry it)
+};
+
+// The loops of a function as [head, last back edge] position ranges, and per position the
+// innermost loop holding it (-1: none). Empty when the ranges do not nest (never from lowering).
+struct LoopNest {
+  std::vector<std::pair<std::int32_t, std::int32_t>> ranges;
+  std::vector<int> parent;     // per loop: the enclosing loop (-1: none)
+  std::vector<int> innermost;  // per position
+};
+
+std::optional<LoopNest> findLoops(const IrFunction& fn) {
+  const auto n = static_cast<std::int32_t>(fn.code.size());
+  std::vector<std::int32_t> label_pos(static_cast<std::size_t>(fn.num_labels), -1);
+  for (std::int32_t pc = 0; pc < n; ++pc) {
+    if (fn.code[static_cast<std::size_t>(pc)].isLabel())
+      label_pos[static_cast<std::size_t>(fn.code[static_cast<std::size_t>(pc)].label)] = pc;
+  }
+  std::map<std::int32_t, std::int32_t> back_edges;  // head -> last back edge
+  for (std::int32_t pc = 0; pc < n; ++pc) {
+    const IrInst& inst = fn.code[static_cast<std::size_t>(pc)];
+    if (inst.isLabel() || (inst.op != Opcode::Jump && inst.op != Opcode::BranchIf)) continue;
+    for (int target : {inst.target_true, inst.target_false}) {
+      if (target < 0) continue;
+      const std::int32_t head = label_pos[static_cast<std::size_t>(target)];
+      if (head >= 0 && head <= pc) back_edges[head] = std::max(back_edges[head], pc);
+    }
+  }
+  LoopNest nest;
+  nest.innermost.assign(static_cast<std::size_t>(n), -1);
+  std::vector<int> open;  // enclosing loops at the sweep position
+  for (const auto& [head, tail] : back_edges) {
+    while (!open.empty() && nest.ranges[static_cast<std::size_t>(open.back())].second < head) open.pop_back();
+    if (!open.empty() && nest.ranges[static_cast<std::size_t>(open.back())].second < tail) return std::nullopt;
+    nest.parent.push_back(open.empty() ? -1 : open.back());
+    open.push_back(static_cast<int>(nest.ranges.size()));
+    nest.ranges.emplace_back(head, tail);
+  }
+  for (std::size_t loop = 0; loop < nest.ranges.size(); ++loop) {  // outer loops first: inner ones overwrite
+    for (std::int32_t pc = nest.ranges[loop].first; pc <= nest.ranges[loop].second; ++pc) {
+      nest.innermost[static_cast<std::size_t>(pc)] = static_cast<int>(loop);
+    }
+  }
+  return nest;
+}
+
+}  // namespace
+
+bool reuseDeadRegisters(IrFunction& fn) {
+  std::optional<LoopNest> loops = findLoops(fn);
+  if (!loops) return false;
+  std::vector<LiveRange> live(static_cast<std::size_t>(fn.num_registers));
+  for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
+    visitIrRegisters(fn.code[pc], [&](const std::int32_t& r, bool write) {
+      if (r < 0) return;
+      LiveRange& range = live[static_cast<std::size_t>(r)];
+      if (range.start < 0) {
+        range.start = static_cast<std::int32_t>(pc);
+        range.starts_with_def = write;
+      }
+      range.end = static_cast<std::int32_t>(pc);
+    });
+  }
+  // A value that crosses a loop's boundary, or is read in it before its first write (carried
+  // around the back edge), lives through the whole loop. Forward jumps stay inside [start, end].
+  for (LiveRange& range : live) {
+    if (range.start < 0) continue;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::int32_t point : {range.start, range.end}) {
+        for (int loop = loops->innermost[static_cast<std::size_t>(point)]; loop >= 0;
+             loop = loops->parent[static_cast<std::size_t>(loop)]) {
+          const auto [head, tail] = loops->ranges[static_cast<std::size_t>(loop)];
+          const bool inside = range.start >= head && range.end <= tail && range.starts_with_def;
+          if (inside || (range.start <= head && range.end >= tail)) continue;
+          range.start = std::min(range.start, head);
+          range.end = std::max(range.end, tail);
+          range.starts_with_def = false;
+          changed = true;
+        }
+      }
+    }
+  }
+  // Linear scan: a register is free again after the last position of its range.
+  std::vector<std::int32_t> order;
+  for (std::size_t r = 0; r < live.size(); ++r) {
+    if (live[r].start >= 0) order.push_back(static_cast<std::int32_t>(r));
+  }
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return live[static_cast<std::size_t>(a)].start < live[static_cast<std::size_t>(b)].start;
+  });
+  std::vector<std::int32_t> assigned(live.size(), -1);
+  std::multimap<std::int32_t, std::int32_t> active;  // end -> physical register
+  std::vector<std::int32_t> free_regs;
+  std::int32_t next_physical = 0;
+  for (std::int32_t r : order) {
+    const LiveRange& range = live[static_cast<std::size_t>(r)];
+    while (!active.empty() && active.begin()->first < range.start) {
+      free_regs.push_back(active.begin()->second);
+      active.erase(active.begin());
+    }
+    std::int32_t physical = next_physical;
+    if (free_regs.empty()) {
+      ++next_physical;
+    } else {
+      physical = free_regs.back();
+      free_regs.pop_back();
+    }
+    assigned[static_cast<std::size_t>(r)] = physical;
+    active.emplace(range.end, physical);
+  }
+  for (IrInst& inst : fn.code) {
+    visitIrRegisters(inst, [&](std::int32_t& r, bool) {
+      if (r >= 0) r = assigned[static_cast<std::size_t>(r)];
+    });
+  }
+  fn.num_registers = next_physical;
+  return true;
 }
 
 namespace {

@@ -9,9 +9,18 @@
 #include <fmt/format.h>
 
 #include "frontend/lexer.h"
+#include "support/native_stack.h"
+#include "support/tunables.h"
 
 namespace shapevm::frontend {
 namespace {
+
+// `a.b.c` for a dotted name, else a placeholder (decorator messages).
+std::string dottedName(const Expr& e) {
+  if (e.kind == ExprKind::Name) return e.name;
+  if (e.kind == ExprKind::Attribute && e.lhs) return dottedName(*e.lhs) + "." + e.name;
+  return "<expression>";
+}
 
 Status unsupported(std::string_view construct, int line, int col) {
   return frontendError(ErrorCode::Unsupported, fmt::format("`{}` is not supported in ShapeVM functions", construct), line, col);
@@ -19,7 +28,8 @@ Status unsupported(std::string_view construct, int line, int col) {
 
 class Parser {
  public:
-  explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
+  explicit Parser(std::vector<Token> tokens)
+      : toks_(std::move(tokens)), max_nesting_(static_cast<int>(Tunables::get(Tunable::MaxNesting))) {}
 
   Expected<ModuleAst> run() {
     ModuleAst module;
@@ -50,6 +60,42 @@ class Parser {
       case TokenKind::String: return "string";
       default: return "'" + t.text + "'";
     }
+  }
+  // Every recursive descent step holds a Nest; deeper than max_nesting (or than the native
+  // stack allows) is an error naming the line, never a stack overflow.
+  struct Nest {
+    explicit Nest(int& depth) : depth_(++depth) {}
+    ~Nest() { --depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    int& depth_;
+  };
+  Status tooDeep(int line, int col) const {
+    return frontendError(ErrorCode::LimitExceeded,
+                         fmt::format("nested too deeply (more than {} levels of brackets, operators or blocks; "
+                                     "tunable max_nesting)",
+                                     max_nesting_),
+                         line, col);
+  }
+  Status checkNesting() const {
+    if (depth_ > max_nesting_ || !nativeStackHasRoom()) return tooDeep(cur().line, cur().col);
+    return Status::ok();
+  }
+  // Sets e's height from its children; a left-leaning chain (`a + a + ... + a`) is as deep to
+  // the walks that follow as nested brackets, so it counts against the same limit.
+  Expected<ExprPtr> sealed(ExprPtr e) const {
+    int h = 0;
+    const auto take = [&h](const ExprPtr& child) {
+      if (child) h = std::max(h, child->height);
+    };
+    take(e->lhs);
+    take(e->rhs);
+    for (const ExprPtr& item : e->items) take(item);
+    for (const auto& [key, value] : e->keywords) take(value);
+    for (const ExprPtr& part : e->slice_parts) take(part);
+    e->height = h + 1;
+    if (e->height > max_nesting_) return tooDeep(e->line, e->col);
+    return e;
   }
   Status expectOp(std::string_view op) {
     if (!atOp(op)) return syntaxError(fmt::format("expected '{}', got {}", op, describe(cur())));
@@ -113,11 +159,17 @@ class Parser {
   }
 
   Status parseStatement(std::vector<StmtPtr>& out) {
+    Nest nest(depth_);
+    SVM_RETURN_IF_ERROR(checkNesting());
     const Token& t = cur();
-    if (atOp("@")) {  // decorators are accepted and ignored (e.g. @shapevm.jit)
+    if (atOp("@")) {  // @shapevm.jit (or @jit, optionally called) is accepted and changes nothing
       ++pos_;
-      SVM_ASSIGN_OR_RETURN(ExprPtr ignored, parseExpr());
-      (void)ignored;
+      const Token at = cur();
+      SVM_ASSIGN_OR_RETURN(ExprPtr decorator, parseExpr());
+      const Expr* callee = decorator->kind == ExprKind::Call ? decorator->lhs.get() : decorator.get();
+      if (!((callee->kind == ExprKind::Name || callee->kind == ExprKind::Attribute) && callee->name == "jit")) {
+        return unsupported(fmt::format("@{}", dottedName(*callee)), at.line, at.col);
+      }
       SVM_RETURN_IF_ERROR(expectNewline());
       while (atKind(TokenKind::Newline)) ++pos_;
       if (!atName("def") && !atName("class") && !atOp("@")) return syntaxError("expected 'def' or 'class' after a decorator");
@@ -301,6 +353,8 @@ class Parser {
   }
 
   Status parseIf(std::vector<StmtPtr>& out) {
+    Nest nest(depth_);
+    SVM_RETURN_IF_ERROR(checkNesting());
     StmtPtr s = newStmt(StmtKind::If, cur());
     ++pos_;
     SVM_ASSIGN_OR_RETURN(s->value, parseExpr());
@@ -359,7 +413,7 @@ class Parser {
       SVM_ASSIGN_OR_RETURN(ExprPtr next, parseBitOr());
       tuple->items.push_back(std::move(next));
     }
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   // `a, b` (a tuple without parentheses) or one expression.
@@ -375,10 +429,12 @@ class Parser {
       SVM_ASSIGN_OR_RETURN(ExprPtr next, parseExpr());
       tuple->items.push_back(std::move(next));
     }
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   Expected<ExprPtr> parseExpr() {
+    Nest nest(depth_);
+    SVM_RETURN_IF_ERROR(checkNesting());
     if (atName("lambda")) return unsupported("lambda", cur().line, cur().col);
     if (atName("yield") || atName("await")) return unsupported(cur().text, cur().line, cur().col);
     if (atOp("*")) return unsupported("starred expression", cur().line, cur().col);
@@ -395,7 +451,7 @@ class Parser {
     e->items.push_back(std::move(body));
     e->items.push_back(std::move(test));
     e->items.push_back(std::move(orelse));
-    return e;
+    return sealed(std::move(e));
   }
 
   Expected<ExprPtr> parseBoolChain(const char* word, bool is_or) {
@@ -410,17 +466,19 @@ class Parser {
       SVM_ASSIGN_OR_RETURN(ExprPtr next, is_or ? parseBoolChain("and", false) : parseNot());
       e->items.push_back(std::move(next));
     }
-    return e;
+    return sealed(std::move(e));
   }
   Expected<ExprPtr> parseOr() { return parseBoolChain("or", true); }
 
   Expected<ExprPtr> parseNot() {
+    Nest nest(depth_);
+    SVM_RETURN_IF_ERROR(checkNesting());
     if (atName("not")) {
       ExprPtr e = newExpr(ExprKind::UnaryOp, cur().line, cur().col);
       ++pos_;
       e->name = "not";
       SVM_ASSIGN_OR_RETURN(e->lhs, parseNot());
-      return e;
+      return sealed(std::move(e));
     }
     return parseComparison();
   }
@@ -446,7 +504,8 @@ class Parser {
       SVM_ASSIGN_OR_RETURN(ExprPtr next, parseBitOr());
       e->items.push_back(std::move(next));
     }
-    return e ? std::move(e) : std::move(first);
+    if (e) return sealed(std::move(e));
+    return first;
   }
 
   Expected<ExprPtr> parseBitOr() {
@@ -467,7 +526,7 @@ class Parser {
       SVM_ASSIGN_OR_RETURN(e->rhs, parseTerm());
       e->line = e->lhs->line;
       e->col = e->lhs->col;
-      left = std::move(e);
+      SVM_ASSIGN_OR_RETURN(left, sealed(std::move(e)));
     }
     return left;
   }
@@ -482,19 +541,21 @@ class Parser {
       SVM_ASSIGN_OR_RETURN(e->rhs, parseFactor());
       e->line = e->lhs->line;
       e->col = e->lhs->col;
-      left = std::move(e);
+      SVM_ASSIGN_OR_RETURN(left, sealed(std::move(e)));
     }
     return left;
   }
 
   Expected<ExprPtr> parseFactor() {
+    Nest nest(depth_);
+    SVM_RETURN_IF_ERROR(checkNesting());
     if (atOp("-") || atOp("+") || atOp("~")) {
       if (atOp("~")) return unsupported("~", cur().line, cur().col);
       ExprPtr e = newExpr(ExprKind::UnaryOp, cur().line, cur().col);
       e->name = cur().text;
       ++pos_;
       SVM_ASSIGN_OR_RETURN(e->lhs, parseFactor());
-      return e;
+      return sealed(std::move(e));
     }
     return parsePower();
   }
@@ -507,7 +568,7 @@ class Parser {
     ++pos_;
     e->lhs = std::move(base);
     SVM_ASSIGN_OR_RETURN(e->rhs, parseFactor());
-    return e;
+    return sealed(std::move(e));
   }
 
   Expected<ExprPtr> parseAtomExpr() {
@@ -536,7 +597,7 @@ class Parser {
         SVM_RETURN_IF_ERROR(expectOp(")"));
         call->line = call->lhs->line;
         call->col = call->lhs->col;
-        e = std::move(call);
+        SVM_ASSIGN_OR_RETURN(e, sealed(std::move(call)));
       } else if (atOp("[")) {
         ExprPtr sub = newExpr(ExprKind::Subscript, e->line, e->col);
         int line = cur().line, col = cur().col;
@@ -557,16 +618,17 @@ class Parser {
         if (parts.size() == 1 && !trailing_comma) {
           sub->rhs = std::move(parts[0]);
         } else {
-          sub->rhs = newExpr(ExprKind::Tuple, line, col + 1);
-          sub->rhs->items = std::move(parts);
+          ExprPtr index = newExpr(ExprKind::Tuple, line, col + 1);
+          index->items = std::move(parts);
+          SVM_ASSIGN_OR_RETURN(sub->rhs, sealed(std::move(index)));
         }
-        e = std::move(sub);
+        SVM_ASSIGN_OR_RETURN(e, sealed(std::move(sub)));
       } else if (atOp(".")) {
         ++pos_;
         ExprPtr attr = newExpr(ExprKind::Attribute, e->line, e->col);
         SVM_ASSIGN_OR_RETURN(attr->name, expectName());
         attr->lhs = std::move(e);
-        e = std::move(attr);
+        SVM_ASSIGN_OR_RETURN(e, sealed(std::move(attr)));
       } else {
         return e;
       }
@@ -592,7 +654,7 @@ class Parser {
         SVM_ASSIGN_OR_RETURN(slice->slice_parts[2], parseExpr());
       }
     }
-    return slice;
+    return sealed(std::move(slice));
   }
 
   Expected<ExprPtr> parseSequence(std::string_view close, ExprKind kind, int line, int col, bool* had_comma) {
@@ -609,7 +671,7 @@ class Parser {
       ++pos_;
     }
     SVM_RETURN_IF_ERROR(expectOp(close));
-    return e;
+    return sealed(std::move(e));
   }
 
   Expected<ExprPtr> parseAtom() {
@@ -674,6 +736,8 @@ class Parser {
 
   std::vector<Token> toks_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
+  int max_nesting_;
 };
 
 }  // namespace

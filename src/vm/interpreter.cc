@@ -11,6 +11,7 @@
 
 #include "bytecode/scalar_ops.h"
 #include "support/logging.h"
+#include "support/native_stack.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -131,6 +132,7 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   }
   AllocatorStats before = CachingAllocator::global().stats();
   run_start_instructions_ = stats_.instructions;
+  elided_frames_ = 0;
   std::vector<Value> results;
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
   // A failed run unwinds every frame without popping its debug frame.
@@ -145,9 +147,11 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   return results;
 }
 
+constexpr std::string_view kFrameContext = "in function ";
+
 Status VirtualMachine::where(Status status, int function, int pc) const {
   const Function& fn = module_->functions[static_cast<std::size_t>(function)];
-  std::string context = fmt::format("in function '{}' at PC 0x{:04X}", fn.name, pc);
+  std::string context = fmt::format("{}'{}' at PC 0x{:04X}", kFrameContext, fn.name, pc);
   if (pc >= 0 && pc < static_cast<int>(fn.locs.size()) && fn.locs[static_cast<std::size_t>(pc)].line > 0) {
     const SourceLoc& loc = fn.locs[static_cast<std::size_t>(pc)];
     context += fmt::format(" ({}line {}:{})", module_->source_file.empty() ? "" : module_->source_file + " ",
@@ -195,6 +199,12 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   if (depth >= Tunables::get(Tunable::MaxCallDepth)) {
     return makeError(ErrorCode::LimitExceeded, "call depth {} exceeded entering function '{}' (tunable max_call_depth)",
                      depth, fn.name);
+  }
+  if (!nativeStackHasRoom()) {  // each call nests a native frame; a thread's stack holds what it holds
+    return makeError(ErrorCode::LimitExceeded,
+                     "call depth {} entering function '{}' would overflow the native stack ({} KiB left); lower "
+                     "tunable max_call_depth or run on a thread with a bigger stack",
+                     depth, fn.name, nativeStackLeft() / 1024);
   }
   if (args.size() != fn.params.size()) {
     std::string names;
@@ -441,7 +451,18 @@ dispatch:
       stats_.instructions += executed;
       executed = 0;
       Status inner = execute(call.callee, call_args, call_results, depth + 1);
-      if (!inner.isOk()) SVM_FAIL(std::move(inner));
+      if (!inner.isOk()) {
+        // A deep recursion's traceback keeps the innermost frame and the outermost kTracebackFrames.
+        if (depth >= kTracebackFrames && inner.message().starts_with(kFrameContext)) {
+          ++elided_frames_;
+          return inner;
+        }
+        if (elided_frames_ > 0) {
+          inner.withContext(fmt::format("... {} more calls ...", elided_frames_));
+          elided_frames_ = 0;
+        }
+        SVM_FAIL(std::move(inner));
+      }
       for (std::size_t i = 0; i < call.results.size(); ++i) R(call.results[i]) = std::move(call_results[i]);
     }
     ++pc;

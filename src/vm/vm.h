@@ -134,6 +134,8 @@ class VirtualMachine {
   std::vector<const OpSchema*> schemas_;
   ExecStats stats_;
   std::uint64_t run_start_instructions_ = 0;  // stats_.instructions when the current run() began
+  static constexpr int kTracebackFrames = 8;  // outermost frames an error names (plus the innermost)
+  std::int64_t elided_frames_ = 0;            // frames of the failing run's traceback left out so far
   std::mutex run_mutex_;
   std::atomic<std::uint64_t> run_epoch_{0};
   const DebugFrame* debug_top_ = nullptr;  // innermost frame while a debugger is attached

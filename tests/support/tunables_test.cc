@@ -72,7 +72,7 @@ TEST_F(TunablesTest, KnownRowsHaveTheirDocumentedDefaults) {
   EXPECT_EQ(Tunables::get(Tunable::MaxTensorBytes), std::int64_t{16} << 30);
   EXPECT_EQ(Tunables::get(Tunable::AllocatorCacheBytes), std::int64_t{1} << 30);
   EXPECT_EQ(Tunables::get(Tunable::DefaultDynamicDim), 8);
-  EXPECT_EQ(Tunables::get(Tunable::MaxSteps), 0);
+  EXPECT_EQ(Tunables::get(Tunable::MaxSteps), 1000000000);  // endless loops end by default (issue 24)
   EXPECT_EQ(Tunables::info(Tunable::MaxSteps).max_value, std::numeric_limits<std::int64_t>::max());
 }
 
