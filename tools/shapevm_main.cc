@@ -503,7 +503,6 @@ int runCommand(RunFlags flags) {
   return 0;
 }
 
-// The flags of `run`, shared by `debug` (and the DAP launch request's `args`).
 // An unsigned option would take "-1" as 2^64-1; a seed is written without a sign.
 CLI::Validator nonNegativeSeed() {
   return CLI::Validator(
@@ -517,6 +516,7 @@ CLI::Validator nonNegativeSeed() {
       "UINT64");
 }
 
+// The flags of `run`, shared by `debug` (and the DAP launch request's `args`).
 void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("module", flags.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
   cmd->add_option("--fn", flags.fn, "function to run (default: the only one, or 'main')");
