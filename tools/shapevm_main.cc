@@ -30,6 +30,7 @@
 #include "support/tunables.h"
 #include "tools/bench_launcher.h"
 #include "tools/cli_inputs.h"
+#include "tools/observability.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
@@ -135,38 +136,14 @@ std::string summarize(const Value& v) {
 }
 
 
-void printProfile(VirtualMachine& vm, int function) {
-  const Function& fn = vm.module().functions[static_cast<std::size_t>(function)];
-  FunctionRuntime& rt = vm.runtime(function);
-  fmt::print("profile of '{}': {} calls\n", fn.name, rt.calls.load());
-  fmt::print("  {:>6}  {:<14} {:>8} {:>12} {:>10}  {}\n", "PC", "op", "calls", "total ms", "ns/call", "signatures seen");
-  for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
-    if (fn.code[pc].op != Opcode::CallOp) continue;
-    auto site = static_cast<std::size_t>(fn.code[pc].a);
-    const DispatchSlot& slot = rt.slots[site];
-    std::uint64_t calls = slot.calls.load();
-    double ms = ticksToNanos(slot.ticks.load()) / 1e6;
-    std::string signatures;
-    for (const ProfileRecord& r : rt.profiles[site].snapshot()) {
-      signatures += (signatures.empty() ? "" : "; ") + r.toString() + " x" + std::to_string(r.count);
-    }
-    fmt::print("  0x{:04X}  {:<14} {:>8} {:>12.3f} {:>10.0f}  {}\n", pc,
-               OpRegistry::global().schema(fn.op_sites[site].op).name, calls, ms,
-               calls ? ms * 1e6 / static_cast<double>(calls) : 0.0, signatures);
-  }
-  for (int loop = 0; loop < fn.num_loops; ++loop) {
-    fmt::print("  loop l{}: {} iterations, {:.3f} ms\n", loop, rt.loops[loop].iterations.load(),
-               ticksToNanos(rt.loops[loop].ticks.load()) / 1e6);
-  }
-}
-
 struct RunFlags {
   std::string module_path, fn, inputs_npz, params_npz, out, opt_list;
   bool no_opt = false;
   std::vector<std::string> input_files, args, dims, settings;
   std::uint64_t seed = 0;
   std::int64_t iters = 1;
-  bool stats = false, profile = false, no_profile = false, quiet = false;
+  bool stats = false, no_profile = false, quiet = false;
+  ObservabilityFlags observe;             // --trace, --profile, --stats-json, ...
   std::string jit_level, dump;
   std::optional<std::int64_t> warmup, hot_count, hot_ms;
   bool jit_log = false, jit_wait = false;
@@ -293,6 +270,7 @@ int runCommand(RunFlags flags) {
   auto load = loadOptions(flags.no_opt, flags.opt_list, flags.fn);
   if (!load) return fail(load.status());
   // The Session owns the VM, the JIT (at the jit_level set above) and, at O2, the AutoTuner.
+  if (Status s = startObservability(flags.observe); !s.isOk()) return fail(s);
   SessionOptions session_options;
   session_options.profile = !flags.no_profile;
   session_options.jit_wait = flags.jit_wait;
@@ -365,6 +343,7 @@ int runCommand(RunFlags flags) {
   }
 
   VirtualMachine& vm = *SessionAccess::vm(session);
+  prepareProfile(flags.observe, vm);
 #if SHAPEVM_HAVE_JIT
   tune::AutoTuner* tuner = SessionAccess::tuner(session);
   jit::Jit* jit = SessionAccess::jit(session);
@@ -461,13 +440,14 @@ int runCommand(RunFlags flags) {
       tuning_ms += r.outcome.tuning_ms;
     }
     fmt::print("autotuner: {} kernels tuned by timing ({} candidates timed, {} failed, {:.1f} ms), {} tuning-database hits; "
-               "database {}\n", tuned, timed, failed, tuning_ms, hits,
-               tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"));
+               "database {}{}\n", tuned, timed, failed, tuning_ms, hits,
+               tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"),
+               jit && jit->stats().compiles_pending > 0 ? "; a background tune is still running (figures not final)" : "");
   }
   // A finished run never waits for the JIT: queued and running compiles are cancelled here.
   bool jit_stopped = SessionAccess::cancelJit(session, 5);
 #endif
-  if (flags.profile) printProfile(vm, *function);
+  if (Status s = finishObservability(flags.observe, session, vm, *function); !s.isOk()) return fail(s);
   if (!flags.dump.empty()) {
     // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for.
     if (Status written = session.save(flags.dump); !written.isOk()) return fail(written);
@@ -552,7 +532,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--iters", run.iters, "number of runs (default 1)");
   run_cmd->add_option("--out", run.out, "write the last run's outputs to this .npz (out0, out1, ...)");
   run_cmd->add_flag("--stats", run.stats, "print latency (median, p99) per dim setting and totals");
-  run_cmd->add_flag("--profile", run.profile, "print the per-site profile (calls, time, shapes seen)");
+  addObservabilityFlags(*run_cmd, run.observe);
   run_cmd->add_flag(
       "--no-profile", run.no_profile,
       "disable per-site timing and shape profiling (and with them the JIT, which compiles from the profiles)");
