@@ -37,6 +37,11 @@ void prepareProfile(const ObservabilityFlags& flags, VirtualMachine& vm) {
   if (flags.profile || !flags.profile_json.empty()) vm.options().count_allocations = true;
 }
 
+Status writeStatsJson(const ObservabilityFlags& flags, const Session& session) {
+  if (flags.stats_json.empty()) return Status::ok();
+  return session.writeStatsJson(flags.stats_json).withContext("--stats-json");
+}
+
 Status finishObservability(const ObservabilityFlags& flags, Session& session, VirtualMachine& vm, int function) {
   if (flags.profile || !flags.profile_json.empty()) {
     const std::vector<FunctionProfile> profile = buildProfile(vm, function);
@@ -51,7 +56,6 @@ Status finishObservability(const ObservabilityFlags& flags, Session& session, Vi
       }
     }
   }
-  if (!flags.stats_json.empty()) SVM_RETURN_IF_ERROR(session.writeStatsJson(flags.stats_json).withContext("--stats-json"));
   if (!flags.trace.empty()) SVM_RETURN_IF_ERROR(Session::stopTrace().withContext("--trace"));
   return Status::ok();
 }

@@ -3,6 +3,7 @@
 // --profile/--profile-json (vm/profile.h's report) and --stats-json (session/stats_report.h).
 // The trace file is opened before anything runs (a bad path fails the command at once) and
 // written by finishObservability, which every successful run reaches before the process exits.
+// --stats-json is written with --stats (a compile still running then is reported as pending).
 #pragma once
 
 #include <string>
@@ -26,7 +27,9 @@ void addObservabilityFlags(CLI::App& command, ObservabilityFlags& flags);
 Status startObservability(const ObservabilityFlags& flags);
 // Before the runs: per-site allocation counting for the profile.
 void prepareProfile(const ObservabilityFlags& flags, VirtualMachine& vm);
-// After the runs: prints/writes the profile and the stats JSON, then writes the trace.
+// After the runs, where --stats prints (before the JIT is stopped): --stats-json.
+Status writeStatsJson(const ObservabilityFlags& flags, const Session& session);
+// After the runs: prints/writes the profile, then writes the trace.
 Status finishObservability(const ObservabilityFlags& flags, Session& session, VirtualMachine& vm, int function);
 
 }  // namespace shapevm

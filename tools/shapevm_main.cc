@@ -423,6 +423,7 @@ int runCommand(RunFlags flags) {
     fmt::print("  memory: live {} bytes, peak {} bytes, cached {} bytes\n", alloc.live_bytes, alloc.peak_bytes,
                alloc.cached_bytes);
   }
+  if (Status s = writeStatsJson(flags.observe, session); !s.isOk()) return fail(s);
 #if SHAPEVM_HAVE_JIT
   if (flags.tune && jit) {
     jit->waitIdle();

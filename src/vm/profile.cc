@@ -324,6 +324,7 @@ void RunTrace::finish(const Status& status) {
       .add("status", status.isOk() ? std::string("ok") : status.toString());
   trace::complete("run", module.functions[static_cast<std::size_t>(function_)].name, start_us_, end_us - start_us_,
                   run_args);
+  if (trace::opsEnabled()) return;  // --trace-ops: each execution has its own event instead
   // Aggregates, one after another from the run's start (their sum never exceeds the run).
   double cursor = start_us_;
   for (std::size_t f = 0; f < module.functions.size(); ++f) {
