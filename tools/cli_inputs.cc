@@ -215,5 +215,4 @@ Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan&
   return args;
 }
 
-
 }  // namespace shapevm

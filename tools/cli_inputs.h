@@ -38,7 +38,6 @@ Status validatePlan(const Function& fn, const InputPlan& plan);
 Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
                                             std::string* dims_label);
 
-
 // Deterministic standard-normal / integer fill used for generated inputs.
 Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t seed);
 

@@ -48,7 +48,8 @@ Status finishObservability(const ObservabilityFlags& flags, Session& session, Vi
     if (flags.profile) fmt::print("{}", profileText(profile));
     if (!flags.profile_json.empty()) {
       std::FILE* file = std::fopen(flags.profile_json.c_str(), "w");
-      if (file == nullptr) return makeError(ErrorCode::IoError, "--profile-json: cannot open '{}' for writing", flags.profile_json);
+      if (file == nullptr)
+        return makeError(ErrorCode::IoError, "--profile-json: cannot open '{}' for writing", flags.profile_json);
       const std::string text = profileJson(profile);
       const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
       if (std::fclose(file) != 0 || !written) {

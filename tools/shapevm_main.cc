@@ -135,7 +135,6 @@ std::string summarize(const Value& v) {
   return fmt::format("{} mean={:.6g} min={:.6g} max={:.6g}", t.describe(), sum / static_cast<double>(t.numel()), low, high);
 }
 
-
 struct RunFlags {
   std::string module_path, fn, inputs_npz, params_npz, out, opt_list;
   bool no_opt = false;
@@ -143,7 +142,7 @@ struct RunFlags {
   std::uint64_t seed = 0;
   std::int64_t iters = 1;
   bool stats = false, no_profile = false, quiet = false;
-  ObservabilityFlags observe;             // --trace, --profile, --stats-json, ...
+  ObservabilityFlags observe;  // --trace, --profile, --stats-json, ...
   std::string jit_level, dump;
   std::optional<std::int64_t> warmup, hot_count, hot_ms;
   bool jit_log = false, jit_wait = false;
@@ -440,10 +439,12 @@ int runCommand(RunFlags flags) {
       failed += r.outcome.failed;
       tuning_ms += r.outcome.tuning_ms;
     }
-    fmt::print("autotuner: {} kernels tuned by timing ({} candidates timed, {} failed, {:.1f} ms), {} tuning-database hits; "
-               "database {}{}\n", tuned, timed, failed, tuning_ms, hits,
-               tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"),
-               jit && jit->stats().compiles_pending > 0 ? "; a background tune is still running (figures not final)" : "");
+    fmt::print(
+        "autotuner: {} kernels tuned by timing ({} candidates timed, {} failed, {:.1f} ms), {} tuning-database hits; "
+        "database {}{}\n",
+        tuned, timed, failed, tuning_ms, hits,
+        tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"),
+        jit && jit->stats().compiles_pending > 0 ? "; a background tune is still running (figures not final)" : "");
   }
   // A finished run never waits for the JIT: queued and running compiles are cancelled here.
   bool jit_stopped = SessionAccess::cancelJit(session, 5);

@@ -195,7 +195,8 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
   state.misses_at_request = misses;
   queue_.push_back(Request{function, site, -1, retune});
   ++stats_.requests;
-  trace::instant("jit", "compile queued", trace::Args().addPc(state.pc).add("signature", recordSignature(op_site.op, *target)));
+  trace::instant("jit", "compile queued",
+                 trace::Args().addPc(state.pc).add("signature", recordSignature(op_site.op, *target)));
   logAt(LogLevel::Info, "JIT", "Compile queued for PC=0x{:02X} ({}/{} in queue)", state.pc, queue_.size(),
         Tunables::get(Tunable::CompileQueue));
   lock.unlock();
@@ -291,7 +292,8 @@ void Jit::workerLoop() {
       const double queued_from = std::max(request.queued_us, idle_since_us);
       trace::complete("compile", "queued", queued_from, trace::nowUs() - queued_from);
       trace::Scope span("compile", request.tune ? "tune" : "compile");
-      if (span.on()) span.args().add("function", request.function).add("site", request.site).add("range", request.range);
+      if (span.on())
+        span.args().add("function", request.function).add("site", request.site).add("range", request.range);
       if (request.range >= 0) {
         compileRange(request);
       } else {
@@ -319,7 +321,8 @@ void Jit::recordFailure(int function, int site, JitReason reason, const std::str
   else ++stats_.compile_failures;
   ++stats_.fallbacks[static_cast<std::size_t>(reason)];
   const char* what = reason == JitReason::ValidationFailed ? "Validation failed" : "Compile failed";
-  trace::instant("compile", "failure", trace::Args().addPc(state.pc).add("reason", jitReasonName(reason)).add("why", why));
+  trace::instant("compile", "failure",
+                 trace::Args().addPc(state.pc).add("reason", jitReasonName(reason)).add("why", why));
   const FailureBackoff::Verdict verdict = state.backoff.recordFailure(heat.executions);
   if (verdict.blacklisted) {
     state.phase = SiteState::Phase::Blacklisted;
@@ -798,8 +801,10 @@ std::string Jit::statsReport() const {
       "(would not pay off yet)\n",
       s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
   if (s.compiles_pending > 0) {
-    text += fmt::format("jit: {} compiles/tunings still queued or running in the background: the compile and tuning "
-                        "figures are not final\n", s.compiles_pending);
+    text += fmt::format(
+        "jit: {} compiles/tunings still queued or running in the background: the compile and tuning "
+        "figures are not final\n",
+        s.compiles_pending);
   }
   text += fmt::format("jit: kernel cache: {} kernels from the cache, {} LLVM codegens\n", s.kernels_from_cache,
                       s.codegen_count);

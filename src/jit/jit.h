@@ -78,7 +78,8 @@ struct JitStats {
   std::uint64_t guard_misses = 0;
   std::uint64_t codegen_count = 0;       // (stats() time) LLVM code generations run by this JIT's backend
   std::uint64_t kernels_from_cache = 0;  // (stats() time) kernels whose code came from the kernel cache
-  std::uint64_t compiles_pending = 0;    // (stats() time) compiles and tunings queued or running: tuning figures are not final
+  std::uint64_t compiles_pending =
+      0;  // (stats() time) compiles and tunings queued or running: tuning figures are not final
   std::array<std::uint64_t, kNumJitReasons> fallbacks{};  // executions/events per reason
 };
 

@@ -451,8 +451,12 @@ Status Session::writeStatsJson(const std::string& path) const {
   return Status::ok();
 }
 
-Status Session::startTrace(const std::string& path, bool ops) { return trace::start(path, ops); }
-Status Session::stopTrace() { return trace::stop(); }
+Status Session::startTrace(const std::string& path, bool ops) {
+  return trace::start(path, ops);
+}
+Status Session::stopTrace() {
+  return trace::stop();
+}
 
 // ---- in-tree access ----
 

@@ -33,7 +33,9 @@ std::string quote(std::string_view text) {
   }
   return out + "\"";
 }
-std::string num(double value) { return std::isfinite(value) ? fmt::format("{:.6g}", value) : "null"; }
+std::string num(double value) {
+  return std::isfinite(value) ? fmt::format("{:.6g}", value) : "null";
+}
 
 // One object member per call: "key": value.
 struct Members {
@@ -66,7 +68,8 @@ LatencySummary summarizeLatency(std::vector<double> samples) {
   if (samples.empty()) return s;
   std::sort(samples.begin(), samples.end());
   s.median = samples[samples.size() / 2];
-  s.p99 = samples[std::min(samples.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(samples.size()))) - 1)];
+  s.p99 = samples[std::min(samples.size() - 1,
+                           static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(samples.size()))) - 1)];
   s.low = samples.front();
   s.high = samples.back();
   return s;
@@ -83,7 +86,8 @@ std::string shapeLabel(const Function& fn, std::span<const Value> args) {
   for (std::size_t i = 0; i < args.size() && i < fn.params.size(); ++i) {
     if (!args[i].isTensor()) continue;
     const TensorDescriptor& token = fn.params[i].token;
-    const bool dynamic = token.any_rank || std::any_of(token.dims.begin(), token.dims.end(), [](const DimToken& d) { return !d.is_static; });
+    const bool dynamic = token.any_rank || std::any_of(token.dims.begin(), token.dims.end(),
+                                                       [](const DimToken& d) { return !d.is_static; });
     if (!dynamic) continue;  // a fixed shape (weights) says nothing about the run's size
     const Shape& shape = args[i].tensor().shape();
     std::string dims;

@@ -43,12 +43,12 @@ struct ThreadBuffer {
   int tid = 0;
   std::string name;
   std::unique_ptr<Chunk> head = std::make_unique<Chunk>();
-  Chunk* tail = head.get();  // the owner thread's
+  Chunk* tail = head.get();                  // the owner thread's
   std::vector<std::unique_ptr<Chunk>> more;  // owns the chunks after head (appended by the owner only)
 };
 
 struct Registry {
-  std::mutex mutex;  // registration, start and stop; never taken on the append path
+  std::mutex mutex;                          // registration, start and stop; never taken on the append path
   std::atomic<std::uint64_t> generation{0};  // bumped by start(): thread-local buffers of older traces are stale
   std::vector<std::unique_ptr<ThreadBuffer>> buffers;  // this trace's
   std::vector<std::unique_ptr<ThreadBuffer>> retired;  // earlier traces' (kept: see the file comment)
@@ -71,7 +71,8 @@ thread_local ThreadState t_state;
 
 ThreadBuffer* threadBuffer() {
   Registry& r = registry();
-  if (t_state.buffer != nullptr && t_state.generation == r.generation.load(std::memory_order_acquire)) return t_state.buffer;
+  if (t_state.buffer != nullptr && t_state.generation == r.generation.load(std::memory_order_acquire))
+    return t_state.buffer;
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!enabled()) return nullptr;
   auto buffer = std::make_unique<ThreadBuffer>();
@@ -123,7 +124,9 @@ void appendEscaped(std::string& out, std::string_view text) {
   out += '"';
 }
 
-std::string number(double value) { return std::isfinite(value) ? fmt::format("{:.3f}", value) : "0"; }
+std::string number(double value) {
+  return std::isfinite(value) ? fmt::format("{:.3f}", value) : "0";
+}
 
 }  // namespace
 
@@ -153,7 +156,9 @@ Args& Args::add(std::string_view key, std::int64_t value) {
   return *this;
 }
 
-Args& Args::addPc(int pc) { return add("pc", std::string_view(fmt::format("0x{:02X}", pc))); }
+Args& Args::addPc(int pc) {
+  return add("pc", std::string_view(fmt::format("0x{:02X}", pc)));
+}
 
 void complete(const char* category, std::string name, double start_us, double dur_us, const Args& args) {
   if (!enabled()) return;
@@ -220,12 +225,15 @@ Status stop() {
   if (r.file == nullptr) return Status::ok();
   const int pid = static_cast<int>(::getpid());
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  out += fmt::format("{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":\"shapevm\"}}}}", pid);
+  out += fmt::format(
+      "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":\"shapevm\"}}}}", pid);
   for (const auto& buffer : r.buffers) {
-    out += fmt::format(",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":", pid, buffer->tid);
+    out += fmt::format(",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":", pid,
+                       buffer->tid);
     appendEscaped(out, buffer->name);
     out += "}}";
-    for (const Chunk* chunk = buffer->head.get(); chunk != nullptr; chunk = chunk->next.load(std::memory_order_acquire)) {
+    for (const Chunk* chunk = buffer->head.get(); chunk != nullptr;
+         chunk = chunk->next.load(std::memory_order_acquire)) {
       const std::size_t n = chunk->count.load(std::memory_order_acquire);
       for (std::size_t i = 0; i < n; ++i) {
         const Event& e = chunk->events[i];

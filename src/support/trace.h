@@ -22,8 +22,12 @@ extern std::atomic<bool> g_ops;
 }  // namespace detail
 
 // The hot-path checks.
-inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
-inline bool opsEnabled() { return detail::g_ops.load(std::memory_order_relaxed); }
+inline bool enabled() {
+  return detail::g_enabled.load(std::memory_order_relaxed);
+}
+inline bool opsEnabled() {
+  return detail::g_ops.load(std::memory_order_relaxed);
+}
 
 // Opens `path` for writing now (an unwritable path is an error here, not at stop()) and turns
 // tracing on; `ops` adds one event per op execution (--trace-ops). Errors while a trace is running.
@@ -50,7 +54,7 @@ class Args {
   Args& add(std::string_view key, std::int64_t value);
   Args& add(std::string_view key, int value) { return add(key, static_cast<std::int64_t>(value)); }
   Args& add(std::string_view key, std::uint64_t value) { return add(key, static_cast<std::int64_t>(value)); }
-  Args& addPc(int pc);  // "pc": "0x0E" (the log's form)
+  Args& addPc(int pc);                               // "pc": "0x0E" (the log's form)
   const std::string& json() const { return json_; }  // the members without braces
 
  private:

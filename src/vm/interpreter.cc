@@ -439,7 +439,8 @@ dispatch:
     for (std::size_t i = 0; i < site.outputs.size(); ++i) R(site.outputs[i]) = std::move(outs[i]);
     if (profile) bumpCounter(slot.ticks, nowTicks() - start);
     if (count_allocations) {
-      bumpCounter(slot.allocations, static_cast<std::uint64_t>(CachingAllocator::global().stats().requests - allocations_before));
+      bumpCounter(slot.allocations,
+                  static_cast<std::uint64_t>(CachingAllocator::global().stats().requests - allocations_before));
     }
     if (trace_ops) traceOpEvent(fn, in->a, pc, trace_start_us, nullptr, done);
     ++pc;

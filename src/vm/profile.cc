@@ -165,7 +165,9 @@ bool Guard::passes(std::span<const Value* const> values) const {
 namespace shapevm {
 
 namespace {
-double ticksMs(std::uint64_t ticks) { return ticksToNanos(ticks) / 1e6; }
+double ticksMs(std::uint64_t ticks) {
+  return ticksToNanos(ticks) / 1e6;
+}
 
 ProfileRow finishRow(ProfileRow row, double total_ms) {
   row.mean_us = row.calls > 0 ? row.total_ms * 1e3 / static_cast<double>(row.calls) : 0.0;
@@ -261,9 +263,11 @@ std::vector<FunctionProfile> buildProfile(VirtualMachine& vm, int entry_function
 std::string profileText(const std::vector<FunctionProfile>& profile) {
   std::string text;
   for (const FunctionProfile& fp : profile) {
-    text += fmt::format("profile of '{}': {} calls; shares are of {:.3f} ms run time\n", fp.function, fp.calls, fp.run_ms);
-    text += fmt::format("  {:<14} {:<18} {:>8} {:>11} {:>11} {:>6} {:>9} {:>11} {:>7} {:>7}  {}\n", "PC", "op", "calls",
-                        "total ms", "mean us", "share", "compiled", "interpreted", "misses", "allocs", "signatures seen");
+    text +=
+        fmt::format("profile of '{}': {} calls; shares are of {:.3f} ms run time\n", fp.function, fp.calls, fp.run_ms);
+    text +=
+        fmt::format("  {:<14} {:<18} {:>8} {:>11} {:>11} {:>6} {:>9} {:>11} {:>7} {:>7}  {}\n", "PC", "op", "calls",
+                    "total ms", "mean us", "share", "compiled", "interpreted", "misses", "allocs", "signatures seen");
     for (const ProfileRow& row : fp.rows) {
       std::string where = row.pc < 0 ? "-" : fmt::format("0x{:04X}", row.pc);
       if (row.kind == "region") where += row.end_pc >= 0 ? fmt::format("..0x{:04X}", row.end_pc) : "..";
@@ -299,9 +303,10 @@ std::string profileJson(const std::vector<FunctionProfile>& profile) {
 // ---- timeline hooks ----
 
 RunTrace::Counters RunTrace::read(const DispatchSlot& slot) {
-  return Counters{slot.calls.load(std::memory_order_relaxed),        slot.compiled_calls.load(std::memory_order_relaxed),
-                  slot.ticks.load(std::memory_order_relaxed),        slot.region_calls.load(std::memory_order_relaxed),
-                  slot.region_ticks.load(std::memory_order_relaxed), slot.guard_misses.load(std::memory_order_relaxed)};
+  return Counters{
+      slot.calls.load(std::memory_order_relaxed),        slot.compiled_calls.load(std::memory_order_relaxed),
+      slot.ticks.load(std::memory_order_relaxed),        slot.region_calls.load(std::memory_order_relaxed),
+      slot.region_ticks.load(std::memory_order_relaxed), slot.guard_misses.load(std::memory_order_relaxed)};
 }
 
 RunTrace::RunTrace(VirtualMachine& vm, int function) : vm_(vm), function_(function) {

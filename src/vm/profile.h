@@ -74,18 +74,18 @@ class VirtualMachine;
 // ---- the profile report (`shapevm run --profile`, `--profile-json`) ----
 
 struct ProfileRow {
-  std::string kind;      // "op", "region" (a compiled fused range starting at pc) or "other" (the rest of the run)
-  int pc = -1;           // op: its CallOp; region: its first CallOp
-  int end_pc = -1;       // region: its last PC
-  std::string name;      // op name; region: "region"
+  std::string kind;  // "op", "region" (a compiled fused range starting at pc) or "other" (the rest of the run)
+  int pc = -1;       // op: its CallOp; region: its first CallOp
+  int end_pc = -1;   // region: its last PC
+  std::string name;  // op name; region: "region"
   std::uint64_t calls = 0;
   double total_ms = 0;
   double mean_us = 0;
-  double share = 0;      // of the function's run time (fraction)
+  double share = 0;                             // of the function's run time (fraction)
   std::uint64_t compiled = 0, interpreted = 0;  // launches
-  std::uint64_t guard_misses = 0;  // op: compiled entries rejected the shapes; region: declines
-  std::uint64_t allocations = 0;   // tensors allocated (counted with VmOptions::count_allocations)
-  std::string signatures;          // op: the shapes seen, with counts
+  std::uint64_t guard_misses = 0;               // op: compiled entries rejected the shapes; region: declines
+  std::uint64_t allocations = 0;                // tensors allocated (counted with VmOptions::count_allocations)
+  std::string signatures;                       // op: the shapes seen, with counts
 };
 struct FunctionProfile {
   std::string function;
@@ -119,7 +119,8 @@ class RunTrace {
   std::vector<std::vector<Counters>> before_;  // per function, per op site
 };
 // --trace-ops: one event per op (or region) execution.
-void traceOpEvent(const Function& fn, int site, int pc, double start_us, const CompiledEntry* region, bool compiled = false);
+void traceOpEvent(const Function& fn, int site, int pc, double start_us, const CompiledEntry* region,
+                  bool compiled = false);
 // A guard miss or a region's decline (instant event).
 void traceFallback(const Function& fn, int site, int pc, const char* what, std::span<const Value* const> inputs = {});
 

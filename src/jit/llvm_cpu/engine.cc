@@ -5,10 +5,10 @@
 // JITDylib per kernel version.
 #include "jit/llvm_cpu/engine.h"
 
-#include <algorithm>
-#include <atomic>
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <map>
