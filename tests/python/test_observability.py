@@ -112,6 +112,11 @@ def test_trace_of_an_o2_tier_up_is_valid_with_every_compile_phase(run_cli, tmp_p
     assert candidates and all(e["name"].startswith("candidate ") and "signature" in e["args"] for e in candidates)
     queued = [e for e in events(doc, cat="jit") if e["name"] == "compile queued"]
     assert queued and queued[0]["args"]["signature"].startswith("MatMul:("), queued
+    # bench/trace_plot.py renders it.
+    png = tmp_path / "timeline.png"
+    plot = subprocess.run(["/usr/bin/python3", str(ROOT / "bench" / "trace_plot.py"), str(trace), "-o", str(png)],
+                          capture_output=True, text=True, timeout=120)
+    assert plot.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot.stderr
 
 
 def test_trace_ops_has_one_event_per_op_execution(run_cli, tmp_path):
