@@ -218,15 +218,4 @@ Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan&
   return args;
 }
 
-LatencySummary summarizeLatency(std::vector<double> samples) {
-  LatencySummary s;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  s.median = samples[samples.size() / 2];
-  s.p99 = samples[std::min(samples.size() - 1, static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(samples.size()))) - 1)];
-  s.low = samples.front();
-  s.high = samples.back();
-  return s;
-}
-
 }  // namespace shapevm

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bytecode/module.h"
+#include "session/stats_report.h"
 #include "shapevm/value.h"
 
 namespace shapevm {
@@ -36,12 +37,6 @@ Status validatePlan(const Function& fn, const InputPlan& plan);
 // used ("batch=32 seq=10") for per-shape statistics.
 Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
                                             std::string* dims_label);
-
-// Median, p99, min and max of latency samples (ms); zeros when empty.
-struct LatencySummary {
-  double median = 0, p99 = 0, low = 0, high = 0;
-};
-LatencySummary summarizeLatency(std::vector<double> samples);
 
 // Deterministic standard-normal / integer fill used for generated inputs.
 Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t seed);

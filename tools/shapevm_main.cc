@@ -33,6 +33,7 @@
 #include "tools/dap_command.h"
 #include "tools/debug_command.h"
 #include "tools/dump_command.h"
+#include "tools/observability.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
@@ -137,39 +138,14 @@ std::string summarize(const Value& v) {
   return fmt::format("{} mean={:.6g} min={:.6g} max={:.6g}", t.describe(), sum / static_cast<double>(t.numel()), low, high);
 }
 
-
-void printProfile(VirtualMachine& vm, int function) {
-  const Function& fn = vm.module().functions[static_cast<std::size_t>(function)];
-  FunctionRuntime& rt = vm.runtime(function);
-  fmt::print("profile of '{}': {} calls\n", fn.name, rt.calls.load());
-  fmt::print("  {:>6}  {:<14} {:>8} {:>12} {:>10}  {}\n", "PC", "op", "calls", "total ms", "ns/call", "signatures seen");
-  for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
-    if (fn.code[pc].op != Opcode::CallOp) continue;
-    auto site = static_cast<std::size_t>(fn.code[pc].a);
-    const DispatchSlot& slot = rt.slots[site];
-    std::uint64_t calls = slot.calls.load();
-    double ms = ticksToNanos(slot.ticks.load()) / 1e6;
-    std::string signatures;
-    for (const ProfileRecord& r : rt.profiles[site].snapshot()) {
-      signatures += (signatures.empty() ? "" : "; ") + r.toString() + " x" + std::to_string(r.count);
-    }
-    fmt::print("  0x{:04X}  {:<14} {:>8} {:>12.3f} {:>10.0f}  {}\n", pc,
-               OpRegistry::global().schema(fn.op_sites[site].op).name, calls, ms,
-               calls ? ms * 1e6 / static_cast<double>(calls) : 0.0, signatures);
-  }
-  for (int loop = 0; loop < fn.num_loops; ++loop) {
-    fmt::print("  loop l{}: {} iterations, {:.3f} ms\n", loop, rt.loops[loop].iterations.load(),
-               ticksToNanos(rt.loops[loop].ticks.load()) / 1e6);
-  }
-}
-
 struct RunFlags {
   std::string module_path, fn, inputs_npz, params_npz, out, opt_list;
   bool no_opt = false;
   std::vector<std::string> input_files, args, dims, settings;
   std::uint64_t seed = 0;
   std::int64_t iters = 1;
-  bool stats = false, profile = false, no_profile = false, quiet = false;
+  bool stats = false, no_profile = false, quiet = false;
+  ObservabilityFlags observe;  // --trace, --profile, --stats-json, ...
   std::string jit_level, dump;
   std::optional<std::int64_t> warmup, hot_count, hot_ms;
   bool jit_log = false, jit_wait = false;
@@ -298,6 +274,7 @@ int runCommand(RunFlags flags) {
   auto load = loadOptions(flags.no_opt, flags.opt_list, flags.fn);
   if (!load) return fail(load.status());
   // The Session owns the VM, the JIT (at the jit_level set above) and, at O2, the AutoTuner.
+  if (Status s = startObservability(flags.observe); !s.isOk()) return fail(s);
   SessionOptions session_options;
   session_options.profile = !flags.no_profile;
   session_options.jit_wait = flags.jit_wait;
@@ -370,6 +347,7 @@ int runCommand(RunFlags flags) {
   }
 
   VirtualMachine& vm = *SessionAccess::vm(session);
+  prepareProfile(flags.observe, vm);
 #if SHAPEVM_HAVE_JIT
   tune::AutoTuner* tuner = SessionAccess::tuner(session);
   jit::Jit* jit = SessionAccess::jit(session);
@@ -457,6 +435,7 @@ int runCommand(RunFlags flags) {
     fmt::print("  memory: live {} bytes, peak {} bytes, cached {} bytes\n", alloc.live_bytes, alloc.peak_bytes,
                alloc.cached_bytes);
   }
+  if (Status s = writeStatsJson(flags.observe, session); !s.isOk()) return fail(s);
 #if SHAPEVM_HAVE_JIT
   if (flags.tune && jit) {
     jit->waitIdle();
@@ -473,14 +452,17 @@ int runCommand(RunFlags flags) {
       failed += r.outcome.failed;
       tuning_ms += r.outcome.tuning_ms;
     }
-    fmt::print("autotuner: {} kernels tuned by timing ({} candidates timed, {} failed, {:.1f} ms), {} tuning-database hits; "
-               "database {}\n", tuned, timed, failed, tuning_ms, hits,
-               tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"));
+    fmt::print(
+        "autotuner: {} kernels tuned by timing ({} candidates timed, {} failed, {:.1f} ms), {} tuning-database hits; "
+        "database {}{}\n",
+        tuned, timed, failed, tuning_ms, hits,
+        tuner->databaseEnabled() ? tuner->database().path() : std::string("off (--no-cache)"),
+        jit && jit->stats().compiles_pending > 0 ? "; a background tune is still running (figures not final)" : "");
   }
   // A finished run never waits for the JIT: queued and running compiles are cancelled here.
   bool jit_stopped = SessionAccess::cancelJit(session, 5);
 #endif
-  if (flags.profile) printProfile(vm, *function);
+  if (Status s = finishObservability(flags.observe, session, vm, *function); !s.isOk()) return fail(s);
   if (!flags.dump.empty()) {
     // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for and, in
     // the text form, each site's installed entries as comments.
@@ -531,7 +513,7 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("--iters", flags.iters, "number of runs (default 1)");
   cmd->add_option("--out", flags.out, "write the last run's outputs to this .npz (out0, out1, ...)");
   cmd->add_flag("--stats", flags.stats, "print latency (median, p99) per dim setting and totals");
-  cmd->add_flag("--profile", flags.profile, "print the per-site profile (calls, time, shapes seen)");
+  addObservabilityFlags(*cmd, flags.observe);
   cmd->add_flag(
       "--no-profile", flags.no_profile,
       "disable per-site timing and shape profiling (and with them the JIT, which compiles from the profiles)");

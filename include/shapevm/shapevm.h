@@ -108,6 +108,8 @@ struct SessionStats {
   double tuning_ms = 0;                     // AutoTuner time, summed
   std::uint64_t kernels_from_cache = 0;     // kernels whose code came from the compiled-kernel cache
   std::uint64_t codegen_count = 0;          // LLVM code generations the JIT ran
+  std::uint64_t compiles_pending = 0;       // compiles/tunings still queued or running: compile and tuning figures
+                                            // are not final (a background tune is in progress)
   int jit_level = 0;                        // the level the JIT runs at (0 when none is attached)
   std::string jit_report;                   // the JIT's report (what `shapevm run --stats` prints); "" at O0
 };
@@ -170,6 +172,17 @@ class Session {
   // Blocks until no compile is queued or running (no-op without a JIT).
   void waitIdle();
   SessionStats stats() const;
+  // Every figure of stats() and `shapevm run --stats`, plus latency per argument shape, as one JSON
+  // object whose keys docs/observability.md documents (Python's stats() returns the same keys).
+  std::string statsJson() const;
+  Status writeStatsJson(const std::string& path) const;
+
+  // ---- the timeline (process-wide; docs/observability.md) ----
+  // Starts a Chrome Trace Event Format trace of every Session's interpreter and compile threads:
+  // `path` is opened now (an unwritable path is an error here, not at the end); `ops` adds one
+  // event per op execution. stopTrace() writes the file. Off, tracing costs one predictable branch.
+  static Status startTrace(const std::string& path, bool ops = false);
+  static Status stopTrace();
 
  private:
   friend struct SessionAccess;  // the CLI and the bench read the parts (src/session/session_access.h)

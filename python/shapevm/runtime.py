@@ -34,7 +34,17 @@ def _level_text(level):
 def set_context(**settings):
     """Sets tunables by name (`shapevm tunables` lists them): jit_level="O2", hot_count=0,
     jit_log=True, kernel_threads=4, ... jit_level also re-attaches the JIT of every live program
-    that was not given its own jit_level; every other row is process-wide and read live."""
+    that was not given its own jit_level; every other row is process-wide and read live.
+    trace="OUT.json" starts the timeline (docs/observability.md; the file is opened now and
+    written by set_context(trace=None) or at exit); trace_ops=True adds one event per op."""
+    trace_ops = bool(settings.pop("trace_ops", False))
+    if "trace" in settings:
+        path = settings.pop("trace")
+        _core.stop_trace()
+        if path:
+            _core.start_trace(str(path), trace_ops)
+    elif trace_ops:
+        raise ValueError("set_context(trace_ops=True) needs trace='OUT.json'")
     for key, value in settings.items():
         if key == "jit_level":
             text = _level_text(value)
@@ -193,6 +203,7 @@ def _log_lines(lines):
 def _shutdown():
     for program in list(_PROGRAMS):
         program.close()  # stops each JIT's compile thread while the interpreter is alive
+    _core.stop_trace()  # writes a trace set_context(trace=...) started (no-op otherwise)
     _core._flush()
     _core._shutdown()
 

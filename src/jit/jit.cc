@@ -19,6 +19,7 @@
 #include "support/cpu_cores.h"
 #include "support/logging.h"
 #include "support/thread_pool.h"
+#include "support/trace.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -194,6 +195,8 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
   state.misses_at_request = misses;
   queue_.push_back(Request{function, site, -1, retune});
   ++stats_.requests;
+  trace::instant("jit", "compile queued",
+                 trace::Args().addPc(state.pc).add("signature", recordSignature(op_site.op, *target)));
   logAt(LogLevel::Info, "JIT", "Compile queued for PC=0x{:02X} ({}/{} in queue)", state.pc, queue_.size(),
         Tunables::get(Tunable::CompileQueue));
   lock.unlock();
@@ -264,6 +267,9 @@ void Jit::workerLoop() {
   }
   // Tuning's duty cycle: after T ms of tuning, this thread starts no re-tune for T * (100 - p) / p ms.
   Clock::time_point retune_after = Clock::now();
+  static std::atomic<int> next_worker{0};
+  trace::nameThread(fmt::format("jit compile {}", next_worker.fetch_add(1)));
+  double idle_since_us = trace::nowUs();  // the "queued" span starts when this thread was free
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     auto next = queue_.end();
@@ -283,12 +289,18 @@ void Jit::workerLoop() {
     lock.unlock();
     {
       const BusyCompileThread busy;  // kernel_threads=auto leaves this thread its core meanwhile
+      const double queued_from = std::max(request.queued_us, idle_since_us);
+      trace::complete("compile", "queued", queued_from, trace::nowUs() - queued_from);
+      trace::Scope span("compile", request.tune ? "tune" : "compile");
+      if (span.on())
+        span.args().add("function", request.function).add("site", request.site).add("range", request.range);
       if (request.range >= 0) {
         compileRange(request);
       } else {
         compileSite(request);
       }
     }
+    idle_since_us = trace::nowUs();
     lock.lock();
     const double duty = static_cast<double>(Tunables::get(Tunable::TuneDutyPercent));
     retune_after = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
@@ -309,6 +321,8 @@ void Jit::recordFailure(int function, int site, JitReason reason, const std::str
   else ++stats_.compile_failures;
   ++stats_.fallbacks[static_cast<std::size_t>(reason)];
   const char* what = reason == JitReason::ValidationFailed ? "Validation failed" : "Compile failed";
+  trace::instant("compile", "failure",
+                 trace::Args().addPc(state.pc).add("reason", jitReasonName(reason)).add("why", why));
   const FailureBackoff::Verdict verdict = state.backoff.recordFailure(heat.executions);
   if (verdict.blacklisted) {
     state.phase = SiteState::Phase::Blacklisted;
@@ -369,6 +383,7 @@ void Jit::compileSite(const Request& request) {
     }
   }
   const double infer_ms = msSince(start);
+  trace::completeSince("compile", "shape inference", start, trace::Args().add("signature", inferred->spec.signature()));
 
   // 2. Code generation.
   const KernelFamily* family = familyFor(op_site.op);
@@ -386,12 +401,15 @@ void Jit::compileSite(const Request& request) {
   const bool tune_now = tuner && (request.tune || !payoffWaits() ||
                                   options_.tuner->estimate(*engine_, *family, inferred->spec, 1.0).cost_ms <= 0);
   if (tune_now) {
+    const Clock::time_point tune_start = Clock::now();
     tuned = tuneSpec(*family, inferred->spec, inferred->observed, before.pc);
     inferred->spec.params = tuned.params;
+    trace::completeSince("compile", "tuning", tune_start, trace::Args().add("params", tuned.params.toString()));
   }
   const Clock::time_point codegen_start = Clock::now();
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
   const double codegen_ms = msSince(codegen_start);
+  trace::completeSince("compile", "codegen", codegen_start, trace::Args().add("signature", inferred->spec.signature()));
   if (compileCancelled()) {  // shutdown: no install, no failure recorded
     if (kernel) (void)engine_->free((*kernel)->handle);
     return;
@@ -427,6 +445,9 @@ void Jit::compileSite(const Request& request) {
   const int entries = patches_->install(function, site, guardFor(inferred->spec), std::move(*kernel));
   rewriteSiteTokens(*vm_.sharedModule(), function, site, inferred->spec);
   const double validate_ms = msSince(validate_start);
+  trace::completeSince("compile", "validation + install", validate_start);
+  trace::instant("compile", "install",
+                 trace::Args().addPc(before.pc).add("signature", inferred->spec.signature()).add("kernel", symbol));
   const double total_ms = msSince(start);
   const TuneEstimate estimate = tuner && !tune_now
                                     ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms)
@@ -528,19 +549,36 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
     if (!widen && !tune) return;
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
-  std::string signature = "Region:";
+  // The log's signature is the region's dominant op with its shapes: its matmul (the most time of
+  // them while interpreted), else the op with the most time.
+  std::string signature, ops;
+  std::uint64_t dominant_ticks = 0;
+  bool dominant_matmul = false;
   for (std::size_t k = 0; k < state.range.sites.size(); ++k) {
-    const OpSite& site = fn.op_sites[static_cast<std::size_t>(state.range.sites[k])];
-    const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(state.range.sites[k])].snapshot();
-    if (newestRecord(records) == nullptr) return;  // not profiled (yet): nothing to specialize for
-    signature += (k ? "+" : "") + std::string(opIdent(site.op));
+    const auto site_index = static_cast<std::size_t>(state.range.sites[k]);
+    const OpSite& site = fn.op_sites[site_index];
+    const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[site_index].snapshot();
+    const ProfileRecord* newest = newestRecord(records);
+    if (newest == nullptr) return;  // not profiled (yet): nothing to specialize for
+    ops += (k ? "+" : "") + std::string(opIdent(site.op));
+    const std::uint64_t ticks = vm_.runtime(function).slots[site_index].ticks.load(std::memory_order_relaxed);
+    const bool matmul = site.op == OpId::MatMul;
+    if (signature.empty() || (matmul && !dominant_matmul) || (matmul == dominant_matmul && ticks > dominant_ticks)) {
+      signature = recordSignature(site.op, *newest);
+      dominant_ticks = ticks;
+      dominant_matmul = matmul;
+    }
   }
   if (queue_.size() >= static_cast<std::size_t>(Tunables::get(Tunable::CompileQueue))) {
     ++stats_.dropped_requests;
     ++stats_.fallbacks[static_cast<std::size_t>(JitReason::QueueFull)];
     return;
   }
-  if (!tune) logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+  if (!tune) {
+    logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+    logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}..0x{:02X}: {} ops: {}", state.range.start_pc,
+          state.range.resume_pc - 1, state.range.sites.size(), ops);
+  }
   if (tune && state.tune_cost_ms > 0) {
     logAt(LogLevel::Info, "JIT",
           "Tuning the region at PC=0x{:02X} pays off now: {:.0f}ms run since its install x expected "
@@ -552,6 +590,8 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   state.declines_at_request = declines;
   queue_.push_back(Request{function, state.range.sites[0], range, tune});
   ++stats_.requests;
+  trace::instant("jit", tune ? "tune queued" : "compile queued",
+                 trace::Args().addPc(state.range.start_pc).add("signature", signature).add("ops", ops));
   lock.unlock();
   queue_cv_.notify_one();
 }
@@ -593,6 +633,10 @@ void Jit::compileRange(const Request& request) {
   std::unique_lock<std::mutex> lock(mutex_);
   RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(request.range)];
   using Phase = RangeState::Phase;
+  if (!region) {
+    trace::instant("compile", "failure",
+                   trace::Args().addPc(snapshot.range.start_pc).add("reason", region.status().message()));
+  }
   if (!region && request.tune) {
     state.phase = Phase::Installed;
     state.tuned = true;  // keep the untuned region; do not retry
@@ -643,6 +687,7 @@ void Jit::compileRange(const Request& request) {
     auto inferred = inferSpec(op_site.op, op_site.attrs, records[k], snapshot.compiles);
     if (inferred) rewriteSiteTokens(*vm_.sharedModule(), function, snapshot.range.sites[k], inferred->spec);
   }
+  trace::instant("compile", "install", trace::Args().addPc(snapshot.range.start_pc).add("kernel", description));
   state.phase = Phase::Installed;
   if (!request.tune) {
     ++state.compiles;
@@ -716,6 +761,7 @@ Jit::SiteState Jit::siteState(int function, int site) const {
 JitStats Jit::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   JitStats out = stats_;
+  out.compiles_pending = queue_.size() + static_cast<std::size_t>(in_flight_);
   for (std::size_t f = 0; f < sites_.size(); ++f) {
     FunctionRuntime& runtime = vm_.runtime(static_cast<int>(f));
     for (std::size_t s = 0; s < sites_[f].size(); ++s) {
@@ -771,6 +817,12 @@ std::string Jit::statsReport() const {
       "jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits; {} tunings deferred "
       "(would not pay off yet)\n",
       s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
+  if (s.compiles_pending > 0) {
+    text += fmt::format(
+        "jit: {} compiles/tunings still queued or running in the background: the compile and tuning "
+        "figures are not final\n",
+        s.compiles_pending);
+  }
   text += fmt::format("jit: kernel cache: {} kernels from the cache, {} LLVM codegens\n", s.kernels_from_cache,
                       s.codegen_count);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",

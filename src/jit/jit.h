@@ -30,6 +30,7 @@
 #include "jit/reasons.h"
 #include "jit/region.h"
 #include "jit/tuner.h"
+#include "support/trace.h"
 #include "vm/vm.h"
 
 namespace shapevm::jit {
@@ -77,6 +78,8 @@ struct JitStats {
   std::uint64_t guard_misses = 0;
   std::uint64_t codegen_count = 0;       // (stats() time) LLVM code generations run by this JIT's backend
   std::uint64_t kernels_from_cache = 0;  // (stats() time) kernels whose code came from the kernel cache
+  std::uint64_t compiles_pending =
+      0;  // (stats() time) compiles and tunings queued or running: tuning figures are not final
   std::array<std::uint64_t, kNumJitReasons> fallbacks{};  // executions/events per reason
 };
 
@@ -153,6 +156,7 @@ class Jit final : public ExecutionObserver {
     int site = 0;
     int range = -1;  // >= 0: a fused-range request (index into ranges_[function])
     bool tune = false;  // a fused-range request that tunes the installed region's kernels
+    double queued_us = trace::nowUs();  // the timeline's "queued" span (support/trace.h)
   };
   Jit(VirtualMachine& vm, JitOptions options);
   void scan(int function, int only_loop);

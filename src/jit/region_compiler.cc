@@ -21,6 +21,7 @@
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
+#include "support/trace.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -366,6 +367,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
   if (!worthwhile) return makeError(ErrorCode::Unsupported, "nothing to fuse in this range");
 
   times->plan_ms = since(phase);
+  trace::completeSince("compile", "shape inference (region plan)", phase);
   phase = Clock::now();
   double tuned_ms = 0;
   planBlocks(p);
@@ -428,6 +430,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
   }
 
   times->codegen_ms = since(phase) - tuned_ms;
+  trace::completeSince("compile", "codegen + tuning", phase);
   phase = Clock::now();
   // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
   // reference run's values of every register the range writes back.
@@ -452,6 +455,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
     if (step.kernel) step.kernel->packed.clear();
   }
   times->validate_ms = since(phase);
+  trace::completeSince("compile", "validation", phase);
   return region;
 }
 

@@ -205,30 +205,27 @@ class Program {
     return out;
   }
 
-  py::dict stats() {
+  // Session::statsJson's object (docs/observability.md's keys) as a dict.
+  py::object stats() {
     std::shared_ptr<Session> session = live();
-    SessionStats st;
+    std::string text;
     {
       py::gil_scoped_release release;
-      st = session->stats();
+      text = session->statsJson();
     }
     afterNative();
-    py::dict out;
-    out["runs"] = st.runs;
-    out["launches_compiled"] = st.launches_compiled;
-    out["launches_interpreted"] = st.launches_interpreted;
-    out["kernels_installed"] = st.kernels_installed;
-    out["compile_ms"] = st.compile_ms;
-    out["allocations_requested"] = st.allocations_requested;
-    out["allocations_system"] = st.allocations_system;
-    out["instructions"] = st.instructions;
-    out["guard_misses"] = st.guard_misses;
-    out["compile_failures"] = st.compile_failures;
-    out["fused_regions"] = st.fused_regions;
-    out["tuning_ms"] = st.tuning_ms;
-    out["jit_level"] = st.jit_level;
-    out["jit_report"] = st.jit_report;
-    return out;
+    return py::module_::import("json").attr("loads")(text);
+  }
+
+  void writeStatsJson(const std::string& path) {
+    std::shared_ptr<Session> session = live();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session->writeStatsJson(path);
+    }
+    afterNative();
+    if (!status.isOk()) raiseStatus(status, Phase::Run);
   }
 
   void set(const std::string& key, const std::string& value) {
@@ -432,6 +429,20 @@ PYBIND11_MODULE(_core, m) {
     return *value;
   });
   m.def("jit_available", &Session::jitAvailable);
+  m.def(
+      "start_trace",
+      [](const std::string& path, bool ops) {
+        if (Status s = Session::startTrace(path, ops); !s.isOk()) raiseStatus(s, Phase::Run);
+      },
+      py::arg("path"), py::arg("ops") = false);
+  m.def("stop_trace", [] {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = Session::stopTrace();
+    }
+    if (!s.isOk()) raiseStatus(s, Phase::Run);
+  });
   m.def("dtypes", [] {
     std::vector<std::string> names;
     for (int i = 0; i < kNumDTypes; ++i) names.emplace_back(dtypeName(static_cast<DType>(i)));
@@ -477,6 +488,7 @@ PYBIND11_MODULE(_core, m) {
            })
       .def("index", &Program::index)
       .def("stats", &Program::stats)
+      .def("write_stats_json", &Program::writeStatsJson, py::arg("path"))
       .def("set", &Program::set)
       .def("get", &Program::get)
       .def("jit_status", &Program::jitStatus)
@@ -492,7 +504,10 @@ PYBIND11_MODULE(_core, m) {
       .def("call_bound", &Function::callBound)
       .def(
           "stats", [](const Function& f) { return f.program()->stats(); },
-          "counters of its program (runs, launches_compiled, kernels_installed, ...)")
+          "counters of its program (runs, launches_compiled, kernels_installed, ...; docs/observability.md)")
+      .def(
+          "write_stats_json", [](const Function& f, const std::string& path) { f.program()->writeStatsJson(path); },
+          py::arg("path"), "writes stats() to a JSON file")
       .def(
           "wait_idle", [](const Function& f) { f.program()->waitIdle(); },
           "blocks until its JIT has no compile queued or running")

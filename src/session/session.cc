@@ -6,16 +6,21 @@
 #include "shapevm/shapevm.h"
 
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "bytecode/module_io.h"
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
 #include "frontend/frontend.h"
 #include "session/session_access.h"
+#include "session/stats_report.h"
+#include "support/trace.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
@@ -210,6 +215,7 @@ struct Session::Impl {
     vm_options.profile = options.profile;
     vm = std::make_unique<VirtualMachine>(module, vm_options);
     runs = 0;
+    latency = LatencyBook();
     attachJit();
     return Status::ok();
   }
@@ -233,6 +239,7 @@ struct Session::Impl {
 #endif
   Status jit_status;
   std::uint64_t runs = 0;
+  LatencyBook latency;  // per argument shape (statsJson)
 };
 
 Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -376,7 +383,11 @@ Expected<std::vector<Value>> Session::run(int function, std::span<const Value> a
                      function, count);
   }
   ++impl_->runs;
-  return impl_->vm->run(function, args);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = impl_->vm->run(function, args);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (result) impl_->latency.add(shapeLabel(impl_->module->functions[static_cast<std::size_t>(function)], args), ms);
+  return result;
 }
 
 void Session::waitIdle() {
@@ -408,11 +419,43 @@ SessionStats Session::stats() const {
     out.tuning_ms = js.tuning_ms;
     out.kernels_from_cache = js.kernels_from_cache;
     out.codegen_count = js.codegen_count;
+    out.compiles_pending = js.compiles_pending;
     out.jit_level = impl_->jit->level();
     out.jit_report = impl_->jit->statsReport();
   }
 #endif
   return out;
+}
+
+std::string Session::statsJson() const {
+  const SessionStats st = stats();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  StatsSources sources;
+  sources.session = &st;
+  if (impl_->vm) sources.exec = &impl_->vm->stats();
+  sources.latency = &impl_->latency;
+#if SHAPEVM_HAVE_JIT
+  std::optional<jit::JitStats> js;
+  if (impl_->jit) js = impl_->jit->stats();
+  if (js) sources.jit = &*js;
+#endif
+  return shapevm::statsJson(sources);
+}
+
+Status Session::writeStatsJson(const std::string& path) const {
+  const std::string text = statsJson();
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) return makeError(ErrorCode::IoError, "cannot open stats file '{}' for writing", path);
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  if (std::fclose(file) != 0 || !written) return makeError(ErrorCode::IoError, "failed writing stats file '{}'", path);
+  return Status::ok();
+}
+
+Status Session::startTrace(const std::string& path, bool ops) {
+  return trace::start(path, ops);
+}
+Status Session::stopTrace() {
+  return trace::stop();
 }
 
 // ---- in-tree access ----

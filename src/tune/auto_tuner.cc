@@ -14,6 +14,7 @@
 #include "jit/compiled_kernel.h"
 #include "jit/validate.h"
 #include "support/logging.h"
+#include "support/trace.h"
 #include "support/tunables.h"
 
 namespace shapevm::tune {
@@ -240,6 +241,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     report.timings.push_back(CandidateTiming{candidate_spec.params,
                                              measured ? measured->median_us : std::numeric_limits<double>::infinity(),
                                              usSince(candidate_start) / 1000.0});
+    trace::completeSince("tune", "candidate " + params_text, candidate_start,
+                         trace::Args().add("signature", signature).add("median_us", report.timings.back().us));
     if (!measured) {
       ++outcome.failed;
       logAt(LogLevel::Info, "JIT", "Tuning {}: candidate {} skipped ({})", signature, params_text, measured.status().message());

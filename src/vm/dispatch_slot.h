@@ -70,6 +70,10 @@ struct DispatchSlot {
   std::atomic<std::uint64_t> compiled_calls{0};
   std::atomic<std::uint64_t> guard_misses{0};
   std::atomic<std::uint64_t> ticks{0};          // cumulative time in timestamp ticks
+  std::atomic<std::uint64_t> region_calls{0};   // ... of calls/ticks: a compiled region starting here
+  std::atomic<std::uint64_t> region_ticks{0};
+  std::atomic<std::uint64_t> region_declines{0};  // executions every region entry here declined
+  std::atomic<std::uint64_t> allocations{0};      // tensors the op allocated (VmOptions::count_allocations)
 };
 
 // The inline-cache key: per input (first 7) dtype, rank, contiguity and tensor-ness, plus one

@@ -8,10 +8,12 @@
 // the scope without running cleanups — so case bodies keep such locals in an inner block.
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "bytecode/scalar_ops.h"
 #include "support/logging.h"
 #include "support/native_stack.h"
+#include "support/trace.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -134,11 +136,17 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   run_start_instructions_ = stats_.instructions;
   elided_frames_ = 0;
   std::vector<Value> results;
+  std::optional<RunTrace> run_trace;
+  if (trace::enabled()) run_trace.emplace(*this, function);
+  const std::uint64_t run_start = nowTicks();
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
   // A failed run unwinds every frame without popping its debug frame.
   debug_top_ = nullptr;
   Status status = execute(function, args, results, 0);
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // even: no frame of this VM is running
+  ++stats_.runs;
+  stats_.run_ticks += nowTicks() - run_start;
+  if (run_trace) run_trace->finish(status);
   if (options_.observer != nullptr) options_.observer->afterRun(*this, function);
   AllocatorStats after = CachingAllocator::global().stats();
   stats_.alloc_requests += static_cast<std::uint64_t>(after.requests - before.requests);
@@ -230,6 +238,8 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   const bool tracing = static_cast<bool>(options_.trace) || debug != nullptr;
   DebugFrame debug_frame{function, 0, depth, std::span<const Value>(regs), debug_top_};
   if (debug != nullptr) debug_top_ = &debug_frame;
+  const bool trace_ops = trace::opsEnabled();  // --trace-ops: one timeline event per op execution
+  const bool count_allocations = options_.count_allocations;
   const std::int64_t max_steps = Tunables::get(Tunable::MaxSteps);
   std::uint64_t executed = 0;
   int pc = 0;
@@ -359,6 +369,7 @@ dispatch:
     // seq_cst (a plain load on x86-64): ordered after this run's epoch bump, which is what lets
     // the patch manager retire a replaced table once the epoch moves on (see runEpoch()).
     const PatchTable* table = slot.patched.load(std::memory_order_seq_cst);
+    const double trace_start_us = trace_ops ? trace::nowUs() : 0;
     if (table != nullptr && table->has_region) {
       const std::uint64_t region_start = profile ? nowTicks() : 0;
       bool ran = false;
@@ -367,15 +378,23 @@ dispatch:
             entry.region(entry.state, std::span<Value>(regs))) {
           bumpCounter(slot.calls);
           bumpCounter(slot.compiled_calls);
+          bumpCounter(slot.region_calls);
           ++stats_.op_calls;
           ++stats_.compiled_calls;
-          if (profile) bumpCounter(slot.ticks, nowTicks() - region_start);
+          if (profile) {
+            const std::uint64_t elapsed = nowTicks() - region_start;
+            bumpCounter(slot.ticks, elapsed);
+            bumpCounter(slot.region_ticks, elapsed);
+          }
+          if (trace_ops) traceOpEvent(fn, in->a, pc, trace_start_us, &entry);
           pc = entry.resume_pc;
           ran = true;
           break;
         }
       }
       if (ran) SVM_NEXT();
+      bumpCounter(slot.region_declines);
+      if (trace::enabled()) traceFallback(fn, in->a, pc, "region declined");
     }
     const std::size_t count = site.inputs.size();
     const Value** inputs_ptr = input_buffer;
@@ -416,8 +435,10 @@ dispatch:
       if (!done) {
         bumpCounter(slot.guard_misses);
         ++stats_.guard_misses;
+        if (trace::enabled()) traceFallback(fn, in->a, pc, "guard miss", inputs);
       }
     }
+    const std::int64_t allocations_before = count_allocations ? CachingAllocator::global().stats().requests : 0;
     if (!done) {
       const OpSchema& schema = *schemas_[static_cast<std::size_t>(site.op)];
       const std::uint64_t key = signatureKey(inputs);
@@ -437,6 +458,11 @@ dispatch:
     }
     for (std::size_t i = 0; i < site.outputs.size(); ++i) R(site.outputs[i]) = std::move(outs[i]);
     if (profile) bumpCounter(slot.ticks, nowTicks() - start);
+    if (count_allocations) {
+      bumpCounter(slot.allocations,
+                  static_cast<std::uint64_t>(CachingAllocator::global().stats().requests - allocations_before));
+    }
+    if (trace_ops) traceOpEvent(fn, in->a, pc, trace_start_us, nullptr, done);
     ++pc;
     SVM_NEXT();
   }

@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// ProfileBuffer recording and snapshots; dispatch-slot signature keys and guard checks.
+// ProfileBuffer recording and snapshots; dispatch-slot signature keys and guard checks; the
+// profile report and the interpreter's timeline events.
 #include "vm/profile.h"
 
+#include <algorithm>
+
+#include "ops/registry.h"
+#include "support/trace.h"
 #include "vm/dispatch_slot.h"
+#include "vm/vm.h"
 
 namespace shapevm {
 
@@ -149,6 +155,239 @@ bool Guard::passes(std::span<const Value* const> values) const {
     }
   }
   return true;
+}
+
+}  // namespace shapevm
+
+// ---- the profile report ----
+
+namespace shapevm {
+
+namespace {
+double ticksMs(std::uint64_t ticks) {
+  return ticksToNanos(ticks) / 1e6;
+}
+
+ProfileRow finishRow(ProfileRow row, double total_ms) {
+  row.mean_us = row.calls > 0 ? row.total_ms * 1e3 / static_cast<double>(row.calls) : 0.0;
+  row.share = total_ms > 0 ? row.total_ms / total_ms : 0.0;
+  return row;
+}
+
+std::string jsonString(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::vector<FunctionProfile> buildProfile(VirtualMachine& vm, int entry_function) {
+  const double total_ms = ticksMs(vm.stats().run_ticks);
+  std::vector<FunctionProfile> out;
+  double rows_ms = 0;
+  for (std::size_t f = 0; f < vm.module().functions.size(); ++f) {
+    const Function& fn = vm.module().functions[f];
+    FunctionRuntime& rt = vm.runtime(static_cast<int>(f));
+    FunctionProfile profile;
+    profile.function = fn.name;
+    profile.calls = rt.calls.load(std::memory_order_relaxed);
+    if (profile.calls == 0) continue;
+    for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
+      if (fn.code[pc].op != Opcode::CallOp) continue;
+      const auto site = static_cast<std::size_t>(fn.code[pc].a);
+      const DispatchSlot& slot = rt.slots[site];
+      const std::uint64_t region_calls = slot.region_calls.load(std::memory_order_relaxed);
+      const std::uint64_t region_ticks = slot.region_ticks.load(std::memory_order_relaxed);
+      if (region_calls > 0) {
+        ProfileRow row;
+        row.kind = "region";
+        row.pc = static_cast<int>(pc);
+        row.name = "region";
+        if (const PatchTable* table = slot.patched.load(std::memory_order_acquire)) {
+          for (const CompiledEntry& entry : table->entries) {
+            if (entry.region != nullptr) {
+              row.end_pc = entry.resume_pc - 1;
+              break;
+            }
+          }
+        }
+        row.calls = region_calls;
+        row.total_ms = ticksMs(region_ticks);
+        row.compiled = region_calls;
+        row.interpreted = slot.region_declines.load(std::memory_order_relaxed);
+        row.guard_misses = row.interpreted;
+        profile.rows.push_back(finishRow(row, total_ms));
+        rows_ms += row.total_ms;
+      }
+      ProfileRow row;
+      row.kind = "op";
+      row.pc = static_cast<int>(pc);
+      row.name = std::string(OpRegistry::global().schema(fn.op_sites[site].op).name);
+      row.calls = slot.calls.load(std::memory_order_relaxed) - region_calls;
+      if (row.calls == 0) continue;  // only ever ran inside a region (or never)
+      row.total_ms = ticksMs(slot.ticks.load(std::memory_order_relaxed) - region_ticks);
+      row.compiled = slot.compiled_calls.load(std::memory_order_relaxed) - region_calls;
+      row.interpreted = row.calls - row.compiled;
+      row.guard_misses = slot.guard_misses.load(std::memory_order_relaxed);
+      row.allocations = slot.allocations.load(std::memory_order_relaxed);
+      for (const ProfileRecord& r : rt.profiles[site].snapshot()) {
+        row.signatures += (row.signatures.empty() ? "" : "; ") + r.toString() + " x" + std::to_string(r.count);
+      }
+      profile.rows.push_back(finishRow(row, total_ms));
+      rows_ms += row.total_ms;
+    }
+    profile.run_ms = total_ms;
+    out.push_back(std::move(profile));
+  }
+  // The rest of the run: scalar instructions, moves, calls' frames, the interpreter's own loop.
+  for (FunctionProfile& profile : out) {
+    if (profile.function != vm.module().functions[static_cast<std::size_t>(entry_function)].name) continue;
+    ProfileRow other;
+    other.kind = "other";
+    other.name = "(interpreter: other instructions)";
+    other.calls = vm.stats().runs;
+    other.total_ms = std::max(0.0, total_ms - rows_ms);
+    profile.rows.push_back(finishRow(other, total_ms));
+  }
+  return out;
+}
+
+std::string profileText(const std::vector<FunctionProfile>& profile) {
+  std::string text;
+  for (const FunctionProfile& fp : profile) {
+    text +=
+        fmt::format("profile of '{}': {} calls; shares are of {:.3f} ms run time\n", fp.function, fp.calls, fp.run_ms);
+    text +=
+        fmt::format("  {:<14} {:<18} {:>8} {:>11} {:>11} {:>6} {:>9} {:>11} {:>7} {:>7}  {}\n", "PC", "op", "calls",
+                    "total ms", "mean us", "share", "compiled", "interpreted", "misses", "allocs", "signatures seen");
+    for (const ProfileRow& row : fp.rows) {
+      std::string where = row.pc < 0 ? "-" : fmt::format("0x{:04X}", row.pc);
+      if (row.kind == "region") where += row.end_pc >= 0 ? fmt::format("..0x{:04X}", row.end_pc) : "..";
+      text += fmt::format("  {:<14} {:<18} {:>8} {:>11.3f} {:>11.2f} {:>5.1f}% {:>9} {:>11} {:>7} {:>7}  {}\n", where,
+                          row.name, row.calls, row.total_ms, row.mean_us, row.share * 100, row.compiled,
+                          row.interpreted, row.guard_misses, row.allocations, row.signatures);
+    }
+  }
+  return text;
+}
+
+std::string profileJson(const std::vector<FunctionProfile>& profile) {
+  std::string text = "{\"functions\": [";
+  for (std::size_t f = 0; f < profile.size(); ++f) {
+    const FunctionProfile& fp = profile[f];
+    text += fmt::format("{}\n  {{\"function\": {}, \"calls\": {}, \"run_ms\": {:.6f}, \"rows\": [", f ? "," : "",
+                        jsonString(fp.function), fp.calls, fp.run_ms);
+    for (std::size_t r = 0; r < fp.rows.size(); ++r) {
+      const ProfileRow& row = fp.rows[r];
+      text += fmt::format(
+          "{}\n    {{\"kind\": {}, \"pc\": {}, \"end_pc\": {}, \"name\": {}, \"calls\": {}, \"total_ms\": {:.6f}, "
+          "\"mean_us\": {:.4f}, \"share\": {:.6f}, \"compiled\": {}, \"interpreted\": {}, \"guard_misses\": {}, "
+          "\"allocations\": {}, \"signatures\": {}}}",
+          r ? "," : "", jsonString(row.kind), row.pc, row.end_pc, jsonString(row.name), row.calls, row.total_ms,
+          row.mean_us, row.share, row.compiled, row.interpreted, row.guard_misses, row.allocations,
+          jsonString(row.signatures));
+    }
+    text += "]}";
+  }
+  return text + "\n]}\n";
+}
+
+// ---- timeline hooks ----
+
+RunTrace::Counters RunTrace::read(const DispatchSlot& slot) {
+  return Counters{
+      slot.calls.load(std::memory_order_relaxed),        slot.compiled_calls.load(std::memory_order_relaxed),
+      slot.ticks.load(std::memory_order_relaxed),        slot.region_calls.load(std::memory_order_relaxed),
+      slot.region_ticks.load(std::memory_order_relaxed), slot.guard_misses.load(std::memory_order_relaxed)};
+}
+
+RunTrace::RunTrace(VirtualMachine& vm, int function) : vm_(vm), function_(function) {
+  trace::nameThreadOnce("interpreter");
+  for (std::size_t f = 0; f < vm.module().functions.size(); ++f) {
+    FunctionRuntime& rt = vm.runtime(static_cast<int>(f));
+    std::vector<Counters> sites;
+    for (std::size_t s = 0; s < vm.module().functions[f].op_sites.size(); ++s) sites.push_back(read(rt.slots[s]));
+    before_.push_back(std::move(sites));
+  }
+  start_us_ = trace::nowUs();
+}
+
+void RunTrace::finish(const Status& status) {
+  const double end_us = trace::nowUs();
+  const Module& module = vm_.module();
+  trace::Args run_args;
+  run_args.add("function", module.functions[static_cast<std::size_t>(function_)].name)
+      .add("run", vm_.runtime(function_).calls.load(std::memory_order_relaxed))
+      .add("status", status.isOk() ? std::string("ok") : status.toString());
+  trace::complete("run", module.functions[static_cast<std::size_t>(function_)].name, start_us_, end_us - start_us_,
+                  run_args);
+  if (trace::opsEnabled()) return;  // --trace-ops: each execution has its own event instead
+  // Aggregates, one after another from the run's start (their sum never exceeds the run).
+  double cursor = start_us_;
+  for (std::size_t f = 0; f < module.functions.size(); ++f) {
+    const Function& fn = module.functions[f];
+    FunctionRuntime& rt = vm_.runtime(static_cast<int>(f));
+    for (std::size_t pc = 0; pc < fn.code.size(); ++pc) {
+      if (fn.code[pc].op != Opcode::CallOp) continue;
+      const auto site = static_cast<std::size_t>(fn.code[pc].a);
+      const Counters now = read(rt.slots[site]);
+      const Counters& was = before_[f][site];
+      const std::uint64_t regions = now.region_calls - was.region_calls;
+      const std::uint64_t calls = now.calls - was.calls - regions;
+      const double region_us = std::min(ticksToNanos(now.region_ticks - was.region_ticks) / 1e3, end_us - cursor);
+      if (regions > 0) {
+        trace::Args args;
+        args.addPc(static_cast<int>(pc)).add("function", fn.name).add("executions", regions).add("aggregated", 1);
+        trace::complete("region", fmt::format("region@0x{:02X} x{}", pc, regions), cursor, region_us, args);
+        cursor += region_us;
+      }
+      if (calls == 0) continue;
+      const std::uint64_t compiled = now.compiled - was.compiled - regions;
+      const double op_us = std::min(ticksToNanos((now.ticks - was.ticks) - (now.region_ticks - was.region_ticks)) / 1e3,
+                                    end_us - cursor);
+      const std::string_view op = OpRegistry::global().schema(fn.op_sites[site].op).name;
+      trace::Args args;
+      args.addPc(static_cast<int>(pc))
+          .add("function", fn.name)
+          .add("calls", calls)
+          .add("compiled", compiled)
+          .add("interpreted", calls - compiled)
+          .add("guard_misses", now.misses - was.misses)
+          .add("aggregated", 1);
+      trace::complete("op", fmt::format("{} x{}", op, calls), cursor, op_us, args);
+      cursor += op_us;
+    }
+  }
+}
+
+void traceOpEvent(const Function& fn, int site, int pc, double start_us, const CompiledEntry* region, bool compiled) {
+  trace::Args args;
+  args.addPc(pc).add("function", fn.name);
+  if (region != nullptr) {
+    args.add("kernel_id", region->id).add("resume_pc", region->resume_pc);
+    trace::complete("region", fmt::format("region@0x{:02X}", pc), start_us, trace::nowUs() - start_us, args);
+    return;
+  }
+  args.add("path", compiled ? "compiled" : "interpreted");
+  trace::complete("op", std::string(OpRegistry::global().schema(fn.op_sites[static_cast<std::size_t>(site)].op).name),
+                  start_us, trace::nowUs() - start_us, args);
+}
+
+void traceFallback(const Function& fn, int site, int pc, const char* what, std::span<const Value* const> inputs) {
+  trace::Args args;
+  args.addPc(pc)
+      .add("function", fn.name)
+      .add("op", OpRegistry::global().schema(fn.op_sites[static_cast<std::size_t>(site)].op).name)
+      .add("reason", what);
+  if (!inputs.empty()) args.add("signature", describeInputs(inputs));
+  trace::instant("fallback", what, args);
 }
 
 }  // namespace shapevm

@@ -3,6 +3,8 @@
 // site has seen, with a count each. Recording compares with the newest record first, so a
 // site whose signature does not change pays one comparison. Read by the JIT's shape inference
 // under the buffer's mutex (the interpreter holds it only when a new signature appears).
+// Also the VM's observability: the profile report (--profile: one row per op site and per compiled
+// region, from the dispatch slots' counters) and the interpreter's timeline events (support/trace.h).
 #pragma once
 
 #include <atomic>
@@ -13,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "bytecode/module.h"
 #include "shapevm/value.h"
+#include "vm/dispatch_slot.h"
 
 namespace shapevm {
 
@@ -64,5 +68,60 @@ class ProfileBuffer {
   std::size_t newest_ = 0;
   std::atomic<std::uint64_t> evictions_{0};
 };
+
+class VirtualMachine;
+
+// ---- the profile report (`shapevm run --profile`, `--profile-json`) ----
+
+struct ProfileRow {
+  std::string kind;  // "op", "region" (a compiled fused range starting at pc) or "other" (the rest of the run)
+  int pc = -1;       // op: its CallOp; region: its first CallOp
+  int end_pc = -1;   // region: its last PC
+  std::string name;  // op name; region: "region"
+  std::uint64_t calls = 0;
+  double total_ms = 0;
+  double mean_us = 0;
+  double share = 0;                             // of the function's run time (fraction)
+  std::uint64_t compiled = 0, interpreted = 0;  // launches
+  std::uint64_t guard_misses = 0;               // op: compiled entries rejected the shapes; region: declines
+  std::uint64_t allocations = 0;                // tensors allocated (counted with VmOptions::count_allocations)
+  std::string signatures;                       // op: the shapes seen, with counts
+};
+struct FunctionProfile {
+  std::string function;
+  std::uint64_t calls = 0;
+  double run_ms = 0;  // the entry function: every run's time; a callee: its rows' total
+  std::vector<ProfileRow> rows;
+};
+// Every function that ran. Region rows need the regions' PC ranges: call it while no compile is
+// being installed (after the runs, with the JIT stopped or idle).
+std::vector<FunctionProfile> buildProfile(VirtualMachine& vm, int entry_function);
+std::string profileText(const std::vector<FunctionProfile>& profile);
+std::string profileJson(const std::vector<FunctionProfile>& profile);
+
+// ---- timeline hooks (called only while support/trace.h's tracing is on) ----
+
+// One top-level run: the run event, then per op site and compiled region what it ran in this run
+// (aggregated: calls and time), laid out one after another inside the run's span.
+class RunTrace {
+ public:
+  RunTrace(VirtualMachine& vm, int function);
+  void finish(const Status& status);
+
+ private:
+  struct Counters {
+    std::uint64_t calls = 0, compiled = 0, ticks = 0, region_calls = 0, region_ticks = 0, misses = 0;
+  };
+  static Counters read(const DispatchSlot& slot);
+  VirtualMachine& vm_;
+  int function_;
+  double start_us_;
+  std::vector<std::vector<Counters>> before_;  // per function, per op site
+};
+// --trace-ops: one event per op (or region) execution.
+void traceOpEvent(const Function& fn, int site, int pc, double start_us, const CompiledEntry* region,
+                  bool compiled = false);
+// A guard miss or a region's decline (instant event).
+void traceFallback(const Function& fn, int site, int pc, const char* what, std::span<const Value* const> inputs = {});
 
 }  // namespace shapevm

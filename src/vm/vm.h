@@ -56,6 +56,8 @@ struct ExecStats {
   std::uint64_t function_calls = 0;
   std::uint64_t alloc_requests = 0;     // tensor allocations requested (CachingAllocator)
   std::uint64_t system_allocations = 0; // ... that reached the system allocator
+  std::uint64_t runs = 0;               // top-level run() calls
+  std::uint64_t run_ticks = 0;          // their time, summed (timestamp ticks)
 };
 
 class VirtualMachine;
@@ -96,6 +98,7 @@ class DebugHook {
 struct VmOptions {
   bool profile = true;       // per-site timing and ProfileBuffer recording
   bool check_tokens = true;  // check CallOp outputs against their tokens' rank/dtype/static dims
+  bool count_allocations = false;  // per-site allocation counts (--profile; costs two allocator reads per op)
   // Called before every instruction when set (the debugger's hook); returning an error stops the run.
   std::function<Status(int function, int pc)> trace;
   // The debugger (not owned); nullptr = none attached.

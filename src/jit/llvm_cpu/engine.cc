@@ -5,9 +5,12 @@
 // JITDylib per kernel version.
 #include "jit/llvm_cpu/engine.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 
 #include <llvm/ADT/StringMap.h>
@@ -36,6 +39,29 @@
 namespace shapevm::jit {
 
 namespace {
+
+// LLVM 19's perf support writes the jitdump header's 64-bit flags word uninitialized, and `perf
+// inject --jit` rejects a dump with reserved flag bits set. Its timestamps are CLOCK_MONOTONIC
+// (what `perf record -k 1` uses), i.e. flags 0: rewrite the word in the dump this process has
+// mapped (the marker mapping perf finds it by).
+void clearJitdumpFlags() {
+  std::ifstream maps("/proc/self/maps");
+  const std::string suffix = "/jit-" + std::to_string(::getpid()) + ".dump";
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos || line.size() < suffix.size() ||
+        line.compare(line.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const int fd = ::open(line.c_str() + slash, O_WRONLY);
+    if (fd < 0) return;
+    constexpr off_t kFlagsOffset = 32;  // magic, version, total_size, elf_mach, pad, pid (4 each), timestamp (8)
+    const std::uint64_t flags = 0;
+    (void)::pwrite(fd, &flags, sizeof(flags), kFlagsOffset);
+    ::close(fd);
+    return;
+  }
+}
 
 // The IR passes for generated kernels (JitOptPipeline = 1). The code generators emit specialized
 // IR with nothing to inline (helpers are noinline), hand-vectorized loops marked not to be
@@ -424,6 +450,7 @@ Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {
     return llvmError(address.takeError(), fmt::format("cannot link kernel '{}'", symbol));
   }
   impl_->dylibs.emplace(id, &*dylib);
+  if (impl_->options.perf_support) clearJitdumpFlags();  // the header is flushed with the first record
   return KernelHandle{id, address->toPtr<void*>(), symbol};
 }
 

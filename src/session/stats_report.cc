@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// statsJson: every figure of `--stats` under the keys docs/observability.md documents.
+#include "session/stats_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "bytecode/module.h"
+#include "vm/vm.h"
+#if SHAPEVM_HAVE_JIT
+#include "jit/jit.h"
+#endif
+
+namespace shapevm {
+
+namespace {
+std::string quote(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+std::string num(double value) {
+  return std::isfinite(value) ? fmt::format("{:.6g}", value) : "null";
+}
+
+// One object member per call: "key": value.
+struct Members {
+  std::string text;
+  Members& raw(std::string_view key, const std::string& value) {
+    text += fmt::format("{}{}: {}", text.empty() ? "" : ", ", quote(key), value);
+    return *this;
+  }
+  Members& add(std::string_view key, std::uint64_t value) { return raw(key, std::to_string(value)); }
+  Members& add(std::string_view key, double value) { return raw(key, num(value)); }
+  Members& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }
+  Members& add(std::string_view key, std::string_view value) { return raw(key, quote(value)); }
+  std::string object() const { return "{" + text + "}"; }
+};
+
+Members latencyMembers(const std::vector<double>& samples) {
+  const LatencySummary s = summarizeLatency(samples);
+  Members m;
+  m.add("runs", static_cast<std::uint64_t>(samples.size()))
+      .add("median_ms", s.median)
+      .add("p99_ms", s.p99)
+      .add("min_ms", s.low)
+      .add("max_ms", s.high);
+  return m;
+}
+}  // namespace
+
+LatencySummary summarizeLatency(std::vector<double> samples) {
+  LatencySummary s;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  s.median = samples[samples.size() / 2];
+  s.p99 = samples[std::min(samples.size() - 1,
+                           static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(samples.size()))) - 1)];
+  s.low = samples.front();
+  s.high = samples.back();
+  return s;
+}
+
+void LatencyBook::add(const std::string& label, double ms) {
+  auto [it, fresh] = samples.try_emplace(label);
+  if (fresh) order.push_back(label);
+  it->second.push_back(ms);
+}
+
+std::string shapeLabel(const Function& fn, std::span<const Value> args) {
+  std::string label;
+  for (std::size_t i = 0; i < args.size() && i < fn.params.size(); ++i) {
+    if (!args[i].isTensor()) continue;
+    const TensorDescriptor& token = fn.params[i].token;
+    const bool dynamic = token.any_rank || std::any_of(token.dims.begin(), token.dims.end(),
+                                                       [](const DimToken& d) { return !d.is_static; });
+    if (!dynamic) continue;  // a fixed shape (weights) says nothing about the run's size
+    const Shape& shape = args[i].tensor().shape();
+    std::string dims;
+    for (int d = 0; d < shape.rank(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
+    label += fmt::format("{}{}=({})", label.empty() ? "" : " ", fn.params[i].name, dims);
+  }
+  return label;
+}
+
+std::string statsJson(const StatsSources& sources) {
+  const SessionStats& st = *sources.session;
+  Members m;
+  m.add("runs", st.runs)
+      .add("instructions", st.instructions)
+      .add("launches_compiled", st.launches_compiled)
+      .add("launches_interpreted", st.launches_interpreted)
+      .add("guard_misses", st.guard_misses)
+      .add("inline_cache_misses", sources.exec != nullptr ? sources.exec->ic_misses : 0);
+  std::vector<double> all;
+  std::string by_shape;
+  if (sources.latency != nullptr) {
+    for (const std::string& label : sources.latency->order) {
+      const std::vector<double>& samples = sources.latency->samples.at(label);
+      all.insert(all.end(), samples.begin(), samples.end());
+      by_shape += (by_shape.empty() ? "" : ", ") + latencyMembers(samples).add("shape", label).object();
+    }
+  }
+  m.raw("latency", latencyMembers(all).object()).raw("latency_by_shape", "[" + by_shape + "]");
+  m.add("allocations_requested", st.allocations_requested).add("allocations_system", st.allocations_system);
+  const AllocatorStats alloc = CachingAllocator::global().stats();
+  m.raw("memory", Members()
+                      .add("live_bytes", static_cast<std::uint64_t>(alloc.live_bytes))
+                      .add("peak_bytes", static_cast<std::uint64_t>(alloc.peak_bytes))
+                      .add("cached_bytes", static_cast<std::uint64_t>(alloc.cached_bytes))
+                      .object());
+  m.add("jit_level", static_cast<std::uint64_t>(st.jit_level))
+      .add("kernels_installed", st.kernels_installed)
+      .add("compile_failures", st.compile_failures)
+      .add("compile_ms", st.compile_ms)
+      .add("fused_regions", st.fused_regions)
+      .add("tuning_ms", st.tuning_ms)
+      .add("kernels_from_cache", st.kernels_from_cache)
+      .add("codegen_count", st.codegen_count)
+      .add("compiles_pending", st.compiles_pending)
+      .add("tuning_in_progress", st.compiles_pending > 0);
+#if SHAPEVM_HAVE_JIT
+  if (sources.jit != nullptr) {
+    const jit::JitStats& js = *sources.jit;
+    std::vector<double> times = js.compile_ms;
+    std::sort(times.begin(), times.end());
+    m.raw("compile", Members()
+                         .add("requests", js.requests)
+                         .add("dropped_requests", js.dropped_requests)
+                         .add("kernels_installed", js.compiles)
+                         .add("compile_failures", js.compile_failures)
+                         .add("validation_failures", js.validation_failures)
+                         .add("blacklisted_sites", js.blacklisted_sites)
+                         .add("total_ms", std::accumulate(times.begin(), times.end(), 0.0))
+                         .add("shape_inference_ms", js.shape_infer_ms)
+                         .add("codegen_ms", js.codegen_ms)
+                         .add("validation_patch_ms", js.validate_patch_ms)
+                         .add("tuning_ms", js.tuning_ms)
+                         .add("median_ms", times.empty() ? 0.0 : times[times.size() / 2])
+                         .add("max_ms", times.empty() ? 0.0 : times.back())
+                         .object());
+    m.raw("regions", Members()
+                         .add("fused", js.fused_regions)
+                         .add("fused_ops", js.fused_ops)
+                         .add("runs", js.region_runs)
+                         .add("declines", js.region_declines)
+                         .add("row_blocked", js.region_row_blocked)
+                         .object());
+    m.raw("tuning", Members()
+                        .add("ms", js.tuning_ms)
+                        .add("tuned_kernels", js.tuned_kernels)
+                        .add("cache_hits", js.tuning_cache_hits)
+                        .add("deferred", js.tuning_deferred)
+                        .add("in_progress", js.compiles_pending > 0)
+                        .object());
+    Members reasons;
+    for (int r = 0; r < jit::kNumJitReasons; ++r) {
+      reasons.add(jit::jitReasonName(static_cast<jit::JitReason>(r)), js.fallbacks[static_cast<std::size_t>(r)]);
+    }
+    m.raw("fallbacks", reasons.object());
+  }
+#endif
+  m.add("jit_report", st.jit_report);
+  return m.object() + "\n";
+}
+
+}  // namespace shapevm
