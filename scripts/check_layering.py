@@ -19,7 +19,8 @@ LAYERS = [
     ("ops", 2, ["ops/*"]),
     ("bytecode", 3, ["bytecode/*"]),
     ("frontend", 4, ["frontend/*"]),
-    ("vm", 4, ["vm/*"]),  # the interpreter: below jit, so it never includes the JIT
+    ("vm", 4, ["vm/*"]),
+    ("onnx", 4, ["onnx/*"]),  # the ONNX importer: ModelProto -> bytecode through the builder  # the interpreter: below jit, so it never includes the JIT
     ("jit", 5, ["jit/*"]),
     ("tune", 6, ["tune/*"]),
     ("session", 7, ["session/*", "shapevm/*"]),  # the public Session API (include/shapevm/shapevm.h)
