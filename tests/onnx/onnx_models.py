@@ -2,6 +2,8 @@
 # torch.nn modules the ONNX import tests export with torch.onnx.export (Debian's python3-torch),
 # with random weights and dynamic axes, and the helper that exports one. Each entry names its
 # inputs, dynamic axes and the shapes the tests run it at (>= 3 values per dynamic axis).
+import warnings
+
 import torch
 import torch.nn as nn
 
@@ -100,6 +102,8 @@ def export(name, path, opset=14):
     outputs = module(example)
     count = len(outputs) if isinstance(outputs, tuple) else 1
     output_names = [f"y{i}" for i in range(count)]
-    torch.onnx.export(module, (example,), str(path), input_names=["x"], output_names=output_names,
-                      dynamic_axes={"x": axes}, opset_version=opset)
+    with warnings.catch_warnings():  # the exporter's tracer warnings are about torch, not us
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (example,), str(path), input_names=["x"], output_names=output_names,
+                          dynamic_axes={"x": axes}, opset_version=opset)
     return module

@@ -55,17 +55,21 @@ def test_model_matches_torch(exported, name, level):
     program = _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
     program.load(str(path))
     fn = _core.Function(program, 0, -1)
+    # At O2 each shape runs three times: the JIT profiles the first runs of a new shape and
+    # compiles for it (jit_wait: before the run returns), so the last runs on compiled kernels.
+    repeats = 3 if level == "O2" else 1
     for shape in shapes:
         x = make(shape).numpy()
-        got = fn(x=x)
-        got = list(got) if isinstance(got, tuple) else [got]
         want = torch_outputs(module, x)
-        assert len(got) == len(want)
-        for k, (g, w) in enumerate(zip(got, want)):
-            err = relative_l2(g, w)
-            assert err <= TOLERANCE, f"{name} {level} shape {shape} output {k}: relative L2 {err:.2e}"
+        for _ in range(repeats):
+            got = fn(x=x)
+            got = list(got) if isinstance(got, tuple) else [got]
+            assert len(got) == len(want)
+            for k, (g, w) in enumerate(zip(got, want)):
+                err = relative_l2(g, w)
+                assert err <= TOLERANCE, f"{name} {level} shape {shape} output {k}: relative L2 {err:.2e}"
     stats = program.stats()
-    assert stats["runs"] == len(shapes)
+    assert stats["runs"] == len(shapes) * repeats
     if level == "O2":
         assert stats["launches_compiled"] > 0, f"{name}: nothing ran compiled at O2: {stats}"
     program.close()
@@ -97,9 +101,9 @@ def test_shape_arithmetic_is_scalar_bytecode(exported, run_cli):
     path, _ = exported["block"]
     code, out, err = run_cli("dis", path)
     assert code == 0, err
-    assert "DimOf" in out or "dim_of" in out.lower()
-    for op in ("stack", "full(", "concat"):
-        assert op not in out, f"shape arithmetic became tensor op {op}:\n{out}"
+    assert "DimOf" in out and "TuplePack" in out
+    for op in ("stack", "full", "concat", "gather", "unsqueeze"):
+        assert f"CallOp {op} " not in out, f"shape arithmetic became tensor op {op}:\n{out}"
 
 
 def test_cli_run_and_import(exported, run_cli, tmp_path):
