@@ -140,6 +140,28 @@ std::optional<std::vector<ShapeElem>> GraphEmitter::shapeElems(const Val& v) con
   return std::nullopt;
 }
 
+Expected<std::optional<std::vector<ShapeElem>>> GraphEmitter::elemsOf(Val& v) {
+  if (std::optional<std::vector<ShapeElem>> elems = shapeElems(v)) return elems;
+  constexpr std::int64_t kMaxElems = 64;
+  const bool int_tensor = v.kind == Val::Kind::Tensor && v.dtype && (*v.dtype == DType::Int64 || *v.dtype == DType::Int32);
+  if (!int_tensor || v.rank < 0 || v.rank > 1 || (v.rank == 1 && (v.dims.empty() || v.dims[0] < 0 || v.dims[0] > kMaxElems))) {
+    return std::optional<std::vector<ShapeElem>>();
+  }
+  std::vector<ShapeElem> elems;
+  const std::int64_t n = v.rank == 0 ? 1 : v.dims[0];
+  for (std::int64_t i = 0; i < n; ++i) {
+    int item = v.reg;
+    if (v.rank == 1) {
+      SVM_ASSIGN_OR_RETURN(Val g, op1("gather", {Operand::ofReg(v.reg), Operand::of(Value::fromInt(i))}, {{"axis", AttrValue::ofInt(0)}}));
+      item = g.reg;
+    }
+    const int r = newReg();
+    fn_.emit(Opcode::ToInt, r, item);
+    elems.push_back({std::nullopt, r});
+  }
+  return std::optional<std::vector<ShapeElem>>(std::move(elems));
+}
+
 Expected<Operand> GraphEmitter::tensor(Val& v, std::string_view what) {
   switch (v.kind) {
     case Val::Kind::Missing:

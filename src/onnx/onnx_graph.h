@@ -89,6 +89,9 @@ class GraphEmitter {
 
   // A value's elements as a shape value when it is one or a small int constant of rank <= 1.
   std::optional<std::vector<ShapeElem>> shapeElems(const Val& v) const;
+  // shapeElems, or for a runtime int tensor of rank 0 or of rank 1 with a static length, its
+  // elements read into int registers (gather + ToInt).
+  Expected<std::optional<std::vector<ShapeElem>>> elemsOf(Val& v);
 
  private:
   ModuleBuilder& module_;

@@ -430,7 +430,7 @@ Status handleReshape(NodeCtx& ctx) {
   Val& x = ctx.input(0);
   const bool allow_zero = ctx.attrInt("allowzero", 0) != 0;
   SVM_ASSIGN_OR_RETURN(Operand xo, tensorIn(ctx, 0));
-  std::optional<std::vector<ShapeElem>> elems = ctx.e->shapeElems(ctx.input(1));
+  SVM_ASSIGN_OR_RETURN(std::optional<std::vector<ShapeElem>> elems, ctx.e->elemsOf(ctx.input(1)));
   if (!elems) {
     if (ctx.input(1).kind != Kind::Tensor) return ctx.fail(ErrorCode::Unsupported, "Reshape target is not available");
     return emitTo(ctx, "reshape", {xo, Operand::ofReg(ctx.input(1).reg)});  // a runtime int64 tensor (no 0 entries)
@@ -480,8 +480,8 @@ Status handleFlatten(NodeCtx& ctx) {
 Status handleExpand(NodeCtx& ctx) {
   Val& x = ctx.input(0);
   SVM_RETURN_IF_ERROR(needRank(ctx, x, "the Expand input"));
-  std::optional<std::vector<ShapeElem>> shape = ctx.e->shapeElems(ctx.input(1));
-  if (!shape) return ctx.fail(ErrorCode::Unsupported, "the Expand shape is a runtime tensor not derived from shapes");
+  SVM_ASSIGN_OR_RETURN(std::optional<std::vector<ShapeElem>> shape, ctx.e->elemsOf(ctx.input(1)));
+  if (!shape) return ctx.fail(ErrorCode::Unsupported, "the Expand shape is a runtime tensor of unknown length");
   SVM_ASSIGN_OR_RETURN(Operand xo, tensorIn(ctx, 0));
   Val src = x.isConst() ? Val::ofTensor(ctx.e->regOf(xo), x.dtype, x.rank) : x;
   if (x.isConst()) src.dims = x.dims;
@@ -534,8 +534,12 @@ Status handleRange(NodeCtx& ctx) {
       inputs.push_back(Operand::of(isFloating(dtype) ? Value::fromFloat(x) : Value::fromInt(static_cast<std::int64_t>(x))));
     } else if (v.isShape() && v.elems.size() == 1) {
       inputs.push_back(Operand::ofReg(ctx.e->intReg(v.elems[0])));
+    } else if (v.kind == Kind::Tensor && v.rank == 0) {  // a runtime scalar: int() or float() of it
+      const int r = ctx.e->newReg();
+      ctx.e->fn().emit(isFloating(dtype) ? Opcode::ToFloat : Opcode::ToInt, r, v.reg);
+      inputs.push_back(Operand::ofReg(r));
     } else {
-      return ctx.fail(ErrorCode::Unsupported, "Range input {} is a runtime tensor not derived from shapes", k);
+      return ctx.fail(ErrorCode::Unsupported, "Range input {} is not a scalar known at import", k);
     }
   }
   SVM_RETURN_IF_ERROR(emitTo(ctx, "arange", inputs, {{"dtype", AttrValue::ofDType(dtype)}}));
@@ -687,11 +691,25 @@ Status handleLayerNorm(NodeCtx& ctx) {
   SVM_RETURN_IF_ERROR(emitTo(ctx, "layer_norm", inputs,
                              {{"axis", AttrValue::ofInt(ctx.attrInt("axis", -1))},
                               {"eps", AttrValue::ofFloat(ctx.attrFloat("epsilon", 1e-5))}}));
-  for (int k = 1; k < ctx.node->output_size(); ++k) {
-    Val missing;
-    missing.missing_reason = "LayerNormalization's Mean and InvStdDev outputs are not computed";
-    ctx.out.push_back(missing);
-  }
+  const bool stats_used = ctx.node->output_size() > 1 &&
+                          (!ctx.node->output(1).empty() || (ctx.node->output_size() > 2 && !ctx.node->output(2).empty()));
+  if (!stats_used) return Status::ok();
+  // Mean and InvStdDev over axes [axis, rank), kept as size-1 dims.
+  Val& x = ctx.input(0);
+  SVM_RETURN_IF_ERROR(needRank(ctx, x, "the LayerNormalization input"));
+  std::vector<std::int64_t> axes;
+  for (int i = normAxis(ctx.attrInt("axis", -1), x.rank); i < x.rank; ++i) axes.push_back(i);
+  const NamedAttrs reduce = {{"axes", AttrValue::ofInts(axes)}, {"keepdims", AttrValue::ofBool(true)}};
+  auto operand = [](const Val& v) { return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg); };
+  SVM_ASSIGN_OR_RETURN(Val mean, ctx.e->op1("mean", {inputs[0]}, reduce));
+  SVM_ASSIGN_OR_RETURN(Val centered, ctx.e->op1("sub", {inputs[0], operand(mean)}));
+  SVM_ASSIGN_OR_RETURN(Val square, ctx.e->op1("mul", {operand(centered), operand(centered)}));
+  SVM_ASSIGN_OR_RETURN(Val var, ctx.e->op1("mean", {operand(square)}, reduce));
+  const DType dtype = x.dtype.value_or(DType::Float32);
+  SVM_ASSIGN_OR_RETURN(Val shifted, ctx.e->op1("add", {operand(var), Operand::of(Value::fromTensor(Tensor::scalar(ctx.attrFloat("epsilon", 1e-5), dtype)))}));
+  SVM_ASSIGN_OR_RETURN(Val inv_std, ctx.e->op1("rsqrt", {operand(shifted)}));
+  ctx.out.push_back(mean);
+  ctx.out.push_back(inv_std);
   return Status::ok();
 }
 
