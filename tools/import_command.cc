@@ -11,7 +11,9 @@
 
 namespace shapevm {
 
-bool isOnnxModel(const std::string& path) { return path.size() >= 5 && path.compare(path.size() - 5, 5, ".onnx") == 0; }
+bool isOnnxModel(const std::string& path) {
+  return path.size() >= 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+}
 
 Expected<Module> importModel(const std::string& path) {
 #if SHAPEVM_HAVE_ONNX

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `shapevm` CLI: compile, asm, dis, import, verify, run, tune, cache, ops, tunables (.py sources go
-// through the frontend; .svm/.svasm are loaded as modules; .onnx models through the importer). `tune` is `run` at O2 with zero hot thresholds,
-// waiting for every compile, with the AutoTuner's progress bar and summary. Every failure prints
-// "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
+// through the frontend; .svm/.svasm are loaded as modules; .onnx models through the importer). `tune` is `run` at O2
+// with zero hot thresholds, waiting for every compile, with the AutoTuner's progress bar and summary. Every failure
+// prints "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
 #include <unistd.h>
 #include <algorithm>
 #include <charconv>
@@ -529,7 +529,8 @@ int main(int argc, char** argv) {
 
   std::string verify_in;
   std::string import_in, import_out;
-  auto* import_cmd = app.add_subcommand("import", "convert an ONNX model (.onnx) to a .svm or .svasm module (docs/onnx.md)");
+  auto* import_cmd =
+      app.add_subcommand("import", "convert an ONNX model (.onnx) to a .svm or .svasm module (docs/onnx.md)");
   import_cmd->add_option("model", import_in, "input .onnx model")->required();
   import_cmd->add_option("-o,--output", import_out, "output .svm (binary) or .svasm (text) file")->required();
   auto* verify_cmd = app.add_subcommand("verify", "load and verify a module; prints OK or the violated rule");
@@ -544,7 +545,9 @@ int main(int argc, char** argv) {
                      "ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)")
       ->allow_extras();
 #endif
-  run_cmd->add_option("module", run.module_path, "module file (.svm, .svasm), Python source (.py) or ONNX model (.onnx)")->required();
+  run_cmd
+      ->add_option("module", run.module_path, "module file (.svm, .svasm), Python source (.py) or ONNX model (.onnx)")
+      ->required();
   run_cmd->add_option("--fn", run.fn, "function to run (default: the only one, or 'main')");
   run_cmd->add_option("--inputs", run.inputs_npz, ".npz whose arrays are matched to parameters by name");
   run_cmd->add_option("--params", run.params_npz, ".npz of parameters (weights), matched by name");

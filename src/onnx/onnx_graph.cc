@@ -39,8 +39,12 @@ Val Val::ofShape(std::vector<ShapeElem> elems, bool scalar) {
   return v;
 }
 
-std::optional<DType> Val::dtypeKnown() const { return dtype; }
-int Val::rankKnown() const { return rank; }
+std::optional<DType> Val::dtypeKnown() const {
+  return dtype;
+}
+int Val::rankKnown() const {
+  return rank;
+}
 
 std::vector<std::int64_t> intsOfTensor(const Tensor& t) {
   std::vector<std::int64_t> out;
@@ -99,7 +103,9 @@ ShapeElem GraphEmitter::scalar(Opcode op, ShapeElem& a, ShapeElem& b) {
       case Opcode::Add: return {x + y, -1};
       case Opcode::Sub: return {x - y, -1};
       case Opcode::Mul: return {x * y, -1};
-      case Opcode::Div: if (y != 0) return {x / y, -1}; break;  // ONNX int Div truncates
+      case Opcode::Div:
+        if (y != 0) return {x / y, -1};
+        break;  // ONNX int Div truncates
       case Opcode::Min: return {std::min(x, y), -1};
       case Opcode::Max: return {std::max(x, y), -1};
       case Opcode::Eq: return {x == y, -1};
@@ -143,8 +149,10 @@ std::optional<std::vector<ShapeElem>> GraphEmitter::shapeElems(const Val& v) con
 Expected<std::optional<std::vector<ShapeElem>>> GraphEmitter::elemsOf(Val& v) {
   if (std::optional<std::vector<ShapeElem>> elems = shapeElems(v)) return elems;
   constexpr std::int64_t kMaxElems = 64;
-  const bool int_tensor = v.kind == Val::Kind::Tensor && v.dtype && (*v.dtype == DType::Int64 || *v.dtype == DType::Int32);
-  if (!int_tensor || v.rank < 0 || v.rank > 1 || (v.rank == 1 && (v.dims.empty() || v.dims[0] < 0 || v.dims[0] > kMaxElems))) {
+  const bool int_tensor =
+      v.kind == Val::Kind::Tensor && v.dtype && (*v.dtype == DType::Int64 || *v.dtype == DType::Int32);
+  if (!int_tensor || v.rank < 0 || v.rank > 1 ||
+      (v.rank == 1 && (v.dims.empty() || v.dims[0] < 0 || v.dims[0] > kMaxElems))) {
     return std::optional<std::vector<ShapeElem>>();
   }
   std::vector<ShapeElem> elems;
@@ -152,7 +160,8 @@ Expected<std::optional<std::vector<ShapeElem>>> GraphEmitter::elemsOf(Val& v) {
   for (std::int64_t i = 0; i < n; ++i) {
     int item = v.reg;
     if (v.rank == 1) {
-      SVM_ASSIGN_OR_RETURN(Val g, op1("gather", {Operand::ofReg(v.reg), Operand::of(Value::fromInt(i))}, {{"axis", AttrValue::ofInt(0)}}));
+      SVM_ASSIGN_OR_RETURN(Val g, op1("gather", {Operand::ofReg(v.reg), Operand::of(Value::fromInt(i))},
+                                      {{"axis", AttrValue::ofInt(0)}}));
       item = g.reg;
     }
     const int r = newReg();
@@ -166,18 +175,19 @@ Expected<Operand> GraphEmitter::tensor(Val& v, std::string_view what) {
   switch (v.kind) {
     case Val::Kind::Missing:
       return makeError(ErrorCode::Unsupported, "{} is not available: {}", what, v.missing_reason);
-    case Val::Kind::Const:
-      return Operand::of(Value::fromTensor(v.constant));
-    case Val::Kind::Tensor:
-      return Operand::ofReg(v.reg);
+    case Val::Kind::Const: return Operand::of(Value::fromTensor(v.constant));
+    case Val::Kind::Tensor: return Operand::ofReg(v.reg);
     case Val::Kind::Shape: break;
   }
   if (v.reg >= 0) return Operand::ofReg(v.reg);
   if (std::all_of(v.elems.begin(), v.elems.end(), [](const ShapeElem& e) { return e.known.has_value(); })) {
     std::vector<std::int64_t> known;
     for (const ShapeElem& e : v.elems) known.push_back(*e.known);
-    SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::Int64, *Shape::from(v.scalar ? std::vector<std::int64_t>{}
-                                                                                      : std::vector<std::int64_t>{static_cast<std::int64_t>(known.size())})));
+    SVM_ASSIGN_OR_RETURN(
+        Tensor t,
+        Tensor::empty(DType::Int64,
+                      *Shape::from(v.scalar ? std::vector<std::int64_t>{}
+                                            : std::vector<std::int64_t>{static_cast<std::int64_t>(known.size())})));
     std::copy(known.begin(), known.end(), t.data<std::int64_t>());
     return Operand::of(Value::fromTensor(t));
   }
@@ -191,7 +201,8 @@ Expected<Operand> GraphEmitter::tensor(Val& v, std::string_view what) {
   if (v.scalar) {
     v.reg = items.at(0).reg;
   } else if (items.empty()) {
-    SVM_ASSIGN_OR_RETURN(Val empty, op1("zeros", {ints(std::vector<std::int64_t>{0})}, {{"dtype", AttrValue::ofDType(DType::Int64)}}));
+    SVM_ASSIGN_OR_RETURN(
+        Val empty, op1("zeros", {ints(std::vector<std::int64_t>{0})}, {{"dtype", AttrValue::ofDType(DType::Int64)}}));
     v.reg = regOf(empty.isConst() ? Operand::of(Value::fromTensor(empty.constant)) : Operand::ofReg(empty.reg));
   } else {
     SVM_ASSIGN_OR_RETURN(Val stacked, op1("stack", std::move(items)));
@@ -216,7 +227,8 @@ Expected<Operand> GraphEmitter::ints(Val& v, std::string_view what) {
   return makeError(ErrorCode::Unsupported, "{} is not available: {}", what, v.missing_reason);
 }
 
-Expected<std::vector<Val>> GraphEmitter::op(std::string_view name, std::vector<Operand> inputs, const NamedAttrs& attrs) {
+Expected<std::vector<Val>> GraphEmitter::op(std::string_view name, std::vector<Operand> inputs,
+                                            const NamedAttrs& attrs) {
   const OpSchema* schema = OpRegistry::global().find(name);
   if (schema == nullptr) return makeError(ErrorCode::Internal, "importer maps to unknown op '{}'", name);
   bool all_const = true;
@@ -294,13 +306,15 @@ Expected<std::vector<std::int64_t>> NodeCtx::constInts(std::size_t k, std::strin
   if (std::optional<std::vector<ShapeElem>> elems = e->shapeElems(v)) {
     std::vector<std::int64_t> out;
     for (const ShapeElem& el : *elems) {
-      if (!el.known) return fail(ErrorCode::Unsupported, "{} must be known at import, but it is computed at run time", what);
+      if (!el.known)
+        return fail(ErrorCode::Unsupported, "{} must be known at import, but it is computed at run time", what);
       out.push_back(*el.known);
     }
     return out;
   }
   if (v.isConst()) return intsOfTensor(v.constant);
-  return fail(ErrorCode::Unsupported, "{} must be known at import (a constant or initializer), but it is computed at run time", what);
+  return fail(ErrorCode::Unsupported,
+              "{} must be known at import (a constant or initializer), but it is computed at run time", what);
 }
 
 }  // namespace shapevm::onnx_import

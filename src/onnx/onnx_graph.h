@@ -30,14 +30,14 @@ struct ShapeElem {
 struct Val {
   enum class Kind { Missing, Const, Tensor, Shape };
   Kind kind = Kind::Missing;
-  Tensor constant;               // Const
-  int reg = -1;                  // Tensor; for Const/Shape the cached materialized tensor register
-  std::vector<ShapeElem> elems;  // Shape: the int64 elements
-  bool scalar = false;           // Shape: a 0-d value (elems has one entry)
-  std::optional<DType> dtype;    // Tensor: when known
-  int rank = -1;                 // Tensor: -1 = unknown
+  Tensor constant;                 // Const
+  int reg = -1;                    // Tensor; for Const/Shape the cached materialized tensor register
+  std::vector<ShapeElem> elems;    // Shape: the int64 elements
+  bool scalar = false;             // Shape: a 0-d value (elems has one entry)
+  std::optional<DType> dtype;      // Tensor: when known
+  int rank = -1;                   // Tensor: -1 = unknown
   std::vector<std::int64_t> dims;  // Tensor: per dim the static extent or -1 (size rank when known)
-  std::string missing_reason;    // Missing: why it cannot be used
+  std::string missing_reason;      // Missing: why it cannot be used
 
   static Val ofConst(Tensor t);
   static Val ofTensor(int reg, std::optional<DType> dtype = std::nullopt, int rank = -1);
@@ -53,8 +53,17 @@ struct Operand {
   bool is_const = false;
   Value constant;
   int reg = -1;
-  static Operand of(Value v) { Operand o; o.is_const = true; o.constant = std::move(v); return o; }
-  static Operand ofReg(int r) { Operand o; o.reg = r; return o; }
+  static Operand of(Value v) {
+    Operand o;
+    o.is_const = true;
+    o.constant = std::move(v);
+    return o;
+  }
+  static Operand ofReg(int r) {
+    Operand o;
+    o.reg = r;
+    return o;
+  }
   static Operand none() { return ofReg(-1); }
 };
 
@@ -104,10 +113,10 @@ class GraphEmitter {
 struct NodeCtx {
   const onnx::NodeProto* node = nullptr;
   std::int64_t opset = 0;
-  std::vector<Val*> in;    // by input position; nullptr = omitted
-  std::vector<Val> out;    // one per node output, filled by the handler
+  std::vector<Val*> in;  // by input position; nullptr = omitted
+  std::vector<Val> out;  // one per node output, filled by the handler
   GraphEmitter* e = nullptr;
-  std::string label;       // "node 'name' (Op)" for errors
+  std::string label;  // "node 'name' (Op)" for errors
 
   bool has(std::size_t k) const { return k < in.size() && in[k] != nullptr; }
   Val& input(std::size_t k) const { return *in[k]; }

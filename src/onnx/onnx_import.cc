@@ -30,7 +30,9 @@ using onnx_import::Val;
 constexpr std::int64_t kMinOpset = 11;
 constexpr std::int64_t kMaxOpset = 17;
 
-bool isDefaultDomain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+bool isDefaultDomain(const std::string& domain) {
+  return domain.empty() || domain == "ai.onnx";
+}
 
 std::string nodeLabel(const onnx::NodeProto& node, int index) {
   const std::string name = node.name().empty() ? fmt::format("#{}", index) : node.name();
@@ -76,7 +78,8 @@ Expected<std::vector<int>> topologicalOrder(const onnx::GraphProto& graph, const
       auto it = producer.find(in);
       if (it == producer.end()) {
         if (available.count(in) == 0) {
-          return makeError(ErrorCode::UnknownName, "{}: input '{}' is neither a graph input, an initializer nor a node output",
+          return makeError(ErrorCode::UnknownName,
+                           "{}: input '{}' is neither a graph input, an initializer nor a node output",
                            nodeLabel(graph.node(i), i), in);
         }
         continue;
@@ -138,10 +141,11 @@ Status Importer::checkOpsets() {
     found = true;
     opset_ = entry.version();
   }
-  if (!found) return makeError(ErrorCode::Unsupported, "{}: the model imports no opset of the default ONNX domain", name_);
+  if (!found)
+    return makeError(ErrorCode::Unsupported, "{}: the model imports no opset of the default ONNX domain", name_);
   if (opset_ < kMinOpset || opset_ > kMaxOpset) {
-    return makeError(ErrorCode::Unsupported, "{}: opset {} of the default ONNX domain is outside the supported {}..{}", name_,
-                     opset_, kMinOpset, kMaxOpset);
+    return makeError(ErrorCode::Unsupported, "{}: opset {} of the default ONNX domain is outside the supported {}..{}",
+                     name_, opset_, kMinOpset, kMaxOpset);
   }
   return Status::ok();
 }
@@ -158,7 +162,8 @@ Status Importer::checkSupported(const onnx::GraphProto& graph) {
                                isDefaultDomain(node.domain()) ? "" : fmt::format(" in domain '{}'", node.domain()));
   }
   if (count == 0) return Status::ok();
-  return makeError(ErrorCode::Unsupported, "{}: {} node(s) use ops the importer does not support:{}", name_, count, unsupported);
+  return makeError(ErrorCode::Unsupported, "{}: {} node(s) use ops the importer does not support:{}", name_, count,
+                   unsupported);
 }
 
 void Importer::applyType(const std::string& name, Val& v) const {
@@ -180,14 +185,15 @@ Status Importer::declareInputs(const onnx::GraphProto& graph, FunctionBuilder& f
   for (const auto& input : graph.input()) {
     if (initializer_names.count(input.name())) continue;  // a default value: the initializer wins
     if (!input.type().has_tensor_type()) {
-      return makeError(ErrorCode::Unsupported, "{}: graph input '{}' is not a tensor (sequences and maps are not supported)",
-                       name_, input.name());
+      return makeError(ErrorCode::Unsupported,
+                       "{}: graph input '{}' is not a tensor (sequences and maps are not supported)", name_,
+                       input.name());
     }
     const auto& tt = input.type().tensor_type();
     std::optional<DType> dtype = dtypeFromOnnx(tt.elem_type());
     if (!dtype) {
-      return makeError(ErrorCode::Unsupported, "{}: graph input '{}' has dtype {}, which ShapeVM lacks", name_, input.name(),
-                       onnxTypeName(tt.elem_type()));
+      return makeError(ErrorCode::Unsupported, "{}: graph input '{}' has dtype {}, which ShapeVM lacks", name_,
+                       input.name(), onnxTypeName(tt.elem_type()));
     }
     TensorDescriptor token;
     token.dtype = dtype;
@@ -247,7 +253,8 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
   Status status = (*onnx_import::findHandler(node.op_type()))(ctx);
   if (!status.isOk()) {
     // Errors from the op library (folding) or the builder get the node's name in front.
-    if (status.message().find(ctx.label) == std::string::npos) return Status(status.code(), ctx.label + ": " + status.message());
+    if (status.message().find(ctx.label) == std::string::npos)
+      return Status(status.code(), ctx.label + ": " + status.message());
     return status;
   }
   for (int k = 0; k < node.output_size(); ++k) {
@@ -296,21 +303,25 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
   for (int k = 0; k < graph.output_size(); ++k) {
     const std::string& name = graph.output(k).name();
     auto it = values_.find(name);
-    if (it == values_.end()) return makeError(ErrorCode::UnknownName, "{}: graph output '{}' is never produced", name_, name);
+    if (it == values_.end())
+      return makeError(ErrorCode::UnknownName, "{}: graph output '{}' is never produced", name_, name);
     SVM_ASSIGN_OR_RETURN(onnx_import::Operand out, emitter.tensor(it->second, fmt::format("graph output '{}'", name)));
     fn.emit(Opcode::StoreTensor, emitter.regOf(out), k);
   }
   fn.emit(Opcode::Return);
   SVM_ASSIGN_OR_RETURN(Module module, builder.finish());
   if (Status s = verifyModule(module); !s.isOk()) {
-    return Status(s.code(), fmt::format("{}: internal importer error (the imported bytecode does not verify): {}", name_, s.message()));
+    return Status(s.code(), fmt::format("{}: internal importer error (the imported bytecode does not verify): {}",
+                                        name_, s.message()));
   }
   return module;
 }
 
 }  // namespace
 
-bool onnxOpSupported(std::string_view op_type) { return onnx_import::findHandler(op_type) != nullptr; }
+bool onnxOpSupported(std::string_view op_type) {
+  return onnx_import::findHandler(op_type) != nullptr;
+}
 
 Expected<Module> importOnnxBytes(std::string_view bytes, const std::string& base_dir, const std::string& name,
                                  const OnnxImportOptions& options) {

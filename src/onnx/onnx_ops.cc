@@ -16,7 +16,8 @@ using Kind = Val::Kind;
 
 Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k) {
   if (!ctx.has(k)) return ctx.fail(ErrorCode::InvalidArgument, "input {} is missing", k);
-  return ctx.e->tensor(ctx.input(k), fmt::format("{} input {} ('{}')", ctx.label, k, ctx.node->input(static_cast<int>(k))));
+  return ctx.e->tensor(ctx.input(k),
+                       fmt::format("{} input {} ('{}')", ctx.label, k, ctx.node->input(static_cast<int>(k))));
 }
 
 Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs = {}) {
@@ -25,10 +26,14 @@ Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, co
   return Status::ok();
 }
 
-int normAxis(std::int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
+int normAxis(std::int64_t axis, int rank) {
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
 
 Status needRank(NodeCtx& ctx, const Val& v, std::string_view what) {
-  if (v.rank < 0) return ctx.fail(ErrorCode::Unsupported, "the rank of {} is unknown at import (ONNX shape inference gave none)", what);
+  if (v.rank < 0)
+    return ctx.fail(ErrorCode::Unsupported, "the rank of {} is unknown at import (ONNX shape inference gave none)",
+                    what);
   return Status::ok();
 }
 
@@ -95,7 +100,8 @@ Status handleMean(NodeCtx& ctx) {
   SVM_ASSIGN_OR_RETURN(Val sum, ctx.e->op1("add_n", inputs));
   const DType dtype = ctx.input(0).dtype.value_or(DType::Float32);
   SVM_ASSIGN_OR_RETURN(Operand s, ctx.e->tensor(sum, "sum"));
-  return emitTo(ctx, "div", {s, Operand::of(Value::fromTensor(Tensor::scalar(static_cast<double>(ctx.in.size()), dtype)))});
+  return emitTo(ctx, "div",
+                {s, Operand::of(Value::fromTensor(Tensor::scalar(static_cast<double>(ctx.in.size()), dtype)))});
 }
 
 Status handlePow(NodeCtx& ctx) {
@@ -143,14 +149,16 @@ Status handleIdentity(NodeCtx& ctx) {
 Status handleDropout(NodeCtx& ctx) {
   if (ctx.has(2)) {
     SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> training, ctx.constInts(2, "training_mode"));
-    if (!training.empty() && training[0] != 0) return ctx.fail(ErrorCode::Unsupported, "training-mode Dropout is random (inference only)");
+    if (!training.empty() && training[0] != 0)
+      return ctx.fail(ErrorCode::Unsupported, "training-mode Dropout is random (inference only)");
   }
   SVM_RETURN_IF_ERROR(handleIdentity(ctx));
   if (ctx.node->output_size() > 1 && !ctx.node->output(1).empty()) {
     SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
     const int shape = ctx.e->newReg();
     ctx.e->fn().emit(Opcode::ShapeOf, shape, ctx.e->regOf(x));
-    SVM_ASSIGN_OR_RETURN(Val mask, ctx.e->op1("ones", {Operand::ofReg(shape)}, {{"dtype", AttrValue::ofDType(DType::Bool)}}));
+    SVM_ASSIGN_OR_RETURN(Val mask,
+                         ctx.e->op1("ones", {Operand::ofReg(shape)}, {{"dtype", AttrValue::ofDType(DType::Bool)}}));
     ctx.out.push_back(mask);
   }
   return Status::ok();
@@ -231,7 +239,9 @@ Status handleMatMul(NodeCtx& ctx) {
 Status handleGemm(NodeCtx& ctx) {
   SVM_ASSIGN_OR_RETURN(Operand a, tensorIn(ctx, 0));
   SVM_ASSIGN_OR_RETURN(Operand b, tensorIn(ctx, 1));
-  auto asOperand = [](const Val& v) { return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg); };
+  auto asOperand = [](const Val& v) {
+    return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg);
+  };
   if (ctx.attrInt("transA", 0)) {
     SVM_ASSIGN_OR_RETURN(Val t, ctx.e->op1("transpose", {a}));
     a = asOperand(t);
@@ -244,7 +254,8 @@ Status handleGemm(NodeCtx& ctx) {
   SVM_ASSIGN_OR_RETURN(Val y, ctx.e->op1("matmul", {a, b}));
   const double alpha = ctx.attrFloat("alpha", 1.0), beta = ctx.attrFloat("beta", 1.0);
   if (alpha != 1.0) {
-    SVM_ASSIGN_OR_RETURN(y, ctx.e->op1("mul", {asOperand(y), Operand::of(Value::fromTensor(Tensor::scalar(alpha, dtype)))}));
+    SVM_ASSIGN_OR_RETURN(
+        y, ctx.e->op1("mul", {asOperand(y), Operand::of(Value::fromTensor(Tensor::scalar(alpha, dtype)))}));
   }
   if (ctx.has(2) && beta != 0.0) {
     SVM_ASSIGN_OR_RETURN(Operand c, tensorIn(ctx, 2));
@@ -265,14 +276,16 @@ Status handleShape(NodeCtx& ctx) {
   if (x.isConst()) {
     ctx.out = {Val::ofConst(*Tensor::zeros(DType::Int64, *Shape::from(std::vector<std::int64_t>{x.constant.rank()})))};
     auto dims = x.constant.shape().span();
-    for (int i = 0; i < x.constant.rank(); ++i) ctx.out[0].constant.data<std::int64_t>()[i] = dims[static_cast<std::size_t>(i)];
+    for (int i = 0; i < x.constant.rank(); ++i)
+      ctx.out[0].constant.data<std::int64_t>()[i] = dims[static_cast<std::size_t>(i)];
   } else {
     SVM_RETURN_IF_ERROR(needRank(ctx, x, "the Shape input"));
     std::vector<ShapeElem> elems;
     for (int i = 0; i < x.rank; ++i) elems.push_back(ctx.e->dimOf(x, i));
     ctx.out = {Val::ofShape(std::move(elems))};
   }
-  const int rank = static_cast<int>(ctx.out[0].isConst() ? ctx.out[0].constant.numel() : static_cast<std::int64_t>(ctx.out[0].elems.size()));
+  const int rank = static_cast<int>(ctx.out[0].isConst() ? ctx.out[0].constant.numel()
+                                                         : static_cast<std::int64_t>(ctx.out[0].elems.size()));
   std::int64_t start = ctx.attrInt("start", 0), end = ctx.attrInt("end", rank);
   start = std::clamp<std::int64_t>(start < 0 ? start + rank : start, 0, rank);
   end = std::clamp<std::int64_t>(end < 0 ? end + rank : end, 0, rank);
@@ -305,7 +318,8 @@ Status handleGather(NodeCtx& ctx) {
     const auto n = static_cast<std::int64_t>(data.elems.size());
     for (std::int64_t i : indices) {
       const std::int64_t j = i < 0 ? i + n : i;
-      if (j < 0 || j >= n) return ctx.fail(ErrorCode::IndexOutOfRange, "index {} is out of range for {} elements", i, n);
+      if (j < 0 || j >= n)
+        return ctx.fail(ErrorCode::IndexOutOfRange, "index {} is out of range for {} elements", i, n);
       out.push_back(data.elems[static_cast<std::size_t>(j)]);
     }
     ctx.out = {Val::ofShape(std::move(out), ctx.input(1).constant.rank() == 0)};
@@ -320,8 +334,7 @@ Status handleUnsqueeze(NodeCtx& ctx) {
   std::vector<std::int64_t> axes;
   if (ctx.opset >= 13) {
     SVM_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "Unsqueeze axes"));
-  }
-  else axes = ctx.attrInts("axes").value_or(std::vector<std::int64_t>{});
+  } else axes = ctx.attrInts("axes").value_or(std::vector<std::int64_t>{});
   Val& x = ctx.input(0);
   if (x.isShape() && x.scalar && axes.size() == 1 && (axes[0] == 0 || axes[0] == -1)) {
     ctx.out = {Val::ofShape(x.elems, false)};
@@ -393,7 +406,8 @@ std::vector<std::size_t> sliceIndices(std::int64_t n, std::int64_t start, std::i
 Status handleSlice(NodeCtx& ctx) {
   Val& x = ctx.input(0);
   if (x.isShape() && !x.scalar) {
-    Expected<std::vector<std::int64_t>> starts = ctx.constInts(1, "Slice starts"), ends = ctx.constInts(2, "Slice ends");
+    Expected<std::vector<std::int64_t>> starts = ctx.constInts(1, "Slice starts"),
+                                        ends = ctx.constInts(2, "Slice ends");
     std::vector<std::int64_t> steps = {1};
     bool ok = starts && ends && starts->size() == 1;
     if (ctx.has(4)) {
@@ -403,7 +417,8 @@ Status handleSlice(NodeCtx& ctx) {
     }
     if (ok && steps[0] != 0) {
       std::vector<ShapeElem> out;
-      for (std::size_t i : sliceIndices(static_cast<std::int64_t>(x.elems.size()), (*starts)[0], (*ends)[0], steps[0])) out.push_back(x.elems[i]);
+      for (std::size_t i : sliceIndices(static_cast<std::int64_t>(x.elems.size()), (*starts)[0], (*ends)[0], steps[0]))
+        out.push_back(x.elems[i]);
       ctx.out = {Val::ofShape(std::move(out))};
       return Status::ok();
     }
@@ -515,7 +530,7 @@ Status handleConstantOfShape(NodeCtx& ctx) {
     value = t.elementAsDouble(0);
     dtype = t.dtype();
   }
-  Value number = isFloating(dtype) ? Value::fromFloat(value)
+  Value number = isFloating(dtype)      ? Value::fromFloat(value)
                  : dtype == DType::Bool ? Value::fromBool(value != 0)
                                         : Value::fromInt(static_cast<std::int64_t>(value));
   SVM_ASSIGN_OR_RETURN(Operand shape, ctx.e->ints(ctx.input(0), "ConstantOfShape shape"));
@@ -531,7 +546,8 @@ Status handleRange(NodeCtx& ctx) {
     Val& v = ctx.input(k);
     if (v.isConst()) {
       const double x = v.constant.elementAsDouble(0);
-      inputs.push_back(Operand::of(isFloating(dtype) ? Value::fromFloat(x) : Value::fromInt(static_cast<std::int64_t>(x))));
+      inputs.push_back(
+          Operand::of(isFloating(dtype) ? Value::fromFloat(x) : Value::fromInt(static_cast<std::int64_t>(x))));
     } else if (v.isShape() && v.elems.size() == 1) {
       inputs.push_back(Operand::ofReg(ctx.e->intReg(v.elems[0])));
     } else if (v.kind == Kind::Tensor && v.rank == 0) {  // a runtime scalar: int() or float() of it
@@ -550,7 +566,8 @@ Status handleRange(NodeCtx& ctx) {
 
 Status handleTranspose(NodeCtx& ctx) {
   SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
-  return emitTo(ctx, "transpose", {x}, {{"perm", AttrValue::ofInts(ctx.attrInts("perm").value_or(std::vector<std::int64_t>{}))}});
+  return emitTo(ctx, "transpose", {x},
+                {{"perm", AttrValue::ofInts(ctx.attrInts("perm").value_or(std::vector<std::int64_t>{}))}});
 }
 
 Status handleSplit(NodeCtx& ctx) {
@@ -559,8 +576,7 @@ Status handleSplit(NodeCtx& ctx) {
   std::optional<std::vector<std::int64_t>> sizes;
   if (ctx.has(1)) {
     SVM_ASSIGN_OR_RETURN(sizes, ctx.constInts(1, "Split sizes"));
-  }
-  else sizes = ctx.attrInts("split");
+  } else sizes = ctx.attrInts("split");
   if (sizes) attrs.emplace_back("sizes", AttrValue::ofInts(*sizes));
   else attrs.emplace_back("sections", AttrValue::ofInt(ctx.node->output_size()));
   return emitTo(ctx, "split", {x}, attrs);
@@ -595,7 +611,8 @@ Status handleTile(NodeCtx& ctx) {
     if (repeats[axis] == 1) continue;
     std::vector<Operand> copies(static_cast<std::size_t>(std::max<std::int64_t>(repeats[axis], 0)), x);
     if (copies.empty()) return ctx.fail(ErrorCode::Unsupported, "Tile with a zero repeat");
-    SVM_ASSIGN_OR_RETURN(cur, ctx.e->op1("concat", copies, {{"axis", AttrValue::ofInt(static_cast<std::int64_t>(axis))}}));
+    SVM_ASSIGN_OR_RETURN(cur,
+                         ctx.e->op1("concat", copies, {{"axis", AttrValue::ofInt(static_cast<std::int64_t>(axis))}}));
     x = cur.isConst() ? Operand::of(Value::fromTensor(cur.constant)) : Operand::ofReg(cur.reg);
     any = true;
   }
@@ -625,8 +642,10 @@ Status handleTrilu(NodeCtx& ctx) {
   SVM_ASSIGN_OR_RETURN(Val c, arange(cols));
   SVM_ASSIGN_OR_RETURN(Val r2, ctx.e->op1("unsqueeze", {Operand::ofReg(r.reg)}, {{"axes", AttrValue::ofInts({1})}}));
   SVM_ASSIGN_OR_RETURN(Val diff, ctx.e->op1("sub", {Operand::ofReg(c.reg), Operand::ofReg(r2.reg)}));
-  SVM_ASSIGN_OR_RETURN(Val mask, ctx.e->op1(upper ? "greater_equal" : "less_equal",
-                                            {Operand::ofReg(diff.reg), Operand::of(Value::fromTensor(Tensor::scalar(static_cast<double>(k), DType::Int64)))}));
+  SVM_ASSIGN_OR_RETURN(
+      Val mask, ctx.e->op1(upper ? "greater_equal" : "less_equal",
+                           {Operand::ofReg(diff.reg),
+                            Operand::of(Value::fromTensor(Tensor::scalar(static_cast<double>(k), DType::Int64)))}));
   const DType dtype = x.dtype.value_or(DType::Float32);
   return emitTo(ctx, "where", {Operand::ofReg(mask.reg), xo, Operand::of(Value::fromTensor(Tensor::scalar(0, dtype)))});
 }
@@ -638,8 +657,7 @@ Handler reduce(std::string op) {
     std::vector<std::int64_t> axes;
     if (ctx.has(1)) {
       SVM_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "reduction axes"));
-    }
-    else axes = ctx.attrInts("axes").value_or(std::vector<std::int64_t>{});
+    } else axes = ctx.attrInts("axes").value_or(std::vector<std::int64_t>{});
     SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
     if (axes.empty() && ctx.attrInt("noop_with_empty_axes", 0) != 0) return emitTo(ctx, "identity", {x});
     const bool keepdims = ctx.attrInt("keepdims", 1) != 0;
@@ -651,7 +669,8 @@ Status handleArgMax(NodeCtx& ctx) {
   if (ctx.attrInt("select_last_index", 0) != 0) return ctx.fail(ErrorCode::Unsupported, "ArgMax select_last_index=1");
   SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
   return emitTo(ctx, "argmax", {x},
-                {{"axis", AttrValue::ofInt(ctx.attrInt("axis", 0))}, {"keepdims", AttrValue::ofBool(ctx.attrInt("keepdims", 1) != 0)}});
+                {{"axis", AttrValue::ofInt(ctx.attrInt("axis", 0))},
+                 {"keepdims", AttrValue::ofBool(ctx.attrInt("keepdims", 1) != 0)}});
 }
 
 // Softmax/LogSoftmax: opset >= 13 normalizes along `axis` (default -1); before, the input is
@@ -691,8 +710,9 @@ Status handleLayerNorm(NodeCtx& ctx) {
   SVM_RETURN_IF_ERROR(emitTo(ctx, "layer_norm", inputs,
                              {{"axis", AttrValue::ofInt(ctx.attrInt("axis", -1))},
                               {"eps", AttrValue::ofFloat(ctx.attrFloat("epsilon", 1e-5))}}));
-  const bool stats_used = ctx.node->output_size() > 1 &&
-                          (!ctx.node->output(1).empty() || (ctx.node->output_size() > 2 && !ctx.node->output(2).empty()));
+  const bool stats_used =
+      ctx.node->output_size() > 1 &&
+      (!ctx.node->output(1).empty() || (ctx.node->output_size() > 2 && !ctx.node->output(2).empty()));
   if (!stats_used) return Status::ok();
   // Mean and InvStdDev over axes [axis, rank), kept as size-1 dims.
   Val& x = ctx.input(0);
@@ -700,13 +720,16 @@ Status handleLayerNorm(NodeCtx& ctx) {
   std::vector<std::int64_t> axes;
   for (int i = normAxis(ctx.attrInt("axis", -1), x.rank); i < x.rank; ++i) axes.push_back(i);
   const NamedAttrs reduce = {{"axes", AttrValue::ofInts(axes)}, {"keepdims", AttrValue::ofBool(true)}};
-  auto operand = [](const Val& v) { return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg); };
+  auto operand = [](const Val& v) {
+    return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg);
+  };
   SVM_ASSIGN_OR_RETURN(Val mean, ctx.e->op1("mean", {inputs[0]}, reduce));
   SVM_ASSIGN_OR_RETURN(Val centered, ctx.e->op1("sub", {inputs[0], operand(mean)}));
   SVM_ASSIGN_OR_RETURN(Val square, ctx.e->op1("mul", {operand(centered), operand(centered)}));
   SVM_ASSIGN_OR_RETURN(Val var, ctx.e->op1("mean", {operand(square)}, reduce));
   const DType dtype = x.dtype.value_or(DType::Float32);
-  SVM_ASSIGN_OR_RETURN(Val shifted, ctx.e->op1("add", {operand(var), Operand::of(Value::fromTensor(Tensor::scalar(ctx.attrFloat("epsilon", 1e-5), dtype)))}));
+  SVM_ASSIGN_OR_RETURN(Val shifted, ctx.e->op1("add", {operand(var), Operand::of(Value::fromTensor(Tensor::scalar(
+                                                                         ctx.attrFloat("epsilon", 1e-5), dtype)))}));
   SVM_ASSIGN_OR_RETURN(Val inv_std, ctx.e->op1("rsqrt", {operand(shifted)}));
   ctx.out.push_back(mean);
   ctx.out.push_back(inv_std);

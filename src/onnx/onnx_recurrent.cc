@@ -17,7 +17,9 @@ Operand operandOf(const Val& v) {
 }
 
 // A value held in a register (constants loaded), for loop-carried state.
-int regOfVal(GraphEmitter& e, const Val& v) { return e.regOf(operandOf(v)); }
+int regOfVal(GraphEmitter& e, const Val& v) {
+  return e.regOf(operandOf(v));
+}
 
 struct Recurrent {
   bool lstm = true;
@@ -29,9 +31,11 @@ struct Recurrent {
 };
 
 Expected<std::string> activationOp(const NodeCtx& ctx, const std::string& name) {
-  static const std::map<std::string, std::string, std::less<>> kOps = {{"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Relu", "relu"}};
+  static const std::map<std::string, std::string, std::less<>> kOps = {
+      {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Relu", "relu"}};
   auto it = kOps.find(name);
-  if (it == kOps.end()) return ctx.fail(ErrorCode::Unsupported, "activation '{}' (supported: Sigmoid, Tanh, Relu)", name);
+  if (it == kOps.end())
+    return ctx.fail(ErrorCode::Unsupported, "activation '{}' (supported: Sigmoid, Tanh, Relu)", name);
   return it->second;
 }
 
@@ -78,7 +82,9 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
   const std::int64_t H = rec.hidden;
   const std::int64_t GH = rec.gates * H;
 
-  auto opv = [&](std::string_view op, std::vector<Operand> in, const NamedAttrs& attrs = {}) { return e.op1(op, std::move(in), attrs); };
+  auto opv = [&](std::string_view op, std::vector<Operand> in, const NamedAttrs& attrs = {}) {
+    return e.op1(op, std::move(in), attrs);
+  };
   auto perm = [](std::vector<std::int64_t> p) { return NamedAttrs{{"perm", AttrValue::ofInts(std::move(p))}}; };
 
   // X as [seq, batch, input].
@@ -97,7 +103,8 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     return Operand::ofReg(e.tupleOf(elems));
   };
   auto zerosOf = [&](std::int64_t first) {
-    return opv("full", {stateShape(first), Operand::of(Value::fromFloat(0.0))}, {{"dtype", AttrValue::ofDType(rec.dtype)}});
+    return opv("full", {stateShape(first), Operand::of(Value::fromFloat(0.0))},
+               {{"dtype", AttrValue::ofDType(rec.dtype)}});
   };
   // Initial states as [num_dirs, batch, hidden].
   auto initial = [&](std::size_t k) -> Expected<std::optional<Val>> {
@@ -135,9 +142,7 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     std::optional<Val> hidden_bias;
     if (ctx.has(3)) {
       SVM_ASSIGN_OR_RETURN(Val B, dirSlice(3));
-      auto part = [&](std::int64_t from) {
-        return opv("slice", {operandOf(B), e.ints({from}), e.ints({from + GH})});
-      };
+      auto part = [&](std::int64_t from) { return opv("slice", {operandOf(B), e.ints({from}), e.ints({from + GH})}); };
       SVM_ASSIGN_OR_RETURN(Val wb, part(0));
       SVM_ASSIGN_OR_RETURN(Val rb, part(GH));
       if (rec.linear_before_reset) {
@@ -151,8 +156,10 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     // GRU without linear_before_reset: R's z|r part and h part separately.
     std::optional<Val> Rt_zr, Rt_h;
     if (!lstm && !rec.linear_before_reset) {
-      SVM_ASSIGN_OR_RETURN(Val zr, opv("slice", {operandOf(Rt), e.ints({0}), e.ints({2 * H})}, {{"axes", AttrValue::ofInts({1})}}));
-      SVM_ASSIGN_OR_RETURN(Val hh, opv("slice", {operandOf(Rt), e.ints({2 * H}), e.ints({3 * H})}, {{"axes", AttrValue::ofInts({1})}}));
+      SVM_ASSIGN_OR_RETURN(
+          Val zr, opv("slice", {operandOf(Rt), e.ints({0}), e.ints({2 * H})}, {{"axes", AttrValue::ofInts({1})}}));
+      SVM_ASSIGN_OR_RETURN(
+          Val hh, opv("slice", {operandOf(Rt), e.ints({2 * H}), e.ints({3 * H})}, {{"axes", AttrValue::ofInts({1})}}));
       Rt_zr = zr;
       Rt_h = hh;
     }
@@ -160,7 +167,8 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     auto carried = [&](const std::optional<Val>& init, std::int64_t first) -> Expected<int> {
       Val v;
       if (init) {
-        SVM_ASSIGN_OR_RETURN(v, opv("gather", {operandOf(*init), Operand::of(Value::fromInt(d))}, {{"axis", AttrValue::ofInt(0)}}));
+        SVM_ASSIGN_OR_RETURN(
+            v, opv("gather", {operandOf(*init), Operand::of(Value::fromInt(d))}, {{"axis", AttrValue::ofInt(0)}}));
       } else {
         SVM_ASSIGN_OR_RETURN(v, zerosOf(first));
       }
@@ -208,7 +216,9 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     if (lstm) {
       SVM_ASSIGN_OR_RETURN(Val hr, opv("matmul", {R_(h_reg), R_(rt_reg)}));
       SVM_ASSIGN_OR_RETURN(Val g, opv("add", {R_(xt.reg), R_(hr.reg)}));
-      SVM_ASSIGN_OR_RETURN(std::vector<Val> parts, e.op("split", {R_(g.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(4)}}));
+      SVM_ASSIGN_OR_RETURN(
+          std::vector<Val> parts,
+          e.op("split", {R_(g.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(4)}}));
       SVM_ASSIGN_OR_RETURN(Val i, opv(act[0], {R_(parts[0].reg)}));
       SVM_ASSIGN_OR_RETURN(Val o, opv(act[0], {R_(parts[1].reg)}));
       SVM_ASSIGN_OR_RETURN(Val f, opv(act[0], {R_(parts[2].reg)}));
@@ -219,14 +229,18 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       SVM_ASSIGN_OR_RETURN(Val hc, opv(act[2], {R_(c_new.reg)}));
       SVM_ASSIGN_OR_RETURN(h_new, opv("mul", {R_(o.reg), R_(hc.reg)}));
     } else {
-      SVM_ASSIGN_OR_RETURN(std::vector<Val> xparts, e.op("split", {R_(xt.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(3)}}));
+      SVM_ASSIGN_OR_RETURN(
+          std::vector<Val> xparts,
+          e.op("split", {R_(xt.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(3)}}));
       Val z, r, hh;
       if (rec.linear_before_reset) {
         SVM_ASSIGN_OR_RETURN(Val hr, opv("matmul", {R_(h_reg), R_(rt_reg)}));
         if (hb_reg >= 0) {
           SVM_ASSIGN_OR_RETURN(hr, opv("add", {R_(hr.reg), R_(hb_reg)}));
         }
-        SVM_ASSIGN_OR_RETURN(std::vector<Val> hparts, e.op("split", {R_(hr.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(3)}}));
+        SVM_ASSIGN_OR_RETURN(
+            std::vector<Val> hparts,
+            e.op("split", {R_(hr.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(3)}}));
         SVM_ASSIGN_OR_RETURN(Val zs, opv("add", {R_(xparts[0].reg), R_(hparts[0].reg)}));
         SVM_ASSIGN_OR_RETURN(Val rs, opv("add", {R_(xparts[1].reg), R_(hparts[1].reg)}));
         SVM_ASSIGN_OR_RETURN(z, opv(act[0], {R_(zs.reg)}));
@@ -236,7 +250,9 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
         SVM_ASSIGN_OR_RETURN(hh, opv(act[1], {R_(hs.reg)}));
       } else {
         SVM_ASSIGN_OR_RETURN(Val hr, opv("matmul", {R_(h_reg), R_(rt_zr_reg)}));
-        SVM_ASSIGN_OR_RETURN(std::vector<Val> hparts, e.op("split", {R_(hr.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(2)}}));
+        SVM_ASSIGN_OR_RETURN(
+            std::vector<Val> hparts,
+            e.op("split", {R_(hr.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(2)}}));
         SVM_ASSIGN_OR_RETURN(Val zs, opv("add", {R_(xparts[0].reg), R_(hparts[0].reg)}));
         SVM_ASSIGN_OR_RETURN(Val rs, opv("add", {R_(xparts[1].reg), R_(hparts[1].reg)}));
         SVM_ASSIGN_OR_RETURN(z, opv(act[0], {R_(zs.reg)}));
@@ -263,7 +279,8 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       SVM_ASSIGN_OR_RETURN(y_t, opv("where", {R_(mask.reg), R_(h_new.reg), R_(zero_reg)}));
     }
     SVM_ASSIGN_OR_RETURN(Val y1, opv("unsqueeze", {R_(y_t.reg)}, {{"axes", AttrValue::ofInts({0})}}));
-    std::vector<Operand> pieces = reverse ? std::vector<Operand>{R_(y1.reg), R_(y_reg)} : std::vector<Operand>{R_(y_reg), R_(y1.reg)};
+    std::vector<Operand> pieces =
+        reverse ? std::vector<Operand>{R_(y1.reg), R_(y_reg)} : std::vector<Operand>{R_(y_reg), R_(y1.reg)};
     SVM_ASSIGN_OR_RETURN(Val y_next, opv("concat", pieces, {{"axis", AttrValue::ofInt(0)}}));
     fn.emit(Opcode::Move, h_reg, h_new.reg);
     if (lstm) fn.emit(Opcode::Move, c_reg, c_new.reg);
@@ -307,7 +324,11 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
 
 }  // namespace
 
-Status lowerLstm(NodeCtx& ctx) { return lowerRecurrent(ctx, true); }
-Status lowerGru(NodeCtx& ctx) { return lowerRecurrent(ctx, false); }
+Status lowerLstm(NodeCtx& ctx) {
+  return lowerRecurrent(ctx, true);
+}
+Status lowerGru(NodeCtx& ctx) {
+  return lowerRecurrent(ctx, false);
+}
 
 }  // namespace shapevm::onnx_import

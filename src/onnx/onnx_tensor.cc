@@ -29,16 +29,19 @@ Status readExternal(const onnx::TensorProto& proto, std::string_view what, const
   }
   if (location.empty()) return makeError(ErrorCode::BadFormat, "{}: external data without a location", what);
   const fs::path relative(location);
-  if (relative.is_absolute() || std::any_of(relative.begin(), relative.end(), [](const fs::path& p) { return p == ".."; })) {
+  if (relative.is_absolute() ||
+      std::any_of(relative.begin(), relative.end(), [](const fs::path& p) { return p == ".."; })) {
     return makeError(ErrorCode::BadFormat, "{}: external data location '{}' must stay inside the model's folder", what,
                      location);
   }
-  if (base_dir.empty()) return makeError(ErrorCode::Unsupported, "{}: external data (location '{}') needs a model file", what, location);
+  if (base_dir.empty())
+    return makeError(ErrorCode::Unsupported, "{}: external data (location '{}') needs a model file", what, location);
   const fs::path path = fs::path(base_dir) / relative;
   std::ifstream in(path, std::ios::binary);
   if (!in) return makeError(ErrorCode::IoError, "{}: cannot open external-data file '{}'", what, path.string());
   if (length >= 0 && static_cast<std::size_t>(length) != bytes) {
-    return makeError(ErrorCode::BadFormat, "{}: external data length {} but the shape needs {} bytes", what, length, bytes);
+    return makeError(ErrorCode::BadFormat, "{}: external data length {} but the shape needs {} bytes", what, length,
+                     bytes);
   }
   in.seekg(offset);
   in.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
@@ -88,8 +91,8 @@ Expected<Tensor> tensorFromProto(const onnx::TensorProto& proto, std::string_vie
     declared *= static_cast<double>(d);
   }
   if (declared > limit) {
-    return makeError(ErrorCode::OutOfMemory, "{}: {} bytes exceeds the limit of {} bytes (tunable max_tensor_bytes)", what,
-                     declared, static_cast<std::int64_t>(limit));
+    return makeError(ErrorCode::OutOfMemory, "{}: {} bytes exceeds the limit of {} bytes (tunable max_tensor_bytes)",
+                     what, declared, static_cast<std::int64_t>(limit));
   }
   SVM_ASSIGN_OR_RETURN(Shape shape, Shape::from(dims));
   SVM_ASSIGN_OR_RETURN(Tensor tensor, Tensor::empty(*dtype, shape));

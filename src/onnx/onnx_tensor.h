@@ -27,6 +27,7 @@ int onnxTypeOf(DType dtype);
 
 // The tensor a TensorProto holds. `base_dir` resolves external data ("" = external data is an
 // error); `what` names the tensor in errors. Unsupported = a dtype ShapeVM lacks.
-Expected<Tensor> tensorFromProto(const onnx::TensorProto& proto, std::string_view what, const std::string& base_dir = "");
+Expected<Tensor> tensorFromProto(const onnx::TensorProto& proto, std::string_view what,
+                                 const std::string& base_dir = "");
 
 }  // namespace shapevm

@@ -102,7 +102,8 @@ Expected<Module> compileSource(std::string_view source, const LoadOptions& optio
 #if SHAPEVM_HAVE_ONNX
     return importOnnxBytes(source, "", file);
 #else
-    return makeError(ErrorCode::Unsupported, "{}: this ShapeVM was built without the ONNX importer (libonnx-dev)", file);
+    return makeError(ErrorCode::Unsupported, "{}: this ShapeVM was built without the ONNX importer (libonnx-dev)",
+                     file);
 #endif
   }
   if (kind == SourceKind::Svasm) {
@@ -312,7 +313,8 @@ Status Session::load(const std::string& path, const LoadOptions& options) {
 #if SHAPEVM_HAVE_ONNX
     module = importOnnxFile(path);
 #else
-    return makeError(ErrorCode::Unsupported, "{}: this ShapeVM was built without the ONNX importer (libonnx-dev)", path);
+    return makeError(ErrorCode::Unsupported, "{}: this ShapeVM was built without the ONNX importer (libonnx-dev)",
+                     path);
 #endif
   } else if (options.kind == SourceKind::Auto) {
     // By extension: .py through the frontend, .svm/.svasm through loadModuleFile (verified).

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/kernel_util.h"
-#include "ops/registry.h"
 #include "onnx/onnx_import.h"
 #include "onnx/onnx_tensor.h"
+#include "ops/kernel_util.h"
+#include "ops/registry.h"
 #include "shapevm/shapevm.h"
 
 namespace shapevm {
@@ -645,7 +645,6 @@ class SummaryEnvironment : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const kSummary = ::testing::AddGlobalTestEnvironment(new SummaryEnvironment);
 
-
 // ---- (2) The same cases through the ONNX importer and a Session ----
 
 struct ImportOutcome {
@@ -676,7 +675,8 @@ ImportOutcome runImported(const fs::path& folder) {
   }
   std::vector<fs::path> data_sets;
   for (const auto& entry : fs::directory_iterator(folder)) {
-    if (entry.is_directory() && entry.path().filename().string().rfind("test_data_set_", 0) == 0) data_sets.push_back(entry.path());
+    if (entry.is_directory() && entry.path().filename().string().rfind("test_data_set_", 0) == 0)
+      data_sets.push_back(entry.path());
   }
   std::sort(data_sets.begin(), data_sets.end());
   const FunctionInfo info = *session.function("");
@@ -688,7 +688,9 @@ ImportOutcome runImported(const fs::path& folder) {
       if (!fs::exists(path)) continue;
       if (!loadProto(path, proto).isOk()) return {false, "", "cannot parse " + path.string()};
       Expected<Tensor> t = tensorFromProto(proto, path.filename().string());
-      if (!t) return {false, t.status().code() == ErrorCode::Unsupported ? t.status().message().substr(0, 30) + " input" : "", t.status().toString()};
+      if (!t)
+        return {false, t.status().code() == ErrorCode::Unsupported ? t.status().message().substr(0, 30) + " input" : "",
+                t.status().toString()};
       by_name[graph.input(k).name()] = *t;
     }
     std::vector<Value> args;
@@ -741,8 +743,9 @@ TEST(OnnxNodeImport, SupportedOpsPass) {
     else if (!outcome.skip.empty()) skips[node.op_type() + ": " + outcome.skip]++;
     else failures.push_back(fmt::format("{} ({}): {}", name, node.op_type(), outcome.failure.substr(0, 300)));
   }
-  std::string text = fmt::format("\n[ONNX node conformance through the importer] {} cases of supported ops: {} passed, {} skipped, {} failed\n",
-                                 total, passed, total - passed - static_cast<int>(failures.size()), failures.size());
+  std::string text = fmt::format(
+      "\n[ONNX node conformance through the importer] {} cases of supported ops: {} passed, {} skipped, {} failed\n",
+      total, passed, total - passed - static_cast<int>(failures.size()), failures.size());
   for (const auto& [reason, count] : skips) text += fmt::format("  skipped {:3} x {}\n", count, reason);
   for (const std::string& f : failures) text += "  FAILED " + f + "\n";
   std::fputs(text.c_str(), stdout);
@@ -754,7 +757,6 @@ TEST(OnnxNodeImport, SupportedOpsPass) {
   EXPECT_GE(passed * 100, (passed + failed) * 95) << "fewer than 95% of the accepted node tests pass";
   EXPECT_GE(passed, kMinimumImportedPasses) << "fewer node tests pass through the importer than before";
 }
-
 
 // The PyTorch-exported models of ONNX's backend test data (pytorch-converted, pytorch-operator),
 // when the shared folder is there: each is imported and run, or skipped with its reason (an op
@@ -784,8 +786,8 @@ TEST(OnnxModels, PytorchExportedModels) {
       }
     }
   }
-  std::string text = fmt::format("\n[PyTorch-exported ONNX models] {} models: {} passed, {} skipped, {} failed\n", total,
-                                 passed, total - passed - failed, failed);
+  std::string text = fmt::format("\n[PyTorch-exported ONNX models] {} models: {} passed, {} skipped, {} failed\n",
+                                 total, passed, total - passed - failed, failed);
   for (const auto& [reason, count] : skips) text += fmt::format("  skipped {:3} x {}\n", count, reason);
   std::fputs(text.c_str(), stdout);
 }

@@ -50,9 +50,9 @@ class Block(nn.Module):
 
 
 class Lstm(nn.Module):
-    def __init__(self):
+    def __init__(self, inputs=8, hidden=16):
         super().__init__()
-        self.rnn = nn.LSTM(8, 16, batch_first=True)
+        self.rnn = nn.LSTM(inputs, hidden, batch_first=True)
 
     def forward(self, x):
         y, (h, c) = self.rnn(x)
@@ -93,12 +93,20 @@ MODELS = {
 }
 
 
-def export(name, path, opset=14):
-    """Exports MODELS[name] with seeded random weights; returns the eval-mode module."""
+def sizes_example(name, sizes):
+    """A small example input for a model built with non-default sizes."""
+    if name == "lstm":
+        return (2, 5, sizes.get("inputs", 8))
+    return (2, 5, sizes.get("dim", 32))
+
+
+def export(name, path, opset=14, **sizes):
+    """Exports MODELS[name] (constructor arguments `sizes`) with seeded random weights; returns
+    the eval-mode module."""
     cls, make, axes, shapes = MODELS[name]
     torch.manual_seed(0)
-    module = cls().eval()
-    example = make(shapes[0])
+    module = cls(**sizes).eval()
+    example = make(shapes[0]) if not sizes else make(sizes_example(name, sizes))
     outputs = module(example)
     count = len(outputs) if isinstance(outputs, tuple) else 1
     output_names = [f"y{i}" for i in range(count)]
