@@ -65,7 +65,11 @@ int GraphEmitter::constReg(int const_index) {
 int GraphEmitter::regOf(const Operand& o) {
   if (!o.is_const) return o.reg;
   const Value& v = o.constant;
-  if (v.isTensor()) return constReg(module_.constTensor(v.tensor()));
+  if (v.isTensor()) {
+    const int r = constReg(module_.constTensor(v.tensor()));
+    markTensor(r);
+    return r;
+  }
   if (v.isInt()) return constReg(module_.constInt(v.asInt()));
   if (v.isFloat()) return constReg(module_.constFloat(v.asFloat()));
   if (v.isBool()) return constReg(module_.constBool(v.asBool()));
@@ -248,6 +252,11 @@ Expected<std::vector<Val>> GraphEmitter::op(std::string_view name, std::vector<O
   std::vector<std::int32_t> regs;
   for (const Operand& o : inputs) regs.push_back(o.is_const ? regOf(o) : o.reg);
   while (!regs.empty() && regs.back() < 0) regs.pop_back();
+  std::vector<TensorDescriptor> input_tokens;
+  for (std::int32_t r : regs) {
+    input_tokens.push_back(r >= 0 && tensor_regs_.count(r) ? TensorDescriptor::anyTensor()
+                                                           : TensorDescriptor::notTensor());
+  }
   int outputs = schema->num_outputs;
   if (outputs < 0) {  // split: the attributes decide
     outputs = 0;
@@ -260,9 +269,11 @@ Expected<std::vector<Val>> GraphEmitter::op(std::string_view name, std::vector<O
   std::vector<Val> out;
   for (int k = 0; k < outputs; ++k) {
     out_regs.push_back(newReg());
+    markTensor(out_regs.back());
     out.push_back(Val::ofTensor(out_regs.back()));
   }
-  SVM_ASSIGN_OR_RETURN(int pc, fn_.emitCallOp(name, std::move(regs), std::move(out_regs), attrs));
+  SVM_ASSIGN_OR_RETURN(int pc,
+                       fn_.emitCallOp(name, std::move(regs), std::move(out_regs), attrs, std::move(input_tokens)));
   (void)pc;
   return out;
 }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,9 @@ class GraphEmitter {
   FunctionBuilder& fn() { return fn_; }
   ModuleBuilder& module() { return module_; }
   int newReg() { return next_reg_++; }
+  // Registers that hold tensors (op outputs, parameters, tensor constants, carried state): an op
+  // site's other operands get the `_` token, so the JIT sees scalars (a loop's step index) as such.
+  void markTensor(int reg) { tensor_regs_.insert(reg); }
   int newLoop() { return next_loop_++; }
 
   // Emits (or, all operands constant, folds) op `name`; returns its outputs.
@@ -106,6 +110,7 @@ class GraphEmitter {
   ModuleBuilder& module_;
   FunctionBuilder& fn_;
   int next_reg_ = 0;
+  std::set<int> tensor_regs_;
   int next_loop_ = 0;
 };
 

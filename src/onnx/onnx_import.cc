@@ -223,6 +223,7 @@ Status Importer::declareInputs(const onnx::GraphProto& graph, FunctionBuilder& f
     const int param = fn.addParam(input.name(), ValueKind::Tensor, token);
     const int reg = emitter.newReg();
     fn.emit(Opcode::LoadTensor, reg, param);
+    emitter.markTensor(reg);
     Val v = Val::ofTensor(reg, dtype, token.any_rank ? -1 : token.rank());
     if (!token.any_rank) v.dims = dims;
     values_[input.name()] = v;

@@ -174,6 +174,7 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       }
       const int r = e.newReg();
       e.fn().emit(Opcode::Move, r, regOfVal(e, v));
+      e.markTensor(r);
       return r;
     };
     SVM_ASSIGN_OR_RETURN(const int h_reg, carried(h_init, -1));

@@ -3,6 +3,8 @@
 # (random weights, dynamic axes), run by ShapeVM at >= 3 shapes per dynamic axis at O0 and at O2
 # with zero thresholds (every region hot at once, each run waiting for its compiles), and
 # compared with torch within 1e-4 relative L2. Also the CLI paths (run, dis, import).
+import re
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,9 @@ def test_model_matches_torch(exported, name, level):
     assert stats["runs"] == len(shapes) * repeats
     if level == "O2":
         assert stats["launches_compiled"] > 0, f"{name}: nothing ran compiled at O2: {stats}"
+        if name != "mlp":  # JIT coverage: the attention block and the recurrent loops run fused regions
+            served = int(re.search(r"(\d+) region executions served", stats["jit_report"]).group(1))
+            assert stats["fused_regions"] >= 1 and served > 0, f"{name}: no fused region served a run:\n{stats['jit_report']}"
     program.close()
 
 
