@@ -134,3 +134,23 @@ def test_model_over_max_tensor_bytes(run_cli, tmp_path):
               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024])], [w])
     expect_error(run_cli, ["run", save(m, tmp_path / "big.onnx"), "--set", "max_tensor_bytes=1000"],
                  "initializer 'w'", "max_tensor_bytes")
+
+
+def gather_model(path):
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(6, 2), "w")
+    m = model([helper.make_node("Gather", ["w", "ids"], ["y"], name="embed")],
+              [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    return save(m, path)
+
+
+def test_gather_ids_int64_negative_and_out_of_range(run_cli, tmp_path):
+    path = gather_model(tmp_path / "embed.onnx")
+    ids = np.array([[0, -1, 5], [2, -6, 3]], np.int64)  # ONNX: negative ids count from the end
+    np.savez(tmp_path / "ok.npz", ids=ids)
+    code, _, err = run_cli("run", path, "--inputs", tmp_path / "ok.npz", "--out", tmp_path / "out.npz", "-q")
+    assert code == 0, err
+    weights = np.arange(12, dtype=np.float32).reshape(6, 2)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["out0"], np.take(weights, ids, axis=0))
+    np.savez(tmp_path / "bad.npz", ids=np.array([[0, 6, 1]], np.int64))
+    expect_error(run_cli, ["run", path, "--inputs", tmp_path / "bad.npz"], "index 6 is out of range", "extent 6")
