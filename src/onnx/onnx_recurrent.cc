@@ -12,6 +12,8 @@
 namespace shapevm::onnx_import {
 namespace {
 
+constexpr std::int64_t kChunk = 16;  // steps appended to `recent` before it moves onto Y
+
 Operand operandOf(const Val& v) {
   return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg);
 }
@@ -182,7 +184,11 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     if (lstm) {
       SVM_ASSIGN_OR_RETURN(c_reg, carried(c_init, -1));
     }
+    // Y grows in two parts: each step appends to a short `recent` tensor, and every kChunk steps
+    // `recent` moves onto Y, so Y is copied once per kChunk steps instead of every step.
     SVM_ASSIGN_OR_RETURN(const int y_reg, carried(std::nullopt, 0));
+    SVM_ASSIGN_OR_RETURN(const int recent_reg, carried(std::nullopt, 0));
+    SVM_ASSIGN_OR_RETURN(const int empty_reg, carried(std::nullopt, 0));
     // Loop-invariant operands in registers before the loop.
     const int rt_reg = regOfVal(e, Rt);
     const int rt_zr_reg = Rt_zr ? regOfVal(e, *Rt_zr) : -1;
@@ -192,6 +198,8 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     const int zero_reg = e.constReg(e.module().constTensor(Tensor::scalar(0.0, rec.dtype)));
     const int one_reg = e.constReg(e.module().constTensor(Tensor::scalar(1.0, rec.dtype)));
     const int one_int = e.constReg(e.module().constInt(1));
+    const int zero_int = e.constReg(e.module().constInt(0));
+    const int chunk_int = e.constReg(e.module().constInt(kChunk));
     const int counter = e.newReg();
     e.fn().emit(Opcode::LoadConst, counter, e.module().constInt(0));
 
@@ -280,16 +288,32 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       SVM_ASSIGN_OR_RETURN(y_t, opv("where", {R_(mask.reg), R_(h_new.reg), R_(zero_reg)}));
     }
     SVM_ASSIGN_OR_RETURN(Val y1, opv("unsqueeze", {R_(y_t.reg)}, {{"axes", AttrValue::ofInts({0})}}));
-    std::vector<Operand> pieces =
-        reverse ? std::vector<Operand>{R_(y1.reg), R_(y_reg)} : std::vector<Operand>{R_(y_reg), R_(y1.reg)};
-    SVM_ASSIGN_OR_RETURN(Val y_next, opv("concat", pieces, {{"axis", AttrValue::ofInt(0)}}));
+    // Appends `tail` to `base` in time order (a reverse direction runs backwards: prepend).
+    auto append = [&](int base, int tail) -> Status {
+      std::vector<Operand> pieces =
+          reverse ? std::vector<Operand>{R_(tail), R_(base)} : std::vector<Operand>{R_(base), R_(tail)};
+      SVM_ASSIGN_OR_RETURN(Val joined, opv("concat", pieces, {{"axis", AttrValue::ofInt(0)}}));
+      fn.emit(Opcode::Move, base, joined.reg);
+      return Status::ok();
+    };
     fn.emit(Opcode::Move, h_reg, h_new.reg);
     if (lstm) fn.emit(Opcode::Move, c_reg, c_new.reg);
-    fn.emit(Opcode::Move, y_reg, y_next.reg);
+    SVM_RETURN_IF_ERROR(append(recent_reg, y1.reg));
+    const int next = e.newReg(), phase = e.newReg(), flush = e.newReg();
+    fn.emit(Opcode::Add, next, counter, one_int);
+    fn.emit(Opcode::Mod, phase, next, chunk_int);
+    fn.emit(Opcode::Eq, flush, phase, zero_int);
+    Label flush_label = fn.newLabel(), step_end = fn.newLabel();
+    fn.emitBranchIf(flush, flush_label, step_end);
+    SVM_RETURN_IF_ERROR(fn.bind(flush_label));
+    SVM_RETURN_IF_ERROR(append(y_reg, recent_reg));
+    fn.emit(Opcode::Move, recent_reg, empty_reg);
+    SVM_RETURN_IF_ERROR(fn.bind(step_end));
     fn.emit(Opcode::LoopEnd, loop);
     fn.emit(Opcode::Add, counter, counter, one_int);
     fn.emitJump(head);
     SVM_RETURN_IF_ERROR(fn.bind(done));
+    SVM_RETURN_IF_ERROR(append(y_reg, recent_reg));
     ys.push_back(Val::ofTensor(y_reg, rec.dtype, 3));
     hs.push_back(Val::ofTensor(h_reg, rec.dtype, 2));
     if (lstm) cs.push_back(Val::ofTensor(c_reg, rec.dtype, 2));

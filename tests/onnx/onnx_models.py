@@ -59,6 +59,18 @@ class Lstm(nn.Module):
         return y, h, c
 
 
+class BiLstm(nn.Module):
+    """Two stacked bidirectional LSTM layers: ONNX LSTM with direction=bidirectional."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 12, num_layers=2, bidirectional=True, batch_first=True)
+
+    def forward(self, x):
+        y, (h, c) = self.rnn(x)
+        return y, h, c
+
+
 class Gru(nn.Module):
     def __init__(self):
         super().__init__()
@@ -88,6 +100,7 @@ MODELS = {
     "mlp": (Mlp, lambda s: torch.randn(*s), {0: "batch"}, [(1, 16), (4, 16), (9, 16)]),
     "block": (Block, lambda s: torch.randn(*s), {0: "batch", 1: "seq"}, [(1, 5, 32), (2, 9, 32), (3, 16, 32)]),
     "lstm": (Lstm, lambda s: torch.randn(*s), {0: "batch", 1: "seq"}, [(1, 50, 8), (2, 57, 8), (3, 64, 8)]),
+    "bilstm": (BiLstm, lambda s: torch.randn(*s), {0: "batch", 1: "seq"}, [(1, 50, 8), (2, 53, 8), (3, 56, 8)]),
     "gru": (Gru, lambda s: torch.randn(*s), {0: "batch", 1: "seq"}, [(1, 50, 8), (2, 57, 8), (3, 64, 8)]),
     "lm": (LanguageModel, lambda s: torch.randint(0, 50, s), {0: "batch", 1: "seq"}, [(1, 50), (2, 55), (3, 60)]),
 }
