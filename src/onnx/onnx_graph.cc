@@ -39,13 +39,6 @@ Val Val::ofShape(std::vector<ShapeElem> elems, bool scalar) {
   return v;
 }
 
-std::optional<DType> Val::dtypeKnown() const {
-  return dtype;
-}
-int Val::rankKnown() const {
-  return rank;
-}
-
 std::vector<std::int64_t> intsOfTensor(const Tensor& t) {
   std::vector<std::int64_t> out;
   out.reserve(static_cast<std::size_t>(t.numel()));

@@ -45,8 +45,6 @@ struct Val {
   static Val ofShape(std::vector<ShapeElem> elems, bool scalar = false);
   bool isConst() const { return kind == Kind::Const; }
   bool isShape() const { return kind == Kind::Shape; }
-  std::optional<DType> dtypeKnown() const;
-  int rankKnown() const;  // -1 = unknown
 };
 
 // One operand of an emitted op: an import-time Value or a register.

@@ -392,13 +392,12 @@ Status handleConcat(NodeCtx& ctx) {
 
 // Python-style slice bounds, as ShapeVM's slice and ONNX's Slice clamp them.
 std::vector<std::size_t> sliceIndices(std::int64_t n, std::int64_t start, std::int64_t end, std::int64_t step) {
-  auto clamp = [&](std::int64_t v, bool is_end) {
+  auto clamp = [&](std::int64_t v) {
     if (v < 0) v += n;
-    if (step > 0) return std::clamp<std::int64_t>(v, 0, n);
-    return std::clamp<std::int64_t>(v, -1, n - 1) + (is_end ? 0 : 0);
+    return step > 0 ? std::clamp<std::int64_t>(v, 0, n) : std::clamp<std::int64_t>(v, -1, n - 1);
   };
   std::vector<std::size_t> out;
-  const std::int64_t s = clamp(start, false), e = clamp(end, true);
+  const std::int64_t s = clamp(start), e = clamp(end);
   for (std::int64_t i = s; step > 0 ? i < e : i > e; i += step) out.push_back(static_cast<std::size_t>(i));
   return out;
 }
