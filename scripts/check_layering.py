@@ -20,7 +20,8 @@ LAYERS = [
     ("ops", 2, ["ops/*"]),
     ("bytecode", 3, ["bytecode/*"]),
     ("frontend", 4, ["frontend/*"]),
-    ("vm", 4, ["vm/*"]),  # the interpreter: below jit, so it never includes the JIT
+    ("vm", 4, ["vm/*"]),
+    ("onnx", 4, ["onnx/*"]),  # the ONNX importer: ModelProto -> bytecode through the builder  # the interpreter: below jit, so it never includes the JIT
     ("jit", 5, ["jit/*"]),
     ("debug", 5, ["debug/*"]),  # the debugger core: on the vm, beside (never including) the JIT
     ("tune", 6, ["tune/*"]),

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `shapevm` CLI: compile, asm, dis, verify, run, debug, dap, dump, tune, cache, ops, tunables (.py sources go
-// through the frontend; .svm/.svasm are loaded as modules). `tune` is `run` at O2 with zero hot thresholds, waiting for
-// every compile, with the AutoTuner's progress bar and summary. Every failure prints "shapevm: error: <what, where,
-// shapes>" and exits non-zero; nothing here aborts.
+// The `shapevm` CLI: compile, asm, dis, import, verify, run, debug, dap, dump, tune, cache, ops, tunables (.py
+// sources go through the frontend; .svm/.svasm are loaded as modules; .onnx models through the importer). `tune` is
+// `run` at O2 with zero hot thresholds, waiting for every compile, with the AutoTuner's progress bar and summary.
+// Every failure prints "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
 #include <unistd.h>
 #include <algorithm>
 #include <charconv>
@@ -33,6 +33,7 @@
 #include "tools/dap_command.h"
 #include "tools/debug_command.h"
 #include "tools/dump_command.h"
+#include "tools/import_command.h"
 #include "tools/observability.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
@@ -500,7 +501,8 @@ CLI::Validator nonNegativeSeed() {
 
 // The flags of `run`, shared by `debug` (and the DAP launch request's `args`).
 void addRunOptions(CLI::App* cmd, RunFlags& flags) {
-  cmd->add_option("module", flags.module_path, "module file (.svm, .svasm) or Python source (.py)")->required();
+  cmd->add_option("module", flags.module_path, "module file (.svm, .svasm), Python source (.py) or ONNX model (.onnx)")
+      ->required();
   cmd->add_option("--fn", flags.fn, "function to run (default: the only one, or 'main')");
   cmd->add_option("--inputs", flags.inputs_npz, ".npz whose arrays are matched to parameters by name");
   cmd->add_option("--params", flags.params_npz, ".npz of parameters (weights), matched by name");
@@ -580,6 +582,11 @@ int main(int argc, char** argv) {
   dis_cmd->add_option("--opt", dis_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
 
   std::string verify_in;
+  std::string import_in, import_out;
+  auto* import_cmd =
+      app.add_subcommand("import", "convert an ONNX model (.onnx) to a .svm or .svasm module (docs/onnx.md)");
+  import_cmd->add_option("model", import_in, "input .onnx model")->required();
+  import_cmd->add_option("-o,--output", import_out, "output .svm (binary) or .svasm (text) file")->required();
   auto* verify_cmd = app.add_subcommand("verify", "load and verify a module; prints OK or the violated rule");
   verify_cmd->add_option("input", verify_in, "module file")->required();
 
@@ -693,7 +700,7 @@ int main(int argc, char** argv) {
   if (*dis_cmd) {
     auto options = frontendOptions(dis_no_opt, dis_opt, !dis_opt.empty(), isPythonSource(dis_in) ? dis_fn : "");
     if (!options) return fail(options.status());
-    auto module = loadProgram(dis_in, *options);
+    auto module = isOnnxModel(dis_in) ? importModel(dis_in) : loadProgram(dis_in, *options);
     if (!module) return fail(module.status());
     int chosen_index = -1;
     if (!dis_fn.empty()) {
@@ -718,6 +725,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (*import_cmd) return importCommand(import_in, import_out);
   if (*verify_cmd) {
     auto module = loadProgram(verify_in, FrontendOptions());
     if (!module) return fail(module.status());

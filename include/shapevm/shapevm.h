@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// ShapeVM's public C++ API: a Session loads one program (.py / .svasm / .svm, from a file or
+// ShapeVM's public C++ API: a Session loads one program (.py / .svasm / .svm / .onnx, from a file or
 // from source text), lists its functions, runs them on Tensors and scalars (Values) and reports
 // statistics; the tiered JIT and, at O2, the AutoTuner work behind it. Invariant: nothing here
 // aborts or throws; every failure comes back as a Status (shapevm/status.h) naming what, where
@@ -52,10 +52,11 @@ struct SessionOptions {
 
 // How load()/loadSource() read a program.
 enum class SourceKind : std::uint8_t {
-  Auto,    // by the file name's extension (.py / .svasm / .svm); source text without one: .svasm
-           // when it starts with `.module`, else Python
+  Auto,    // by the file name's extension (.py / .svasm / .svm / .onnx); source text without one:
+           // .svasm when it starts with `.module`, else Python
   Python,  // the strict Python subset (the frontend)
   Svasm,   // bytecode assembly text
+  Onnx,    // an ONNX model (ModelProto bytes), imported (docs/onnx.md); needs the ONNX build
 };
 
 struct LoadOptions {

@@ -188,8 +188,23 @@ class LoadedModule:
         return self.program.stats()
 
 
+class OnnxModel(LoadedModule):
+    """An imported ONNX model (docs/onnx.md): `run(**inputs)` or a call takes the graph's inputs by
+    name (positionally too, in graph order) and returns its outputs in graph order (one array, or
+    a tuple of them)."""
+
+    def run(self, **inputs):
+        return self._functions["main"](**inputs)
+
+    def __call__(self, *args, **inputs):
+        return self._functions["main"](*args, **inputs)
+
+
 def load(path, *, jit_level=None, wait=False):
-    """Loads a .py, .svasm or .svm program; its functions are attributes."""
+    """Loads a .py, .svasm or .svm program (its functions are attributes) or an .onnx model (an
+    OnnxModel: call it or run(**inputs))."""
+    if str(path).endswith(".onnx"):
+        return OnnxModel(path, jit_level, wait)
     return LoadedModule(path, jit_level, wait)
 
 

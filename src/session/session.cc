@@ -18,6 +18,9 @@
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
 #include "frontend/frontend.h"
+#if SHAPEVM_HAVE_ONNX
+#include "onnx/onnx_import.h"
+#endif
 #include "session/session_access.h"
 #include "session/stats_report.h"
 #include "support/trace.h"
@@ -98,7 +101,15 @@ Expected<Module> compileSource(std::string_view source, const LoadOptions& optio
     const std::size_t first = source.find_first_not_of(" \t\r\n");
     const bool svasm = isExtension(file, ".svasm") || (!isExtension(file, ".py") && first != std::string_view::npos &&
                                                        source.substr(first).starts_with(".module"));
-    kind = svasm ? SourceKind::Svasm : SourceKind::Python;
+    kind = isExtension(file, ".onnx") ? SourceKind::Onnx : svasm ? SourceKind::Svasm : SourceKind::Python;
+  }
+  if (kind == SourceKind::Onnx) {
+#if SHAPEVM_HAVE_ONNX
+    return importOnnxBytes(source, "", file);
+#else
+    return makeError(ErrorCode::Unsupported, "{}: this ShapeVM was built without the ONNX importer (libonnx-dev)",
+                     file);
+#endif
   }
   if (kind == SourceKind::Svasm) {
     SVM_ASSIGN_OR_RETURN(Module module, assemble(source, file));
@@ -305,7 +316,14 @@ Status Session::loadTunablesFromEnvironment() {
 
 Status Session::load(const std::string& path, const LoadOptions& options) {
   Expected<Module> module = Status::ok();
-  if (options.kind == SourceKind::Auto) {
+  if (options.kind == SourceKind::Onnx || (options.kind == SourceKind::Auto && isExtension(path, ".onnx"))) {
+#if SHAPEVM_HAVE_ONNX
+    module = importOnnxFile(path);
+#else
+    return makeError(ErrorCode::Unsupported, "{}: this ShapeVM was built without the ONNX importer (libonnx-dev)",
+                     path);
+#endif
+  } else if (options.kind == SourceKind::Auto) {
     // By extension: .py through the frontend, .svm/.svasm through loadModuleFile (verified).
     SVM_ASSIGN_OR_RETURN(FrontendOptions frontend, frontendOptions(options));
     if (!isExtension(path, ".py")) frontend.entry.clear();
