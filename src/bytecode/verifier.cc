@@ -384,7 +384,16 @@ class FunctionVerifier {
     if (!report) return Status::ok();
     std::uint8_t s = state[static_cast<std::size_t>(r)];
     if (s & kUnwritten) {
-      return fail(pc, "def-before-use", fmt::format("{} r{} may be read before it is written (on some path to this PC)", what, r));
+      std::string details = fmt::format("{} r{} may be read before it is written (on some path to this PC)", what, r);
+      // Frontend modules know which source variable a register holds (debug info, not serialized).
+      const auto index = static_cast<std::size_t>(r);
+      if (index < fn_.register_names.size() && !fn_.register_names[index].empty()) {
+        const auto at = static_cast<std::size_t>(pc);
+        const int line = at < fn_.locs.size() ? fn_.locs[at].line : 0;
+        details += fmt::format("; r{} holds the variable `{}`{}", r, fn_.register_names[index],
+                               line > 0 ? fmt::format(" read at line {}", line) : std::string());
+      }
+      return fail(pc, "def-before-use", details);
     }
     if ((s & allowed) == 0) {
       return fail(pc, "kind", fmt::format("{} r{} holds {} but needs {}", what, r, kindsText(s), kindsText(allowed)));

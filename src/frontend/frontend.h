@@ -35,7 +35,15 @@ struct FrontendOptions {
 // "<filename>: <what> (line L, col C)".
 Expected<Module> compilePython(std::string_view source, std::string_view filename, const FrontendOptions& options);
 
-// `.py`: read, compile and verify; `.svm`/`.svasm`: loadModuleFile (which verifies).
+// compilePython, then the verifier. A module the frontend emitted that does not verify is its own
+// bug (an "internal compiler error"), except a variable read on a path where it was never assigned
+// (an `if`/`elif` without `else`, a loop that may not run): ShapeVM needs every variable assigned
+// on every path before a read (CPython raises only when that path runs), so that is an
+// UnknownName error naming the variable and the line.
+Expected<Module> compileAndVerifyPython(std::string_view source, std::string_view filename,
+                                        const FrontendOptions& options);
+
+// `.py`: read, compileAndVerifyPython; `.svm`/`.svasm`: loadModuleFile (which verifies).
 Expected<Module> loadProgram(const std::string& path, const FrontendOptions& options);
 
 // Resolves a --fn name against a module: exact name, then a method name (`construct` for

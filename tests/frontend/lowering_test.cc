@@ -4,6 +4,8 @@
 // runtime results of small programs against hand-computed values.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "test_util.h"
 
 namespace shapevm::testing {
@@ -218,6 +220,32 @@ TEST(SemanticErrors, NameLineAndCol) {
     EXPECT_NE(message.find(c.message), std::string::npos) << "source:\n" << c.source << "got: " << message;
     EXPECT_NE(message.find("test.py: "), std::string::npos) << message;
   }
+}
+
+// A variable assigned on some paths only (an `if`/`elif` without `else`, a loop that may run zero
+// times) and then read: an UnknownName error naming it and the read's line, not an internal
+// compiler error from the verifier. Assigned on every path, the same shapes compile and run.
+TEST(SemanticErrors, VariableUnassignedOnSomePathIsNamed) {
+  const char* cases[] = {
+      "def f(x: Tensor[3], mode: int):\n    if mode == 0:\n        y = x + 1.0\n    elif mode == 1:\n"
+      "        y = x * 2.0\n    return y\n",
+      "def f(x: Tensor[3], n: int):\n    for i in range(n):\n        y = x * 2.0\n    return y\n",
+  };
+  const int lines[] = {6, 4};
+  for (int k = 0; k < 2; ++k) {
+    auto module = compileAndVerifyPython(cases[k], "test.py", FrontendOptions{});
+    ASSERT_FALSE(module.hasValue()) << cases[k];
+    EXPECT_EQ(module.status().code(), ErrorCode::UnknownName) << module.status().toString();
+    const std::string& message = module.status().message();
+    EXPECT_NE(message.find("test.py: local variable `y` may be read before it is assigned"), std::string::npos) << message;
+    EXPECT_NE(message.find(fmt::format("(line {})", lines[k])), std::string::npos) << message;
+    EXPECT_EQ(message.find("internal compiler error"), std::string::npos) << message;
+  }
+  auto fixed = compileAndVerifyPython(
+      "def f(x: Tensor[3], mode: int):\n    if mode == 0:\n        y = x + 1.0\n    else:\n        y = x * 2.0\n"
+      "    return y\n",
+      "test.py", FrontendOptions{});
+  EXPECT_TRUE(fixed.hasValue()) << fixed.status().toString();
 }
 
 TEST(Lowering, EntrySelectsReachableFunctions) {
