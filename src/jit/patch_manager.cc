@@ -164,10 +164,10 @@ std::string guardText(const Guard& guard) {
     }
     text += std::string(dtypeShortName(input.dtype)) + "[";
     for (int d = 0; d < input.rank && d < kMaxRank; ++d) {
-      const GuardDim& dim = input.dims[d];
+      const DimRange& dim = input.dims[d];
       text += d ? "," : "";
       if (dim.lo == dim.hi) text += std::to_string(dim.lo);
-      else text += std::to_string(dim.lo) + ".." + (dim.hi == INT64_MAX ? std::string() : std::to_string(dim.hi));
+      else text += std::to_string(dim.lo) + ".." + (!dim.bounded() ? std::string() : std::to_string(dim.hi));
       if (dim.divisor > 1) text += "%" + std::to_string(dim.divisor);
     }
     text += input.require_contiguous ? "]" : "] strided";
