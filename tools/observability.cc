@@ -42,7 +42,7 @@ Status writeStatsJson(const ObservabilityFlags& flags, const Session& session) {
   return session.writeStatsJson(flags.stats_json).withContext("--stats-json");
 }
 
-Status finishObservability(const ObservabilityFlags& flags, Session& session, VirtualMachine& vm, int function) {
+Status finishObservability(const ObservabilityFlags& flags, VirtualMachine& vm, int function) {
   if (flags.profile || !flags.profile_json.empty()) {
     const std::vector<FunctionProfile> profile = buildProfile(vm, function);
     if (flags.profile) fmt::print("{}", profileText(profile));

@@ -30,6 +30,6 @@ void prepareProfile(const ObservabilityFlags& flags, VirtualMachine& vm);
 // After the runs, where --stats prints (before the JIT is stopped): --stats-json.
 Status writeStatsJson(const ObservabilityFlags& flags, const Session& session);
 // After the runs: prints/writes the profile, then writes the trace.
-Status finishObservability(const ObservabilityFlags& flags, Session& session, VirtualMachine& vm, int function);
+Status finishObservability(const ObservabilityFlags& flags, VirtualMachine& vm, int function);
 
 }  // namespace shapevm

@@ -463,7 +463,7 @@ int runCommand(RunFlags flags) {
   // A finished run never waits for the JIT: queued and running compiles are cancelled here.
   bool jit_stopped = SessionAccess::cancelJit(session, 5);
 #endif
-  if (Status s = finishObservability(flags.observe, session, vm, *function); !s.isOk()) return fail(s);
+  if (Status s = finishObservability(flags.observe, vm, *function); !s.isOk()) return fail(s);
   if (!flags.dump.empty()) {
     // The module as the JIT left it: shape tokens rewritten to the ranges it compiled for and, in
     // the text form, each site's installed entries as comments.
