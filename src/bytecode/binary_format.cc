@@ -299,8 +299,8 @@ class Reader {
       d.divisor = i64(field);
       bool valid = is_static <= 1 &&
                    (d.is_static ? (d.size >= 0 && d.id == -1 && lo == -1 && hi == -1 && d.divisor == 1)
-                                : (d.size == 0 && d.id >= -1 && d.id <= 1000000 && lo >= -1 && hi >= -1 && d.divisor >= 1 &&
-                                   (hi < 0 || (lo >= 0 && hi >= lo && hi != DimRange::kUnbounded))));
+                                : (d.size == 0 && d.id >= -1 && d.id <= 1000000 && lo >= -1 && hi >= -1 &&
+                                   d.divisor >= 1 && (hi < 0 || (lo >= 0 && hi >= lo && hi != DimRange::kUnbounded))));
       if (!valid && ok()) fail(field, fmt::format("bad dim {} in shape token", i));
       d.lo = lo < 0 ? 0 : lo;
       d.hi = hi < 0 ? DimRange::kUnbounded : hi;

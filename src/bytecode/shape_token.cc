@@ -67,7 +67,9 @@ Expected<DimToken> parseDim(std::string_view text, std::string_view whole) {
 
 }  // namespace
 
-bool DimToken::accepts(std::int64_t extent) const { return is_static ? extent == size : DimRange::accepts(extent); }
+bool DimToken::accepts(std::int64_t extent) const {
+  return is_static ? extent == size : DimRange::accepts(extent);
+}
 
 std::string DimToken::toString() const {
   if (is_static) return std::to_string(size);

@@ -66,7 +66,8 @@ Expected<Module> compileAndVerifyPython(std::string_view source, std::string_vie
   Status s = verifyModule(module);
   if (s.isOk()) return module;
   // The verifier names the variable a def-before-use register holds (Function::register_names).
-  static const std::regex kUnassigned("rule def-before-use: .*; r[0-9]+ holds the variable `([^`]+)`( read at line ([0-9]+))?");
+  static const std::regex kUnassigned(
+      "rule def-before-use: .*; r[0-9]+ holds the variable `([^`]+)`( read at line ([0-9]+))?");
   std::smatch match;
   const std::string& message = s.message();
   if (std::regex_search(message, match, kUnassigned)) {

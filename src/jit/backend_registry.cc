@@ -25,7 +25,9 @@ constexpr BackendInfo kBackends[] = {
 
 }  // namespace
 
-std::span<const BackendInfo> backends() { return kBackends; }
+std::span<const BackendInfo> backends() {
+  return kBackends;
+}
 
 Expected<std::unique_ptr<KernelBackend>> createBackend(const BackendOptions& options) {
   std::string known;

@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "jit/backend.h"
 #include "jit/backoff.h"
 #include "jit/hot_path.h"
-#include "jit/backend.h"
 #include "jit/patch_manager.h"
 #include "jit/reasons.h"
 #include "jit/region.h"

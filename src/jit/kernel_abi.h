@@ -56,7 +56,7 @@ using GeneratedKernelFn = void (*)(const KernelArgs* args);
 // One dynamic-or-static dim as the specialization sees it: a dynamic dim's guarded range and
 // divisor (every observed value divisible by it) are its DimRange.
 struct DimSpec : DimRange {
-  std::int64_t size = -1;     // >= 0: static (baked in); -1: dynamic (read from KernelArgs)
+  std::int64_t size = -1;  // >= 0: static (baked in); -1: dynamic (read from KernelArgs)
   bool isStatic() const { return size >= 0; }
   // What a guard requires of this dim.
   DimRange guarded() const { return isStatic() ? DimRange::exactly(size) : static_cast<const DimRange&>(*this); }

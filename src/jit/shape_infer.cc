@@ -199,7 +199,9 @@ TensorDescriptor rewriteToken(const TensorDescriptor& token, const OperandSpec& 
     if (dim.is_static) continue;
     const DimSpec& s = spec.dims[d];
     // The token keeps its own divisor; its range becomes the spec's (none when fully symbolic).
-    const DimRange range = s.isStatic() ? DimRange::exactly(s.size) : s.bounded() ? DimRange::between(s.lo, s.hi) : DimRange{};
+    const DimRange range = s.isStatic()  ? DimRange::exactly(s.size)
+                           : s.bounded() ? DimRange::between(s.lo, s.hi)
+                                         : DimRange{};
     dim.lo = range.lo;
     dim.hi = range.hi;
   }

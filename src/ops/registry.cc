@@ -156,7 +156,8 @@ Status checkInputs(const OpSchema& schema, std::span<const Value* const> inputs)
       if (spec.optional) continue;
       return makeError(ErrorCode::KindMismatch, "op '{}' input {} ('{}') is missing", schema.name, i, spec.name);
     }
-    if (v->isTensor()) SVM_RETURN_IF_ERROR(requireCpu(v->tensor(), fmt::format("op '{}' input {} ('{}')", schema.name, i, spec.name)));
+    if (v->isTensor())
+      SVM_RETURN_IF_ERROR(requireCpu(v->tensor(), fmt::format("op '{}' input {} ('{}')", schema.name, i, spec.name)));
     bool ok = true;
     switch (spec.kind) {
       case InputKind::Tensor: ok = v->isTensor() || v->isScalar(); break;

@@ -237,7 +237,8 @@ TEST(SemanticErrors, VariableUnassignedOnSomePathIsNamed) {
     ASSERT_FALSE(module.hasValue()) << cases[k];
     EXPECT_EQ(module.status().code(), ErrorCode::UnknownName) << module.status().toString();
     const std::string& message = module.status().message();
-    EXPECT_NE(message.find("test.py: local variable `y` may be read before it is assigned"), std::string::npos) << message;
+    EXPECT_NE(message.find("test.py: local variable `y` may be read before it is assigned"), std::string::npos)
+        << message;
     EXPECT_NE(message.find(fmt::format("(line {})", lines[k])), std::string::npos) << message;
     EXPECT_EQ(message.find("internal compiler error"), std::string::npos) << message;
   }
