@@ -616,11 +616,16 @@ TEST(MatmulJit, EpiloguesMatchTheOpByOpReference) {
       KernelParams{.mr = 6, .nr = 64, .kc = 256, .nc = -1, .prefetch = 8},           // B in place (small M)
       KernelParams{.mr = 12, .nr = 32, .mc = 48, .kc = 64, .nc = 64, .k_unroll = 4},  // A and B packed, K blocks
   };
-  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{17, 300, 65},
-                         {1, 7, 17},
-                         {65, 129, 63}}) {
-    for (const EpilogueCase& c : epilogueCases(DType::Float32, m, k, n, rng)) {
-      for (const KernelParams& p : params) EXPECT_TRUE(epilogueMatches(c, p)) << m << "x" << k << "x" << n;
+  // Each (case, blocking) pair once, at a different shape per blocking (a Latin square over
+  // shapes x blockings): every case meets every blocking and every shape, at a third of the compiles.
+  const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> shapes = {
+      {17, 300, 65}, {1, 7, 17}, {65, 129, 63}};
+  for (std::size_t s = 0; s < shapes.size(); ++s) {
+    const auto [m, k, n] = shapes[s];
+    const std::vector<EpilogueCase> cases = epilogueCases(DType::Float32, m, k, n, rng);
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      const KernelParams& p = params[(c + s) % params.size()];
+      EXPECT_TRUE(epilogueMatches(cases[c], p)) << m << "x" << k << "x" << n;
     }
   }
   for (DType dtype : {DType::Float16, DType::BFloat16}) {
