@@ -6,22 +6,10 @@
 
 #include "frontend/frontend.h"
 #include "ops/registry.h"
+#include "support/json_text.h"
 
 namespace shapevm::frontend {
 namespace {
-
-std::string quoted(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string_view inputKindName(InputKind kind) {
   switch (kind) {
@@ -52,27 +40,27 @@ std::string opTableJson() {
     for (const InputSpec& in : schema.inputs) {
       inputs +=
           fmt::format("{}{{\"name\": {}, \"kind\": \"{}\", \"optional\": {}, \"variadic\": {}, \"domain\": \"{}\"}}",
-                      inputs.empty() ? "" : ", ", quoted(in.name), inputKindName(in.kind), in.optional, in.variadic,
+                      inputs.empty() ? "" : ", ", jsonString(in.name), inputKindName(in.kind), in.optional, in.variadic,
                       domainName(in.domain));
     }
     for (const AttrSpec& a : schema.attrs) {
       attrs += fmt::format("{}{{\"name\": {}, \"kind\": \"{}\", \"default\": {}}}", attrs.empty() ? "" : ", ",
-                           quoted(a.name), attrKindName(a.kind),
-                           a.default_value ? quoted(a.default_value->toString()) : std::string("null"));
+                           jsonString(a.name), attrKindName(a.kind),
+                           a.default_value ? jsonString(a.default_value->toString()) : std::string("null"));
     }
     const auto python = opPythonParams(schema.name);
     if (python) {
       for (const PyParam& p : *python) {
-        params += fmt::format("{}{{\"name\": {}, \"default\": {}}}", params.empty() ? "" : ", ", quoted(p.name),
-                              p.default_text ? quoted(*p.default_text) : std::string("null"));
+        params += fmt::format("{}{{\"name\": {}, \"default\": {}}}", params.empty() ? "" : ", ", jsonString(p.name),
+                              p.default_text ? jsonString(*p.default_text) : std::string("null"));
       }
     }
     out += fmt::format(
         "{}  {{\"name\": {}, \"ident\": {}, \"class\": \"{}\", \"inputs\": [{}], \"attrs\": [{}], \"outputs\": {}, "
         "\"dtype_rule\": \"{}\", \"shape_fn\": {}, \"jit\": {}, \"python\": {}, \"meaning\": {}}}",
-        first ? "" : ",\n", quoted(schema.name), quoted(schema.ident), opClassName(schema.cls), inputs, attrs,
-        schema.num_outputs, dtypeRuleName(schema.dtype_rule), quoted(schema.shape_fn_name),
-        quoted(schema.jit.toString()), python ? "[" + params + "]" : std::string("null"), quoted(schema.meaning));
+        first ? "" : ",\n", jsonString(schema.name), jsonString(schema.ident), opClassName(schema.cls), inputs, attrs,
+        schema.num_outputs, dtypeRuleName(schema.dtype_rule), jsonString(schema.shape_fn_name),
+        jsonString(schema.jit.toString()), python ? "[" + params + "]" : std::string("null"), jsonString(schema.meaning));
     first = false;
   }
   return out + "\n]\n";

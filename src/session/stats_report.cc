@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "bytecode/module.h"
+#include "support/json_text.h"
 #include "vm/vm.h"
 #if SHAPEVM_HAVE_JIT
 #include "jit/jit.h"
@@ -17,22 +18,6 @@
 namespace shapevm {
 
 namespace {
-std::string quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 std::string num(double value) {
   return std::isfinite(value) ? fmt::format("{:.6g}", value) : "null";
 }
@@ -41,13 +26,13 @@ std::string num(double value) {
 struct Members {
   std::string text;
   Members& raw(std::string_view key, const std::string& value) {
-    text += fmt::format("{}{}: {}", text.empty() ? "" : ", ", quote(key), value);
+    text += fmt::format("{}{}: {}", text.empty() ? "" : ", ", jsonString(key), value);
     return *this;
   }
   Members& add(std::string_view key, std::uint64_t value) { return raw(key, std::to_string(value)); }
   Members& add(std::string_view key, double value) { return raw(key, num(value)); }
   Members& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }
-  Members& add(std::string_view key, std::string_view value) { return raw(key, quote(value)); }
+  Members& add(std::string_view key, std::string_view value) { return raw(key, jsonString(value)); }
   std::string object() const { return "{" + text + "}"; }
 };
 

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "support/json_text.h"
+
 namespace shapevm::trace {
 
 namespace detail {
@@ -107,23 +109,6 @@ void append(char phase, const char* category, std::string name, double ts, doubl
   chunk->count.store(n + 1, std::memory_order_release);
 }
 
-void appendEscaped(std::string& out, std::string_view text) {
-  out += '"';
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        else out += c;
-    }
-  }
-  out += '"';
-}
-
 std::string number(double value) {
   return std::isfinite(value) ? fmt::format("{:.3f}", value) : "0";
 }
@@ -136,22 +121,22 @@ double nowUs() {
 
 Args& Args::add(std::string_view key, std::string_view value) {
   if (!json_.empty()) json_ += ',';
-  appendEscaped(json_, key);
+  appendJsonString(json_, key);
   json_ += ':';
-  appendEscaped(json_, value);
+  appendJsonString(json_, value);
   return *this;
 }
 
 Args& Args::add(std::string_view key, double value) {
   if (!json_.empty()) json_ += ',';
-  appendEscaped(json_, key);
+  appendJsonString(json_, key);
   json_ += ':' + number(value);
   return *this;
 }
 
 Args& Args::add(std::string_view key, std::int64_t value) {
   if (!json_.empty()) json_ += ',';
-  appendEscaped(json_, key);
+  appendJsonString(json_, key);
   json_ += ':' + std::to_string(value);
   return *this;
 }
@@ -230,7 +215,7 @@ Status stop() {
   for (const auto& buffer : r.buffers) {
     out += fmt::format(",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":", pid,
                        buffer->tid);
-    appendEscaped(out, buffer->name);
+    appendJsonString(out, buffer->name);
     out += "}}";
     for (const Chunk* chunk = buffer->head.get(); chunk != nullptr;
          chunk = chunk->next.load(std::memory_order_acquire)) {
@@ -238,7 +223,7 @@ Status stop() {
       for (std::size_t i = 0; i < n; ++i) {
         const Event& e = chunk->events[i];
         out += ",\n{\"name\":";
-        appendEscaped(out, e.name);
+        appendJsonString(out, e.name);
         out += fmt::format(",\"cat\":\"{}\",\"ph\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{}", e.category, e.phase, pid,
                            buffer->tid, number(e.ts));
         if (e.phase == 'X') out += ",\"dur\":" + number(e.dur);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ops/registry.h"
+#include "support/json_text.h"
 #include "support/trace.h"
 #include "vm/dispatch_slot.h"
 #include "vm/vm.h"
@@ -174,18 +175,6 @@ ProfileRow finishRow(ProfileRow row, double total_ms) {
   return row;
 }
 
-std::string jsonString(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 }  // namespace
 
 std::vector<FunctionProfile> buildProfile(VirtualMachine& vm, int entry_function) {
