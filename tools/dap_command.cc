@@ -155,6 +155,7 @@ class DapServer {
     hooks->after_runs = [this](bool completed) {
       event("exited", {{"exitCode", completed ? 0 : 1}});
       event("terminated");
+      return false;  // DAP restarts by a new launch
     };
     auto code = runner(argv, hooks);
     if (!code) {
@@ -197,6 +198,11 @@ class DapServer {
         body["hitBreakpointIds"] = json::array({stop.breakpoint});
         break;
       case debug::StopReason::Step: body["reason"] = "step"; break;
+      case debug::StopReason::Error:  // post-mortem: the frame stays inspectable until the client resumes
+        body["reason"] = "exception";
+        body["description"] = "Paused on the run's error";
+        body["text"] = stop.error;
+        break;
     }
     event("stopped", body);
   }
@@ -323,7 +329,7 @@ class DapServer {
       respond(request, {{"breakpoints", result}});
       return Flow::Stay;
     }
-    if (command == "setExceptionBreakpoints") {  // VS Code always sends it; ShapeVM has no exceptions to filter
+    if (command == "setExceptionBreakpoints") {  // VS Code always sends it; every run error stops (no filters)
       respond(request, {{"breakpoints", json::array()}});
       return Flow::Stay;
     }

@@ -112,27 +112,52 @@ class CliDebugger {
   Status attach(Session& session, int function) {
     debugger_ = attachDebugger(session, function, target_);
     debugger_->setStopHandler([this](const debug::Stop& stop) { return onStop(stop); });
-    vm_ = SessionAccess::vm(session);
     return Status::ok();
   }
 
-  bool endedByUser() const { return debugger_ && debugger_->quitRequested(); }
+  // A quit at the post-mortem prompt is not "ended by the user": the run's error is reported.
+  bool endedByUser() const { return debugger_ && debugger_->quitRequested() && !quit_at_error_; }
 
-  void afterRuns(bool completed) {
-    running_ = false;
-    finished_ = true;
-    if (vm_ != nullptr) vm_->options().debug = nullptr;
-    if (!completed) return;
+  bool afterRuns(bool completed) {
+    if (!completed) return false;
     std::printf("[program exited normally]\n");
-    while (!quit_) {
-      std::string line;
-      if (!reader_.read(&line)) break;
-      (void)command(line, nullptr);
+    return promptAfterTheEnd();
+  }
+
+  bool afterError(const Status& error) {
+    if (quit_) return false;
+    // Stopped at the error already: `run` there asked for a restart. Else (the error came from
+    // outside the interpreter, e.g. building the arguments) say so and offer the same prompt.
+    if (!rerun_) {
+      std::printf("[program failed: %s]\n", error.toString().c_str());
+      return promptAfterTheEnd();
     }
+    return restart();
   }
 
  private:
   void error(const std::string& message) { std::printf("error: %s\n", message.c_str()); }
+
+  // Reads commands after the end until `run` (true: restart) or `quit` / end of input (false).
+  bool promptAfterTheEnd() {
+    running_ = false;
+    finished_ = true;
+    while (!quit_ && !rerun_) {
+      std::string line;
+      if (!reader_.read(&line)) return false;
+      (void)command(line, nullptr);
+    }
+    return rerun_ && restart();
+  }
+
+  bool restart() {
+    rerun_ = false;
+    running_ = true;
+    finished_ = false;
+    debugger_->restart();
+    std::printf("[restarting the program]\n");
+    return true;
+  }
 
   void announce(const debug::Stop& stop) {
     const DebugFrame& frame = *stop.frame;
@@ -146,6 +171,7 @@ class CliDebugger {
                         .functions[static_cast<std::size_t>(fn.call_sites[static_cast<std::size_t>(inst.a)].callee)]
                         .name;
     if (stop.reason == debug::StopReason::Breakpoint) std::printf("Breakpoint %d, ", stop.breakpoint);
+    if (stop.reason == debug::StopReason::Error) std::printf("Program stopped with an error: %s\n", stop.error.c_str());
     std::printf("%s (%s)\n", debugger_->where(frame).c_str(), what.c_str());
     const int line = debugger_->lineOf(frame.function, frame.pc);
     const std::string text = debugger_->sourceLine(line);
@@ -154,13 +180,19 @@ class CliDebugger {
 
   debug::Resume onStop(const debug::Stop& stop) {
     if (stop.reason != debug::StopReason::Entry) announce(stop);
+    at_error_ = stop.reason == debug::StopReason::Error;
+    if (at_error_) running_ = true;  // a live frame, even when the error came before `run`
     while (true) {
       std::string line;
       if (!reader_.read(&line)) {
         quit_ = true;
+        quit_at_error_ = at_error_;
         return debug::Resume::Quit;
       }
-      if (auto resume = command(line, stop.frame)) return *resume;
+      if (auto resume = command(line, stop.frame)) {
+        at_error_ = false;
+        return *resume;
+      }
     }
   }
 
@@ -178,11 +210,13 @@ class CliDebugger {
     const bool stopped = running_ && frame != nullptr;
     auto needFrame = [&]() {
       if (stopped) return true;
-      error(finished_ ? "the program is not running any more" : "the program is not running yet (use `run`)");
+      error(finished_ ? "the program is not running any more (`run` starts it again)"
+                      : "the program is not running yet (use `run`)");
       return false;
     };
     if (verb == "quit" || verb == "q") {
       quit_ = true;
+      quit_at_error_ = at_error_;
       return debug::Resume::Quit;
     }
     if (verb == "break" || verb == "b") {
@@ -223,13 +257,16 @@ class CliDebugger {
       return std::nullopt;
     }
     if (verb == "run" || verb == "r") {
-      if (finished_) error("the program already ran (start `shapevm debug` again to rerun it)");
-      else if (running_) error("the program is already running (use `continue`)");
-      else {
-        running_ = true;
+      if (finished_ || at_error_) {  // again from the start, with the same breakpoints
+        rerun_ = true;
         return debug::Resume::Continue;
       }
-      return std::nullopt;
+      if (running_) {
+        error("the program is already running (use `continue`)");
+        return std::nullopt;
+      }
+      running_ = true;
+      return debug::Resume::Continue;
     }
     struct Step {
       const char* long_name;
@@ -243,6 +280,10 @@ class CliDebugger {
     for (const Step& step : kSteps) {
       if (verb != step.long_name && verb != step.short_name) continue;
       if (!needFrame()) return std::nullopt;
+      if (at_error_) {
+        error("the program stopped with an error and cannot go on (`run` starts it again, `quit` ends)");
+        return std::nullopt;
+      }
       if (step.resume == debug::Resume::Finish && frame->caller == nullptr) {
         std::printf("note: `finish` in the outermost frame runs to the end of this run\n");
       }
@@ -283,8 +324,9 @@ class CliDebugger {
     if (verb == "help" || verb == "h") {
       std::printf(
           "break LINE | FILE:LINE | PC=0x.. | FUNCTION, delete N, info breakpoints,\n"
-          "run, continue (c), step (s: one instruction), next (n: one source line), stepin (into calls),\n"
-          "finish, frame / info registers, print NAME|rN, bt, list [LINE], info jit, quit\n");
+          "run (again after the end or an error), continue (c), step (s: one instruction),\n"
+          "next (n: one source line), stepin (into calls), finish, frame / info registers,\n"
+          "print NAME|rN, bt, list [LINE], info jit, quit\n");
       return std::nullopt;
     }
     error("unknown command `" + verb + "` (try `help`)");
@@ -293,12 +335,14 @@ class CliDebugger {
 
   DebugTarget target_;
   std::unique_ptr<debug::Debugger> debugger_;
-  VirtualMachine* vm_ = nullptr;
   CommandReader reader_;
   std::string last_;  // an empty line repeats the last command (as in gdb)
   bool running_ = false;
   bool finished_ = false;
   bool quit_ = false;
+  bool at_error_ = false;       // stopped post-mortem, in the frame that failed
+  bool quit_at_error_ = false;  // `quit` (or end of input) there: the run's error is still reported
+  bool rerun_ = false;          // `run` after the end or at an error: start again
 };
 
 }  // namespace
@@ -308,7 +352,8 @@ std::shared_ptr<RunHooks> makeCliDebugger(const DebugTarget& target) {
   auto hooks = std::make_shared<RunHooks>();
   hooks->before_runs = [debugger](Session& session, int function) { return debugger->attach(session, function); };
   hooks->ended_by_user = [debugger]() { return debugger->endedByUser(); };
-  hooks->after_runs = [debugger](bool completed) { debugger->afterRuns(completed); };
+  hooks->after_runs = [debugger](bool completed) { return debugger->afterRuns(completed); };
+  hooks->after_error = [debugger](const Status& error) { return debugger->afterError(error); };
   return hooks;
 }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // `shapevm debug PROGRAM [run flags]`: the gdb-like front end of the debugger core (src/debug).
 // `run` drives the program (RunHooks below): the debugger attaches before the first run and gets
-// control before its first instruction, so breakpoints are set at the prompt before `run`. Commands
+// control before its first instruction, so breakpoints are set at the prompt before `run`. A run
+// error stops in the failing frame (post-mortem: frame, print, bt), and `run` after the end or
+// an error starts the program again with the same breakpoints. Commands
 // come from stdin, with line editing and history (readline) when stdin is a terminal; every
 // mistake (bad breakpoint, unknown command or register, dead variable) prints `error: ...` and the
 // session goes on.
@@ -25,8 +27,12 @@ struct RunHooks {
   std::function<Status(Session& session, int function)> before_runs;
   // True when the user ended the run from the debugger: the failed run is no error.
   std::function<bool()> ended_by_user;
-  // After the last run (the program's outputs are printed): the post-mortem prompt / DAP exit.
-  std::function<void(bool completed)> after_runs;
+  // After the last run (the program's outputs are printed; `completed` false: the user ended it):
+  // the prompt after the end / DAP exit. True runs the program again from the start (`run`).
+  std::function<bool(bool completed)> after_runs;
+  // After a run failed with `error` (the debugger stopped at it first, post-mortem): true runs the
+  // program again from the start; false ends as `shapevm run` does, with the error.
+  std::function<bool(const Status& error)> after_error;
 };
 
 struct DebugTarget {

@@ -377,42 +377,55 @@ int runCommand(RunFlags flags) {
   std::map<std::string, std::vector<double>> by_label;
   std::vector<std::string> label_order;
   std::vector<Value> outputs;
-  for (std::int64_t iteration = 0; iteration < flags.iters; ++iteration) {
-    std::string label;
-    auto args = buildArguments(fn, plan, iteration, &label);
-    if (!args) return fail(args.status());
-    auto start = std::chrono::steady_clock::now();
-    auto result = session.run(*function, *args);
-    auto stop = std::chrono::steady_clock::now();
-    if (!result && flags.hooks && flags.hooks->ended_by_user && flags.hooks->ended_by_user()) {
-      if (flags.hooks->after_runs) flags.hooks->after_runs(false);
-      return 0;  // the user quit the debugger mid-run
+  // A debugger front end may run the program again from the start (`run` after the end or an error).
+  for (bool again = true; again;) {
+    again = false;
+    latencies.clear();
+    by_label.clear();
+    label_order.clear();
+    for (std::int64_t iteration = 0; iteration < flags.iters; ++iteration) {
+      std::string label;
+      auto args = buildArguments(fn, plan, iteration, &label);
+      if (!args) return fail(args.status());
+      auto start = std::chrono::steady_clock::now();
+      auto result = session.run(*function, *args);
+      auto stop = std::chrono::steady_clock::now();
+      if (!result && flags.hooks && flags.hooks->ended_by_user && flags.hooks->ended_by_user()) {
+        if (flags.hooks->after_runs) flags.hooks->after_runs(false);
+        return 0;  // the user quit the debugger mid-run
+      }
+      if (!result) {
+        Status status = std::move(result).status();
+        if (flags.iters > 1)
+          status.withContext(fmt::format("iteration {}{}", iteration, label.empty() ? "" : " (" + label + ")"));
+        if (flags.hooks && flags.hooks->after_error && flags.hooks->after_error(status)) {
+          again = true;
+          break;
+        }
+        return fail(status);
+      }
+      double ms = std::chrono::duration<double, std::milli>(stop - start).count();
+      latencies.push_back(ms);
+      if (!by_label.count(label)) label_order.push_back(label);
+      by_label[label].push_back(ms);
+      outputs = std::move(*result);
     }
-    if (!result) {
-      Status status = std::move(result).status();
-      if (flags.iters > 1) status.withContext(fmt::format("iteration {}{}", iteration, label.empty() ? "" : " (" + label + ")"));
-      return fail(status);
-    }
-    double ms = std::chrono::duration<double, std::milli>(stop - start).count();
-    latencies.push_back(ms);
-    if (!by_label.count(label)) label_order.push_back(label);
-    by_label[label].push_back(ms);
-    outputs = std::move(*result);
-  }
+    if (again) continue;
 
-  if (!flags.out.empty()) {
-    std::vector<std::pair<std::string, Tensor>> entries;
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      auto t = outputTensor(outputs[i], i);
-      if (!t) return fail(t.status());
-      entries.emplace_back("out" + std::to_string(i), *t);
+    if (!flags.out.empty()) {
+      std::vector<std::pair<std::string, Tensor>> entries;
+      for (std::size_t i = 0; i < outputs.size(); ++i) {
+        auto t = outputTensor(outputs[i], i);
+        if (!t) return fail(t.status());
+        entries.emplace_back("out" + std::to_string(i), *t);
+      }
+      if (Status s = writeNpz(flags.out, entries); !s.isOk()) return fail(s);
     }
-    if (Status s = writeNpz(flags.out, entries); !s.isOk()) return fail(s);
+    if (!flags.quiet) {
+      for (std::size_t i = 0; i < outputs.size(); ++i) fmt::print("out{}: {}\n", i, summarize(outputs[i]));
+    }
+    again = flags.hooks && flags.hooks->after_runs && flags.hooks->after_runs(true);
   }
-  if (!flags.quiet) {
-    for (std::size_t i = 0; i < outputs.size(); ++i) fmt::print("out{}: {}\n", i, summarize(outputs[i]));
-  }
-  if (flags.hooks && flags.hooks->after_runs) flags.hooks->after_runs(true);
   if (flags.stats) {
     const ExecStats& st = vm.stats();
     const double runs = static_cast<double>(flags.iters);

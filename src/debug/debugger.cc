@@ -319,6 +319,17 @@ Status Debugger::beforeInstruction(const DebugFrame& frame) {
   return Status::ok();
 }
 
+void Debugger::onError(const DebugFrame& frame, const Status& error) {
+  if (quit_) return;  // the error is the debugger's own `quit`
+  (void)stopAt(Stop{StopReason::Error, &frame, 0, error.toString()});
+}
+
+void Debugger::restart() {
+  mode_ = Resume::Continue;
+  quit_ = false;
+  declined_.clear();
+}
+
 bool Debugger::allowRegion(int function, int pc, int resume_pc) {
   bool allow = mode_ != Resume::StepInstruction;  // instruction stepping walks the range op by op
   for (const Breakpoint& bp : breakpoints_) {

@@ -36,12 +36,13 @@ struct Breakpoint {
 
 // How the program goes on after a stop.
 enum class Resume { Continue, StepInstruction, NextLine, StepIn, Finish, Quit };
-enum class StopReason { Entry, Breakpoint, Step };
+enum class StopReason { Entry, Breakpoint, Step, Error };
 
 struct Stop {
   StopReason reason = StopReason::Step;
   const DebugFrame* frame = nullptr;
   int breakpoint = 0;  // reason == Breakpoint: its id
+  std::string error;   // reason == Error: the run's error (what, function, PC, line)
 };
 
 // One live register of a frame, as the frame view and the DAP variables pane show it.
@@ -94,10 +95,16 @@ class Debugger : public DebugHook {
   int entry() const { return entry_; }
 
   bool quitRequested() const { return quit_; }
+  // Before the program runs again from the start (the front end's `run` after an end or an
+  // error): stepping state is dropped, breakpoints stay.
+  void restart();
 
   // DebugHook.
   Status beforeInstruction(const DebugFrame& frame) override;
   bool allowRegion(int function, int pc, int resume_pc) override;
+  // A post-mortem stop: the handler sees the failing frame; the run ends with its error whatever
+  // it answers (Quit also ends the session).
+  void onError(const DebugFrame& frame, const Status& error) override;
 
  private:
   Status stopAt(const Stop& stop);

@@ -60,7 +60,8 @@ std::string opTableJson() {
         "\"dtype_rule\": \"{}\", \"shape_fn\": {}, \"jit\": {}, \"python\": {}, \"meaning\": {}}}",
         first ? "" : ",\n", jsonString(schema.name), jsonString(schema.ident), opClassName(schema.cls), inputs, attrs,
         schema.num_outputs, dtypeRuleName(schema.dtype_rule), jsonString(schema.shape_fn_name),
-        jsonString(schema.jit.toString()), python ? "[" + params + "]" : std::string("null"), jsonString(schema.meaning));
+        jsonString(schema.jit.toString()), python ? "[" + params + "]" : std::string("null"),
+        jsonString(schema.meaning));
     first = false;
   }
   return out + "\n]\n";

@@ -142,6 +142,7 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
   // A failed run unwinds every frame without popping its debug frame.
   debug_top_ = nullptr;
+  debug_error_reported_ = false;
   Status status = execute(function, args, results, 0);
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // even: no frame of this VM is running
   ++stats_.runs;
@@ -692,7 +693,13 @@ dispatch:
 
 fail:
   stats_.instructions += executed;
-  return where(std::move(status), function, pc);
+status = where(std::move(status), function, pc);
+if (debug != nullptr && !debug_error_reported_) {  // the innermost frame, before it unwinds
+  debug_error_reported_ = true;
+  debug_frame.pc = pc;
+  debug->onError(debug_frame, status);
+}
+return status;
 
 #undef SVM_FAIL
 #undef SVM_TRY

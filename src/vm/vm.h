@@ -93,6 +93,12 @@ class DebugHook {
   // Before a compiled region entry covering [pc, resume_pc) runs: false makes it decline for this
   // execution (the range runs interpreted, op by op; results never change).
   virtual bool allowRegion(int function, int pc, int resume_pc) = 0;
+  // Once per failed run, in the innermost frame, before any frame unwinds: `error` carries the
+  // function, PC and line (post-mortem inspection of the registers that led to it).
+  virtual void onError(const DebugFrame& frame, const Status& error) {
+    (void)frame;
+    (void)error;
+  }
 };
 
 struct VmOptions {
@@ -142,6 +148,7 @@ class VirtualMachine {
   std::mutex run_mutex_;
   std::atomic<std::uint64_t> run_epoch_{0};
   const DebugFrame* debug_top_ = nullptr;  // innermost frame while a debugger is attached
+  bool debug_error_reported_ = false;      // this run's error went to DebugHook::onError
 };
 
 }  // namespace shapevm

@@ -141,3 +141,31 @@ def test_dap_session_shows_runtime_shapes(shapevm_bin):
     finally:
         if client.proc.poll() is None:
             client.proc.kill()
+
+
+def test_dap_stops_at_a_run_error(shapevm_bin):
+    # Post-mortem: a failing matmul stops with reason "exception" and the failing frame's
+    # variables; continuing ends the run with the error.
+    program = ROOT / "tests" / "python" / "debug" / "fails.py"
+    client = Client(shapevm_bin)
+    try:
+        client.request("initialize", {"adapterID": "shapevm", "linesStartAt1": True})
+        client.request("launch", {"program": str(program), "function": "f",
+                                  "args": ["--dim", "n=2", "--jit-level", "O0"]})
+        client.event("initialized")
+        client.request("configurationDone")
+        stopped = client.event("stopped")["body"]
+        assert stopped["reason"] == "exception" and "contracting dims differ" in stopped["text"], stopped
+        frames = client.request("stackTrace", {"threadId": 1})["body"]["stackFrames"]
+        assert [f["name"] for f in frames] == ["project", "f"] and frames[0]["line"] == 5
+        scopes = client.request("scopes", {"frameId": frames[0]["id"]})["body"]["scopes"]
+        variables = client.request("variables", {"variablesReference": scopes[0]["variablesReference"]})["body"]["variables"]
+        by_name = {v["name"]: v for v in variables}
+        assert by_name["z"]["value"].startswith("f32[2,3]") and by_name["w"]["value"].startswith("f32[4,5]")
+        client.request("continue", {"threadId": 1})
+        assert client.event("exited")["body"]["exitCode"] != 0
+        client.request("disconnect")
+        client.proc.wait(timeout=30)
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()

@@ -108,6 +108,33 @@ def test_removed_line_breakpoint(shapevm_bin):
     assert "Breakpoint 1, main PC" in out and "13\tunused = x * 3.0" in out
 
 
+def test_post_mortem_stop_and_restart(shapevm_bin):
+    # The matmul in project() fails (3 vs 4 contracting dims): the debugger stops in that frame
+    # before it unwinds, the registers that led to it can be read, the program cannot go on, and
+    # `run` starts it again with the breakpoints kept. `quit` there still reports the error.
+    code, out, err = session(shapevm_bin, [
+        "break 9",
+        "run",
+        "continue",            # to the error, in project()
+        "bt",
+        "frame",
+        "print z",
+        "continue",            # refused: it cannot go on
+        "run",                 # again from the start: the breakpoint stops first
+        "print x",
+        "continue",
+        "quit",
+    ], "tests/python/debug/fails.py", "--fn", "f", "--dim", "n=2", "--jit-level", "O0")
+    assert code != 0 and "matmul contracting dims differ" in err, (code, err)
+    check_golden("post_mortem", out)
+    assert out.count("Breakpoint 1, f PC") == 2 and out.count("Program stopped with an error") == 2
+    # After a normal end, `run` runs the program again (its outputs are printed twice).
+    code, out, err = session(shapevm_bin, ["run", "run", "quit"], PROGRAM, "--fn", "main", "--arg", "steps=1",
+                             "--dim", "n=2", "--jit-level", "O0")
+    assert code == 0, err
+    assert out.count("[program exited normally]") == 2 and out.count("out0:") == 2 and "[restarting the program]" in out
+
+
 def test_frame_inside_a_compiled_region_at_o2(shapevm_bin, tmp_path):
     # Run 1 is interpreted and makes the region hot; the JIT installs the fused region before run 2
     # (--jit-wait). The breakpoint inside it makes it decline: run 2 stops there, interpreted.
