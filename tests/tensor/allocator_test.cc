@@ -108,6 +108,43 @@ TEST_F(AllocatorTest, ClassesAboveSixtyFourKiBAreFourPerOctave) {
   }
 }
 
+// Fault injection (fault_alloc_every, scripts/fault_campaign.py): with N = 3, exactly one of
+// every three system allocations fails, with OutOfMemory naming the tunable; cached blocks never
+// fail; with the tunable back at 0 every allocation succeeds.
+TEST_F(AllocatorTest, InjectedSystemAllocationFailuresAreClearErrors) {
+  ASSERT_TRUE(Tunables::set(Tunable::FaultAllocEvery, 3).isOk());
+  std::vector<std::pair<void*, std::size_t>> held;
+  int failed = 0;
+  for (int i = 0; i < 30; ++i) {
+    std::size_t capacity = 0;
+    Expected<void*> block = allocator().allocate(static_cast<std::size_t>(70000 + 4096 * i), &capacity);
+    if (!block) {
+      ++failed;
+      EXPECT_EQ(block.status().code(), ErrorCode::OutOfMemory);
+      EXPECT_NE(block.status().message().find("injected: tunable fault_alloc_every=3"), std::string::npos)
+          << block.status().toString();
+      continue;
+    }
+    held.emplace_back(*block, capacity);
+  }
+  EXPECT_EQ(failed, 10);
+  // A freed block comes back from the cache: no system allocation, no injected failure.
+  for (int i = 0; i < 6; ++i) {
+    allocator().free(held.back().first, held.back().second);
+    std::size_t capacity = 0;
+    Expected<void*> again = allocator().allocate(held.back().second, &capacity);
+    ASSERT_TRUE(again.hasValue()) << again.status().toString();
+    held.back().first = *again;
+  }
+  ASSERT_TRUE(Tunables::set(Tunable::FaultAllocEvery, 0).isOk());
+  for (int i = 0; i < 6; ++i) {
+    std::size_t capacity = 0;
+    void* ptr = take(static_cast<std::size_t>(300000 + 4096 * i), &capacity);
+    held.emplace_back(ptr, capacity);
+  }
+  for (auto& [ptr, capacity] : held) allocator().free(ptr, capacity);
+}
+
 TEST_F(AllocatorTest, FreedBlocksAreReusedWithoutASystemAllocation) {
   const AllocatorStats s0 = allocator().stats();
   std::size_t capacity = 0;
