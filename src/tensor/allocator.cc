@@ -95,8 +95,8 @@ Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capa
   if (const std::int64_t every = Tunables::get(Tunable::FaultAllocEvery); every > 0) {
     static std::atomic<std::int64_t> attempts{0};
     if ((attempts.fetch_add(1, std::memory_order_relaxed) + 1) % every == 0) {
-      return makeError(ErrorCode::OutOfMemory, "system allocation of {} bytes failed (injected: tunable fault_alloc_every={})",
-                       size, every);
+      return makeError(ErrorCode::OutOfMemory,
+                       "system allocation of {} bytes failed (injected: tunable fault_alloc_every={})", size, every);
     }
   }
   void* ptr = std::aligned_alloc(64, size);

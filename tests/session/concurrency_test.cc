@@ -173,7 +173,8 @@ TEST_F(SessionConcurrency, SessionsOverDifferentModulesRunInParallel) {
   std::atomic<int> bad{0};
   std::vector<std::thread> pool;
   for (int s = 0; s < 4; ++s) {
-    pool.emplace_back([&, s] { bad += runThreads(*sessions[static_cast<std::size_t>(s)], s < 2 ? cell_inputs : axpy_inputs, 2, 5); });
+    pool.emplace_back(
+        [&, s] { bad += runThreads(*sessions[static_cast<std::size_t>(s)], s < 2 ? cell_inputs : axpy_inputs, 2, 5); });
   }
   for (std::thread& th : pool) th.join();
   EXPECT_EQ(bad.load(), 0);
