@@ -3,11 +3,11 @@
 #include "tools/cache_command.h"
 
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "jit/kernel_cache.h"
+#include "shapevm/shapevm.h"
 #include "support/cache_dir.h"
 #include "tune/tuning_db.h"
 
@@ -18,29 +18,6 @@ namespace {
 int fail(const Status& status) {
   fmt::print(stderr, "shapevm: error: cache: {}\n", status.toString());
   return 1;
-}
-
-// The tuning database records of `from` that `to` lacks, appended to `to`; how many.
-Expected<int> mergeTuning(const std::string& from, const std::string& to) {
-  std::ifstream in(from);
-  if (!in) return 0;  // nothing to merge
-  tune::TuningDatabase db = tune::TuningDatabase::open(to);
-  int added = 0;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.empty()) continue;
-    Expected<tune::TuningRecord> record = tune::parseRecord(line);
-    if (!record) {
-      fmt::print(stderr, "shapevm: warning: cache: skipping {}:{}: {}\n", from, number, record.status().message());
-      continue;
-    }
-    if (db.find(record->key)) continue;
-    SVM_RETURN_IF_ERROR(db.append(*record));
-    ++added;
-  }
-  return added;
 }
 
 }  // namespace
@@ -72,19 +49,11 @@ int cacheCommand(const std::string& action, const std::string& dir, const std::s
   }
   if (action == "export" || action == "import") {
     if (dir.empty()) return fail(makeError(ErrorCode::InvalidArgument, "`cache {}` needs a directory", action));
-    if (action == "export") {
-      Expected<int> kernels = cache.exportTo(dir + "/kernels");
-      if (!kernels) return fail(kernels.status());
-      Expected<int> records = mergeTuning(tuning, dir + "/tuning.jsonl");
-      if (!records) return fail(records.status());
-      fmt::print("exported {} kernels and {} tuning records to {}\n", *kernels, *records, dir);
-      return 0;
-    }
-    Expected<int> kernels = cache.importFrom(dir + "/kernels");
-    if (!kernels) return fail(kernels.status());
-    Expected<int> records = mergeTuning(dir + "/tuning.jsonl", tuning);
-    if (!records) return fail(records.status());
-    fmt::print("imported {} kernels and {} tuning records into {}\n", *kernels, *records, root);
+    const bool out = action == "export";
+    Expected<CacheTransfer> done = out ? Session::exportCache(dir, root) : Session::importCache(dir, root);
+    if (!done) return fail(done.status());
+    fmt::print("{} {} kernels and {} tuning records {} {}\n", out ? "exported" : "imported", done->kernels,
+               done->tuning_records, out ? "to" : "into", out ? dir : root);
     return 0;
   }
   return fail(

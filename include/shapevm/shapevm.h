@@ -115,6 +115,12 @@ struct SessionStats {
   std::string jit_report;                   // the JIT's report (what `shapevm run --stats` prints); "" at O0
 };
 
+// What Session::exportCache / importCache copied.
+struct CacheTransfer {
+  int kernels = 0;         // compiled kernels (each checked: checksum, key)
+  int tuning_records = 0;  // tuning-database records the destination did not have
+};
+
 class Session {
  public:
   explicit Session(SessionOptions options = {});
@@ -184,6 +190,16 @@ class Session {
   // event per op execution. stopTrace() writes the file. Off, tracing costs one predictable branch.
   static Status startTrace(const std::string& path, bool ops = false);
   static Status stopTrace();
+
+  // ---- the compiled-kernel cache and tuning database (process-wide; docs/scale-out.md) ----
+  // exportCache copies every valid kernel of the cache directory `cache_dir` ("" = the default:
+  // $SHAPEVM_CACHE_DIR, else ~/.cache/shapevm) to DIR/kernels and merges its tuning records into
+  // DIR/tuning.jsonl: an archive that other machines, replicas or workers import, so they install
+  // kernels without compiling. importCache copies such an archive into `cache_dir`. Entries that
+  // fail their checks are skipped with a warning; an entry from another CPU, LLVM or ShapeVM is
+  // copied but never loaded (the cache key names them), so it is compiled fresh there.
+  static Expected<CacheTransfer> exportCache(const std::string& dir, const std::string& cache_dir = "");
+  static Expected<CacheTransfer> importCache(const std::string& dir, const std::string& cache_dir = "");
 
  private:
   friend struct SessionAccess;  // the CLI and the bench read the parts (src/session/session_access.h)

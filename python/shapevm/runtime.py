@@ -208,6 +208,22 @@ def load(path, *, jit_level=None, wait=False):
     return LoadedModule(path, jit_level, wait)
 
 
+# ---- the kernel cache as an archive (docs/scale-out.md) ----
+
+def export_cache(directory, cache_dir=None):
+    """Writes the compiled kernels and tuning records of the cache directory `cache_dir` (default:
+    $SHAPEVM_CACHE_DIR, else ~/.cache/shapevm) to `directory` (kernels/, tuning.jsonl), as
+    `shapevm cache export` does: an archive replicas and Dask workers import to start warm.
+    Returns {"kernels": n, "tuning_records": m}."""
+    return _core.cache_export(str(directory), "" if cache_dir is None else str(cache_dir))
+
+
+def import_cache(directory, cache_dir=None):
+    """Copies an exported archive into the cache directory `cache_dir` (default as export_cache);
+    only entries that pass their checks are copied. Returns {"kernels": n, "tuning_records": m}."""
+    return _core.cache_import(str(directory), "" if cache_dir is None else str(cache_dir))
+
+
 # ---- logging and exit ----
 
 def _log_lines(lines):

@@ -443,6 +443,19 @@ PYBIND11_MODULE(_core, m) {
     }
     if (!s.isOk()) raiseStatus(s, Phase::Run);
   });
+  // The kernel cache + tuning database as an archive (Session::exportCache / importCache).
+  auto cache_transfer = [](bool out) {
+    return [out](const std::string& dir, const std::string& cache_dir) {
+      Expected<CacheTransfer> done = [&] {
+        py::gil_scoped_release release;
+        return out ? Session::exportCache(dir, cache_dir) : Session::importCache(dir, cache_dir);
+      }();
+      if (!done) raiseStatus(done.status(), Phase::Run);
+      return py::dict(py::arg("kernels") = done->kernels, py::arg("tuning_records") = done->tuning_records);
+    };
+  };
+  m.def("cache_export", cache_transfer(true), py::arg("dir"), py::arg("cache_dir") = "");
+  m.def("cache_import", cache_transfer(false), py::arg("dir"), py::arg("cache_dir") = "");
   m.def("dtypes", [] {
     std::vector<std::string> names;
     for (int i = 0; i < kNumDTypes; ++i) names.emplace_back(dtypeName(static_cast<DType>(i)));

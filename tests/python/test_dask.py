@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: Apache-2.0
+# shapevm.dask (issue 26, docs/scale-out.md) on LocalClusters of 2 worker processes: results equal
+# a single-process O0 run, each worker loads the module once, two workers compiling the same new
+# buckets into one shared cache leave only valid entries, a second cluster started from an
+# exported archive compiles nothing for the covered shapes, a worker killed mid-run loses no
+# result, and bad input (an unreadable model, a rejected partition, a foreign archive) is a clear
+# error on the client.
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+
+import shapevm
+
+if getattr(shapevm, "_core", None) is None:
+    pytest.skip("this build has no Python module (a sanitizer build, or SHAPEVM_BUILD_PYTHON=OFF)",
+                allow_module_level=True)
+distributed = pytest.importorskip("distributed")
+import shapevm.dask as svd  # noqa: E402
+
+MODEL = str(ROOT / "tests" / "python" / "dask_model.py")
+# Every region hot at once, compiled before the call returns, default kernels (no tuning by timing).
+SETTINGS = {"warmup": 0, "hot_count": 0, "hot_ms": 0, "tune_budget_ms": 0}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dask")
+    rng = np.random.default_rng(26)
+    params = root / "params.npz"
+    np.savez(params, w=rng.standard_normal((16, 24)).astype(np.float32) * 0.3,
+             b=rng.standard_normal(24).astype(np.float32))
+    rows = [3, 5, 17, 33, 5, 3, 64, 17]
+    items = [{"x": rng.standard_normal((rows[i % len(rows)], 16)).astype(np.float32)} for i in range(48)]
+    reference = shapevm.load(MODEL, jit_level="O0")
+    with np.load(params) as p:
+        expected = [reference.dense(x=item["x"], w=p["w"], b=p["b"]) for item in items]
+    return {"root": root, "params": str(params), "items": items, "expected": expected}
+
+
+def cluster():
+    # Worker processes import the built package: they inherit PYTHONPATH.
+    os.environ["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(shapevm.__file__)),
+                                                os.environ.get("PYTHONPATH", "")])
+    local = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                     silence_logs=logging.ERROR)
+    return local, distributed.Client(local)
+
+
+def check(results, expected):
+    assert len(results) == len(expected)
+    for got, want in zip(results, expected):
+        assert got.shape == want.shape
+        assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+def valid_entries(cache_dir, tmp):
+    """(kernel files in the cache, of which pass their checks): export copies only valid ones."""
+    files = [f for f in os.listdir(os.path.join(cache_dir, "kernels")) if not f.startswith(".")]
+    exported = shapevm.export_cache(tmp, cache_dir)["kernels"]
+    return len(files), exported
+
+
+def test_two_workers_share_one_cache_and_a_second_cluster_starts_warm(data):
+    shared = data["root"] / "shared-cache"
+    local, client = cluster()
+    try:
+        results = svd.map_model(client, MODEL, data["items"], fn="dense", params=data["params"],
+                                partition_size=4, cache_dir=str(shared), settings=SETTINGS, wait=True)
+        check(results, data["expected"])
+        stats = svd.cluster_stats(client)
+        assert stats["items"] == 48 and stats["partitions"] == 12
+        workers = stats["workers"].values()
+        assert all(w["loads"] == (1 if w["partitions"] else 0) for w in workers), stats
+        assert stats["compiles"] > 0 and stats["launches_compiled"] > 0, stats
+        # Both workers met the same new buckets at once: only valid entries in the shared cache.
+        files, exported = valid_entries(str(shared), str(data["root"] / "archive"))
+        assert files > 0 and exported == files
+
+        # A worker killed mid-run: Dask reschedules its partition; no result lost, no entry corrupted.
+        pids = list(client.run(os.getpid).values())
+        killer = threading.Timer(0.5, lambda: os.kill(pids[0], 9))
+        killer.start()
+        more = svd.map_model(client, MODEL, data["items"] * 4, fn="dense", params=data["params"], partition_size=2,
+                             cache_dir=str(shared), settings=SETTINGS, wait=True)
+        killer.join()
+        check(more, data["expected"] * 4)
+        files, exported = valid_entries(str(shared), str(data["root"] / "archive-after-kill"))
+        assert exported == files
+
+        # Bad input: each a PartitionError on the client naming what failed; the cluster goes on.
+        with pytest.raises(svd.PartitionError, match="partition 0: .*nope.py"):
+            svd.map_model(client, str(data["root"] / "nope.py"), data["items"][:2], fn="dense",
+                          params=data["params"])
+        bad = list(data["items"][:4]) + [{"x": np.zeros((2, 3, 16), np.float32)}]
+        with pytest.raises(svd.PartitionError, match=r"partition 2 \(item 4\)"):
+            svd.map_model(client, MODEL, bad, fn="dense", params=data["params"], partition_size=2)
+    finally:
+        client.close()
+        local.close()
+
+    # A second cluster from the exported archive, shipped through Dask into fresh private caches.
+    local, client = cluster()
+    try:
+        start = time.monotonic()
+        results = svd.map_model(client, MODEL, data["items"], fn="dense", params=data["params"], partition_size=4,
+                                cache_archive=str(data["root"] / "archive"), settings=SETTINGS, wait=True)
+        check(results, data["expected"])
+        stats = svd.cluster_stats(client)
+        assert stats["compiles"] == 0, stats  # every kernel came from the archive
+        assert stats["cache_hits"] > 0 and stats["launches_compiled"] > 0, stats
+        assert time.monotonic() - start < 120
+    finally:
+        client.close()
+        local.close()
+
+
+def test_a_foreign_or_corrupt_archive_is_ignored_and_compiled_fresh(data, tmp_path):
+    archive = tmp_path / "archive"
+    (archive / "kernels").mkdir(parents=True)
+    (archive / "kernels" / "0123456789abcdef.svk").write_bytes(b"not a kernel")
+    (archive / "tuning.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match="not a directory written by"):
+        svd.map_model(None, MODEL, [], cache_archive=str(tmp_path / "missing"))
+    local, client = cluster()
+    try:
+        results = svd.map_model(client, MODEL, data["items"][:8], fn="dense", params=data["params"],
+                                cache_archive=str(archive), settings=SETTINGS, wait=True)
+        check(results, data["expected"][:8])
+        assert svd.cluster_stats(client)["compiles"] > 0  # nothing usable came with it
+    finally:
+        client.close()
+        local.close()
