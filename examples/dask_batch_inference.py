@@ -3,8 +3,9 @@
 # lengths drawn from 8-512, batched by a length-bucketing sampler, run through the reference LSTM
 # cell (examples/lstm_cell.py) on a LocalCluster of worker processes. It runs the corpus cold
 # (empty caches), exports the cache the cold run wrote, runs it again on a fresh cluster that
-# starts from that archive, and once more on one worker, then prints throughput, the time until
-# the cluster reaches its steady throughput, and per-worker compiles and cache hits.
+# starts from that archive, and once more on one worker, then prints throughput (sequence steps
+# per second, padding included), the time until the cluster reaches its steady throughput, and
+# per-worker compiles and cache hits.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 examples/dask_batch_inference.py [--sequences N]
 #        [--workers W] [--batch B] [--json OUT.json]
 import argparse
@@ -32,9 +33,9 @@ def corpus(n, rng):
             for length in rng.integers(8, 513, size=n)]
 
 
-def bucketed_batches(sequences, batch):
+def bucketed_batches(sequences, batch, rng):
     """Length-bucketing sampler: sequences of one padded length, `batch` at a time (the last batch
-    of a bucket may be smaller), longest buckets first."""
+    of a bucket may be smaller), the batches in random order."""
     buckets = {}
     for seq in sequences:
         buckets.setdefault(-(-len(seq) // BUCKET) * BUCKET, []).append(seq)
@@ -48,7 +49,8 @@ def bucketed_batches(sequences, batch):
                 x[row, :len(seq)] = seq
             items.append({"x": x, "h": np.zeros((len(chunk), 256), np.float32),
                           "c": np.zeros((len(chunk), 256), np.float32)})
-    return items
+    order = rng.permutation(len(items))
+    return [items[i] for i in order]
 
 
 def run(items, params, workers, cache_dir=None, archive=None, rounds=8):
@@ -67,7 +69,7 @@ def run(items, params, workers, cache_dir=None, archive=None, rounds=8):
             start = time.perf_counter()
             svd.map_model(client, MODEL, part, fn="lstm_cell", params=params, cache_dir=cache_dir,
                           cache_archive=archive)
-            times.append((time.perf_counter() - start, sum(it["x"].shape[0] for it in part)))
+            times.append((time.perf_counter() - start, sum(it["x"].shape[0] * it["x"].shape[1] for it in part)))
         return times, svd.cluster_stats(client)
     finally:
         client.close()
@@ -76,7 +78,7 @@ def run(items, params, workers, cache_dir=None, archive=None, rounds=8):
 
 def summary(name, times, stats):
     total_s = sum(t for t, _ in times)
-    sequences = sum(n for _, n in times)
+    tokens = sum(n for _, n in times)  # sequence steps, padding included
     rates = [n / t for t, n in times]
     steady = statistics.median(rates[len(rates) // 2:])
     # Time to steady throughput: until the first round within 80% of the steady rate.
@@ -87,12 +89,12 @@ def summary(name, times, stats):
             break
     per_worker = {addr: {k: w[k] for k in ("compiles", "cache_hits", "runs", "loads")}
                   for addr, w in stats["workers"].items()}
-    print(f"{name}: {sequences} sequences in {total_s:.1f} s ({sequences / total_s:.1f} seq/s), steady "
-          f"{steady:.1f} seq/s, reached after {until:.1f} s; compiles {stats['compiles']}, cache hits "
+    print(f"{name}: {tokens} steps in {total_s:.1f} s ({tokens / total_s:.0f} steps/s), steady "
+          f"{steady:.0f} steps/s, reached after {until:.1f} s; compiles {stats['compiles']}, cache hits "
           f"{stats['cache_hits']}")
     for addr, w in per_worker.items():
         print(f"  {addr}: {w}")
-    return {"seconds": total_s, "sequences": sequences, "steady_seq_per_s": steady, "to_steady_s": until,
+    return {"seconds": total_s, "steps": tokens, "steady_steps_per_s": steady, "to_steady_s": until,
             "compiles": stats["compiles"], "cache_hits": stats["cache_hits"], "workers": per_worker}
 
 
@@ -107,7 +109,7 @@ def main():
     os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(shapevm.__file__).resolve().parents[1]),
                                                 os.environ.get("PYTHONPATH", "")])
     rng = np.random.default_rng(args.seed)
-    items = bucketed_batches(corpus(args.sequences, rng), args.batch)
+    items = bucketed_batches(corpus(args.sequences, rng), args.batch, rng)
     work = Path(tempfile.mkdtemp(prefix="svm-dask-"))
     params = work / "params.npz"
     np.savez(params, W_ih=rng.standard_normal((1024, 128)).astype(np.float32) * 0.1,
@@ -122,7 +124,7 @@ def main():
                               *run(items, str(params), args.workers, archive=str(work / "archive")))
     figures["one_worker_warm"] = summary("one worker, warm", *run(items, str(params), 1, archive=str(work / "archive")))
     ratio = figures["cold"]["to_steady_s"] / max(figures["warm"]["to_steady_s"], 1e-9)
-    scaling = figures["warm"]["steady_seq_per_s"] / max(figures["one_worker_warm"]["steady_seq_per_s"], 1e-9)
+    scaling = figures["warm"]["steady_steps_per_s"] / max(figures["one_worker_warm"]["steady_steps_per_s"], 1e-9)
     print(f"warm start reaches steady throughput {ratio:.1f}x sooner; {args.workers} workers vs 1: {scaling:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))

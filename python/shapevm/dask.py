@@ -165,6 +165,8 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     workers = max(len(client.scheduler_info().get("workers", {})), 1)
     chunks = _partitions(items, partition_size, workers)
     starts = list(itertools.accumulate([0] + [len(c) for c in chunks[:-1]]))
+    # Each partition's inputs travel inside its task (Dask serializes the arrays), not scattered:
+    # a worker that dies takes no input with it, so the scheduler can rerun its tasks elsewhere.
     futures = [client.submit(_run_partition, spec, chunk, index, start, pure=False)
                for index, (chunk, start) in enumerate(zip(chunks, starts))]
     results = []

@@ -90,6 +90,8 @@ def test_two_workers_share_one_cache_and_a_second_cluster_starts_warm(data):
                              cache_dir=str(shared), settings=SETTINGS, wait=True)
         killer.join()
         check(more, data["expected"] * 4)
+        client.wait_for_workers(2, timeout=60)
+        assert pids[0] not in client.run(os.getpid).values()  # the nanny replaced the killed worker
         files, exported = valid_entries(str(shared), str(data["root"] / "archive-after-kill"))
         assert exported == files
 
