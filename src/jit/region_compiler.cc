@@ -292,14 +292,16 @@ KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily&
   return outcome->params;
 }
 
-}  // namespace
+// Why a plan on the smallest observed shapes was given up for one on the newest.
+enum class Replan { No, TunerWouldTime, ReferenceFailed };
 
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module,
-                                                        const Function& function, const FusionRange& range,
-                                                        const Liveness& liveness,
-                                                        std::span<const std::vector<ProfileRecord>> records,
-                                                        int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
-                                                        RegionCompileTimes* times) {
+// compileRegion on the shapes `shapes` picks. On PlanningShapes::Smallest it stops (*replan set)
+// where the newest shapes are needed instead: a tuner that would time a candidate (it must time
+// the shapes the program runs now) or a reference run that fails on the smaller shapes.
+Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
+    KernelBackend& engine, const Module& module, const Function& function, const FusionRange& range,
+    const Liveness& liveness, std::span<const std::vector<ProfileRecord>> records, int compiles, Tuner* tuner,
+    std::vector<TuneOutcome>* tuning, RegionCompileTimes* times, PlanningShapes shapes, Replan* replan) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -334,12 +336,13 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
     }
     p.prelude.push_back(std::move(op));
   }
-  SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, planningInputs(p, range, records, compiles));
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, planningInputs(p, range, records, compiles, shapes));
   RegionExecutor reference(p, false);
   for (std::size_t i = 0; i < p.externals.size(); ++i) reference.setReal(p.externals[i], inputs[i]);
   // A range whose ops fail on random inputs of its shapes (integer division by zero, an index out
   // of range ...) cannot be planned or validated: not fusable, not a codegen failure.
   if (Status run = referenceRun(p, reference); !run.isOk()) {
+    if (shapes == PlanningShapes::Smallest) *replan = Replan::ReferenceFailed;
     return makeError(ErrorCode::Unsupported, "the reference run on random inputs of the observed shapes failed: {}",
                      run.message());
   }
@@ -416,6 +419,11 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
       step.guard = guardFor(spec);
     }
     SVM_RETURN_IF_ERROR(family->supports(spec).withContext(fmt::format("step {} of the region", k)));
+    if (shapes == PlanningShapes::Smallest && tuner != nullptr &&
+        tuner->estimate(engine, *family, spec, 0).cost_ms > 0) {
+      *replan = Replan::TunerWouldTime;
+      return makeError(ErrorCode::Unsupported, "step {} is tuned on the newest observed shapes", k);
+    }
     const Clock::time_point tune_start = Clock::now();
     spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
     tuned_ms += since(tune_start);
@@ -457,6 +465,35 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
   times->validate_ms = since(phase);
   trace::completeSince("compile", "validation", phase);
   return region;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module,
+                                                        const Function& function, const FusionRange& range,
+                                                        const Liveness& liveness,
+                                                        std::span<const std::vector<ProfileRecord>> records,
+                                                        int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
+                                                        RegionCompileTimes* times) {
+  // Planned and validated on the smallest observed shapes when they differ from the newest: the
+  // reference run and the validation run scale with them, and kernels, guards and tuning-database
+  // keys come from the records' ranges, not from the planning shapes. Tuning that must time, or a
+  // reference run the smaller shapes fail, plans again on the newest (the behaviour before).
+  bool smaller = false;
+  for (const auto& site_records : records) {
+    smaller = smaller || planningRecord(site_records, PlanningShapes::Smallest) != newestRecord(site_records);
+  }
+  if (smaller && Tunables::get(Tunable::RegionPlanSmallest) != 0) {
+    Replan replan = Replan::No;
+    const std::size_t tuned_before = tuning != nullptr ? tuning->size() : 0;
+    auto region = compileRegionOn(engine, module, function, range, liveness, records, compiles, tuner, tuning, times,
+                                  PlanningShapes::Smallest, &replan);
+    if (region || replan == Replan::No) return region;
+    if (tuning != nullptr) tuning->resize(tuned_before);
+  }
+  Replan unused = Replan::No;
+  return compileRegionOn(engine, module, function, range, liveness, records, compiles, tuner, tuning, times,
+                         PlanningShapes::Newest, &unused);
 }
 
 }  // namespace shapevm::jit

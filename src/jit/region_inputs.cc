@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // O2 region fusion: the inputs of the planning run and of validation. Each region input gets the
-// dtype, shape and strides of the newest profile record of an op that reads it, and a fresh
+// dtype, shape and strides of the chosen (newest or smallest) profile record of an op that reads it, and a fresh
 // random tensor laid out like that (a reshape's target shape: the shape its output was observed
 // with). Invariant: the same range, compile count and records give the same inputs.
 #include "jit/region_inputs.h"
@@ -49,15 +49,36 @@ Expected<Value> stridedRandom(const RValue& value, const Shape& strides, bool po
   return Value::fromTensor(std::move(t));
 }
 
+// The elements of a record's tensor inputs, all together.
+std::int64_t recordElements(const ProfileRecord& record) {
+  std::int64_t n = 0;
+  for (const OperandProfile& operand : record.inputs) {
+    if (operand.is_tensor) n += operand.shape.numel();
+  }
+  return n;
+}
+
 }  // namespace
 
+const ProfileRecord* planningRecord(std::span<const ProfileRecord> records, PlanningShapes which) {
+  const ProfileRecord* newest = newestRecord(records);
+  if (which == PlanningShapes::Newest || newest == nullptr) return newest;
+  const ProfileRecord* best = newest;
+  for (const ProfileRecord& record : records) {
+    const std::int64_t n = recordElements(record), fewest = recordElements(*best);
+    if (n < fewest || (n == fewest && record.last_seen > best->last_seen)) best = &record;
+  }
+  return best;
+}
+
 Expected<std::vector<Value>> planningInputs(RegionPlan& p, const FusionRange& range,
-                                            std::span<const std::vector<ProfileRecord>> records, int compiles) {
+                                            std::span<const std::vector<ProfileRecord>> records, int compiles,
+                                            PlanningShapes which) {
   // Externals: dtype, shape and strides from the newest profile record of a site that reads them.
   std::vector<Shape> external_strides;
   std::map<int, Value> planned_shapes;  // reshape targets: the shape a later op observed for the reshape's output
   std::vector<const ProfileRecord*> newest;
-  for (const auto& site_records : records) newest.push_back(newestRecord(site_records));
+  for (const auto& site_records : records) newest.push_back(planningRecord(site_records, which));
   // The observed shape of value `v` as some op of the range read it, if one did.
   auto observedShape = [&](int v) -> const OperandProfile* {
     for (std::size_t i = 0; i < p.ops.size(); ++i) {

@@ -11,11 +11,20 @@
 
 namespace shapevm::jit {
 
-// The planning/validation inputs of `p`'s externals (in p.externals order), from the newest
-// profile records of the range's sites (`records[k]` for range.sites[k]); fills each external's
-// dtype and shape in p.values. Unsupported when an input is neither a tensor nor a reshape's
-// target shape; JitError when no record shows one.
+// Which observed shapes a region is planned and validated on: each site's newest profile record,
+// or its smallest (fewest input elements; ties: the newest). The smallest is what a warm install
+// plans on (the reference run and validation cost scale with it); tuning times on the newest.
+enum class PlanningShapes { Newest, Smallest };
+
+// The record of `records` that `which` picks (nullptr when there is none).
+const ProfileRecord* planningRecord(std::span<const ProfileRecord> records, PlanningShapes which);
+
+// The planning/validation inputs of `p`'s externals (in p.externals order), from the profile
+// records `which` picks at the range's sites (`records[k]` for range.sites[k]); fills each
+// external's dtype and shape in p.values. Unsupported when an input is neither a tensor nor a
+// reshape's target shape; JitError when no record shows one.
 Expected<std::vector<Value>> planningInputs(RegionPlan& p, const FusionRange& range,
-                                            std::span<const std::vector<ProfileRecord>> records, int compiles);
+                                            std::span<const std::vector<ProfileRecord>> records, int compiles,
+                                            PlanningShapes which = PlanningShapes::Newest);
 
 }  // namespace shapevm::jit

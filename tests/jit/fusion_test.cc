@@ -34,6 +34,7 @@
 #include "jit/fusion.h"
 #include "jit/jit.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
+#include "jit/region_inputs.h"
 #include "jit/validate.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
@@ -785,6 +786,57 @@ TEST_F(FusionTest, MatmulRegionWithVaryingRowsServesOrDeclinesAndRecompiles) {
   std::uint64_t served = 0;
   for (std::uint64_t s : report.served) served += s;
   EXPECT_GT(served, 0u);
+}
+
+// A region is planned and validated on each site's smallest observed record (fewest input
+// elements, ties to the newest) unless region_plan_smallest=0 or the caller asks for the newest.
+TEST(RegionPlanningShapes, SmallestRecordHasFewestElementsAndTiesGoToTheNewest) {
+  auto record = [](std::vector<Shape> shapes, std::uint64_t last_seen) {
+    ProfileRecord r;
+    for (Shape& shape : shapes) {
+      OperandProfile operand;
+      operand.is_tensor = true;
+      operand.shape = std::move(shape);
+      r.inputs.push_back(std::move(operand));
+    }
+    OperandProfile scalar;  // a non-tensor input counts no elements
+    scalar.kind = ValueKind::Int;
+    r.inputs.push_back(scalar);
+    r.last_seen = last_seen;
+    return r;
+  };
+  const std::vector<ProfileRecord> records = {record({{640, 128}, {128, 64}}, 5), record({{320, 128}, {128, 64}}, 3),
+                                              record({{960, 128}, {128, 64}}, 9), record({{320, 128}, {128, 64}}, 4)};
+  EXPECT_EQ(planningRecord(records, PlanningShapes::Newest), &records[2]);
+  EXPECT_EQ(planningRecord(records, PlanningShapes::Smallest), &records[3]);  // 320 rows, seen after records[1]
+  EXPECT_EQ(planningRecord({}, PlanningShapes::Smallest), nullptr);
+}
+
+// Regions recompiled over varying rows agree with O0 whether they are planned on the smallest
+// observed shapes (the default) or on the newest: rows 100 miss the guard of the region compiled
+// for 48 rows, and the recompile then sees 40, 48 and 100 (smallest != newest).
+TEST_F(FusionTest, RegionsPlannedOnTheSmallestOrNewestShapesEqualO0) {
+  auto module = python(matmulActivation("tanh"));
+  ASSERT_TRUE(Tunables::set(Tunable::GuardMissRecompile, 1).isOk());
+  const std::int64_t ns[] = {48, 40, 100, 100};
+  for (int smallest : {1, 0}) {
+    SCOPED_TRACE(fmt::format("region_plan_smallest={}", smallest));
+    ASSERT_TRUE(Tunables::set(Tunable::RegionPlanSmallest, smallest).isOk());
+    Report report;
+    ASSERT_TRUE(differential(
+        module, "f", 4,
+        [&](int run, std::mt19937& rng) {
+          return std::vector<Value>{rnd(rng, DType::Float32, {ns[run], 63}),
+                                    rnd(rng, DType::Float32, {63, 17}, Layout::Contiguous, 0.5),
+                                    rnd(rng, DType::Float32, {17})};
+        },
+        &report));
+    SCOPED_TRACE(report.installed());
+    EXPECT_GE(report.stats.fused_regions, 1u);
+    EXPECT_GE(report.stats.compiles, 2u) << "the region was not recompiled for the wider rows";
+    EXPECT_EQ(report.stats.validation_failures, 0u);
+    EXPECT_EQ(report.stats.compile_failures, 0u);
+  }
 }
 
 // Inputs switching between contiguous and non-contiguous layouts between runs: a leaf compiled

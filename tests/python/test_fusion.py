@@ -21,7 +21,8 @@ EAGER = ["--warmup", "0", "--hot-count", "0", "--hot-ms", "0", "--jit-wait"]
 O2 = ["--jit-level", "O2", "--set", "tune_budget_ms=150", *EAGER]
 
 FUSED_LINE = re.compile(r"^\[INFO\] JIT: Installed fused region at PC=0x[0-9A-F]+\.\.0x[0-9A-F]+ \((\d+) kernels?, "
-                        r"(\d+) ops fused: (.*); \d+ region entr(?:y|ies); tuning [0-9.]+ms\)$")
+                        r"(\d+) ops fused: (.*); \d+ region entr(?:y|ies); tuning [0-9.]+ms; "
+                        r"[0-9.]+ms wall, [0-9.]+ms compile-thread CPU\)$")
 STATS_REGIONS = re.compile(r"jit: (\d+) fused regions \((\d+) ops folded into fused kernels and matmul epilogues\); "
                            r"\d+ region executions served, (\d+) declined")
 STATS_FAILURES = re.compile(r"(\d+) compile failures, (\d+) validation failures")
