@@ -136,12 +136,23 @@ struct NodeCtx {
   }
 };
 
+// Helpers the handler files share (onnx_ops.cc): input k as a tensor operand (a missing input is
+// an error), emitting op `op` into ctx.out, an ONNX axis made non-negative, a known rank.
+Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k);
+Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs = {});
+int normAxis(std::int64_t axis, int rank);
+Status needRank(NodeCtx& ctx, const Val& v, std::string_view what);
+
 using Handler = std::function<Status(NodeCtx&)>;
 // The handler for an op type of the default domain, or nullptr (onnx_ops.cc).
 const Handler* findHandler(std::string_view op_type);
 // Recurrent ops lowered to loops (onnx_recurrent.cc).
 Status lowerLstm(NodeCtx& ctx);
 Status lowerGru(NodeCtx& ctx);
+// Ops composed from existing ShapeVM ops (onnx_composed.cc).
+Status handleCumSum(NodeCtx& ctx);
+Status handleEinsum(NodeCtx& ctx);
+Status handleTopK(NodeCtx& ctx);
 
 std::vector<std::int64_t> intsOfTensor(const Tensor& t);
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "bytecode/verifier.h"
+#include "onnx/onnx_fuse.h"
 #include "onnx/onnx_graph.h"
 #include "onnx/onnx_tensor.h"
 
@@ -297,8 +298,15 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
 
   std::set<std::string> available;
   for (const auto& [name, v] : values_) available.insert(name);
-  SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(graph, available));
-  for (int index : order) SVM_RETURN_IF_ERROR(emitNode(graph.node(index), index, emitter));
+  // The nodes to emit: the graph's, with recognized LayerNorm / GELU chains replaced.
+  onnx::GraphProto nodes;
+  if (options.fuse_patterns) {
+    for (onnx::NodeProto& node : onnx_import::fusePatterns(graph, base_dir_).nodes) *nodes.add_node() = std::move(node);
+  } else {
+    *nodes.mutable_node() = graph.node();
+  }
+  SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(nodes, available));
+  for (int index : order) SVM_RETURN_IF_ERROR(emitNode(nodes.node(index), index, emitter));
 
   fn.setOutputs(graph.output_size());
   for (int k = 0; k < graph.output_size(); ++k) {

@@ -10,9 +10,6 @@
 #include "onnx/onnx_tensor.h"
 
 namespace shapevm::onnx_import {
-namespace {
-
-using Kind = Val::Kind;
 
 Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k) {
   if (!ctx.has(k)) return ctx.fail(ErrorCode::InvalidArgument, "input {} is missing", k);
@@ -20,7 +17,7 @@ Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k) {
                        fmt::format("{} input {} ('{}')", ctx.label, k, ctx.node->input(static_cast<int>(k))));
 }
 
-Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs = {}) {
+Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs) {
   SVM_ASSIGN_OR_RETURN(std::vector<Val> out, ctx.e->op(op, std::move(inputs), attrs));
   ctx.out = std::move(out);
   return Status::ok();
@@ -36,6 +33,11 @@ Status needRank(NodeCtx& ctx, const Val& v, std::string_view what) {
                     what);
   return Status::ok();
 }
+
+namespace {
+
+using Kind = Val::Kind;
+
 
 // Elementwise scalar arithmetic on shape values with ONNX broadcasting of a length-1 operand.
 std::optional<Val> shapeBinary(NodeCtx& ctx, Opcode op) {
@@ -138,6 +140,14 @@ Status handleClip(NodeCtx& ctx) {
   }
   if (ctx.out.empty()) return emitTo(ctx, "identity", {x});
   return Status::ok();
+}
+
+// Gelu (opset 20, and the node onnx_fuse.cc writes for a recognized x*0.5*(1+erf(x/sqrt2))).
+Status handleGelu(NodeCtx& ctx) {
+  const std::string approximate = ctx.attrString("approximate", "none");
+  if (approximate != "none") return ctx.fail(ErrorCode::Unsupported, "Gelu approximate='{}' (exact only)", approximate);
+  SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
+  return emitTo(ctx, "gelu", {x});
 }
 
 Status handleIdentity(NodeCtx& ctx) {
@@ -764,6 +774,7 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"Tanh", unary("tanh")},
       {"Relu", unary("relu")},
       {"Erf", unary("erf")},
+      {"Gelu", handleGelu},
       {"Identity", handleIdentity},
       {"Dropout", handleDropout},
       {"Clip", handleClip},
@@ -798,6 +809,9 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"Softmax", softmax("softmax")},
       {"LogSoftmax", softmax("log_softmax")},
       {"LayerNormalization", handleLayerNorm},
+      {"CumSum", handleCumSum},
+      {"Einsum", handleEinsum},
+      {"TopK", handleTopK},
       {"LSTM", lowerLstm},
       {"GRU", lowerGru},
   };
