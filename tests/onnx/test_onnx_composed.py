@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: Apache-2.0
+# Ops the importer composes from existing ShapeVM ops (src/onnx/onnx_composed.cc) and the LSTM
+# options onnx_recurrent.cc maps, on dynamic dims the ONNX node tests do not use: Einsum's
+# exporter equations, CumSum (exclusive/reverse), TopK (largest/smallest) and an LSTM with
+# peepholes, clip, input_forget and parameterized activations, each against a numpy reference.
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+TOLERANCE = 1e-5
+
+
+def model(nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+                              [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def run(run_cli, tmp_path, m, level="O0", **inputs):
+    onnx.save(m, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", **inputs)
+    code, _, err = run_cli("run", tmp_path / "m.onnx", "--inputs", tmp_path / "in.npz", "--out", tmp_path / "out.npz",
+                           "--jit-level", level, "-q")
+    assert code == 0, err
+    out = np.load(tmp_path / "out.npz")
+    return [out[f"out{k}"] for k in range(len(out.files))]
+
+
+def close(got, want):
+    assert got.shape == want.shape, (got.shape, want.shape)
+    err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+    assert err <= TOLERANCE, f"relative L2 {err:.2e}"
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)]),
+    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)]),
+    ("ij,jk", [(4, 5), (5, 3)]),
+    ("bi,bi->b", [(4, 6), (4, 6)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij->ji", [(3, 5)]),
+    ("bij->bj", [(2, 3, 4)]),
+])
+def test_einsum(run_cli, tmp_path, equation, shapes):
+    rng = np.random.default_rng(0)
+    names = ["a", "b"][:len(shapes)]
+    xs = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+    want = np.einsum(equation, *xs.values())
+    inputs = [(n, F, [f"{n}{i}" for i in range(len(s))]) for n, s in zip(names, shapes)]
+    m = model([helper.make_node("Einsum", names, ["y"], equation=equation)], inputs, [("y", F, None)])
+    for level in ("O0", "O2"):
+        close(run(run_cli, tmp_path, m, level, **xs)[0], want)
+
+
+def test_einsum_refuses_a_diagonal(run_cli, tmp_path):
+    m = model([helper.make_node("Einsum", ["a"], ["y"], equation="ii->i")], [("a", F, [3, 3])], [("y", F, None)])
+    onnx.save(m, tmp_path / "m.onnx")
+    code, _, err = run_cli("dis", tmp_path / "m.onnx")
+    assert code != 0 and "Einsum" in err and "diagonal" in err, err
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_cumsum(run_cli, tmp_path, exclusive, reverse, axis):
+    x = np.random.default_rng(1).standard_normal((5, 7)).astype(np.float32)
+    m = model([helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)],
+              [("x", F, ["n", "m"])], [("y", F, None)], [("axis", np.array(axis, np.int64))])
+    y = np.flip(x, axis) if reverse else x
+    want = np.cumsum(y, axis)
+    if exclusive:
+        want = want - y
+    if reverse:
+        want = np.flip(want, axis)
+    close(run(run_cli, tmp_path, m, x=x)[0], want)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk(run_cli, tmp_path, largest):
+    x = np.random.default_rng(2).permutation(6 * 9).reshape(6, 9).astype(np.float32)  # distinct values
+    m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)],
+              [("x", F, ["n", "m"])], [("v", F, None), ("i", TensorProto.INT64, None)], [("k", np.array([3], np.int64))])
+    order = np.argsort(-x if largest else x, axis=-1, kind="stable")[:, :3]
+    v, i = run(run_cli, tmp_path, m, x=x)
+    np.testing.assert_array_equal(i, order)
+    np.testing.assert_array_equal(v, np.take_along_axis(x, order, -1))
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def lstm_ref(x, w, r, b, p, clip, input_forget, f, g, h):
+    hidden = r.shape[-1]
+    hs, cs = np.zeros((x.shape[1], hidden), np.float64), np.zeros((x.shape[1], hidden), np.float64)
+    ys = []
+    for t in range(x.shape[0]):
+        gates = x[t] @ w[0].T + hs @ r[0].T + b[0, :4 * hidden] + b[0, 4 * hidden:]
+        gi, go, gf, gc = np.split(gates, 4, axis=-1)
+        pi, po, pf = np.split(p[0], 3)
+        cl = (lambda v: np.clip(v, -clip, clip))
+        i = f(cl(gi + pi * cs))
+        fg = 1 - i if input_forget else f(cl(gf + pf * cs))
+        cs = fg * cs + i * g(cl(gc))
+        o = f(cl(go + po * cs))
+        hs = o * h(cs)
+        ys.append(hs)
+    return np.stack(ys)[:, None]
+
+
+def test_lstm_peepholes_clip_input_forget_and_activation_parameters(run_cli, tmp_path):
+    rng = np.random.default_rng(3)
+    inputs, hidden = 3, 4
+    w = rng.standard_normal((1, 4 * hidden, inputs)).astype(np.float32)
+    r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
+    b = rng.standard_normal((1, 8 * hidden)).astype(np.float32)
+    p = rng.standard_normal((1, 3 * hidden)).astype(np.float32)
+    x = rng.standard_normal((7, 2, inputs)).astype(np.float32)
+    node = helper.make_node("LSTM", ["x", "w", "r", "b", "", "", "", "p"], ["y"], hidden_size=hidden, clip=1.5,
+                            input_forget=1, activations=["HardSigmoid", "ScaledTanh", "LeakyRelu"],
+                            activation_alpha=[0.3, 0.9, 0.05], activation_beta=[0.4, 1.1])
+    m = model([node], [("x", F, ["seq", "batch", inputs])], [("y", F, None)],
+              [("w", w), ("r", r), ("b", b), ("p", p)])
+    want = lstm_ref(x.astype(np.float64), w, r, b, p, 1.5, True,
+                    lambda v: np.clip(0.3 * v + 0.4, 0, 1),        # HardSigmoid(alpha 0.3, beta 0.4)
+                    lambda v: 0.9 * np.tanh(1.1 * v),                # ScaledTanh(alpha 0.9, beta 1.1)
+                    lambda v: np.where(v >= 0, v, 0.05 * v))          # LeakyRelu(alpha 0.05)
+    for level in ("O0", "O2"):
+        close(run(run_cli, tmp_path, m, level, x=x)[0], want.astype(np.float32))
+
+
+def test_lstm_peepholes_default_activations(run_cli, tmp_path):
+    rng = np.random.default_rng(4)
+    inputs, hidden = 3, 5
+    w = rng.standard_normal((1, 4 * hidden, inputs)).astype(np.float32) * 0.5
+    r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.5
+    b = np.zeros((1, 8 * hidden), np.float32)
+    p = rng.standard_normal((1, 3 * hidden)).astype(np.float32)
+    x = rng.standard_normal((6, 3, inputs)).astype(np.float32)
+    node = helper.make_node("LSTM", ["x", "w", "r", "", "", "", "", "p"], ["y"], hidden_size=hidden)
+    m = model([node], [("x", F, ["seq", "batch", inputs])], [("y", F, None)], [("w", w), ("r", r), ("p", p)])
+    want = lstm_ref(x.astype(np.float64), w, r, b, p, np.inf, False, sigmoid, np.tanh, np.tanh)
+    close(run(run_cli, tmp_path, m, x=x)[0], want.astype(np.float32))
