@@ -111,7 +111,8 @@ Expected<std::string> sumOut(NodeCtx& ctx, Operand& x, const std::string& term, 
     else rest += term[i];
   }
   if (axes.empty()) return rest;
-  SVM_ASSIGN_OR_RETURN(Val s, ctx.e->op1("sum", {x}, {{"axes", AttrValue::ofInts(axes)}, {"keepdims", AttrValue::ofBool(false)}}));
+  SVM_ASSIGN_OR_RETURN(
+      Val s, ctx.e->op1("sum", {x}, {{"axes", AttrValue::ofInts(axes)}, {"keepdims", AttrValue::ofBool(false)}}));
   SVM_ASSIGN_OR_RETURN(x, operandOf(ctx, s, "partial sum"));
   return rest;
 }
@@ -222,7 +223,8 @@ Status handleTopK(NodeCtx& ctx) {
   if (!largest && !isFloating(dtype) && dtype != DType::Int32 && dtype != DType::Int64)
     return ctx.fail(ErrorCode::Unsupported, "TopK largest=0 on {}", dtypeName(dtype));
   const ShapeElem n = ctx.e->dimOf(src, axis);
-  if (n.known && *n.known < ks[0]) return ctx.fail(ErrorCode::InvalidArgument, "k {} exceeds the axis length {}", ks[0], *n.known);
+  if (n.known && *n.known < ks[0])
+    return ctx.fail(ErrorCode::InvalidArgument, "k {} exceeds the axis length {}", ks[0], *n.known);
   Operand work = xo;
   if (!largest) {
     SVM_ASSIGN_OR_RETURN(Val neg, ctx.e->op1("neg", {xo}));
@@ -239,15 +241,16 @@ Status handleTopK(NodeCtx& ctx) {
     SVM_ASSIGN_OR_RETURN(Val p, ctx.e->op1("unsqueeze", {positions}, {{"axes", AttrValue::ofInts(others)}}));
     positions = Operand::ofReg(p.reg);
   }
-  const double lowest = isFloating(dtype)          ? -std::numeric_limits<double>::infinity()
-                        : dtype == DType::Int32    ? std::numeric_limits<std::int32_t>::lowest()
-                                                   : static_cast<double>(std::numeric_limits<std::int64_t>::lowest());
+  const double lowest = isFloating(dtype)       ? -std::numeric_limits<double>::infinity()
+                        : dtype == DType::Int32 ? std::numeric_limits<std::int32_t>::lowest()
+                                                : static_cast<double>(std::numeric_limits<std::int64_t>::lowest());
   const Operand masked = Operand::of(Value::fromTensor(Tensor::scalar(lowest, dtype)));
   const NamedAttrs reduce = {{"axes", AttrValue::ofInts({axis})}, {"keepdims", AttrValue::ofBool(true)}};
   std::vector<Operand> values, indices;
   for (std::int64_t round = 0; round < ks[0]; ++round) {
-    SVM_ASSIGN_OR_RETURN(Val idx, ctx.e->op1("argmax", {work}, {{"axis", AttrValue::ofInt(axis)},
-                                                                {"keepdims", AttrValue::ofBool(true)}}));
+    SVM_ASSIGN_OR_RETURN(
+        Val idx,
+        ctx.e->op1("argmax", {work}, {{"axis", AttrValue::ofInt(axis)}, {"keepdims", AttrValue::ofBool(true)}}));
     SVM_ASSIGN_OR_RETURN(Val best, ctx.e->op1("max", {work}, reduce));
     indices.push_back(Operand::ofReg(idx.reg));
     values.push_back(Operand::ofReg(best.reg));
@@ -257,7 +260,8 @@ Status handleTopK(NodeCtx& ctx) {
     work = Operand::ofReg(next.reg);
   }
   const NamedAttrs cat = {{"axis", AttrValue::ofInt(axis)}};
-  SVM_ASSIGN_OR_RETURN(Val vals, values.size() == 1 ? ctx.e->op1("identity", values) : ctx.e->op1("concat", values, cat));
+  SVM_ASSIGN_OR_RETURN(Val vals,
+                       values.size() == 1 ? ctx.e->op1("identity", values) : ctx.e->op1("concat", values, cat));
   if (!largest) {
     SVM_ASSIGN_OR_RETURN(vals, ctx.e->op1("neg", {Operand::ofReg(vals.reg)}));
   }

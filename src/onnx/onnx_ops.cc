@@ -39,7 +39,6 @@ namespace {
 
 using Kind = Val::Kind;
 
-
 // Elementwise scalar arithmetic on shape values with ONNX broadcasting of a length-1 operand.
 std::optional<Val> shapeBinary(NodeCtx& ctx, Opcode op) {
   if (!ctx.has(0) || !ctx.has(1) || !(ctx.input(0).isShape() || ctx.input(1).isShape())) return std::nullopt;
@@ -691,16 +690,17 @@ Status handleArgMax(NodeCtx& ctx) {
   const int axis = normAxis(a, in.rank);
   Val src = in.isConst() ? Val::ofTensor(ctx.e->regOf(x), in.dtype, in.rank) : in;
   if (in.isConst()) src.dims = in.dims;
-  SVM_ASSIGN_OR_RETURN(Val reversed, ctx.e->op1("slice", {Operand::ofReg(src.reg), ctx.e->ints({-1}),
-                                                          ctx.e->ints({std::numeric_limits<std::int64_t>::min()}),
-                                                          ctx.e->ints({-1})},
-                                                {{"axes", AttrValue::ofInts({axis})}}));
+  SVM_ASSIGN_OR_RETURN(Val reversed,
+                       ctx.e->op1("slice",
+                                  {Operand::ofReg(src.reg), ctx.e->ints({-1}),
+                                   ctx.e->ints({std::numeric_limits<std::int64_t>::min()}), ctx.e->ints({-1})},
+                                  {{"axes", AttrValue::ofInts({axis})}}));
   SVM_ASSIGN_OR_RETURN(Val j, ctx.e->op1("argmax", {Operand::ofReg(reversed.reg)}, attrs));
   ShapeElem n = ctx.e->dimOf(src, axis), one{1, -1};
   ShapeElem last = ctx.e->scalar(Opcode::Sub, n, one);
-  SVM_ASSIGN_OR_RETURN(Val base, ctx.e->op1("full", {ctx.e->ints(std::vector<std::int64_t>{}),
-                                                     Operand::ofReg(ctx.e->intReg(last))},
-                                            {{"dtype", AttrValue::ofDType(DType::Int64)}}));
+  SVM_ASSIGN_OR_RETURN(
+      Val base, ctx.e->op1("full", {ctx.e->ints(std::vector<std::int64_t>{}), Operand::ofReg(ctx.e->intReg(last))},
+                           {{"dtype", AttrValue::ofDType(DType::Int64)}}));
   return emitTo(ctx, "sub", {Operand::ofReg(base.reg), Operand::ofReg(j.reg)});
 }
 

@@ -197,8 +197,8 @@ ImportOutcome importAndRun(const fs::path& folder, const onnx::ModelProto& model
   if (Status s = session.set("jit_level", "O0"); !s.isOk()) return failed(s.toString());
   fs::path path = folder / "model.onnx";
   if (!bytes.empty()) {
-    path = fs::temp_directory_path() / fmt::format("svm_node_{}_{}.onnx", folder.filename().string(),
-                                                   static_cast<long>(::getpid()));
+    path = fs::temp_directory_path() /
+           fmt::format("svm_node_{}_{}.onnx", folder.filename().string(), static_cast<long>(::getpid()));
     std::ofstream(path, std::ios::binary) << bytes;
   }
   Status loaded = session.load(path.string());
