@@ -273,4 +273,56 @@ Status handleTopK(NodeCtx& ctx) {
   return Status::ok();
 }
 
+Status handleIf(NodeCtx& ctx) {
+  const onnx::AttributeProto *then_branch = ctx.attr("then_branch"), *else_branch = ctx.attr("else_branch");
+  if (then_branch == nullptr || else_branch == nullptr || !then_branch->has_g() || !else_branch->has_g())
+    return ctx.fail(ErrorCode::InvalidArgument, "If needs then_branch and else_branch graphs");
+  if (!ctx.has(0)) return ctx.fail(ErrorCode::InvalidArgument, "the condition is missing");
+  Val& cond = ctx.input(0);
+  std::optional<bool> known;
+  if (cond.isConst() && cond.constant.numel() == 1) known = cond.constant.elementAsDouble(0) != 0.0;
+  if (cond.isShape() && cond.elems.size() == 1 && cond.elems[0].known) known = *cond.elems[0].known != 0;
+  if (known) {  // exporters often write a condition that folds: import the taken branch only
+    SVM_ASSIGN_OR_RETURN(ctx.out, ctx.subgraph((*known ? then_branch : else_branch)->g()));
+    return Status::ok();
+  }
+  SVM_ASSIGN_OR_RETURN(Operand c, tensorIn(ctx, 0));
+  GraphEmitter& e = *ctx.e;
+  FunctionBuilder& fn = e.fn();
+  const int flag = e.newReg();
+  fn.emit(Opcode::ToBool, flag, e.regOf(c));
+  const int outputs = ctx.node->output_size();
+  std::vector<int> results;
+  for (int k = 0; k < outputs; ++k) {
+    results.push_back(e.newReg());
+    e.markTensor(results.back());
+  }
+  Label then_label = fn.newLabel(), else_label = fn.newLabel(), end = fn.newLabel();
+  fn.emitBranchIf(flag, then_label, else_label);
+  std::vector<Val> branch_outs[2];
+  for (int b = 0; b < 2; ++b) {
+    SVM_RETURN_IF_ERROR(fn.bind(b == 0 ? then_label : else_label));
+    SVM_ASSIGN_OR_RETURN(branch_outs[b], ctx.subgraph((b == 0 ? then_branch : else_branch)->g()));
+    if (static_cast<int>(branch_outs[b].size()) != outputs)
+      return ctx.fail(ErrorCode::InvalidArgument, "the {} branch has {} outputs, the node {}", b == 0 ? "then" : "else",
+                      branch_outs[b].size(), outputs);
+    for (int k = 0; k < outputs; ++k) {
+      SVM_ASSIGN_OR_RETURN(Operand o, e.tensor(branch_outs[b][static_cast<std::size_t>(k)],
+                                               fmt::format("{} branch output {}", ctx.label, k)));
+      fn.emit(Opcode::Move, results[static_cast<std::size_t>(k)], e.regOf(o));
+    }
+    fn.emitJump(end);
+  }
+  SVM_RETURN_IF_ERROR(fn.bind(end));
+  ctx.out.clear();
+  for (int k = 0; k < outputs; ++k) {
+    const Val& a = branch_outs[0][static_cast<std::size_t>(k)];
+    const Val& b = branch_outs[1][static_cast<std::size_t>(k)];
+    Val v = Val::ofTensor(results[static_cast<std::size_t>(k)], a.dtype == b.dtype ? a.dtype : std::nullopt,
+                          a.rank == b.rank ? a.rank : -1);
+    ctx.out.push_back(std::move(v));
+  }
+  return Status::ok();
+}
+
 }  // namespace shapevm::onnx_import

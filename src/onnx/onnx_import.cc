@@ -62,6 +62,20 @@ void recordTypes(const google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>&
   }
 }
 
+// The inferred types inside If branches (their names are unique across the model).
+void recordSubgraphTypes(const onnx::GraphProto& graph, std::unordered_map<std::string, TypeInfo>& types,
+                         int depth = 0) {
+  if (depth > 16) return;
+  for (const auto& node : graph.node()) {
+    for (const auto& a : node.attribute()) {
+      if (!a.has_g()) continue;
+      recordTypes(a.g().value_info(), types);
+      recordTypes(a.g().output(), types);
+      recordSubgraphTypes(a.g(), types, depth + 1);
+    }
+  }
+}
+
 // Nodes in an order where each runs after the producers of its inputs (Kahn; stable).
 Expected<std::vector<int>> topologicalOrder(const onnx::GraphProto& graph, const std::set<std::string>& available) {
   const int n = graph.node_size();
@@ -125,6 +139,7 @@ class Importer {
   Status checkSupported(const onnx::GraphProto& graph);
   Status declareInputs(const onnx::GraphProto& graph, FunctionBuilder& fn, GraphEmitter& emitter);
   Status emitNode(const onnx::NodeProto& node, int index, GraphEmitter& emitter);
+  Expected<std::vector<Val>> emitSubgraph(const onnx::GraphProto& graph, GraphEmitter& emitter);
   void applyType(const std::string& name, Val& v) const;
 
   const onnx::ModelProto& model_;
@@ -133,6 +148,7 @@ class Importer {
   std::int64_t opset_ = 0;
   std::unordered_map<std::string, TypeInfo> types_;
   std::unordered_map<std::string, Val> values_;
+  int subgraph_depth_ = 0;
 };
 
 Status Importer::checkOpsets() {
@@ -156,6 +172,12 @@ Status Importer::checkSupported(const onnx::GraphProto& graph) {
   int count = 0;
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto& node = graph.node(i);
+    for (const auto& a : node.attribute()) {  // If branches: their nodes are checked too
+      if (a.has_g()) {
+        Status inner = checkSupported(a.g());
+        if (!inner.isOk()) return inner;
+      }
+    }
     const bool known = isDefaultDomain(node.domain()) && onnx_import::findHandler(node.op_type()) != nullptr;
     if (known) continue;
     ++count;
@@ -252,6 +274,7 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
     ctx.in.push_back(&it->second);
   }
   while (!ctx.in.empty() && ctx.in.back() == nullptr) ctx.in.pop_back();
+  ctx.subgraph = [this, &emitter](const onnx::GraphProto& g) { return emitSubgraph(g, emitter); };
   Status status = (*onnx_import::findHandler(node.op_type()))(ctx);
   if (!status.isOk()) {
     // Errors from the op library (folding) or the builder get the node's name in front.
@@ -274,6 +297,33 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
   return Status::ok();
 }
 
+Expected<std::vector<Val>> Importer::emitSubgraph(const onnx::GraphProto& graph, GraphEmitter& emitter) {
+  if (++subgraph_depth_ > 16) {
+    --subgraph_depth_;
+    return makeError(ErrorCode::LimitExceeded, "{}: subgraphs nested more than 16 deep", name_);
+  }
+  const auto saved = values_;  // the branch's values and its cached registers end with it
+  Expected<std::vector<Val>> result = [&]() -> Expected<std::vector<Val>> {
+    if (graph.initializer_size() > 0 || graph.input_size() > 0)
+      return makeError(ErrorCode::Unsupported, "{}: a subgraph with its own inputs or initializers", name_);
+    std::set<std::string> available;
+    for (const auto& [name, v] : values_) available.insert(name);
+    SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(graph, available));
+    for (int index : order) SVM_RETURN_IF_ERROR(emitNode(graph.node(index), index, emitter));
+    std::vector<Val> outs;
+    for (const auto& out : graph.output()) {
+      auto it = values_.find(out.name());
+      if (it == values_.end())
+        return makeError(ErrorCode::UnknownName, "{}: subgraph output '{}' is never produced", name_, out.name());
+      outs.push_back(it->second);
+    }
+    return outs;
+  }();
+  values_ = saved;
+  --subgraph_depth_;
+  return result;
+}
+
 Expected<Module> Importer::run(const OnnxImportOptions& options) {
   SVM_RETURN_IF_ERROR(checkOpsets());
   const onnx::GraphProto& graph = model_.graph();
@@ -287,6 +337,7 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
     inferred = model_;  // inference is an aid: without it, ranks come from the handlers
   }
   recordTypes(inferred.graph().value_info(), types_);
+  recordSubgraphTypes(inferred.graph(), types_);
   recordTypes(inferred.graph().output(), types_);
   recordTypes(inferred.graph().input(), types_);
 

@@ -834,6 +834,7 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"CumSum", handleCumSum},
       {"Einsum", handleEinsum},
       {"TopK", handleTopK},
+      {"If", handleIf},
       {"LSTM", lowerLstm},
       {"GRU", lowerGru},
   };

@@ -144,6 +144,7 @@ ImportOutcome failed(std::string why) {
 // The importer's Unsupported message without the path and node name.
 std::string reasonOf(const Status& s) {
   std::string reason = s.message();
+  if (const std::size_t model = reason.find(".onnx: "); model != std::string::npos) reason = reason.substr(model + 7);
   const std::size_t node = reason.find("node '");
   const std::size_t colon = reason.find(": ", node == std::string::npos ? 0 : node);
   if (colon != std::string::npos) reason = reason.substr(colon + 2);

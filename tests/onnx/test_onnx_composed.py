@@ -144,3 +144,41 @@ def test_lstm_peepholes_default_activations(run_cli, tmp_path):
     m = model([node], [("x", F, ["seq", "batch", inputs])], [("y", F, None)], [("w", w), ("r", r), ("p", p)])
     want = lstm_ref(x.astype(np.float64), w, r, b, p, np.inf, False, sigmoid, np.tanh, np.tanh)
     close(run(run_cli, tmp_path, m, x=x)[0], want.astype(np.float32))
+
+
+def if_model(cond_input):
+    """y = x * 2 + 1 if cond else reshape(x, (-1,)) summed to a scalar * x (both branches read x
+    and x's shape from the outer graph)."""
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    then_graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c2"], value=two), helper.make_node("Mul", ["x", "c2"], ["t0"]),
+         helper.make_node("Add", ["t0", "one"], ["t_out"])], "then", [], [helper.make_tensor_value_info("t_out", F, None)])
+    else_graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+         helper.make_node("Mul", ["x", "total"], ["e0"]), helper.make_node("Reshape", ["e0", "s"], ["e_out"])],
+        "else", [], [helper.make_tensor_value_info("e_out", F, None)])
+    inputs = [("x", F, ["n", 3])]
+    inits = [("one", np.array(1.0, np.float32))]
+    if cond_input:
+        inputs.append(("cond", TensorProto.BOOL, []))
+    else:
+        inits.append(("cond", np.array(False)))
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph),
+             helper.make_node("Add", ["y", "one"], ["z"])]  # a use after the branches join
+    return model(nodes, inputs, [("z", F, None)], inits)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_runtime_condition(run_cli, tmp_path, cond):
+    x = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    want = (x * 2 + 1 if cond else x * x.sum()) + 1
+    for level in ("O0", "O2"):
+        close(run(run_cli, tmp_path, if_model(True), level, x=x, cond=np.array(cond))[0], want)
+
+
+def test_if_constant_condition_imports_one_branch(run_cli, tmp_path):
+    x = np.random.default_rng(6).standard_normal((5, 3)).astype(np.float32)
+    close(run(run_cli, tmp_path, if_model(False), x=x)[0], x * x.sum() + 1)
+    code, dis, err = run_cli("dis", tmp_path / "m.onnx")
+    assert code == 0, err
+    assert "CallOp sum " in dis and "Branch" not in dis, dis  # only the else branch, no branch
