@@ -283,7 +283,7 @@ Status handleIf(NodeCtx& ctx) {
   if (cond.isConst() && cond.constant.numel() == 1) known = cond.constant.elementAsDouble(0) != 0.0;
   if (cond.isShape() && cond.elems.size() == 1 && cond.elems[0].known) known = *cond.elems[0].known != 0;
   if (known) {  // exporters often write a condition that folds: import the taken branch only
-    SVM_ASSIGN_OR_RETURN(ctx.out, ctx.subgraph((*known ? then_branch : else_branch)->g()));
+    SVM_ASSIGN_OR_RETURN(ctx.out, ctx.subgraph((*known ? then_branch : else_branch)->g(), {}));
     return Status::ok();
   }
   SVM_ASSIGN_OR_RETURN(Operand c, tensorIn(ctx, 0));
@@ -302,7 +302,7 @@ Status handleIf(NodeCtx& ctx) {
   std::vector<Val> branch_outs[2];
   for (int b = 0; b < 2; ++b) {
     SVM_RETURN_IF_ERROR(fn.bind(b == 0 ? then_label : else_label));
-    SVM_ASSIGN_OR_RETURN(branch_outs[b], ctx.subgraph((b == 0 ? then_branch : else_branch)->g()));
+    SVM_ASSIGN_OR_RETURN(branch_outs[b], ctx.subgraph((b == 0 ? then_branch : else_branch)->g(), {}));
     if (static_cast<int>(branch_outs[b].size()) != outputs)
       return ctx.fail(ErrorCode::InvalidArgument, "the {} branch has {} outputs, the node {}", b == 0 ? "then" : "else",
                       branch_outs[b].size(), outputs);
@@ -322,6 +322,131 @@ Status handleIf(NodeCtx& ctx) {
                           a.rank == b.rank ? a.rank : -1);
     ctx.out.push_back(std::move(v));
   }
+  return Status::ok();
+}
+
+// head: continue while (i < M) and cond; body: LoopStart, the body graph on (i, cond, v...),
+// carried values moved back (through temporaries: a body may swap them), each scan output
+// appended (the first iteration starts it), LoopEnd, i += 1.
+Status handleLoop(NodeCtx& ctx) {
+  const onnx::AttributeProto* body_attr = ctx.attr("body");
+  if (body_attr == nullptr || !body_attr->has_g()) return ctx.fail(ErrorCode::InvalidArgument, "Loop needs a body");
+  const onnx::GraphProto& body = body_attr->g();
+  const int carried_count = std::max(ctx.node->input_size() - 2, 0);
+  const int scan_count = body.output_size() - 1 - carried_count;
+  if (scan_count < 0 || body.input_size() != 2 + carried_count || ctx.node->output_size() != carried_count + scan_count)
+    return ctx.fail(ErrorCode::InvalidArgument, "the body's inputs/outputs do not match the Loop's");
+  GraphEmitter& e = *ctx.e;
+  FunctionBuilder& fn = e.fn();
+  // The trip limit as an int register, the condition as a carried bool tensor.
+  int limit = -1;
+  if (ctx.has(0)) {
+    Val& m = ctx.input(0);
+    if (std::optional<std::vector<ShapeElem>> elems = e.shapeElems(m); elems && elems->size() == 1) {
+      limit = e.intReg((*elems)[0]);
+    } else {
+      SVM_ASSIGN_OR_RETURN(Operand mo, tensorIn(ctx, 0));
+      limit = e.newReg();
+      fn.emit(Opcode::ToInt, limit, e.regOf(mo));
+    }
+  }
+  int cond = -1;
+  if (ctx.has(1)) {
+    SVM_ASSIGN_OR_RETURN(Operand co, tensorIn(ctx, 1));
+    cond = e.newReg();
+    fn.emit(Opcode::Move, cond, e.regOf(co));
+    e.markTensor(cond);
+  }
+  std::vector<int> carried;
+  std::vector<Val> carried_vals;
+  for (int k = 0; k < carried_count; ++k) {
+    SVM_ASSIGN_OR_RETURN(Operand v, tensorIn(ctx, static_cast<std::size_t>(k + 2)));
+    carried.push_back(e.newReg());
+    fn.emit(Opcode::Move, carried.back(), e.regOf(v));
+    e.markTensor(carried.back());
+    const Val& init = ctx.input(static_cast<std::size_t>(k + 2));
+    carried_vals.push_back(Val::ofTensor(carried.back(), init.dtype, init.rank));
+  }
+  std::vector<int> scans;
+  for (int k = 0; k < scan_count; ++k) {  // empty until the first iteration (a 0-trip loop: zeros(0))
+    SVM_ASSIGN_OR_RETURN(Val empty, e.op1("zeros", {e.ints({0})}));
+    SVM_ASSIGN_OR_RETURN(Operand eo, e.tensor(empty, "empty scan output"));
+    scans.push_back(e.newReg());
+    fn.emit(Opcode::Move, scans.back(), e.regOf(eo));
+    e.markTensor(scans.back());
+  }
+  const int counter = e.newReg(), one = e.constReg(e.module().constInt(1)), zero = e.constReg(e.module().constInt(0));
+  fn.emit(Opcode::LoadConst, counter, e.module().constInt(0));
+  const int loop = e.newLoop();
+  Label head = fn.newLabel(), body_label = fn.newLabel(), done = fn.newLabel();
+  SVM_RETURN_IF_ERROR(fn.bind(head));
+  int go = -1;
+  if (limit >= 0) {
+    go = e.newReg();
+    fn.emit(Opcode::Lt, go, counter, limit);
+  }
+  if (cond >= 0) {
+    const int c = e.newReg();
+    fn.emit(Opcode::ToBool, c, cond);
+    if (go >= 0) {
+      const int both = e.newReg();
+      fn.emit(Opcode::And, both, go, c);
+      go = both;
+    } else {
+      go = c;
+    }
+  }
+  if (go < 0) return ctx.fail(ErrorCode::Unsupported, "a Loop without a trip count or a condition never ends");
+  fn.emitBranchIf(go, body_label, done);
+  SVM_RETURN_IF_ERROR(fn.bind(body_label));
+  fn.emit(Opcode::LoopStart, loop);
+  std::vector<Val> inputs = {Val::ofShape({ShapeElem{std::nullopt, counter}}, true)};
+  if (cond >= 0) {
+    inputs.push_back(Val::ofTensor(cond, DType::Bool, 0));
+  } else {
+    inputs.push_back(Val::ofConst(Tensor::scalar(1.0, DType::Bool)));
+  }
+  for (const Val& v : carried_vals) inputs.push_back(v);
+  SVM_ASSIGN_OR_RETURN(std::vector<Val> outs, ctx.subgraph(body, std::move(inputs)));
+  std::vector<int> next;  // every new value first, then the moves (a body may swap carried values)
+  for (int k = 0; k < 1 + carried_count; ++k) {
+    if (k == 0 && cond < 0) {
+      next.push_back(-1);
+      continue;
+    }
+    SVM_ASSIGN_OR_RETURN(Operand o,
+                         e.tensor(outs[static_cast<std::size_t>(k)], fmt::format("{} body output {}", ctx.label, k)));
+    const int t = e.newReg();
+    fn.emit(Opcode::Move, t, e.regOf(o));
+    next.push_back(t);
+  }
+  if (cond >= 0) fn.emit(Opcode::Move, cond, next[0]);
+  for (int k = 0; k < carried_count; ++k)
+    fn.emit(Opcode::Move, carried[static_cast<std::size_t>(k)], next[static_cast<std::size_t>(k + 1)]);
+  for (int k = 0; k < scan_count; ++k) {
+    SVM_ASSIGN_OR_RETURN(Operand o, e.tensor(outs[static_cast<std::size_t>(1 + carried_count + k)],
+                                             fmt::format("{} scan output {}", ctx.label, k)));
+    SVM_ASSIGN_OR_RETURN(Val row, e.op1("unsqueeze", {o}, {{"axes", AttrValue::ofInts({0})}}));
+    const int first = e.newReg();
+    fn.emit(Opcode::Eq, first, counter, zero);
+    Label start = fn.newLabel(), append = fn.newLabel(), joined = fn.newLabel();
+    fn.emitBranchIf(first, start, append);
+    SVM_RETURN_IF_ERROR(fn.bind(start));
+    fn.emit(Opcode::Move, scans[static_cast<std::size_t>(k)], row.reg);
+    fn.emitJump(joined);
+    SVM_RETURN_IF_ERROR(fn.bind(append));
+    SVM_ASSIGN_OR_RETURN(Val cat,
+                         e.op1("concat", {Operand::ofReg(scans[static_cast<std::size_t>(k)]), Operand::ofReg(row.reg)},
+                               {{"axis", AttrValue::ofInt(0)}}));
+    fn.emit(Opcode::Move, scans[static_cast<std::size_t>(k)], cat.reg);
+    SVM_RETURN_IF_ERROR(fn.bind(joined));
+  }
+  fn.emit(Opcode::LoopEnd, loop);
+  fn.emit(Opcode::Add, counter, counter, one);
+  fn.emitJump(head);
+  SVM_RETURN_IF_ERROR(fn.bind(done));
+  ctx.out = carried_vals;
+  for (int k = 0; k < scan_count; ++k) ctx.out.push_back(Val::ofTensor(scans[static_cast<std::size_t>(k)]));
   return Status::ok();
 }
 

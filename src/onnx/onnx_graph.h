@@ -120,9 +120,10 @@ struct NodeCtx {
   std::vector<Val> out;  // one per node output, filled by the handler
   GraphEmitter* e = nullptr;
   std::string label;  // "node 'name' (Op)" for errors
-  // Emits the nodes of a subgraph (an If branch) in the current scope and returns its outputs;
-  // values the subgraph defines, and registers cached on outer values, do not outlive the call.
-  std::function<Expected<std::vector<Val>>(const onnx::GraphProto&)> subgraph;
+  // Emits the nodes of a subgraph (an If branch, a Loop body) in the current scope, its inputs
+  // bound to `inputs`, and returns its outputs; values the subgraph defines, and registers cached
+  // on outer values, do not outlive the call.
+  std::function<Expected<std::vector<Val>>(const onnx::GraphProto&, std::vector<Val> inputs)> subgraph;
 
   bool has(std::size_t k) const { return k < in.size() && in[k] != nullptr; }
   Val& input(std::size_t k) const { return *in[k]; }
@@ -158,6 +159,8 @@ Status handleEinsum(NodeCtx& ctx);
 Status handleTopK(NodeCtx& ctx);
 // If: a constant condition imports the taken branch only; else both, as bytecode branches.
 Status handleIf(NodeCtx& ctx);
+// Loop: a counted / conditional bytecode loop over the body; scan outputs grow by concatenation.
+Status handleLoop(NodeCtx& ctx);
 
 std::vector<std::int64_t> intsOfTensor(const Tensor& t);
 

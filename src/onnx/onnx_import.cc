@@ -70,6 +70,7 @@ void recordSubgraphTypes(const onnx::GraphProto& graph, std::unordered_map<std::
     for (const auto& a : node.attribute()) {
       if (!a.has_g()) continue;
       recordTypes(a.g().value_info(), types);
+      recordTypes(a.g().input(), types);
       recordTypes(a.g().output(), types);
       recordSubgraphTypes(a.g(), types, depth + 1);
     }
@@ -139,7 +140,8 @@ class Importer {
   Status checkSupported(const onnx::GraphProto& graph);
   Status declareInputs(const onnx::GraphProto& graph, FunctionBuilder& fn, GraphEmitter& emitter);
   Status emitNode(const onnx::NodeProto& node, int index, GraphEmitter& emitter);
-  Expected<std::vector<Val>> emitSubgraph(const onnx::GraphProto& graph, GraphEmitter& emitter);
+  Expected<std::vector<Val>> emitSubgraph(const onnx::GraphProto& graph, std::vector<Val> inputs,
+                                          GraphEmitter& emitter);
   void applyType(const std::string& name, Val& v) const;
 
   const onnx::ModelProto& model_;
@@ -274,7 +276,9 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
     ctx.in.push_back(&it->second);
   }
   while (!ctx.in.empty() && ctx.in.back() == nullptr) ctx.in.pop_back();
-  ctx.subgraph = [this, &emitter](const onnx::GraphProto& g) { return emitSubgraph(g, emitter); };
+  ctx.subgraph = [this, &emitter](const onnx::GraphProto& g, std::vector<Val> inputs) {
+    return emitSubgraph(g, std::move(inputs), emitter);
+  };
   Status status = (*onnx_import::findHandler(node.op_type()))(ctx);
   if (!status.isOk()) {
     // Errors from the op library (folding) or the builder get the node's name in front.
@@ -297,15 +301,25 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
   return Status::ok();
 }
 
-Expected<std::vector<Val>> Importer::emitSubgraph(const onnx::GraphProto& graph, GraphEmitter& emitter) {
+Expected<std::vector<Val>> Importer::emitSubgraph(const onnx::GraphProto& graph, std::vector<Val> inputs,
+                                                  GraphEmitter& emitter) {
   if (++subgraph_depth_ > 16) {
     --subgraph_depth_;
     return makeError(ErrorCode::LimitExceeded, "{}: subgraphs nested more than 16 deep", name_);
   }
   const auto saved = values_;  // the branch's values and its cached registers end with it
   Expected<std::vector<Val>> result = [&]() -> Expected<std::vector<Val>> {
-    if (graph.initializer_size() > 0 || graph.input_size() > 0)
-      return makeError(ErrorCode::Unsupported, "{}: a subgraph with its own inputs or initializers", name_);
+    if (graph.initializer_size() > 0)
+      return makeError(ErrorCode::Unsupported, "{}: a subgraph with its own initializers", name_);
+    if (static_cast<std::size_t>(graph.input_size()) != inputs.size()) {
+      return makeError(ErrorCode::InvalidArgument, "{}: subgraph '{}' has {} inputs, {} given", name_, graph.name(),
+                       graph.input_size(), inputs.size());
+    }
+    for (int k = 0; k < graph.input_size(); ++k) {
+      Val v = std::move(inputs[static_cast<std::size_t>(k)]);
+      applyType(graph.input(k).name(), v);
+      values_[graph.input(k).name()] = std::move(v);
+    }
     std::set<std::string> available;
     for (const auto& [name, v] : values_) available.insert(name);
     SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(graph, available));

@@ -835,6 +835,7 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"Einsum", handleEinsum},
       {"TopK", handleTopK},
       {"If", handleIf},
+      {"Loop", handleLoop},
       {"LSTM", lowerLstm},
       {"GRU", lowerGru},
   };

@@ -145,6 +145,10 @@ ImportOutcome failed(std::string why) {
 std::string reasonOf(const Status& s) {
   std::string reason = s.message();
   if (const std::size_t model = reason.find(".onnx: "); model != std::string::npos) reason = reason.substr(model + 7);
+  if (!reason.empty() && std::isdigit(static_cast<unsigned char>(reason[0]))) {  // "N node(s) use ops ...:" + list
+    std::replace(reason.begin(), reason.end(), '\n', ' ');
+    return reason.substr(0, 140);
+  }
   const std::size_t node = reason.find("node '");
   const std::size_t colon = reason.find(": ", node == std::string::npos ? 0 : node);
   if (colon != std::string::npos) reason = reason.substr(colon + 2);

@@ -182,3 +182,47 @@ def test_if_constant_condition_imports_one_branch(run_cli, tmp_path):
     code, dis, err = run_cli("dis", tmp_path / "m.onnx")
     assert code == 0, err
     assert "CallOp sum " in dis and "Branch" not in dis, dis  # only the else branch, no branch
+
+
+def loop_model(with_cond):
+    """acc_{i+1} = acc_i + x * i for i < trip (and, with_cond, while sum(acc) < limit); scan
+    output: each iteration's acc. The body reads x from the outer graph."""
+    body_nodes = [
+        helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "fi"], ["step"]),
+        helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+        helper.make_node("Identity", ["acc_out"], ["scan"]),
+    ]
+    if with_cond:
+        body_nodes += [helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+                       helper.make_node("Less", ["total", "limit"], ["cond_out"])]
+    else:
+        body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", F, ["n"])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", F, ["n"]),
+         helper.make_tensor_value_info("scan", F, ["n"])])
+    node = helper.make_node("Loop", ["trip", "cond", "acc0"], ["acc", "scans"], body=body)
+    inits = [("limit", np.array(40.0, np.float32)), ("cond", np.array(True))]
+    return model([node], [("x", F, ["n"]), ("acc0", F, ["n"]), ("trip", TensorProto.INT64, [])],
+                 [("acc", F, None), ("scans", F, None)], inits)
+
+
+@pytest.mark.parametrize("with_cond", [False, True])
+def test_loop(run_cli, tmp_path, with_cond):
+    x = np.arange(1, 5, dtype=np.float32)
+    acc0 = np.zeros(4, np.float32)
+    for trip in (3, 6):
+        acc, rows = acc0.copy(), []
+        for i in range(trip):
+            acc = acc + x * i
+            rows.append(acc)
+            if with_cond and not acc.sum() < 40:
+                break
+        for level in ("O0", "O2"):
+            got_acc, got_scan = run(run_cli, tmp_path, loop_model(with_cond), level, x=x, acc0=acc0,
+                                    trip=np.array(trip, np.int64))
+            close(got_acc, acc)
+            close(got_scan, np.stack(rows))
