@@ -226,3 +226,26 @@ def test_loop(run_cli, tmp_path, with_cond):
                                     trip=np.array(trip, np.int64))
             close(got_acc, acc)
             close(got_scan, np.stack(rows))
+
+
+@pytest.mark.parametrize("case", ["topk_k_too_large", "loop_without_limit", "cumsum_axis_out_of_range"])
+def test_composed_ops_refuse_bad_input_with_the_node_named(run_cli, tmp_path, case):
+    if case == "topk_k_too_large":
+        m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top")], [("x", F, ["n", 4])],
+                  [("v", F, None), ("i", TensorProto.INT64, None)], [("k", np.array([5], np.int64))])
+        words = ["top", "exceeds the axis length 4"]
+    elif case == "loop_without_limit":
+        body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"])], "body",
+                                 [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                                  helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                                 [helper.make_tensor_value_info("c_out", TensorProto.BOOL, [])])
+        m = model([helper.make_node("Loop", ["", ""], [], body=body, name="spin"),
+                   helper.make_node("Identity", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)])
+        words = ["spin", "never ends"]
+    else:
+        m = model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs")], [("x", F, ["n", 3])],
+                  [("y", F, None)], [("axis", np.array(2, np.int64))])
+        words = ["cs", "axis"]
+    onnx.save(m, tmp_path / "m.onnx")
+    code, _, err = run_cli("dis", tmp_path / "m.onnx")
+    assert code != 0 and "error" in err and all(w in err for w in words), err
