@@ -46,7 +46,7 @@ class Matcher {
     for (int i = 0; i < graph_.node_size(); ++i) {
       if (removed_[static_cast<std::size_t>(i)]) continue;
       const onnx::NodeProto& node = graph_.node(i);
-      if (!isDefaultDomain(node.domain())) continue;
+      if (!isDefaultDomain(node.domain()) || !wellFormed(node)) continue;
       if (node.op_type() == "ReduceMean" && matchLayerNorm(i)) ++result.layer_norms;
       else if (node.op_type() == "Erf" && matchGelu(i)) ++result.gelus;
     }
@@ -61,13 +61,22 @@ class Matcher {
  private:
   const onnx::NodeProto& node(int i) const { return graph_.node(i); }
 
+  // Every op of the patterns has one output and one (ReduceMean, Sqrt, Erf, Identity) or two
+  // inputs; a node of another shape (a malformed model) never matches.
+  static bool wellFormed(const onnx::NodeProto& n) {
+    const std::string& op = n.op_type();
+    const int arity = op == "ReduceMean" || op == "Sqrt" || op == "Erf" || op == "Identity" ? 1 : 2;
+    return n.output_size() == 1 && n.input_size() == arity;
+  }
+
   // The one node consuming `value` when it has exactly one consumer (not a graph output) of
   // type `op_type`; -1 otherwise.
   int soleConsumer(const std::string& value, std::string_view op_type) const {
     auto it = consumers_.find(value);
     if (it == consumers_.end() || it->second.size() != 1 || it->second[0] < 0) return -1;
     const int c = it->second[0];
-    if (removed_[static_cast<std::size_t>(c)] || node(c).op_type() != op_type || !isDefaultDomain(node(c).domain()))
+    if (removed_[static_cast<std::size_t>(c)] || node(c).op_type() != op_type || !isDefaultDomain(node(c).domain()) ||
+        !wellFormed(node(c)))
       return -1;
     return c;
   }
@@ -76,7 +85,8 @@ class Matcher {
     auto it = producer_.find(value);
     if (it == producer_.end()) return -1;
     const int p = it->second;
-    if (removed_[static_cast<std::size_t>(p)] || node(p).op_type() != op_type || !isDefaultDomain(node(p).domain()))
+    if (removed_[static_cast<std::size_t>(p)] || node(p).op_type() != op_type || !isDefaultDomain(node(p).domain()) ||
+        !wellFormed(node(p)))
       return -1;
     return p;
   }
@@ -168,8 +178,9 @@ class Matcher {
     int pow = -1, div = -1;
     for (int c : consumers_.at(d)) {
       if (c < 0 || removed_[static_cast<std::size_t>(c)]) return false;
-      if (node(c).op_type() == "Pow" && node(c).input_size() == 2 && node(c).input(0) == d) pow = c;
-      else if (node(c).op_type() == "Div" && node(c).input_size() == 2 && node(c).input(0) == d) div = c;
+      if (!wellFormed(node(c))) return false;
+      if (node(c).op_type() == "Pow" && node(c).input(0) == d) pow = c;
+      else if (node(c).op_type() == "Div" && node(c).input(0) == d) div = c;
     }
     if (pow < 0 || div < 0) return false;
     std::optional<double> exponent = scalarConst(node(pow).input(1));

@@ -6,6 +6,7 @@
 // node through its handler and store the graph outputs. The result is verified.
 #include "onnx/onnx_import.h"
 
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -260,7 +261,32 @@ Status Importer::declareInputs(const onnx::GraphProto& graph, FunctionBuilder& f
   return Status::ok();
 }
 
+// The node's input and output counts against ONNX's schema of its op at the model's opset (a
+// malformed model otherwise reaches a handler without an input it relies on). Nodes without a
+// schema at this opset (the Gelu / LayerNormalization nodes onnx_fuse.cc writes) are ours.
+Status checkArity(const onnx::NodeProto& node, std::int64_t opset, const std::string& label) {
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), "");
+  if (schema == nullptr) return Status::ok();
+  const int inputs = node.input_size(), outputs = node.output_size();
+  if (inputs < schema->min_input() || inputs > schema->max_input()) {
+    return makeError(ErrorCode::InvalidArgument, "{}: {} inputs given, but {} takes {} to {}", label, inputs,
+                     node.op_type(), schema->min_input(), schema->max_input());
+  }
+  if (outputs < schema->min_output() || outputs > schema->max_output()) {
+    return makeError(ErrorCode::InvalidArgument, "{}: {} outputs given, but {} has {} to {}", label, outputs,
+                     node.op_type(), schema->min_output(), schema->max_output());
+  }
+  const auto& formal = schema->inputs();
+  for (int k = 0; k < inputs && k < static_cast<int>(formal.size()); ++k) {
+    if (node.input(k).empty() && formal[static_cast<std::size_t>(k)].GetOption() == onnx::OpSchema::Single)
+      return makeError(ErrorCode::InvalidArgument, "{}: input {} ('{}') is required", label, k,
+                       formal[static_cast<std::size_t>(k)].GetName());
+  }
+  return Status::ok();
+}
+
 Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& emitter) {
+  SVM_RETURN_IF_ERROR(checkArity(node, opset_, nodeLabel(node, index)));
   NodeCtx ctx;
   ctx.node = &node;
   ctx.opset = opset_;

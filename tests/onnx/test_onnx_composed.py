@@ -235,12 +235,15 @@ def test_composed_ops_refuse_bad_input_with_the_node_named(run_cli, tmp_path, ca
                   [("v", F, None), ("i", TensorProto.INT64, None)], [("k", np.array([5], np.int64))])
         words = ["top", "exceeds the axis length 4"]
     elif case == "loop_without_limit":
-        body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]),
+                                  helper.make_node("Identity", ["v"], ["v_out"])], "body",
                                  [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                                  helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-                                 [helper.make_tensor_value_info("c_out", TensorProto.BOOL, [])])
-        m = model([helper.make_node("Loop", ["", ""], [], body=body, name="spin"),
-                   helper.make_node("Identity", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)])
+                                  helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info("v", F, [2])],
+                                 [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info("v_out", F, [2])])
+        m = model([helper.make_node("Loop", ["", "", "x"], ["y"], body=body, name="spin")], [("x", F, [2])],
+                  [("y", F, None)])
         words = ["spin", "never ends"]
     else:
         m = model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs")], [("x", F, ["n", 3])],
@@ -249,3 +252,12 @@ def test_composed_ops_refuse_bad_input_with_the_node_named(run_cli, tmp_path, ca
     onnx.save(m, tmp_path / "m.onnx")
     code, _, err = run_cli("dis", tmp_path / "m.onnx")
     assert code != 0 and "error" in err and all(w in err for w in words), err
+
+
+def test_a_node_missing_a_required_input_is_an_error(run_cli, tmp_path):
+    # Found by fuzz_onnx (fuzz/regressions/onnx/reshape_missing_input.onnx): a Reshape without its
+    # shape input reached the handler, which read past the node's inputs.
+    m = model([helper.make_node("Reshape", ["x"], ["y"], name="r")], [("x", F, [2, 3])], [("y", F, None)])
+    onnx.save(m, tmp_path / "m.onnx")
+    code, _, err = run_cli("dis", tmp_path / "m.onnx")
+    assert code != 0 and "node 'r' (Reshape): 1 inputs given, but Reshape takes 2 to 2" in err, err
