@@ -5,11 +5,11 @@
 # needs; tuning_db also builds the JIT). New corpus entries go to build-fuzz/corpus/TARGET; a crash
 # leaves build-fuzz/findings/TARGET/crash-*, which belongs in fuzz/regressions/TARGET once fixed.
 # Usage: scripts/fuzz.sh TARGET SECONDS [extra libFuzzer flags]
-#   TARGET: svm | svasm | frontend | npy | tuning_db
+#   TARGET: svm | svasm | frontend | npy | onnx | tuning_db
 # Environment: FUZZ_JOBS=N runs N libFuzzer workers (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/fuzz.sh TARGET SECONDS [libFuzzer flags]   (TARGET: svm svasm frontend npy tuning_db)"
+usage="usage: scripts/fuzz.sh TARGET SECONDS [libFuzzer flags]   (TARGET: svm svasm frontend npy onnx tuning_db)"
 target="${1:?$usage}"
 seconds="${2:?$usage}"
 shift 2
@@ -18,6 +18,7 @@ case "$target" in
   svasm) seeds=(examples tests/must_fail tests/golden) ;;
   frontend) seeds=(tests/frontend_corpus fuzz/corpus/frontend examples) ;;
   npy) seeds=(fuzz/corpus/npy) ;;
+  onnx) seeds=(fuzz/corpus/onnx) ;;
   tuning_db) seeds=(fuzz/corpus/tuning_db) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac

@@ -120,6 +120,10 @@ struct NodeCtx {
   std::vector<Val> out;  // one per node output, filled by the handler
   GraphEmitter* e = nullptr;
   std::string label;  // "node 'name' (Op)" for errors
+  // Emits the nodes of a subgraph (an If branch, a Loop body) in the current scope, its inputs
+  // bound to `inputs`, and returns its outputs; values the subgraph defines, and registers cached
+  // on outer values, do not outlive the call.
+  std::function<Expected<std::vector<Val>>(const onnx::GraphProto&, std::vector<Val> inputs)> subgraph;
 
   bool has(std::size_t k) const { return k < in.size() && in[k] != nullptr; }
   Val& input(std::size_t k) const { return *in[k]; }
@@ -136,12 +140,27 @@ struct NodeCtx {
   }
 };
 
+// Helpers the handler files share (onnx_ops.cc): input k as a tensor operand (a missing input is
+// an error), emitting op `op` into ctx.out, an ONNX axis made non-negative, a known rank.
+Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k);
+Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs = {});
+int normAxis(std::int64_t axis, int rank);
+Status needRank(NodeCtx& ctx, const Val& v, std::string_view what);
+
 using Handler = std::function<Status(NodeCtx&)>;
 // The handler for an op type of the default domain, or nullptr (onnx_ops.cc).
 const Handler* findHandler(std::string_view op_type);
 // Recurrent ops lowered to loops (onnx_recurrent.cc).
 Status lowerLstm(NodeCtx& ctx);
 Status lowerGru(NodeCtx& ctx);
+// Ops composed from existing ShapeVM ops (onnx_composed.cc).
+Status handleCumSum(NodeCtx& ctx);
+Status handleEinsum(NodeCtx& ctx);
+Status handleTopK(NodeCtx& ctx);
+// If: a constant condition imports the taken branch only; else both, as bytecode branches.
+Status handleIf(NodeCtx& ctx);
+// Loop: a counted / conditional bytecode loop over the body; scan outputs grow by concatenation.
+Status handleLoop(NodeCtx& ctx);
 
 std::vector<std::int64_t> intsOfTensor(const Tensor& t);
 

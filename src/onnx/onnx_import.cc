@@ -6,6 +6,7 @@
 // node through its handler and store the graph outputs. The result is verified.
 #include "onnx/onnx_import.h"
 
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -17,6 +18,7 @@
 #include <unordered_map>
 
 #include "bytecode/verifier.h"
+#include "onnx/onnx_fuse.h"
 #include "onnx/onnx_graph.h"
 #include "onnx/onnx_tensor.h"
 
@@ -58,6 +60,21 @@ void recordTypes(const google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>&
       for (const auto& d : tt.shape().dim()) t.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
     }
     types[info.name()] = t;
+  }
+}
+
+// The inferred types inside If branches (their names are unique across the model).
+void recordSubgraphTypes(const onnx::GraphProto& graph, std::unordered_map<std::string, TypeInfo>& types,
+                         int depth = 0) {
+  if (depth > 16) return;
+  for (const auto& node : graph.node()) {
+    for (const auto& a : node.attribute()) {
+      if (!a.has_g()) continue;
+      recordTypes(a.g().value_info(), types);
+      recordTypes(a.g().input(), types);
+      recordTypes(a.g().output(), types);
+      recordSubgraphTypes(a.g(), types, depth + 1);
+    }
   }
 }
 
@@ -124,6 +141,8 @@ class Importer {
   Status checkSupported(const onnx::GraphProto& graph);
   Status declareInputs(const onnx::GraphProto& graph, FunctionBuilder& fn, GraphEmitter& emitter);
   Status emitNode(const onnx::NodeProto& node, int index, GraphEmitter& emitter);
+  Expected<std::vector<Val>> emitSubgraph(const onnx::GraphProto& graph, std::vector<Val> inputs,
+                                          GraphEmitter& emitter);
   void applyType(const std::string& name, Val& v) const;
 
   const onnx::ModelProto& model_;
@@ -132,6 +151,7 @@ class Importer {
   std::int64_t opset_ = 0;
   std::unordered_map<std::string, TypeInfo> types_;
   std::unordered_map<std::string, Val> values_;
+  int subgraph_depth_ = 0;
 };
 
 Status Importer::checkOpsets() {
@@ -155,6 +175,12 @@ Status Importer::checkSupported(const onnx::GraphProto& graph) {
   int count = 0;
   for (int i = 0; i < graph.node_size(); ++i) {
     const onnx::NodeProto& node = graph.node(i);
+    for (const auto& a : node.attribute()) {  // If branches: their nodes are checked too
+      if (a.has_g()) {
+        Status inner = checkSupported(a.g());
+        if (!inner.isOk()) return inner;
+      }
+    }
     const bool known = isDefaultDomain(node.domain()) && onnx_import::findHandler(node.op_type()) != nullptr;
     if (known) continue;
     ++count;
@@ -235,7 +261,32 @@ Status Importer::declareInputs(const onnx::GraphProto& graph, FunctionBuilder& f
   return Status::ok();
 }
 
+// The node's input and output counts against ONNX's schema of its op at the model's opset (a
+// malformed model otherwise reaches a handler without an input it relies on). Nodes without a
+// schema at this opset (the Gelu / LayerNormalization nodes onnx_fuse.cc writes) are ours.
+Status checkArity(const onnx::NodeProto& node, std::int64_t opset, const std::string& label) {
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset), "");
+  if (schema == nullptr) return Status::ok();
+  const int inputs = node.input_size(), outputs = node.output_size();
+  if (inputs < schema->min_input() || inputs > schema->max_input()) {
+    return makeError(ErrorCode::InvalidArgument, "{}: {} inputs given, but {} takes {} to {}", label, inputs,
+                     node.op_type(), schema->min_input(), schema->max_input());
+  }
+  if (outputs < schema->min_output() || outputs > schema->max_output()) {
+    return makeError(ErrorCode::InvalidArgument, "{}: {} outputs given, but {} has {} to {}", label, outputs,
+                     node.op_type(), schema->min_output(), schema->max_output());
+  }
+  const auto& formal = schema->inputs();
+  for (int k = 0; k < inputs && k < static_cast<int>(formal.size()); ++k) {
+    if (node.input(k).empty() && formal[static_cast<std::size_t>(k)].GetOption() == onnx::OpSchema::Single)
+      return makeError(ErrorCode::InvalidArgument, "{}: input {} ('{}') is required", label, k,
+                       formal[static_cast<std::size_t>(k)].GetName());
+  }
+  return Status::ok();
+}
+
 Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& emitter) {
+  SVM_RETURN_IF_ERROR(checkArity(node, opset_, nodeLabel(node, index)));
   NodeCtx ctx;
   ctx.node = &node;
   ctx.opset = opset_;
@@ -251,6 +302,9 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
     ctx.in.push_back(&it->second);
   }
   while (!ctx.in.empty() && ctx.in.back() == nullptr) ctx.in.pop_back();
+  ctx.subgraph = [this, &emitter](const onnx::GraphProto& g, std::vector<Val> inputs) {
+    return emitSubgraph(g, std::move(inputs), emitter);
+  };
   Status status = (*onnx_import::findHandler(node.op_type()))(ctx);
   if (!status.isOk()) {
     // Errors from the op library (folding) or the builder get the node's name in front.
@@ -273,6 +327,43 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
   return Status::ok();
 }
 
+Expected<std::vector<Val>> Importer::emitSubgraph(const onnx::GraphProto& graph, std::vector<Val> inputs,
+                                                  GraphEmitter& emitter) {
+  if (++subgraph_depth_ > 16) {
+    --subgraph_depth_;
+    return makeError(ErrorCode::LimitExceeded, "{}: subgraphs nested more than 16 deep", name_);
+  }
+  const auto saved = values_;  // the branch's values and its cached registers end with it
+  Expected<std::vector<Val>> result = [&]() -> Expected<std::vector<Val>> {
+    if (graph.initializer_size() > 0)
+      return makeError(ErrorCode::Unsupported, "{}: a subgraph with its own initializers", name_);
+    if (static_cast<std::size_t>(graph.input_size()) != inputs.size()) {
+      return makeError(ErrorCode::InvalidArgument, "{}: subgraph '{}' has {} inputs, {} given", name_, graph.name(),
+                       graph.input_size(), inputs.size());
+    }
+    for (int k = 0; k < graph.input_size(); ++k) {
+      Val v = std::move(inputs[static_cast<std::size_t>(k)]);
+      applyType(graph.input(k).name(), v);
+      values_[graph.input(k).name()] = std::move(v);
+    }
+    std::set<std::string> available;
+    for (const auto& [name, v] : values_) available.insert(name);
+    SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(graph, available));
+    for (int index : order) SVM_RETURN_IF_ERROR(emitNode(graph.node(index), index, emitter));
+    std::vector<Val> outs;
+    for (const auto& out : graph.output()) {
+      auto it = values_.find(out.name());
+      if (it == values_.end())
+        return makeError(ErrorCode::UnknownName, "{}: subgraph output '{}' is never produced", name_, out.name());
+      outs.push_back(it->second);
+    }
+    return outs;
+  }();
+  values_ = saved;
+  --subgraph_depth_;
+  return result;
+}
+
 Expected<Module> Importer::run(const OnnxImportOptions& options) {
   SVM_RETURN_IF_ERROR(checkOpsets());
   const onnx::GraphProto& graph = model_.graph();
@@ -286,6 +377,7 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
     inferred = model_;  // inference is an aid: without it, ranks come from the handlers
   }
   recordTypes(inferred.graph().value_info(), types_);
+  recordSubgraphTypes(inferred.graph(), types_);
   recordTypes(inferred.graph().output(), types_);
   recordTypes(inferred.graph().input(), types_);
 
@@ -297,8 +389,15 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
 
   std::set<std::string> available;
   for (const auto& [name, v] : values_) available.insert(name);
-  SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(graph, available));
-  for (int index : order) SVM_RETURN_IF_ERROR(emitNode(graph.node(index), index, emitter));
+  // The nodes to emit: the graph's, with recognized LayerNorm / GELU chains replaced.
+  onnx::GraphProto nodes;
+  if (options.fuse_patterns) {
+    for (onnx::NodeProto& node : onnx_import::fusePatterns(graph, base_dir_).nodes) *nodes.add_node() = std::move(node);
+  } else {
+    *nodes.mutable_node() = graph.node();
+  }
+  SVM_ASSIGN_OR_RETURN(std::vector<int> order, topologicalOrder(nodes, available));
+  for (int index : order) SVM_RETURN_IF_ERROR(emitNode(nodes.node(index), index, emitter));
 
   fn.setOutputs(graph.output_size());
   for (int k = 0; k < graph.output_size(); ++k) {

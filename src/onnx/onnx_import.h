@@ -15,6 +15,9 @@ namespace shapevm {
 
 struct OnnxImportOptions {
   std::string function_name = "main";  // the imported function's name
+  // Recognize exported LayerNorm and exact-GELU chains and import them as layer_norm / gelu
+  // (onnx_fuse.h); off imports every node as written.
+  bool fuse_patterns = true;
 };
 
 // Whether the importer maps ONNX op `op_type` of the default domain (some attribute values or

@@ -4,15 +4,13 @@
 // is one, fold constant operands at import, and otherwise emit ShapeVM ops with ONNX semantics
 // mapped exactly (Reshape's 0, Pow's dtype, Softmax's axis by opset, Expand's two-way broadcast,
 // Pad's order). A combination a handler cannot express is an error naming the node.
+#include <limits>
 #include <map>
 
 #include "onnx/onnx_graph.h"
 #include "onnx/onnx_tensor.h"
 
 namespace shapevm::onnx_import {
-namespace {
-
-using Kind = Val::Kind;
 
 Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k) {
   if (!ctx.has(k)) return ctx.fail(ErrorCode::InvalidArgument, "input {} is missing", k);
@@ -20,7 +18,7 @@ Expected<Operand> tensorIn(NodeCtx& ctx, std::size_t k) {
                        fmt::format("{} input {} ('{}')", ctx.label, k, ctx.node->input(static_cast<int>(k))));
 }
 
-Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs = {}) {
+Status emitTo(NodeCtx& ctx, std::string_view op, std::vector<Operand> inputs, const NamedAttrs& attrs) {
   SVM_ASSIGN_OR_RETURN(std::vector<Val> out, ctx.e->op(op, std::move(inputs), attrs));
   ctx.out = std::move(out);
   return Status::ok();
@@ -36,6 +34,10 @@ Status needRank(NodeCtx& ctx, const Val& v, std::string_view what) {
                     what);
   return Status::ok();
 }
+
+namespace {
+
+using Kind = Val::Kind;
 
 // Elementwise scalar arithmetic on shape values with ONNX broadcasting of a length-1 operand.
 std::optional<Val> shapeBinary(NodeCtx& ctx, Opcode op) {
@@ -140,6 +142,14 @@ Status handleClip(NodeCtx& ctx) {
   return Status::ok();
 }
 
+// Gelu (opset 20, and the node onnx_fuse.cc writes for a recognized x*0.5*(1+erf(x/sqrt2))).
+Status handleGelu(NodeCtx& ctx) {
+  const std::string approximate = ctx.attrString("approximate", "none");
+  if (approximate != "none") return ctx.fail(ErrorCode::Unsupported, "Gelu approximate='{}' (exact only)", approximate);
+  SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
+  return emitTo(ctx, "gelu", {x});
+}
+
 Status handleIdentity(NodeCtx& ctx) {
   if (!ctx.has(0)) return ctx.fail(ErrorCode::InvalidArgument, "input 0 is missing");
   ctx.out = {ctx.input(0)};
@@ -149,8 +159,11 @@ Status handleIdentity(NodeCtx& ctx) {
 Status handleDropout(NodeCtx& ctx) {
   if (ctx.has(2)) {
     SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> training, ctx.constInts(2, "training_mode"));
-    if (!training.empty() && training[0] != 0)
-      return ctx.fail(ErrorCode::Unsupported, "training-mode Dropout is random (inference only)");
+    bool zero_ratio = false;  // training mode with ratio 0 drops nothing: the identity
+    if (ctx.has(1) && ctx.input(1).isConst() && ctx.input(1).constant.numel() == 1)
+      zero_ratio = ctx.input(1).constant.elementAsDouble(0) == 0.0;
+    if (!training.empty() && training[0] != 0 && !zero_ratio)
+      return ctx.fail(ErrorCode::Unsupported, "training-mode Dropout with a non-zero ratio is random (inference only)");
   }
   SVM_RETURN_IF_ERROR(handleIdentity(ctx));
   if (ctx.node->output_size() > 1 && !ctx.node->output(1).empty()) {
@@ -664,12 +677,31 @@ Handler reduce(std::string op) {
   };
 }
 
+// select_last_index=1: the first maximum of x reversed along the axis, at n - 1 - j.
 Status handleArgMax(NodeCtx& ctx) {
-  if (ctx.attrInt("select_last_index", 0) != 0) return ctx.fail(ErrorCode::Unsupported, "ArgMax select_last_index=1");
   SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
-  return emitTo(ctx, "argmax", {x},
-                {{"axis", AttrValue::ofInt(ctx.attrInt("axis", 0))},
-                 {"keepdims", AttrValue::ofBool(ctx.attrInt("keepdims", 1) != 0)}});
+  const NamedAttrs attrs = {{"axis", AttrValue::ofInt(ctx.attrInt("axis", 0))},
+                            {"keepdims", AttrValue::ofBool(ctx.attrInt("keepdims", 1) != 0)}};
+  if (ctx.attrInt("select_last_index", 0) == 0) return emitTo(ctx, "argmax", {x}, attrs);
+  Val& in = ctx.input(0);
+  SVM_RETURN_IF_ERROR(needRank(ctx, in, "the ArgMax input"));
+  const std::int64_t a = ctx.attrInt("axis", 0);
+  if (a < -in.rank || a >= in.rank) return ctx.fail(ErrorCode::InvalidArgument, "axis {} for rank {}", a, in.rank);
+  const int axis = normAxis(a, in.rank);
+  Val src = in.isConst() ? Val::ofTensor(ctx.e->regOf(x), in.dtype, in.rank) : in;
+  if (in.isConst()) src.dims = in.dims;
+  SVM_ASSIGN_OR_RETURN(Val reversed,
+                       ctx.e->op1("slice",
+                                  {Operand::ofReg(src.reg), ctx.e->ints({-1}),
+                                   ctx.e->ints({std::numeric_limits<std::int64_t>::min()}), ctx.e->ints({-1})},
+                                  {{"axes", AttrValue::ofInts({axis})}}));
+  SVM_ASSIGN_OR_RETURN(Val j, ctx.e->op1("argmax", {Operand::ofReg(reversed.reg)}, attrs));
+  ShapeElem n = ctx.e->dimOf(src, axis), one{1, -1};
+  ShapeElem last = ctx.e->scalar(Opcode::Sub, n, one);
+  SVM_ASSIGN_OR_RETURN(
+      Val base, ctx.e->op1("full", {ctx.e->ints(std::vector<std::int64_t>{}), Operand::ofReg(ctx.e->intReg(last))},
+                           {{"dtype", AttrValue::ofDType(DType::Int64)}}));
+  return emitTo(ctx, "sub", {Operand::ofReg(base.reg), Operand::ofReg(j.reg)});
 }
 
 // Softmax/LogSoftmax: opset >= 13 normalizes along `axis` (default -1); before, the input is
@@ -764,6 +796,7 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"Tanh", unary("tanh")},
       {"Relu", unary("relu")},
       {"Erf", unary("erf")},
+      {"Gelu", handleGelu},
       {"Identity", handleIdentity},
       {"Dropout", handleDropout},
       {"Clip", handleClip},
@@ -798,6 +831,11 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"Softmax", softmax("softmax")},
       {"LogSoftmax", softmax("log_softmax")},
       {"LayerNormalization", handleLayerNorm},
+      {"CumSum", handleCumSum},
+      {"Einsum", handleEinsum},
+      {"TopK", handleTopK},
+      {"If", handleIf},
+      {"Loop", handleLoop},
       {"LSTM", lowerLstm},
       {"GRU", lowerGru},
   };

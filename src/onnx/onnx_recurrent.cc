@@ -4,7 +4,8 @@
 // region for the JIT) computes the gates from one time step and the carried state registers.
 // Supports forward/reverse/bidirectional, layout 0 and 1, initial states, sequence_lens (masked
 // steps keep the state and write zeros to Y), GRU's linear_before_reset, and the activations
-// Sigmoid/Tanh/Relu. Peepholes, clip, input_forget and parameterized activations are errors.
+// Sigmoid/Tanh/Relu and the parameterized ones (activation_alpha/beta, consumed in order by the
+// activations that take them, as onnxruntime does), LSTM peepholes, clip and input_forget.
 #include <map>
 
 #include "onnx/onnx_graph.h"
@@ -23,22 +24,114 @@ int regOfVal(GraphEmitter& e, const Val& v) {
   return e.regOf(operandOf(v));
 }
 
+// One activation function with its parameters.
+struct Activation {
+  std::string name;  // the ONNX name, e.g. "Sigmoid", "LeakyRelu"
+  double alpha = 0.0, beta = 0.0;
+};
+
 struct Recurrent {
   bool lstm = true;
   int gates = 4;
   std::int64_t hidden = 0;
-  std::vector<std::string> activations;  // per direction: f, g (, h)
+  std::vector<Activation> activations;  // per direction: f, g (, h)
   bool linear_before_reset = false;
   DType dtype = DType::Float32;
 };
 
-Expected<std::string> activationOp(const NodeCtx& ctx, const std::string& name) {
-  static const std::map<std::string, std::string, std::less<>> kOps = {
-      {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Relu", "relu"}};
-  auto it = kOps.find(name);
-  if (it == kOps.end())
-    return ctx.fail(ErrorCode::Unsupported, "activation '{}' (supported: Sigmoid, Tanh, Relu)", name);
-  return it->second;
+// The activations, with how many of activation_alpha / activation_beta each consumes and their
+// defaults (those of the ONNX ops of the same name).
+struct ActivationKind {
+  int alphas = 0, betas = 0;
+  double alpha = 0.0, beta = 0.0;
+};
+const std::map<std::string, ActivationKind, std::less<>>& activationKinds() {
+  static const auto* kinds = new std::map<std::string, ActivationKind, std::less<>>{
+      {"Sigmoid", {}},
+      {"Tanh", {}},
+      {"Relu", {}},
+      {"Softsign", {}},
+      {"Softplus", {}},
+      {"LeakyRelu", {1, 0, 0.01, 0.0}},
+      {"ThresholdedRelu", {1, 0, 1.0, 0.0}},
+      {"Elu", {1, 0, 1.0, 0.0}},
+      {"Affine", {1, 1, 1.0, 0.0}},
+      {"ScaledTanh", {1, 1, 1.0, 1.0}},
+      {"HardSigmoid", {1, 1, 0.2, 0.5}},
+  };
+  return *kinds;
+}
+
+// The activations named by the node (or the defaults), with their alpha/beta.
+Expected<std::vector<Activation>> activationsOf(const NodeCtx& ctx, std::vector<std::string> names) {
+  std::vector<float> alphas, betas;
+  if (const auto* a = ctx.attr("activation_alpha")) alphas.assign(a->floats().begin(), a->floats().end());
+  if (const auto* a = ctx.attr("activation_beta")) betas.assign(a->floats().begin(), a->floats().end());
+  std::size_t next_alpha = 0, next_beta = 0;
+  std::vector<Activation> out;
+  for (const std::string& name : names) {
+    auto it = activationKinds().find(name);
+    if (it == activationKinds().end()) {
+      std::string known;
+      for (const auto& [k, v] : activationKinds()) known += (known.empty() ? "" : ", ") + k;
+      return ctx.fail(ErrorCode::Unsupported, "activation '{}' (supported: {})", name, known);
+    }
+    Activation act{name, it->second.alpha, it->second.beta};
+    if (it->second.alphas > 0 && next_alpha < alphas.size()) act.alpha = alphas[next_alpha++];
+    if (it->second.betas > 0 && next_beta < betas.size()) act.beta = betas[next_beta++];
+    out.push_back(act);
+  }
+  return out;
+}
+
+// f(x) for one activation, composed of ShapeVM ops.
+Expected<Val> applyActivation(GraphEmitter& e, const Activation& act, int x, DType dtype) {
+  auto scalar = [&](double v) { return Operand::of(Value::fromTensor(Tensor::scalar(v, dtype))); };
+  auto reg = [](const Val& v) { return Operand::ofReg(v.reg); };
+  const Operand in = Operand::ofReg(x);
+  if (act.name == "Sigmoid") return e.op1("sigmoid", {in});
+  if (act.name == "Tanh") return e.op1("tanh", {in});
+  if (act.name == "Relu") return e.op1("relu", {in});
+  if (act.name == "Softsign") {  // x / (1 + |x|)
+    SVM_ASSIGN_OR_RETURN(Val a, e.op1("abs", {in}));
+    SVM_ASSIGN_OR_RETURN(Val d, e.op1("add", {reg(a), scalar(1.0)}));
+    return e.op1("div", {in, reg(d)});
+  }
+  if (act.name == "Softplus") {  // log(1 + exp(x))
+    SVM_ASSIGN_OR_RETURN(Val ex, e.op1("exp", {in}));
+    SVM_ASSIGN_OR_RETURN(Val d, e.op1("add", {reg(ex), scalar(1.0)}));
+    return e.op1("log", {reg(d)});
+  }
+  if (act.name == "LeakyRelu") {  // x >= 0 ? x : alpha x
+    SVM_ASSIGN_OR_RETURN(Val pos, e.op1("greater_equal", {in, scalar(0.0)}));
+    SVM_ASSIGN_OR_RETURN(Val scaled, e.op1("mul", {in, scalar(act.alpha)}));
+    return e.op1("where", {reg(pos), in, reg(scaled)});
+  }
+  if (act.name == "ThresholdedRelu") {  // x > alpha ? x : 0
+    SVM_ASSIGN_OR_RETURN(Val above, e.op1("greater", {in, scalar(act.alpha)}));
+    return e.op1("where", {reg(above), in, scalar(0.0)});
+  }
+  if (act.name == "Elu") {  // x >= 0 ? x : alpha (exp(x) - 1)
+    SVM_ASSIGN_OR_RETURN(Val pos, e.op1("greater_equal", {in, scalar(0.0)}));
+    SVM_ASSIGN_OR_RETURN(Val ex, e.op1("exp", {in}));
+    SVM_ASSIGN_OR_RETURN(Val em1, e.op1("sub", {reg(ex), scalar(1.0)}));
+    SVM_ASSIGN_OR_RETURN(Val neg, e.op1("mul", {reg(em1), scalar(act.alpha)}));
+    return e.op1("where", {reg(pos), in, reg(neg)});
+  }
+  if (act.name == "Affine") {  // alpha x + beta
+    SVM_ASSIGN_OR_RETURN(Val m, e.op1("mul", {in, scalar(act.alpha)}));
+    return e.op1("add", {reg(m), scalar(act.beta)});
+  }
+  if (act.name == "ScaledTanh") {  // alpha tanh(beta x)
+    SVM_ASSIGN_OR_RETURN(Val m, e.op1("mul", {in, scalar(act.beta)}));
+    SVM_ASSIGN_OR_RETURN(Val t, e.op1("tanh", {reg(m)}));
+    return e.op1("mul", {reg(t), scalar(act.alpha)});
+  }
+  // HardSigmoid: max(0, min(1, alpha x + beta))
+  SVM_ASSIGN_OR_RETURN(Val m, e.op1("mul", {in, scalar(act.alpha)}));
+  SVM_ASSIGN_OR_RETURN(Val a, e.op1("add", {reg(m), scalar(act.beta)}));
+  SVM_ASSIGN_OR_RETURN(Val lo, e.op1("minimum", {reg(a), scalar(1.0)}));
+  return e.op1("maximum", {reg(lo), scalar(0.0)});
 }
 
 Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
@@ -53,12 +146,12 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
   }
   const int num_dirs = direction == "bidirectional" ? 2 : 1;
   const bool layout1 = ctx.attrInt("layout", 0) != 0;
-  if (ctx.attr("clip")) return ctx.fail(ErrorCode::Unsupported, "the clip attribute");
-  if (ctx.attrInt("input_forget", 0) != 0) return ctx.fail(ErrorCode::Unsupported, "input_forget=1");
-  if (ctx.attr("activation_alpha") || ctx.attr("activation_beta")) {
-    return ctx.fail(ErrorCode::Unsupported, "activation_alpha/activation_beta");
+  std::optional<double> clip;
+  if (ctx.attr("clip")) {
+    clip = ctx.attrFloat("clip", 0.0);
+    if (!(*clip > 0.0)) return ctx.fail(ErrorCode::InvalidArgument, "clip {} must be > 0", *clip);
   }
-  if (lstm && ctx.has(7)) return ctx.fail(ErrorCode::Unsupported, "peephole weights (input P)");
+  const bool input_forget = lstm && ctx.attrInt("input_forget", 0) != 0;
   const int per_dir = lstm ? 3 : 2;
   std::vector<std::string> names;
   if (const auto* a = ctx.attr("activations")) {
@@ -73,10 +166,7 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
   if (static_cast<int>(names.size()) != per_dir * num_dirs) {
     return ctx.fail(ErrorCode::InvalidArgument, "{} activations given, {} expected", names.size(), per_dir * num_dirs);
   }
-  for (const std::string& n : names) {
-    SVM_ASSIGN_OR_RETURN(std::string op, activationOp(ctx, n));
-    rec.activations.push_back(op);
-  }
+  SVM_ASSIGN_OR_RETURN(rec.activations, activationsOf(ctx, names));
   rec.hidden = ctx.attrInt("hidden_size", -1);
   if (rec.hidden < 0 && ctx.has(2) && ctx.input(2).isConst()) rec.hidden = ctx.input(2).constant.dim(2);
   if (rec.hidden <= 0) return ctx.fail(ErrorCode::Unsupported, "hidden_size unknown at import");
@@ -130,7 +220,8 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
   std::vector<Val> ys, hs, cs;
   for (int d = 0; d < num_dirs; ++d) {
     const bool reverse = direction == "reverse" || d == 1;
-    const std::string* act = &rec.activations[static_cast<std::size_t>(d * per_dir)];
+    const Activation* act = &rec.activations[static_cast<std::size_t>(d * per_dir)];
+    auto activate = [&](const Activation& a, const Val& v) { return applyActivation(e, a, v.reg, rec.dtype); };
     auto dirSlice = [&](std::size_t k) -> Expected<Val> {
       SVM_ASSIGN_OR_RETURN(Operand w, e.tensor(ctx.input(k), ctx.label + " weights"));
       return opv("gather", {w, Operand::of(Value::fromInt(d))}, {{"axis", AttrValue::ofInt(0)}});
@@ -139,6 +230,15 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     SVM_ASSIGN_OR_RETURN(Val R, dirSlice(2));
     SVM_ASSIGN_OR_RETURN(Val Wt, opv("transpose", {operandOf(W)}));
     SVM_ASSIGN_OR_RETURN(Val Rt, opv("transpose", {operandOf(R)}));
+    // LSTM peepholes P = [p_i, p_o, p_f] per direction.
+    int p_i = -1, p_o = -1, p_f = -1;
+    if (lstm && ctx.has(7)) {
+      SVM_ASSIGN_OR_RETURN(Val P, dirSlice(7));
+      for (auto [slot, k] : {std::pair{&p_i, 0}, std::pair{&p_o, 1}, std::pair{&p_f, 2}}) {
+        SVM_ASSIGN_OR_RETURN(Val part, opv("slice", {operandOf(P), e.ints({k * H}), e.ints({(k + 1) * H})}));
+        *slot = regOfVal(e, part);
+      }
+    }
     // The input projection for all steps: [seq, batch, G*H].
     SVM_ASSIGN_OR_RETURN(Val XW, opv("matmul", {Operand::ofReg(X.reg), operandOf(Wt)}));
     std::optional<Val> hidden_bias;
@@ -198,6 +298,9 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     const int zero_reg = e.constReg(e.module().constTensor(Tensor::scalar(0.0, rec.dtype)));
     const int one_reg = e.constReg(e.module().constTensor(Tensor::scalar(1.0, rec.dtype)));
     const int one_int = e.constReg(e.module().constInt(1));
+    auto tensorReg = [&](double v) { return e.regOf(Operand::of(Value::fromTensor(Tensor::scalar(v, rec.dtype)))); };
+    const int clip_hi = clip ? tensorReg(*clip) : -1;
+    const int clip_lo = clip ? tensorReg(-*clip) : -1;
     const int zero_int = e.constReg(e.module().constInt(0));
     const int chunk_int = e.constReg(e.module().constInt(kChunk));
     const int counter = e.newReg();
@@ -220,6 +323,11 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       fn.emit(Opcode::Sub, t, last, counter);
     }
     auto R_ = [](int r) { return Operand::ofReg(r); };
+    auto clipped = [&](const Val& v) -> Expected<Val> {  // the clip attribute, on gate inputs
+      if (!clip) return v;
+      SVM_ASSIGN_OR_RETURN(Val lo, opv("minimum", {R_(v.reg), R_(clip_hi)}));
+      return opv("maximum", {R_(lo.reg), R_(clip_lo)});
+    };
     SVM_ASSIGN_OR_RETURN(Val xt, opv("gather", {R_(xw_reg), R_(t)}, {{"axis", AttrValue::ofInt(0)}}));
     Val h_new, c_new;
     if (lstm) {
@@ -228,14 +336,31 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       SVM_ASSIGN_OR_RETURN(
           std::vector<Val> parts,
           e.op("split", {R_(g.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(4)}}));
-      SVM_ASSIGN_OR_RETURN(Val i, opv(act[0], {R_(parts[0].reg)}));
-      SVM_ASSIGN_OR_RETURN(Val o, opv(act[0], {R_(parts[1].reg)}));
-      SVM_ASSIGN_OR_RETURN(Val f, opv(act[0], {R_(parts[2].reg)}));
-      SVM_ASSIGN_OR_RETURN(Val c, opv(act[1], {R_(parts[3].reg)}));
+      // Gate pre-activations: + peephole * cell state, then clipped to [-clip, clip].
+      auto gate = [&](Val pre, int peephole, int cell) -> Expected<Val> {
+        if (peephole >= 0) {
+          SVM_ASSIGN_OR_RETURN(Val pc, opv("mul", {R_(peephole), R_(cell)}));
+          SVM_ASSIGN_OR_RETURN(pre, opv("add", {R_(pre.reg), R_(pc.reg)}));
+        }
+        return clipped(pre);
+      };
+      SVM_ASSIGN_OR_RETURN(Val pre_i, gate(parts[0], p_i, c_reg));
+      SVM_ASSIGN_OR_RETURN(Val i, activate(act[0], pre_i));
+      Val f;
+      if (input_forget) {  // coupled gates: f = 1 - i
+        SVM_ASSIGN_OR_RETURN(f, opv("sub", {R_(one_reg), R_(i.reg)}));
+      } else {
+        SVM_ASSIGN_OR_RETURN(Val pre_f, gate(parts[2], p_f, c_reg));
+        SVM_ASSIGN_OR_RETURN(f, activate(act[0], pre_f));
+      }
+      SVM_ASSIGN_OR_RETURN(Val pre_c, clipped(parts[3]));
+      SVM_ASSIGN_OR_RETURN(Val c, activate(act[1], pre_c));
       SVM_ASSIGN_OR_RETURN(Val fc, opv("mul", {R_(f.reg), R_(c_reg)}));
       SVM_ASSIGN_OR_RETURN(Val ic, opv("mul", {R_(i.reg), R_(c.reg)}));
       SVM_ASSIGN_OR_RETURN(c_new, opv("add", {R_(fc.reg), R_(ic.reg)}));
-      SVM_ASSIGN_OR_RETURN(Val hc, opv(act[2], {R_(c_new.reg)}));
+      SVM_ASSIGN_OR_RETURN(Val pre_o, gate(parts[1], p_o, c_new.reg));  // o peeks at the new cell state
+      SVM_ASSIGN_OR_RETURN(Val o, activate(act[0], pre_o));
+      SVM_ASSIGN_OR_RETURN(Val hc, activate(act[2], c_new));
       SVM_ASSIGN_OR_RETURN(h_new, opv("mul", {R_(o.reg), R_(hc.reg)}));
     } else {
       SVM_ASSIGN_OR_RETURN(
@@ -252,11 +377,14 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
             e.op("split", {R_(hr.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(3)}}));
         SVM_ASSIGN_OR_RETURN(Val zs, opv("add", {R_(xparts[0].reg), R_(hparts[0].reg)}));
         SVM_ASSIGN_OR_RETURN(Val rs, opv("add", {R_(xparts[1].reg), R_(hparts[1].reg)}));
-        SVM_ASSIGN_OR_RETURN(z, opv(act[0], {R_(zs.reg)}));
-        SVM_ASSIGN_OR_RETURN(r, opv(act[0], {R_(rs.reg)}));
+        SVM_ASSIGN_OR_RETURN(zs, clipped(zs));
+        SVM_ASSIGN_OR_RETURN(rs, clipped(rs));
+        SVM_ASSIGN_OR_RETURN(z, activate(act[0], zs));
+        SVM_ASSIGN_OR_RETURN(r, activate(act[0], rs));
         SVM_ASSIGN_OR_RETURN(Val rh, opv("mul", {R_(r.reg), R_(hparts[2].reg)}));
         SVM_ASSIGN_OR_RETURN(Val hs, opv("add", {R_(xparts[2].reg), R_(rh.reg)}));
-        SVM_ASSIGN_OR_RETURN(hh, opv(act[1], {R_(hs.reg)}));
+        SVM_ASSIGN_OR_RETURN(hs, clipped(hs));
+        SVM_ASSIGN_OR_RETURN(hh, activate(act[1], hs));
       } else {
         SVM_ASSIGN_OR_RETURN(Val hr, opv("matmul", {R_(h_reg), R_(rt_zr_reg)}));
         SVM_ASSIGN_OR_RETURN(
@@ -264,12 +392,15 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
             e.op("split", {R_(hr.reg)}, {{"axis", AttrValue::ofInt(-1)}, {"sections", AttrValue::ofInt(2)}}));
         SVM_ASSIGN_OR_RETURN(Val zs, opv("add", {R_(xparts[0].reg), R_(hparts[0].reg)}));
         SVM_ASSIGN_OR_RETURN(Val rs, opv("add", {R_(xparts[1].reg), R_(hparts[1].reg)}));
-        SVM_ASSIGN_OR_RETURN(z, opv(act[0], {R_(zs.reg)}));
-        SVM_ASSIGN_OR_RETURN(r, opv(act[0], {R_(rs.reg)}));
+        SVM_ASSIGN_OR_RETURN(zs, clipped(zs));
+        SVM_ASSIGN_OR_RETURN(rs, clipped(rs));
+        SVM_ASSIGN_OR_RETURN(z, activate(act[0], zs));
+        SVM_ASSIGN_OR_RETURN(r, activate(act[0], rs));
         SVM_ASSIGN_OR_RETURN(Val rh, opv("mul", {R_(r.reg), R_(h_reg)}));
         SVM_ASSIGN_OR_RETURN(Val rhr, opv("matmul", {R_(rh.reg), R_(rt_h_reg)}));
         SVM_ASSIGN_OR_RETURN(Val hs, opv("add", {R_(xparts[2].reg), R_(rhr.reg)}));
-        SVM_ASSIGN_OR_RETURN(hh, opv(act[1], {R_(hs.reg)}));
+        SVM_ASSIGN_OR_RETURN(hs, clipped(hs));
+        SVM_ASSIGN_OR_RETURN(hh, activate(act[1], hs));
       }
       // H = (1 - z) * hh + z * H
       SVM_ASSIGN_OR_RETURN(Val omz, opv("sub", {R_(one_reg), R_(z.reg)}));

@@ -100,6 +100,18 @@ def test_named_dims_and_tokens(exported, run_cli):
     assert code == 0, err
 
 
+def test_layer_norm_and_gelu_recognized(exported, run_cli):
+    # The exported block's decomposed LayerNorms and erf GELU import as layer_norm / gelu
+    # (src/onnx/onnx_fuse.cc; tests/onnx/test_onnx_patterns.py covers the matcher itself).
+    path, _ = exported["block"]
+    code, dis, err = run_cli("dis", path)
+    assert code == 0, err
+    assert dis.count("CallOp layer_norm ") == 2 and dis.count("CallOp gelu ") == 1, dis
+    assert "CallOp erf " not in dis and "CallOp pow " not in dis, dis
+    # both with scale and shift: torch writes ln2's parameters as Identity of ln1's (deduplicated)
+    assert len(re.findall(r"CallOp layer_norm r\d+ = r\d+, r\d+, r\d+ ", dis)) == 2, dis
+
+
 def test_shape_arithmetic_is_scalar_bytecode(exported, run_cli):
     # The exported block computes its reshape targets from x.shape (Shape -> Gather -> Unsqueeze
     # -> Concat -> Reshape): those must be scalar instructions, not tensor ops.
