@@ -241,6 +241,11 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
   ctx.opset = opset_;
   ctx.e = &emitter;
   ctx.label = nodeLabel(node, index);
+  ctx.graph = &model_.graph();
+  ctx.lookup = [this](const std::string& name) -> const Val* {
+    auto it = values_.find(name);
+    return it == values_.end() ? nullptr : &it->second;
+  };
   for (const std::string& name : node.input()) {
     if (name.empty()) {
       ctx.in.push_back(nullptr);

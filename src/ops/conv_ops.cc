@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reference kernels for the convolution family on NC[D]HW tensors: conv and conv_transpose (1-D,
+// 2-D, 3-D; strides, dilations, groups, pads, auto_pad, output_padding/output_shape), max_pool,
+// avg_pool, global_avg_pool and global_max_pool. Every spatial rank runs as 3-D with leading unit
+// axes; conv is a direct loop per (output channel, input channel, kernel tap) over the output rows
+// with the valid range precomputed, so no im2col buffer exists. Compute is float (double for
+// float64) and the output is a fresh contiguous tensor in the input's dtype.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ops/conv_geometry.h"
+#include "ops/float_buffer.h"
+#include "ops/kernel_util.h"
+#include "ops/registry.h"
+
+namespace shapevm {
+namespace {
+
+bool isPresent(const OpContext& ctx, std::size_t index) {
+  return index < ctx.inputs.size() && ctx.inputs[index] != nullptr && !ctx.inputs[index]->isNone();
+}
+
+std::int64_t floorDiv(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b) {
+  return -floorDiv(-a, b);
+}
+
+// The spatial extents of an N, C, spatial... tensor.
+std::vector<std::int64_t> spatialOf(const Tensor& t) {
+  std::vector<std::int64_t> dims;
+  for (int d = 2; d < t.rank(); ++d) dims.push_back(t.dim(d));
+  return dims;
+}
+
+// Windows padded at the front to three axes (D, H, W), unit axes first.
+std::array<AxisWindow, 3> asThree(const std::vector<AxisWindow>& windows) {
+  std::array<AxisWindow, 3> out;
+  for (AxisWindow& w : out) w = AxisWindow{1, 1, 1, 1, 1, 0, 0};
+  const std::size_t lead = 3 - windows.size();
+  for (std::size_t d = 0; d < windows.size(); ++d) out[lead + d] = windows[d];
+  return out;
+}
+
+Shape outputShape(std::int64_t n, std::int64_t c, const std::vector<AxisWindow>& windows) {
+  Shape shape{n, c};
+  for (const AxisWindow& w : windows) shape.push_back(w.out);
+  return shape;
+}
+
+// The [lo, hi) range of output positions o whose input position o * stride + offset lies in [0, in).
+void validRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t offset, std::int64_t& lo,
+                std::int64_t& hi) {
+  lo = std::max<std::int64_t>(0, ceilDiv(-offset, stride));
+  hi = std::min<std::int64_t>(out, floorDiv(in - 1 - offset, stride) + 1);
+  if (hi < lo) hi = lo;
+}
+
+// The [lo, hi) range of input positions i whose output position i * stride + offset lies in [0, out).
+void scatterRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t offset, std::int64_t& lo,
+                  std::int64_t& hi) {
+  lo = std::max<std::int64_t>(0, ceilDiv(-offset, stride));
+  hi = std::min<std::int64_t>(in, floorDiv(out - 1 - offset, stride) + 1);
+  if (hi < lo) hi = lo;
+}
+
+// ---- conv / conv_transpose: shared input checks ----
+
+struct ConvSetup {
+  Tensor x, w;
+  std::optional<Tensor> bias;
+  std::int64_t groups = 1;
+  std::int64_t out_channels = 0;
+  std::vector<AxisWindow> windows;
+};
+
+Expected<ConvSetup> setupConv(OpContext& ctx, bool transpose) {
+  const std::string_view op = transpose ? "conv_transpose" : "conv";
+  ConvSetup s;
+  s.x = tensorArg(*ctx.inputs[0]);
+  s.w = tensorArg(*ctx.inputs[1]);
+  const Tensor& x = s.x;
+  const Tensor& w = s.w;
+  if (!isFloating(x.dtype()) || x.dtype() != w.dtype()) {
+    return makeError(ErrorCode::DTypeMismatch, "{}: input {} and weight {} must have the same floating-point dtype", op,
+                     x.describe(), w.describe());
+  }
+  if (w.rank() < 3 || w.rank() > 5) {
+    return makeError(ErrorCode::ShapeMismatch, "{}: the weight {} must have rank 3, 4 or 5 ({}, kernel...)", op,
+                     w.describe(), transpose ? "C_in, C_out/groups" : "C_out, C_in/groups");
+  }
+  const int dims = w.rank() - 2;
+  if (x.rank() != w.rank()) {
+    return makeError(ErrorCode::ShapeMismatch,
+                     "{}: input {} has rank {} but the weight {} is a {}-D kernel, which needs a rank-{} input "
+                     "(N, C, {} spatial axes)",
+                     op, x.describe(), x.rank(), w.describe(), dims, dims + 2, dims);
+  }
+  s.groups = ctx.attrs[3].i;
+  const std::int64_t channels = x.dim(1);
+  if (s.groups < 1 || channels % s.groups != 0) {
+    return makeError(ErrorCode::ShapeMismatch, "{}: groups {} do not divide the {} channels of input {}", op, s.groups,
+                     channels, x.describe());
+  }
+  if (!transpose) {
+    if (w.dim(1) * s.groups != channels) {
+      return makeError(ErrorCode::ShapeMismatch,
+                       "{}: input {} has {} channels but the weight {} expects {} (C_in/groups {} x groups {})", op,
+                       x.describe(), channels, w.describe(), w.dim(1) * s.groups, w.dim(1), s.groups);
+    }
+    if (w.dim(0) % s.groups != 0) {
+      return makeError(ErrorCode::ShapeMismatch, "{}: groups {} do not divide the {} output channels of weight {}", op,
+                       s.groups, w.dim(0), w.describe());
+    }
+    s.out_channels = w.dim(0);
+  } else {
+    if (w.dim(0) != channels) {
+      return makeError(ErrorCode::ShapeMismatch, "{}: input {} has {} channels but the weight {} expects {}", op,
+                       x.describe(), channels, w.describe(), w.dim(0));
+    }
+    s.out_channels = w.dim(1) * s.groups;
+  }
+  if (isPresent(ctx, 2)) {
+    s.bias = tensorArg(*ctx.inputs[2]);
+    if (s.bias->rank() != 1 || s.bias->dim(0) != s.out_channels) {
+      return makeError(ErrorCode::ShapeMismatch, "{}: bias {} must be 1-D with the {} output channels", op,
+                       s.bias->describe(), s.out_channels);
+    }
+  }
+  WindowAttrs attrs;
+  for (int d = 2; d < w.rank(); ++d) attrs.kernel.push_back(w.dim(d));
+  attrs.strides = ctx.attrs[0].ints;
+  attrs.pads = ctx.attrs[1].ints;
+  attrs.dilations = ctx.attrs[2].ints;
+  attrs.auto_pad = ctx.attrs[4].i;
+  if (transpose) {
+    attrs.output_padding = ctx.attrs[5].ints;
+    attrs.output_shape = ctx.attrs[6].ints;
+    SVM_ASSIGN_OR_RETURN(s.windows, transposeWindows(op, spatialOf(x), attrs));
+  } else {
+    SVM_ASSIGN_OR_RETURN(s.windows, forwardWindows(op, spatialOf(x), attrs));
+  }
+  return s;
+}
+
+// out planes start at the bias (or zero).
+template <typename C>
+Expected<std::vector<C>> initialOutput(const ConvSetup& s, std::int64_t batch, std::int64_t plane) {
+  std::vector<C> out(static_cast<std::size_t>(batch * s.out_channels * plane), C(0));
+  if (!s.bias) return out;
+  SVM_ASSIGN_OR_RETURN(std::vector<C> bias, loadValues<C>(*s.bias));
+  for (std::int64_t n = 0; n < batch; ++n) {
+    for (std::int64_t m = 0; m < s.out_channels; ++m) {
+      C* o = out.data() + (n * s.out_channels + m) * plane;
+      std::fill(o, o + plane, bias[static_cast<std::size_t>(m)]);
+    }
+  }
+  return out;
+}
+
+Status convKernel(OpContext& ctx) {
+  SVM_ASSIGN_OR_RETURN(ConvSetup s, setupConv(ctx, false));
+  const Tensor& x = s.x;
+  const Shape shape = outputShape(x.dim(0), s.out_channels, s.windows);
+  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
+  Status status = dispatchCompute("conv", x, [&]<typename C>() -> Status {
+    SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
+    SVM_ASSIGN_OR_RETURN(std::vector<C> weight, loadValues<C>(s.w));
+    const std::array<AxisWindow, 3> a = asThree(s.windows);
+    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
+    const std::int64_t taps = a[0].kernel * a[1].kernel * a[2].kernel;
+    SVM_ASSIGN_OR_RETURN(std::vector<C> result, initialOutput<C>(s, x.dim(0), out_plane));
+    const std::int64_t cg = x.dim(1) / s.groups, mg = s.out_channels / s.groups;
+    for (std::int64_t n = 0; n < x.dim(0); ++n) {
+      for (std::int64_t m = 0; m < s.out_channels; ++m) {
+        const std::int64_t g = m / mg;
+        C* o = result.data() + (n * s.out_channels + m) * out_plane;
+        for (std::int64_t c = 0; c < cg; ++c) {
+          const C* xi = in.data() + (n * x.dim(1) + g * cg + c) * in_plane;
+          const C* wk = weight.data() + (m * cg + c) * taps;
+          for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
+            const std::int64_t off_d = kd * a[0].dilation - a[0].pad_before;
+            std::int64_t d_lo, d_hi;
+            validRange(a[0].in, a[0].out, a[0].stride, off_d, d_lo, d_hi);
+            for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
+              const std::int64_t off_h = kh * a[1].dilation - a[1].pad_before;
+              std::int64_t h_lo, h_hi;
+              validRange(a[1].in, a[1].out, a[1].stride, off_h, h_lo, h_hi);
+              for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
+                const std::int64_t off_w = kw * a[2].dilation - a[2].pad_before;
+                std::int64_t w_lo, w_hi;
+                validRange(a[2].in, a[2].out, a[2].stride, off_w, w_lo, w_hi);
+                const C wv = wk[(kd * a[1].kernel + kh) * a[2].kernel + kw];
+                const std::int64_t sw = a[2].stride;
+                for (std::int64_t od = d_lo; od < d_hi; ++od) {
+                  const std::int64_t id = od * a[0].stride + off_d;
+                  for (std::int64_t oh = h_lo; oh < h_hi; ++oh) {
+                    const std::int64_t ih = oh * a[1].stride + off_h;
+                    C* orow = o + (od * a[1].out + oh) * a[2].out;
+                    const C* irow = xi + (id * a[1].in + ih) * a[2].in + off_w;
+                    if (sw == 1) {
+                      for (std::int64_t ow = w_lo; ow < w_hi; ++ow) orow[ow] += wv * irow[ow];
+                    } else {
+                      for (std::int64_t ow = w_lo; ow < w_hi; ++ow) orow[ow] += wv * irow[ow * sw];
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    storeValues(result, out);
+    return Status::ok();
+  });
+  SVM_RETURN_IF_ERROR(status);
+  ctx.outputs[0] = Value::fromTensor(std::move(out));
+  return Status::ok();
+}
+
+Status convTransposeKernel(OpContext& ctx) {
+  SVM_ASSIGN_OR_RETURN(ConvSetup s, setupConv(ctx, true));
+  const Tensor& x = s.x;
+  const Shape shape = outputShape(x.dim(0), s.out_channels, s.windows);
+  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
+  Status status = dispatchCompute("conv_transpose", x, [&]<typename C>() -> Status {
+    SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
+    SVM_ASSIGN_OR_RETURN(std::vector<C> weight, loadValues<C>(s.w));
+    const std::array<AxisWindow, 3> a = asThree(s.windows);
+    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
+    const std::int64_t taps = a[0].kernel * a[1].kernel * a[2].kernel;
+    SVM_ASSIGN_OR_RETURN(std::vector<C> result, initialOutput<C>(s, x.dim(0), out_plane));
+    const std::int64_t cg = x.dim(1) / s.groups, mg = s.out_channels / s.groups;
+    for (std::int64_t n = 0; n < x.dim(0); ++n) {
+      for (std::int64_t m = 0; m < s.out_channels; ++m) {
+        const std::int64_t g = m / mg;
+        C* o = result.data() + (n * s.out_channels + m) * out_plane;
+        for (std::int64_t c = 0; c < cg; ++c) {
+          const std::int64_t ic = g * cg + c;
+          const C* xi = in.data() + (n * x.dim(1) + ic) * in_plane;
+          const C* wk = weight.data() + (ic * mg + (m - g * mg)) * taps;
+          for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
+            const std::int64_t off_d = kd * a[0].dilation - a[0].pad_before;
+            std::int64_t d_lo, d_hi;
+            scatterRange(a[0].in, a[0].out, a[0].stride, off_d, d_lo, d_hi);
+            for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
+              const std::int64_t off_h = kh * a[1].dilation - a[1].pad_before;
+              std::int64_t h_lo, h_hi;
+              scatterRange(a[1].in, a[1].out, a[1].stride, off_h, h_lo, h_hi);
+              for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
+                const std::int64_t off_w = kw * a[2].dilation - a[2].pad_before;
+                std::int64_t w_lo, w_hi;
+                scatterRange(a[2].in, a[2].out, a[2].stride, off_w, w_lo, w_hi);
+                const C wv = wk[(kd * a[1].kernel + kh) * a[2].kernel + kw];
+                const std::int64_t sw = a[2].stride;
+                for (std::int64_t id = d_lo; id < d_hi; ++id) {
+                  const std::int64_t od = id * a[0].stride + off_d;
+                  for (std::int64_t ih = h_lo; ih < h_hi; ++ih) {
+                    const std::int64_t oh = ih * a[1].stride + off_h;
+                    C* orow = o + (od * a[1].out + oh) * a[2].out + off_w;
+                    const C* irow = xi + (id * a[1].in + ih) * a[2].in;
+                    for (std::int64_t iw = w_lo; iw < w_hi; ++iw) orow[iw * sw] += wv * irow[iw];
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    storeValues(result, out);
+    return Status::ok();
+  });
+  SVM_RETURN_IF_ERROR(status);
+  ctx.outputs[0] = Value::fromTensor(std::move(out));
+  return Status::ok();
+}
+
+// ---- max_pool / avg_pool ----
+
+enum class PoolKind { Max, Avg };
+
+// max_pool attrs: kernel strides pads dilations ceil_mode auto_pad;
+// avg_pool attrs: kernel strides pads ceil_mode count_include_pad auto_pad.
+template <PoolKind K>
+Status poolKernel(OpContext& ctx) {
+  constexpr std::string_view op = K == PoolKind::Max ? "max_pool" : "avg_pool";
+  const Tensor x = tensorArg(*ctx.inputs[0]);
+  if (!isFloating(x.dtype())) {
+    return makeError(ErrorCode::DTypeMismatch, "{} needs a floating-point input, got {}", op, x.describe());
+  }
+  WindowAttrs attrs;
+  attrs.kernel = ctx.attrs[0].ints;
+  attrs.strides = ctx.attrs[1].ints;
+  attrs.pads = ctx.attrs[2].ints;
+  bool count_include_pad = false;
+  if constexpr (K == PoolKind::Max) {
+    attrs.dilations = ctx.attrs[3].ints;
+    attrs.ceil_mode = ctx.attrs[4].i != 0;
+  } else {
+    attrs.ceil_mode = ctx.attrs[3].i != 0;
+    count_include_pad = ctx.attrs[4].i != 0;
+  }
+  attrs.auto_pad = ctx.attrs[5].i;
+  const std::size_t dims = attrs.kernel.size();
+  if (dims < 1 || dims > 3 || x.rank() != static_cast<int>(dims) + 2) {
+    return makeError(ErrorCode::ShapeMismatch,
+                     "{}: input {} must have rank {} (N, C and one spatial axis per kernel entry {}); kernels have "
+                     "1 to 3 axes",
+                     op, x.describe(), dims + 2, joinInts(attrs.kernel));
+  }
+  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, forwardWindows(op, spatialOf(x), attrs));
+  const Shape shape = outputShape(x.dim(0), x.dim(1), windows);
+  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
+  Status status = dispatchCompute(op, x, [&]<typename C>() -> Status {
+    SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
+    const std::array<AxisWindow, 3> a = asThree(windows);
+    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
+    const std::int64_t planes = x.dim(0) * x.dim(1);
+    std::vector<C> result(static_cast<std::size_t>(planes * out_plane));
+    for (std::int64_t p = 0; p < planes; ++p) {
+      const C* xi = in.data() + p * in_plane;
+      C* o = result.data() + p * out_plane;
+      for (std::int64_t od = 0; od < a[0].out; ++od) {
+        const std::int64_t sd = od * a[0].stride - a[0].pad_before;
+        for (std::int64_t oh = 0; oh < a[1].out; ++oh) {
+          const std::int64_t sh = oh * a[1].stride - a[1].pad_before;
+          for (std::int64_t ow = 0; ow < a[2].out; ++ow) {
+            const std::int64_t sw = ow * a[2].stride - a[2].pad_before;
+            C acc = K == PoolKind::Max ? -std::numeric_limits<C>::infinity() : C(0);
+            std::int64_t count = 0;
+            for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
+              const std::int64_t id = sd + kd * a[0].dilation;
+              if (id < 0 || id >= a[0].in) continue;
+              for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
+                const std::int64_t ih = sh + kh * a[1].dilation;
+                if (ih < 0 || ih >= a[1].in) continue;
+                const C* row = xi + (id * a[1].in + ih) * a[2].in;
+                for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
+                  const std::int64_t iw = sw + kw * a[2].dilation;
+                  if (iw < 0 || iw >= a[2].in) continue;
+                  const C v = row[iw];
+                  if constexpr (K == PoolKind::Max) {
+                    if (v > acc || std::isnan(v)) acc = v;
+                  } else {
+                    acc += v;
+                  }
+                  ++count;
+                }
+              }
+            }
+            if constexpr (K == PoolKind::Avg) {
+              if (count_include_pad) {  // the window clipped to the padded input (torch's divisor)
+                count = 1;
+                const std::int64_t starts[3] = {sd, sh, sw};
+                for (int d = 0; d < 3; ++d) {
+                  const std::int64_t end = std::min(starts[d] + a[d].kernel, a[d].in + a[d].pad_after);
+                  count *= end - starts[d];
+                }
+              }
+              acc = count > 0 ? acc / static_cast<C>(count) : std::numeric_limits<C>::quiet_NaN();
+            }
+            o[(od * a[1].out + oh) * a[2].out + ow] = acc;
+          }
+        }
+      }
+    }
+    storeValues(result, out);
+    return Status::ok();
+  });
+  SVM_RETURN_IF_ERROR(status);
+  ctx.outputs[0] = Value::fromTensor(std::move(out));
+  return Status::ok();
+}
+
+// ---- global_avg_pool / global_max_pool ----
+
+template <PoolKind K>
+Status globalPoolKernel(OpContext& ctx) {
+  constexpr std::string_view op = K == PoolKind::Max ? "global_max_pool" : "global_avg_pool";
+  const Tensor x = tensorArg(*ctx.inputs[0]);
+  if (x.rank() < 3) {
+    return makeError(ErrorCode::ShapeMismatch, "{}: input {} must have rank >= 3 (N, C, spatial...)", op, x.describe());
+  }
+  Shape shape{x.dim(0), x.dim(1)};
+  std::int64_t plane = 1;
+  for (int d = 2; d < x.rank(); ++d) {
+    shape.push_back(1);
+    plane *= x.dim(d);
+  }
+  if (plane == 0)
+    return makeError(ErrorCode::ShapeMismatch, "{}: input {} has an empty spatial extent", op, x.describe());
+  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
+  Status status = dispatchCompute(op, x, [&]<typename C>() -> Status {
+    SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
+    std::vector<C> result(static_cast<std::size_t>(x.dim(0) * x.dim(1)));
+    for (std::size_t p = 0; p < result.size(); ++p) {
+      const C* xi = in.data() + static_cast<std::int64_t>(p) * plane;
+      if constexpr (K == PoolKind::Max) {
+        C acc = -std::numeric_limits<C>::infinity();
+        for (std::int64_t i = 0; i < plane; ++i) {
+          if (xi[i] > acc || std::isnan(xi[i])) acc = xi[i];
+        }
+        result[p] = acc;
+      } else {
+        double sum = 0.0;
+        for (std::int64_t i = 0; i < plane; ++i) sum += static_cast<double>(xi[i]);
+        result[p] = static_cast<C>(sum / static_cast<double>(plane));
+      }
+    }
+    storeValues(result, out);
+    return Status::ok();
+  });
+  SVM_RETURN_IF_ERROR(status);
+  ctx.outputs[0] = Value::fromTensor(std::move(out));
+  return Status::ok();
+}
+
+}  // namespace
+
+void registerConvKernels(OpRegistry& registry) {
+  registry.registerKernel(OpId::Conv, KernelPattern{}, convKernel, "conv.generic");
+  registry.registerKernel(OpId::ConvTranspose, KernelPattern{}, convTransposeKernel, "conv_transpose.generic");
+  registry.registerKernel(OpId::MaxPool, KernelPattern{}, poolKernel<PoolKind::Max>, "max_pool.generic");
+  registry.registerKernel(OpId::AvgPool, KernelPattern{}, poolKernel<PoolKind::Avg>, "avg_pool.generic");
+  registry.registerKernel(OpId::GlobalAvgPool, KernelPattern{}, globalPoolKernel<PoolKind::Avg>,
+                          "global_avg_pool.generic");
+  registry.registerKernel(OpId::GlobalMaxPool, KernelPattern{}, globalPoolKernel<PoolKind::Max>,
+                          "global_max_pool.generic");
+}
+
+}  // namespace shapevm
