@@ -2,14 +2,17 @@
 // Reference kernels for the convolution family on NC[D]HW tensors: conv and conv_transpose (1-D,
 // 2-D, 3-D; strides, dilations, groups, pads, auto_pad, output_padding/output_shape), max_pool,
 // avg_pool, global_avg_pool and global_max_pool. Every spatial rank runs as 3-D with leading unit
-// axes; conv is a direct loop per (output channel, input channel, kernel tap) over the output rows
-// with the valid range precomputed, so no im2col buffer exists. Compute is float (double for
+// axes. conv runs as per-tile im2col (a band of output rows at a time, ~1 MiB) + the reference
+// matmul when it is dense enough, else (depthwise, thin) as a direct loop per (output channel,
+// input channel, kernel tap) over the output rows with the valid range precomputed; a
+// whole-tensor im2col buffer never exists. Compute is float (double for
 // float64) and the output is a fresh contiguous tensor in the input's dtype.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/conv_geometry.h"
@@ -164,6 +167,83 @@ Expected<std::vector<C>> initialOutput(const ConvSetup& s, std::int64_t batch, s
   return out;
 }
 
+// Output positions whose im2col columns one tile holds at most (per tile: C/groups x taps x this
+// many values, ~1 MiB of float), so a big input never gets a whole-tensor im2col buffer.
+constexpr std::int64_t kTileColumns = 1 << 18;
+// Below these (output channels per group, input channels x taps per group) the direct loop wins.
+constexpr std::int64_t kGemmMinOutputs = 4;
+constexpr std::int64_t kGemmMinDepth = 8;
+
+// A matrix over caller memory, for the reference matmul kernel.
+template <typename C>
+Value matrixOver(C* data, std::int64_t rows, std::int64_t cols) {
+  const DType dtype = std::is_same_v<C, double> ? DType::Float64 : DType::Float32;
+  return Value::fromTensor(Tensor::wrap(data, dtype, Shape{rows, cols}, Shape{cols, 1},
+                                        static_cast<std::size_t>(rows * cols) * sizeof(C), nullptr, nullptr));
+}
+
+// conv as per-tile im2col + the reference matmul: for each (sample, group) and each band of
+// output rows, col[(c, tap), position] gathers the input (zero outside), and
+// result[m, position] += W[m, (c, tap)] x col.
+template <typename C>
+Status convTiledGemm(const ConvSetup& s, const std::array<AxisWindow, 3>& a, const std::vector<C>& in,
+                     const std::vector<C>& weight, std::vector<C>& result) {
+  const std::int64_t channels = s.x.dim(1), cg = channels / s.groups, mg = s.out_channels / s.groups;
+  const std::int64_t taps = a[0].kernel * a[1].kernel * a[2].kernel, depth = cg * taps;
+  const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
+  const std::int64_t rows_total = a[0].out * a[1].out, width = a[2].out;
+  const std::int64_t tile_rows = std::max<std::int64_t>(1, kTileColumns / std::max<std::int64_t>(1, depth * width));
+  std::vector<C> col(static_cast<std::size_t>(depth * std::min(tile_rows, rows_total) * width));
+  std::vector<C> weight_copy(weight);  // the matrix views need mutable memory; never written
+  const OpRegistry& registry = OpRegistry::global();
+  const OpSchema& matmul = registry.schema(OpId::MatMul);
+  Value product[1];
+  for (std::int64_t n = 0; n < s.x.dim(0); ++n) {
+    for (std::int64_t g = 0; g < s.groups; ++g) {
+      const C* xg = in.data() + (n * channels + g * cg) * in_plane;
+      for (std::int64_t r0 = 0; r0 < rows_total; r0 += tile_rows) {
+        const std::int64_t rows = std::min(tile_rows, rows_total - r0), positions = rows * width;
+        for (std::int64_t c = 0; c < cg; ++c) {
+          for (std::int64_t t = 0; t < taps; ++t) {
+            const std::int64_t kd = t / (a[1].kernel * a[2].kernel), kh = t / a[2].kernel % a[1].kernel,
+                               kw = t % a[2].kernel;
+            const std::int64_t off_w = kw * a[2].dilation - a[2].pad_before;
+            std::int64_t w_lo, w_hi;
+            validRange(a[2].in, width, a[2].stride, off_w, w_lo, w_hi);
+            C* dst = col.data() + (c * taps + t) * positions;
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::int64_t od = (r0 + r) / a[1].out, oh = (r0 + r) % a[1].out;
+              const std::int64_t id = od * a[0].stride + kd * a[0].dilation - a[0].pad_before;
+              const std::int64_t ih = oh * a[1].stride + kh * a[1].dilation - a[1].pad_before;
+              C* row = dst + r * width;
+              if (id < 0 || id >= a[0].in || ih < 0 || ih >= a[1].in) {
+                std::fill(row, row + width, C(0));
+                continue;
+              }
+              const C* src = xg + c * in_plane + (id * a[1].in + ih) * a[2].in + off_w;
+              std::fill(row, row + w_lo, C(0));
+              for (std::int64_t ow = w_lo; ow < w_hi; ++ow) row[ow] = src[ow * a[2].stride];
+              std::fill(row + w_hi, row + width, C(0));
+            }
+          }
+        }
+        Value lhs = matrixOver(weight_copy.data() + g * mg * depth, mg, depth);
+        Value rhs = matrixOver(col.data(), depth, positions);
+        const Value* operands[2] = {&lhs, &rhs};
+        OpContext call{&matmul, operands, {}, product};
+        SVM_RETURN_IF_ERROR(registry.resolve(OpId::MatMul, operands).fn(call));
+        const Tensor& tile = product[0].tensor();
+        for (std::int64_t m = 0; m < mg; ++m) {
+          const C* from = tile.data<C>() + m * positions;
+          C* to = result.data() + (n * s.out_channels + g * mg + m) * out_plane + r0 * width;
+          for (std::int64_t p = 0; p < positions; ++p) to[p] += from[p];
+        }
+      }
+    }
+  }
+  return Status::ok();
+}
+
 Status convKernel(OpContext& ctx) {
   SVM_ASSIGN_OR_RETURN(ConvSetup s, setupConv(ctx, false));
   const Tensor& x = s.x;
@@ -177,7 +257,12 @@ Status convKernel(OpContext& ctx) {
     const std::int64_t taps = a[0].kernel * a[1].kernel * a[2].kernel;
     SVM_ASSIGN_OR_RETURN(std::vector<C> result, initialOutput<C>(s, x.dim(0), out_plane));
     const std::int64_t cg = x.dim(1) / s.groups, mg = s.out_channels / s.groups;
-    for (std::int64_t n = 0; n < x.dim(0); ++n) {
+    if (mg >= kGemmMinOutputs && cg * taps >= kGemmMinDepth) {  // dense enough for the matmul
+      SVM_RETURN_IF_ERROR(convTiledGemm<C>(s, a, in, weight, result));
+      storeValues(result, out);
+      return Status::ok();
+    }
+    for (std::int64_t n = 0; n < x.dim(0); ++n) {  // depthwise and thin convs: the direct loop
       for (std::int64_t m = 0; m < s.out_channels; ++m) {
         const std::int64_t g = m / mg;
         C* o = result.data() + (n * s.out_channels + m) * out_plane;
