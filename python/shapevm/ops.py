@@ -770,18 +770,19 @@ def avg_pool(x, kernel, strides=None, pads=None, ceil_mode=False, count_include_
     return _wrap(total / count, t.svm_dtype)
 
 
-def global_avg_pool(x):
+def _global_pool(x, fn, name):
     t = _tensor(x)
-    _float_only(t, "global_avg_pool")
+    _float_only(t, name)
     v = _compute(t, t.svm_dtype)
-    return _wrap(v.mean(axis=tuple(range(2, v.ndim)), keepdims=True), t.svm_dtype)
+    return _wrap(fn(v, axis=tuple(range(2, v.ndim)), keepdims=True), t.svm_dtype)
+
+
+def global_avg_pool(x):
+    return _global_pool(x, _np.mean, "global_avg_pool")
 
 
 def global_max_pool(x):
-    t = _tensor(x)
-    _float_only(t, "global_max_pool")
-    v = _compute(t, t.svm_dtype)
-    return _wrap(v.max(axis=tuple(range(2, v.ndim)), keepdims=True), t.svm_dtype)
+    return _global_pool(x, _np.max, "global_max_pool")
 
 
 def _per_channel(p, t, ndim):

@@ -75,6 +75,16 @@ Expected<Common> checkCommon(std::string_view op, std::size_t n, const WindowAtt
   return c;
 }
 
+// Axis d's input extent, kernel, stride and dilation (pads and output still to resolve).
+AxisWindow startAxis(const Common& c, const WindowAttrs& attrs, const std::vector<std::int64_t>& in, std::size_t d) {
+  AxisWindow w;
+  w.in = in[d];
+  w.kernel = attrs.kernel[d];
+  w.stride = c.strides[d];
+  w.dilation = c.dilations[d];
+  return w;
+}
+
 // SAME padding of `total` split between the ends (the odd element after for SAME_UPPER, before
 // otherwise). A negative total (conv_transpose's output_shape past the full extent) rounds the
 // same way, so the extra positions come after the full output.
@@ -109,11 +119,7 @@ Expected<std::vector<AxisWindow>> forwardWindows(std::string_view op, const std:
   SVM_ASSIGN_OR_RETURN(Common c, checkCommon(op, n, attrs));
   std::vector<AxisWindow> out(n);
   for (std::size_t d = 0; d < n; ++d) {
-    AxisWindow& w = out[d];
-    w.in = in[d];
-    w.kernel = attrs.kernel[d];
-    w.stride = c.strides[d];
-    w.dilation = c.dilations[d];
+    AxisWindow& w = out[d] = startAxis(c, attrs, in, d);
     const std::int64_t extent = w.dilation * (w.kernel - 1) + 1;
     if (c.auto_pad == AutoPad::SameUpper || c.auto_pad == AutoPad::SameLower) {
       if (w.in < 0) {
@@ -160,11 +166,7 @@ Expected<std::vector<AxisWindow>> transposeWindows(std::string_view op, const st
   }
   std::vector<AxisWindow> out(n);
   for (std::size_t d = 0; d < n; ++d) {
-    AxisWindow& w = out[d];
-    w.in = in[d];
-    w.kernel = attrs.kernel[d];
-    w.stride = c.strides[d];
-    w.dilation = c.dilations[d];
+    AxisWindow& w = out[d] = startAxis(c, attrs, in, d);
     const std::int64_t extent = w.dilation * (w.kernel - 1) + 1;
     if (output_padding[d] >= std::max(w.stride, w.dilation)) {
       return makeError(ErrorCode::InvalidArgument,
@@ -180,8 +182,8 @@ Expected<std::vector<AxisWindow>> transposeWindows(std::string_view op, const st
     if (!attrs.output_shape.empty() || same) {
       w.out = attrs.output_shape.empty() ? w.in * w.stride : attrs.output_shape[d];
       if (w.out < 1) {
-        return makeError(ErrorCode::InvalidArgument, "{}: output extent {} on spatial axis {} must be >= 1", op,
-                         w.out, d);
+        return makeError(ErrorCode::InvalidArgument, "{}: output extent {} on spatial axis {} must be >= 1", op, w.out,
+                         d);
       }
       const std::int64_t total = full - w.out;
       splitSame(c.auto_pad == AutoPad::SameUpper ? AutoPad::SameUpper : AutoPad::SameLower, total, w);

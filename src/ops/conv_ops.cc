@@ -65,14 +65,6 @@ void validRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int
   if (hi < lo) hi = lo;
 }
 
-// The [lo, hi) range of input positions i whose output position i * stride + offset lies in [0, out).
-void scatterRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t offset, std::int64_t& lo,
-                  std::int64_t& hi) {
-  lo = std::max<std::int64_t>(0, ceilDiv(-offset, stride));
-  hi = std::min<std::int64_t>(in, floorDiv(out - 1 - offset, stride) + 1);
-  if (hi < lo) hi = lo;
-}
-
 // ---- conv / conv_transpose: shared input checks ----
 
 struct ConvSetup {
@@ -244,64 +236,33 @@ Status convTiledGemm(const ConvSetup& s, const std::array<AxisWindow, 3>& a, con
   return Status::ok();
 }
 
-Status convKernel(OpContext& ctx) {
-  SVM_ASSIGN_OR_RETURN(ConvSetup s, setupConv(ctx, false));
+// The operands of one conv call in the compute type, with the windows as three axes.
+template <typename C>
+struct ConvData {
+  std::vector<C> in, weight;
+  std::array<AxisWindow, 3> a;
+  std::int64_t in_plane = 0, out_plane = 0, taps = 0, cg = 0, mg = 0;
+};
+
+// Checks and loads the operands, starts the output at the bias, runs
+// body.template operator()<C>(setup, data, result) and stores the result in x's dtype.
+template <typename Body>
+Status runConv(OpContext& ctx, bool transpose, Body&& body) {
+  SVM_ASSIGN_OR_RETURN(ConvSetup s, setupConv(ctx, transpose));
   const Tensor& x = s.x;
-  const Shape shape = outputShape(x.dim(0), s.out_channels, s.windows);
-  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
-  Status status = dispatchCompute("conv", x, [&]<typename C>() -> Status {
-    SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
-    SVM_ASSIGN_OR_RETURN(std::vector<C> weight, loadValues<C>(s.w));
-    const std::array<AxisWindow, 3> a = asThree(s.windows);
-    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
-    const std::int64_t taps = a[0].kernel * a[1].kernel * a[2].kernel;
-    SVM_ASSIGN_OR_RETURN(std::vector<C> result, initialOutput<C>(s, x.dim(0), out_plane));
-    const std::int64_t cg = x.dim(1) / s.groups, mg = s.out_channels / s.groups;
-    if (mg >= kGemmMinOutputs && cg * taps >= kGemmMinDepth) {  // dense enough for the matmul
-      SVM_RETURN_IF_ERROR(convTiledGemm<C>(s, a, in, weight, result));
-      storeValues(result, out);
-      return Status::ok();
-    }
-    for (std::int64_t n = 0; n < x.dim(0); ++n) {  // depthwise and thin convs: the direct loop
-      for (std::int64_t m = 0; m < s.out_channels; ++m) {
-        const std::int64_t g = m / mg;
-        C* o = result.data() + (n * s.out_channels + m) * out_plane;
-        for (std::int64_t c = 0; c < cg; ++c) {
-          const C* xi = in.data() + (n * x.dim(1) + g * cg + c) * in_plane;
-          const C* wk = weight.data() + (m * cg + c) * taps;
-          for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
-            const std::int64_t off_d = kd * a[0].dilation - a[0].pad_before;
-            std::int64_t d_lo, d_hi;
-            validRange(a[0].in, a[0].out, a[0].stride, off_d, d_lo, d_hi);
-            for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
-              const std::int64_t off_h = kh * a[1].dilation - a[1].pad_before;
-              std::int64_t h_lo, h_hi;
-              validRange(a[1].in, a[1].out, a[1].stride, off_h, h_lo, h_hi);
-              for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
-                const std::int64_t off_w = kw * a[2].dilation - a[2].pad_before;
-                std::int64_t w_lo, w_hi;
-                validRange(a[2].in, a[2].out, a[2].stride, off_w, w_lo, w_hi);
-                const C wv = wk[(kd * a[1].kernel + kh) * a[2].kernel + kw];
-                const std::int64_t sw = a[2].stride;
-                for (std::int64_t od = d_lo; od < d_hi; ++od) {
-                  const std::int64_t id = od * a[0].stride + off_d;
-                  for (std::int64_t oh = h_lo; oh < h_hi; ++oh) {
-                    const std::int64_t ih = oh * a[1].stride + off_h;
-                    C* orow = o + (od * a[1].out + oh) * a[2].out;
-                    const C* irow = xi + (id * a[1].in + ih) * a[2].in + off_w;
-                    if (sw == 1) {
-                      for (std::int64_t ow = w_lo; ow < w_hi; ++ow) orow[ow] += wv * irow[ow];
-                    } else {
-                      for (std::int64_t ow = w_lo; ow < w_hi; ++ow) orow[ow] += wv * irow[ow * sw];
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-    }
+  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), outputShape(x.dim(0), s.out_channels, s.windows)));
+  Status status = dispatchCompute(transpose ? "conv_transpose" : "conv", x, [&]<typename C>() -> Status {
+    ConvData<C> d;
+    SVM_ASSIGN_OR_RETURN(d.in, loadValues<C>(x));
+    SVM_ASSIGN_OR_RETURN(d.weight, loadValues<C>(s.w));
+    d.a = asThree(s.windows);
+    d.in_plane = d.a[0].in * d.a[1].in * d.a[2].in;
+    d.out_plane = d.a[0].out * d.a[1].out * d.a[2].out;
+    d.taps = d.a[0].kernel * d.a[1].kernel * d.a[2].kernel;
+    d.cg = x.dim(1) / s.groups;
+    d.mg = s.out_channels / s.groups;
+    SVM_ASSIGN_OR_RETURN(std::vector<C> result, initialOutput<C>(s, x.dim(0), d.out_plane));
+    SVM_RETURN_IF_ERROR(body.template operator()<C>(s, d, result));
     storeValues(result, out);
     return Status::ok();
   });
@@ -310,48 +271,54 @@ Status convKernel(OpContext& ctx) {
   return Status::ok();
 }
 
-Status convTransposeKernel(OpContext& ctx) {
-  SVM_ASSIGN_OR_RETURN(ConvSetup s, setupConv(ctx, true));
-  const Tensor& x = s.x;
-  const Shape shape = outputShape(x.dim(0), s.out_channels, s.windows);
-  SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
-  Status status = dispatchCompute("conv_transpose", x, [&]<typename C>() -> Status {
-    SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
-    SVM_ASSIGN_OR_RETURN(std::vector<C> weight, loadValues<C>(s.w));
-    const std::array<AxisWindow, 3> a = asThree(s.windows);
-    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
-    const std::int64_t taps = a[0].kernel * a[1].kernel * a[2].kernel;
-    SVM_ASSIGN_OR_RETURN(std::vector<C> result, initialOutput<C>(s, x.dim(0), out_plane));
-    const std::int64_t cg = x.dim(1) / s.groups, mg = s.out_channels / s.groups;
-    for (std::int64_t n = 0; n < x.dim(0); ++n) {
-      for (std::int64_t m = 0; m < s.out_channels; ++m) {
-        const std::int64_t g = m / mg;
-        C* o = result.data() + (n * s.out_channels + m) * out_plane;
-        for (std::int64_t c = 0; c < cg; ++c) {
-          const std::int64_t ic = g * cg + c;
-          const C* xi = in.data() + (n * x.dim(1) + ic) * in_plane;
-          const C* wk = weight.data() + (ic * mg + (m - g * mg)) * taps;
-          for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
-            const std::int64_t off_d = kd * a[0].dilation - a[0].pad_before;
-            std::int64_t d_lo, d_hi;
-            scatterRange(a[0].in, a[0].out, a[0].stride, off_d, d_lo, d_hi);
-            for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
-              const std::int64_t off_h = kh * a[1].dilation - a[1].pad_before;
-              std::int64_t h_lo, h_hi;
-              scatterRange(a[1].in, a[1].out, a[1].stride, off_h, h_lo, h_hi);
-              for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
-                const std::int64_t off_w = kw * a[2].dilation - a[2].pad_before;
-                std::int64_t w_lo, w_hi;
-                scatterRange(a[2].in, a[2].out, a[2].stride, off_w, w_lo, w_hi);
-                const C wv = wk[(kd * a[1].kernel + kh) * a[2].kernel + kw];
-                const std::int64_t sw = a[2].stride;
-                for (std::int64_t id = d_lo; id < d_hi; ++id) {
-                  const std::int64_t od = id * a[0].stride + off_d;
-                  for (std::int64_t ih = h_lo; ih < h_hi; ++ih) {
-                    const std::int64_t oh = ih * a[1].stride + off_h;
-                    C* orow = o + (od * a[1].out + oh) * a[2].out + off_w;
-                    const C* irow = xi + (id * a[1].in + ih) * a[2].in;
-                    for (std::int64_t iw = w_lo; iw < w_hi; ++iw) orow[iw * sw] += wv * irow[iw];
+// The direct loops, per (sample, output channel, input channel, kernel tap) over rows. conv
+// gathers: output position o reads input o * stride + tap offset. conv_transpose (kScatter)
+// scatters: input position i adds into output i * stride + tap offset. `p` walks the driving side
+// (output for conv, input for conv_transpose) over the range whose other side is in bounds.
+template <bool kScatter, typename C>
+Status convDirect(const ConvSetup& s, const ConvData<C>& d, std::vector<C>& result) {
+  const std::array<AxisWindow, 3>& a = d.a;
+  // [lo, hi) of the driving positions p on axis k whose partner p * stride + offset is in bounds.
+  auto range = [&](int k, std::int64_t offset, std::int64_t& lo, std::int64_t& hi) {
+    if (kScatter) validRange(a[k].out, a[k].in, a[k].stride, offset, lo, hi);
+    else validRange(a[k].in, a[k].out, a[k].stride, offset, lo, hi);
+  };
+  for (std::int64_t n = 0; n < s.x.dim(0); ++n) {
+    for (std::int64_t m = 0; m < s.out_channels; ++m) {
+      const std::int64_t g = m / d.mg;
+      C* o = result.data() + (n * s.out_channels + m) * d.out_plane;
+      for (std::int64_t c = 0; c < d.cg; ++c) {
+        const std::int64_t ic = g * d.cg + c;
+        const C* xi = d.in.data() + (n * s.x.dim(1) + ic) * d.in_plane;
+        const C* wk = d.weight.data() + (kScatter ? ic * d.mg + (m - g * d.mg) : m * d.cg + c) * d.taps;
+        for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
+          const std::int64_t off_d = kd * a[0].dilation - a[0].pad_before;
+          std::int64_t d_lo, d_hi;
+          range(0, off_d, d_lo, d_hi);
+          for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
+            const std::int64_t off_h = kh * a[1].dilation - a[1].pad_before;
+            std::int64_t h_lo, h_hi;
+            range(1, off_h, h_lo, h_hi);
+            for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
+              const std::int64_t off_w = kw * a[2].dilation - a[2].pad_before;
+              std::int64_t w_lo, w_hi;
+              range(2, off_w, w_lo, w_hi);
+              const C wv = wk[(kd * a[1].kernel + kh) * a[2].kernel + kw];
+              const std::int64_t sw = a[2].stride;
+              for (std::int64_t pd = d_lo; pd < d_hi; ++pd) {
+                const std::int64_t qd = pd * a[0].stride + off_d;
+                const std::int64_t od = kScatter ? qd : pd, id = kScatter ? pd : qd;
+                for (std::int64_t ph = h_lo; ph < h_hi; ++ph) {
+                  const std::int64_t qh = ph * a[1].stride + off_h;
+                  const std::int64_t oh = kScatter ? qh : ph, ih = kScatter ? ph : qh;
+                  C* orow = o + (od * a[1].out + oh) * a[2].out;
+                  const C* irow = xi + (id * a[1].in + ih) * a[2].in;
+                  if constexpr (kScatter) {
+                    for (std::int64_t pw = w_lo; pw < w_hi; ++pw) orow[pw * sw + off_w] += wv * irow[pw];
+                  } else if (sw == 1) {
+                    for (std::int64_t pw = w_lo; pw < w_hi; ++pw) orow[pw] += wv * irow[pw + off_w];
+                  } else {
+                    for (std::int64_t pw = w_lo; pw < w_hi; ++pw) orow[pw] += wv * irow[pw * sw + off_w];
                   }
                 }
               }
@@ -360,12 +327,23 @@ Status convTransposeKernel(OpContext& ctx) {
         }
       }
     }
-    storeValues(result, out);
-    return Status::ok();
-  });
-  SVM_RETURN_IF_ERROR(status);
-  ctx.outputs[0] = Value::fromTensor(std::move(out));
+  }
   return Status::ok();
+}
+
+Status convKernel(OpContext& ctx) {
+  return runConv(ctx, false, []<typename C>(const ConvSetup& s, const ConvData<C>& d, std::vector<C>& result) {
+    if (d.mg >= kGemmMinOutputs && d.cg * d.taps >= kGemmMinDepth) {  // dense enough for the matmul
+      return convTiledGemm<C>(s, d.a, d.in, d.weight, result);
+    }
+    return convDirect<false, C>(s, d, result);  // depthwise and thin convs
+  });
+}
+
+Status convTransposeKernel(OpContext& ctx) {
+  return runConv(ctx, true, []<typename C>(const ConvSetup& s, const ConvData<C>& d, std::vector<C>& result) {
+    return convDirect<true, C>(s, d, result);
+  });
 }
 
 // ---- max_pool / avg_pool ----

@@ -718,11 +718,8 @@ ImportOutcome runImported(const fs::path& folder) {
   return result;
 }
 
-TEST(OnnxNodeImport, SupportedOpsPass) {
-  ASSERT_TRUE(fs::is_directory(kGeneratedRoot)) << kGeneratedRoot << " is missing (built by svm_onnx_node_data)";
-  int total = 0, passed = 0;
-  std::map<std::string, int> skips;
-  std::vector<std::string> failures;
+// Every case folder (generated first, then the extra ones), by name; `_expanded` variants left out.
+std::map<std::string, fs::path> nodeFolders() {
   std::map<std::string, fs::path> folders;
   for (const fs::path& root : {kGeneratedRoot, kExtraRoot}) {
     std::error_code error;
@@ -732,6 +729,15 @@ TEST(OnnxNodeImport, SupportedOpsPass) {
       if (entry.is_directory() && name.find("_expanded") == std::string::npos) folders.emplace(name, entry.path());
     }
   }
+  return folders;
+}
+
+TEST(OnnxNodeImport, SupportedOpsPass) {
+  ASSERT_TRUE(fs::is_directory(kGeneratedRoot)) << kGeneratedRoot << " is missing (built by svm_onnx_node_data)";
+  int total = 0, passed = 0;
+  std::map<std::string, int> skips;
+  std::vector<std::string> failures;
+  const std::map<std::string, fs::path> folders = nodeFolders();
   for (const auto& [name, folder] : folders) {
     onnx::ModelProto model;
     if (!loadProto(folder / "model.onnx", model).isOk() || model.graph().node_size() != 1) continue;
@@ -765,15 +771,7 @@ TEST(OnnxNodeImport, ConvolutionFamilyPasses) {
   const std::set<std::string> family = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
                                         "GlobalMaxPool", "BatchNormalization", "InstanceNormalization", "Resize",
                                         "Upsample", "DepthToSpace", "SpaceToDepth", "Pad"};
-  std::map<std::string, fs::path> folders;
-  for (const fs::path& root : {kGeneratedRoot, kExtraRoot}) {
-    std::error_code error;
-    if (root.empty() || !fs::is_directory(root, error)) continue;
-    for (const auto& entry : fs::directory_iterator(root, error)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_directory() && name.find("_expanded") == std::string::npos) folders.emplace(name, entry.path());
-    }
-  }
+  const std::map<std::string, fs::path> folders = nodeFolders();
   int total = 0, passed = 0;
   std::map<std::string, int> skips;
   std::vector<std::string> failures;
