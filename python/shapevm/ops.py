@@ -819,17 +819,17 @@ def instance_norm(x, scale, bias, eps=1e-05):
     return group_norm(t, scale, bias, groups=t.shape[1], eps=eps)
 
 
-def _resize_matrix(n_in, n_out, scale, mode, coord, nearest, a, exclude):
+def _resize_matrix(n_in, n_out, scale, resized, mode, coord, nearest, a, exclude):
     m = _np.zeros((n_out, n_in))
     for o in range(n_out):
         if coord == 0:
             src = (o + 0.5) / scale - 0.5
         elif coord == 1:
             src = o / scale
-        elif coord == 2:
-            src = 0.0 if n_out == 1 else o * (n_in - 1) / (n_out - 1)
+        elif coord == 2:  # the unrounded resized length (n_in * scale for scales), as ONNX's reference
+            src = 0.0 if resized == 1 else o * (n_in - 1) / (resized - 1)
         elif coord == 3:
-            src = (o + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+            src = (o + 0.5) / scale - 0.5 if resized > 1 else 0.0
         elif coord == 4:
             src = (o + 0.5) / scale
         else:
@@ -878,10 +878,11 @@ def resize(x, sizes=None, scales=None, mode=0, coordinate_mode=0, nearest_mode=0
     for axis in range(lead, v.ndim):
         n_in = v.shape[axis]
         g = given[axis - lead]
-        n_out, scale = (int(g), g / n_in) if sizes is not None else (int(_math.floor(n_in * g)), g)
+        n_out, scale, resized = (int(g), g / n_in, g) if sizes is not None else (int(_math.floor(n_in * g)), g, n_in * g)
         if n_out == n_in and scale == 1.0:
             continue
-        m = _resize_matrix(n_in, n_out, scale, mode, coordinate_mode, nearest_mode, cubic_coeff_a, exclude_outside)
+        m = _resize_matrix(n_in, n_out, scale, resized, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
+                           exclude_outside)
         v = _np.moveaxis(_np.tensordot(m, _np.moveaxis(v, axis, 0), axes=1), 0, axis)
     return _wrap(v, t.svm_dtype)
 

@@ -7,6 +7,7 @@
 // into that conv's weights and bias at import; the conv's value records it (Val::folded_bn) and
 // the BatchNormalization then passes that value on.
 #include <cmath>
+#include <map>
 
 #include "onnx/onnx_graph.h"
 #include "onnx/onnx_tensor.h"
@@ -318,6 +319,29 @@ Status lowerDepthToSpace(NodeCtx& ctx) {
 Status lowerSpaceToDepth(NodeCtx& ctx) {
   SVM_ASSIGN_OR_RETURN(Operand x, operandOf(ctx, 0));
   return emitAs(ctx, "space_to_depth", {x}, {{"blocksize", AttrValue::ofInt(ctx.attrInt("blocksize", 1))}});
+}
+
+Status checkConvRanks(const onnx::GraphProto& graph, std::string_view model) {
+  std::map<std::string, int, std::less<>> ranks;  // declared ranks: initializers, inputs, value_info
+  for (const onnx::TensorProto& init : graph.initializer()) ranks.emplace(init.name(), init.dims_size());
+  auto declare = [&](const onnx::ValueInfoProto& info) {
+    if (info.type().has_tensor_type() && info.type().tensor_type().has_shape())
+      ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
+  };
+  for (const onnx::ValueInfoProto& info : graph.input()) declare(info);
+  for (const onnx::ValueInfoProto& info : graph.value_info()) declare(info);
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const onnx::NodeProto& node = graph.node(i);
+    if ((node.op_type() != "Conv" && node.op_type() != "ConvTranspose") || node.input_size() < 2) continue;
+    auto x = ranks.find(node.input(0)), w = ranks.find(node.input(1));
+    if (x == ranks.end() || w == ranks.end() || x->second == w->second) continue;
+    return makeError(ErrorCode::ShapeMismatch,
+                     "{}: node '{}' ({}): input '{}' has rank {} but the weight '{}' is a {}-D kernel (rank {}), "
+                     "which needs a rank-{} input",
+                     model, node.name().empty() ? fmt::format("#{}", i) : node.name(), node.op_type(), node.input(0),
+                     x->second, node.input(1), w->second - 2, w->second, w->second);
+  }
+  return Status::ok();
 }
 
 Expected<std::int64_t> padModeCode(const NodeCtx& ctx) {

@@ -162,6 +162,9 @@ Status lowerDepthToSpace(NodeCtx& ctx);
 Status lowerSpaceToDepth(NodeCtx& ctx);
 // Pad's `mode` attribute as the pad op's code (0 constant, 1 reflect, 2 edge); unknown: an error.
 Expected<std::int64_t> padModeCode(const NodeCtx& ctx);
+// Before ONNX shape inference (libonnx 1.12 crashes on it): a Conv/ConvTranspose whose declared
+// input rank does not fit its weight's rank is an error naming the node and both ranks.
+Status checkConvRanks(const onnx::GraphProto& graph, std::string_view model);
 
 std::vector<std::int64_t> intsOfTensor(const Tensor& t);
 

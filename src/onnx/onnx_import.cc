@@ -283,6 +283,7 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
   const onnx::GraphProto& graph = model_.graph();
   SVM_RETURN_IF_ERROR(checkSupported(graph));
 
+  SVM_RETURN_IF_ERROR(onnx_import::checkConvRanks(graph, name_));
   // Ranks and dtypes of intermediate values, from ONNX's own shape inference (best effort).
   onnx::ModelProto inferred = model_;
   try {

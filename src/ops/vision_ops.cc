@@ -156,14 +156,16 @@ struct Taps {
   int count = 1;
 };
 
-double sourceCoordinate(CoordMode mode, std::int64_t x, std::int64_t in, std::int64_t out, double scale) {
+// The input coordinate of output position x. As ONNX's reference, align_corners and
+// pytorch_half_pixel use the unrounded resized length `resized` (in * scale for given scales, which
+// need not divide; the size itself for given sizes).
+double sourceCoordinate(CoordMode mode, std::int64_t x, std::int64_t in, double scale, double resized) {
   const double xd = static_cast<double>(x);
   switch (mode) {
     case CoordMode::HalfPixel: return (xd + 0.5) / scale - 0.5;
     case CoordMode::Asymmetric: return xd / scale;
-    case CoordMode::AlignCorners:
-      return out == 1 ? 0.0 : xd * static_cast<double>(in - 1) / static_cast<double>(out - 1);
-    case CoordMode::PytorchHalfPixel: return out > 1 ? (xd + 0.5) / scale - 0.5 : 0.0;
+    case CoordMode::AlignCorners: return resized == 1.0 ? 0.0 : xd * static_cast<double>(in - 1) / (resized - 1.0);
+    case CoordMode::PytorchHalfPixel: return resized > 1.0 ? (xd + 0.5) / scale - 0.5 : 0.0;
     case CoordMode::TfHalfPixelForNn: return (xd + 0.5) / scale;
   }
   return xd;
@@ -196,11 +198,11 @@ struct ResizeAttrs {
   bool exclude_outside = false;
 };
 
-Taps axisTaps(const ResizeAttrs& r, std::int64_t in, std::int64_t out, double scale) {
+Taps axisTaps(const ResizeAttrs& r, std::int64_t in, std::int64_t out, double scale, double resized) {
   Taps t;
   t.count = r.mode == ResizeMode::Nearest ? 1 : r.mode == ResizeMode::Linear ? 2 : 4;
   for (std::int64_t x = 0; x < out; ++x) {
-    const double src = sourceCoordinate(r.coord, x, in, out, scale);
+    const double src = sourceCoordinate(r.coord, x, in, scale, resized);
     if (r.mode == ResizeMode::Nearest) {
       t.index.push_back(std::clamp<std::int64_t>(nearestIndex(r.nearest, src), 0, in - 1));
       t.weight.push_back(1.0);
@@ -255,8 +257,8 @@ std::vector<C> resampleAxis(const std::vector<C>& values, Shape& shape, int axis
 
 // Per axis of x: the output extent and the scale, from `sizes` (ints) or `scales` (a float tensor),
 // each with one entry per axis or per spatial axis (N and C then keep their extent).
-Status resizeTargets(const Tensor& x, const OpContext& ctx, std::vector<std::int64_t>& out,
-                     std::vector<double>& scale) {
+Status resizeTargets(const Tensor& x, const OpContext& ctx, std::vector<std::int64_t>& out, std::vector<double>& scale,
+                     std::vector<double>& resized) {
   const int rank = x.rank();
   std::vector<double> given;
   bool by_sizes = false;
@@ -278,9 +280,11 @@ Status resizeTargets(const Tensor& x, const OpContext& ctx, std::vector<std::int
   }
   out.assign(static_cast<std::size_t>(rank), 0);
   scale.assign(static_cast<std::size_t>(rank), 1.0);
+  resized.assign(static_cast<std::size_t>(rank), 0.0);
   for (int d = 0; d < rank; ++d) {
     const std::size_t k = static_cast<std::size_t>(d);
     out[k] = x.dim(d);
+    resized[k] = static_cast<double>(x.dim(d));
     if (d < lead) continue;
     const double v = given[static_cast<std::size_t>(d - lead)];
     if (!(v > 0.0)) {
@@ -290,9 +294,11 @@ Status resizeTargets(const Tensor& x, const OpContext& ctx, std::vector<std::int
     if (by_sizes) {
       out[k] = static_cast<std::int64_t>(v);
       scale[k] = x.dim(d) > 0 ? v / static_cast<double>(x.dim(d)) : 1.0;
+      resized[k] = v;
     } else {
       out[k] = static_cast<std::int64_t>(std::floor(static_cast<double>(x.dim(d)) * v));
       scale[k] = v;
+      resized[k] = static_cast<double>(x.dim(d)) * v;
     }
   }
   return Status::ok();
@@ -326,7 +332,8 @@ Status resizeKernel(OpContext& ctx) {
   r.exclude_outside = ctx.attrs[4].i != 0;
   std::vector<std::int64_t> out_dims;
   std::vector<double> scales;
-  SVM_RETURN_IF_ERROR(resizeTargets(x, ctx, out_dims, scales));
+  std::vector<double> resized;
+  SVM_RETURN_IF_ERROR(resizeTargets(x, ctx, out_dims, scales, resized));
   Shape shape(std::span<const std::int64_t>(out_dims.data(), out_dims.size()));
   for (int d = 0; d < x.rank(); ++d) {
     if (x.dim(d) == 0 && shape[d] > 0) {
@@ -341,7 +348,7 @@ Status resizeKernel(OpContext& ctx) {
     for (int d = 0; d < x.rank(); ++d) {
       const std::size_t k = static_cast<std::size_t>(d);
       if (out_dims[k] == x.dim(d) && scales[k] == 1.0) continue;
-      values = resampleAxis(values, current, d, axisTaps(r, x.dim(d), out_dims[k], scales[k]), out_dims[k]);
+      values = resampleAxis(values, current, d, axisTaps(r, x.dim(d), out_dims[k], scales[k], resized[k]), out_dims[k]);
     }
     storeValues(values, out);
     return Status::ok();
