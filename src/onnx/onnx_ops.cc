@@ -597,8 +597,9 @@ Status handlePad(NodeCtx& ctx) {
     pads.push_back(onnx_pads[axis + rank]);
   }
   SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
-  return emitTo(ctx, "pad", {x},
-                {{"pads", AttrValue::ofInts(pads)}, {"value", AttrValue::ofFloat(value)}, {"mode", AttrValue::ofInt(mode)}});
+  return emitTo(
+      ctx, "pad", {x},
+      {{"pads", AttrValue::ofInts(pads)}, {"value", AttrValue::ofFloat(value)}, {"mode", AttrValue::ofInt(mode)}});
 }
 
 Status handleTile(NodeCtx& ctx) {

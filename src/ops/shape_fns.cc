@@ -406,8 +406,9 @@ std::int64_t intAttr(const ShapeArgs& args, std::string_view name, std::int64_t 
 // The spatial dims of x through `kernel` (nullopt entries: not static) with the op's window
 // attributes: static where the input extent and kernel are, the input dim itself where the
 // window maps each position to itself (1-wide, stride 1, no padding), else anonymous.
-std::optional<SymShape> windowedShape(const SymShape& x, SymDim channels, std::vector<std::optional<std::int64_t>> kernel,
-                                      const ShapeArgs& args, bool transpose, bool pool) {
+std::optional<SymShape> windowedShape(const SymShape& x, SymDim channels,
+                                      std::vector<std::optional<std::int64_t>> kernel, const ShapeArgs& args,
+                                      bool transpose, bool pool) {
   const std::size_t n = kernel.size();
   if (x.rank() != static_cast<int>(n) + 2) return std::nullopt;
   SymShape out;
@@ -499,7 +500,8 @@ SymShape shapeResize(const ShapeArgs& args) {
     const int given = sizes->shape.rank();
     const int lead = given == rank ? 0 : given == rank - 2 ? 2 : -1;
     if (lead < 0) return SymShape::any();
-    for (int d = lead; d < rank; ++d) out.dims[static_cast<std::size_t>(d)] = sizes->shape.dims[static_cast<std::size_t>(d - lead)];
+    for (int d = lead; d < rank; ++d)
+      out.dims[static_cast<std::size_t>(d)] = sizes->shape.dims[static_cast<std::size_t>(d - lead)];
     return out;
   }
   // scales: N and C keep their extent only when the scales cover the spatial axes alone, which is
@@ -529,7 +531,8 @@ SymShape shapePad(const ShapeArgs& args) {
   if (!x || pads == nullptr || pads->ints.size() != 2 * static_cast<std::size_t>(x->rank())) return SymShape::any();
   SymShape out = *x;
   for (int d = 0; d < x->rank(); ++d) {
-    const std::int64_t grow = pads->ints[2 * static_cast<std::size_t>(d)] + pads->ints[2 * static_cast<std::size_t>(d) + 1];
+    const std::int64_t grow =
+        pads->ints[2 * static_cast<std::size_t>(d)] + pads->ints[2 * static_cast<std::size_t>(d) + 1];
     SymDim& dim = out.dims[static_cast<std::size_t>(d)];
     if (grow == 0) continue;
     dim = dim.is_static && dim.size + grow >= 0 ? SymDim::fixed(dim.size + grow) : anon();

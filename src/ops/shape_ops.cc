@@ -574,7 +574,8 @@ Status padBorderModes(const Tensor& x, const std::vector<std::int64_t>& pads, co
                       OpContext& ctx) {
   const int rank = x.rank();
   for (int d = 0; d < rank; ++d) {
-    const std::int64_t before = pads[2 * static_cast<std::size_t>(d)], after = pads[2 * static_cast<std::size_t>(d) + 1];
+    const std::int64_t before = pads[2 * static_cast<std::size_t>(d)],
+                       after = pads[2 * static_cast<std::size_t>(d) + 1];
     if (before < 0 || after < 0) {
       return makeError(ErrorCode::InvalidArgument, "{} pad: negative pads {}", reflect ? "reflect" : "edge",
                        formatInts(pads));

@@ -768,9 +768,19 @@ TEST(OnnxNodeImport, SupportedOpsPass) {
 // The convolution family's node tests alone (issue 21), so a regression there is not hidden by
 // the other ops' passes: >= 95% of the cases the importer accepts match; every skip prints its reason.
 TEST(OnnxNodeImport, ConvolutionFamilyPasses) {
-  const std::set<std::string> family = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                        "GlobalMaxPool", "BatchNormalization", "InstanceNormalization", "Resize",
-                                        "Upsample", "DepthToSpace", "SpaceToDepth", "Pad"};
+  const std::set<std::string> family = {"Conv",
+                                        "ConvTranspose",
+                                        "MaxPool",
+                                        "AveragePool",
+                                        "GlobalAveragePool",
+                                        "GlobalMaxPool",
+                                        "BatchNormalization",
+                                        "InstanceNormalization",
+                                        "Resize",
+                                        "Upsample",
+                                        "DepthToSpace",
+                                        "SpaceToDepth",
+                                        "Pad"};
   const std::map<std::string, fs::path> folders = nodeFolders();
   int total = 0, passed = 0;
   std::map<std::string, int> skips;
@@ -786,8 +796,9 @@ TEST(OnnxNodeImport, ConvolutionFamilyPasses) {
     else if (!outcome.skip.empty()) skips[node.op_type() + ": " + outcome.skip]++;
     else failures.push_back(fmt::format("{} ({}): {}", name, node.op_type(), outcome.failure.substr(0, 300)));
   }
-  std::string text = fmt::format("\n[ONNX node conformance, convolution family] {} cases: {} passed, {} skipped, {} failed\n",
-                                 total, passed, total - passed - static_cast<int>(failures.size()), failures.size());
+  std::string text =
+      fmt::format("\n[ONNX node conformance, convolution family] {} cases: {} passed, {} skipped, {} failed\n", total,
+                  passed, total - passed - static_cast<int>(failures.size()), failures.size());
   for (const auto& [reason, count] : skips) text += fmt::format("  skipped {:3} x {}\n", count, reason);
   for (const std::string& f : failures) text += "  FAILED " + f + "\n";
   std::fputs(text.c_str(), stdout);

@@ -147,8 +147,8 @@ TEST(ConvShapes, DynamicDimsStayDynamic) {
   EXPECT_EQ(inferShape(pool, pool_in, resolveAttrs(pool, window).value()).toString(), "[1,2,?3,3,3]");
 
   const OpSchema& resize = *OpRegistry::global().find("resize");
-  const std::vector<SymInput> resize_in = {
-      SymInput::tensor(x), SymInput::ints(SymShape{true, {SymDim::dynamic(5), SymDim::fixed(18)}})};
+  const std::vector<SymInput> resize_in = {SymInput::tensor(x),
+                                           SymInput::ints(SymShape{true, {SymDim::dynamic(5), SymDim::fixed(18)}})};
   EXPECT_EQ(inferShape(resize, resize_in, resolveAttrs(resize, Attrs{}).value()).toString(), "[?0,4,?5,18]");
 }
 

@@ -313,7 +313,8 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       }
       c.inputs = {tensorOf(ft, x, rng), tensorOf(ft, w, rng)};
       if (coin(rng)) c.inputs.push_back(tensorOf(ft, Shape{out_channels}, rng));
-      c.attrs = {{"strides", AttrValue::ofInts(strides)}, {"dilations", AttrValue::ofInts(dilations)},
+      c.attrs = {{"strides", AttrValue::ofInts(strides)},
+                 {"dilations", AttrValue::ofInts(dilations)},
                  {"groups", AttrValue::ofInt(groups)}};
       const int auto_pad = pick(rng, 0, 3);
       if (auto_pad == 0) c.attrs.push_back({"pads", AttrValue::ofInts(pads)});
@@ -333,15 +334,15 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
         pads.push_back(pick(rng, 0, k / 2));
       }
       c.inputs = {tensorOf(pickFrom(rng, kFloatDTypes), x, rng)};
-      c.attrs = {{"kernel", AttrValue::ofInts(kernel)}, {"strides", AttrValue::ofInts(strides)},
-                 {"pads", AttrValue::ofInts(pads)}, {"ceil_mode", AttrValue::ofBool(coin(rng))}};
+      c.attrs = {{"kernel", AttrValue::ofInts(kernel)},
+                 {"strides", AttrValue::ofInts(strides)},
+                 {"pads", AttrValue::ofInts(pads)},
+                 {"ceil_mode", AttrValue::ofBool(coin(rng))}};
       if (coin(rng)) c.attrs.push_back({"auto_pad", AttrValue::ofInt(pick(rng, 1, 3))});
       break;
     }
     case OpId::GlobalAvgPool:
-    case OpId::GlobalMaxPool:
-      c.inputs = {tensorOf(pickFrom(rng, kFloatDTypes), randomShape(rng, 3, 5), rng)};
-      break;
+    case OpId::GlobalMaxPool: c.inputs = {tensorOf(pickFrom(rng, kFloatDTypes), randomShape(rng, 3, 5), rng)}; break;
     case OpId::BatchNorm:
     case OpId::InstanceNorm:
     case OpId::GroupNorm: {
@@ -353,7 +354,8 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       for (int k = 0; k < params; ++k) {
         Tensor t = randomTensor(dt, Shape{x[1]}, rng);
         if (k == 3) {  // batch_norm's variance > 0
-          for (std::int64_t i = 0; i < t.numel(); ++i) storeFromDouble(t.rawData(), dt, i, 0.5 + 0.25 * static_cast<double>(i));
+          for (std::int64_t i = 0; i < t.numel(); ++i)
+            storeFromDouble(t.rawData(), dt, i, 0.5 + 0.25 * static_cast<double>(i));
         }
         c.inputs.push_back(Value::fromTensor(t));
       }
@@ -366,7 +368,8 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       std::vector<std::int64_t> sizes;
       for (int d = 2; d < x.rank(); ++d) sizes.push_back(pick(rng, 1, 7));
       c.inputs.push_back(intsOf(sizes));
-      c.attrs = {{"mode", AttrValue::ofInt(pick(rng, 0, 2))}, {"coordinate_mode", AttrValue::ofInt(pick(rng, 0, 4))},
+      c.attrs = {{"mode", AttrValue::ofInt(pick(rng, 0, 2))},
+                 {"coordinate_mode", AttrValue::ofInt(pick(rng, 0, 4))},
                  {"nearest_mode", AttrValue::ofInt(pick(rng, 0, 3))}};
       break;
     }
