@@ -734,13 +734,19 @@ def conv_transpose(x, w, b=None, strides=None, pads=None, dilations=None, groups
     return _wrap(out, t.svm_dtype)
 
 
-def max_pool(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False, auto_pad=0):
-    """Max over each window; padding never wins."""
+def _pool_input(x, name, kernel, strides, pads, dilations, auto_pad, ceil_mode, fill):
+    """(tensor, float64 values, windows, values padded with `fill`, pad widths) of a pool's input."""
     t = _tensor(x)
-    _float_only(t, "max_pool")
+    _float_only(t, name)
     v = _compute(t, t.svm_dtype)
     windows = _windows(v.shape[2:], _ints(kernel, "kernel"), strides, pads, dilations, auto_pad, ceil_mode)
-    vp, _ = _padded(v, windows, -_np.inf)
+    vp, widths = _padded(v, windows, fill)
+    return t, v, windows, vp, widths
+
+
+def max_pool(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False, auto_pad=0):
+    """Max over each window; padding never wins."""
+    t, v, windows, vp, _ = _pool_input(x, "max_pool", kernel, strides, pads, dilations, auto_pad, ceil_mode, -_np.inf)
     out = _np.full(v.shape[:2] + tuple(w[0] for w in windows), -_np.inf)
     for _, sl in _taps(windows):
         out = _np.fmax(out, vp[(slice(None), slice(None)) + sl])
@@ -749,11 +755,7 @@ def max_pool(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False
 
 def avg_pool(x, kernel, strides=None, pads=None, ceil_mode=False, count_include_pad=False, auto_pad=0):
     """Mean over each window; the divisor counts pads only with count_include_pad."""
-    t = _tensor(x)
-    _float_only(t, "avg_pool")
-    v = _compute(t, t.svm_dtype)
-    windows = _windows(v.shape[2:], _ints(kernel, "kernel"), strides, pads, None, auto_pad, ceil_mode)
-    vp, widths = _padded(v, windows, 0.0)
+    t, v, windows, vp, widths = _pool_input(x, "avg_pool", kernel, strides, pads, None, auto_pad, ceil_mode, 0.0)
     ones = _np.ones((1, 1) + v.shape[2:])
     if count_include_pad:  # pads count, the room past them (ceil_mode) does not
         inner = [(0, 0), (0, 0)] + [(w[1], w[2]) for w in windows]
