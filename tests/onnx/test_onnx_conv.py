@@ -68,7 +68,7 @@ def resnet18():
 # name: (constructor, dynamic axes, example shape, shapes to run, keep BatchNormalization nodes)
 MODELS = {
     "resnet18": (resnet18, {0: "batch", 2: "height", 3: "width"}, (1, 3, 32, 32),
-                 [(1, 3, 32, 32), (2, 3, 40, 48), (1, 3, 64, 56)], False),
+                 [(1, 3, 32, 32), (2, 3, 40, 32), (1, 3, 48, 40)], False),
     "net3d": (Net3d, {0: "batch", 2: "depth"}, (1, 2, 5, 8, 8), [(1, 2, 5, 8, 8), (2, 2, 8, 8, 8), (1, 2, 11, 8, 8)],
               True),
     "unet": (UNetBlock, {0: "batch", 2: "height", 3: "width"}, (1, 3, 16, 16),
