@@ -10,8 +10,8 @@ packages=(
   libzip-dev zlib1g-dev
   libprotobuf-dev protobuf-compiler libonnx-dev
   llvm-19-dev libdnnl-dev libopenblas0-pthread
-  python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-onnx python3-torch python3-matplotlib
-  python3-distributed python3-dask
+  python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-onnx python3-torch python3-torchvision
+  python3-matplotlib python3-distributed python3-dask
 )
 missing=()
 for p in "${packages[@]}"; do

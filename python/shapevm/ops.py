@@ -27,6 +27,8 @@ __all__ = [
     "transpose", "squeeze", "unsqueeze", "split", "concat", "stack", "gather", "broadcast_to", "pad", "sum",
     "mean", "max", "min", "argmax", "softmax", "log_softmax", "layer_norm", "identity", "contiguous", "zeros",
     "ones", "full", "arange", "randn", "add_n",
+    "conv", "conv_transpose", "max_pool", "avg_pool", "global_avg_pool", "global_max_pool", "batch_norm",
+    "instance_norm", "group_norm", "resize", "depth_to_space", "space_to_depth",
 ]
 
 
@@ -495,8 +497,8 @@ def broadcast_to(x, shape):
     return _like(_np.broadcast_to(_np.asarray(t), _ints(shape)), t)
 
 
-def pad(x, pads, value=0.0):
-    """Constant padding; pads numpy-style ((before, after), ...) per axis."""
+def pad(x, pads, value=0.0, mode=0):
+    """Padding; pads numpy-style ((before, after), ...) per axis; mode 0 = constant, 1 = reflect, 2 = edge."""
     t = _tensor(x)
     widths = [tuple(_ints(p, "pads")) for p in pads] if pads and isinstance(pads[0], (tuple, list)) else None
     if widths is None:
@@ -504,6 +506,12 @@ def pad(x, pads, value=0.0):
         widths = [tuple(flat[i:i + 2]) for i in range(0, len(flat), 2)]
     if len(widths) != t.ndim or _b.any(len(w) != 2 for w in widths):
         raise ValueError(f"pad: pads {pads} must give (before, after) for each of the {t.ndim} axes")
+    if mode in (1, 2):
+        if _b.any(b < 0 or a < 0 for b, a in widths):
+            raise ValueError(f"pad: negative pads {pads} with mode {mode}")
+        return _like(_np.pad(_np.asarray(t), widths, mode="reflect" if mode == 1 else "edge"), t)
+    if mode != 0:
+        raise ValueError(f"unknown pad mode {mode}")
     dt = t.svm_dtype
     fill = _np.asarray(_wrap(_np.asarray(float(value)), dt))
     return _like(_np.pad(_np.asarray(t), widths, constant_values=fill), t)
@@ -589,6 +597,319 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, axis=-1):
     if bias is not None:
         y = y + _compute(_tensor(bias), _tensor(bias).svm_dtype)
     return _wrap(y, t.svm_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution family (NC[D]HW; see the ops.def rows for the attribute encodings)
+
+def _per_axis(values, n, fallback, what):
+    if values is None or len(values) == 0:
+        return [fallback] * n
+    values = _ints(values, what)
+    if len(values) != n:
+        raise ValueError(f"{what} {values} needs {n} entries")
+    return values
+
+
+def _pads_of(pads, n):
+    if pads is None or len(pads) == 0:
+        return [0] * n, [0] * n
+    pads = _ints(pads, "pads")
+    if _b.any(p < 0 for p in pads):
+        raise ValueError(f"negative pads {pads}")
+    if len(pads) == n:
+        return list(pads), list(pads)
+    if len(pads) == 2 * n:
+        return list(pads[0::2]), list(pads[1::2])
+    raise ValueError(f"pads {pads} needs {n} or {2 * n} entries")
+
+
+def _windows(in_sizes, kernel, strides, pads, dilations, auto_pad, ceil_mode=False):
+    """Per spatial axis (out, pad_before, pad_after, kernel, stride, dilation) as ONNX defines them."""
+    n = len(in_sizes)
+    strides = _per_axis(strides, n, 1, "strides")
+    dilations = _per_axis(dilations, n, 1, "dilations")
+    before, after = _pads_of(pads, n)
+    if auto_pad not in (0, 1, 2, 3):
+        raise ValueError(f"unknown auto_pad {auto_pad}")
+    out = []
+    for i, k, s, d, pb, pa in zip(in_sizes, kernel, strides, dilations, before, after):
+        eff = d * (k - 1) + 1
+        if auto_pad in (1, 2):
+            o = -(-i // s)
+            total = _b.max(0, (o - 1) * s + eff - i)
+            pb = total // 2 if auto_pad == 1 else total - total // 2
+            out.append((o, pb, total - pb, k, s, d))
+            continue
+        if auto_pad == 3:
+            pb = pa = 0
+        span = i + pb + pa - eff
+        if span < 0:
+            raise ValueError(f"kernel {kernel} larger than the padded input {in_sizes}")
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= i + pb:
+            o -= 1
+        out.append((o, pb, pa, k, s, d))
+    return out
+
+
+def _taps(windows):
+    """For every kernel tap, the slices of the padded input its outputs read."""
+    import itertools
+    for tap in itertools.product(*[range(w[3]) for w in windows]):
+        yield tap, tuple(slice(t * w[5], t * w[5] + w[4] * (w[0] - 1) + 1, w[4]) for t, w in zip(tap, windows))
+
+
+def _padded(v, windows, fill):
+    """v with each spatial axis padded by its window's pads, plus room for ceil_mode's last window."""
+    widths = [(0, 0), (0, 0)]
+    for size, w in zip(v.shape[2:], windows):
+        need = (w[0] - 1) * w[4] + w[5] * (w[3] - 1) + 1
+        widths.append((w[1], _b.max(w[2], need - size - w[1])))
+    return _np.pad(v, widths, constant_values=fill), widths
+
+
+def conv(x, w, b=None, strides=None, pads=None, dilations=None, groups=1, auto_pad=0):
+    """N-D convolution (cross-correlation) of x [N,C,...] with w [M,C/groups,k...] plus bias b [M]."""
+    t = _tensor(x)
+    _float_only(t, "conv")
+    v, wv = _compute(t, t.svm_dtype), _compute(_tensor(w), t.svm_dtype)
+    if v.ndim != wv.ndim or v.shape[1] != wv.shape[1] * groups or wv.shape[0] % groups:
+        raise ValueError(f"conv: input {v.shape} does not match weight {wv.shape} with groups {groups}")
+    windows = _windows(v.shape[2:], wv.shape[2:], strides, pads, dilations, auto_pad)
+    vp, _ = _padded(v, windows, 0.0)
+    n, c = v.shape[:2]
+    m = wv.shape[0]
+    out = _np.zeros((n, groups, m // groups) + tuple(win[0] for win in windows))
+    wg = wv.reshape((groups, m // groups, c // groups) + wv.shape[2:])
+    for tap, sl in _taps(windows):
+        patch = vp[(slice(None), slice(None)) + sl].reshape((n, groups, c // groups) + out.shape[3:])
+        out += _np.einsum("ngc...,gmc->ngm...", patch, wg[(Ellipsis,) + tap])
+    out = out.reshape((n, m) + out.shape[3:])
+    if b is not None:
+        out += _compute(_tensor(b), t.svm_dtype).reshape((1, m) + (1,) * len(windows))
+    return _wrap(out, t.svm_dtype)
+
+
+def conv_transpose(x, w, b=None, strides=None, pads=None, dilations=None, groups=1, auto_pad=0,
+                   output_padding=None, output_shape=None):
+    """Transposed convolution of x [N,C,...] with w [C,M/groups,k...] plus bias b [M]."""
+    t = _tensor(x)
+    _float_only(t, "conv_transpose")
+    v, wv = _compute(t, t.svm_dtype), _compute(_tensor(w), t.svm_dtype)
+    if v.ndim != wv.ndim or v.shape[1] != wv.shape[0] or v.shape[1] % groups:
+        raise ValueError(f"conv_transpose: input {v.shape} does not match weight {wv.shape} with groups {groups}")
+    nsp = v.ndim - 2
+    strides = _per_axis(strides, nsp, 1, "strides")
+    dilations = _per_axis(dilations, nsp, 1, "dilations")
+    extra = _per_axis(output_padding, nsp, 0, "output_padding")
+    before, after = _pads_of(pads, nsp)
+    full = [s * (i - 1) + d * (k - 1) + 1 + e for i, k, s, d, e in zip(v.shape[2:], wv.shape[2:], strides, dilations, extra)]
+    if (output_shape is not None and len(output_shape)) or auto_pad in (1, 2):
+        targets = list(output_shape) if output_shape is not None and len(output_shape) else [i * s for i, s in zip(v.shape[2:], strides)]
+        before, after = [], []
+        for f, o in zip(full, targets):
+            total = f - o
+            pb = total // 2 if auto_pad == 1 else total - total // 2  # floor division, as ONNX's reference
+            before.append(pb)
+            after.append(total - pb)
+    elif auto_pad == 3:
+        before, after = [0] * nsp, [0] * nsp
+    n, c = v.shape[:2]
+    mg = wv.shape[1]
+    result = _np.zeros((n, groups, mg) + tuple(full))
+    vg = v.reshape((n, groups, c // groups) + v.shape[2:])
+    wg = wv.reshape((groups, c // groups, mg) + wv.shape[2:])
+    import itertools
+    for tap in itertools.product(*[range(k) for k in wv.shape[2:]]):
+        sl = tuple(slice(t * d, t * d + s * (i - 1) + 1, s) for t, d, s, i in zip(tap, dilations, strides, v.shape[2:]))
+        result[(slice(None), slice(None), slice(None)) + sl] += _np.einsum("ngc...,gcm->ngm...", vg, wg[(Ellipsis,) + tap])
+    result = result.reshape((n, groups * mg) + tuple(full))
+    grow = [(0, 0), (0, 0)] + [(_b.max(0, -pb), _b.max(0, -pa)) for pb, pa in zip(before, after)]
+    result = _np.pad(result, grow)  # negative pads (output_shape past the full extent) add zeros
+    crop = tuple(slice(pb + g[0], f + g[0] - pa) for pb, pa, f, g in zip(before, after, full, grow[2:]))
+    out = result[(slice(None), slice(None)) + crop]
+    if b is not None:
+        out = out + _compute(_tensor(b), t.svm_dtype).reshape((1, groups * mg) + (1,) * nsp)
+    return _wrap(out, t.svm_dtype)
+
+
+def _pool_input(x, name, kernel, strides, pads, dilations, auto_pad, ceil_mode, fill):
+    """(tensor, float64 values, windows, values padded with `fill`, pad widths) of a pool's input."""
+    t = _tensor(x)
+    _float_only(t, name)
+    v = _compute(t, t.svm_dtype)
+    windows = _windows(v.shape[2:], _ints(kernel, "kernel"), strides, pads, dilations, auto_pad, ceil_mode)
+    vp, widths = _padded(v, windows, fill)
+    return t, v, windows, vp, widths
+
+
+def max_pool(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False, auto_pad=0):
+    """Max over each window; padding never wins."""
+    t, v, windows, vp, _ = _pool_input(x, "max_pool", kernel, strides, pads, dilations, auto_pad, ceil_mode, -_np.inf)
+    out = _np.full(v.shape[:2] + tuple(w[0] for w in windows), -_np.inf)
+    for _, sl in _taps(windows):
+        out = _np.fmax(out, vp[(slice(None), slice(None)) + sl])
+    return _wrap(out, t.svm_dtype)
+
+
+def avg_pool(x, kernel, strides=None, pads=None, ceil_mode=False, count_include_pad=False, auto_pad=0):
+    """Mean over each window; the divisor counts pads only with count_include_pad."""
+    t, v, windows, vp, widths = _pool_input(x, "avg_pool", kernel, strides, pads, None, auto_pad, ceil_mode, 0.0)
+    ones = _np.ones((1, 1) + v.shape[2:])
+    if count_include_pad:  # pads count, the room past them (ceil_mode) does not
+        inner = [(0, 0), (0, 0)] + [(w[1], w[2]) for w in windows]
+        ones = _np.pad(ones, inner, constant_values=1.0)
+        outer = [(0, 0), (0, 0)] + [(0, wd[1] - w[2]) for wd, w in zip(widths[2:], windows)]
+        ones = _np.pad(ones, outer, constant_values=0.0)
+    else:
+        ones = _np.pad(ones, widths, constant_values=0.0)
+    total = _np.zeros(v.shape[:2] + tuple(w[0] for w in windows))
+    count = _np.zeros((1, 1) + total.shape[2:])
+    for _, sl in _taps(windows):
+        total += vp[(slice(None), slice(None)) + sl]
+        count += ones[(slice(None), slice(None)) + sl]
+    return _wrap(total / count, t.svm_dtype)
+
+
+def _global_pool(x, fn, name):
+    t = _tensor(x)
+    _float_only(t, name)
+    v = _compute(t, t.svm_dtype)
+    return _wrap(fn(v, axis=tuple(range(2, v.ndim)), keepdims=True), t.svm_dtype)
+
+
+def global_avg_pool(x):
+    return _global_pool(x, _np.mean, "global_avg_pool")
+
+
+def global_max_pool(x):
+    return _global_pool(x, _np.max, "global_max_pool")
+
+
+def _per_channel(p, t, ndim):
+    return _compute(_tensor(p), t.svm_dtype).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def batch_norm(x, scale, bias, mean, var, eps=1e-05):
+    """Inference batch normalization over axis 1."""
+    t = _tensor(x)
+    _float_only(t, "batch_norm")
+    v = _compute(t, t.svm_dtype)
+    y = (v - _per_channel(mean, t, v.ndim)) / _np.sqrt(_per_channel(var, t, v.ndim) + eps)
+    return _wrap(y * _per_channel(scale, t, v.ndim) + _per_channel(bias, t, v.ndim), t.svm_dtype)
+
+
+def group_norm(x, scale=None, bias=None, groups=1, eps=1e-05):
+    """Normalize each sample's channel groups, then * scale + bias per channel."""
+    t = _tensor(x)
+    _float_only(t, "group_norm")
+    v = _compute(t, t.svm_dtype)
+    g = v.reshape((v.shape[0], groups, -1))
+    m = g.mean(axis=2, keepdims=True)
+    y = ((g - m) / _np.sqrt(((g - m) ** 2).mean(axis=2, keepdims=True) + eps)).reshape(v.shape)
+    if scale is not None:
+        y = y * _per_channel(scale, t, v.ndim)
+    if bias is not None:
+        y = y + _per_channel(bias, t, v.ndim)
+    return _wrap(y, t.svm_dtype)
+
+
+def instance_norm(x, scale, bias, eps=1e-05):
+    """Normalize each (sample, channel) over its spatial axes, then * scale + bias."""
+    t = _tensor(x)
+    return group_norm(t, scale, bias, groups=t.shape[1], eps=eps)
+
+
+def _resize_matrix(n_in, n_out, scale, resized, mode, coord, nearest, a, exclude):
+    m = _np.zeros((n_out, n_in))
+    for o in range(n_out):
+        if coord == 0:
+            src = (o + 0.5) / scale - 0.5
+        elif coord == 1:
+            src = o / scale
+        elif coord == 2:  # the unrounded resized length (n_in * scale for scales), as ONNX's reference
+            src = 0.0 if resized == 1 else o * (n_in - 1) / (resized - 1)
+        elif coord == 3:
+            src = (o + 0.5) / scale - 0.5 if resized > 1 else 0.0
+        elif coord == 4:
+            src = (o + 0.5) / scale
+        else:
+            raise ValueError(f"unknown coordinate_mode {coord}")
+        if mode == 0:
+            if nearest == 0:
+                i = _math.ceil(src - 0.5)
+            elif nearest == 1:
+                i = _math.floor(src + 0.5)
+            elif nearest == 2:
+                i = _math.floor(src)
+            else:
+                i = _math.ceil(src)
+            m[o, _b.min(_b.max(i, 0), n_in - 1)] = 1.0
+            continue
+        base = _math.floor(src)
+        frac = src - base
+        if mode == 1:
+            taps = [(base, 1.0 - frac), (base + 1, frac)]
+        else:
+            def cubic(d):
+                d = _b.abs(d)
+                if d <= 1:
+                    return ((a + 2) * d - (a + 3)) * d * d + 1
+                return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a if d < 2 else 0.0
+            taps = [(base + k - 1, cubic(frac - (k - 1))) for k in range(4)]
+        if exclude:
+            taps = [(i, wt if 0 <= i < n_in else 0.0) for i, wt in taps]
+            total = _b.sum(wt for _, wt in taps)
+            taps = [(i, wt / total) for i, wt in taps]
+        for i, wt in taps:
+            m[o, _b.min(_b.max(i, 0), n_in - 1)] += wt
+    return m
+
+
+def resize(x, sizes=None, scales=None, mode=0, coordinate_mode=0, nearest_mode=0, cubic_coeff_a=-0.75,
+           exclude_outside=False):
+    """Resample to sizes or by scales (all axes, or the spatial ones); see the ops.def row for the modes."""
+    t = _tensor(x)
+    _float_only(t, "resize")
+    v = _compute(t, t.svm_dtype)
+    given = [float(e) for e in (_ints(sizes, "sizes") if sizes is not None else _np.asarray(scales).reshape(-1))]
+    lead = v.ndim - len(given)
+    if lead not in (0, 2):
+        raise ValueError(f"resize: {len(given)} sizes/scales for rank {v.ndim}")
+    for axis in range(lead, v.ndim):
+        n_in = v.shape[axis]
+        g = given[axis - lead]
+        n_out, scale, resized = (int(g), g / n_in, g) if sizes is not None else (int(_math.floor(n_in * g)), g, n_in * g)
+        if n_out == n_in and scale == 1.0:
+            continue
+        m = _resize_matrix(n_in, n_out, scale, resized, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
+                           exclude_outside)
+        v = _np.moveaxis(_np.tensordot(m, _np.moveaxis(v, axis, 0), axes=1), 0, axis)
+    return _wrap(v, t.svm_dtype)
+
+
+def depth_to_space(x, blocksize, mode=0):
+    """[N,C*b*b,H,W] -> [N,C,H*b,W*b]; mode 0 = DCR, 1 = CRD (ONNX DepthToSpace)."""
+    t = _tensor(x)
+    v = _np.asarray(t)
+    n, c, h, w = v.shape
+    b = blocksize
+    if mode == 0:
+        y = v.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = v.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return _like(_np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b)), t)
+
+
+def space_to_depth(x, blocksize):
+    """[N,C,H*b,W*b] -> [N,C*b*b,H,W] (ONNX SpaceToDepth)."""
+    t = _tensor(x)
+    v = _np.asarray(t)
+    n, c, h, w = v.shape
+    b = blocksize
+    y = v.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return _like(_np.ascontiguousarray(y.reshape(n, c * b * b, h // b, w // b)), t)
 
 
 # ---------------------------------------------------------------------------------------------

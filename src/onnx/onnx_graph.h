@@ -39,6 +39,7 @@ struct Val {
   int rank = -1;                   // Tensor: -1 = unknown
   std::vector<std::int64_t> dims;  // Tensor: per dim the static extent or -1 (size rank when known)
   std::string missing_reason;      // Missing: why it cannot be used
+  std::string folded_bn;           // Tensor: the output name of the BatchNormalization folded into it
 
   static Val ofConst(Tensor t);
   static Val ofTensor(int reg, std::optional<DType> dtype = std::nullopt, int rank = -1);
@@ -125,6 +126,11 @@ struct NodeCtx {
   // on outer values, do not outlive the call.
   std::function<Expected<std::vector<Val>>(const onnx::GraphProto&, std::vector<Val> inputs)> subgraph;
 
+  // For peephole folds (Conv + BatchNormalization, onnx_conv.cc): the graph being imported and the
+  // value of a name produced so far (nullptr when none).
+  const onnx::GraphProto* graph = nullptr;
+  std::function<const Val*(const std::string&)> lookup;
+
   bool has(std::size_t k) const { return k < in.size() && in[k] != nullptr; }
   Val& input(std::size_t k) const { return *in[k]; }
   const onnx::AttributeProto* attr(std::string_view name) const;
@@ -161,6 +167,25 @@ Status handleTopK(NodeCtx& ctx);
 Status handleIf(NodeCtx& ctx);
 // Loop: a counted / conditional bytecode loop over the body; scan outputs grow by concatenation.
 Status handleLoop(NodeCtx& ctx);
+
+// The convolution family (onnx_conv.cc).
+Status lowerConv(NodeCtx& ctx);
+Status lowerConvTranspose(NodeCtx& ctx);
+Status lowerMaxPool(NodeCtx& ctx);
+Status lowerAveragePool(NodeCtx& ctx);
+Status lowerGlobalAveragePool(NodeCtx& ctx);
+Status lowerGlobalMaxPool(NodeCtx& ctx);
+Status lowerBatchNorm(NodeCtx& ctx);
+Status lowerInstanceNorm(NodeCtx& ctx);
+Status lowerResize(NodeCtx& ctx);
+Status lowerUpsample(NodeCtx& ctx);
+Status lowerDepthToSpace(NodeCtx& ctx);
+Status lowerSpaceToDepth(NodeCtx& ctx);
+// Pad's `mode` attribute as the pad op's code (0 constant, 1 reflect, 2 edge); unknown: an error.
+Expected<std::int64_t> padModeCode(const NodeCtx& ctx);
+// Before ONNX shape inference (libonnx 1.12 crashes on it): a Conv/ConvTranspose whose declared
+// input rank does not fit its weight's rank is an error naming the node and both ranks.
+Status checkConvRanks(const onnx::GraphProto& graph, std::string_view model);
 
 std::vector<std::int64_t> intsOfTensor(const Tensor& t);
 

@@ -292,6 +292,11 @@ Status Importer::emitNode(const onnx::NodeProto& node, int index, GraphEmitter& 
   ctx.opset = opset_;
   ctx.e = &emitter;
   ctx.label = nodeLabel(node, index);
+  ctx.graph = &model_.graph();
+  ctx.lookup = [this](const std::string& name) -> const Val* {
+    auto it = values_.find(name);
+    return it == values_.end() ? nullptr : &it->second;
+  };
   for (const std::string& name : node.input()) {
     if (name.empty()) {
       ctx.in.push_back(nullptr);
@@ -369,6 +374,7 @@ Expected<Module> Importer::run(const OnnxImportOptions& options) {
   const onnx::GraphProto& graph = model_.graph();
   SVM_RETURN_IF_ERROR(checkSupported(graph));
 
+  SVM_RETURN_IF_ERROR(onnx_import::checkConvRanks(graph, name_));
   // Ranks and dtypes of intermediate values, from ONNX's own shape inference (best effort).
   onnx::ModelProto inferred = model_;
   try {

@@ -595,8 +595,7 @@ Status handleSplit(NodeCtx& ctx) {
 }
 
 Status handlePad(NodeCtx& ctx) {
-  const std::string mode = ctx.attrString("mode", "constant");
-  if (mode != "constant") return ctx.fail(ErrorCode::Unsupported, "Pad mode '{}' (constant only)", mode);
+  SVM_ASSIGN_OR_RETURN(std::int64_t mode, padModeCode(ctx));
   SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> onnx_pads, ctx.constInts(1, "Pad pads"));
   if (ctx.has(3)) return ctx.fail(ErrorCode::Unsupported, "Pad with an axes input");
   double value = 0.0;
@@ -611,7 +610,9 @@ Status handlePad(NodeCtx& ctx) {
     pads.push_back(onnx_pads[axis + rank]);
   }
   SVM_ASSIGN_OR_RETURN(Operand x, tensorIn(ctx, 0));
-  return emitTo(ctx, "pad", {x}, {{"pads", AttrValue::ofInts(pads)}, {"value", AttrValue::ofFloat(value)}});
+  return emitTo(
+      ctx, "pad", {x},
+      {{"pads", AttrValue::ofInts(pads)}, {"value", AttrValue::ofFloat(value)}, {"mode", AttrValue::ofInt(mode)}});
 }
 
 Status handleTile(NodeCtx& ctx) {
@@ -838,6 +839,18 @@ const std::map<std::string, Handler, std::less<>>& handlers() {
       {"Loop", handleLoop},
       {"LSTM", lowerLstm},
       {"GRU", lowerGru},
+      {"Conv", lowerConv},
+      {"ConvTranspose", lowerConvTranspose},
+      {"MaxPool", lowerMaxPool},
+      {"AveragePool", lowerAveragePool},
+      {"GlobalAveragePool", lowerGlobalAveragePool},
+      {"GlobalMaxPool", lowerGlobalMaxPool},
+      {"BatchNormalization", lowerBatchNorm},
+      {"InstanceNormalization", lowerInstanceNorm},
+      {"Resize", lowerResize},
+      {"Upsample", lowerUpsample},
+      {"DepthToSpace", lowerDepthToSpace},
+      {"SpaceToDepth", lowerSpaceToDepth},
   };
   return *table;
 }

@@ -244,6 +244,13 @@ SymShape shapeGather(const ShapeArgs& args);
 SymShape shapeReduce(const ShapeArgs& args);
 SymShape shapeArgMax(const ShapeArgs& args);
 SymShape shapeUnknown(const ShapeArgs& args);
+SymShape shapeConv(const ShapeArgs& args);
+SymShape shapeConvTranspose(const ShapeArgs& args);
+SymShape shapePool(const ShapeArgs& args);
+SymShape shapeGlobalPool(const ShapeArgs& args);
+SymShape shapeResize(const ShapeArgs& args);
+SymShape shapeDepthToSpace(const ShapeArgs& args);  // and space_to_depth (by the schema's name)
+SymShape shapePad(const ShapeArgs& args);
 
 // numpy broadcasting of two symbolic shapes; nullopt when it cannot hold (static mismatch) or a
 // rank is unknown. Dynamic dims broadcast against 1 keep their id; two different ids give `?`.

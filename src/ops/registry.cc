@@ -54,6 +54,8 @@ const OpRegistry& OpRegistry::global() {
     registerShapeKernels(*r);
     registerReduceKernels(*r);
     registerCreationKernels(*r);
+    registerConvKernels(*r);
+    registerVisionKernels(*r);
     return r;
   }();
   return *registry;

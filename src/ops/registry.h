@@ -104,5 +104,7 @@ void registerMatmulKernels(OpRegistry& registry);
 void registerShapeKernels(OpRegistry& registry);
 void registerReduceKernels(OpRegistry& registry);
 void registerCreationKernels(OpRegistry& registry);
+void registerConvKernels(OpRegistry& registry);    // conv_ops.cc
+void registerVisionKernels(OpRegistry& registry);  // vision_ops.cc
 
 }  // namespace shapevm

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ops/conv_geometry.h"
 #include "ops/op_schema.h"
 
 namespace shapevm {
@@ -381,6 +382,161 @@ SymShape shapeStack(const ShapeArgs& args) {
   if (!a) return SymShape::any();
   SymShape out = joinInputs(args);
   out.dims.insert(out.dims.begin() + *a, SymDim::fixed(static_cast<std::int64_t>(args.inputs.size())));
+  return out;
+}
+
+}  // namespace shapevm
+
+// ---- the convolution family (window geometry shared with the kernels: conv_geometry.h) ----
+
+namespace shapevm {
+namespace {
+
+const std::vector<std::int64_t>& intsAttr(const ShapeArgs& args, std::string_view name) {
+  static const std::vector<std::int64_t> kEmpty;
+  const AttrValue* a = args.attr(name);
+  return a ? a->ints : kEmpty;
+}
+
+std::int64_t intAttr(const ShapeArgs& args, std::string_view name, std::int64_t fallback) {
+  const AttrValue* a = args.attr(name);
+  return a ? a->i : fallback;
+}
+
+// The spatial dims of x through `kernel` (nullopt entries: not static) with the op's window
+// attributes: static where the input extent and kernel are, the input dim itself where the
+// window maps each position to itself (1-wide, stride 1, no padding), else anonymous.
+std::optional<SymShape> windowedShape(const SymShape& x, SymDim channels,
+                                      std::vector<std::optional<std::int64_t>> kernel, const ShapeArgs& args,
+                                      bool transpose, bool pool) {
+  const std::size_t n = kernel.size();
+  if (x.rank() != static_cast<int>(n) + 2) return std::nullopt;
+  SymShape out;
+  out.dims = {x.dims[0], channels};
+  const bool kernel_static = std::all_of(kernel.begin(), kernel.end(), [](const auto& k) { return k.has_value(); });
+  if (!kernel_static) {
+    for (std::size_t d = 0; d < n; ++d) out.dims.push_back(anon());
+    return out;
+  }
+  WindowAttrs attrs;
+  for (const auto& k : kernel) attrs.kernel.push_back(*k);
+  attrs.strides = intsAttr(args, "strides");
+  attrs.pads = intsAttr(args, "pads");
+  attrs.dilations = intsAttr(args, "dilations");
+  attrs.auto_pad = intAttr(args, "auto_pad", 0);
+  attrs.ceil_mode = pool && intAttr(args, "ceil_mode", 0) != 0;
+  attrs.output_padding = intsAttr(args, "output_padding");
+  attrs.output_shape = intsAttr(args, "output_shape");
+  std::vector<std::int64_t> in;
+  for (std::size_t d = 0; d < n; ++d) {
+    const SymDim& dim = x.dims[d + 2];
+    in.push_back(dim.is_static ? dim.size : -1);
+  }
+  auto windows = transpose ? transposeWindows("shape", in, attrs) : forwardWindows("shape", in, attrs);
+  if (!windows) return std::nullopt;
+  for (std::size_t d = 0; d < n; ++d) {
+    const AxisWindow& w = (*windows)[d];
+    const bool identity = !transpose && w.kernel == 1 && w.stride == 1 && w.pad_before == 0 && w.pad_after == 0;
+    const bool same_stride1 = !transpose && w.stride == 1 &&
+                              (attrs.auto_pad == static_cast<std::int64_t>(AutoPad::SameUpper) ||
+                               attrs.auto_pad == static_cast<std::int64_t>(AutoPad::SameLower));
+    if (identity || same_stride1) out.dims.push_back(x.dims[d + 2]);
+    else out.dims.push_back(w.out >= 0 ? SymDim::fixed(w.out) : anon());
+  }
+  return out;
+}
+
+std::optional<std::int64_t> staticOf(const SymDim& d) {
+  return d.is_static ? std::optional<std::int64_t>(d.size) : std::nullopt;
+}
+
+SymShape convLike(const ShapeArgs& args, bool transpose) {
+  auto x = knownInput(args);
+  auto w = knownInput(args, 1);
+  if (!x || !w || w->rank() < 3 || w->rank() != x->rank()) return SymShape::any();
+  std::vector<std::optional<std::int64_t>> kernel;
+  for (int d = 2; d < w->rank(); ++d) kernel.push_back(staticOf(w->dims[static_cast<std::size_t>(d)]));
+  SymDim channels = w->dims[0];
+  if (transpose) {
+    const SymDim& per_group = w->dims[1];
+    channels = per_group.is_static ? SymDim::fixed(per_group.size * intAttr(args, "groups", 1)) : anon();
+  }
+  return windowedShape(*x, channels, kernel, args, transpose, false).value_or(SymShape::any());
+}
+
+}  // namespace
+
+SymShape shapeConv(const ShapeArgs& args) {
+  return convLike(args, false);
+}
+
+SymShape shapeConvTranspose(const ShapeArgs& args) {
+  return convLike(args, true);
+}
+
+SymShape shapePool(const ShapeArgs& args) {
+  auto x = knownInput(args);
+  if (!x || x->rank() < 3) return SymShape::any();
+  std::vector<std::optional<std::int64_t>> kernel;
+  for (std::int64_t k : intsAttr(args, "kernel")) kernel.emplace_back(k);
+  return windowedShape(*x, x->dims[1], kernel, args, false, true).value_or(SymShape::any());
+}
+
+SymShape shapeGlobalPool(const ShapeArgs& args) {
+  auto x = knownInput(args);
+  if (!x || x->rank() < 3) return SymShape::any();
+  SymShape out = *x;
+  for (int d = 2; d < out.rank(); ++d) out.dims[static_cast<std::size_t>(d)] = SymDim::fixed(1);
+  return out;
+}
+
+SymShape shapeResize(const ShapeArgs& args) {
+  auto x = knownInput(args);
+  if (!x) return SymShape::any();
+  SymShape out = *x;
+  const int rank = x->rank();
+  const SymInput* sizes = args.inputs.size() > 1 ? &args.inputs[1] : nullptr;
+  if (sizes != nullptr && sizes->kind == SymInput::Kind::Ints && sizes->shape.rank_known) {
+    const int given = sizes->shape.rank();
+    const int lead = given == rank ? 0 : given == rank - 2 ? 2 : -1;
+    if (lead < 0) return SymShape::any();
+    for (int d = lead; d < rank; ++d)
+      out.dims[static_cast<std::size_t>(d)] = sizes->shape.dims[static_cast<std::size_t>(d - lead)];
+    return out;
+  }
+  // scales: N and C keep their extent only when the scales cover the spatial axes alone, which is
+  // not known here; every axis is anonymous.
+  for (SymDim& d : out.dims) d = anon();
+  return out;
+}
+
+SymShape shapeDepthToSpace(const ShapeArgs& args) {
+  auto x = knownInput(args);
+  const std::int64_t b = intAttr(args, "blocksize", 1);
+  if (!x || x->rank() != 4 || b < 1) return SymShape::any();
+  SymShape out = *x;
+  auto scaled = [](const SymDim& d, std::int64_t mul, std::int64_t div) {
+    return d.is_static && d.size * mul % div == 0 ? SymDim::fixed(d.size * mul / div) : anon();
+  };
+  const bool to_space = args.schema != nullptr && args.schema->name == "depth_to_space";
+  out.dims[1] = to_space ? scaled(x->dims[1], 1, b * b) : scaled(x->dims[1], b * b, 1);
+  for (std::size_t d = 2; d < 4; ++d) out.dims[d] = to_space ? scaled(x->dims[d], b, 1) : scaled(x->dims[d], 1, b);
+  if (b == 1) return *x;
+  return out;
+}
+
+SymShape shapePad(const ShapeArgs& args) {
+  auto x = knownInput(args);
+  const AttrValue* pads = args.attr("pads");
+  if (!x || pads == nullptr || pads->ints.size() != 2 * static_cast<std::size_t>(x->rank())) return SymShape::any();
+  SymShape out = *x;
+  for (int d = 0; d < x->rank(); ++d) {
+    const std::int64_t grow =
+        pads->ints[2 * static_cast<std::size_t>(d)] + pads->ints[2 * static_cast<std::size_t>(d) + 1];
+    SymDim& dim = out.dims[static_cast<std::size_t>(d)];
+    if (grow == 0) continue;
+    dim = dim.is_static && dim.size + grow >= 0 ? SymDim::fixed(dim.size + grow) : anon();
+  }
   return out;
 }
 

@@ -569,6 +569,46 @@ Status broadcastToKernel(OpContext& ctx) {
 
 // ---- pad ----
 
+// reflect (mirror without repeating the border) or edge (repeat the border) padding; pads >= 0.
+Status padBorderModes(const Tensor& x, const std::vector<std::int64_t>& pads, const Shape& shape, bool reflect,
+                      OpContext& ctx) {
+  const int rank = x.rank();
+  for (int d = 0; d < rank; ++d) {
+    const std::int64_t before = pads[2 * static_cast<std::size_t>(d)],
+                       after = pads[2 * static_cast<std::size_t>(d) + 1];
+    if (before < 0 || after < 0) {
+      return makeError(ErrorCode::InvalidArgument, "{} pad: negative pads {}", reflect ? "reflect" : "edge",
+                       formatInts(pads));
+    }
+    const bool padded = before > 0 || after > 0;
+    if (reflect && padded && (before >= x.dim(d) || after >= x.dim(d))) {
+      return makeError(ErrorCode::InvalidArgument, "reflect pad: pads {} on axis {} must be below its extent {}",
+                       formatInts(pads), d, x.dim(d));
+    }
+    if (!reflect && padded && x.dim(d) == 0) {
+      return makeError(ErrorCode::InvalidArgument, "edge pad: pads {} extend axis {}, which is empty", formatInts(pads),
+                       d);
+    }
+  }
+  SVM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(x.dtype(), shape));
+  const std::size_t item = x.itemSize();
+  const char* in = static_cast<const char*>(x.storage()->data());
+  char* dst = static_cast<char*>(out.rawData());
+  forEachIndex(shape, [&](std::int64_t linear, const std::int64_t* index) {
+    std::int64_t offset = x.offset();
+    for (int d = 0; d < rank; ++d) {
+      const std::int64_t n = x.dim(d);
+      std::int64_t i = index[d] - pads[2 * static_cast<std::size_t>(d)];
+      if (i < 0) i = reflect ? -i : 0;
+      if (i >= n) i = reflect ? 2 * (n - 1) - i : n - 1;
+      offset += i * x.stride(d);
+    }
+    std::memcpy(dst + linear * static_cast<std::int64_t>(item), in + offset * static_cast<std::int64_t>(item), item);
+  });
+  ctx.outputs[0] = Value::fromTensor(std::move(out));
+  return Status::ok();
+}
+
 Status padKernel(OpContext& ctx) {
   const Tensor x = inputTensor(ctx, 0);
   const std::vector<std::int64_t>& pads = ctx.attrs[0].ints;
@@ -602,6 +642,11 @@ Status padKernel(OpContext& ctx) {
     target_start.push_back(std::max<std::int64_t>(0, before));
     if (last <= first) overlap = false;
   }
+  const std::int64_t mode = ctx.attrs[2].i;
+  if (mode < 0 || mode > 2) {
+    return makeError(ErrorCode::InvalidArgument, "unknown pad mode {} (0 = constant, 1 = reflect, 2 = edge)", mode);
+  }
+  if (mode != 0) return padBorderModes(x, pads, shape, mode == 1, ctx);
   SVM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(x.dtype(), shape));
   fillContiguous(out, value);
   if (overlap) {

@@ -48,7 +48,8 @@ TEST(OpBindings, SignaturesFollowTheTableAndTheQuirks) {
   EXPECT_EQ(signatureOf("cast"), "x, dtype");
   EXPECT_EQ(signatureOf("full"), "shape, value, dtype=float32");
   EXPECT_EQ(signatureOf("randn"), "shape, seed=0, dtype=float32");
-  EXPECT_EQ(signatureOf("pad"), "x, pads, value=0.0");
+  EXPECT_EQ(signatureOf("pad"), "x, pads, value=0.0, mode=0");
+  EXPECT_EQ(signatureOf("conv"), "x, w, b=None, strides=None, pads=None, dilations=None, groups=1, auto_pad=0");
   // quirks
   EXPECT_EQ(signatureOf("layer_norm"), "x, weight=None, bias=None, eps=1e-05, axis=-1");
   EXPECT_EQ(signatureOf("split"), "x, sections_or_sizes, axis=0");

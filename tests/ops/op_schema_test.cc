@@ -258,7 +258,7 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
       std::vector<std::int64_t> pads;
       for (int d = 0; d < 2 * s.rank(); ++d) pads.push_back(pick(rng, 0, 2));
       c.inputs = {tensorOf(dt, s, rng)};
-      c.attrs = {{"pads", AttrValue::ofInts(pads)}};
+      c.attrs = {{"pads", AttrValue::ofInts(pads)}, {"mode", AttrValue::ofInt(pick(rng, 0, 2))}};
       break;
     }
     case OpId::Sum:
@@ -291,6 +291,97 @@ Case makeCase(const OpSchema& schema, std::mt19937& rng) {
         c.inputs.push_back(tensorOf(dt, tail, rng));
         c.inputs.push_back(tensorOf(dt, tail, rng));
       }
+      break;
+    }
+    case OpId::Conv:
+    case OpId::ConvTranspose: {
+      const DType ft = pickFrom(rng, kFloatDTypes);
+      const int dims = pick(rng, 1, 3), groups = pick(rng, 1, 2);
+      const std::int64_t channels = groups * pick(rng, 1, 2), out_channels = groups * pick(rng, 1, 2);
+      Shape x{pick(rng, 1, 2), channels}, w;
+      if (schema.id == OpId::Conv) w = Shape{out_channels, channels / groups};
+      else w = Shape{channels, out_channels / groups};
+      std::vector<std::int64_t> strides, pads, dilations;
+      for (int d = 0; d < dims; ++d) {
+        const int k = pick(rng, 1, 3), dil = pick(rng, 1, 2), pad = pick(rng, 0, 1);
+        w.push_back(k);
+        x.push_back(pick(rng, dil * (k - 1) + 1, 6));
+        strides.push_back(pick(rng, 1, 2));
+        dilations.push_back(dil);
+        pads.push_back(pad);
+        pads.push_back(pick(rng, 0, 1));
+      }
+      c.inputs = {tensorOf(ft, x, rng), tensorOf(ft, w, rng)};
+      if (coin(rng)) c.inputs.push_back(tensorOf(ft, Shape{out_channels}, rng));
+      c.attrs = {{"strides", AttrValue::ofInts(strides)},
+                 {"dilations", AttrValue::ofInts(dilations)},
+                 {"groups", AttrValue::ofInt(groups)}};
+      const int auto_pad = pick(rng, 0, 3);
+      if (auto_pad == 0) c.attrs.push_back({"pads", AttrValue::ofInts(pads)});
+      else c.attrs.push_back({"auto_pad", AttrValue::ofInt(auto_pad)});
+      break;
+    }
+    case OpId::MaxPool:
+    case OpId::AvgPool: {
+      const int dims = pick(rng, 1, 3);
+      Shape x{pick(rng, 1, 2), pick(rng, 1, 3)};
+      std::vector<std::int64_t> kernel, strides, pads;
+      for (int d = 0; d < dims; ++d) {
+        const int k = pick(rng, 1, 3);
+        kernel.push_back(k);
+        x.push_back(pick(rng, k, 6));
+        strides.push_back(pick(rng, 1, 2));
+        pads.push_back(pick(rng, 0, k / 2));
+      }
+      c.inputs = {tensorOf(pickFrom(rng, kFloatDTypes), x, rng)};
+      c.attrs = {{"kernel", AttrValue::ofInts(kernel)},
+                 {"strides", AttrValue::ofInts(strides)},
+                 {"pads", AttrValue::ofInts(pads)},
+                 {"ceil_mode", AttrValue::ofBool(coin(rng))}};
+      if (coin(rng)) c.attrs.push_back({"auto_pad", AttrValue::ofInt(pick(rng, 1, 3))});
+      break;
+    }
+    case OpId::GlobalAvgPool:
+    case OpId::GlobalMaxPool: c.inputs = {tensorOf(pickFrom(rng, kFloatDTypes), randomShape(rng, 3, 5), rng)}; break;
+    case OpId::BatchNorm:
+    case OpId::InstanceNorm:
+    case OpId::GroupNorm: {
+      Shape x = randomShape(rng, 3, 5);
+      const int groups = schema.id == OpId::GroupNorm ? pick(rng, 1, 2) : 1;
+      x[1] *= groups;
+      c.inputs = {tensorOf(dt, x, rng)};
+      const int params = schema.id == OpId::BatchNorm ? 4 : 2;
+      for (int k = 0; k < params; ++k) {
+        Tensor t = randomTensor(dt, Shape{x[1]}, rng);
+        if (k == 3) {  // batch_norm's variance > 0
+          for (std::int64_t i = 0; i < t.numel(); ++i)
+            storeFromDouble(t.rawData(), dt, i, 0.5 + 0.25 * static_cast<double>(i));
+        }
+        c.inputs.push_back(Value::fromTensor(t));
+      }
+      if (schema.id == OpId::GroupNorm) c.attrs = {{"groups", AttrValue::ofInt(groups)}};
+      break;
+    }
+    case OpId::Resize: {
+      Shape x = randomShape(rng, 3, 5);
+      c.inputs = {tensorOf(pickFrom(rng, kFloatDTypes), x, rng)};
+      std::vector<std::int64_t> sizes;
+      for (int d = 2; d < x.rank(); ++d) sizes.push_back(pick(rng, 1, 7));
+      c.inputs.push_back(intsOf(sizes));
+      c.attrs = {{"mode", AttrValue::ofInt(pick(rng, 0, 2))},
+                 {"coordinate_mode", AttrValue::ofInt(pick(rng, 0, 4))},
+                 {"nearest_mode", AttrValue::ofInt(pick(rng, 0, 3))}};
+      break;
+    }
+    case OpId::DepthToSpace:
+    case OpId::SpaceToDepth: {
+      const int b = pick(rng, 1, 3);
+      Shape x{pick(rng, 1, 2), pick(rng, 1, 3), pick(rng, 1, 3), pick(rng, 1, 3)};
+      if (schema.id == OpId::DepthToSpace) x[1] *= b * b;
+      else x[2] *= b, x[3] *= b;
+      c.inputs = {tensorOf(pickFrom(rng, kAllDTypes), x, rng)};
+      c.attrs = {{"blocksize", AttrValue::ofInt(b)}};
+      if (schema.id == OpId::DepthToSpace) c.attrs.push_back({"mode", AttrValue::ofInt(pick(rng, 0, 1))});
       break;
     }
     case OpId::Zeros:

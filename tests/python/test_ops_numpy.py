@@ -763,6 +763,46 @@ def test_pad(shapevm_bin, tmp_path, rng, shape, pads, value, dt, view):
 
 
 # ---------------------------------------------------------------------------------------------
+# convolution family: each op once on a non-contiguous view against the numpy oracle of
+# python/shapevm/ops.py (every attribute combination against torch: test_conv_ops.py)
+
+CONV_FAMILY = [
+    ("conv", [(2, 4, 7, 5), (6, 2, 3, 3), (6,)], {"strides": [2, 1], "pads": [1, 0, 2, 1], "groups": 2}),
+    ("conv_transpose", [(2, 4, 5, 3), (4, 3, 3, 2), (6,)], {"strides": [2, 2], "groups": 2, "output_padding": [1, 0]}),
+    ("max_pool", [(2, 3, 7, 6)], {"kernel": [3, 2], "strides": [2, 2], "pads": [1, 0], "ceil_mode": True}),
+    ("avg_pool", [(2, 3, 7)], {"kernel": [3], "pads": [1], "count_include_pad": True}),
+    ("global_avg_pool", [(2, 3, 4, 5)], {}),
+    ("global_max_pool", [(2, 3, 4, 5, 2)], {}),
+    ("batch_norm", [(2, 3, 4, 5), (3,), (3,), (3,), "var"], {"eps": 1e-3}),
+    ("instance_norm", [(2, 3, 4, 5), (3,), (3,)], {}),
+    ("group_norm", [(2, 4, 3, 5), (4,), (4,)], {"groups": 2}),
+    ("resize", [(1, 2, 3, 5), "sizes"], {"mode": 1, "coordinate_mode": 2}),
+    ("depth_to_space", [(1, 8, 3, 2)], {"blocksize": 2}),
+    ("space_to_depth", [(1, 2, 4, 6)], {"blocksize": 2}),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs", CONV_FAMILY, ids=[c[0] for c in CONV_FAMILY])
+def test_conv_family_views(shapevm_bin, tmp_path, rng, op, inputs, attrs):
+    import frontend_harness  # noqa: F401  (puts the oracle package on sys.path)
+    from shapevm import ops as oracle
+
+    c = Case(rng)
+    args, regs = [], []
+    for k, spec in enumerate(inputs):
+        if spec == "sizes":
+            args.append([5, 4])
+            regs.append(c.p.ints([5, 4]))
+            continue
+        x = values(rng, (3,), "f32", "positive") if spec == "var" else values(rng, spec, "f32")
+        args.append(x)
+        regs.append(c.feed(f"x{k}", x, "f32", "T" if k == 0 else None))  # the data input as a strided view
+    c.out(c.p.op(op, *regs, **attrs), "f32")
+    (actual,) = c.run(shapevm_bin, tmp_path)
+    check(actual, np.asarray(getattr(oracle, op)(*args, **attrs), dtype=np.float64), "f32")
+
+
+# ---------------------------------------------------------------------------------------------
 # reductions and normalizations
 
 # normalizeAxis (src/ops/kernel_util.cc) rejects axis 0 / -1 for a 0-d tensor through its first clause

@@ -1,0 +1,182 @@
+# SPDX-License-Identifier: Apache-2.0
+# Convolutional models through the ONNX importer: torchvision's resnet18 (random weights, dynamic
+# batch/H/W, three image sizes), a small 3-D conv net over varying depth and a U-Net-style block
+# (strided conv, ConvTranspose, bilinear Resize, skip concatenation, BatchNormalization kept by
+# the exporter), exported here with torch.onnx.export and compared with torch at O0 and O2 within
+# 1e-4 relative L2. Also: Conv + BatchNormalization folds at import (no batch_norm op remains),
+# and the importer's errors for an unknown auto_pad or resize mode and a rank mismatch.
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+shapevm = pytest.importorskip("shapevm")
+if not hasattr(shapevm, "load"):
+    pytest.skip("the shapevm Python module is not built", allow_module_level=True)
+from shapevm import _core  # noqa: E402
+
+nn = torch.nn
+TOLERANCE = 1e-4
+
+
+class Net3d(nn.Module):
+    """Conv3d + BatchNorm3d + ReLU, a strided max pool, a depthwise 3-D conv, global pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv3d(2, 8, 3, padding=1)
+        self.bn = nn.BatchNorm3d(8)
+        self.pool = nn.MaxPool3d(2, stride=2, ceil_mode=True)
+        self.dw = nn.Conv3d(8, 8, 3, padding=1, groups=8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.a(x))))
+        y = torch.relu(self.dw(y)) + y
+        return self.head(nn.functional.adaptive_avg_pool3d(y, 1).flatten(1))
+
+
+class UNetBlock(nn.Module):
+    """Encoder conv, strided down conv, ConvTranspose and bilinear Resize up, skip concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.mix = nn.Conv2d(24, 4, 3, padding=1)
+
+    def forward(self, x):
+        skip = torch.relu(self.bn(self.enc(x)))
+        low = torch.relu(self.down(skip))
+        up = self.up(low)
+        resized = nn.functional.interpolate(low[:, :8], scale_factor=2.0, mode="bilinear", align_corners=False)
+        return self.mix(torch.cat([skip, up, resized], dim=1))
+
+
+def resnet18():
+    import torchvision  # pylint: disable=import-outside-toplevel
+
+    return torchvision.models.resnet18(weights=None, num_classes=10)
+
+
+# name: (constructor, dynamic axes, example shape, shapes to run, keep BatchNormalization nodes)
+MODELS = {
+    "resnet18": (resnet18, {0: "batch", 2: "height", 3: "width"}, (1, 3, 32, 32),
+                 [(1, 3, 32, 32), (2, 3, 40, 32), (1, 3, 48, 40)], False),
+    "net3d": (Net3d, {0: "batch", 2: "depth"}, (1, 2, 5, 8, 8), [(1, 2, 5, 8, 8), (2, 2, 8, 8, 8), (1, 2, 11, 8, 8)],
+              True),
+    "unet": (UNetBlock, {0: "batch", 2: "height", 3: "width"}, (1, 3, 16, 16),
+             [(1, 3, 16, 16), (2, 3, 12, 20), (1, 3, 24, 8)], True),
+}
+
+
+def export(name, path):
+    make, axes, example_shape, _, keep_bn = MODELS[name]
+    torch.manual_seed(0)
+    module = make().eval()
+    for m in module.modules():  # non-trivial running statistics, so a folded BatchNorm is visible
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    example = torch.randn(*example_shape)
+    training = torch.onnx.TrainingMode.PRESERVE if keep_bn else torch.onnx.TrainingMode.EVAL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (example,), str(path), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": axes}, opset_version=14, training=training)
+    return module
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("onnx_conv")
+    return {name: (folder / f"{name}.onnx", export(name, folder / f"{name}.onnx")) for name in MODELS}
+
+
+def relative_l2(actual, expected):
+    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, f"shape {actual.shape} but torch gives {expected.shape}"
+    return np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-30)
+
+
+@pytest.mark.parametrize("level", ["O0", "O2"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_conv_model_matches_torch(exported, name, level):
+    path, module = exported[name]
+    for key in ("warmup", "hot_count", "hot_ms"):
+        _core.set_tunable(key, "0")
+    program = _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
+    program.load(str(path))
+    fn = _core.Function(program, 0, -1)
+    rng = np.random.default_rng()
+    repeats = 2 if level == "O2" else 1
+    for shape in MODELS[name][3]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        for _ in range(repeats):
+            err = relative_l2(fn(x=x), want)
+            assert err <= TOLERANCE, f"{name} {level} shape {shape}: relative L2 {err:.2e}"
+    assert program.stats()["runs"] == len(MODELS[name][3]) * repeats
+    program.close()
+
+
+def test_batch_norm_after_conv_folds_at_import(exported, run_cli):
+    path, _ = exported["unet"]
+    assert "BatchNormalization" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    code, out, err = run_cli("dis", path)
+    assert code == 0, err
+    assert "CallOp conv " in out
+    assert "batch_norm" not in out, "the BatchNormalization after the encoder conv was not folded"
+
+
+def conv_model(path, x_shape, w_shape, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, list(w_shape), np.ones(int(np.prod(w_shape)), np.float32))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    return path
+
+
+def resize_model(path, mode):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1.0, 1.0, 2.0, 2.0])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [scales]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("case,make,needles", [
+    ("auto_pad", lambda p: conv_model(p, (1, 1, 5, 5), (1, 1, 3, 3), auto_pad="SAME_MIDDLE"),
+     ["Conv", "unknown auto_pad 'SAME_MIDDLE'", "SAME_UPPER"]),
+    ("resize_mode", lambda p: resize_model(p, "bilinear"), ["Resize", "unknown mode 'bilinear'", "cubic"]),
+    ("rank", lambda p: conv_model(p, (1, 1, 5, 5), (1, 1, 3, 3, 3)), ["Conv", "rank 4", "3-D kernel"]),
+])
+def test_bad_conv_models(tmp_path, run_cli, case, make, needles):
+    path = make(tmp_path / f"{case}.onnx")
+    code, out, err = run_cli("dis", path)
+    assert code != 0 and "shapevm: error:" in err, err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in:\n{err}"
+
+
+def test_channel_mismatch_at_run_time(tmp_path, run_cli):
+    path = conv_model(tmp_path / "channels.onnx", ("n", 3, 5, 5), (4, 2, 3, 3))
+    np.savez(tmp_path / "in.npz", x=np.ones((1, 3, 5, 5), np.float32))
+    code, _, err = run_cli("run", path, "--inputs", tmp_path / "in.npz", "--jit-level", "O0", "-q")
+    assert code != 0
+    for needle in ("conv", "f32[1,3,5,5]", "f32[4,2,3,3]", "3 channels"):
+        assert needle in err, f"{needle!r} not in:\n{err}"
