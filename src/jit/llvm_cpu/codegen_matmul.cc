@@ -646,6 +646,10 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
       }
       return space;
     }
+    // oneDNN's primitive where its post-ops express the epilogue (LibraryCandidates=1), right
+    // after the default so a tuning budget always reaches it: timed like the generated kernels;
+    // one oneDNN cannot create on this CPU fails to compile.
+    if (onednn::available() && onednn::expressible(spec).isOk()) space.push_back({.library = 1});
     const MatmulDims dims = staticDims(spec);
     const bool direct = directBPossible(spec);
     const bool small_m = dims.m >= 0 && dims.m <= 64;
@@ -700,9 +704,6 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     // bfloat16 x bfloat16: the default tile widening to float32 as well, so the tuner measures
     // whether the bf16 pair dot products help on this CPU and shape.
     if (resolvePlan(spec).bf16_pairs) add({.bf16_dot = -1});
-    // oneDNN's primitive where its post-ops express the epilogue (LibraryCandidates=1): timed
-    // like the generated kernels; one it cannot create on this CPU fails to compile.
-    if (onednn::available() && onednn::expressible(spec).isOk()) add({.library = 1});
     return space;
   }
 
