@@ -79,8 +79,9 @@ class OnednnMatmul {
   dnnl_memory_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
 };
 
-// The matmul family's search space for one shape, timed here: every candidate is compiled, checked
-// against the reference and timed (median); the fastest one is kept compiled.
+// The matmul family's generated candidates for one shape (library ones left out: "JIT only"),
+// timed here: every candidate is compiled, checked against the reference and timed (median); the
+// fastest one is kept compiled.
 struct TunedMatmul {
   std::unique_ptr<jit::CompiledKernel> kernel;
   double ms = 0;
@@ -94,6 +95,7 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
   TunedMatmul best;
   const Clock::time_point start = Clock::now();
   for (const jit::KernelParams& params : family.searchSpace(base)) {
+    if (params.library != 0) continue;
     jit::KernelSpec spec = base;
     spec.params = params;
     auto kernel = jit::compileKernel(engine, family, spec);
@@ -164,6 +166,19 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     // (a weight reused across calls) through its own PackedOperandCache.
     spec.params = {};
     SVM_ASSIGN_OR_RETURN(auto packed_once, jit::compileKernel(engine, family, spec));
+    // oneDNN's primitive as the JIT's library candidate: where oneDNN has no bf16 kernel for this
+    // CPU, the compile fails with its reason (the tuner then keeps the generated kernel).
+    jit::KernelSpec library_spec = spec;
+    library_spec.params = jit::KernelParams{.library = 1};
+    auto library = jit::compileKernel(engine, family, library_spec);
+    std::vector<Value> library_out(1);
+    auto runLibrary = [&] {
+      if (library) (void)jit::invokeCompiled(**library, inputs, library_out);
+    };
+    runLibrary();
+    if (library && !(relL2(library_out[0].tensor(), want[0].tensor()) <= 1e-2)) {
+      return makeError(ErrorCode::Internal, "bf16 matmul {}x{}x{}: the library kernel gives wrong results", m, k, n);
+    }
     std::vector<Value> once_out(1);
     auto runPairs = [&] { (void)jit::invokeCompiled(*pairs, inputs, pairs_out); };
     auto runWide = [&] { (void)jit::invokeCompiled(*wide, inputs, wide_out); };
@@ -197,11 +212,12 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     const bool cache_hit = packed_once->packed.stats().hits > 0;
     const double flop = 2.0 * static_cast<double>(m * k * n);
     const int repeats = std::max(3, static_cast<int>(std::min<double>(flags.quick ? 10 : 40, 3e9 / flop)));
-    std::vector<double> pairs_ms, wide_ms, dnnl_ms, once_ms;
+    std::vector<double> pairs_ms, wide_ms, dnnl_ms, once_ms, library_ms;
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {
       pairs_ms.push_back(medianMs(repeats, runPairs));
       wide_ms.push_back(medianMs(repeats, runWide));
       if (primitive) dnnl_ms.push_back(medianMs(repeats, runDnnl));
+      if (library) library_ms.push_back(medianMs(repeats, runLibrary));
       once_ms.push_back(medianMs(repeats, runOnce));
     }
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
@@ -216,6 +232,7 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
                    {"jit_widening_gflops", wide_g},
                    {"onednn_matmul_gflops", primitive ? json(dnnl_g) : json(nullptr)},
                    {"jit_packed_once_gflops", once_g},
+                   {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
                    {"f32_peak_gflops", f32_peak},
                    {"bf16_pairs", used_pairs},
                    {"rel_l2", errors[0]},
@@ -226,6 +243,13 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
         "{:3.0f}% of the f32 FMA peak); B packed once {:6.1f} ({:.2f}x oneDNN)\n",
         m, k, n, pairs_g, used_pairs ? "bf16 pairs" : "widening", pairs_g / wide_g, wide_g, pairs_g / dnnl_g, dnnl_g,
         100.0 * pairs_g / f32_peak, once_g, once_g / dnnl_g);
+    if (library) {
+      fmt::print("                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:.2f}x oneDNN)\n",
+                 gflops(library_ms), gflops(library_ms) / dnnl_g);
+      (void)engine.free((*library)->handle);
+    } else {
+      fmt::print("                    library: n/a ({})\n", library.status().message());
+    }
     (void)engine.free(pairs->handle);
     (void)engine.free(wide->handle);
     (void)engine.free(packed_once->handle);
@@ -391,6 +415,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
   if (family == nullptr) return makeError(ErrorCode::Unsupported, "no JIT matmul family");
   std::mt19937_64 rng(5);
   fmt::print("matmul: GFLOP/s (% of the FMA peak measured beside it); ratios vs the faster of oneDNN sgemm / matmul\n");
+  fmt::print("host: {}; {}\n", engine.capabilities().toString(), engine.costHints().toString());
   for (const MatmulShape& s : shapes) {
     Value a = Value::fromTensor(randomTensor(Shape{s.m, s.k}, rng));
     Value b = Value::fromTensor(randomTensor(Shape{s.k, s.n}, rng));
@@ -440,7 +465,20 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
       return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the AutoTuner's choice {} gives wrong results", s.m, s.k,
                        s.n, auto_outcome.params.toString());
     }
-    std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms, auto_ms;
+    // oneDNN's primitive as the JIT's library candidate (impl=onednn): the same primitive behind the
+    // kernel ABI, its prepare and validation; "n/a" where LibraryCandidates=0.
+    jit::KernelSpec library_spec = spec;
+    library_spec.params = jit::KernelParams{.library = 1};
+    auto library = jit::compileKernel(engine, *family, library_spec);
+    std::vector<Value> library_out(1);
+    auto runLibrary = [&] {
+      if (library) (void)jit::invokeCompiled(**library, inputs, library_out);
+    };
+    runLibrary();
+    if (library && !(relL2(library_out[0].tensor(), want) <= 1e-5)) {
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the library kernel gives wrong results", s.m, s.k, s.n);
+    }
+    std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms, auto_ms, library_ms;
     double peak = 0;
     const bool time_reference = flop <= 1e9;                       // the reference kernel takes seconds beyond this
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {  // interleaved rounds
@@ -450,11 +488,13 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
       auto_ms.push_back(medianMs(repeats, runAuto));
       sgemm_ms.push_back(medianMs(repeats, runSgemm));
       prim_ms.push_back(medianMs(repeats, runPrimitive));
+      if (library) library_ms.push_back(medianMs(repeats, runLibrary));
       if (time_reference) ref_ms.push_back(medianMs(std::min(repeats, 5), runReference));
     }
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
     const double jit_g = gflops(jit_ms), best_g = gflops(best_ms), auto_g = gflops(auto_ms), sgemm_g = gflops(sgemm_ms),
                  prim_g = gflops(prim_ms), ref_g = time_reference ? gflops(ref_ms) : 0.0;
+    const double library_g = library ? gflops(library_ms) : 0.0;
     // The default kernel with its B packed once and cached (the first call packs; a weight).
     SVM_RETURN_IF_ERROR(
         Tunables::set(Tunable::PackedWeightEntries, restore_entries.saved > 0 ? restore_entries.saved : 2));
@@ -523,6 +563,8 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
          {"jit_level", "O1"},
          {"auto_gflops", auto_g},
          {"auto_params", auto_outcome.params.toString()},
+         {"auto_impl", auto_outcome.params.library != 0 ? "onednn" : "jit"},
+         {"library_gflops", library ? json(library_g) : json(nullptr)},
          {"auto_tuning_ms", auto_outcome.tuning_ms},
          {"auto_timed", auto_outcome.timed},
          {"auto_failed", auto_outcome.failed},
@@ -543,6 +585,13 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
         sgemm_g, prim_g, ref_g, peak, tuned.candidates, tuned.tune_s);
     fmt::print("                    2 threads: JIT {:6.1f}, oneDNN matmul {:6.1f} ({:.2f}x)\n", jit2_g, prim2_g,
                jit2_g / prim2_g);
+    if (library) {
+      fmt::print(
+          "                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
+          library_g, 100.0 * library_g / peak, library_g / dnnl_g);
+    } else {
+      fmt::print("                    library: n/a ({})\n", library.status().message());
+    }
     if (cached_g > 0) {
       fmt::print(
           "                    JIT default with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
@@ -557,6 +606,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     (void)engine.free(kernel->handle);
     (void)engine.free(tuned.kernel->handle);
     (void)engine.free(auto_kernel->handle);
+    if (library) (void)engine.free((*library)->handle);
     overall_peak = std::max(overall_peak, peak);
   }
   fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes,

@@ -40,10 +40,12 @@ struct BackendCapabilities {
 // target description, not measurements (the AutoTuner measures; these only order and prune).
 struct CostHints {
   double peak_gflops = 0;     // one core's float32 FMA peak (estimated, GFLOP/s)
-  std::int64_t l1_bytes = 0;  // per-core data caches, and the shared last level
+  std::int64_t l1_bytes = 0;  // per-core data caches (support/cpu_caches.h: sysfs, sysconf, fallbacks)
   std::int64_t l2_bytes = 0;
-  std::int64_t l3_bytes = 0;
-  int cores = 1;  // cores a kernel may split its work across
+  std::int64_t l3_bytes = 0;     // the shared last level, all of it...
+  int l3_sharing = 1;            // ...shared by this many logical CPUs
+  int cores = 1;                 // cores a kernel may split its work across
+  std::string toString() const;  // "peak 96.0 GFLOP/s, L1d 32 KiB, L2 512 KiB, L3 32 MiB / 2 CPUs, 2 cores"
 };
 
 // A kernel that is loaded and callable; owned by its backend until free().

@@ -153,6 +153,8 @@ constexpr ParamField kParamFields[] = {
     {"vw", &KernelParams::vector_width}, {"unroll", &KernelParams::unroll},
     {"chunk", &KernelParams::chunk},   {"bf16dot", &KernelParams::bf16_dot},
 };
+// KernelParams::library is written by name: "impl=onednn" (and "impl=jit", the default, reads as 0).
+constexpr std::string_view kLibraryNames[] = {"impl=jit", "impl=onednn"};
 }  // namespace
 
 std::string KernelParams::toString() const {
@@ -160,6 +162,8 @@ std::string KernelParams::toString() const {
   for (const ParamField& f : kParamFields) {
     if (this->*f.field != 0) text += fmt::format("{}{}={}", text.empty() ? "" : " ", f.name, this->*f.field);
   }
+  if (library == 1) text += fmt::format("{}{}", text.empty() ? "" : " ", kLibraryNames[1]);
+  if (library != 0 && library != 1) text += fmt::format("{}impl={}", text.empty() ? "" : " ", library);
   return text.empty() ? "default" : text;
 }
 
@@ -173,6 +177,10 @@ Expected<KernelParams> KernelParams::parse(std::string_view text) {
     const std::string_view item = text.substr(pos, end - pos);
     pos = end + 1;
     if (item.empty()) continue;
+    if (item == kLibraryNames[0] || item == kLibraryNames[1]) {
+      params.library = item == kLibraryNames[1] ? 1 : 0;
+      continue;
+    }
     const std::size_t eq = item.find('=');
     const ParamField* found = nullptr;
     for (const ParamField& f : kParamFields) {

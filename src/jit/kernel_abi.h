@@ -86,6 +86,7 @@ struct KernelParams {
   int chunk = 0;               // elements per thread chunk
   int bf16_dot = 0;            // matmul of two bfloat16 operands: 1 = the CPU's bf16 pair dot products
                                // (AVX512_BF16), -1 = widen to float32 and FMA, 0 = the family's choice
+  int library = 0;             // matmul: 1 = a oneDNN primitive runs it ("impl=onednn"), 0 = generated code
   bool isDefault() const { return *this == KernelParams{}; }
   bool operator==(const KernelParams&) const = default;
   std::string toString() const;                       // "mr=8 nr=32 kc=256" (non-zero fields only; "default")
@@ -99,6 +100,9 @@ struct KernelTarget {
   int vector_bits = 0;       // widest native float vector: 512 (AVX-512), 256 (AVX2), 128 (SSE)
   int vector_registers = 0;  // architectural vector registers (32 zmm, 16 ymm)
   bool bf16_dot = false;     // bfloat16 pair dot products (AVX512_BF16 vdpbf16ps)
+  // The core's data caches (the backend's CostHints: L1d, L2, and its share of the L3), bytes;
+  // 0 = unknown. The matmul's blocking derives from them.
+  std::int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
   bool known() const { return vector_bits > 0; }
   int floatLanes() const { return vector_bits / 32; }  // float32 lanes of one native vector
   bool operator==(const KernelTarget&) const = default;

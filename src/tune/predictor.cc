@@ -39,6 +39,8 @@ double logParam(int value) {
   return value < 0 ? -magnitude : magnitude;
 }
 
+constexpr double kOtherImplementation = 16.0;
+
 double paramDistance(const jit::KernelParams& a, const jit::KernelParams& b) {
   const int left[] = {a.mr,       a.nr,      a.mc,           a.kc,     a.nc,    a.k_unroll,
                       a.prefetch, a.threads, a.vector_width, a.unroll, a.chunk, a.bf16_dot};
@@ -46,6 +48,9 @@ double paramDistance(const jit::KernelParams& a, const jit::KernelParams& b) {
                        b.prefetch, b.threads, b.vector_width, b.unroll, b.chunk, b.bf16_dot};
   double sum = 0;
   for (std::size_t i = 0; i < std::size(left); ++i) sum += std::fabs(logParam(left[i]) - logParam(right[i]));
+  // Another implementation (a library primitive vs generated code) is far from every tile: a
+  // library winner votes for the library candidate, a generated one for the tiles near it.
+  if (a.library != b.library) sum += kOtherImplementation;
   return sum;
 }
 

@@ -124,6 +124,10 @@ namespace {
 std::string checksum(const nlohmann::ordered_json& fields) { return fmt::format("{:016x}", fnv1a(fields.dump())); }
 }  // namespace
 
+std::string_view implName(const jit::KernelParams& params) {
+  return params.library != 0 ? "onednn" : "jit";
+}
+
 std::string recordToJson(const TuningRecord& r) {
   nlohmann::ordered_json j;
   j["key"] = r.key;
@@ -136,6 +140,7 @@ std::string recordToJson(const TuningRecord& r) {
   j["cpu"] = r.cpu;
   j["features"] = r.features;
   j["params"] = r.params.toString();
+  j["impl"] = std::string(implName(r.params));
   j["us"] = r.us;
   j["default_us"] = r.default_us;
   j["candidates"] = r.candidates;
@@ -199,6 +204,10 @@ Expected<TuningRecord> parseRecord(const std::string& line) {
   auto parsed = jit::KernelParams::parse(params);
   if (!parsed) return makeError(ErrorCode::ParseError, "params '{}': {}", params, parsed.status().message());
   r.params = *parsed;
+  if (auto it = j.find("impl"); it != j.end() && (!it->is_string() || it->get<std::string>() != implName(r.params))) {
+    return makeError(ErrorCode::ParseError, "field 'impl' does not name the implementation params '{}' choose ('{}')",
+                     params, implName(r.params));
+  }
   std::string check;
   SVM_RETURN_IF_ERROR(text("check", check));
   nlohmann::ordered_json fields = j;

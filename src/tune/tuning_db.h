@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jit/kernel_abi.h"
@@ -58,6 +59,10 @@ struct TuningRecord {
   int timed = 0;
   int version = kTuningDbVersion;
 };
+
+// Which implementation `params` choose, as a record's "impl" field names it: "onednn" (a library
+// primitive, KernelParams::library) or "jit" (generated code). Older lines without it are read.
+std::string_view implName(const jit::KernelParams& params);
 
 class TuningDatabase {
  public:

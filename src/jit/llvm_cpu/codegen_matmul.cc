@@ -45,9 +45,11 @@
 #include "jit/fusion.h"
 #include "jit/kernel_abi.h"
 #include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/library_onednn.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/kernel_util.h"
+#include "support/cpu_caches.h"
 #include "support/cpu_cores.h"
 #include "support/thread_pool.h"
 #include "support/tunables.h"
@@ -146,24 +148,65 @@ bool directBPossible(const KernelSpec& spec) {
 // The whole B can come packed (see the top of the file): a 2-D B that the plan packs.
 bool packableB(const KernelSpec& spec, const Plan& plan) { return spec.inputs[1].rank == 2 && !plan.direct_b; }
 
-// The family's default choices for this spec (the first searchSpace candidate).
+// ---- the cache model: blocking from the target's caches (KernelTarget, the backend's CostHints) ----
+
+CacheModel cacheModel(const KernelTarget& target) {
+  return {target.l1d_bytes > 0 ? target.l1d_bytes : kFallbackL1dBytes,
+          target.l2_bytes > 0 ? target.l2_bytes : kFallbackL2Bytes,
+          target.l3_bytes > 0 ? target.l3_bytes : kFallbackL3Bytes};
+}
+
+namespace {
+constexpr std::int64_t kFloat = 4;
+// The largest power of two in [kMinModelKc, kMaxModelKc] whose `bytes_per_k * kc` fits `budget`.
+int powerOfTwoKc(std::int64_t budget, std::int64_t bytes_per_k) {
+  int kc = kMinModelKc;
+  while (kc < kMaxModelKc && 2 * kc * bytes_per_k <= budget) kc *= 2;
+  return kc;
+}
+}  // namespace
+
+int kcForL1(const CacheModel& caches, int mr, int nr) {
+  return powerOfTwoKc(caches.l1, (mr + nr) * kFloat);
+}
+int kcForL2(const CacheModel& caches, int nr) {
+  return powerOfTwoKc(caches.l2 / 8, 2 * nr * kFloat);
+}
+int mcForL2(const CacheModel& caches, int mr, int kc, int share) {
+  const std::int64_t rows = caches.l2 / share / (kc * kFloat) / mr * mr;
+  return static_cast<int>(std::clamp<std::int64_t>(rows, mr, kMaxModelMc / mr * mr));
+}
+int ncForL3(const CacheModel& caches, int nr, int kc, int share) {
+  const std::int64_t bytes = std::min(caches.l3 / share, kMaxPackedBBlockBytes);
+  const std::int64_t columns = bytes / (kc * kFloat) / nr * nr;
+  return static_cast<int>(std::max<std::int64_t>(columns, nr));
+}
+
+// The family's default choices for this spec (the first searchSpace candidate): the tile from
+// the ISA, the K block from the caches.
 Plan defaultPlan(const KernelSpec& spec) {
   Plan plan;
   const MatmulDims dims = staticDims(spec);
+  const CacheModel caches = cacheModel(targetOf(spec));
   if (!targetHasAvx512(spec)) {
+    // 4 x 16 (8 ymm accumulators), B panels read without prefetching: A's rows and the panel in
+    // L1 (32 KiB: K blocks of 256).
     plan.mr = 4;
     plan.vectors = 1;
     plan.nc = 16;
+    plan.kc = kcForL1(caches, plan.mr, static_cast<int>(plan.nr()));
     return plan;
   }
-  // 6 x 64: 24 accumulators, 10 loads per 24 FMAs. Few rows: 4 x 64 (less of a partial M tile
-  // wasted) with K blocks of 128, so the A rows and the packed panel both stay in L1. Packed B
-  // panels with the next panel's rows prefetched while the tiles run measured faster than
-  // reading B in place (nc = -1) even at M = 32: B's rows alias in L1/L2 at power-of-two widths.
+  // 6 x 64: 24 accumulators, 10 loads per 24 FMAs, the B panel streamed from L2 with the next
+  // one prefetched (1 MiB L2: K blocks of 256). Few rows: 4 x 64 (less of a partial M tile
+  // wasted) with K blocks that keep the A rows and the packed panel both in L1 (48 KiB: 128).
+  // Packed B panels with the next panel's rows prefetched while the tiles run measured faster
+  // than reading B in place (nc = -1) even at M = 32: B's rows alias in L1/L2 at power-of-two widths.
   const bool small_m = dims.m >= 0 && dims.m <= 64;
   plan.mr = small_m ? 4 : 6;
   plan.vectors = 4;
-  plan.kc = small_m ? 128 : 256;
+  plan.kc =
+      small_m ? kcForL1(caches, plan.mr, static_cast<int>(plan.nr())) : kcForL2(caches, static_cast<int>(plan.nr()));
   plan.prefetch = 1;
   plan.nc = static_cast<int>(plan.nr());
   return plan;
@@ -224,8 +267,11 @@ Status checkParams(const KernelParams& p) {
   }
   if (p.kc < 0 || p.kc > 4096 || p.mc < -1 || p.mc > 4096 || p.nc < -1 || p.nc > 16384 || p.k_unroll < 0 ||
       p.k_unroll > 8 || p.prefetch < -1 || p.prefetch > 64 || p.threads < 0 || p.threads > 64 || p.bf16_dot < -1 ||
-      p.bf16_dot > 1) {
+      p.bf16_dot > 1 || p.library < 0 || p.library > 1) {
     return makeError(ErrorCode::Unsupported, "matmul parameters out of range: {}", p.toString());
+  }
+  if (p.library != 0 && !(p == KernelParams{.library = p.library})) {
+    return makeError(ErrorCode::Unsupported, "a matmul library kernel takes no other parameters ({})", p.toString());
   }
   return Status::ok();
 }
@@ -358,6 +404,14 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
       return makeError(ErrorCode::ShapeMismatch, "matmul contracting dims differ: {} vs {}", ka, kb_dim.size);
     }
     SVM_RETURN_IF_ERROR(checkParams(spec.params));
+    if (spec.params.library != 0) {
+      // A oneDNN primitive (library_onednn.h): whether oneDNN can create it is known at compile.
+      if (!onednn::available()) {
+        return makeError(ErrorCode::Unsupported, "matmul library kernels are off (LibraryCandidates=0)");
+      }
+      SVM_RETURN_IF_ERROR(onednn::expressible(spec));
+      return supportsEpilogue(spec);
+    }
     const Plan plan = resolvePlan(spec);
     if (spec.params.bf16_dot > 0 && !plan.bf16_pairs) {
       return makeError(ErrorCode::Unsupported,
@@ -454,6 +508,11 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     const bool parallel = work >= kMinParallelWork || (work >= kMinParallelWork / 8 && b_bytes >= kMinParallelBytesOfB);
     args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
     args.scalars[kScalarTasks] = parallel ? std::max<std::int64_t>(1, threads) : 1;
+    if (spec.params.library != 0) {
+      args.scalars[kScalarRunner] =
+          static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&onednn::runLibraryMatmul));
+      return onednn::prepareCall(spec, args);
+    }
     return Status::ok();
   }
 
@@ -496,7 +555,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
   // B, when the kernel would pack it (a 2-D B, not read in place, not the dot-product path).
   PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
     const Plan plan = resolvePlan(spec);
-    if (spec.inputs.size() < 2 || !packableB(spec, plan)) return {};
+    if (spec.inputs.size() < 2 || spec.params.library != 0 || !packableB(spec, plan)) return {};
     const int sa = slotA(spec), sb = slotB(spec);
     const std::int64_t m = args.shape[sa][2], k = args.shape[sb][2], n = args.shape[sb][3];
     // The dot-product path reads B in place (the strides as matrixStrides() bakes them in).
@@ -514,6 +573,9 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(supports(spec));
+    // A library kernel's primitive is created here for static shapes: compile time, and a
+    // primitive oneDNN cannot create fails the compile (the generated kernel is used instead).
+    if (spec.params.library != 0) SVM_RETURN_IF_ERROR(onednn::createFor(spec));
     return emitMatmulKernel(spec, module, symbol);
   }
 
@@ -540,7 +602,9 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
                           step.operand >= 0 ? std::to_string(step.operand) : std::string());
     }
     if (gateEpilogue(spec)) stem += fmt::format("_gates{}_{}ops", gateCount(spec), spec.fused->nodes.size());
-    if (!spec.params.isDefault()) {
+    if (spec.params.library != 0) {
+      stem += "_onednn";
+    } else if (!spec.params.isDefault()) {
       stem += '_';
       for (char c : spec.params.toString()) {
         if (c == ' ') {
@@ -582,38 +646,59 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
       }
       return space;
     }
+    // oneDNN's primitive where its post-ops express the epilogue (LibraryCandidates=1), right
+    // after the default so a tuning budget always reaches it: timed like the generated kernels;
+    // one oneDNN cannot create on this CPU fails to compile.
+    if (onednn::available() && onednn::expressible(spec).isOk()) space.push_back({.library = 1});
     const MatmulDims dims = staticDims(spec);
     const bool direct = directBPossible(spec);
     const bool small_m = dims.m >= 0 && dims.m <= 64;
+    const CacheModel caches = cacheModel(target);
     struct Tile {
       int mr, nr;
     };
-    // AVX-512 tiles first, then AVX2 ones; fits() keeps those of the target's register budget.
+    // AVX-512 tiles first, then AVX2 ones; fits() keeps those of the target's register budget
+    // (an AVX2 target has none of the 16-lane-register tiles).
     const Tile tiles[] = {{8, 32}, {6, 64}, {4, 64}, {12, 32}, {14, 32}, {8, 48}, {4, 16}, {6, 16}, {2, 32}, {3, 32}};
     auto add = [&](KernelParams p) {
       if (checkParams(p).isOk() && std::find(space.begin(), space.end(), p) == space.end()) space.push_back(p);
     };
     for (const Tile& t : tiles) {
       if (!fits(t.mr, t.nr)) continue;
+      // K blocks from the caches (see kcForL1 / kcForL2): the packed B panel streamed from L2
+      // with the next one prefetched, and the panel with A's rows kept in L1.
+      const int kc_l2 = kcForL2(caches, t.nr);
+      const int kc_l1 = kcForL1(caches, t.mr, t.nr);
       // Packed B one panel at a time, with and without prefetching the next panel's rows.
-      add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = 1});
-      add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .prefetch = -1});
-      if (!small_m) add({.mr = t.mr, .nr = t.nr, .kc = 512, .nc = t.nr, .prefetch = 1});
+      add({.mr = t.mr, .nr = t.nr, .kc = kc_l2, .nc = t.nr, .prefetch = 1});
+      add({.mr = t.mr, .nr = t.nr, .kc = kc_l1, .nc = t.nr, .prefetch = -1});
+      if (!small_m) add({.mr = t.mr, .nr = t.nr, .kc = 2 * kc_l2, .nc = t.nr, .prefetch = 1});
       // K unrolled 4x only with accumulators in up to half the registers: with 24-28 zmm, the
       // unrolled steps' loads are scheduled ahead and spill (12 x 32, 14 x 32, 8 x 48 ran
       // 1.6-2.7x slower at 256^3).
       if (accumulatorRegisters(target, t.mr, t.nr) <= target.vector_registers / 2)
-        add({.mr = t.mr, .nr = t.nr, .kc = 256, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
+        add({.mr = t.mr, .nr = t.nr, .kc = kc_l2, .nc = t.nr, .k_unroll = 4, .prefetch = 1});
       if (small_m && direct) {
         // B read in place, K blocks of 8 or 16 rows: as many sequential streams through B's
         // rows, which the hardware prefetcher follows (M of 1..8: 1.3-1.5x packed panels).
         add({.mr = t.mr, .nr = t.nr, .kc = 8, .nc = -1, .prefetch = -1});
         add({.mr = t.mr, .nr = t.nr, .kc = 16, .nc = -1, .prefetch = -1});
-        add({.mr = t.mr, .nr = t.nr, .kc = 128, .nc = t.nr, .prefetch = 1});
+        add({.mr = t.mr, .nr = t.nr, .kc = kc_l1, .nc = t.nr, .prefetch = 1});
       } else {
-        // Packed A and B blocks (BLIS).
-        add({.mr = t.mr, .nr = t.nr, .mc = t.mr * 16, .kc = 256, .nc = 512, .prefetch = -1});
-        add({.mr = t.mr, .nr = t.nr, .mc = t.mr * 8, .kc = 384, .nc = 1024, .prefetch = -1});
+        // Packed A and B blocks (BLIS): the A block in a quarter or half of L2, the B block in a
+        // quarter or half of this CPU's L3 share.
+        add({.mr = t.mr,
+             .nr = t.nr,
+             .mc = mcForL2(caches, t.mr, kc_l2, 4),
+             .kc = kc_l2,
+             .nc = ncForL3(caches, t.nr, kc_l2, 4),
+             .prefetch = -1});
+        add({.mr = t.mr,
+             .nr = t.nr,
+             .mc = mcForL2(caches, t.mr, kc_l1, 2),
+             .kc = kc_l1,
+             .nc = ncForL3(caches, t.nr, kc_l1, 2),
+             .prefetch = -1});
       }
     }
     // bfloat16 x bfloat16: the default tile widening to float32 as well, so the tuner measures

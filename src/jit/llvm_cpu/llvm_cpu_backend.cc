@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// LlvmCpuBackend: capabilities and cost hints from the engine's CPU, compile = emit the family's
+// LlvmCpuBackend: capabilities and cost hints from the engine's CPU and the host's caches (which
+// the KernelTarget it stamps carries to the families' plans), compile = emit the family's
 // IR + optimize (JitEngine::build) + codegen to an object (emitObject), load = link
 // (JitEngine::link), free = remove its JITDylib.
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "support/cpu_caches.h"
 
 namespace shapevm::jit {
 
@@ -20,12 +21,23 @@ constexpr double kNominalGhz = 3.0;
 // FMA units per core on the x86-64 cores LLVM targets with AVX2 or AVX-512.
 constexpr int kFmaUnits = 2;
 
-std::int64_t cacheBytes(int name) {
-  const long bytes = sysconf(name);
-  return bytes > 0 ? bytes : 0;  // 0: unknown
+// The host's caches into a target: what the matmul family's blocking reads (its L3 share per CPU).
+KernelTarget withHostCaches(KernelTarget target) {
+  const CpuCaches& caches = hostCpuCaches();
+  target.l1d_bytes = caches.l1d_bytes;
+  target.l2_bytes = caches.l2_bytes;
+  target.l3_bytes = caches.l3PerCpu();
+  return target;
 }
 
 }  // namespace
+
+std::string CostHints::toString() const {
+  const CpuCaches caches{l1_bytes, l2_bytes, l3_bytes, l3_sharing, {}};
+  std::string text = caches.toString();
+  text.resize(text.rfind(" ("));  // no sources
+  return fmt::format("peak {:.1f} GFLOP/s, {}, {} cores", peak_gflops, text, cores);
+}
 
 bool BackendCapabilities::hasFeature(std::string_view feature) const {
   std::string_view rest = features;
@@ -67,10 +79,19 @@ LlvmCpuBackend::LlvmCpuBackend(std::unique_ptr<JitEngine> engine) : engine_(std:
   if (cpu.has("avx512fp16")) capabilities_.native_dtypes.push_back(DType::Float16);
 
   cost_hints_.peak_gflops = capabilities_.isa.floatLanes() * 2.0 * kFmaUnits * kNominalGhz;
-  cost_hints_.l1_bytes = cacheBytes(_SC_LEVEL1_DCACHE_SIZE);
-  cost_hints_.l2_bytes = cacheBytes(_SC_LEVEL2_CACHE_SIZE);
-  cost_hints_.l3_bytes = cacheBytes(_SC_LEVEL3_CACHE_SIZE);
+  const CpuCaches& caches = hostCpuCaches();
+  cost_hints_.l1_bytes = caches.l1d_bytes;
+  cost_hints_.l2_bytes = caches.l2_bytes;
+  cost_hints_.l3_bytes = caches.l3_bytes;
+  cost_hints_.l3_sharing = caches.l3_sharing;
+  capabilities_.isa = withHostCaches(capabilities_.isa);
   cost_hints_.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+std::string LlvmCpuBackend::codeIdentity() const {
+  const KernelTarget& isa = capabilities_.isa;
+  if (engine_->codeIdentity().empty()) return {};  // never cached
+  return fmt::format("{} caches {}/{}/{}", engine_->codeIdentity(), isa.l1d_bytes, isa.l2_bytes, isa.l3_bytes);
 }
 
 Status LlvmCpuBackend::supportsFamily(const KernelFamily& family) const {
@@ -111,7 +132,7 @@ const KernelTarget& defaultKernelTarget() {
     // back to the host here (the engine reports the error when it is created).
     Expected<CpuTarget> cpu = resolveCpuTarget("");
     if (!cpu) cpu = resolveCpuTarget("host");
-    return kernelTargetOf(*cpu);
+    return withHostCaches(kernelTargetOf(*cpu));
   }();
   return target;
 }

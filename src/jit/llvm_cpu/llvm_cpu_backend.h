@@ -43,7 +43,8 @@ class LlvmCpuBackend final : public KernelBackend {
   }
   Status free(const KernelHandle& handle) override;
   std::size_t liveKernels() const override;
-  std::string codeIdentity() const override { return engine_->codeIdentity(); }
+  // The engine's (compiler, CPU, features) and the caches the plans' blocking derives from.
+  std::string codeIdentity() const override;
   std::string_view codeBytes(const KernelCode& code) const override { return engine_->objectBytes(code); }
   Expected<std::unique_ptr<KernelCode>> codeFromBytes(const std::string& symbol,
                                                       std::string_view bytes) const override {

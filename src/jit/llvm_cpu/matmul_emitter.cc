@@ -1489,6 +1489,14 @@ Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std:
         b.CreateSelect(b.CreateICmpSGT(k, b.getInt64(static_cast<std::uint64_t>(plan.kc))), partials, b.getInt64(0));
     scratch_bytes = b.CreateAdd(scratch_bytes, partials);
   }
+  if (spec.params.library != 0) {
+    // A library kernel: the runner prepare() chose (library_onednn.h) does the work; no part.
+    b.CreateCall(runner_type, runner, {part, function->getArg(0), tasks, b.getInt64(0)});
+    b.CreateRetVoid();
+    b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", part));
+    b.CreateRetVoid();
+    return Status::ok();
+  }
   b.CreateCall(runner_type, runner, {part, function->getArg(0), tasks, scratch_bytes});
   b.CreateRetVoid();
 

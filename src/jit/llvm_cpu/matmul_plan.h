@@ -26,6 +26,9 @@ constexpr int kScalarTasks = 1;
 // and 1 = only write that packing.
 constexpr int kScalarPackedB = 2;
 constexpr int kScalarPackOnly = 3;
+// A library kernel (KernelParams::library, library_onednn.h) packs nothing: that slot holds its
+// oneDNN primitive, and scalars[kScalarRunner] the library runner.
+constexpr int kScalarLibrary = kScalarPackedB;
 // Below this many multiply-adds a call stays on one thread (waking workers costs ~10 us)...
 constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
 // ...unless it has an eighth of that and a B this large: a few rows against a big weight (a
@@ -55,6 +58,26 @@ struct Plan {
   bool bf16_pairs = false;
   std::int64_t nr() const { return static_cast<std::int64_t>(vectors) * kLanes; }
 };
+
+// The caches the blocking is sized for (KernelTarget's, from the backend's CostHints; unknown
+// ones: support/cpu_caches.h's fallbacks), bytes.
+struct CacheModel {
+  std::int64_t l1 = 0, l2 = 0, l3 = 0;  // L1d, L2, this CPU's share of the L3
+};
+CacheModel cacheModel(const KernelTarget& target);
+constexpr int kMinModelKc = 64, kMaxModelKc = 512;                     // K blocks the model picks (powers of two)
+constexpr int kMaxModelMc = 1024;                                      // packed A rows at most
+constexpr std::int64_t kMaxPackedBBlockBytes = std::int64_t{4} << 20;  // one task's packed B block
+// K block (power of two in [64, 512]) whose mr A rows read in place and kc x nr packed B panel
+// fit L1 together.
+int kcForL1(const CacheModel& caches, int mr, int nr);
+// K block whose packed B panel streams from L2 with the next one prefetched: two panels in an
+// eighth of L2 (the rest for A's rows, C and the hardware's own prefetches).
+int kcForL2(const CacheModel& caches, int nr);
+// Packed A block rows: mc x kc floats in 1/share of L2, whole tiles, mr..1024.
+int mcForL2(const CacheModel& caches, int mr, int kc, int share);
+// Packed B block columns: kc x nc floats in 1/share of the L3 share (at most 4 MiB), whole panels.
+int ncForL3(const CacheModel& caches, int nr, int kc, int share);
 
 // A gate epilogue (KernelSpec::fused on a matmul, see kernel_abi.h): the program's leaf views
 // are the spec inputs from epilogueInputsEnd() on; the kernel's outputs are the program's.

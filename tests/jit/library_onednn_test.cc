@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// oneDNN primitives as matmul candidates (jit/llvm_cpu/library_onednn.h, KernelParams::library):
+// float32/bfloat16/float16 against the reference across odd sizes, transposed and strided
+// operands and post-op combinations (static kernels and one symbolic kernel over every shape),
+// specs oneDNN cannot express refused with a reason and never offered, the LibraryCandidates
+// tunable, and an execution oneDNN refuses at run time computed by the fallback loop. A dtype
+// this CPU's oneDNN has no kernel for (bf16/f16 without AVX-512) must fail the compile with
+// oneDNN's reason; where it does, those cases are reported, not passed.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "jit/llvm_cpu/library_onednn.h"
+#include "jit_test_util.h"
+#include "support/tunables.h"
+
+namespace shapevm::jit {
+namespace {
+
+using namespace testing;  // jit_test_util.h
+
+const KernelParams kLibrary{.library = 1};
+
+struct Case {
+  std::string name;
+  std::vector<Value> inputs;        // a, b, extras
+  std::vector<EpilogueStep> steps;  // operands index into inputs
+};
+
+// matmul, then each step with the reference kernels.
+Expected<std::vector<Value>> reference(const Case& c) {
+  SVM_ASSIGN_OR_RETURN(std::vector<Value> value, callOp("matmul", {c.inputs[0], c.inputs[1]}, {}));
+  for (const EpilogueStep& step : c.steps) {
+    const std::string_view op = OpRegistry::global().schema(step.op).name;
+    if (step.operand < 0) {
+      SVM_ASSIGN_OR_RETURN(value, callOp(op, {value[0]}, {}));
+    } else {
+      const Value& extra = c.inputs[static_cast<std::size_t>(step.operand)];
+      SVM_ASSIGN_OR_RETURN(
+          value,
+          callOp(op, step.swapped ? std::vector<Value>{extra, value[0]} : std::vector<Value>{value[0], extra}, {}));
+    }
+  }
+  return value;
+}
+
+KernelSpec librarySpec(const Case& c, Dims dims = Dims::Static) {
+  KernelSpec spec = exactSpec(OpId::MatMul, {}, pointersTo(c.inputs));
+  if (dims == Dims::Symbolic) spec = symbolicSpec(std::move(spec));
+  spec.epilogue = c.steps;
+  spec.params = kLibrary;
+  return spec;
+}
+
+// Runs `c` through a library kernel compiled for `spec`: 1 = matches the reference, 0 = oneDNN
+// cannot create it here (the compile fails with its reason), a failure otherwise.
+::testing::AssertionResult libraryMatches(const Case& c, const KernelSpec& spec, bool* created) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  if (Status supported = family->supports(spec); !supported.isOk())
+    return ::testing::AssertionFailure() << c.name << ": " << supported.message();
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
+  std::vector<Value> actual(1);
+  Status run = kernel ? invokeCompiled(**kernel, pointersTo(c.inputs), actual) : kernel.status();
+  if (kernel) {
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
+  if (!run.isOk()) {
+    *created = false;
+    if (run.message().find("oneDNN") != std::string::npos && run.code() == ErrorCode::Unsupported)
+      return ::testing::AssertionSuccess() << "not created: " << run.message();
+    return ::testing::AssertionFailure() << c.name << ": " << run.toString();
+  }
+  *created = true;
+  auto expected = reference(c);
+  if (!expected) return ::testing::AssertionFailure() << c.name << ": reference: " << expected.status().toString();
+  Comparison comparison = compareOutputs(*expected, actual);
+  if (!comparison.ok)
+    return ::testing::AssertionFailure() << c.name << " " << spec.signature() << ": " << comparison.reason;
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<Case> cases(DType dtype, std::int64_t m, std::int64_t k, std::int64_t n, std::mt19937& rng) {
+  auto a = [&](Layout layout = Layout::Contiguous) { return operand(dtype, Shape{m, k}, rng, layout); };
+  auto b = [&] { return operand(dtype, Shape{k, n}, rng); };
+  auto bias = [&] { return operand(dtype, Shape{n}, rng); };
+  const EpilogueStep add_bias{OpId::Add, 2, false};
+  return {
+      {"plain", {a(), b()}, {}},
+      {"B transposed", {a(), transposedWeight(dtype, k, n, rng)}, {}},
+      {"A strided", {a(Layout::Strided), b()}, {}},
+      {"bias relu", {a(), b(), bias()}, {add_bias, {OpId::Relu, -1, false}}},
+      {"bias gelu, B transposed",
+       {a(), transposedWeight(dtype, k, n, rng), bias()},
+       {add_bias, {OpId::Gelu, -1, false}}},
+      {"residual tanh", {a(), b(), operand(dtype, Shape{m, n}, rng)}, {{OpId::Add, 2, false}, {OpId::Tanh, -1, false}}},
+      {"column mul sigmoid",
+       {a(), b(), operand(dtype, Shape{m, 1}, rng)},
+       {{OpId::Mul, 2, true}, {OpId::Sigmoid, -1, false}}},
+      {"bias sub, silu, max",
+       {a(), b(), bias(), operand(dtype, Shape{1, 1}, rng)},
+       {{OpId::Sub, 2, false}, {OpId::Silu, -1, false}, {OpId::Maximum, 3, true}}},
+      {"abs, div",
+       {a(), b(), operand(dtype, Shape{m, n}, rng)},
+       {{OpId::Abs, -1, false}, {OpId::Neg, -1, false}, {OpId::Div, 2, false}}},
+  };
+}
+
+TEST(OnednnLibrary, CandidatesMatchTheReference) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(31);
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    int created = 0, refused = 0;
+    for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 1}, {7, 13, 5}, {65, 129, 33}}) {
+      for (const Case& c : cases(dtype, m, k, n, rng)) {
+        if (c.name.find("abs, div") != std::string::npos && dtype != DType::Float32) continue;  // |x| near 0 in 16 bits
+        bool made = false;
+        EXPECT_TRUE(libraryMatches(c, librarySpec(c), &made)) << dtypeName(dtype) << " " << m << "x" << k << "x" << n;
+        (made ? created : refused) += 1;
+      }
+    }
+    // One symbolic kernel over several shapes: a primitive per shape, created at its first call.
+    Case odd{"symbolic", {}, {{OpId::Add, 2, false}, {OpId::Relu, -1, false}}};
+    KernelSpec symbolic;
+    for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{3, 17, 9}, {130, 40, 70}}) {
+      odd.inputs = {operand(dtype, Shape{m, k}, rng), operand(dtype, Shape{k, n}, rng), operand(dtype, Shape{n}, rng)};
+      if (symbolic.inputs.empty()) symbolic = librarySpec(odd, Dims::Symbolic);
+      bool made = false;
+      EXPECT_TRUE(libraryMatches(odd, symbolic, &made)) << dtypeName(dtype);
+      (made ? created : refused) += 1;
+    }
+    if (dtype == DType::Float32) {
+      EXPECT_EQ(refused, 0) << "oneDNN has a float32 matmul on every x86-64 CPU";
+    } else if (refused > 0) {
+      std::cout << "[ NOTE     ] oneDNN creates no " << dtypeName(dtype) << " matmul on this CPU (" << refused
+                << " cases refused with its reason, " << created << " ran)\n";
+    }
+  }
+}
+
+TEST(OnednnLibrary, InexpressibleSpecsAreRefusedAndNeverOffered) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  std::mt19937 rng(32);
+  auto a = operand(DType::Float32, Shape{8, 16}, rng);
+  auto b = operand(DType::Float32, Shape{16, 24}, rng);
+  auto bias = operand(DType::Float32, Shape{24}, rng);
+  const std::vector<Case> refused = {
+      {"erf", {a, b}, {{OpId::Erf, -1, false}}},
+      {"swapped sub", {a, b, bias}, {{OpId::Sub, 2, true}}},
+      {"batched", {operand(DType::Float32, Shape{2, 8, 16}, rng), b}, {}},
+      {"mixed dtypes", {a, operand(DType::BFloat16, Shape{16, 24}, rng)}, {}},
+  };
+  for (const Case& c : refused) {
+    KernelSpec spec = librarySpec(c);
+    const Status supported = family->supports(spec);
+    EXPECT_FALSE(supported.isOk()) << c.name;
+    EXPECT_NE(supported.message().find("no oneDNN matmul"), std::string::npos) << supported.message();
+    spec.params = {};
+    const std::vector<KernelParams> space = family->searchSpace(sharedBackend().targetSpec(spec));
+    EXPECT_EQ(std::find(space.begin(), space.end(), kLibrary), space.end()) << c.name;
+  }
+  KernelSpec plain = librarySpec({"plain", {a, b}, {}});
+  EXPECT_EQ(family->symbolStem(plain), "matmul_f32_M8_K16_N24_onednn");
+  KernelSpec mixed = plain;
+  mixed.params.kc = 64;
+  EXPECT_FALSE(family->supports(mixed).isOk()) << "a library kernel takes no tile parameters";
+  plain.params = {};
+  const KernelSpec stamped = sharedBackend().targetSpec(plain);
+  auto offered = [&] {
+    const std::vector<KernelParams> space = family->searchSpace(stamped);
+    return std::find(space.begin(), space.end(), kLibrary) != space.end();
+  };
+  EXPECT_EQ(offered(), onednn::available());
+  const std::int64_t saved = Tunables::get(Tunable::LibraryCandidates);
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 0).isOk());
+  EXPECT_FALSE(offered()) << "LibraryCandidates=0: generated kernels only";
+  plain.params = kLibrary;
+  EXPECT_NE(family->supports(plain).message().find("LibraryCandidates=0"), std::string::npos);
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 1).isOk());
+  EXPECT_TRUE(offered());
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, saved).isOk());
+  EXPECT_EQ(KernelParams::parse("impl=onednn").value(), kLibrary);
+  EXPECT_EQ(kLibrary.toString(), "impl=onednn");
+}
+
+TEST(OnednnLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
+  std::mt19937 rng(33);
+  const Case c{"bias gelu",
+               {operand(DType::Float32, Shape{9, 31}, rng), transposedWeight(DType::Float32, 31, 20, rng),
+                operand(DType::Float32, Shape{20}, rng)},
+               {{OpId::Add, 2, false}, {OpId::Gelu, -1, false}}};
+  // oneDNN's OpenMP thread count on this thread is the kernel's only while it runs.
+  const auto omp_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  ASSERT_NE(omp_threads, nullptr) << "libgomp comes with oneDNN";
+  const int threads_before = omp_threads();
+  bool made = false;
+  EXPECT_TRUE(libraryMatches(c, librarySpec(c), &made));
+  EXPECT_TRUE(made);
+  EXPECT_EQ(omp_threads(), threads_before);
+
+  const onednn::LibraryStats before = onednn::stats();
+  onednn::failExecutionsForTesting(true);
+  bool created = false;
+  const ::testing::AssertionResult result = libraryMatches(c, librarySpec(c), &created);
+  onednn::failExecutionsForTesting(false);
+  EXPECT_TRUE(result);
+  EXPECT_TRUE(created);
+  const onednn::LibraryStats after = onednn::stats();
+  EXPECT_EQ(after.run_failures, before.run_failures + 1);
+  EXPECT_EQ(after.calls, before.calls + 1);
+  EXPECT_GE(after.primitives, 1u);
+  EXPECT_EQ(after.primitives, before.primitives) << "the primitive of the first run is reused";
+}
+
+}  // namespace
+}  // namespace shapevm::jit

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+// The AutoTuner with oneDNN library candidates (KernelParams::library, "impl=onednn") in a
+// matmul search space: a library winner is recorded with impl=onednn and read back from the
+// database; a bfloat16 primitive this CPU's oneDNN cannot create (no AVX-512) fails as a
+// candidate with oneDNN's reason and the generated kernel wins (impl=jit); the record's impl
+// field is checked against its params when read.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "../jit/jit_test_util.h"
+#include "jit/llvm_cpu/library_onednn.h"
+#include "support/tunables.h"
+#include "tune/auto_tuner.h"
+
+namespace shapevm::tune {
+namespace {
+
+using jit::KernelParams;
+using jit::KernelSpec;
+
+const KernelParams kLibrary{.library = 1};
+const KernelParams kTooManyAccumulators{.mr = 16, .nr = 64};  // refused by the matmul family
+
+// The matmul family behind a declared search space.
+class MatmulSubspace final : public jit::KernelFamily, public jit::LlvmKernelEmitter {
+ public:
+  explicit MatmulSubspace(std::vector<KernelParams> space)
+      : inner_(jit::familyFor(OpId::MatMul)), space_(std::move(space)) {}
+  std::string_view name() const override { return "matmul_subspace"; }
+  Status supports(const KernelSpec& spec) const override { return inner_->supports(spec); }
+  Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
+                 std::span<Shape> shapes) const override {
+    return inner_->outputs(spec, inputs, dtypes, shapes);
+  }
+  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
+                 jit::KernelArgs& args) const override {
+    return inner_->prepare(spec, inputs, outputs, args);
+  }
+  Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
+    return dynamic_cast<const jit::LlvmKernelEmitter&>(*inner_).emit(spec, module, symbol);
+  }
+  std::string symbolStem(const KernelSpec& spec) const override { return "sub_" + inner_->symbolStem(spec); }
+  std::vector<KernelParams> searchSpace(const KernelSpec&) const override { return space_; }
+
+ private:
+  const jit::KernelFamily* inner_;
+  std::vector<KernelParams> space_;
+};
+
+struct Example {
+  std::vector<Value> inputs;
+  std::vector<const Value*> pointers;
+  KernelSpec spec;
+};
+Example matmulExample(DType dtype, std::int64_t m, std::int64_t k, std::int64_t n) {
+  Example e;
+  std::mt19937 rng(5);
+  e.inputs = {jit::testing::operand(dtype, Shape{m, k}, rng), jit::testing::operand(dtype, Shape{k, n}, rng)};
+  for (const Value& v : e.inputs) e.pointers.push_back(&v);
+  e.spec = jit::exactSpec(OpId::MatMul, {}, e.pointers);
+  return e;
+}
+
+class LibraryCandidates : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Tunables::resetToDefaults();
+    ASSERT_TRUE(Tunables::set(Tunable::TuneRepeats, 3).isOk());
+    ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 50).isOk());
+    char pattern[] = "/tmp/svm_library_tune_XXXXXX";
+    dir_ = mkdtemp(pattern);
+    options_.database_path = dir_ + "/tuning.jsonl";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    Tunables::resetToDefaults();
+  }
+  std::string lastLine() const {
+    std::ifstream in(options_.database_path);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return last;
+  }
+  std::string dir_;
+  AutoTunerOptions options_;
+};
+
+TEST_F(LibraryCandidates, ALibraryWinnerIsRecordedAsOnednn) {
+  MatmulSubspace family({kLibrary, kTooManyAccumulators});
+  Example e = matmulExample(DType::Float32, 48, 64, 40);
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  EXPECT_EQ(outcome->params, kLibrary);
+  EXPECT_EQ(outcome->failed, 1);
+  const std::string line = lastLine();
+  EXPECT_NE(line.find("\"params\":\"impl=onednn\""), std::string::npos) << line;
+  EXPECT_NE(line.find("\"impl\":\"onednn\""), std::string::npos) << line;
+  // Read back: a second tuner answers from the database.
+  AutoTuner again(options_);
+  auto cached = again.tune(engine, family, e.spec, e.pointers);
+  ASSERT_TRUE(cached.hasValue());
+  EXPECT_TRUE(cached->from_database);
+  EXPECT_EQ(cached->params, kLibrary);
+}
+
+TEST_F(LibraryCandidates, APrimitiveOneDnnCannotCreateLosesToTheGeneratedKernel) {
+  Example e = matmulExample(DType::BFloat16, 24, 40, 32);
+  KernelSpec library = e.spec;
+  library.params = kLibrary;
+  if (jit::onednn::createFor(library).isOk()) {
+    GTEST_SKIP() << "this CPU's oneDNN has a bfloat16 matmul (AVX-512): nothing falls back here";
+  }
+  MatmulSubspace family({KernelParams{}, kLibrary});
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  EXPECT_EQ(outcome->params, KernelParams{});
+  EXPECT_EQ(outcome->failed, 1);
+  ASSERT_EQ(tuner.reports().size(), 1u);
+  EXPECT_EQ(tuner.reports()[0].timings.size(), 2u);
+  EXPECT_FALSE(std::isfinite(tuner.reports()[0].timings[1].us)) << "the library candidate failed";
+  EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
+}
+
+TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
+  const Example e = matmulExample(DType::Float32, 4, 8, 16);
+  const KernelKey key = kernelKey(*jit::familyFor(OpId::MatMul), e.spec, "cpu", "features");
+  TuningRecord record;
+  record.key = key.key();
+  record.family = key.family;
+  record.kernel = key.kernel;
+  record.bucket = key.bucket;
+  record.shape_class = key.shape_class;
+  record.cpu = key.cpu;
+  record.features = key.features;
+  record.params = kLibrary;
+  const std::string line = recordToJson(record);
+  EXPECT_NE(line.find("\"impl\":\"onednn\""), std::string::npos) << line;
+  auto parsed = parseRecord(line);
+  ASSERT_TRUE(parsed.hasValue()) << parsed.status().toString();
+  EXPECT_EQ(parsed->params, kLibrary);
+  EXPECT_EQ(implName(KernelParams{}), "jit");
+  // An edited impl (params still say onednn) is refused before the checksum is looked at.
+  std::string edited = line;
+  edited.replace(edited.find("\"impl\":\"onednn\""), 15, "\"impl\":\"jit\"");
+  auto bad = parseRecord(edited);
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.status().message().find("impl"), std::string::npos) << bad.status().message();
+}
+
+}  // namespace
+}  // namespace shapevm::tune
