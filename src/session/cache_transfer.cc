@@ -18,13 +18,14 @@ namespace shapevm {
 
 namespace {
 
+#if SHAPEVM_HAVE_JIT
+// The cache directory: `cache_dir`, else the environment's.
 Expected<std::string> cacheRoot(const std::string& cache_dir) {
   std::string root = cache_dir.empty() ? defaultCacheDir() : cache_dir;
   if (root.empty()) return makeError(ErrorCode::InvalidArgument, "no cache directory (set SHAPEVM_CACHE_DIR or HOME)");
   return root;
 }
 
-#if SHAPEVM_HAVE_JIT
 // The tuning records of `from` that `to` lacks, appended to `to`; how many.
 Expected<int> mergeTuning(const std::string& from, const std::string& to) {
   std::ifstream in(from);
@@ -49,38 +50,35 @@ Expected<int> mergeTuning(const std::string& from, const std::string& to) {
 }
 #endif
 
-}  // namespace
-
-Expected<CacheTransfer> Session::exportCache(const std::string& dir, const std::string& cache_dir) {
+// Export (`out`: the cache -> dir) or import (dir -> the cache).
+Expected<CacheTransfer> transfer(bool out, const std::string& dir, const std::string& cache_dir) {
 #if SHAPEVM_HAVE_JIT
-  if (dir.empty()) return makeError(ErrorCode::InvalidArgument, "exporting the cache needs a directory");
+  if (dir.empty())
+    return makeError(ErrorCode::InvalidArgument, "{} needs a directory",
+                     out ? "exporting the cache" : "importing a cache");
   SVM_ASSIGN_OR_RETURN(const std::string root, cacheRoot(cache_dir));
   jit::KernelCache cache(root);
   CacheTransfer done;
-  SVM_ASSIGN_OR_RETURN(done.kernels, cache.exportTo(dir + "/kernels"));
-  SVM_ASSIGN_OR_RETURN(done.tuning_records, mergeTuning(root + "/tuning.jsonl", dir + "/tuning.jsonl"));
+  const std::string kernels = dir + "/kernels", archive_db = dir + "/tuning.jsonl", db = root + "/tuning.jsonl";
+  SVM_ASSIGN_OR_RETURN(done.kernels, out ? cache.exportTo(kernels) : cache.importFrom(kernels));
+  SVM_ASSIGN_OR_RETURN(done.tuning_records, out ? mergeTuning(db, archive_db) : mergeTuning(archive_db, db));
   return done;
 #else
+  (void)out;
   (void)dir;
   (void)cache_dir;
   return makeError(ErrorCode::Unsupported, "this ShapeVM was built without the JIT: it has no kernel cache");
 #endif
 }
 
+}  // namespace
+
+Expected<CacheTransfer> Session::exportCache(const std::string& dir, const std::string& cache_dir) {
+  return transfer(true, dir, cache_dir);
+}
+
 Expected<CacheTransfer> Session::importCache(const std::string& dir, const std::string& cache_dir) {
-#if SHAPEVM_HAVE_JIT
-  if (dir.empty()) return makeError(ErrorCode::InvalidArgument, "importing a cache needs a directory");
-  SVM_ASSIGN_OR_RETURN(const std::string root, cacheRoot(cache_dir));
-  jit::KernelCache cache(root);
-  CacheTransfer done;
-  SVM_ASSIGN_OR_RETURN(done.kernels, cache.importFrom(dir + "/kernels"));
-  SVM_ASSIGN_OR_RETURN(done.tuning_records, mergeTuning(dir + "/tuning.jsonl", root + "/tuning.jsonl"));
-  return done;
-#else
-  (void)dir;
-  (void)cache_dir;
-  return makeError(ErrorCode::Unsupported, "this ShapeVM was built without the JIT: it has no kernel cache");
-#endif
+  return transfer(false, dir, cache_dir);
 }
 
 }  // namespace shapevm

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "session_inputs.h"
 #include "shapevm/shapevm.h"
 #include "support/tunables.h"
 
@@ -34,42 +35,16 @@ struct Case {
   std::vector<Value> want;
 };
 
-Tensor randomTensor(const Shape& shape, std::mt19937_64& rng) {
-  Tensor t = std::move(Tensor::empty(DType::Float32, shape).value());
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
+using testing_inputs::randomArgs;
+using testing_inputs::relL2;
 
-std::vector<Value> randomArgs(const FunctionInfo& fn, std::int64_t dim, std::mt19937_64& rng) {
-  std::vector<Value> args;
-  for (const ParamInfo& p : fn.params) {
-    if (p.kind == ValueKind::Float) {
-      args.push_back(Value::fromFloat(0.75));
-      continue;
-    }
-    Shape shape;
-    for (const DimInfo& d : p.dims) shape.push_back(d.size >= 0 ? d.size : dim);
-    args.push_back(Value::fromTensor(randomTensor(shape, rng)));
-  }
-  return args;
-}
-
-// Relative L2 distance of every output, or -1 when the outputs' count or shapes differ.
+// The largest relative L2 distance over the outputs, or -1 when their count or shapes differ.
 double worstDistance(const std::vector<Value>& got, const std::vector<Value>& want) {
   if (got.size() != want.size()) return -1;
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const Tensor& g = got[i].tensor();
-    const Tensor& w = want[i].tensor();
-    if (g.shape() != w.shape()) return -1;
-    double diff = 0, ref = 0;
-    for (std::int64_t e = 0; e < w.numel(); ++e) {
-      const double a = g.elementAsDouble(e), b = w.elementAsDouble(e);
-      diff += (a - b) * (a - b);
-      ref += b * b;
-    }
-    worst = std::max(worst, std::sqrt(diff / std::max(ref, 1e-300)));
+    if (got[i].tensor().shape() != want[i].tensor().shape()) return -1;
+    worst = std::max(worst, relL2(got[i].tensor(), want[i].tensor()));
   }
   return worst;
 }

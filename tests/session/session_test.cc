@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "session_inputs.h"
 #include "support/tunables.h"
 
 namespace shapevm {
@@ -65,37 +66,9 @@ class SessionTest : public ::testing::Test {
   }
 };
 
-Tensor randomTensor(const Shape& shape, std::mt19937_64& rng) {
-  Tensor t = std::move(Tensor::empty(DType::Float32, shape).value());
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
-
-double relL2(const Tensor& got, const Tensor& want) {
-  double diff = 0, ref = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    const double w = want.elementAsDouble(i), g = got.elementAsDouble(i);
-    diff += (g - w) * (g - w);
-    ref += w * w;
-  }
-  return std::sqrt(diff / std::max(ref, 1e-300));
-}
-
-// Random arguments for a function whose tensor parameters are f32 and whose dynamic dims take `dim`.
-std::vector<Value> randomArgs(const FunctionInfo& fn, std::int64_t dim, std::mt19937_64& rng) {
-  std::vector<Value> args;
-  for (const ParamInfo& p : fn.params) {
-    if (p.kind == ValueKind::Float) {
-      args.push_back(Value::fromFloat(0.75));
-      continue;
-    }
-    Shape shape;
-    for (const DimInfo& d : p.dims) shape.push_back(d.size >= 0 ? d.size : dim);
-    args.push_back(Value::fromTensor(randomTensor(shape, rng)));
-  }
-  return args;
-}
+using testing_inputs::randomArgs;
+using testing_inputs::randomTensor;
+using testing_inputs::relL2;
 
 TEST_F(SessionTest, RunsPythonSourceText) {
   Session session(quiet());
