@@ -7,6 +7,7 @@
 # error on the client.
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -44,9 +45,13 @@ def data(tmp_path_factory):
 
 
 def cluster():
-    # Worker processes import the built package: they inherit PYTHONPATH.
-    os.environ["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(shapevm.__file__)),
-                                                os.environ.get("PYTHONPATH", "")])
+    # Worker processes must import the built package, not the source tree's oracle-only copy that
+    # other test files put on sys.path: multiprocessing hands the workers this process's sys.path
+    # (then PYTHONPATH), so the built package's folder goes first in both.
+    built = os.path.dirname(os.path.dirname(shapevm.__file__))
+    if sys.path[0] != built:
+        sys.path.insert(0, built)
+    os.environ["PYTHONPATH"] = os.pathsep.join([built, os.environ.get("PYTHONPATH", "")])
     local = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                      silence_logs=logging.ERROR)
     return local, distributed.Client(local)
