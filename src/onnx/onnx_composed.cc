@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "onnx/onnx_graph.h"
+#include "onnx/onnx_tensor.h"
 
 namespace shapevm::onnx_import {
 namespace {
@@ -225,6 +226,14 @@ Status handleTopK(NodeCtx& ctx) {
   const ShapeElem n = ctx.e->dimOf(src, axis);
   if (n.known && *n.known < ks[0])
     return ctx.fail(ErrorCode::InvalidArgument, "k {} exceeds the axis length {}", ks[0], *n.known);
+  if (!n.known) {  // a dynamic axis: checked when it runs (past its length the rounds would repeat index 0)
+    ShapeElem len = n;
+    const int ok = ctx.e->newReg();
+    ctx.e->fn().emit(Opcode::Le, ok, ctx.e->constReg(ctx.e->module().constInt(ks[0])), ctx.e->intReg(len));
+    ctx.e->fn().emit(Opcode::Assert, ok,
+                     ctx.e->module().constString(
+                         fmt::format("{}: TopK k {} exceeds the length of axis {} of the input", ctx.label, ks[0], axis)));
+  }
   Operand work = xo;
   if (!largest) {
     SVM_ASSIGN_OR_RETURN(Val neg, ctx.e->op1("neg", {xo}));
@@ -325,6 +334,26 @@ Status handleIf(NodeCtx& ctx) {
   return Status::ok();
 }
 
+namespace {
+
+// A zero-trip Loop's scan output: [0, per-iteration dims] when the body declares every dim, else [0].
+std::vector<std::int64_t> emptyScanShape(const onnx::ValueInfoProto& out) {
+  std::vector<std::int64_t> dims = {0};
+  if (!out.type().has_tensor_type() || !out.type().tensor_type().has_shape()) return dims;
+  for (const onnx::TensorShapeProto_Dimension& d : out.type().tensor_type().shape().dim()) {
+    if (!d.has_dim_value()) return {0};
+    dims.push_back(d.dim_value());
+  }
+  return dims;
+}
+
+DType scanDType(const onnx::ValueInfoProto& out) {
+  if (!out.type().has_tensor_type()) return DType::Float32;
+  return dtypeFromOnnx(out.type().tensor_type().elem_type()).value_or(DType::Float32);
+}
+
+}  // namespace
+
 // head: continue while (i < M) and cond; body: LoopStart, the body graph on (i, cond, v...),
 // carried values moved back (through temporaries: a body may swap them), each scan output
 // appended (the first iteration starts it), LoopEnd, i += 1.
@@ -368,8 +397,9 @@ Status handleLoop(NodeCtx& ctx) {
     carried_vals.push_back(Val::ofTensor(carried.back(), init.dtype, init.rank));
   }
   std::vector<int> scans;
-  for (int k = 0; k < scan_count; ++k) {  // empty until the first iteration (a 0-trip loop: zeros(0))
-    SVM_ASSIGN_OR_RETURN(Val empty, e.op1("zeros", {e.ints({0})}));
+  for (int k = 0; k < scan_count; ++k) {  // empty until the first iteration
+    SVM_ASSIGN_OR_RETURN(Val empty, e.op1("zeros", {e.ints(emptyScanShape(body.output(1 + carried_count + k)))},
+                                          {{"dtype", AttrValue::ofDType(scanDType(body.output(1 + carried_count + k)))}}));
     SVM_ASSIGN_OR_RETURN(Operand eo, e.tensor(empty, "empty scan output"));
     scans.push_back(e.newReg());
     fn.emit(Opcode::Move, scans.back(), e.regOf(eo));

@@ -184,7 +184,7 @@ def test_if_constant_condition_imports_one_branch(run_cli, tmp_path):
     assert "CallOp sum " in dis and "Branch" not in dis, dis  # only the else branch, no branch
 
 
-def loop_model(with_cond):
+def loop_model(with_cond, scan_shape=("n",), scan_type=F):
     """acc_{i+1} = acc_i + x * i for i < trip (and, with_cond, while sum(acc) < limit); scan
     output: each iteration's acc. The body reads x from the outer graph."""
     body_nodes = [
@@ -203,7 +203,7 @@ def loop_model(with_cond):
         [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          helper.make_tensor_value_info("acc_in", F, ["n"])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", F, ["n"]),
-         helper.make_tensor_value_info("scan", F, ["n"])])
+         helper.make_tensor_value_info("scan", scan_type, list(scan_shape))])
     node = helper.make_node("Loop", ["trip", "cond", "acc0"], ["acc", "scans"], body=body)
     inits = [("limit", np.array(40.0, np.float32)), ("cond", np.array(True))]
     return model([node], [("x", F, ["n"]), ("acc0", F, ["n"]), ("trip", TensorProto.INT64, [])],
@@ -226,6 +226,29 @@ def test_loop(run_cli, tmp_path, with_cond):
                                     trip=np.array(trip, np.int64))
             close(got_acc, acc)
             close(got_scan, np.stack(rows))
+
+
+def test_a_zero_trip_loop_gives_empty_scan_outputs_of_the_declared_shape_and_type(run_cli, tmp_path):
+    x = np.arange(1, 5, dtype=np.float32)
+    acc0 = np.random.default_rng(7).standard_normal(4).astype(np.float32)
+    for level in ("O0", "O2"):
+        acc, scans = run(run_cli, tmp_path, loop_model(False, scan_shape=(4,)), level, x=x, acc0=acc0,
+                         trip=np.array(0, np.int64))
+        close(acc, acc0)
+        assert scans.shape == (0, 4) and scans.dtype == np.float32, (scans.shape, scans.dtype)
+    # A body whose scan output has a dynamic dim: nothing to read its size from, so [0].
+    acc, scans = run(run_cli, tmp_path, loop_model(False), x=x, acc0=acc0, trip=np.array(0, np.int64))
+    assert scans.shape == (0,) and scans.dtype == np.float32
+
+
+def test_topk_on_a_dynamic_axis_checks_k_when_it_runs(run_cli, tmp_path):
+    m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, name="top")],
+              [("x", F, ["n", "m"])], [("v", F, None), ("i", TensorProto.INT64, None)], [("k", np.array([3], np.int64))])
+    onnx.save(m, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(8).standard_normal((4, 2)).astype(np.float32))
+    for level in ("O0", "O2"):
+        code, _, err = run_cli("run", tmp_path / "m.onnx", "--inputs", tmp_path / "in.npz", "--jit-level", level, "-q")
+        assert code != 0 and "top" in err and "TopK k 3 exceeds the length of axis 1" in err, err
 
 
 @pytest.mark.parametrize("case", ["topk_k_too_large", "loop_without_limit", "cumsum_axis_out_of_range"])
