@@ -399,7 +399,7 @@ Expected<std::vector<Value>> Session::run(int function, std::span<const Value> a
   const auto start = std::chrono::steady_clock::now();
   auto result = impl_->vm->run(function, args);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (result) impl_->latency.add(shapeLabel(impl_->module->functions[static_cast<std::size_t>(function)], args), ms);
+  if (result) impl_->latency.add(impl_->module->functions[static_cast<std::size_t>(function)], args, ms);
   return result;
 }
 

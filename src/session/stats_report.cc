@@ -36,10 +36,10 @@ struct Members {
   std::string object() const { return "{" + text + "}"; }
 };
 
-Members latencyMembers(const std::vector<double>& samples) {
-  const LatencySummary s = summarizeLatency(samples);
+Members latencyMembers(const LatencySeries& series) {
+  const LatencySummary s = series.summary();
   Members m;
-  m.add("runs", static_cast<std::uint64_t>(samples.size()))
+  m.add("runs", series.runs)
       .add("median_ms", s.median)
       .add("p99_ms", s.p99)
       .add("min_ms", s.low)
@@ -60,25 +60,80 @@ LatencySummary summarizeLatency(std::vector<double> samples) {
   return s;
 }
 
-void LatencyBook::add(const std::string& label, double ms) {
-  auto [it, fresh] = samples.try_emplace(label);
-  if (fresh) order.push_back(label);
-  it->second.push_back(ms);
+void LatencySeries::add(double ms) {
+  low = runs == 0 ? ms : std::min(low, ms);
+  high = runs == 0 ? ms : std::max(high, ms);
+  ++runs;
+  if (sample.size() < kLatencySample) {
+    sample.push_back(ms);
+    return;
+  }
+  rng ^= rng << 13;  // xorshift64: run k replaces a random slot with probability kLatencySample / k
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  if (const std::uint64_t slot = rng % runs; slot < kLatencySample) sample[slot] = ms;
+}
+
+LatencySummary LatencySeries::summary() const {
+  LatencySummary s = summarizeLatency(sample);
+  s.low = low;
+  s.high = high;
+  return s;
+}
+
+namespace {
+// Calls f(param_index, shape) for every tensor argument whose parameter has a dynamic dim: a fixed
+// shape (weights) says nothing about the run's size.
+template <typename F>
+void forEachDynamicTensor(const Function& fn, std::span<const Value> args, F&& f) {
+  for (std::size_t i = 0; i < args.size() && i < fn.params.size(); ++i) {
+    if (!args[i].isTensor()) continue;
+    const TensorDescriptor& token = fn.params[i].token;
+    if (token.any_rank ||
+        std::any_of(token.dims.begin(), token.dims.end(), [](const DimToken& d) { return !d.is_static; }))
+      f(i, args[i].tensor().shape());
+  }
+}
+
+// Their dims, each tensor ended by -1.
+void shapeKey(const Function& fn, std::span<const Value> args, std::vector<std::int64_t>& key) {
+  key.clear();
+  forEachDynamicTensor(fn, args, [&](std::size_t, const Shape& shape) {
+    for (int d = 0; d < shape.rank(); ++d) key.push_back(shape[d]);
+    key.push_back(-1);
+  });
+}
+}  // namespace
+
+void LatencyBook::add(const Function& fn, std::span<const Value> args, double ms) {
+  all_.add(ms);
+  shapeKey(fn, args, key_);
+  const bool same = last_ < entries_.size() && last_ != other_ && entries_[last_].key == key_;  // the usual case
+  if (!same) {
+    if (auto found = index_.find(key_); found != index_.end()) {
+      last_ = found->second;
+    } else if (entries_.size() < kLatencyShapes) {
+      last_ = entries_.size();
+      index_.emplace(key_, last_);
+      entries_.push_back(Entry{shapeLabel(fn, args), key_, {}});
+    } else {
+      if (other_ == SIZE_MAX) {
+        other_ = entries_.size();
+        entries_.push_back(Entry{"(other shapes)", {}, {}});
+      }
+      last_ = other_;
+    }
+  }
+  entries_[last_].series.add(ms);
 }
 
 std::string shapeLabel(const Function& fn, std::span<const Value> args) {
   std::string label;
-  for (std::size_t i = 0; i < args.size() && i < fn.params.size(); ++i) {
-    if (!args[i].isTensor()) continue;
-    const TensorDescriptor& token = fn.params[i].token;
-    const bool dynamic = token.any_rank || std::any_of(token.dims.begin(), token.dims.end(),
-                                                       [](const DimToken& d) { return !d.is_static; });
-    if (!dynamic) continue;  // a fixed shape (weights) says nothing about the run's size
-    const Shape& shape = args[i].tensor().shape();
+  forEachDynamicTensor(fn, args, [&](std::size_t i, const Shape& shape) {
     std::string dims;
     for (int d = 0; d < shape.rank(); ++d) dims += (d ? "," : "") + std::to_string(shape[d]);
     label += fmt::format("{}{}=({})", label.empty() ? "" : " ", fn.params[i].name, dims);
-  }
+  });
   return label;
 }
 
@@ -91,16 +146,14 @@ std::string statsJson(const StatsSources& sources) {
       .add("launches_interpreted", st.launches_interpreted)
       .add("guard_misses", st.guard_misses)
       .add("inline_cache_misses", sources.exec != nullptr ? sources.exec->ic_misses : 0);
-  std::vector<double> all;
   std::string by_shape;
+  const LatencySeries none;
   if (sources.latency != nullptr) {
-    for (const std::string& label : sources.latency->order) {
-      const std::vector<double>& samples = sources.latency->samples.at(label);
-      all.insert(all.end(), samples.begin(), samples.end());
-      by_shape += (by_shape.empty() ? "" : ", ") + latencyMembers(samples).add("shape", label).object();
-    }
+    for (const LatencyBook::Entry& entry : sources.latency->entries())
+      by_shape += (by_shape.empty() ? "" : ", ") + latencyMembers(entry.series).add("shape", entry.label).object();
   }
-  m.raw("latency", latencyMembers(all).object()).raw("latency_by_shape", "[" + by_shape + "]");
+  m.raw("latency", latencyMembers(sources.latency != nullptr ? sources.latency->all() : none).object())
+      .raw("latency_by_shape", "[" + by_shape + "]");
   m.add("allocations_requested", st.allocations_requested).add("allocations_system", st.allocations_system);
   const AllocatorStats alloc = CachingAllocator::global().stats();
   m.raw("memory", Members()

@@ -327,7 +327,8 @@ dispatch:
                          param.token.toString(), arg.describe()));
     }
     const Tensor& t = arg.tensor();
-    SVM_TRY(param.token.check(t, fmt::format("parameter '{}'", param.name)));
+    // The parameter's name is formatted into the error only when the check fails (every call pays the check).
+    if (!param.token.check(t, {}).isOk()) SVM_FAIL(param.token.check(t, fmt::format("parameter '{}'", param.name)));
     for (std::size_t d = 0; d < param.token.dims.size() && !param.token.any_rank; ++d) {
       int id = param.token.dims[d].id;
       if (param.token.dims[d].is_static || id < 0) continue;
