@@ -231,8 +231,8 @@ Status handleTopK(NodeCtx& ctx) {
     const int ok = ctx.e->newReg();
     ctx.e->fn().emit(Opcode::Le, ok, ctx.e->constReg(ctx.e->module().constInt(ks[0])), ctx.e->intReg(len));
     ctx.e->fn().emit(Opcode::Assert, ok,
-                     ctx.e->module().constString(
-                         fmt::format("{}: TopK k {} exceeds the length of axis {} of the input", ctx.label, ks[0], axis)));
+                     ctx.e->module().constString(fmt::format("{}: TopK k {} exceeds the length of axis {} of the input",
+                                                             ctx.label, ks[0], axis)));
   }
   Operand work = xo;
   if (!largest) {
@@ -398,8 +398,9 @@ Status handleLoop(NodeCtx& ctx) {
   }
   std::vector<int> scans;
   for (int k = 0; k < scan_count; ++k) {  // empty until the first iteration
-    SVM_ASSIGN_OR_RETURN(Val empty, e.op1("zeros", {e.ints(emptyScanShape(body.output(1 + carried_count + k)))},
-                                          {{"dtype", AttrValue::ofDType(scanDType(body.output(1 + carried_count + k)))}}));
+    SVM_ASSIGN_OR_RETURN(Val empty,
+                         e.op1("zeros", {e.ints(emptyScanShape(body.output(1 + carried_count + k)))},
+                               {{"dtype", AttrValue::ofDType(scanDType(body.output(1 + carried_count + k)))}}));
     SVM_ASSIGN_OR_RETURN(Operand eo, e.tensor(empty, "empty scan output"));
     scans.push_back(e.newReg());
     fn.emit(Opcode::Move, scans.back(), e.regOf(eo));

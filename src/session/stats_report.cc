@@ -39,11 +39,7 @@ struct Members {
 Members latencyMembers(const LatencySeries& series) {
   const LatencySummary s = series.summary();
   Members m;
-  m.add("runs", series.runs)
-      .add("median_ms", s.median)
-      .add("p99_ms", s.p99)
-      .add("min_ms", s.low)
-      .add("max_ms", s.high);
+  m.add("runs", series.runs).add("median_ms", s.median).add("p99_ms", s.p99).add("min_ms", s.low).add("max_ms", s.high);
   return m;
 }
 }  // namespace
