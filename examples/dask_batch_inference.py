@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # Variable-length batch inference on Dask (issue 26, docs/scale-out.md): a corpus of sequences with
 # lengths drawn from 8-512, batched by a length-bucketing sampler, run through the reference LSTM
-# cell (examples/lstm_cell.py) on a LocalCluster of worker processes. It runs the corpus cold
-# (empty caches), exports the cache the cold run wrote, runs it again on a fresh cluster that
-# starts from that archive, and once more on one worker, then prints throughput (sequence steps
-# per second, padding included), the time until the cluster reaches its steady throughput, and
-# per-worker compiles and cache hits.
+# cell (examples/lstm_cell.py) on LocalClusters of worker processes: cold (an empty cache) and warm
+# (a fresh cluster that starts from the archive the first cold run exported, meeting the batches
+# in another order), on W workers and on one, interleaved, --repeats times. It prints throughput
+# (sequence steps per second, padding included), the time until the cluster reaches its steady
+# throughput, each worker's time to its first compiled call, compiles and cache hits, and the
+# medians over the repeats.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 examples/dask_batch_inference.py [--sequences N]
-#        [--workers W] [--batch B] [--json OUT.json]
+#        [--workers W] [--batch B] [--repeats R] [--json OUT.json]
 import argparse
 import json
 import logging
@@ -87,15 +88,18 @@ def summary(name, times, stats):
         until += t
         if rate >= 0.8 * steady:
             break
-    per_worker = {addr: {k: w[k] for k in ("compiles", "cache_hits", "runs", "loads")}
+    per_worker = {addr: {k: w[k] for k in ("compiles", "cache_hits", "runs", "loads", "to_first_compiled_s")}
                   for addr, w in stats["workers"].items()}
+    firsts = [w["to_first_compiled_s"] for w in per_worker.values() if w["to_first_compiled_s"] is not None]
+    first = max(firsts) if firsts else float("nan")  # the slowest worker's
     print(f"{name}: {tokens} steps in {total_s:.1f} s ({tokens / total_s:.0f} steps/s), steady "
-          f"{steady:.0f} steps/s, reached after {until:.1f} s; compiles {stats['compiles']}, cache hits "
-          f"{stats['cache_hits']}")
+          f"{steady:.0f} steps/s, reached after {until:.1f} s; first compiled call after {first:.2f} s (slowest "
+          f"worker); compiles {stats['compiles']}, cache hits {stats['cache_hits']}")
     for addr, w in per_worker.items():
         print(f"  {addr}: {w}")
-    return {"seconds": total_s, "steps": tokens, "steady_steps_per_s": steady, "to_steady_s": until,
-            "compiles": stats["compiles"], "cache_hits": stats["cache_hits"], "workers": per_worker}
+    return {"seconds": total_s, "steps": tokens, "steps_per_s": tokens / total_s, "steady_steps_per_s": steady,
+            "to_steady_s": until, "to_first_compiled_s": first, "compiles": stats["compiles"],
+            "cache_hits": stats["cache_hits"], "workers": per_worker}
 
 
 def main():
@@ -104,6 +108,7 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the four runs")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(shapevm.__file__).resolve().parents[1]),
@@ -117,17 +122,40 @@ def main():
              b_ih=np.zeros(1024, np.float32), b_hh=np.zeros(1024, np.float32))
     print(f"{args.sequences} sequences (lengths 8-512) in {len(items)} batches of up to {args.batch}, "
           f"{len({it['x'].shape for it in items})} shapes; {args.workers} workers")
-    figures = {}
-    figures["cold"] = summary("cold", *run(items, str(params), args.workers, cache_dir=str(work / "cold-cache")))
-    shapevm.export_cache(work / "archive", work / "cold-cache")
-    figures["warm"] = summary("warm (from the exported archive)",
-                              *run(items, str(params), args.workers, archive=str(work / "archive")))
-    figures["one_worker_warm"] = summary("one worker, warm", *run(items, str(params), 1, archive=str(work / "archive")))
-    ratio = figures["cold"]["to_steady_s"] / max(figures["warm"]["to_steady_s"], 1e-9)
-    scaling = figures["warm"]["steady_steps_per_s"] / max(figures["one_worker_warm"]["steady_steps_per_s"], 1e-9)
-    print(f"warm start reaches steady throughput {ratio:.1f}x sooner; {args.workers} workers vs 1: {scaling:.2f}x")
+    archive = work / "archive"
+    runs = {}  # name -> one summary per repeat
+    for repeat in range(args.repeats):
+        for workers in (args.workers, 1):
+            for kind in ("cold", "warm"):
+                name = f"{kind}, {workers} worker{'s' if workers > 1 else ''}"
+                if kind == "warm" and not archive.exists():
+                    continue  # the first cold run on W workers exports it
+                cache = work / f"cold-cache-{repeat}-{workers}"
+                # Each run meets the batches in an order of its own (a warm cluster's workers then ask
+                # for other row ranges than the ones the archive's kernels were compiled for).
+                order = [items[i] for i in rng.permutation(len(items))]
+                figures = summary(f"[{repeat + 1}/{args.repeats}] {name}",
+                                  *run(order, str(params), workers, cache_dir=str(cache) if kind == "cold" else None,
+                                       archive=str(archive) if kind == "warm" else None))
+                runs.setdefault(name, []).append(figures)
+                if kind == "cold" and not archive.exists():
+                    shapevm.export_cache(archive, cache)
+    medians = {name: {key: statistics.median(f[key] for f in figs)
+                      for key in ("seconds", "steps_per_s", "steady_steps_per_s", "to_steady_s", "to_first_compiled_s",
+                                  "compiles", "cache_hits")} for name, figs in runs.items()}
+    print(f"medians over {args.repeats} repeat(s):")
+    for name, m in medians.items():
+        print(f"  {name}: " + ", ".join(f"{key} {value:.3g}" for key, value in m.items()))
+    w = f"{args.workers} workers"
+    if f"warm, {w}" in medians:
+        cold, warm = medians[f"cold, {w}"], medians[f"warm, {w}"]
+        first = cold["to_first_compiled_s"] / warm["to_first_compiled_s"]
+        print(f"warm vs cold on {w}: first compiled call {first:.1f}x "
+              f"sooner, steady throughput reached {cold['to_steady_s'] / max(warm['to_steady_s'], 1e-9):.1f}x sooner; "
+              f"{w} vs 1 (warm, steady): "
+              f"{warm['steady_steps_per_s'] / medians['warm, 1 worker']['steady_steps_per_s']:.2f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+        Path(args.json).write_text(json.dumps({"runs": runs, "medians": medians}, indent=2))
 
 
 if __name__ == "__main__":

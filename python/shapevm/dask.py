@@ -9,6 +9,8 @@ import itertools
 import math
 import os
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +22,25 @@ PLUGIN_NAME = "shapevm"
 _STATE_LOCK = threading.Lock()
 _MODELS = {}  # per worker process: spec key -> (loaded module, function, params)
 _COUNTS = {"loads": 0, "partitions": 0, "items": 0}
+# Per worker process (time.time()): when its first partition started, and when a call of it first
+# ran a compiled kernel (None until then).
+_TIMES = {"first_task": None, "first_compiled": None}
+_PER_WORKER_ONLY = ("pid", "to_first_compiled_s")  # cluster_stats reports these per worker, not summed
 
 
 class PartitionError(RuntimeError):
-    """A partition failed on a worker (bad input, an unreadable model) or its worker kept dying."""
+    """A partition failed on a worker (bad input, an unreadable model) or its workers kept dying.
+
+    Raised on the client once every partition has finished or failed. The message is the first
+    failed partition's; `partition` is its index, `failed` maps every failed partition's index to
+    its message, and `results` holds the outputs in the items' order, None for the items of the
+    failed partitions (what the other partitions computed is not lost)."""
+
+    def __init__(self, message, partition=None, failed=None, results=None):
+        super().__init__(message)
+        self.partition = partition
+        self.failed = dict(failed or {})
+        self.results = results
 
 
 def _read_archive(path):
@@ -102,15 +119,28 @@ def _model_for(spec):
         return _MODELS[key]
 
 
+def _runs_compiled(stats):
+    """True once the program has compiled code to run: a kernel or fused region installed (region
+    executions are not counted in launches_compiled), or a compiled launch."""
+    return stats.get("kernels_installed", 0) > 0 or stats.get("launches_compiled", 0) > 0
+
+
 def _run_partition(spec, chunk, index, first):
+    with _STATE_LOCK:
+        if _TIMES["first_task"] is None:
+            _TIMES["first_task"] = time.time()
     try:
-        _, function, params = _model_for(spec)
+        loaded, function, params = _model_for(spec)
         outputs = []
         for offset, item in enumerate(chunk):
             try:
                 outputs.append(function(**item, **params))
             except Exception as err:  # noqa: BLE001 - named with its item below
-                raise PartitionError(f"partition {index} (item {first + offset}): {type(err).__name__}: {err}") from None
+                raise PartitionError(
+                    f"partition {index} (item {first + offset}): {type(err).__name__}: {err}") from None
+            if _TIMES["first_compiled"] is None and _runs_compiled(loaded.stats()):
+                with _STATE_LOCK:
+                    _TIMES["first_compiled"] = _TIMES["first_compiled"] or time.time()
         with _STATE_LOCK:
             _COUNTS["partitions"] += 1
             _COUNTS["items"] += len(chunk)
@@ -148,9 +178,8 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     they compile). cache_archive: a directory from `shapevm cache export` (or
     shapevm.export_cache), shipped to every worker through Dask and imported into a private cache.
     settings: tunables set on each worker (shapevm.set_context), e.g. {"hot_count": 0}.
-    Failures raise PartitionError on the client, naming the partition and item."""
-    from distributed.scheduler import KilledWorker
-
+    Failures raise PartitionError on the client, naming the partition and item, once every
+    partition has finished (the others' outputs are on the error: PartitionError.results)."""
     model_path = str(model_path)
     params = None if params is None else str(params)
     spec = {"model": model_path, "fn": fn, "params": params, "jit_level": jit_level, "wait": wait}
@@ -165,21 +194,65 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     workers = max(len(client.scheduler_info().get("workers", {})), 1)
     chunks = _partitions(items, partition_size, workers)
     starts = list(itertools.accumulate([0] + [len(c) for c in chunks[:-1]]))
-    # Each partition's inputs travel inside its task (Dask serializes the arrays), not scattered:
-    # a worker that dies takes no input with it, so the scheduler can rerun its tasks elsewhere.
-    futures = [client.submit(_run_partition, spec, chunk, index, start, pure=False)
-               for index, (chunk, start) in enumerate(zip(chunks, starts))]
+    token = uuid.uuid4().hex[:12]
+
+    def submit(index, attempt=""):
+        # Each partition's inputs travel inside its task (Dask serializes the arrays), not scattered:
+        # a worker that dies takes no input with it, so the scheduler can rerun its tasks elsewhere.
+        # The task's key names the partition (the dashboard, the logs, KilledWorker).
+        return client.submit(_run_partition, spec, chunks[index], index, starts[index],
+                             key=f"shapevm-partition-{index}-{token}{attempt}", pure=False)
+
+    outcomes = _settle(client, [submit(index) for index in range(len(chunks))])
+    killed = [index for index, (state, _) in enumerate(outcomes) if state == "killed"]
+    # A worker's death counts against every partition it was running or holding, so a partition
+    # that only shared a worker with one that kills it may be failed too (or its task lost): each
+    # gets one more try on its own, where only its own deaths count.
+    retry = [index for index, (state, _) in enumerate(outcomes)
+             if state == "lost" or (state == "killed" and len(killed) > 1)]
+    for index in retry:
+        outcomes[index] = _settle(client, [submit(index, "r")])[0]
+    failed = {index: value for index, (state, value) in enumerate(outcomes) if state != "ok"}
     results = []
+    for index, (state, value) in enumerate(outcomes):
+        results.extend(value if state == "ok" else [None] * len(chunks[index]))
+    if failed:
+        first = min(failed)
+        more = f" (and {len(failed) - 1} more partitions: {sorted(failed)[1:]})" if len(failed) > 1 else ""
+        raise PartitionError(failed[first] + more, partition=first, failed=failed, results=results)
+    return results
+
+
+def _settle(client, futures):
+    """Waits for every future; per future ("ok", its outputs), ("error", message), ("killed",
+    message) when its workers died more often than Dask's allowed-failures, or ("lost", message)
+    when its task ended otherwise (cancelled by the scheduler as its worker went away)."""
+    from distributed import wait
+    from distributed.scheduler import KilledWorker
+
+    outcomes = []
     try:
-        for index, future in enumerate(futures):
-            try:
-                results.extend(future.result())
-            except KilledWorker as err:
-                raise PartitionError(f"partition {index}: the workers running it died repeatedly ({err}); "
-                                     "see the workers' logs") from None
+        wait(futures)
+        for future in futures:
+            if future.status == "finished":
+                outcomes.append(("ok", future.result()))
+                continue
+            index = int(str(future.key).split("-")[2])
+            if future.status != "error":
+                outcomes.append(("lost", f"partition {index}: its task was {future.status} (its worker went away)"))
+                continue
+            err = future.exception()
+            if isinstance(err, KilledWorker):
+                outcomes.append(("killed", f"partition {index}: the workers running it died repeatedly (more "
+                                           "often than Dask's distributed.scheduler.allowed-failures allows; "
+                                           f"{err}); see the workers' logs"))
+            elif isinstance(err, PartitionError):
+                outcomes.append(("error", str(err)))
+            else:
+                outcomes.append(("error", f"partition {index}: {type(err).__name__}: {err}"))
     finally:
         client.cancel(futures)
-    return results
+    return outcomes
 
 
 def _worker_stats():
@@ -189,6 +262,7 @@ def _worker_stats():
     with _STATE_LOCK:
         models = list(_MODELS.values())
         counts = dict(_COUNTS)
+        times = dict(_TIMES)
     for loaded, _, _ in models:
         stats = loaded.stats()
         for key in keys:
@@ -197,18 +271,23 @@ def _worker_stats():
             "launches_compiled": total["launches_compiled"], "launches_interpreted": total["launches_interpreted"],
             "kernels_installed": total["kernels_installed"], "compile_ms": total["compile_ms"],
             "tuning_ms": total["tuning_ms"], "loads": counts["loads"], "partitions": counts["partitions"],
-            "items": counts["items"], "pid": os.getpid()}
+            "items": counts["items"], "pid": os.getpid(),
+            "to_first_compiled_s": (times["first_compiled"] - times["first_task"]
+                                    if times["first_compiled"] is not None else None)}
 
 
 def cluster_stats(client):
     """Every worker's ShapeVM figures (runs, compiles = LLVM code generations, cache_hits = kernels
     loaded from the kernel cache, launches_compiled / launches_interpreted, kernels_installed,
-    loads, partitions, items), summed over the cluster, with each worker's dict under "workers"."""
+    loads, partitions, items), summed over the cluster, with each worker's dict under "workers".
+    Per worker only: pid, and to_first_compiled_s (seconds from the start of its first partition,
+    module load included, to the end of its first call after which compiled code was installed;
+    None before)."""
     per_worker = client.run(_worker_stats)
     summed = {}
     for stats in per_worker.values():
         for key, value in stats.items():
-            if key != "pid":
+            if key not in _PER_WORKER_ONLY:
                 summed[key] = summed.get(key, 0) + value
     summed["workers"] = per_worker
     return summed

@@ -223,12 +223,12 @@ Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, 
                                                         const KernelSpec& unstamped) {
   if (compileCancelled()) return makeError(ErrorCode::JitError, "{}", kCompileCancelledMessage);
   SVM_RETURN_IF_ERROR(backend.supportsFamily(family));
-  const KernelSpec spec = backend.targetSpec(unstamped);
+  KernelSpec spec = backend.targetSpec(unstamped);
   SVM_RETURN_IF_ERROR(family.supports(spec));
   const OpSchema& schema = OpRegistry::global().schema(spec.op);
   SVM_ASSIGN_OR_RETURN(int num_outputs, numOutputs(schema, spec.attrs));
   if (spec.fused) num_outputs = static_cast<int>(spec.fused->outputs.size());
-  const std::string symbol = "svm_" + family.symbolStem(spec);
+  std::string symbol = "svm_" + family.symbolStem(spec);  // a kept kernel for wider ranges has its own
   std::string key;
   bool from_cache = false;
   SVM_ASSIGN_OR_RETURN(KernelHandle handle, compileThroughCache(backend, family, spec, symbol, key, from_cache));

@@ -112,7 +112,8 @@ bool runCompiledKernel(const void* state, std::span<const Value* const> inputs, 
 
 // Compiles `spec` with `family` on `backend` into a CompiledKernel (not yet validated or
 // installed): the spec stamped with the backend's target, compiled (or taken from the backend's
-// kernel cache: compileThroughCache) and loaded.
+// kernel cache: compileThroughCache) and loaded. The kernel's `spec` is what its code was compiled
+// for: a kept kernel for wider ranges may stand in for `spec` (guard and validate with its spec).
 Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, const KernelFamily& family,
                                                         const KernelSpec& spec);
 

@@ -434,7 +434,8 @@ void Jit::compileSite(const Request& request) {
   const std::uint64_t seed = (static_cast<std::uint64_t>(function) << 40) ^ (static_cast<std::uint64_t>(site) << 20) ^
                              static_cast<std::uint64_t>(before.compiles * 7919 + before.backoff.failures * 104729) ^
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
-  Status valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
+  // The kernel's own spec: a kept kernel for wider ranges is validated and guarded on those.
+  Status valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
   if (!valid.isOk() && (*kernel)->from_cache && !(*kernel)->corrupt_outputs) {
     // A cached kernel that fails validation was dropped from the cache: compile it afresh now.
     (void)engine_->free((*kernel)->handle);
@@ -443,7 +444,7 @@ void Jit::compileSite(const Request& request) {
       recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());
       return;
     }
-    valid = validateKernel(**kernel, validationShapes(inferred->spec, inferred->observed), seed);
+    valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
   }
   if (!valid.isOk()) {
     (void)engine_->free((*kernel)->handle);
@@ -451,6 +452,7 @@ void Jit::compileSite(const Request& request) {
     return;
   }
   const std::string symbol = (*kernel)->handle.symbol;
+  inferred->spec = (*kernel)->spec;
   const int entries = patches_->install(function, site, guardFor(inferred->spec), std::move(*kernel));
   rewriteSiteTokens(*vm_.sharedModule(), function, site, inferred->spec);
   const double validate_ms = msSince(validate_start);

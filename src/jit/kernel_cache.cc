@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -154,14 +156,14 @@ struct DirEntry {
   long mtime_ns = 0;
 };
 
-// The regular files of `dir` (none when it cannot be read).
-std::vector<DirEntry> listFiles(const std::string& dir) {
+// The regular files of `dir` whose names start with `prefix` (none when it cannot be read).
+std::vector<DirEntry> listFiles(const std::string& dir, std::string_view prefix = {}) {
   std::vector<DirEntry> files;
   DIR* handle = ::opendir(dir.c_str());
   if (handle == nullptr) return files;
   while (const dirent* entry = ::readdir(handle)) {
     const std::string name = entry->d_name;
-    if (name == "." || name == "..") continue;
+    if (name == "." || name == ".." || name.compare(0, prefix.size(), prefix) != 0) continue;
     struct stat info {};
     if (::stat((dir + "/" + name).c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
     files.push_back(
@@ -178,7 +180,9 @@ bool isEntryName(const std::string& name) {
 }  // namespace
 
 std::string KernelCache::fileName(const std::string& key) {
-  return fmt::format("{:016x}{}", hashBytes(key.data(), key.size()), kSuffix);
+  const std::string shape_class = kernelShapeClass(key);
+  return fmt::format("{:016x}-{:016x}{}", hashBytes(shape_class.data(), shape_class.size()),
+                     hashBytes(key.data(), key.size()), kSuffix);
 }
 
 std::string KernelCache::encode(const CachedCode& code) {
@@ -265,14 +269,14 @@ std::optional<CachedCode> KernelCache::find(const std::string& key) {
   return std::nullopt;
 }
 
-std::optional<CachedCode> KernelCache::readFile(const std::string& key, const std::string& path) {
+std::optional<CachedCode> KernelCache::readFile(const std::string& key, const std::string& path, bool touch) {
   Expected<std::string> file = readWhole(path);
   if (!file) return std::nullopt;  // no entry (or unreadable: a miss)
   Expected<CachedCode> code = decode(*file);
   std::string why;
   if (!code) {
     why = code.status().message();
-  } else if (code->key != key) {
+  } else if (key.empty() ? fileName(code->key) != path.substr(path.rfind('/') + 1) : code->key != key) {
     why = "it holds another kernel's key (another CPU, LLVM or ShapeVM build, or a renamed file)";
   }
   if (!why.empty()) {
@@ -282,8 +286,65 @@ std::optional<CachedCode> KernelCache::readFile(const std::string& key, const st
     ++counters_.rejected;
     return std::nullopt;
   }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // used now (best effort: LRU order)
+  if (touch) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // used now (best effort: LRU order)
   return code.value();
+}
+
+namespace {
+// How much specialization a set of dims gives up: a dynamic dim costs 1 plus the log2 of its
+// range's width, an unbounded one the most.
+double looseness(const KeyDims& dims) {
+  double total = 0;
+  for (const std::vector<DimSpec>& operand : dims) {
+    for (const DimSpec& dim : operand) {
+      if (dim.isStatic()) continue;
+      total += dim.bounded()
+                   ? 1.0 + std::log2((static_cast<double>(dim.hi) + 1.0) / (static_cast<double>(dim.lo) + 1.0))
+                   : 100.0;
+    }
+  }
+  return total;
+}
+}  // namespace
+
+std::optional<CachedCode> KernelCache::findCovering(const std::string& key) {
+  const std::string shape_class = kernelShapeClass(key);
+  const std::optional<KeyDims> wanted = kernelKeyDims(key);
+  if (!wanted) return std::nullopt;
+  std::optional<CachedCode> best;
+  double best_looseness = 0;
+  bool from_disk = false;
+  const auto consider = [&](const CachedCode& code, bool disk) {
+    if (code.key == key || kernelShapeClass(code.key) != shape_class) return;
+    const std::optional<KeyDims> dims = kernelKeyDims(code.key);
+    if (!dims || !keyDimsCover(*dims, *wanted)) return;
+    const double loose = looseness(*dims);
+    if (!best || loose < best_looseness) {
+      best = code;
+      best_looseness = loose;
+      from_disk = disk;
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const CachedCode& code : recent_) consider(code, false);
+  }
+  if (!kernels_dir_.empty()) {
+    // The entries of this shape class share the first half of their file names.
+    const std::string prefix = fileName(key).substr(0, 17);
+    for (const DirEntry& file : listFiles(kernels_dir_, prefix)) {
+      if (!isEntryName(file.name)) continue;
+      if (std::optional<CachedCode> code = readFile("", kernels_dir_ + "/" + file.name, false)) consider(*code, true);
+    }
+    if (from_disk) ::utimensat(AT_FDCWD, (kernels_dir_ + "/" + fileName(best->key)).c_str(), nullptr, 0);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (best) {
+    ++counters_.covering_hits;
+    ++(from_disk ? counters_.disk_hits : counters_.memory_hits);
+    remember(*best);
+  }
+  return best;
 }
 
 void KernelCache::remember(const CachedCode& code) {
@@ -462,12 +523,26 @@ void appendOperand(std::string& out, const OperandSpec& in) {
     out += fmt::format("scalar{};", static_cast<int>(in.scalar_kind));
     return;
   }
-  out += fmt::format("{}r{}{}[", dtypeShortName(in.dtype), in.rank, in.contiguous ? "" : "s");
-  for (int d = 0; d < in.rank; ++d) {
+  out += fmt::format("{}r{}{};", dtypeShortName(in.dtype), in.rank, in.contiguous ? "" : "s");
+}
+
+// One operand's part of the dims line: "size:lo:hi:divisor," per dim, then ";" (a scalar: ";").
+void appendDims(std::string& out, const OperandSpec& in) {
+  for (int d = 0; in.is_tensor && d < in.rank; ++d) {
     const DimSpec& dim = in.dims[d];
     out += fmt::format("{}:{}:{}:{},", dim.size, dim.lo, dim.hi, dim.divisor);
   }
-  out += "];";
+  out += ";";
+}
+
+constexpr std::string_view kDimsLine = "\ndims ";
+
+// Where the dims line's text starts and ends in `key` (npos when it has none).
+std::pair<std::size_t, std::size_t> dimsSpan(std::string_view key) {
+  const std::size_t at = key.find(kDimsLine);
+  if (at == std::string_view::npos) return {at, at};
+  const std::size_t begin = at + kDimsLine.size();
+  return {begin, std::min(key.find('\n', begin), key.size())};
 }
 
 void appendProgram(std::string& out, const FusedProgram& p) {
@@ -504,6 +579,8 @@ std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, c
   }
   key += "\ninputs ";
   for (const OperandSpec& in : spec.inputs) appendOperand(key, in);
+  key += kDimsLine;
+  for (const OperandSpec& in : spec.inputs) appendDims(key, in);
   key += "\nepilogue";
   for (const EpilogueStep& step : spec.epilogue) {
     key += fmt::format(" {}({}{})", opIdent(step.op), step.operand, step.swapped ? ",swapped" : "");
@@ -518,6 +595,51 @@ std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, c
   }
   key += shapevmBuildIdentity() + "\n" + code_identity;
   return key;
+}
+
+std::string kernelShapeClass(std::string_view key) {
+  const auto [begin, end] = dimsSpan(key);
+  if (begin == std::string_view::npos) return std::string(key);
+  return std::string(key.substr(0, begin)) + std::string(key.substr(end));
+}
+
+std::optional<KeyDims> kernelKeyDims(std::string_view key) {
+  const auto [begin, end] = dimsSpan(key);
+  if (begin == std::string_view::npos) return std::nullopt;
+  KeyDims dims;
+  std::vector<DimSpec> operand;  // until its ';'
+  std::string_view text = key.substr(begin, end - begin);
+  while (!text.empty()) {
+    if (text.front() == ';') {
+      dims.push_back(std::move(operand));
+      operand.clear();
+      text.remove_prefix(1);
+      continue;
+    }
+    DimSpec dim;
+    std::int64_t* fields[4] = {&dim.size, &dim.lo, &dim.hi, &dim.divisor};
+    for (int f = 0; f < 4; ++f) {
+      const auto [next, error] = std::from_chars(text.data(), text.data() + text.size(), *fields[f]);
+      const char separator = f < 3 ? ':' : ',';
+      if (error != std::errc() || next == text.data() + text.size() || *next != separator) return std::nullopt;
+      text.remove_prefix(static_cast<std::size_t>(next - text.data()) + 1);
+    }
+    if (operand.size() >= static_cast<std::size_t>(kMaxRank)) return std::nullopt;
+    operand.push_back(dim);
+  }
+  if (!operand.empty()) return std::nullopt;  // not closed by ';'
+  return dims;
+}
+
+bool keyDimsCover(const KeyDims& outer, const KeyDims& inner) {
+  if (outer.size() != inner.size()) return false;
+  for (std::size_t i = 0; i < outer.size(); ++i) {
+    if (outer[i].size() != inner[i].size()) return false;
+    for (std::size_t d = 0; d < outer[i].size(); ++d) {
+      if (!outer[i][d].guarded().covers(inner[i][d].guarded())) return false;
+    }
+  }
+  return true;
 }
 
 const std::string& shapevmBuildIdentity() {
@@ -557,8 +679,28 @@ const std::string& shapevmBuildIdentity() {
   return identity;
 }
 
-Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family, const KernelSpec& spec,
-                                           const std::string& symbol, std::string& key, bool& from_cache) {
+namespace {
+// A kept entry's code, loaded; an error when it does not define `symbol` or does not load.
+Expected<KernelHandle> loadKept(KernelBackend& backend, const CachedCode& kept, const std::string& symbol) {
+  if (kept.symbol != symbol) return makeError(ErrorCode::JitError, "it defines '{}', not '{}'", kept.symbol, symbol);
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> code, backend.codeFromBytes(symbol, kept.bytes));
+  return backend.load(std::move(code));
+}
+
+// `spec` with the dims of `dims` (one list per operand, in order); false when they do not fit.
+bool applyKeyDims(KernelSpec& spec, const KeyDims& dims) {
+  if (dims.size() != spec.inputs.size()) return false;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    OperandSpec& operand = spec.inputs[i];
+    if (dims[i].size() != static_cast<std::size_t>(operand.is_tensor ? operand.rank : 0)) return false;
+    for (std::size_t d = 0; d < dims[i].size(); ++d) operand.dims[d] = dims[i][d];
+  }
+  return true;
+}
+}  // namespace
+
+Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family, KernelSpec& spec,
+                                           std::string& symbol, std::string& key, bool& from_cache) {
   from_cache = false;
   key.clear();
   KernelCache* cache = backend.kernelCache();
@@ -566,17 +708,37 @@ Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelF
   if (!identity.empty()) {
     key = kernelCacheKey(family, spec, identity);
     if (std::optional<CachedCode> kept = cache->find(key)) {
-      Expected<KernelHandle> handle = makeError(ErrorCode::JitError, "it defines '{}', not '{}'", kept->symbol, symbol);
-      if (kept->symbol == symbol) {
-        Expected<std::unique_ptr<KernelCode>> code = backend.codeFromBytes(symbol, kept->bytes);
-        handle = code ? backend.load(std::move(*code)) : Expected<KernelHandle>(code.status());
-      }
+      Expected<KernelHandle> handle = loadKept(backend, *kept, symbol);
       if (handle) {
         from_cache = true;
         backend.noteKernelFromCache();
         return handle;
       }
       cache->forget(key, handle.status().message());
+    }
+    // The same kernel kept for wider ranges: its code is right for every shape it was compiled
+    // for, which includes every shape `spec` admits (validation still runs before install).
+    std::optional<CachedCode> wider =
+        Tunables::get(Tunable::CacheCovering) != 0 ? cache->findCovering(key) : std::nullopt;
+    if (wider) {
+      KernelSpec covering = spec;
+      const std::optional<KeyDims> dims = kernelKeyDims(wider->key);
+      Expected<KernelHandle> handle = makeError(ErrorCode::JitError, "its dims do not fit the kernel");
+      if (dims && applyKeyDims(covering, *dims)) {
+        const Status supported = family.supports(covering);
+        handle = supported.isOk() ? loadKept(backend, *wider, wider->symbol) : Expected<KernelHandle>(supported);
+      }
+      if (handle) {
+        logAt(LogLevel::Info, "JIT", "kernel cache: {} served by the kept kernel for {}", spec.signature(),
+              covering.signature());
+        spec = std::move(covering);
+        symbol = wider->symbol;
+        key = wider->key;
+        from_cache = true;
+        backend.noteKernelFromCache();
+        return handle;
+      }
+      cache->forget(wider->key, handle.status().message());
     }
   }
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<KernelCode> code, backend.compile(family, spec, symbol));

@@ -6,6 +6,9 @@
 // used beyond the cache_max_mb tunable; any number of processes may share a directory.
 // Invariant: nothing read from disk is trusted — a file that is truncated, fails its checksum or
 // holds another key is ignored with a warning (and removed), and the kernel is compiled again.
+// A miss may be served by an entry of the same kernel whose dim ranges cover the request's
+// (findCovering): which ranges a process asks for depends on the shapes it met first, so exact
+// keys alone would make a cache warmed in one order useless to a process meeting another.
 // The store knows bytes and keys only; the key's text (kernelCacheKey) is the only part that
 // knows KernelSpec, and the backend alone decides what the bytes are.
 #pragma once
@@ -16,7 +19,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "jit/backend.h"
 #include "jit/kernel_abi.h"
@@ -39,6 +44,7 @@ struct KernelCacheStats {
   std::uint64_t disk_hits = 0;    // this process: entries read from disk
   std::uint64_t memory_hits = 0;  // this process: entries served from the in-process map
   std::uint64_t misses = 0;
+  std::uint64_t covering_hits = 0;   // this process: misses served by an entry for wider ranges
   std::uint64_t stores = 0;          // files written
   std::uint64_t rejected = 0;        // files ignored: truncated, checksum, other key, unusable code
   std::uint64_t write_failures = 0;  // files that could not be written (read-only, full ...)
@@ -56,6 +62,10 @@ class KernelCache {
   const std::string& directory() const { return kernels_dir_; }
   // The entry for `key`: from memory, else from disk (checked; counts as a use for eviction).
   std::optional<CachedCode> find(const std::string& key);
+  // After a miss: the entry of `key`'s kernel (the same shape class: kernelShapeClass) whose dim
+  // ranges cover `key`'s, each dim's guard admitting every extent key's admits; the narrowest of
+  // them (fewest dynamic dims, then the tightest ranges), from memory or disk (checked like find).
+  std::optional<CachedCode> findCovering(const std::string& key);
   // Keeps `code` in memory and, unless cache_max_mb is 0 or the directory is unusable (one
   // warning per process), on disk; evicts least recently used files beyond the cap.
   void store(const CachedCode& code);
@@ -71,14 +81,17 @@ class KernelCache {
   // not intact entries are skipped with a warning.
   Expected<int> importFrom(const std::string& dir);
 
-  // The file name of `key`'s entry ("<16 hex digits>.svmk").
+  // The file name of `key`'s entry ("<16 hex digits of its shape class>-<16 of the key>.svmk":
+  // the entries of one kernel at different ranges share the prefix).
   static std::string fileName(const std::string& key);
   // An entry file's bytes and back (decode: error naming what is wrong).
   static std::string encode(const CachedCode& code);
   static Expected<CachedCode> decode(std::string_view file);
 
  private:
-  std::optional<CachedCode> readFile(const std::string& key, const std::string& path);
+  // `key` "": whatever key the file name stands for (fileName(its key) must be the name).
+  // `touch`: a successful read marks the file used (LRU order).
+  std::optional<CachedCode> readFile(const std::string& key, const std::string& path, bool touch = true);
   void remember(const CachedCode& code);  // callers hold mutex_
   void evictIfNeeded(std::uint64_t cap);
   void warnOnce(const std::string& what);
@@ -98,13 +111,24 @@ class KernelCache {
 // codeIdentity() is `code_identity`: the full spec (op, attributes, operands with dims, ranges and
 // divisors, epilogue, fused program, parameters, target), the ShapeVM version and build, and the
 // compiler and target. Equal keys mean interchangeable code.
+// The dims of every operand are on a line of their own ("dims ...").
 std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, const std::string& code_identity);
+// A key without its dims line: equal for the kernels that differ only in static sizes and ranges.
+std::string kernelShapeClass(std::string_view key);
+// The dims of a key's operands, one list per operand in order (a scalar's is empty); nullopt
+// when the key has no well-formed dims line.
+using KeyDims = std::vector<std::vector<DimSpec>>;
+std::optional<KeyDims> kernelKeyDims(std::string_view key);
+// True when every dim of `outer` admits every extent the same dim of `inner` admits.
+bool keyDimsCover(const KeyDims& outer, const KeyDims& inner);
 
 // The kernel for `spec`, loaded, through the backend's kernel cache (KernelBackend::kernelCache):
-// a kept entry when one loads (`from_cache` set; one that does not is dropped), else compiled and
-// kept. `key` gets the cache key ("" without a cache). Without a cache: backend.compile + load.
-Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family, const KernelSpec& spec,
-                                           const std::string& symbol, std::string& key, bool& from_cache);
+// a kept entry when one loads (`from_cache` set; one that does not is dropped), else, with the
+// cache_covering tunable, a kept entry for wider ranges (then `spec` gets its dims and `symbol`
+// its symbol: the caller guards with them), else compiled and kept. `key` gets the cache key of
+// the code returned ("" without a cache). Without a cache: backend.compile + load.
+Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelFamily& family, KernelSpec& spec,
+                                           std::string& symbol, std::string& key, bool& from_cache);
 
 // This ShapeVM build: version and a hash of the executable code that holds the JIT, so a
 // rebuilt ShapeVM never reuses another build's kernels.

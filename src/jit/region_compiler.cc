@@ -387,7 +387,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
       if (!inferred || !family->supports(inferred->spec).isOk()) continue;
       auto kernel = compileKernel(engine, *family, inferred->spec);
       if (!kernel) continue;
-      step.guard = guardFor(inferred->spec);
+      step.guard = guardFor((*kernel)->spec);  // a kept kernel for wider ranges guards with its own
       step.kernel = std::move(*kernel);
       continue;
     }
@@ -428,6 +428,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
     spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
     tuned_ms += since(tune_start);
     SVM_ASSIGN_OR_RETURN(step.kernel, compileKernel(engine, *family, spec));
+    if (step.kind == Step::Kind::MatMul) step.guard = guardFor(step.kernel->spec);  // it may cover wider ranges
     if (step.stat) {
       // A statistic is no register's value: the reference run gets it from the program's own
       // reference semantics, for the steps after it.

@@ -2,7 +2,9 @@
 // The compiled-kernel cache: hits and misses through compileKernel, in-process dedupe, damaged
 // entries (flipped byte, truncated mid-write, another CPU's or LLVM's key, another symbol),
 // eviction under cache_max_mb, four concurrent writer processes, a second process installing
-// from the cache with zero LLVM codegen (JIT stats), export/import, an unwritable or full cache
+// from the cache with zero LLVM codegen (JIT stats), a miss served by the narrowest kept kernel
+// whose ranges cover it (so a process meeting the shapes in another order compiles nothing),
+// export/import, an unwritable or full cache
 // directory, garbage cache_max_mb, and a cached object that computes the wrong op being rejected
 // by validation (then compiled afresh).
 #include <gtest/gtest.h>
@@ -167,6 +169,92 @@ TEST_F(KernelCacheTest, KeyCoversSpecParamsTargetAndCompiler) {
   EXPECT_NE(kernelCacheKey(family, spec, identity + " +avx512f"), key) << "another CPU's features";
   EXPECT_NE(KernelCache::fileName(kernelCacheKey(family, spec, "llvm 18.1.0; x86_64")), KernelCache::fileName(key));
   EXPECT_NE(identity.find("llvm 19"), std::string::npos) << identity;
+}
+
+// `spec` with dim 0 of every input ranged lo..hi (the rest as they are).
+KernelSpec withRows(KernelSpec spec, std::int64_t lo, std::int64_t hi) {
+  for (OperandSpec& operand : spec.inputs) {
+    operand.dims[0] = DimSpec{};
+    operand.dims[0].lo = lo;
+    operand.dims[0].hi = hi;
+  }
+  return spec;
+}
+
+TEST_F(KernelCacheTest, TheKeysDimsAreALineOfTheirOwnAndTheRestIsTheShapeClass) {
+  const std::vector<Value> inputs = addInputs();
+  const KernelFamily& family = *familyFor(OpId::Add);
+  const KernelSpec exact = sharedBackend().targetSpec(specFor("add", inputs));
+  const KernelSpec ranged = withRows(exact, 2, 64);
+  const std::string identity = sharedBackend().codeIdentity();
+  const std::string a = kernelCacheKey(family, exact, identity), b = kernelCacheKey(family, ranged, identity);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(kernelShapeClass(a), kernelShapeClass(b));
+  EXPECT_EQ(KernelCache::fileName(a).substr(0, 17), KernelCache::fileName(b).substr(0, 17)) << "one prefix per class";
+  EXPECT_NE(KernelCache::fileName(a), KernelCache::fileName(b));
+  KernelSpec tuned = ranged;
+  tuned.params.unroll = 4;
+  EXPECT_NE(kernelShapeClass(kernelCacheKey(family, tuned, identity)), kernelShapeClass(b)) << "params are no dims";
+  const std::optional<KeyDims> exact_dims = kernelKeyDims(a), ranged_dims = kernelKeyDims(b);
+  ASSERT_TRUE(exact_dims && ranged_dims);
+  ASSERT_EQ(ranged_dims->size(), 2u);
+  ASSERT_EQ((*ranged_dims)[0].size(), 2u);
+  EXPECT_EQ((*ranged_dims)[0][0].lo, 2);
+  EXPECT_EQ((*ranged_dims)[0][0].hi, 64);
+  EXPECT_EQ((*ranged_dims)[0][1].size, 13);
+  EXPECT_EQ((*exact_dims)[1][0].size, 5);
+  EXPECT_TRUE(keyDimsCover(*ranged_dims, *exact_dims));
+  EXPECT_FALSE(keyDimsCover(*exact_dims, *ranged_dims));
+  EXPECT_FALSE(keyDimsCover(*kernelKeyDims(kernelCacheKey(family, withRows(exact, 8, 64), identity)), *exact_dims));
+  // A garbled dims line is no dims at all (and so covers nothing).
+  std::string garbled = b;
+  garbled.replace(garbled.find("\ndims ") + 6, 1, "x");
+  EXPECT_FALSE(kernelKeyDims(garbled).has_value());
+  EXPECT_FALSE(kernelKeyDims("kernel add\ninputs f32r2;").has_value());
+}
+
+TEST_F(KernelCacheTest, AMissIsServedByTheNarrowestKeptKernelWhoseRangesCoverIt) {
+  const std::vector<Value> inputs = addInputs(5, 13);
+  const KernelSpec exact = specFor("add", inputs);
+  {
+    // Exact keys only while warming: else 2..128 (kept first) would serve the two others.
+    ASSERT_TRUE(Tunables::set(Tunable::CacheCovering, 0).isOk());
+    auto warm = backendWithCache(dir_);
+    for (const auto& [lo, hi] : {std::pair{2, 128}, std::pair{2, 64}, std::pair{64, 128}}) {
+      ASSERT_NE(compileAndCheck(*warm, withRows(exact, lo, hi), addInputs(lo + 1, 13)), nullptr);
+    }
+    EXPECT_EQ(warm->codegens(), 3u);
+    ASSERT_TRUE(Tunables::set(Tunable::CacheCovering, 1).isOk());
+  }
+  auto replica = backendWithCache(dir_);
+  auto kernel = compileAndCheck(*replica, exact, inputs);
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_TRUE(kernel->from_cache);
+  EXPECT_EQ(replica->codegens(), 0u);
+  EXPECT_EQ(replica->kernelCache()->stats().covering_hits, 1u);
+  const DimSpec& rows = kernel->spec.inputs[0].dims[0];
+  EXPECT_FALSE(rows.isStatic());
+  EXPECT_EQ(rows.lo, 2) << "the narrowest covering entry: 2..64, not 2..128 (64..128 does not cover 5)";
+  EXPECT_EQ(rows.hi, 64);
+  EXPECT_EQ(kernel->spec.inputs[0].dims[1].size, 13);
+  // Its code serves every extent of its own range.
+  const std::vector<Value> forty = addInputs(40, 13);
+  std::vector<Value> out(1);
+  ASSERT_TRUE(invokeCompiled(*kernel, pointersTo(forty), out).isOk());
+  const Tensor want = callOp("add", {forty[0], forty[1]}).value()[0].tensor();
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    ASSERT_EQ(want.elementAsDouble(i), out[0].tensor().elementAsDouble(i));
+  }
+  // Nothing covers 200 rows: compiled. And cache_covering=0 asks for exact keys only.
+  ASSERT_NE(compileAndCheck(*replica, specFor("add", addInputs(200, 13)), addInputs(200, 13)), nullptr);
+  EXPECT_EQ(replica->codegens(), 1u);
+  ASSERT_TRUE(Tunables::set(Tunable::CacheCovering, 0).isOk());
+  auto exact_only = backendWithCache(dir_);
+  auto compiled = compileAndCheck(*exact_only, exact, inputs);
+  ASSERT_NE(compiled, nullptr);
+  EXPECT_FALSE(compiled->from_cache);
+  EXPECT_EQ(exact_only->codegens(), 1u);
+  EXPECT_TRUE(replica->free(kernel->handle).isOk());
 }
 
 TEST_F(KernelCacheTest, CorruptTruncatedAndForeignEntriesAreIgnoredAndRecompiled) {
@@ -380,10 +468,11 @@ constexpr const char* kProgram = R"(.module "cache"
 // Runs DISABLED_KernelCacheChild.<test> in a fresh process of this test binary (exec, not a bare
 // fork: LLVM and the thread pool must not inherit another thread's state) with SVM_KCACHE_DIR set
 // to `dir`; its exit code, or -1.
-int runChild(const std::string& test, const std::string& dir) {
+int runChild(const std::string& test, const std::string& dir, const std::vector<std::string>& more_env = {}) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   env.push_back("SVM_KCACHE_DIR=" + dir);
+  env.insert(env.end(), more_env.begin(), more_env.end());
   const std::string filter = "--gtest_filter=DISABLED_KernelCacheChild." + test;
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
@@ -436,6 +525,71 @@ TEST(DISABLED_KernelCacheChild, RunProgram) {
   _exit(static_cast<int>(10 + stats.kernels_from_cache + 20 * stats.codegen_count));
 }
 
+// A dense layer with a tanh tail over rows of any count: an O2 region (a matmul with its epilogue)
+// whose kernels' row ranges depend on the row counts a process met, and in which order.
+constexpr const char* kDenseProgram = R"(.module "dense"
+.func f
+  .param x : f32[?0,32]
+  .param w : f32[32,48]
+  .param b : f32[48]
+  .outputs 1
+  LoadTensor r0, x
+  LoadTensor r1, w
+  LoadTensor r2, b
+  CallOp matmul r3 = r0, r1 : f32[?0,32] x f32[32,48] -> f32[?0,48]
+  CallOp add r4 = r3, r2 : f32[?0,48] x f32[48] -> f32[?0,48]
+  CallOp tanh r5 = r4 : f32[?0,48] -> f32[?0,48]
+  StoreTensor r5, o0
+  Return
+.end
+)";
+
+// Runs kDenseProgram under an O2 JIT (no tuner) on $SVM_KCACHE_DIR, three times per row count of
+// $SVM_KCACHE_ROWS ("3,64,17") in that order, with cache_covering = $SVM_KCACHE_COVERING; exits
+// with 10 + LLVM codegens (at most 200) when every result matches the reference, else 1.
+TEST(DISABLED_KernelCacheChild, RunRowsInOrder) {
+  const char* dir = std::getenv("SVM_KCACHE_DIR");
+  const char* rows = std::getenv("SVM_KCACHE_ROWS");
+  const char* covering = std::getenv("SVM_KCACHE_COVERING");
+  if (dir == nullptr || rows == nullptr) GTEST_SKIP();
+  Tunables::resetToDefaults();
+  (void)Tunables::set(Tunable::HotMs, 0);
+  (void)Tunables::set(Tunable::JitLevel, 2);
+  (void)Tunables::set(Tunable::WarmupRuns, 0);
+  (void)Tunables::set(Tunable::HotCount, 1);
+  (void)Tunables::set(Tunable::GuardMissRecompile, 1);
+  (void)Tunables::set(Tunable::CacheCovering, covering != nullptr && std::string(covering) == "0" ? 0 : 1);
+  auto module = assemble(kDenseProgram, "dense.svasm");
+  if (!module) _exit(1);
+  VirtualMachine vm(std::make_shared<Module>(std::move(*module)));
+  JitOptions options;
+  options.wait_for_compiles = true;
+  options.kernel_cache_dir = dir;
+  auto jit = Jit::attach(vm, options);
+  if (!jit) _exit(1);
+  std::mt19937 rng(5);
+  const Value w = operand(DType::Float32, Shape{32, 48}, rng), b = operand(DType::Float32, Shape{48}, rng);
+  for (std::string_view list = rows; !list.empty();) {
+    const std::size_t comma = std::min(list.find(','), list.size());
+    const std::int64_t n = std::stoll(std::string(list.substr(0, comma)));
+    list.remove_prefix(std::min(comma + 1, list.size()));
+    for (int run = 0; run < 3; ++run) {
+      const Value x = operand(DType::Float32, Shape{n, 32}, rng);
+      const std::vector<Value> args = {x, w, b};
+      auto out = vm.run(0, args);
+      if (!out) _exit(1);
+      const Value product = callOp("matmul", {x, w}).value()[0];
+      const Value want = callOp("tanh", {callOp("add", {product, b}).value()[0]}).value()[0];
+      for (std::int64_t i = 0; i < want.tensor().numel(); ++i) {
+        if (std::abs(want.tensor().elementAsDouble(i) - (*out)[0].tensor().elementAsDouble(i)) > 1e-5) _exit(1);
+      }
+    }
+  }
+  const JitStats stats = (*jit)->stats();
+  if (stats.compiles == 0) _exit(1);
+  _exit(static_cast<int>(10 + std::min<std::uint64_t>(stats.codegen_count, 200)));
+}
+
 // A full disk: files may not grow beyond 100 bytes (EFBIG on write). Exits 0 when the kernel
 // compiled, ran, and the cache counted one failed write and no store.
 TEST(DISABLED_KernelCacheChild, FullDisk) {
@@ -462,6 +616,20 @@ TEST(DISABLED_KernelCacheChild, FullDisk) {
 TEST_F(KernelCacheTest, SecondProcessInstallsFromTheCacheWithZeroCodegen) {
   EXPECT_EQ(runChild("RunProgram", dir_), 10 + 0 + 20 * 2) << "first process: two codegens";
   EXPECT_EQ(runChild("RunProgram", dir_), 10 + 2 + 20 * 0) << "second process: both kernels from the cache";
+}
+
+// Which row ranges a process asks for depends on the order it meets the row counts in; a process
+// meeting them in another order than the one that warmed the cache is served by the kept kernels
+// whose ranges cover what it asks for, and compiles nothing. Without that (cache_covering=0) it
+// compiles what the first process's history did not name exactly.
+TEST_F(KernelCacheTest, AProcessMeetingTheShapesInAnotherOrderCompilesNothing) {
+  const int first = runChild("RunRowsInOrder", dir_, {"SVM_KCACHE_ROWS=3,5,17,33,64"});
+  EXPECT_GT(first, 10) << "the first process compiles (exit 1: a wrong result)";
+  EXPECT_EQ(runChild("RunRowsInOrder", dir_, {"SVM_KCACHE_ROWS=64,3,33,5,17"}), 10) << "no LLVM codegen";
+  fs::remove_all(dir_ + "/exact");
+  ASSERT_GT(runChild("RunRowsInOrder", dir_ + "/exact", {"SVM_KCACHE_ROWS=3,5,17,33,64", "SVM_KCACHE_COVERING=0"}), 10);
+  EXPECT_GT(runChild("RunRowsInOrder", dir_ + "/exact", {"SVM_KCACHE_ROWS=64,3,33,5,17", "SVM_KCACHE_COVERING=0"}), 10)
+      << "exact keys only: the other order's first kernels are not in the cache";
 }
 
 TEST_F(KernelCacheTest, ExportImportShipsAWarmedCache) {

@@ -2,9 +2,10 @@
 # shapevm.dask (issue 26, docs/scale-out.md) on LocalClusters of 2 worker processes: results equal
 # a single-process O0 run, each worker loads the module once, two workers compiling the same new
 # buckets into one shared cache leave only valid entries, a second cluster started from an
-# exported archive compiles nothing for the covered shapes, a worker killed mid-run loses no
-# result, and bad input (an unreadable model, a rejected partition, a foreign archive) is a clear
-# error on the client.
+# exported archive compiles nothing for the covered shapes even when it meets them in another
+# order, a worker killed mid-run loses no result, a partition that kills every worker running it
+# is a clear error that leaves the others' results and the cluster usable, and bad input (an
+# unreadable model, a rejected partition, a foreign archive) is a clear error on the client.
 import logging
 import os
 import sys
@@ -22,6 +23,7 @@ if getattr(shapevm, "_core", None) is None:
     pytest.skip("this build has no Python module (a sanitizer build, or SHAPEVM_BUILD_PYTHON=OFF)",
                 allow_module_level=True)
 distributed = pytest.importorskip("distributed")
+import dask  # noqa: E402
 import shapevm.dask as svd  # noqa: E402
 
 MODEL = str(ROOT / "tests" / "python" / "dask_model.py")
@@ -44,7 +46,7 @@ def data(tmp_path_factory):
     return {"root": root, "params": str(params), "items": items, "expected": expected}
 
 
-def cluster():
+def cluster(allowed_failures=None):
     # Worker processes must import the built package, not the source tree's oracle-only copy that
     # other test files put on sys.path: multiprocessing hands the workers this process's sys.path
     # (then PYTHONPATH), so the built package's folder goes first in both.
@@ -52,8 +54,11 @@ def cluster():
     if sys.path[0] != built:
         sys.path.insert(0, built)
     os.environ["PYTHONPATH"] = os.pathsep.join([built, os.environ.get("PYTHONPATH", "")])
-    local = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                     silence_logs=logging.ERROR)
+    # The scheduler (in this process) reads allowed-failures when it starts.
+    config = {} if allowed_failures is None else {"distributed.scheduler.allowed-failures": allowed_failures}
+    with dask.config.set(config):
+        local = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                         silence_logs=logging.ERROR)
     return local, distributed.Client(local)
 
 
@@ -118,13 +123,18 @@ def test_two_workers_share_one_cache_and_a_second_cluster_starts_warm(data):
         client.close()
         local.close()
 
-    # A second cluster from the exported archive, shipped through Dask into fresh private caches.
+    # A second cluster from the exported archive, shipped through Dask into fresh private caches,
+    # meeting the shapes in another order: each worker asks for other row ranges than the first
+    # cluster's workers compiled, and is served by the kept kernels whose ranges cover them.
     local, client = cluster()
     try:
         start = time.monotonic()
-        results = svd.map_model(client, MODEL, data["items"], fn="dense", params=data["params"], partition_size=4,
-                                cache_archive=str(data["root"] / "archive"), settings=SETTINGS, wait=True)
-        check(results, data["expected"])
+        order = list(range(len(data["items"])))[::-1]
+        order = order[5:] + order[:5]
+        results = svd.map_model(client, MODEL, [data["items"][i] for i in order], fn="dense", params=data["params"],
+                                partition_size=4, cache_archive=str(data["root"] / "archive"), settings=SETTINGS,
+                                wait=True)
+        check(results, [data["expected"][i] for i in order])
         stats = svd.cluster_stats(client)
         assert stats["compiles"] == 0, stats  # every kernel came from the archive
         assert stats["cache_hits"] > 0 and stats["launches_compiled"] > 0, stats
@@ -147,6 +157,48 @@ def test_a_foreign_or_corrupt_archive_is_ignored_and_compiled_fresh(data, tmp_pa
                                 cache_archive=str(archive), settings=SETTINGS, wait=True)
         check(results, data["expected"][:8])
         assert svd.cluster_stats(client)["compiles"] > 0  # nothing usable came with it
+    finally:
+        client.close()
+        local.close()
+
+
+class KillOnPartition(distributed.WorkerPlugin):
+    """Test-only: a worker that starts executing partition `index` of a map_model call exits at
+    once (a segfault, an OOM kill), as long as the file `armed` exists."""
+
+    name = "kill-on-partition"
+
+    def __init__(self, index, armed):
+        self.marker = f"shapevm-partition-{index}-"
+        self.armed = str(armed)
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and str(key).startswith(self.marker) and os.path.exists(self.armed):
+            os._exit(13)
+
+
+def test_a_partition_that_kills_every_worker_is_a_named_error_and_the_rest_survive(data, tmp_path):
+    armed = tmp_path / "armed"
+    armed.write_text("kill")
+    items = data["items"][:16]
+    local, client = cluster(allowed_failures=1)
+    try:
+        client.register_worker_plugin(KillOnPartition(2, armed))
+        start = time.monotonic()
+        with pytest.raises(svd.PartitionError, match=r"partition 2: the workers running it died repeatedly") as err:
+            svd.map_model(client, MODEL, items, fn="dense", params=data["params"], partition_size=2, settings=SETTINGS,
+                          wait=True)
+        assert time.monotonic() - start < 90
+        assert err.value.partition == 2 and sorted(err.value.failed) == [2], err.value.failed
+        # The other partitions' outputs are on the error, in the items' order; the killer's are None.
+        results = err.value.results
+        assert len(results) == len(items) and results[4] is None and results[5] is None
+        check([r for i, r in enumerate(results) if i not in (4, 5)],
+              [e for i, e in enumerate(data["expected"][:16]) if i not in (4, 5)])
+        # The cluster goes on: disarmed, the same call succeeds on the replaced workers.
+        armed.unlink()
+        check(svd.map_model(client, MODEL, items, fn="dense", params=data["params"], partition_size=2,
+                            settings=SETTINGS, wait=True), data["expected"][:16])
     finally:
         client.close()
         local.close()
