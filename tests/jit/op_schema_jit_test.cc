@@ -27,8 +27,8 @@ TEST(OpSchemaJit, KernelFamiliesTakeExactlyTheOpsTheTableGivesThem) {
     EXPECT_EQ(reduceFamily(schema.id) != nullptr, schema.jit.reduce);
     EXPECT_EQ(matmulFamily(schema.id) != nullptr, schema.jit.matmul);
     EXPECT_EQ(isFusableElementwise(schema.id), schema.jit.fuse);
-    EXPECT_EQ(familyFor(schema.id) != nullptr, schema.jit.elementwise || schema.jit.reduce || schema.jit.matmul ||
-                                                  convFamily(schema.id) != nullptr);
+    EXPECT_EQ(familyFor(schema.id) != nullptr,
+              schema.jit.elementwise || schema.jit.reduce || schema.jit.matmul || convFamily(schema.id) != nullptr);
   }
 }
 

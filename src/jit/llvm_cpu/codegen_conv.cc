@@ -148,21 +148,22 @@ Status checkConv(const KernelSpec& spec) {
     }
   }
   const bool depthwise = isDepthwise(spec);
-  if (!x.dims[1].isStatic() || (!depthwise && x.dims[1].size != w.dims[1].size)) {
-    return makeError(ErrorCode::Unsupported, "conv kernels need the static {} input channels of the weight, got {}",
-                     w.dims[1].size, x.toString());
-  }
   if (spec.attrs[kGroups].i != 1 && !depthwise) {
     return makeError(ErrorCode::Unsupported,
                      "conv kernels take one group or a depthwise conv (groups={} stays interpreted)",
                      spec.attrs[kGroups].i);
+  }
+  if (!x.dims[1].isStatic() || (!depthwise && x.dims[1].size != w.dims[1].size)) {
+    return makeError(ErrorCode::Unsupported, "conv kernels need the static {} input channels of the weight, got {}",
+                     w.dims[1].size, x.toString());
   }
   std::vector<std::int64_t> kernel, unknown;
   for (int d = 2; d < w.rank; ++d) {
     kernel.push_back(w.dims[d].size);
     unknown.push_back(-1);
   }
-  SVM_RETURN_IF_ERROR(forwardWindows("conv", unknown, windowAttrs(spec, kernel)).status());
+  auto windows = forwardWindows("conv", unknown, windowAttrs(spec, kernel));
+  if (!windows) return windows.status();
   if ((depthwise || !isPointwise(spec)) && (x.rank > 4 || x.dtype != DType::Float32)) {
     return makeError(ErrorCode::Unsupported,
                      "dense and depthwise conv kernels take float32 1-D and 2-D convs; {} stays interpreted",
@@ -181,8 +182,8 @@ Status checkConv(const KernelSpec& spec) {
 
 // The matmul spec the conv's kernel is. Pointwise: A = W [Cout, Cin], B = X [N, Cin, S]. Dense:
 // A = W [Cout, K], B = one im2col tile [K, cols] (cols dynamic). Then the bias [Cout, 1] with
-// an add epilogue, or (an omitted bias keeps its slot) an operand shaped as the product that no
-// epilogue step reads.
+// an add epilogue. Without a bias the matmul has two inputs, so its output is slot 2 (prepare()
+// points it there even when the conv's omitted bias holds that slot).
 KernelSpec matmulSpecOf(const KernelSpec& spec) {
   const OperandSpec& x = spec.inputs[kX];
   const OperandSpec& w = spec.inputs[kW];
@@ -210,21 +211,14 @@ KernelSpec matmulSpecOf(const KernelSpec& spec) {
     b.dims[0] = staticDim(k);
   }
   mm.inputs = {a, b};
-  if (spec.inputs.size() > kBias) {
+  if (hasBias(spec)) {
     OperandSpec c;
     c.dtype = x.dtype;
-    if (hasBias(spec)) {
-      c.rank = 2;
-      c.dims[0] = a.dims[0];
-      c.dims[1] = staticDim(1);
-      mm.epilogue = {EpilogueStep{OpId::Add, static_cast<int>(kBias), false}};
-    } else {
-      c.rank = b.rank;
-      c.dims[b.rank - 2] = a.dims[0];
-      c.dims[b.rank - 1] = b.dims[b.rank - 1];
-      if (pointwise) c.dims[0] = b.dims[0];
-    }
+    c.rank = 2;
+    c.dims[0] = a.dims[0];
+    c.dims[1] = staticDim(1);
     mm.inputs.push_back(c);
+    mm.epilogue = {EpilogueStep{OpId::Add, static_cast<int>(kBias), false}};
   }
   return mm;
 }
@@ -250,8 +244,7 @@ struct MatmulOperands {
   std::size_t count = 2;
 };
 
-Expected<MatmulOperands> pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> inputs,
-                                           const Tensor& out) {
+Expected<MatmulOperands> pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> inputs) {
   const Tensor& x = inputs[kX]->tensor();
   const Tensor& w = inputs[kW]->tensor();
   std::int64_t spatial = 1;
@@ -261,22 +254,17 @@ Expected<MatmulOperands> pointwiseOperands(const KernelSpec& spec, std::span<con
   SVM_ASSIGN_OR_RETURN(Tensor b, x.reshapeView(Shape{x.dim(0), x.dim(1), spatial}));
   ops.values[0] = Value::fromTensor(std::move(a));
   ops.values[1] = Value::fromTensor(std::move(b));
-  if (spec.inputs.size() > kBias) {
+  if (hasBias(spec)) {
     ops.count = 3;
-    if (hasBias(spec)) {
-      SVM_ASSIGN_OR_RETURN(Tensor c, inputs[kBias]->tensor().reshapeView(Shape{w.dim(0), 1}));
-      ops.values[2] = Value::fromTensor(std::move(c));
-    } else {
-      SVM_ASSIGN_OR_RETURN(Tensor c, out.reshapeView(Shape{x.dim(0), w.dim(0), spatial}));
-      ops.values[2] = Value::fromTensor(std::move(c));
-    }
+    SVM_ASSIGN_OR_RETURN(Tensor c, inputs[kBias]->tensor().reshapeView(Shape{w.dim(0), 1}));
+    ops.values[2] = Value::fromTensor(std::move(c));
   }
   return ops;
 }
 
 Status preparePointwise(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out,
                         KernelArgs& args) {
-  SVM_ASSIGN_OR_RETURN(MatmulOperands ops, pointwiseOperands(spec, inputs, out));
+  SVM_ASSIGN_OR_RETURN(MatmulOperands ops, pointwiseOperands(spec, inputs));
   SVM_ASSIGN_OR_RETURN(Tensor c, out.reshapeView(Shape{out.dim(0), out.dim(1), ops.values[1].tensor().dim(2)}));
   const Value* pointers[3];
   for (std::size_t k = 0; k < ops.count; ++k) {
@@ -288,6 +276,7 @@ Status preparePointwise(const KernelSpec& spec, std::span<const Value* const> in
       args.strides[k][d] = d < t.rank() ? t.stride(d) : 0;
     }
   }
+  args.data[ops.count] = out.rawData();  // the matmul's output slot
   return matmulKernels().prepare(matmulSpecOf(spec), std::span<const Value* const>(pointers, ops.count),
                                  std::span<const Tensor>(&c, 1), args);
 }
@@ -319,8 +308,7 @@ void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel
         const std::int64_t x_off = kx * g.dw - g.pw;
         // Output columns whose input column lies inside the row: [ox_lo, ox_hi).
         const std::int64_t ox_lo = x_off >= 0 ? 0 : std::min(g.wo, (-x_off + g.sw - 1) / g.sw);
-        const std::int64_t ox_hi =
-            g.w - x_off <= 0 ? 0 : std::min(g.wo, (g.w - x_off + g.sw - 1) / g.sw);
+        const std::int64_t ox_hi = g.w - x_off <= 0 ? 0 : std::min(g.wo, (g.w - x_off + g.sw - 1) / g.sw);
         std::int64_t p = p0, j = 0;
         while (j < count) {
           const std::int64_t oy = p / g.wo, ox0 = p % g.wo;
@@ -419,8 +407,7 @@ std::int64_t tileColumns(std::int64_t k, std::int64_t pixels) {
   return std::min(cols, std::max<std::int64_t>(1, pixels));
 }
 
-Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out,
-                    KernelArgs& args) {
+Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out, KernelArgs& args) {
   const Tensor& x = inputs[kX]->tensor();
   const Tensor& w = inputs[kW]->tensor();
   SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, x, w));
@@ -431,14 +418,14 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   const std::int64_t cout = w.dim(0), cin = w.dim(1), k = cin * wy.kernel * wx.kernel;
   const std::int64_t pixels = wy.out * wx.out;
   const std::int64_t cols = tileColumns(k, pixels);
-  const DenseGeometry g{wy.kernel, wx.kernel,      wy.stride, wx.stride, wy.pad_before, wx.pad_before, wy.dilation,
-                        wx.dilation, wy.in,         wx.in,     wy.out,    wx.out,        cols,          k,
-                        cout,        cin};
-  const std::int64_t geometry[16] = {g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
-                                     g.h,  g.w,  g.ho, g.wo, g.cols, g.k, g.cout, g.cin};
+  const DenseGeometry g{wy.kernel,   wx.kernel,   wy.stride, wx.stride, wy.pad_before, wx.pad_before,
+                        wy.dilation, wx.dilation, wy.in,     wx.in,     wy.out,        wx.out,
+                        cols,        k,           cout,      cin};
+  const std::int64_t geometry[16] = {g.kh, g.kw, g.sh, g.sw, g.ph,   g.pw, g.dh,   g.dw,
+                                     g.h,  g.w,  g.ho, g.wo, g.cols, g.k,  g.cout, g.cin};
   std::copy(geometry, geometry + 8, args.shape[kGeometrySlot]);
   std::copy(geometry + 8, geometry + 16, args.strides[kGeometrySlot]);
-  const int inputs_count = static_cast<int>(spec.inputs.size());
+  const int inputs_count = hasBias(spec) ? 3 : 2;  // the matmul's (its output slot follows them)
   args.shape[kCountsSlot][0] = inputs_count;
   args.data[kXSlot] = const_cast<void*>(static_cast<const void*>(x.rawData()));
   args.shape[kXSlot][0] = x.dim(0);
@@ -456,10 +443,9 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   std::copy(a_strides, a_strides + 4, args.strides[slot_a]);
   std::copy(b_view, b_view + 4, args.shape[slot_b]);
   std::copy(b_strides, b_strides + 4, args.strides[slot_b]);
-  if (spec.inputs.size() > kBias) {
-    const std::int64_t bias_strides[4] = {0, 0, hasBias(spec) ? 1 : 0, 0};
+  if (hasBias(spec)) {
+    const std::int64_t bias_strides[4] = {0, 0, 1, 0};
     std::copy(bias_strides, bias_strides + 4, args.strides[kBias]);
-    if (!hasBias(spec)) args.data[kBias] = nullptr;
   }
   const std::int64_t work = x.dim(0) * pixels * cout * k;
   const std::int64_t threads = spec.params.threads > 0 ? spec.params.threads : kernelThreads();
@@ -473,8 +459,7 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
 constexpr int kScalarPadTop = 0, kScalarPadLeft = 1;
 
 Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
-  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows,
-                       callWindows(spec, inputs[kX]->tensor(), inputs[kW]->tensor()));
+  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, inputs[kX]->tensor(), inputs[kW]->tensor()));
   args.scalars[kScalarPadTop] = windows.size() == 2 ? windows[0].pad_before : 0;
   args.scalars[kScalarPadLeft] = windows.back().pad_before;
   return Status::ok();
@@ -482,7 +467,8 @@ Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> in
 
 // The window attribute list `values` (one per spatial axis, [] = all `fallback`) at axis d of n.
 std::int64_t attrAt(const std::vector<std::int64_t>& values, int d, int n, std::int64_t fallback) {
-  return values.empty() ? fallback : values[static_cast<std::size_t>(values.size() == static_cast<std::size_t>(n) ? d : 0)];
+  return values.empty() ? fallback
+                        : values[static_cast<std::size_t>(values.size() == static_cast<std::size_t>(n) ? d : 0)];
 }
 
 Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
@@ -541,15 +527,16 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
         if (bias != nullptr) start = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bias, c));
         std::vector<llvm::Value*> taps;
         for (std::int64_t t = 0; t < kh * kw; ++t) {
-          taps.push_back(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, b.CreateAdd(b.CreateMul(c, i64(kh * kw)), i64(t)))));
+          taps.push_back(
+              b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, b.CreateAdd(b.CreateMul(c, i64(kh * kw)), i64(t)))));
         }
         ir::emitLoop(
             b, i64(0), ho, 1,
             [&](llvm::Value* oy) {
               llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
               ir::emitLoop(
-                  b, i64(0), wo, 1,
-                  [&](llvm::Value* ox) { b.CreateStore(start, b.CreateInBoundsGEP(f32, orow, ox)); }, "init");
+                  b, i64(0), wo, 1, [&](llvm::Value* ox) { b.CreateStore(start, b.CreateInBoundsGEP(f32, orow, ox)); },
+                  "init");
               for (std::int64_t ky = 0; ky < kh; ++ky) {
                 llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
                 llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
@@ -628,7 +615,8 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
       kernel += fmt::format("{}{}", kernel.empty() ? "" : "x", spec.inputs[kW].dims[d].size);
     }
     if (isDepthwise(spec)) {
-      return fmt::format("conv{}_depthwise_c{}_{}", kernel, spec.inputs[kW].dims[0].size, dtypeName(spec.inputs[kX].dtype));
+      return fmt::format("conv{}_depthwise_c{}_{}", kernel, spec.inputs[kW].dims[0].size,
+                         dtypeName(spec.inputs[kX].dtype));
     }
     return fmt::format("conv{}_{}", kernel, matmulKernels().symbolStem(matmulSpecOf(spec)));
   }
