@@ -139,9 +139,6 @@ Status checkConv(const KernelSpec& spec) {
     return makeError(ErrorCode::Unsupported, "conv kernels take float32/float16/bfloat16 x and w of one dtype, got {}",
                      spec.signature());
   }
-  if (!x.contiguous || !w.contiguous) {
-    return makeError(ErrorCode::Unsupported, "conv kernels take dense x and w, got {}", spec.signature());
-  }
   for (int d = 0; d < w.rank; ++d) {
     if (!w.dims[d].isStatic()) {
       return makeError(ErrorCode::Unsupported, "conv kernels bake in the weight's shape; weight {}", w.toString());
@@ -601,8 +598,12 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
                  KernelArgs& args) const override {
-    if (outputs.size() != 1 || !outputs[0].isContiguous() || !inputs[kX]->tensor().isContiguous()) {
-      return makeError(ErrorCode::Unsupported, "conv kernel reads a dense input and writes one dense output");
+    // The spec does not guard layouts (a profile may not record a constant weight's): checked here,
+    // a strided operand declines the call to the reference kernel.
+    if (outputs.size() != 1 || !outputs[0].isContiguous() || !inputs[kX]->tensor().isContiguous() ||
+        !inputs[kW]->tensor().isContiguous() ||
+        (hasBias(spec) && !inputs[kBias]->tensor().isContiguous())) {
+      return makeError(ErrorCode::Unsupported, "conv kernel reads dense x, w and bias and writes one dense output");
     }
     if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
     return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
