@@ -12,7 +12,7 @@
 # by image (interleaved); it reports both totals, the spread of ShapeVM's per-pixel time and the
 # kernels installed for the whole stream.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
-#        [--resnet] [--images 16]
+#        [--resnet] [--images 16] [--miss-recompile N] [--no-layers]
 import argparse
 import os
 import statistics
@@ -71,7 +71,9 @@ def layers(args, folder):
             with torch.no_grad():
                 want = module(xt).numpy()
             for level, fn in fns.items():
-                for _ in range(3):  # profile, compile (waited for), run compiled
+                # Profile, compile (waited for), run compiled; batch 8 after batch 1 misses the
+                # first kernel's guard miss_recompile (5) times before the wider one compiles.
+                for _ in range(8):
                     got = fn(x=x)
                 err = np.linalg.norm(got - want) / np.linalg.norm(want)
                 assert err < 1e-4, f"{name} batch {batch} {level}: relative L2 {err:.2e}"
@@ -136,6 +138,7 @@ def resnet_stream(args, folder):
     print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
           f"fused regions {stats['fused_regions']}; launches compiled {stats['launches_compiled']} / interpreted "
           f"{stats['launches_interpreted']}")
+    print("\n".join(f"  {line}" for line in stats["jit_report"].splitlines() if "region" in line or "launches" in line))
 
 
 def main():
@@ -145,6 +148,8 @@ def main():
     parser.add_argument("--resnet", action="store_true", help="also run resnet18 over a multi-scale stream")
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--no-layers", action="store_true")
+    parser.add_argument("--miss-recompile", type=int, default=0,
+                        help="the miss_recompile tunable for the stream (0: the default, 5 guard misses)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for key, value in (("warmup", 0), ("hot_count", 0), ("hot_ms", 0), ("kernel_threads", 1)):
@@ -153,6 +158,8 @@ def main():
         if not args.no_layers:
             layers(args, folder)
         if args.resnet:
+            if args.miss_recompile > 0:
+                _core.set_tunable("miss_recompile", str(args.miss_recompile))
             resnet_stream(args, folder)
     return 0
 
