@@ -566,8 +566,8 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
                               llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
                               llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
                               llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
-                              inOutput(
-                                  b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {tap, xv, acc}), at));
+                              inOutput(b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {tap, xv, acc}),
+                                                     at));
                             },
                             "tap");
                       }
