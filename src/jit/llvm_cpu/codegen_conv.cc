@@ -5,8 +5,8 @@
 // out[n] = W[Cout, Cin] @ X[n][Cin, H*W]: the kernel is the matmul family's code for A = the
 // weight viewed [Cout, Cin], B = the input viewed [N, Cin, S] (S = the spatial extents' product)
 // and, when the conv has a bias, an `add` epilogue of the bias viewed [Cout, 1]. Invariant: the
-// conv's own operand slots are re-pointed in prepare() (A in slot 0, B in slot 1, the bias in
-// slot 2) before the matmul family's prepare() lays out its canonical views, so the generated
+// conv's own operand slots are re-pointed in prepare() (A in slot 0, B in slot 1, then the bias
+// if any, then the output) before the matmul family's prepare() lays out its canonical views, so the generated
 // code is exactly a matmul kernel and every tuned matmul knob applies (searchSpace delegates).
 // Dense float32 1-D/2-D convs (any kernel, stride, dilation, padding; one group): an implicit
 // GEMM in column tiles. The kernel is the matmul of A = the weight [Cout, Cin*kh*kw] and B = a
@@ -21,7 +21,7 @@
 // skipped, so padding costs nothing. The call's pads (auto_pad SAME depends on the input) are
 // scalars[0..1].
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
-// spec's dims (ranges), and strides, dilations and pads are read per call.
+// spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
