@@ -1,12 +1,18 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 # ResNet-style convolution layers (issue 21) through the ONNX importer against torch eager, one
-# thread, in one script run: the 7x7/2 stem, 3x3 stride 1 and 2, the 1x1 down-projection and a
-# depthwise 3x3, at batch 1 and 8. Each layer is a torch.nn.Conv2d exported with torch.onnx.export,
-# imported by the shapevm module at O2 (the conv itself runs on the interpreted reference kernel),
-# checked against torch, then each round times ShapeVM and torch back to back; the table gives
-# medians over rounds and the ratio (torch time / ShapeVM time: above 1 = ShapeVM faster).
+# thread, in one script run: the 7x7/2 stem, 3x3 stride 1 and 2, 1x1 projections (stride 1 and
+# the stride-2 down-projection) and a depthwise 3x3, at batch 1 and 8. Each layer is a
+# torch.nn.Conv2d exported with torch.onnx.export, imported by the shapevm module at O0 (the
+# reference conv kernel) and at O2 (the JIT's conv family: src/jit/llvm_cpu/codegen_conv.cc),
+# checked against torch, then each round times O0, O2 and torch back to back; the table gives
+# medians over rounds and the ratios (torch time / ShapeVM time: above 1 = ShapeVM faster).
+# --resnet: torchvision resnet18 (random weights, dynamic batch/H/W) at batch 1 over a stream of
+# image sides drawn from 96-320: a first pass compiles, a second times ShapeVM O2 and torch image
+# by image (interleaved); it reports both totals, the spread of ShapeVM's per-pixel time and the
+# kernels installed for the whole stream.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
+#        [--resnet] [--images 16] [--miss-recompile N] [--no-layers]
 import argparse
 import os
 import statistics
@@ -27,6 +33,7 @@ LAYERS = {
     "stem 7x7/2": (3, 64, 7, 2, 3, 1, 112),
     "3x3 s1": (64, 64, 3, 1, 1, 1, 56),
     "3x3 s2": (64, 128, 3, 2, 1, 1, 56),
+    "1x1 s1": (256, 64, 1, 1, 0, 1, 56),
     "1x1 down /2": (64, 128, 1, 2, 0, 1, 56),
     "depthwise 3x3": (128, 128, 3, 1, 1, 128, 28),
 }
@@ -47,45 +54,113 @@ def export(layer, path):
     return module
 
 
+def layers(args, folder):
+    rows = []
+    for name, layer in LAYERS.items():
+        path = Path(folder) / "layer.onnx"
+        module = export(layer, path)
+        programs = {level: _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
+                    for level in ("O0", "O2")}
+        fns = {}
+        for level, program in programs.items():
+            program.load(str(path))
+            fns[level] = _core.Function(program, 0, -1)
+        for batch in (1, 8):
+            x = np.random.default_rng(0).standard_normal((batch, layer[0], layer[6], layer[6])).astype(np.float32)
+            xt = torch.from_numpy(x)
+            with torch.no_grad():
+                want = module(xt).numpy()
+            for level, fn in fns.items():
+                # Profile, compile (waited for), run compiled; batch 8 after batch 1 misses the
+                # first kernel's guard miss_recompile (5) times before the wider one compiles.
+                for _ in range(8):
+                    got = fn(x=x)
+                err = np.linalg.norm(got - want) / np.linalg.norm(want)
+                assert err < 1e-4, f"{name} batch {batch} {level}: relative L2 {err:.2e}"
+            times = {"O0": [], "O2": [], "eager": []}
+            for _ in range(args.rounds):  # interleaved: every side sees the same machine state
+                for level, fn in fns.items():
+                    times[level].append(timed(lambda: fn(x=x), args.calls))
+                with torch.no_grad():
+                    times["eager"].append(timed(lambda: module(xt), args.calls))
+            out = want.shape
+            flops = 2.0 * out[0] * out[1] * out[2] * out[3] * (layer[0] // layer[5]) * layer[2] * layer[2]
+            med = {k: statistics.median(v) for k, v in times.items()}
+            rows.append((name, batch, f"{layer[6]}x{layer[6]}", med, flops / med["O2"] / 1e6))
+        for program in programs.values():
+            program.close()
+    print("| layer | batch | input | O0 (reference) ms | O2 (JIT) ms | torch eager ms | eager / O0 | eager / O2 | "
+          "O2 GFLOP/s |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for name, batch, side, med, gflops in rows:
+        print(f"| {name} | {batch} | {side} | {med['O0']:.2f} | {med['O2']:.2f} | {med['eager']:.2f} | "
+              f"{med['eager'] / med['O0']:.2f}x | {med['eager'] / med['O2']:.2f}x | {gflops:.1f} |")
+
+
+def resnet_stream(args, folder):
+    import torchvision
+
+    torch.manual_seed(0)
+    module = torchvision.models.resnet18(weights=None).eval()
+    path = Path(folder) / "resnet18.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.randn(1, 3, 128, 128),), str(path), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}}, opset_version=14)
+    sides = np.random.default_rng(21).integers(96, 321, size=args.images)
+    images = [np.random.default_rng(int(s)).standard_normal((1, 3, int(s), int(s))).astype(np.float32) for s in sides]
+    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
+    program.load(str(path))
+    fn = _core.Function(program, 0, -1)
+    for x in images:  # the first pass profiles and compiles
+        got = fn(x=x)
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err < 1e-4, f"resnet18 side {x.shape[2]}: relative L2 {err:.2e}"
+    compiled_after_first = program.stats()["kernels_installed"]
+    svm, eager = [], []
+    for x in images:
+        xt = torch.from_numpy(x)
+        svm.append(timed(lambda: fn(x=x), 1))
+        with torch.no_grad():
+            eager.append(timed(lambda: module(xt), 1))
+    stats = program.stats()
+    program.close()
+    per_pixel = [t / (int(s) * int(s)) for t, s in zip(svm, sides)]
+    median_pp = statistics.median(per_pixel)
+    print(f"\nresnet18, batch 1, {len(images)} images, sides {min(sides)}-{max(sides)} "
+          f"({', '.join(str(int(s)) for s in sides)}):")
+    print(f"- second pass: ShapeVM O2 {sum(svm):.1f} ms, torch eager {sum(eager):.1f} ms, "
+          f"eager / ShapeVM {sum(eager) / sum(svm):.2f}x (median per image {statistics.median(eager) / statistics.median(svm):.2f}x)")
+    print(f"- ShapeVM per-pixel time: max / median {max(per_pixel) / median_pp:.2f} "
+          f"(min / median {min(per_pixel) / median_pp:.2f})")
+    print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
+          f"fused regions {stats['fused_regions']}; launches compiled {stats['launches_compiled']} / interpreted "
+          f"{stats['launches_interpreted']}")
+    print("\n".join(f"  {line}" for line in stats["jit_report"].splitlines() if "region" in line or "launches" in line))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--resnet", action="store_true", help="also run resnet18 over a multi-scale stream")
+    parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--no-layers", action="store_true")
+    parser.add_argument("--miss-recompile", type=int, default=0,
+                        help="the miss_recompile tunable for the stream (0: the default, 5 guard misses)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for key, value in (("warmup", 0), ("hot_count", 0), ("hot_ms", 0), ("kernel_threads", 1)):
         _core.set_tunable(key, str(value))
-    rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for name, layer in LAYERS.items():
-            path = Path(folder) / "layer.onnx"
-            module = export(layer, path)
-            program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
-            program.load(str(path))
-            fn = _core.Function(program, 0, -1)
-            for batch in (1, 8):
-                x = np.random.default_rng(0).standard_normal((batch, layer[0], layer[6], layer[6])).astype(np.float32)
-                xt = torch.from_numpy(x)
-                got = fn(x=x)
-                with torch.no_grad():
-                    want = module(xt).numpy()
-                err = np.linalg.norm(got - want) / np.linalg.norm(want)
-                assert err < 1e-4, f"{name} batch {batch}: relative L2 {err:.2e}"
-                svm, eager = [], []
-                for _ in range(args.rounds):  # interleaved: both sides see the same machine state
-                    svm.append(timed(lambda: fn(x=x), args.calls))
-                    with torch.no_grad():
-                        eager.append(timed(lambda: module(xt), args.calls))
-                out = want.shape
-                flops = 2.0 * out[0] * out[1] * out[2] * out[3] * (layer[0] // layer[5]) * layer[2] * layer[2]
-                s_med, e_med = statistics.median(svm), statistics.median(eager)
-                rows.append((name, batch, f"{layer[6]}x{layer[6]}", s_med, e_med, e_med / s_med,
-                             flops / s_med / 1e6))
-            program.close()
-    print("| layer | batch | input | ShapeVM ms | torch eager ms | eager / ShapeVM | ShapeVM GFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
-    for name, batch, side, s_med, e_med, ratio, gflops in rows:
-        print(f"| {name} | {batch} | {side} | {s_med:.2f} | {e_med:.2f} | {ratio:.2f}x | {gflops:.2f} |")
+        if not args.no_layers:
+            layers(args, folder)
+        if args.resnet:
+            if args.miss_recompile > 0:
+                _core.set_tunable("miss_recompile", str(args.miss_recompile))
+            resnet_stream(args, folder)
     return 0
 
 

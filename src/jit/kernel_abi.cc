@@ -2,6 +2,7 @@
 // Kernel specs as text (for logs, symbols and tokens) and the op -> family table.
 #include "jit/kernel_abi.h"
 
+#include "jit/conv_family.h"
 #include "jit/fusion.h"
 
 #include <algorithm>
@@ -213,6 +214,7 @@ std::string KernelFamily::symbolStem(const KernelSpec& spec) const {
 
 const KernelFamily* familyFor(OpId op) {
   if (const KernelFamily* family = matmulFamily(op)) return family;
+  if (const KernelFamily* family = convFamily(op)) return family;
   if (const KernelFamily* family = reduceFamily(op)) return family;
   return elementwiseFamily(op);
 }

@@ -180,3 +180,51 @@ def test_channel_mismatch_at_run_time(tmp_path, run_cli):
     assert code != 0
     for needle in ("conv", "f32[1,3,5,5]", "f32[4,2,3,3]", "3 channels"):
         assert needle in err, f"{needle!r} not in:\n{err}"
+
+
+def reference_conv(x, w, stride, pad, groups):
+    with torch.no_grad():
+        return torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=stride, padding=pad,
+                                          groups=groups).numpy()
+
+
+# The JIT's conv kernels (src/jit/llvm_cpu/codegen_conv.cc) at O1 on a lone Conv with dynamic H
+# and W: the kernel compiled for the first size is baked, the one compiled at the first guard
+# miss (miss_recompile 1) is range-guarded, so five sizes in one power-of-two range need two
+# compiles; every call but the profiled first and the missed second runs compiled and matches
+# torch.
+@pytest.mark.parametrize("kind,w_shape,stride,pad,groups", [
+    ("pointwise", (16, 8, 1, 1), 1, 0, 1),
+    ("dense", (16, 8, 3, 3), 2, 1, 1),
+    ("depthwise", (8, 1, 3, 3), 1, 1, 8),
+])
+def test_conv_kernels_are_range_guarded(tmp_path, kind, w_shape, stride, pad, groups):
+    rng = np.random.default_rng(21)
+    w_values = rng.standard_normal(w_shape).astype(np.float32)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, list(w_shape), w_values.ravel())
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride, stride], pads=[pad] * 4, group=groups)
+    model = helper.make_model(helper.make_graph([node], "g", [x_info], [y_info], [w]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / f"{kind}.onnx"
+    onnx.save(model, str(path))
+    for key in ("warmup", "hot_count", "hot_ms"):
+        _core.set_tunable(key, "0")
+    misses = _core.get_tunable("miss_recompile")
+    _core.set_tunable("miss_recompile", "1")
+    try:
+        program = _core.Program(jit_level="O1", jit_wait=True, autotune=False, tuning_cache=False)
+        program.load(str(path))
+        fn = _core.Function(program, 0, -1)
+        sizes = [(20, 20), (24, 28), (30, 18), (32, 17), (17, 31)]
+        for h, w_side in sizes:
+            x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
+            err = relative_l2(fn(x=x), reference_conv(x, w_values, stride, pad, groups))
+            assert err <= TOLERANCE, f"{kind} {h}x{w_side}: relative L2 {err:.2e}"
+        stats = program.stats()
+        program.close()
+    finally:
+        _core.set_tunable("miss_recompile", str(misses))
+    assert stats["kernels_installed"] == 2, stats["jit_report"]
+    assert stats["launches_compiled"] >= len(sizes) - 2, stats["jit_report"]

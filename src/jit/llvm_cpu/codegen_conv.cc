@@ -1,0 +1,661 @@
+// SPDX-License-Identifier: Apache-2.0
+// The conv family: convolutions compiled as the matmul family's kernel.
+// Pointwise (1x1) convs: an NCHW
+// (or NCW / NCDHW) conv with a 1x1 kernel, stride 1, no padding and one group is, per image,
+// out[n] = W[Cout, Cin] @ X[n][Cin, H*W]: the kernel is the matmul family's code for A = the
+// weight viewed [Cout, Cin], B = the input viewed [N, Cin, S] (S = the spatial extents' product)
+// and, when the conv has a bias, an `add` epilogue of the bias viewed [Cout, 1]. Invariant: the
+// conv's own operand slots are re-pointed in prepare() (A in slot 0, B in slot 1, then the bias
+// if any, then the output) before the matmul family's prepare() lays out its canonical views, so the generated
+// code is exactly a matmul kernel and every tuned matmul knob applies (searchSpace delegates).
+// Dense float32 1-D/2-D convs (any kernel, stride, dilation, padding; one group): an implicit
+// GEMM in column tiles. The kernel is the matmul of A = the weight [Cout, Cin*kh*kw] and B = a
+// tile of im2col columns [Cin*kh*kw, cols] (cols output pixels, sized by kTileBytes); its task
+// runner (scalars[0], replaced) fills each tile in a per-thread buffer, runs the generated part
+// on it into a [Cout, cols] tile with the bias epilogue applied, and copies that into the output.
+// No buffer ever holds more than one tile of the im2col matrix.
+// Depthwise float32 1-D/2-D convs (groups == Cin == Cout): a direct loop of their own. Per image
+// plane and output row, the row starts as the bias, then each kernel tap (unrolled: the kernel
+// size, strides and dilations are baked in) adds weight * input over the output columns whose
+// input column is inside the row (a loop the vectorizer widens); rows outside the input are
+// skipped, so padding costs nothing. The call's pads (auto_pad SAME depends on the input) are
+// scalars[0..1].
+// Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
+// spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+
+#include "jit/conv_family.h"
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/llvm_cpu_backend.h"
+#include "jit/llvm_cpu/matmul_plan.h"
+#include "ops/conv_geometry.h"
+#include "support/cpu_cores.h"
+#include "support/thread_pool.h"
+
+namespace shapevm::jit {
+namespace {
+
+using matmul::kScalarRunner;
+using matmul::kScalarTasks;
+
+constexpr std::size_t kX = 0, kW = 1, kBias = 2;
+// Conv attributes in schema order (ops.def): strides, pads, dilations, groups, auto_pad.
+constexpr std::size_t kStrides = 0, kPads = 1, kDilations = 2, kGroups = 3, kAutoPad = 4;
+// A dense conv's spare KernelArgs slots (after the matmul's canonical views, which end before
+// slot 8): the input, the output, and the window geometry of the call.
+constexpr int kXSlot = 12, kOutSlot = 13, kGeometrySlot = 14, kCountsSlot = 15;
+
+DimSpec staticDim(std::int64_t size) {
+  DimSpec dim;
+  static_cast<DimRange&>(dim) = DimRange::exactly(size);
+  dim.size = size;
+  return dim;
+}
+
+// The product of the spatial dims x.dims[2..rank): static when every one is, else dynamic with
+// the product of their ranges (unbounded on overflow).
+DimSpec spatialProduct(const OperandSpec& x) {
+  std::int64_t size = 1, lo = 1, hi = 1;
+  bool dynamic = false, unbounded = false;
+  for (int d = 2; d < x.rank; ++d) {
+    const DimSpec& dim = x.dims[d];
+    if (dim.isStatic()) {
+      size *= dim.size;
+      lo *= dim.size;
+      unbounded = unbounded || __builtin_mul_overflow(hi, dim.size, &hi);
+      continue;
+    }
+    dynamic = true;
+    lo *= dim.lo;
+    unbounded = unbounded || dim.hi == DimRange::kUnbounded || __builtin_mul_overflow(hi, dim.hi, &hi);
+  }
+  if (!dynamic) return staticDim(size);
+  DimSpec dim;
+  dim.lo = lo;
+  dim.hi = unbounded ? DimRange::kUnbounded : hi;
+  return dim;
+}
+
+bool hasBias(const KernelSpec& spec) {
+  return spec.inputs.size() > kBias && spec.inputs[kBias].is_tensor;
+}
+
+bool isFloatType(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
+}
+
+WindowAttrs windowAttrs(const KernelSpec& spec, std::vector<std::int64_t> kernel) {
+  WindowAttrs window;
+  window.kernel = std::move(kernel);
+  window.strides = spec.attrs[kStrides].ints;
+  window.pads = spec.attrs[kPads].ints;
+  window.dilations = spec.attrs[kDilations].ints;
+  window.auto_pad = spec.attrs[kAutoPad].i;
+  return window;
+}
+
+// Pointwise: a 1x1 kernel whose windows need no stride, dilation or padding (every auto_pad
+// mode pads a 1x1 stride-1 window by nothing).
+bool isPointwise(const KernelSpec& spec) {
+  const OperandSpec& w = spec.inputs[kW];
+  for (int d = 2; d < w.rank; ++d) {
+    if (w.dims[d].size != 1) return false;
+  }
+  for (std::int64_t s : spec.attrs[kStrides].ints) {
+    if (s != 1) return false;
+  }
+  for (std::int64_t p : spec.attrs[kPads].ints) {
+    if (p != 0) return false;
+  }
+  return true;
+}
+
+// Depthwise: one input and one output channel per group (the weight [C, 1, k...]).
+bool isDepthwise(const KernelSpec& spec) {
+  const OperandSpec& w = spec.inputs[kW];
+  const std::int64_t groups = spec.attrs[kGroups].i;
+  return groups > 1 && w.dims[0].size == groups && w.dims[1].size == 1 && spec.inputs[kX].dims[1].size == groups;
+}
+
+// OK when `spec` is a conv this family compiles; else the reason.
+Status checkConv(const KernelSpec& spec) {
+  if (spec.op != OpId::Conv) return makeError(ErrorCode::Unsupported, "the conv family compiles conv only");
+  if (spec.inputs.size() < 2 || spec.inputs.size() > 3 || !spec.epilogue.empty() || spec.fused != nullptr ||
+      spec.attrs.size() <= kAutoPad) {
+    return makeError(ErrorCode::Unsupported, "conv kernels take x, w and an optional bias, without an epilogue");
+  }
+  const OperandSpec& x = spec.inputs[kX];
+  const OperandSpec& w = spec.inputs[kW];
+  if (!x.is_tensor || !w.is_tensor || x.rank < 3 || x.rank > 5 || w.rank != x.rank) {
+    return makeError(ErrorCode::Unsupported, "conv kernels take a 1-D to 3-D conv's tensors, got {} and {}",
+                     x.toString(), w.toString());
+  }
+  if (x.dtype != w.dtype || !isFloatType(x.dtype)) {
+    return makeError(ErrorCode::Unsupported, "conv kernels take float32/float16/bfloat16 x and w of one dtype, got {}",
+                     spec.signature());
+  }
+  for (int d = 0; d < w.rank; ++d) {
+    if (!w.dims[d].isStatic()) {
+      return makeError(ErrorCode::Unsupported, "conv kernels bake in the weight's shape; weight {}", w.toString());
+    }
+  }
+  const bool depthwise = isDepthwise(spec);
+  if (spec.attrs[kGroups].i != 1 && !depthwise) {
+    return makeError(ErrorCode::Unsupported,
+                     "conv kernels take one group or a depthwise conv (groups={} stays interpreted)",
+                     spec.attrs[kGroups].i);
+  }
+  if (!x.dims[1].isStatic() || (!depthwise && x.dims[1].size != w.dims[1].size)) {
+    return makeError(ErrorCode::Unsupported, "conv kernels need the static {} input channels of the weight, got {}",
+                     w.dims[1].size, x.toString());
+  }
+  std::vector<std::int64_t> kernel, unknown;
+  for (int d = 2; d < w.rank; ++d) {
+    kernel.push_back(w.dims[d].size);
+    unknown.push_back(-1);
+  }
+  auto windows = forwardWindows("conv", unknown, windowAttrs(spec, kernel));
+  if (!windows) return windows.status();
+  if ((depthwise || !isPointwise(spec)) && (x.rank > 4 || x.dtype != DType::Float32)) {
+    return makeError(ErrorCode::Unsupported,
+                     "dense and depthwise conv kernels take float32 1-D and 2-D convs; {} stays interpreted",
+                     spec.signature());
+  }
+  if (hasBias(spec)) {
+    const OperandSpec& b = spec.inputs[kBias];
+    if (b.dtype != x.dtype || b.rank != 1 || !b.dims[0].isStatic() || b.dims[0].size != w.dims[0].size) {
+      return makeError(ErrorCode::Unsupported, "conv kernels take a static bias of the {} output channels, got {}",
+                       w.dims[0].size, b.toString());
+    }
+  }
+  if (spec.params.library != 0) return makeError(ErrorCode::Unsupported, "conv kernels have no library candidates");
+  return Status::ok();
+}
+
+// The matmul spec the conv's kernel is. Pointwise: A = W [Cout, Cin], B = X [N, Cin, S]. Dense:
+// A = W [Cout, K], B = one im2col tile [K, cols] (cols dynamic). Then the bias [Cout, 1] with
+// an add epilogue. Without a bias the matmul has two inputs, so its output is slot 2 (prepare()
+// points it there even when the conv's omitted bias holds that slot).
+KernelSpec matmulSpecOf(const KernelSpec& spec) {
+  const OperandSpec& x = spec.inputs[kX];
+  const OperandSpec& w = spec.inputs[kW];
+  const bool pointwise = isPointwise(spec);
+  std::int64_t k = 1;
+  for (int d = 1; d < w.rank; ++d) k *= w.dims[d].size;
+  KernelSpec mm;
+  mm.op = OpId::MatMul;
+  mm.params = spec.params;
+  mm.target = spec.target;
+  OperandSpec a;
+  a.dtype = w.dtype;
+  a.rank = 2;
+  a.dims[0] = staticDim(w.dims[0].size);
+  a.dims[1] = staticDim(k);
+  OperandSpec b;
+  b.dtype = x.dtype;
+  if (pointwise) {
+    b.rank = 3;
+    b.dims[0] = x.dims[0];
+    b.dims[1] = x.dims[1];
+    b.dims[2] = spatialProduct(x);
+  } else {
+    b.rank = 2;
+    b.dims[0] = staticDim(k);
+  }
+  mm.inputs = {a, b};
+  if (hasBias(spec)) {
+    OperandSpec c;
+    c.dtype = x.dtype;
+    c.rank = 2;
+    c.dims[0] = a.dims[0];
+    c.dims[1] = staticDim(1);
+    mm.inputs.push_back(c);
+    mm.epilogue = {EpilogueStep{OpId::Add, static_cast<int>(kBias), false}};
+  }
+  return mm;
+}
+
+const KernelFamily& matmulKernels() {
+  return *matmulFamily(OpId::MatMul);
+}
+
+// The windows of one call (per spatial axis), from the input's extents.
+Expected<std::vector<AxisWindow>> callWindows(const KernelSpec& spec, const Tensor& x, const Tensor& w) {
+  std::vector<std::int64_t> in, kernel;
+  for (int d = 2; d < x.rank(); ++d) {
+    in.push_back(x.dim(d));
+    kernel.push_back(w.dim(d));
+  }
+  return forwardWindows("conv", in, windowAttrs(spec, kernel));
+}
+
+// ---- pointwise: the matmul family's prepare() on views of the conv's tensors ----
+
+struct MatmulOperands {
+  Value values[3];
+  std::size_t count = 2;
+};
+
+Expected<MatmulOperands> pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> inputs) {
+  const Tensor& x = inputs[kX]->tensor();
+  const Tensor& w = inputs[kW]->tensor();
+  std::int64_t spatial = 1;
+  for (int d = 2; d < x.rank(); ++d) spatial *= x.dim(d);
+  MatmulOperands ops;
+  SVM_ASSIGN_OR_RETURN(Tensor a, w.reshapeView(Shape{w.dim(0), w.dim(1)}));
+  SVM_ASSIGN_OR_RETURN(Tensor b, x.reshapeView(Shape{x.dim(0), x.dim(1), spatial}));
+  ops.values[0] = Value::fromTensor(std::move(a));
+  ops.values[1] = Value::fromTensor(std::move(b));
+  if (hasBias(spec)) {
+    ops.count = 3;
+    SVM_ASSIGN_OR_RETURN(Tensor c, inputs[kBias]->tensor().reshapeView(Shape{w.dim(0), 1}));
+    ops.values[2] = Value::fromTensor(std::move(c));
+  }
+  return ops;
+}
+
+Status preparePointwise(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out,
+                        KernelArgs& args) {
+  SVM_ASSIGN_OR_RETURN(MatmulOperands ops, pointwiseOperands(spec, inputs));
+  SVM_ASSIGN_OR_RETURN(Tensor c, out.reshapeView(Shape{out.dim(0), out.dim(1), ops.values[1].tensor().dim(2)}));
+  const Value* pointers[3];
+  for (std::size_t k = 0; k < ops.count; ++k) {
+    const Tensor& t = ops.values[k].tensor();
+    pointers[k] = &ops.values[k];
+    args.data[k] = t.rawData();
+    for (int d = 0; d < kMaxRank; ++d) {
+      args.shape[k][d] = d < t.rank() ? t.dim(d) : 0;
+      args.strides[k][d] = d < t.rank() ? t.stride(d) : 0;
+    }
+  }
+  args.data[ops.count] = out.rawData();  // the matmul's output slot
+  return matmulKernels().prepare(matmulSpecOf(spec), std::span<const Value* const>(pointers, ops.count),
+                                 std::span<const Tensor>(&c, 1), args);
+}
+
+// ---- dense: im2col tiles through the generated part ----
+
+using PartFn = void (*)(const KernelArgs* args, std::int64_t task, std::int64_t tasks, void* scratch);
+
+// The geometry a dense call's runner reads (slot kGeometrySlot's shape and strides).
+struct DenseGeometry {
+  std::int64_t kh, kw, sh, sw, ph, pw, dh, dw;    // shape[0..7]
+  std::int64_t h, w, ho, wo, cols, k, cout, cin;  // strides[0..7]
+};
+
+DenseGeometry geometryOf(const KernelArgs& args) {
+  const std::int64_t* g = args.shape[kGeometrySlot];
+  const std::int64_t* e = args.strides[kGeometrySlot];
+  return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]};
+}
+
+// Columns [p0, p0 + count) of image n's im2col matrix into `tile` ([k, count], rows contiguous).
+void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel_stride, std::int64_t p0,
+              std::int64_t count, float* tile) {
+  for (std::int64_t ci = 0; ci < g.cin; ++ci) {
+    const float* plane = image + ci * x_channel_stride;
+    for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+      for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+        float* dst = tile + ((ci * g.kh + ky) * g.kw + kx) * count;
+        const std::int64_t x_off = kx * g.dw - g.pw;
+        // Output columns whose input column lies inside the row: [ox_lo, ox_hi).
+        const std::int64_t ox_lo = x_off >= 0 ? 0 : std::min(g.wo, (-x_off + g.sw - 1) / g.sw);
+        const std::int64_t ox_hi = g.w - x_off <= 0 ? 0 : std::min(g.wo, (g.w - x_off + g.sw - 1) / g.sw);
+        std::int64_t p = p0, j = 0;
+        while (j < count) {
+          const std::int64_t oy = p / g.wo, ox0 = p % g.wo;
+          const std::int64_t run = std::min(count - j, g.wo - ox0);
+          const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+          if (iy < 0 || iy >= g.h) {
+            std::fill(dst + j, dst + j + run, 0.0f);
+          } else {
+            const float* row = plane + iy * g.w;  // input column ox * sw + x_off, for ox in [lo, hi)
+            const std::int64_t lo = std::clamp(ox_lo, ox0, ox0 + run), hi = std::clamp(ox_hi, lo, ox0 + run);
+            float* out = dst + j;  // output column ox at out[ox - ox0]
+            std::fill(out, out + (lo - ox0), 0.0f);
+            if (g.sw == 1) {
+              std::memcpy(out + (lo - ox0), row + (lo + x_off), static_cast<std::size_t>(hi - lo) * sizeof(float));
+            } else {
+              for (std::int64_t ox = lo; ox < hi; ++ox) out[ox - ox0] = row[ox * g.sw + x_off];
+            }
+            std::fill(out + (hi - ox0), out + run, 0.0f);
+          }
+          j += run;
+          p += run;
+        }
+      }
+    }
+  }
+}
+
+// A per-thread buffer for one tile (im2col columns, the product) and the matmul's scratch.
+float* tileBuffer(std::int64_t floats) {
+  struct Buffer {
+    float* data = nullptr;
+    std::int64_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < floats) {
+    std::free(buffer.data);
+    const std::int64_t rounded = (floats + 1023) / 1024 * 1024;
+    buffer.data = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(rounded) * sizeof(float)));
+    buffer.size = buffer.data != nullptr ? rounded : 0;
+  }
+  return buffer.data;
+}
+
+// The task runner of a dense conv (scalars[kScalarRunner]): tiles (image, column block) split
+// across `tasks` threads, each filled, multiplied by the generated part and copied out.
+void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes) {
+  const DenseGeometry g = geometryOf(*args);
+  const std::int64_t batch = args->shape[kXSlot][0];
+  const std::int64_t pixels = g.ho * g.wo;
+  if (batch == 0 || pixels == 0 || g.cout == 0) return;
+  const std::int64_t blocks = (pixels + g.cols - 1) / g.cols;
+  const std::int64_t tiles = batch * blocks;
+  const int inputs = static_cast<int>(args->shape[kCountsSlot][0]);
+  const int slot_b = inputs + 2;
+  const auto* x = static_cast<const float*>(args->data[kXSlot]);
+  auto* out = static_cast<float*>(args->data[kOutSlot]);
+  const std::int64_t scratch_floats = (scratch_bytes + 63) / 64 * 16;
+  auto work = [&](std::int64_t task, std::int64_t count) {
+    float* buffer = tileBuffer(scratch_floats + (g.k + g.cout) * g.cols);
+    if (buffer == nullptr) std::abort();  // like a failed `new`: nothing to return an error to
+    float* scratch = buffer;
+    float* columns = buffer + scratch_floats;
+    float* product = columns + g.k * g.cols;
+    KernelArgs tile = *args;
+    for (std::int64_t t = task; t < tiles; t += count) {
+      const std::int64_t n = t / blocks, p0 = (t % blocks) * g.cols;
+      const std::int64_t width = std::min(g.cols, pixels - p0);
+      fillTile(g, x + n * args->strides[kXSlot][0], args->strides[kXSlot][1], p0, width, columns);
+      tile.data[1] = columns;
+      tile.data[inputs] = product;
+      tile.shape[slot_b][3] = width;
+      tile.strides[slot_b][2] = width;
+      part(&tile, 0, 1, scratch);
+      float* dst = out + n * g.cout * pixels + p0;
+      for (std::int64_t co = 0; co < g.cout; ++co) {
+        std::memcpy(dst + co * pixels, product + co * width, static_cast<std::size_t>(width) * sizeof(float));
+      }
+    }
+  };
+  const std::int64_t threads = std::min(tasks, tiles);
+  if (threads <= 1) {
+    work(0, 1);
+    return;
+  }
+  ThreadPool::global().run(static_cast<int>(threads), [&](int task) { work(task, threads); });
+}
+
+// Im2col tile width: a multiple of 16 columns whose [K, cols] tile fits kTileBytes (at least 16,
+// at most the image). Half of a 512 KiB L2: the tile streams from L2 while A's packed block and
+// the product tile share the rest.
+constexpr std::int64_t kTileBytes = 256 * 1024;
+std::int64_t tileColumns(std::int64_t k, std::int64_t pixels) {
+  const std::int64_t budget = kTileBytes / static_cast<std::int64_t>(sizeof(float));
+  std::int64_t cols = std::max<std::int64_t>(16, budget / std::max<std::int64_t>(1, k) / 16 * 16);
+  return std::min(cols, std::max<std::int64_t>(1, pixels));
+}
+
+Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out, KernelArgs& args) {
+  const Tensor& x = inputs[kX]->tensor();
+  const Tensor& w = inputs[kW]->tensor();
+  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, x, w));
+  const bool two_d = windows.size() == 2;
+  const AxisWindow none{1, 1, 1, 1, 1, 0, 0};
+  const AxisWindow& wy = two_d ? windows[0] : none;
+  const AxisWindow& wx = windows.back();
+  const std::int64_t cout = w.dim(0), cin = w.dim(1), k = cin * wy.kernel * wx.kernel;
+  const std::int64_t pixels = wy.out * wx.out;
+  const std::int64_t cols = tileColumns(k, pixels);
+  const DenseGeometry g{wy.kernel,   wx.kernel,   wy.stride, wx.stride, wy.pad_before, wx.pad_before,
+                        wy.dilation, wx.dilation, wy.in,     wx.in,     wy.out,        wx.out,
+                        cols,        k,           cout,      cin};
+  const std::int64_t geometry[16] = {g.kh, g.kw, g.sh, g.sw, g.ph,   g.pw, g.dh,   g.dw,
+                                     g.h,  g.w,  g.ho, g.wo, g.cols, g.k,  g.cout, g.cin};
+  std::copy(geometry, geometry + 8, args.shape[kGeometrySlot]);
+  std::copy(geometry + 8, geometry + 16, args.strides[kGeometrySlot]);
+  const int inputs_count = hasBias(spec) ? 3 : 2;  // the matmul's (its output slot follows them)
+  args.shape[kCountsSlot][0] = inputs_count;
+  args.data[kXSlot] = const_cast<void*>(static_cast<const void*>(x.rawData()));
+  args.shape[kXSlot][0] = x.dim(0);
+  args.strides[kXSlot][0] = x.stride(0);
+  args.strides[kXSlot][1] = x.stride(1);
+  args.data[kOutSlot] = out.rawData();
+  // The matmul's operands: A = W [cout, k] in slot 0, B = a tile (the runner points slot 1 at
+  // it), the bias [cout, 1] in slot 2; canonical views [1, 1, rows, cols] after the output.
+  const int slot_a = inputs_count + 1, slot_b = inputs_count + 2;
+  args.data[0] = const_cast<void*>(static_cast<const void*>(w.rawData()));
+  args.data[1] = nullptr;
+  const std::int64_t a_view[4] = {1, 1, cout, k}, a_strides[4] = {0, 0, k, 1};
+  const std::int64_t b_view[4] = {1, 1, k, cols}, b_strides[4] = {0, 0, cols, 1};
+  std::copy(a_view, a_view + 4, args.shape[slot_a]);
+  std::copy(a_strides, a_strides + 4, args.strides[slot_a]);
+  std::copy(b_view, b_view + 4, args.shape[slot_b]);
+  std::copy(b_strides, b_strides + 4, args.strides[slot_b]);
+  if (hasBias(spec)) {
+    const std::int64_t bias_strides[4] = {0, 0, 1, 0};
+    std::copy(bias_strides, bias_strides + 4, args.strides[kBias]);
+  }
+  const std::int64_t work = x.dim(0) * pixels * cout * k;
+  const std::int64_t threads = spec.params.threads > 0 ? spec.params.threads : kernelThreads();
+  args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runDenseConv));
+  args.scalars[kScalarTasks] = work >= matmul::kMinParallelWork ? std::max<std::int64_t>(1, threads) : 1;
+  return Status::ok();
+}
+
+// ---- depthwise: a direct loop ----
+
+constexpr int kScalarPadTop = 0, kScalarPadLeft = 1;
+
+Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
+  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, inputs[kX]->tensor(), inputs[kW]->tensor()));
+  args.scalars[kScalarPadTop] = windows.size() == 2 ? windows[0].pad_before : 0;
+  args.scalars[kScalarPadLeft] = windows.back().pad_before;
+  return Status::ok();
+}
+
+// The window attribute list `values` (one per spatial axis, [] = all `fallback`) at axis d of n.
+std::int64_t attrAt(const std::vector<std::int64_t>& values, int d, int n, std::int64_t fallback) {
+  return values.empty() ? fallback
+                        : values[static_cast<std::size_t>(values.size() == static_cast<std::size_t>(n) ? d : 0)];
+}
+
+Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
+  llvm::LLVMContext& context = module.getContext();
+  ir::Builder b(context);
+  llvm::Function* function = ir::beginKernel(module, symbol, b);
+  ir::ArgsView args(b, function->getArg(0));
+  const OperandSpec& xs = spec.inputs[kX];
+  const OperandSpec& ws = spec.inputs[kW];
+  const int spatial = xs.rank - 2;
+  const int out_slot = static_cast<int>(spec.inputs.size());
+  const std::int64_t channels = ws.dims[0].size;
+  const std::int64_t kh = spatial == 2 ? ws.dims[2].size : 1, kw = ws.dims[xs.rank - 1].size;
+  const std::vector<std::int64_t>& strides = spec.attrs[kStrides].ints;
+  const std::vector<std::int64_t>& dilations = spec.attrs[kDilations].ints;
+  const std::int64_t sh = spatial == 2 ? attrAt(strides, 0, 2, 1) : 1, sw = attrAt(strides, spatial - 1, spatial, 1);
+  const std::int64_t dh = spatial == 2 ? attrAt(dilations, 0, 2, 1) : 1;
+  const std::int64_t dw = attrAt(dilations, spatial - 1, spatial, 1);
+  llvm::Type* f32 = b.getFloatTy();
+  auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
+  llvm::Value* x = args.data(static_cast<int>(kX));
+  llvm::Value* w = args.data(static_cast<int>(kW));
+  llvm::Value* bias = hasBias(spec) ? args.data(static_cast<int>(kBias)) : nullptr;
+  llvm::Value* out = args.data(out_slot);
+  llvm::Value* batch = args.dim(static_cast<int>(kX), 0);
+  llvm::Value* h = spatial == 2 ? args.dim(static_cast<int>(kX), 2) : i64(1);
+  llvm::Value* wdt = args.dim(static_cast<int>(kX), xs.rank - 1);
+  llvm::Value* ho = spatial == 2 ? args.dim(out_slot, 2) : i64(1);
+  llvm::Value* wo = args.dim(out_slot, xs.rank - 1);
+  llvm::Value* ph = args.scalar(kScalarPadTop);
+  llvm::Value* pw = args.scalar(kScalarPadLeft);
+  llvm::Value* in_plane = b.CreateMul(h, wdt);
+  llvm::Value* out_plane = b.CreateMul(ho, wo);
+  // Per kx tap: the input column offset and the output columns [lo, hi) it reads inside the row.
+  std::vector<llvm::Value*> x_off(static_cast<std::size_t>(kw)), lo(static_cast<std::size_t>(kw)),
+      hi(static_cast<std::size_t>(kw));
+  auto ceilDiv = [&](llvm::Value* a, std::int64_t d) { return b.CreateSDiv(b.CreateAdd(a, i64(d - 1)), i64(d)); };
+  auto clamp = [&](llvm::Value* v, llvm::Value* low, llvm::Value* high) {
+    llvm::Value* up = b.CreateSelect(b.CreateICmpSLT(v, low), low, v);
+    return b.CreateSelect(b.CreateICmpSGT(up, high), high, up);
+  };
+  for (std::int64_t kx = 0; kx < kw; ++kx) {
+    const std::size_t k = static_cast<std::size_t>(kx);
+    x_off[k] = b.CreateSub(i64(kx * dw), pw);
+    lo[k] = clamp(ceilDiv(b.CreateNeg(x_off[k]), sw), i64(0), wo);
+    hi[k] = clamp(ceilDiv(b.CreateSub(wdt, x_off[k]), sw), lo[k], wo);
+  }
+  // The output rows are apart from the input and the weights (the runtime gives each its own
+  // buffer): input loads carry noalias against the output's scope, so the tap loop vectorizes
+  // without run-time overlap checks.
+  llvm::MDBuilder md(context);
+  llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.conv.depthwise");
+  llvm::MDNode* output_scope = llvm::MDNode::get(context, {md.createAnonymousAliasScope(domain, "output")});
+  auto inOutput = [&](llvm::Instruction* access) {
+    access->setMetadata(llvm::LLVMContext::MD_alias_scope, output_scope);
+    return access;
+  };
+  auto notOutput = [&](llvm::Instruction* access) {
+    access->setMetadata(llvm::LLVMContext::MD_noalias, output_scope);
+    return access;
+  };
+  const ir::LoopHints outer = ir::LoopHints::asEmitted();
+  ir::emitLoop(
+      b, i64(0), b.CreateMul(batch, i64(channels)), 1,
+      [&](llvm::Value* plane) {
+        llvm::Value* c = b.CreateURem(plane, i64(channels));
+        llvm::Value* xp = b.CreateInBoundsGEP(f32, x, b.CreateMul(plane, in_plane));
+        llvm::Value* op = b.CreateInBoundsGEP(f32, out, b.CreateMul(plane, out_plane));
+        llvm::Value* start = llvm::ConstantFP::get(f32, 0.0);
+        if (bias != nullptr) start = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bias, c));
+        std::vector<llvm::Value*> taps;
+        for (std::int64_t t = 0; t < kh * kw; ++t) {
+          taps.push_back(
+              b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, b.CreateAdd(b.CreateMul(c, i64(kh * kw)), i64(t)))));
+        }
+        ir::emitLoop(
+            b, i64(0), ho, 1,
+            [&](llvm::Value* oy) {
+              llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+              ir::emitLoop(
+                  b, i64(0), wo, 1, [&](llvm::Value* ox) { b.CreateStore(start, b.CreateInBoundsGEP(f32, orow, ox)); },
+                  "init");
+              for (std::int64_t ky = 0; ky < kh; ++ky) {
+                llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
+                llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
+                ir::emitIfElse(
+                    b, inside,
+                    [&] {
+                      llvm::Value* xrow = b.CreateGEP(f32, xp, b.CreateMul(iy, wdt));
+                      for (std::int64_t kx = 0; kx < kw; ++kx) {
+                        const std::size_t k = static_cast<std::size_t>(kx);
+                        llvm::Value* tap = taps[static_cast<std::size_t>(ky * kw + kx)];
+                        ir::emitLoop(
+                            b, lo[k], hi[k], 1,
+                            [&](llvm::Value* ox) {
+                              llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
+                              llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
+                              llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
+                              llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
+                              inOutput(b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {tap, xv, acc}),
+                                                     at));
+                            },
+                            "tap");
+                      }
+                    },
+                    [] {});
+              }
+            },
+            "oy", outer);
+      },
+      "plane", outer);
+  b.CreateRetVoid();
+  return Status::ok();
+}
+
+class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
+ public:
+  std::string_view name() const override { return "conv"; }
+
+  Status supports(const KernelSpec& spec) const override {
+    SVM_RETURN_IF_ERROR(checkConv(spec));
+    return isDepthwise(spec) ? Status::ok() : matmulKernels().supports(matmulSpecOf(spec));
+  }
+
+  Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
+                 std::span<Shape> shapes) const override {
+    if (inputs.size() != spec.inputs.size() || inputs[kX] == nullptr || inputs[kW] == nullptr ||
+        !inputs[kX]->isTensor() || !inputs[kW]->isTensor() ||
+        (hasBias(spec) && (inputs[kBias] == nullptr || !inputs[kBias]->isTensor()))) {
+      return makeError(ErrorCode::Unsupported, "conv kernel takes {} operands", spec.inputs.size());
+    }
+    const Tensor& x = inputs[kX]->tensor();
+    const Tensor& w = inputs[kW]->tensor();
+    if (x.rank() != w.rank() || x.dim(1) != w.dim(1) * spec.attrs[kGroups].i) {
+      return makeError(ErrorCode::ShapeMismatch, "conv: input {} does not fit the weight {}", x.shape().toString(),
+                       w.shape().toString());
+    }
+    SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, x, w));
+    Shape out{x.dim(0), w.dim(0)};
+    for (const AxisWindow& window : windows) out.push_back(window.out);
+    dtypes[0] = x.dtype();
+    shapes[0] = out;
+    return Status::ok();
+  }
+
+  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
+                 KernelArgs& args) const override {
+    // The spec does not guard layouts (a profile may not record a constant weight's): checked here,
+    // a strided operand declines the call to the reference kernel.
+    if (outputs.size() != 1 || !outputs[0].isContiguous() || !inputs[kX]->tensor().isContiguous() ||
+        !inputs[kW]->tensor().isContiguous() || (hasBias(spec) && !inputs[kBias]->tensor().isContiguous())) {
+      return makeError(ErrorCode::Unsupported, "conv kernel reads dense x, w and bias and writes one dense output");
+    }
+    if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
+    return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
+                             : prepareDense(spec, inputs, outputs[0], args);
+  }
+
+  std::string symbolStem(const KernelSpec& spec) const override {
+    std::string kernel;
+    for (int d = 2; d < spec.inputs[kW].rank; ++d) {
+      kernel += fmt::format("{}{}", kernel.empty() ? "" : "x", spec.inputs[kW].dims[d].size);
+    }
+    if (isDepthwise(spec)) {
+      return fmt::format("conv{}_depthwise_c{}_{}", kernel, spec.inputs[kW].dims[0].size,
+                         dtypeName(spec.inputs[kX].dtype));
+    }
+    return fmt::format("conv{}_{}", kernel, matmulKernels().symbolStem(matmulSpecOf(spec)));
+  }
+
+  std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
+    if (isDepthwise(spec)) return {};
+    std::vector<KernelParams> candidates = matmulKernels().searchSpace(matmulSpecOf(spec));
+    std::erase_if(candidates, [](const KernelParams& p) { return p.library != 0; });
+    return candidates;
+  }
+
+  Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
+    SVM_RETURN_IF_ERROR(checkConv(spec));
+    if (isDepthwise(spec)) return emitDepthwise(spec, module, symbol);
+    return matmul::emitMatmulKernel(matmulSpecOf(spec), module, symbol);
+  }
+};
+
+}  // namespace
+
+const KernelFamily* convFamily(OpId op) {
+  static const ConvFamily family;
+  return op == OpId::Conv ? &family : nullptr;
+}
+
+}  // namespace shapevm::jit

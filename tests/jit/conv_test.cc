@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+// The conv family (src/jit/llvm_cpu/codegen_conv.cc): pointwise convs compiled as the matmul
+// kernel and dense convs as im2col tiles through it, checked against the reference conv kernel
+// on random data — 1-D to 3-D, odd sizes, strides, dilations, padding at every border, tiles
+// that split rows, with and without a bias, one kernel over several batch and spatial extents
+// (dynamic dims), every tuning candidate — and the convs it leaves to the reference.
+#include <algorithm>
+#include <random>
+
+#include "jit/conv_family.h"
+#include "jit_test_util.h"
+
+namespace shapevm::jit {
+namespace {
+
+using namespace testing;  // jit_test_util.h
+
+// bias: 0 none, 1 a random bias, 2 an omitted (None) third input.
+std::vector<Value> convInputs(DType dtype, const Shape& x, std::int64_t cout, int bias, std::mt19937& rng,
+                              std::int64_t kernel = 1) {
+  Shape w{cout, x[1]};
+  for (int d = 2; d < x.rank(); ++d) w.push_back(kernel);
+  std::vector<Value> inputs{operand(dtype, x, rng), operand(dtype, w, rng)};
+  if (bias == 1) inputs.push_back(operand(dtype, Shape{cout}, rng));
+  if (bias == 2) inputs.push_back(Value{});
+  return inputs;
+}
+
+// The spec for `inputs` with the batch and spatial dims dynamic (channels and the weight static).
+KernelSpec dynamicSpec(const std::vector<Value>& inputs, const Attrs& attrs = {}) {
+  KernelSpec spec = specFor("conv", inputs, attrs);
+  OperandSpec& x = spec.inputs[0];
+  for (int d = 0; d < x.rank; ++d) {
+    if (d != 1) x.dims[d] = DimSpec{};
+  }
+  return spec;
+}
+
+TEST(ConvJit, PointwiseConvsMatchTheReference) {
+  std::mt19937 rng(21);
+  struct Case {
+    Shape x;
+    std::int64_t cout;
+  };
+  const std::vector<Case> cases = {{Shape{1, 3, 5, 7}, 4},    {Shape{2, 16, 9, 11}, 33}, {Shape{1, 64, 14, 14}, 128},
+                                   {Shape{3, 7, 1, 1}, 5},    {Shape{2, 5, 17}, 9},      {Shape{1, 6, 3, 4, 5}, 7},
+                                   {Shape{1, 130, 6, 6}, 20}, {Shape{0, 4, 3, 3}, 2}};
+  // Each case once (keeps the test's compiles few): the bias cycles through present, absent and
+  // omitted, the spec through static and dynamic N/H/W.
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const int bias = static_cast<int>(i % 3);
+    const std::vector<Value> inputs = convInputs(DType::Float32, c.x, c.cout, bias, rng);
+    const KernelSpec spec = i % 2 == 0 ? specFor("conv", inputs) : dynamicSpec(inputs);
+    EXPECT_TRUE(matchesReference(spec, inputs)) << c.x.toString() << " bias " << bias;
+  }
+}
+
+TEST(ConvJit, HalfPrecision) {
+  std::mt19937 rng(22);
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    const std::vector<Value> inputs = convInputs(dtype, Shape{2, 12, 5, 9}, 10, 1, rng);
+    EXPECT_TRUE(matchesReference(specFor("conv", inputs), inputs)) << dtypeName(dtype);
+  }
+}
+
+// One kernel (dynamic N, H, W) over several batches and image sizes, explicit zero pads, unit
+// strides and SAME/VALID auto_pad (all mean no padding for a 1x1 kernel).
+TEST(ConvJit, OneKernelOverSeveralSizes) {
+  std::mt19937 rng(23);
+  for (const Attrs& attrs :
+       {Attrs{}, Attrs{{"strides", AttrValue::ofInts({1, 1})}, {"pads", AttrValue::ofInts({0, 0, 0, 0})}},
+        Attrs{{"auto_pad", AttrValue::ofInt(1)}}, Attrs{{"auto_pad", AttrValue::ofInt(3)}}}) {
+    std::vector<std::vector<Value>> sets;
+    for (auto [n, h, w] :
+         {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 7, 7}, {3, 13, 5}, {2, 1, 31}, {1, 24, 20}}) {
+      Tensor x = randomTensor(DType::Float32, Shape{n, 24, h, w}, rng, Layout::Contiguous, 1.0);
+      sets.push_back({Value::fromTensor(x), Value{}, Value{}});
+    }
+    const std::vector<Value> params = convInputs(DType::Float32, Shape{1, 24, 1, 1}, 40, 1, rng);
+    for (std::vector<Value>& set : sets) {
+      set[1] = params[1];
+      set[2] = params[2];
+    }
+    EXPECT_TRUE(sameKernelMatches(dynamicSpec(sets[0], attrs), sets));
+  }
+}
+
+// The tuner's candidates (the matmul's, without library kernels): the first, the last and a few
+// between (each is a compile).
+TEST(ConvJit, TuningCandidatesMatchTheReference) {
+  std::mt19937 rng(24);
+  const std::vector<Value> inputs = convInputs(DType::Float32, Shape{1, 32, 10, 12}, 48, 1, rng);
+  const KernelSpec spec = sharedBackend().targetSpec(specFor("conv", inputs));
+  const std::vector<KernelParams> candidates = familyFor(OpId::Conv)->searchSpace(spec);
+  ASSERT_GE(candidates.size(), 2u);
+  for (const KernelParams& params : candidates) EXPECT_EQ(params.library, 0) << params.toString();
+  const std::size_t n = candidates.size();
+  std::vector<std::size_t> picked = {0, n / 3, 2 * n / 3, n - 1};
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  for (std::size_t i : picked) {
+    const KernelParams& params = candidates[i];
+    KernelSpec tuned = spec;
+    tuned.params = params;
+    EXPECT_TRUE(matchesReference(tuned, inputs)) << params.toString();
+  }
+}
+
+TEST(ConvJit, DenseConvsMatchTheReference) {
+  std::mt19937 rng(26);
+  struct Case {
+    Shape x;
+    std::int64_t cout, kernel;
+    Attrs attrs;
+  };
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const std::vector<Case> cases = {
+      {Shape{1, 3, 9, 11}, 5, 3, {{"pads", ints({1, 1, 1, 1})}}},
+      {Shape{2, 4, 10, 9}, 6, 3, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {Shape{1, 3, 23, 17}, 8, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},
+      {Shape{1, 5, 12, 13}, 7, 3, {{"dilations", ints({2, 3})}, {"pads", ints({2, 0, 1, 3})}}},
+      {Shape{1, 2, 8, 8}, 3, 3, {{"pads", ints({0, 2, 2, 0})}, {"strides", ints({1, 3})}}},
+      {Shape{2, 6, 7, 7}, 4, 5, {}},
+      {Shape{1, 16, 6, 5}, 9, 3, {{"auto_pad", AttrValue::ofInt(1)}}},
+      {Shape{1, 16, 6, 5}, 9, 2, {{"auto_pad", AttrValue::ofInt(2)}, {"strides", ints({2, 2})}}},
+      {Shape{1, 4, 5, 6}, 3, 1, {{"strides", ints({2, 2})}}},
+      {Shape{1, 4, 5, 6}, 3, 1, {{"pads", ints({1, 0, 0, 1})}}},
+      {Shape{3, 5, 19}, 4, 3, {{"pads", ints({1, 2})}, {"dilations", ints({2})}}},
+      {Shape{1, 64, 14, 15}, 32, 3, {{"pads", ints({1, 1, 1, 1})}}},
+      {Shape{0, 3, 5, 5}, 2, 3, {}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const int bias = static_cast<int>(i % 3);
+    const std::vector<Value> inputs = convInputs(DType::Float32, c.x, c.cout, bias, rng, c.kernel);
+    const KernelSpec spec = i % 2 == 0 ? specFor("conv", inputs, c.attrs) : dynamicSpec(inputs, c.attrs);
+    EXPECT_TRUE(matchesReference(spec, inputs)) << c.x.toString() << " bias " << bias;
+  }
+}
+
+TEST(ConvJit, DepthwiseConvsMatchTheReference) {
+  std::mt19937 rng(28);
+  struct Case {
+    Shape x;
+    std::int64_t kernel;
+    Attrs attrs;
+  };
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const std::vector<Case> cases = {
+      {Shape{1, 8, 9, 11}, 3, {{"pads", ints({1, 1, 1, 1})}}},
+      {Shape{2, 5, 10, 9}, 3, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {Shape{1, 3, 12, 13}, 3, {{"dilations", ints({2, 3})}, {"pads", ints({2, 0, 1, 3})}}},
+      {Shape{1, 4, 8, 30}, 5, {{"pads", ints({0, 2, 2, 0})}, {"strides", ints({1, 3})}}},
+      {Shape{1, 6, 7, 6}, 3, {{"auto_pad", AttrValue::ofInt(2)}, {"strides", ints({2, 2})}}},
+      {Shape{2, 7, 19}, 3, {{"pads", ints({1, 2})}, {"dilations", ints({2})}}},
+      {Shape{1, 4, 2, 2}, 3, {{"pads", ints({2, 2, 2, 2})}}},
+      {Shape{1, 4, 5, 6}, 1, {}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.emplace_back("groups", AttrValue::ofInt(c.x[1]));
+    Shape w{c.x[1], 1};
+    for (int d = 2; d < c.x.rank(); ++d) w.push_back(c.kernel);
+    std::vector<Value> inputs{operand(DType::Float32, c.x, rng), operand(DType::Float32, w, rng)};
+    if (i % 2 == 0) inputs.push_back(operand(DType::Float32, Shape{c.x[1]}, rng));
+    const KernelSpec spec = i % 3 == 0 ? dynamicSpec(inputs, attrs) : specFor("conv", inputs, attrs);
+    EXPECT_TRUE(matchesReference(spec, inputs)) << c.x.toString() << " bias " << (i % 2 == 0);
+  }
+}
+
+// Tiles of 16 columns (K = 64 * 7 * 7 leaves room for no more in the tile budget): tiles start
+// mid-row, span rows and end in a partial tile; one dynamic kernel over several sizes and batches.
+TEST(ConvJit, SmallTilesAndOneKernelOverSeveralSizes) {
+  std::mt19937 rng(27);
+  const Attrs attrs = {{"strides", AttrValue::ofInts({2, 1})}, {"pads", AttrValue::ofInts({3, 2, 1, 3})}};
+  const std::vector<Value> params = convInputs(DType::Float32, Shape{1, 64, 7, 7}, 5, 1, rng, 7);
+  std::vector<std::vector<Value>> sets;
+  for (auto [n, h, w] :
+       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 9, 13}, {2, 16, 7}, {3, 5, 21}, {1, 3, 3}}) {
+    sets.push_back({operand(DType::Float32, Shape{n, 64, h, w}, rng), params[1], params[2]});
+  }
+  EXPECT_TRUE(sameKernelMatches(dynamicSpec(sets[0], attrs), sets));
+}
+
+// Grouped (not depthwise) convs, 16-bit dense convs and 3-D dense convs stay with the reference
+// kernel, with the reason; the symbol names the kernel size (and a depthwise kernel).
+TEST(ConvJit, SupportAndSymbols) {
+  std::mt19937 rng(25);
+  const KernelFamily* family = familyFor(OpId::Conv);
+  ASSERT_NE(family, nullptr);
+  const std::vector<Value> pointwise = convInputs(DType::Float32, Shape{1, 8, 6, 6}, 4, 1, rng);
+  EXPECT_TRUE(family->supports(specFor("conv", pointwise)).isOk());
+  EXPECT_NE(family->symbolStem(specFor("conv", pointwise)).find("conv1x1_"), std::string::npos);
+  const std::vector<Value> dense = convInputs(DType::Float32, Shape{1, 8, 6, 6}, 4, 1, rng, 3);
+  EXPECT_TRUE(family->supports(specFor("conv", dense)).isOk());
+  EXPECT_NE(family->symbolStem(specFor("conv", dense)).find("conv3x3_"), std::string::npos);
+  auto reason = [&](const std::vector<Value>& inputs, const Attrs& attrs) {
+    Status status = family->supports(specFor("conv", inputs, attrs));
+    return status.isOk() ? std::string("supported") : status.message();
+  };
+  std::vector<Value> grouped = {operand(DType::Float32, Shape{1, 8, 6, 6}, rng),
+                                operand(DType::Float32, Shape{8, 4, 1, 1}, rng)};
+  EXPECT_NE(reason(grouped, {{"groups", AttrValue::ofInt(2)}}).find("group"), std::string::npos);
+  const std::vector<Value> half = convInputs(DType::Float16, Shape{1, 8, 6, 6}, 4, 1, rng, 3);
+  EXPECT_NE(reason(half, {}).find("float32 1-D and 2-D"), std::string::npos);
+  std::vector<Value> depthwise = {operand(DType::Float32, Shape{1, 8, 6, 6}, rng),
+                                  operand(DType::Float32, Shape{8, 1, 3, 3}, rng)};
+  EXPECT_EQ(reason(depthwise, {{"groups", AttrValue::ofInt(8)}}), "supported");
+  EXPECT_NE(family->symbolStem(specFor("conv", depthwise, {{"groups", AttrValue::ofInt(8)}})).find("depthwise"),
+            std::string::npos);
+  const std::vector<Value> volume = convInputs(DType::Float32, Shape{1, 2, 4, 4, 4}, 4, 1, rng, 3);
+  EXPECT_NE(reason(volume, {}).find("float32 1-D and 2-D"), std::string::npos);
+  // A symbolic channel count cannot be baked in.
+  EXPECT_FALSE(family->supports(symbolicSpec(specFor("conv", pointwise))).isOk());
+}
+
+}  // namespace
+}  // namespace shapevm::jit
