@@ -194,7 +194,8 @@ Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan&
                        "parameter '{}' has token {} (any rank), so no input can be generated: give it with --input {}=FILE.npy",
                        p.name, p.token.toString(), p.name);
     }
-    const bool fixed = std::all_of(p.token.dims.begin(), p.token.dims.end(), [](const DimToken& d) { return d.is_static; });
+    const bool fixed =
+        std::all_of(p.token.dims.begin(), p.token.dims.end(), [](const DimToken& d) { return d.is_static; });
     if (fixed && drawn_once != nullptr) {
       if (auto it = drawn_once->find(index); it != drawn_once->end()) {
         args.push_back(Value::fromTensor(it->second));
