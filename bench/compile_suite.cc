@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The compile suite: what a cold kernel costs to build under each IR pipeline (JitOptPipeline 1,
-// the short kernel pipeline, against 0, LLVM's O3 pipeline), and what the kernels it gives cost
-// to run. On the reference workload's O1 kernels: CPU time of this thread for emit + IR passes
-// (KernelBackend::compile) and for machine code + link (the rest of compileKernel), and each
+// The compile suite: what a cold kernel costs to build under each compile configuration (the IR
+// pipeline, jit_opt_pipeline: LLVM's O3 or the short kernel pipeline; the backend level,
+// jit_codegen_level: Aggressive, Default or Less), and what the kernels it gives cost to run. On the
+// reference workload's O1 kernels: CPU time of this thread for a whole compile (KernelBackend::compile:
+// emit, IR passes, machine code) and for the rest of compileKernel (link; a kernel cache lookup), and each
 // kernel's time per call; then the workload's steady time per call at O1 and O2 (untuned) with
-// every kernel built under each pipeline (compile threads at nice 0 for it). Invariant: both pipelines alternate within
-// every round (this machine's speed drifts) and every kernel is checked against the reference before it is timed;
-// figures are medians.
+// every kernel built under each configuration (compile threads at nice 0 for it). Invariant: the
+// configurations alternate within every round (this machine's speed drifts) and every kernel is
+// checked against the reference before it is timed; figures are medians.
 #include <time.h>
 
 #include <algorithm>
@@ -35,7 +36,31 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-constexpr int kPipelines = 2;  // JitOptPipeline 0 (LLVM O3) and 1 (the kernel pipeline)
+// The compile configurations compared, the defaults' first.
+struct CompileConfig {
+  const char* tag;    // JSON key prefix
+  const char* label;  // printed
+  std::int64_t pipeline, codegen_level;
+};
+constexpr CompileConfig kConfigs[] = {
+    {"kernel", "kernel+Aggr", 1, 3},
+    {"o3", "O3+Aggr", 0, 3},
+    {"kernel_cg2", "kernel+Default", 1, 2},
+    {"kernel_cg1", "kernel+Less", 1, 1},
+};
+constexpr int kConfigCount = static_cast<int>(std::size(kConfigs));
+
+Status applyConfig(int config) {
+  SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, kConfigs[config].pipeline));
+  return Tunables::set(Tunable::JitCodegenLevel, kConfigs[config].codegen_level);
+}
+
+Status restoreDefaults() {
+  for (Tunable t : {Tunable::JitOptPipeline, Tunable::JitCodegenLevel, Tunable::CompileNice}) {
+    SVM_RETURN_IF_ERROR(Tunables::set(t, Tunables::info(t).default_value));
+  }
+  return Status::ok();
+}
 
 // One of the workload's O1 kernels on inputs of its shapes (batch 32, seq 30).
 struct CompileCase {
@@ -66,10 +91,10 @@ std::vector<CompileCase> compileCases(std::mt19937_64& rng) {
 }
 
 struct CaseTimes {
-  std::vector<double> build_ms[kPipelines], codegen_ms[kPipelines], call_us[kPipelines];
+  std::vector<double> build_ms[kConfigCount], codegen_ms[kConfigCount], call_us[kConfigCount];
 };
 
-// The O1 kernels, pipelines alternating per round.
+// The O1 kernels, configurations alternating per round.
 Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& out) {
   std::mt19937_64 rng(23);
   std::vector<CompileCase> cases = compileCases(rng);
@@ -85,10 +110,11 @@ Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& o
       const jit::KernelSpec spec = backend.targetSpec(jit::exactSpec(kase.op, {}, inputs));
       std::vector<Value> want(1);
       SVM_RETURN_IF_ERROR(family->reference(spec, inputs, want));
-      for (int p = 0; p < kPipelines; ++p) {
-        const int pipeline = (round % 2 == 0) ? p : kPipelines - 1 - p;
-        SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, pipeline));
-        // Emit + IR passes alone (the code is dropped), then the whole compile.
+      for (int p = 0; p < kConfigCount; ++p) {
+        const int config = (round % 2 == 0) ? p : kConfigCount - 1 - p;  // order alternating
+        SVM_RETURN_IF_ERROR(applyConfig(config));
+        // A whole compile (emit, IR passes, machine code; the object is dropped), then compileKernel
+        // (link; its kernel cache already holds this configuration's object from the first round on).
         double start = threadCpuMs();
         SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> code,
                              backend.compile(*family, spec, "svm_bench_" + family->symbolStem(spec)));
@@ -103,59 +129,58 @@ Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& o
         const double error = got[0].isTensor() ? relL2(got[0].tensor(), want[0].tensor()) : 1.0;
         if (!(error <= 1e-5)) {
           (void)backend.free(kernel->handle);
-          return makeError(ErrorCode::Internal, "{} (JitOptPipeline={}): rel L2 {:.3g} against the reference",
-                           kase.name, pipeline, error);
+          return makeError(ErrorCode::Internal, "{} ({}): rel L2 {:.3g} against the reference", kase.name,
+                           kConfigs[config].label, error);
         }
         const double call_ms = medianMs(flags.quick ? 15 : 41, call);
         (void)backend.free(kernel->handle);
-        times[c].build_ms[pipeline].push_back(build_ms);
-        times[c].codegen_ms[pipeline].push_back(std::max(0.0, total_ms - build_ms));
-        times[c].call_us[pipeline].push_back(call_ms * 1e3);
+        times[c].build_ms[config].push_back(build_ms);
+        times[c].codegen_ms[config].push_back(std::max(0.0, total_ms - build_ms));
+        times[c].call_us[config].push_back(call_ms * 1e3);
       }
     }
   }
-  SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, Tunables::info(Tunable::JitOptPipeline).default_value));
+  SVM_RETURN_IF_ERROR(restoreDefaults());
   fmt::print(
-      "compile: thread CPU ms per cold kernel (emit + IR passes | machine code + link) and us per call, "
-      "LLVM O3 pipeline -> kernel pipeline, medians of {} rounds\n",
+      "compile: thread CPU ms per cold kernel (compile: emit + IR + machine code | link) and us per call, "
+      "medians of {} rounds, per configuration (IR pipeline + backend level)\n",
       rounds);
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const CaseTimes& t = times[c];
     json row = {{"kernel", cases[c].name}, {"rounds", rounds}};
-    for (int p = 0; p < kPipelines; ++p) {
-      const std::string tag = p == 0 ? "o3" : "kernel";
-      row[tag + "_build_cpu_ms"] = median(t.build_ms[p]);
-      row[tag + "_codegen_cpu_ms"] = median(t.codegen_ms[p]);
+    std::string line;
+    for (int p = 0; p < kConfigCount; ++p) {
+      const std::string tag = kConfigs[p].tag;
+      row[tag + "_compile_cpu_ms"] = median(t.build_ms[p]);
+      row[tag + "_link_cpu_ms"] = median(t.codegen_ms[p]);
       row[tag + "_call_us"] = median(t.call_us[p]);
+      line += fmt::format("; {} compile {:.1f} + link {:.1f} = {:.1f} ms, call {:.1f} us", kConfigs[p].label,
+                          median(t.build_ms[p]), median(t.codegen_ms[p]),
+                          median(t.build_ms[p]) + median(t.codegen_ms[p]), median(t.call_us[p]));
     }
     out.push_back(row);
-    fmt::print(
-        "compile {:<34} IR {:6.1f} -> {:5.1f} ms, codegen {:6.1f} -> {:5.1f} ms, total {:6.1f} -> {:5.1f} ms; "
-        "call {:8.1f} -> {:8.1f} us\n",
-        cases[c].name, median(t.build_ms[0]), median(t.build_ms[1]), median(t.codegen_ms[0]), median(t.codegen_ms[1]),
-        median(t.build_ms[0]) + median(t.codegen_ms[0]), median(t.build_ms[1]) + median(t.codegen_ms[1]),
-        median(t.call_us[0]), median(t.call_us[1]));
+    fmt::print("compile {:<34}{}\n", cases[c].name, line);
   }
   return Status::ok();
 }
 
 // The workload (lstm_cell, batch 32) at O1 and O2 without tuning, every kernel built under each
-// pipeline: compile events of the warm-up, then the steady time per call, instances interleaved.
+// configuration: compile events of the warm-up, then the steady time per call, instances interleaved.
 Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) {
   const std::int64_t seqs[] = {10, 20, 30};
   struct Entry {
     Instance instance;
-    int level = 0, pipeline = 0;
+    int level = 0, config = 0;
     std::vector<double> codegen_ms, total_ms;
     std::map<std::int64_t, std::vector<double>> ms;
   };
   std::vector<Entry> entries;
   // Compile threads at the interpreter's priority here: on a loaded machine a lowered compile
-  // thread's wall times measure the other load more than the pipeline.
+  // thread's wall times measure the other load more than the configuration.
   SVM_RETURN_IF_ERROR(Tunables::set(Tunable::CompileNice, 0));
   for (int level = 1; level <= 2; ++level) {
-    for (int pipeline = 0; pipeline < kPipelines; ++pipeline) {
-      SVM_RETURN_IF_ERROR(Tunables::set(Tunable::JitOptPipeline, pipeline));
+    for (int config = 0; config < kConfigCount; ++config) {
+      SVM_RETURN_IF_ERROR(applyConfig(config));
       SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, "lstm_cell", level, "", -1, /*jit_wait=*/true));
       const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
       // As the workload suite warms up: six passes over the seqs, then the seq stream (8..128), so
@@ -167,7 +192,7 @@ Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) 
         if (auto ran = instance.session->run(instance.function, workloadArgs(fn, weights, 32, seq, 5)); !ran)
           return ran.status();
       }
-      Entry entry{std::move(instance), level, pipeline, {}, {}, {}};
+      Entry entry{std::move(instance), level, config, {}, {}, {}};
       for (const jit::CompileEvent& e : entry.instance.jit()->stats().events) {
         entry.codegen_ms.push_back(e.codegen_ms);
         entry.total_ms.push_back(e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms);
@@ -175,9 +200,7 @@ Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) 
       entries.push_back(std::move(entry));
     }
   }
-  for (Tunable t : {Tunable::JitOptPipeline, Tunable::CompileNice}) {
-    SVM_RETURN_IF_ERROR(Tunables::set(t, Tunables::info(t).default_value));
-  }
+  SVM_RETURN_IF_ERROR(restoreDefaults());
   const int rounds = flags.quick ? 5 : 15;
   for (int round = 0; round < rounds; ++round) {
     for (std::int64_t seq : seqs) {
@@ -193,7 +216,7 @@ Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) 
   for (const Entry& entry : entries) {
     json row = {{"variant", "lstm_cell"},
                 {"level", fmt::format("O{}", entry.level)},
-                {"pipeline", entry.pipeline == 0 ? "llvm-o3" : "kernel"},
+                {"config", kConfigs[entry.config].tag},
                 {"compiles", entry.codegen_ms.size()},
                 {"codegen_median_ms", median(entry.codegen_ms)},
                 {"compile_median_ms", median(entry.total_ms)}};
@@ -205,9 +228,9 @@ Status workloadRows(const BenchFlags& flags, const Weights& weights, json& out) 
     }
     out.push_back(row);
     fmt::print(
-        "compile workload lstm_cell O{} {:<8}: {} compiles, codegen median {:.1f} ms, compile median {:.1f} ms "
+        "compile workload lstm_cell O{} {:<14}: {} compiles, codegen median {:.1f} ms, compile median {:.1f} ms "
         "(wall, compile thread); steady per call{}\n",
-        entry.level, entry.pipeline == 0 ? "LLVM O3" : "kernel", entry.codegen_ms.size(), median(entry.codegen_ms),
+        entry.level, kConfigs[entry.config].label, entry.codegen_ms.size(), median(entry.codegen_ms),
         median(entry.total_ms), steady);
   }
   return Status::ok();

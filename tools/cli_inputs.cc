@@ -154,7 +154,7 @@ Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t see
 }
 
 Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
-                                            std::string* dims_label) {
+                                            std::string* dims_label, DrawnOnce* drawn_once) {
   std::map<int, std::int64_t> bound;  // dynamic dim id -> extent chosen this iteration
   // Given tensors bind their dynamic dims first, so generated inputs agree with them.
   for (const Param& p : fn.params) {
@@ -194,6 +194,14 @@ Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan&
                        "parameter '{}' has token {} (any rank), so no input can be generated: give it with --input {}=FILE.npy",
                        p.name, p.token.toString(), p.name);
     }
+    const bool fixed =
+        std::all_of(p.token.dims.begin(), p.token.dims.end(), [](const DimToken& d) { return d.is_static; });
+    if (fixed && drawn_once != nullptr) {
+      if (auto it = drawn_once->find(index); it != drawn_once->end()) {
+        args.push_back(Value::fromTensor(it->second));
+        continue;
+      }
+    }
     Shape shape;
     for (std::size_t axis = 0; axis < p.token.dims.size(); ++axis) {
       const DimToken& d = p.token.dims[axis];
@@ -211,8 +219,11 @@ Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan&
       }
       shape.push_back(extent);
     }
-    const std::uint64_t seed = plan.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(iteration) * 1000003ULL + index;
+    // A weight's seed leaves out the iteration: the same values every iteration, cached or not.
+    const std::uint64_t draw = fixed ? 0 : static_cast<std::uint64_t>(iteration);
+    const std::uint64_t seed = plan.seed * 0x9E3779B97F4A7C15ULL + draw * 1000003ULL + index;
     SVM_ASSIGN_OR_RETURN(Tensor t, randomTensor(p.token.dtype.value_or(DType::Float32), shape, seed));
+    if (fixed && drawn_once != nullptr) drawn_once->emplace(index, t);
     args.push_back(Value::fromTensor(std::move(t)));
   }
   return args;

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // How `shapevm run` turns flags into function arguments: inputs from .npz/.npy matched to
 // parameters by name, scalar arguments, and generated (seeded random) inputs whose dynamic
-// dims follow a `--dim` schedule that cycles per iteration.
+// dims follow a `--dim` schedule that cycles per iteration. A generated parameter whose shape token is
+// fully static (a weight or bias) is drawn once per run and reused every iteration; one with a dynamic
+// dim (per-iteration data) is drawn afresh each iteration. Both are reproducible from `--seed`.
 #pragma once
 
 #include <cstdint>
@@ -33,10 +35,16 @@ struct InputPlan {
 // list the valid names.
 Status validatePlan(const Function& fn, const InputPlan& plan);
 
+// Generated static-shape parameters (weights), drawn by the first buildArguments() of a run and
+// reused by the later ones, by parameter index.
+using DrawnOnce = std::map<std::size_t, Tensor>;
+
 // Arguments for iteration `iteration` (dim schedules cycle), plus a label of the dynamic dims
-// used ("batch=32 seq=10") for per-shape statistics.
+// used ("batch=32 seq=10") for per-shape statistics. With `drawn_once`, static-shape parameters
+// are taken from it (drawn into it the first time); their values do not depend on `iteration`
+// either way, so a run gives the same arguments with or without it.
 Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
-                                            std::string* dims_label);
+                                            std::string* dims_label, DrawnOnce* drawn_once = nullptr);
 
 // Deterministic standard-normal / integer fill used for generated inputs.
 Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t seed);

@@ -377,6 +377,7 @@ int runCommand(RunFlags flags) {
   std::map<std::string, std::vector<double>> by_label;
   std::vector<std::string> label_order;
   std::vector<Value> outputs;
+  DrawnOnce drawn_once;  // generated weights: drawn in the first iteration, reused by the rest
   // A debugger front end may run the program again from the start (`run` after the end or an error).
   for (bool again = true; again;) {
     again = false;
@@ -385,7 +386,7 @@ int runCommand(RunFlags flags) {
     label_order.clear();
     for (std::int64_t iteration = 0; iteration < flags.iters; ++iteration) {
       std::string label;
-      auto args = buildArguments(fn, plan, iteration, &label);
+      auto args = buildArguments(fn, plan, iteration, &label, &drawn_once);
       if (!args) return fail(args.status());
       auto start = std::chrono::steady_clock::now();
       auto result = session.run(*function, *args);
@@ -524,7 +525,10 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("--dim", flags.dims,
                   "NAME=V[,V...] for a named dynamic dim (or ?N), PARAM.AXIS=V[,V...] for any dynamic dim; "
                   "a list cycles per iteration (repeatable)");
-  cmd->add_option("--seed", flags.seed, "seed for generated inputs (default 0)")->check(nonNegativeSeed());
+  cmd->add_option("--seed", flags.seed,
+                  "seed for generated inputs (default 0); static-shape parameters (weights) are drawn once per run, "
+                  "inputs with a dynamic dim afresh each iteration")
+      ->check(nonNegativeSeed());
   cmd->add_option("--iters", flags.iters, "number of runs (default 1)");
   cmd->add_option("--out", flags.out, "write the last run's outputs to this .npz (out0, out1, ...)");
   cmd->add_flag("--stats", flags.stats, "print latency (median, p99) per dim setting and totals");

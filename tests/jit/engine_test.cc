@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include <unistd.h>
 
 #include "jit/llvm_cpu/codegen_util.h"
 #include "jit/llvm_cpu/engine.h"
+#include "support/tunables.h"
 
 // gdb's JIT interface (GDB manual, "JIT Compilation Interface"), defined by LLVM's JIT loader.
 extern "C" {
@@ -50,6 +52,18 @@ Status emitAxpy(llvm::Module& module, const std::string& symbol) {
   return Status::ok();
 }
 
+// Calls an emitAxpy kernel on `n` elements and checks every output.
+void expectAxpy(const KernelHandle& handle, std::size_t n, const std::string& what) {
+  std::vector<float> in(n), out(n, -7.0f);
+  for (std::size_t i = 0; i < n; ++i) in[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  KernelArgs args{};
+  args.data[0] = in.data();
+  args.data[1] = out.data();
+  args.shape[0][0] = static_cast<std::int64_t>(n);
+  reinterpret_cast<GeneratedKernelFn>(handle.address)(&args);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_FLOAT_EQ(out[i], in[i] * 2 + 1) << what << " element " << i;
+}
+
 TEST(JitEngine, CompilesCallsAndRemovesAKernel) {
   auto engine = JitEngine::create();
   ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
@@ -58,17 +72,37 @@ TEST(JitEngine, CompilesCallsAndRemovesAKernel) {
   ASSERT_TRUE(handle.hasValue()) << handle.status().toString();
   EXPECT_EQ(handle->symbol, "svm_test_axpy");
   EXPECT_EQ((*engine)->liveKernels(), 1u);
-  std::vector<float> in(37), out(37, -7.0f);
-  for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.5f * static_cast<float>(i) - 3.0f;
-  KernelArgs args{};
-  args.data[0] = in.data();
-  args.data[1] = out.data();
-  args.shape[0][0] = static_cast<std::int64_t>(in.size());
-  reinterpret_cast<GeneratedKernelFn>(handle->address)(&args);
-  for (std::size_t i = 0; i < in.size(); ++i) EXPECT_FLOAT_EQ(out[i], in[i] * 2 + 1) << i;
+  expectAxpy(*handle, 37, "");
   ASSERT_TRUE((*engine)->remove(*handle).isOk());
   EXPECT_EQ((*engine)->liveKernels(), 0u);
   EXPECT_FALSE((*engine)->remove(*handle).isOk());  // already removed: an error, not a crash
+}
+
+// Every backend level (jit_codegen_level) gives a correct kernel, and each level (and IR pipeline)
+// has its own code identity, so a kernel cache never mixes objects built under two of them.
+TEST(JitEngine, EveryCodegenLevelGivesACorrectKernelAndItsOwnIdentity) {
+  auto engine = JitEngine::create();
+  ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
+  const std::int64_t saved = Tunables::get(Tunable::JitCodegenLevel);
+  std::set<std::string> identities;
+  for (std::int64_t level = 0; level <= 3; ++level) {
+    ASSERT_TRUE(Tunables::set(Tunable::JitCodegenLevel, level).isOk());
+    identities.insert((*engine)->codeIdentity());
+    const std::uint64_t before = (*engine)->codegens();
+    auto handle = (*engine)->compile("svm_test_level", [](llvm::Module& m) { return emitAxpy(m, "svm_test_level"); });
+    ASSERT_TRUE(handle.hasValue()) << "level " << level << ": " << handle.status().toString();
+    EXPECT_EQ((*engine)->codegens(), before + 1);
+    expectAxpy(*handle, 45, "level " + std::to_string(level));
+    ASSERT_TRUE((*engine)->remove(*handle).isOk());
+  }
+  ASSERT_TRUE(Tunables::set(Tunable::JitCodegenLevel, saved).isOk());
+  EXPECT_EQ(identities.size(), 4u);
+  // The IR pipeline (jit_opt_pipeline) is part of the identity too.
+  const std::int64_t pipeline = Tunables::get(Tunable::JitOptPipeline);
+  ASSERT_TRUE(Tunables::set(Tunable::JitOptPipeline, 1 - pipeline).isOk());
+  identities.insert((*engine)->codeIdentity());
+  ASSERT_TRUE(Tunables::set(Tunable::JitOptPipeline, pipeline).isOk());
+  EXPECT_EQ(identities.size(), 5u);
 }
 
 TEST(JitEngine, InvalidIrIsAnErrorNotACrash) {

@@ -460,6 +460,42 @@ def test_seed_reproducibility(cli, tmp_path):
     # (the .npz files themselves differ in their zip timestamps; the arrays are what must match)
 
 
+# A weight (static shape) and per-iteration data (a dynamic dim), both echoed.
+WEIGHT_AND_DATA = """
+.module "wd"
+.func wd
+  .param w : f32[4,3]
+  .param x : f32[?0,3]
+  .dim ?0 batch
+  .outputs 2
+  LoadTensor r0, w
+  LoadTensor r1, x
+  StoreTensor r0, o0
+  StoreTensor r1, o1
+  Return
+.end
+"""
+
+
+def test_weights_are_drawn_once_per_run_and_data_every_iteration(cli, tmp_path):
+    src = write(tmp_path, "wd.svasm", WEIGHT_AND_DATA)
+    outs = {}
+    for name, extra in [("one", ["--iters", "1"]), ("three", ["--iters", "3"]), ("three_again", ["--iters", "3"]),
+                        ("seed5", ["--iters", "3", "--seed", "5"])]:
+        code, _, err = cli("run", src, "-q", "--dim", "batch=2", *extra, "--out", tmp_path / f"{name}.npz")
+        assert code == 0, err
+        outs[name] = load_npz(tmp_path / f"{name}.npz")
+    # The last iteration's weight is the first iteration's: drawn once, not per iteration.
+    np.testing.assert_array_equal(outs["one"]["out0"], outs["three"]["out0"])
+    # Per-iteration data is fresh: iteration 2's x differs from iteration 0's (same shape).
+    assert outs["three"]["out1"].shape == outs["one"]["out1"].shape == (2, 3)
+    assert not np.array_equal(outs["one"]["out1"], outs["three"]["out1"])
+    # Both follow from --seed.
+    for key in ["out0", "out1"]:
+        np.testing.assert_array_equal(outs["three"][key], outs["three_again"][key])
+        assert not np.array_equal(outs["three"][key], outs["seed5"][key])
+
+
 def test_fn_selects_function(cli, tmp_path):
     src = write(tmp_path, "two.svasm", TWO_FUNCS)
     np.save(tmp_path / "x.npy", np.array([1.5, -2.0], dtype=np.float32))

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // JitEngine over LLVM ORC: LLJIT (JITLink object layer on x86-64 ELF), a target machine for the
 // host CPU or a named one, a short kernel pass pipeline (or LLVM's O3 one: JitOptPipeline = 0) per
-// module, codegen to a relocatable object (target machines pooled, one per concurrent codegen), one
-// JITDylib per kernel version.
+// module, codegen to a relocatable object at the jit_codegen_level backend level (target machines
+// pooled, one per concurrent codegen), one JITDylib per kernel version.
 #include "jit/llvm_cpu/engine.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -208,8 +209,35 @@ struct JitEngine::Impl {
   std::mutex machines_mutex;
   std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines;
   std::atomic<std::uint64_t> codegens{0};
-  std::string code_identity;
+  // What fixes the machine code, per IR pipeline (jit_opt_pipeline) and backend level
+  // (jit_codegen_level), at [pipeline * 4 + level]: a kernel cache never hands an object built under
+  // one to a process (or a bench configuration) that compiles under another.
+  std::array<std::string, 8> code_identity;
 };
+
+namespace {
+
+// The backend's optimization level for the next codegen (jit_codegen_level).
+int codegenLevel() {
+  return static_cast<int>(std::clamp<std::int64_t>(Tunables::get(Tunable::JitCodegenLevel), 0, 3));
+}
+
+// code_identity's index for the current pipeline and backend level.
+std::size_t identityIndex() {
+  const std::int64_t pipeline = std::clamp<std::int64_t>(Tunables::get(Tunable::JitOptPipeline), 0, 1);
+  return static_cast<std::size_t>(pipeline * 4 + codegenLevel());
+}
+
+llvm::CodeGenOptLevel codegenOptLevel(int level) {
+  switch (level) {
+    case 0: return llvm::CodeGenOptLevel::None;
+    case 1: return llvm::CodeGenOptLevel::Less;
+    case 2: return llvm::CodeGenOptLevel::Default;
+    default: return llvm::CodeGenOptLevel::Aggressive;
+  }
+}
+
+}  // namespace
 
 JitEngine::JitEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -252,9 +280,17 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
       pos = end + 1;
     }
     std::sort(sorted.begin(), sorted.end());
-    impl->code_identity = fmt::format("llvm {}; {}; cpu {}; O{}; features", LLVM_VERSION_STRING,
-                                      jtmb->getTargetTriple().str(), impl->cpu_name, options.opt_level);
-    for (const std::string& feature : sorted) impl->code_identity += " " + feature;
+    for (std::size_t index = 0; index < impl->code_identity.size(); ++index) {
+      const std::size_t pipeline = index / 4, level = index % 4;
+      // The defaults (kernel pipeline, level 3) keep the identity they had before these tunables
+      // entered it, so existing caches stay warm.
+      const std::string variant =
+          pipeline == 1 && level == 3 ? std::string() : fmt::format(" pipeline {} codegen {}", pipeline, level);
+      std::string& identity = impl->code_identity[index];
+      identity = fmt::format("llvm {}; {}; cpu {}; O{}{}; features", LLVM_VERSION_STRING, jtmb->getTargetTriple().str(),
+                             impl->cpu_name, options.opt_level, variant);
+      for (const std::string& feature : sorted) identity += " " + feature;
+    }
   }
 
   auto jit = llvm::orc::LLJITBuilder()
@@ -372,6 +408,7 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::emitObject(std::unique_ptr<Kern
     if (!created) return llvmError(created.takeError(), "cannot create a target machine for codegen");
     machine = std::move(*created);
   }
+  machine->setOptLevel(codegenOptLevel(codegenLevel()));
   llvm::orc::SimpleCompiler compiler(*machine);
   auto object = compiler(*built->module_);
   {
@@ -415,7 +452,7 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::objectCode(const std::string& s
 }
 
 const std::string& JitEngine::codeIdentity() const {
-  return impl_->code_identity;
+  return impl_->code_identity[identityIndex()];
 }
 
 std::uint64_t JitEngine::codegens() const {

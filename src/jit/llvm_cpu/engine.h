@@ -80,7 +80,8 @@ class JitEngine {
   // engine's architecture that defines `symbol`.
   Expected<std::unique_ptr<KernelCode>> objectCode(const std::string& symbol, std::string_view bytes) const;
   // What fixes the machine code this engine emits for a given IR: LLVM version, target triple,
-  // CPU, its features and the optimization level (a kernel cache keys its objects with it).
+  // CPU, its features, the optimization level, and the IR pipeline and backend level that
+  // jit_opt_pipeline and jit_codegen_level set now (a kernel cache keys its objects with it).
   const std::string& codeIdentity() const;
   // Links code (from build(), emitObject() or objectCode(); built code is compiled first) into a
   // fresh JITDylib, so versions of one symbol coexist (their handles differ by id). The returned
