@@ -104,8 +104,8 @@ struct Timed {
 };
 
 // The run-off: the contenders timed again in `rounds` interleaved rounds (the order alternating
-// per round, so neither always runs on a cache the other warmed or right after a stall), one
-// sample of ~sample_us each per round; the medians per contender.
+// per round, so neither always runs right after a stall), one warm-up call and one sample of
+// ~sample_us each per round; the medians per contender.
 Expected<std::vector<double>> runOff(const std::vector<const Timed*>& contenders,
                                      std::span<const Value* const> examples, std::int64_t rounds,
                                      std::int64_t sample_us) {
@@ -113,13 +113,15 @@ Expected<std::vector<double>> runOff(const std::vector<const Timed*>& contenders
   std::vector<std::int64_t> calls;
   for (const Timed* timed : contenders) {
     outputs.emplace_back(static_cast<std::size_t>(timed->kernel->num_outputs));
-    SVM_RETURN_IF_ERROR(sampleUs(*timed->kernel, examples, outputs.back(), 1).takeStatus());  // warm-up
     calls.push_back(callsPerSample(timed->us, sample_us));
   }
   std::vector<std::vector<double>> samples(contenders.size());
   for (std::int64_t r = 0; r < rounds; ++r) {
     for (std::size_t j = 0; j < contenders.size(); ++j) {
       const std::size_t i = r % 2 == 0 ? j : contenders.size() - 1 - j;
+      // An untimed call first: the sample times the kernel warm (its operands and buffers in the
+      // caches), as the sweep and a hot call site do, not right after the other contender evicted them.
+      SVM_RETURN_IF_ERROR(sampleUs(*contenders[i]->kernel, examples, outputs[i], 1).takeStatus());
       SVM_ASSIGN_OR_RETURN(const double us, sampleUs(*contenders[i]->kernel, examples, outputs[i], calls[i]));
       samples[i].push_back(us);
     }
