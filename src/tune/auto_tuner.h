@@ -6,7 +6,8 @@
 // starting new candidates once TuneBudgetMs is spent, and appends the winner to the database.
 // The learned predictor (predictor.h) ranks the candidates from the database's history of the
 // kernel's family on this host and only its top TuneTopK are timed (the default always first);
-// without history every candidate is timed; TuneCandidates > 0 caps the count. Shutdown cancels
+// without history every candidate is timed; TuneCandidates > 0 caps the count. Library candidates
+// are kept through the predictor's cut and timed even past the budget. Shutdown cancels
 // tuning between candidates and inside timing loops (jit/compile_cancel.h): nothing is recorded.
 // Invariant: every candidate's code is removed from the engine before tune() returns (the JIT
 // compiles the winner's params again through its validated path); a candidate that fails to

@@ -225,14 +225,23 @@ TEST(OnednnLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
   onednn::failExecutionsForTesting(true);
   bool created = false;
   const ::testing::AssertionResult result = libraryMatches(c, librarySpec(c), &created);
+  // The fallback loop walks broadcast batch axes too.
+  const Case batched{"batched residual",
+                     {operand(DType::Float32, Shape{2, 1, 5, 6}, rng), operand(DType::Float32, Shape{3, 6, 4}, rng),
+                      operand(DType::Float32, Shape{3, 5, 4}, rng)},
+                     {{OpId::Add, 2, false}}};
+  bool batched_created = false;
+  const ::testing::AssertionResult batched_result = libraryMatches(batched, librarySpec(batched), &batched_created);
   onednn::failExecutionsForTesting(false);
   EXPECT_TRUE(result);
   EXPECT_TRUE(created);
+  EXPECT_TRUE(batched_result);
+  EXPECT_TRUE(batched_created);
   const onednn::LibraryStats after = onednn::stats();
-  EXPECT_EQ(after.run_failures, before.run_failures + 1);
-  EXPECT_EQ(after.calls, before.calls + 1);
+  EXPECT_EQ(after.run_failures, before.run_failures + 2);
+  EXPECT_EQ(after.calls, before.calls + 2);
   EXPECT_GE(after.primitives, 1u);
-  EXPECT_EQ(after.primitives, before.primitives) << "the primitive of the first run is reused";
+  EXPECT_EQ(after.primitives, before.primitives + 1) << "the primitive of the first run is reused";
 }
 
 // `--stats` names the loaded library kernels (by symbol, impl=onednn) and the primitive cache;

@@ -167,6 +167,25 @@ TEST_F(LibraryCandidates, TheRunOffPicksTheFasterOfLibraryAndGenerated) {
   EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
 }
 
+// Past the budget (0 ms here: spent once the default ran) generated candidates are skipped, but a
+// library candidate is still timed and run off against the default.
+TEST_F(LibraryCandidates, ALibraryCandidateIsTimedPastTheBudget) {
+  ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 0).isOk());
+  const KernelParams other{.mr = 2, .nr = 16};
+  MatmulSubspace family({KernelParams{}, other, kLibrary});
+  Example e = matmulExample(DType::Float32, 32, 48, 64);
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  EXPECT_EQ(outcome->timed, 2);
+  const TuneReport report = tuner.reports().at(0);
+  ASSERT_EQ(report.timings.size(), 2u);
+  EXPECT_EQ(report.timings[0].params, KernelParams{});
+  EXPECT_EQ(report.timings[1].params, kLibrary);
+  ASSERT_TRUE(report.runoff.has_value());
+  EXPECT_EQ(report.runoff->generated, KernelParams{});
+}
+
 // With library candidates off nothing is run off and no library kernel is in the space.
 TEST_F(LibraryCandidates, OffMeansNoRunOff) {
   ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 0).isOk());
