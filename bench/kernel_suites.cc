@@ -388,6 +388,10 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
   SVM_RETURN_IF_ERROR(Tunables::set(Tunable::PackedWeightEntries, 0));
   const unsigned lanes = meter->lanes();
   double overall_peak = 0;
+  // One thread for the one-thread rows on both sides: OpenMP's default is every CPU, so the direct
+  // oneDNN calls (sgemm, primitive) of the first shape split across all cores while the JIT and
+  // its library kernel ran on one (KernelThreads=1): the ratios said "oneDNN" for two threads.
+  omp_set_num_threads(1);
 
   struct MatmulShape {
     std::int64_t m, k, n;
@@ -565,6 +569,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
          {"auto_params", auto_outcome.params.toString()},
          {"auto_impl", auto_outcome.params.library != 0 ? "onednn" : "jit"},
          {"library_gflops", library ? json(library_g) : json(nullptr)},
+         {"auto_vs_onednn_matmul", auto_g / prim_g},
          {"auto_tuning_ms", auto_outcome.tuning_ms},
          {"auto_timed", auto_outcome.timed},
          {"auto_failed", auto_outcome.failed},
@@ -596,6 +601,12 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
       fmt::print(
           "                    JIT default with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
           cached_g, 100.0 * cached_g / peak, cached_g / dnnl_g);
+    }
+    if (const std::vector<tune::TuneReport> reports = auto_tuner.reports();
+        !reports.empty() && reports.back().runoff.has_value()) {
+      const tune::RunOff& runoff = *reports.back().runoff;
+      fmt::print("                    AutoTuner run-off ({} rounds): {} {:.1f} us vs {} {:.1f} us\n", runoff.rounds,
+                 runoff.generated.toString(), runoff.generated_us, runoff.library.toString(), runoff.library_us);
     }
     fmt::print(
         "                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "

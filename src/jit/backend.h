@@ -102,6 +102,8 @@ class KernelBackend {
   }
   // Code generations run so far (compiles that did not come from a cache).
   virtual std::uint64_t codegens() const { return 0; }
+  // Lines for `shapevm run --stats` about this backend's kernels ("" = nothing to add).
+  virtual std::string statsReport() const { return {}; }
   void setKernelCache(std::shared_ptr<KernelCache> cache) { cache_ = std::move(cache); }
   KernelCache* kernelCache() const { return cache_.get(); }
   // Kernels whose code came from the kernel cache (counted by compileThroughCache).

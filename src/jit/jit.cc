@@ -849,6 +849,7 @@ std::string Jit::statsReport() const {
                            s.fallbacks[static_cast<std::size_t>(r)]);
   }
   text += fmt::format("jit: fallbacks by reason: {}\n", reasons.empty() ? "none" : reasons);
+  if (engine_) text += engine_->statsReport();
   return text;
 }
 

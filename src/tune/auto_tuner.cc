@@ -26,6 +26,8 @@ using Clock = std::chrono::steady_clock;
 // A non-default candidate must beat the default's median by this fraction to be chosen: smaller
 // differences are timing noise, and the default is the better-tested code.
 constexpr double kNoiseMargin = 0.02;
+// Interleaved rounds of the library-vs-generated run-off at least (TuneRepeats when more).
+constexpr std::int64_t kMinRunOffRounds = 7;
 // Calls per timed sample are capped so a mis-measured warm-up cannot stall the compile thread.
 constexpr std::int64_t kMaxCallsPerSample = 100000;
 
@@ -42,6 +44,29 @@ bool contains(const std::vector<jit::KernelParams>& list, const jit::KernelParam
 struct Measurement {
   double median_us = 0;
 };
+
+double medianOf(std::vector<double> samples) {
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// Microseconds per call over `calls` back-to-back calls (outputs reused, as on the compiled path).
+Expected<double> sampleUs(const jit::CompiledKernel& kernel, std::span<const Value* const> examples,
+                          std::vector<Value>& outputs, std::int64_t calls) {
+  const Clock::time_point start = Clock::now();
+  for (std::int64_t c = 0; c < calls; ++c) {
+    // Shutdown cancels within one call (a relaxed load per call: nothing next to a kernel call).
+    if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
+    SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+  }
+  return usSince(start) / static_cast<double>(calls);
+}
+
+std::int64_t callsPerSample(double one_us, std::int64_t sample_us) {
+  return std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(std::ceil(static_cast<double>(sample_us) / std::max(one_us, 0.01))), 1,
+      kMaxCallsPerSample);
+}
 
 // Runs `kernel` on the examples: a warm-up call checked against `baseline` (set by the first
 // candidate that runs), then `repeats` samples of enough calls to last `sample_us` each.
@@ -60,24 +85,50 @@ Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const
     }
   }
   // Calibrate: one call (outputs are reused from here on, as on the compiled path).
-  Clock::time_point start = Clock::now();
-  SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
-  const double one_us = std::max(usSince(start), 0.01);
-  const std::int64_t calls =
-      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(static_cast<double>(sample_us) / one_us)), 1,
-                               kMaxCallsPerSample);
+  SVM_ASSIGN_OR_RETURN(const double one_us, sampleUs(kernel, examples, outputs, 1));
+  const std::int64_t calls = callsPerSample(one_us, sample_us);
   std::vector<double> samples;
   for (std::int64_t r = 0; r < repeats; ++r) {
-    start = Clock::now();
-    for (std::int64_t c = 0; c < calls; ++c) {
-      // Shutdown cancels within one call (a relaxed load per call: nothing next to a kernel call).
-      if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
-      SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
-    }
-    samples.push_back(usSince(start) / static_cast<double>(calls));
+    SVM_ASSIGN_OR_RETURN(const double us, sampleUs(kernel, examples, outputs, calls));
+    samples.push_back(us);
   }
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
-  return Measurement{samples[samples.size() / 2]};
+  return Measurement{medianOf(std::move(samples))};
+}
+
+// A candidate that compiled, ran and agreed, kept compiled until tune() returns (the run-off
+// times it again).
+struct Timed {
+  jit::KernelParams params;
+  std::unique_ptr<jit::CompiledKernel> kernel;
+  double us = 0;
+};
+
+// The run-off: the contenders timed again in `rounds` interleaved rounds (the order alternating
+// per round, so neither always runs right after a stall), one warm-up call and one sample of
+// ~sample_us each per round; the medians per contender.
+Expected<std::vector<double>> runOff(const std::vector<const Timed*>& contenders,
+                                     std::span<const Value* const> examples, std::int64_t rounds,
+                                     std::int64_t sample_us) {
+  std::vector<std::vector<Value>> outputs;
+  std::vector<std::int64_t> calls;
+  for (const Timed* timed : contenders) {
+    outputs.emplace_back(static_cast<std::size_t>(timed->kernel->num_outputs));
+    calls.push_back(callsPerSample(timed->us, sample_us));
+  }
+  std::vector<std::vector<double>> samples(contenders.size());
+  for (std::int64_t r = 0; r < rounds; ++r) {
+    for (std::size_t j = 0; j < contenders.size(); ++j) {
+      const std::size_t i = r % 2 == 0 ? j : contenders.size() - 1 - j;
+      // An untimed call first: the sample times the kernel warm (its operands and buffers in the
+      // caches), as the sweep and a hot call site do, not right after the other contender evicted them.
+      SVM_RETURN_IF_ERROR(sampleUs(*contenders[i]->kernel, examples, outputs[i], 1).takeStatus());
+      SVM_ASSIGN_OR_RETURN(const double us, sampleUs(*contenders[i]->kernel, examples, outputs[i], calls[i]));
+      samples[i].push_back(us);
+    }
+  }
+  std::vector<double> medians;
+  for (std::vector<double>& list : samples) medians.push_back(medianOf(std::move(list)));
+  return medians;
 }
 
 }  // namespace
@@ -119,8 +170,14 @@ std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelPar
     if (*ranked_by > 0) {
       ordered = predictor.rank(query, space);
       const std::int64_t top_k = setting(options_.top_k, Tunable::TuneTopK);
-      if (top_k > 0 && static_cast<std::int64_t>(ordered.size()) > top_k)
-        ordered.resize(static_cast<std::size_t>(top_k));
+      if (top_k > 0 && static_cast<std::int64_t>(ordered.size()) > top_k) {
+        // Library candidates stay (the bar the generated ones are run off against).
+        std::vector<jit::KernelParams> cut(ordered.begin(), ordered.begin() + top_k);
+        for (std::size_t i = static_cast<std::size_t>(top_k); i < ordered.size(); ++i) {
+          if (ordered[i].library != 0) cut.push_back(ordered[i]);
+        }
+        ordered = std::move(cut);
+      }
     }
   }
   const std::int64_t limit = setting(options_.max_candidates, Tunable::TuneCandidates);
@@ -218,6 +275,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   const int to_time = static_cast<int>(candidates.size());
 
   std::vector<jit::KernelHandle> handles;
+  std::vector<Timed> timed;
   std::vector<Value> baseline;
   double best_us = std::numeric_limits<double>::infinity();
   jit::KernelParams best = space.front();
@@ -229,7 +287,11 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
       for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
       return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
     }
-    if (i > 0 && usSince(start) / 1000.0 >= static_cast<double>(budget_ms)) break;
+    // Past the budget only library candidates are still timed: like the default, they are the bar
+    // (a kernel that takes 100 ms a call on a loaded host leaves room for no other candidate).
+    if (i > 0 && usSince(start) / 1000.0 >= static_cast<double>(budget_ms) &&
+        candidates[static_cast<std::size_t>(i)].library == 0)
+      continue;
     jit::KernelSpec candidate_spec = spec;
     candidate_spec.params = candidates[static_cast<std::size_t>(i)];
     const std::string params_text = candidate_spec.params.toString();
@@ -238,6 +300,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     Expected<Measurement> measured = kernel ? measure(**kernel, examples, baseline, repeats, sample_us)
                                             : Expected<Measurement>(kernel.status());
     if (kernel) handles.push_back((*kernel)->handle);
+    if (measured) timed.push_back(Timed{candidate_spec.params, std::move(*kernel), measured->median_us});
     report.timings.push_back(CandidateTiming{candidate_spec.params,
                                              measured ? measured->median_us : std::numeric_limits<double>::infinity(),
                                              usSince(candidate_start) / 1000.0});
@@ -262,10 +325,10 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     }
     if (progress) progress(TuneProgress{signature, kernel_index, i + 1, to_time, false, nullptr});
   }
-  for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
-  if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
-  outcome.tuning_ms = usSince(start) / 1000.0;
-  if (outcome.timed == 0) {
+  if (outcome.timed == 0 || jit::compileCancelled()) {
+    for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+    if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
+    outcome.tuning_ms = usSince(start) / 1000.0;
     finish(outcome);
     return makeError(ErrorCode::JitError, "every candidate failed ({} of {}; first: {})", outcome.failed, to_time,
                      first_failure);
@@ -274,10 +337,43 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     best = space.front();  // within noise of the default: keep the default
     best_us = outcome.default_us;
   }
+  // 3. A library kernel against the generated ones (library_onednn.h): one sample each, taken
+  // minutes apart on a loaded host, cannot tell them apart, and the library is the bar users
+  // compare with. The fastest generated candidate (after the default rule above) and the
+  // fastest library candidate are timed again side by side; the generated one wins only when
+  // its run-off median beats the library's by the noise margin.
+  const Timed* generated = nullptr;
+  const Timed* library = nullptr;
+  const Timed* fallback = nullptr;  // the default
+  for (const Timed& candidate : timed) {
+    const Timed*& slot = candidate.params.library != 0 ? library : generated;
+    if (candidate.params == space.front()) fallback = &candidate;
+    if (slot == nullptr || candidate.us < slot->us) slot = &candidate;
+  }
+  if (generated != nullptr && fallback != nullptr && generated->us > fallback->us * (1.0 - kNoiseMargin))
+    generated = fallback;
+  if (generated != nullptr && library != nullptr) {
+    const std::int64_t rounds = std::max<std::int64_t>(kMinRunOffRounds, repeats);
+    Expected<std::vector<double>> medians = runOff({generated, library}, examples, rounds, sample_us);
+    if (!medians) {
+      for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+      return medians.status();  // cancelled (both ran before)
+    }
+    const bool generated_wins = (*medians)[0] < (*medians)[1] * (1.0 - kNoiseMargin);
+    best = generated_wins ? generated->params : library->params;
+    best_us = generated_wins ? (*medians)[0] : (*medians)[1];
+    report.runoff = RunOff{generated->params, library->params, (*medians)[0], (*medians)[1], static_cast<int>(rounds)};
+    logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds: {} {:.1f}us vs {} {:.1f}us; chose {}",
+          signature, rounds, generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[1],
+          best.toString());
+  }
+  timed.clear();
+  for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+  outcome.tuning_ms = usSince(start) / 1000.0;
   outcome.params = best;
   outcome.best_us = best_us;
 
-  // 3. Remember the winner.
+  // 4. Remember the winner.
   if (use_database_) {
     TuningRecord record;
     record.key = key_text;

@@ -6,16 +6,20 @@
 // starting new candidates once TuneBudgetMs is spent, and appends the winner to the database.
 // The learned predictor (predictor.h) ranks the candidates from the database's history of the
 // kernel's family on this host and only its top TuneTopK are timed (the default always first);
-// without history every candidate is timed; TuneCandidates > 0 caps the count. Shutdown cancels
+// without history every candidate is timed; TuneCandidates > 0 caps the count. Library candidates
+// are kept through the predictor's cut and timed even past the budget. Shutdown cancels
 // tuning between candidates and inside timing loops (jit/compile_cancel.h): nothing is recorded.
 // Invariant: every candidate's code is removed from the engine before tune() returns (the JIT
 // compiles the winner's params again through its validated path); a candidate that fails to
 // compile, to run or to agree counts as infinitely slow; tune() never throws away the default.
+// A library candidate (KernelParams::library) and the fastest generated one are timed again in
+// interleaved rounds; the generated one wins only by beating the library's median by the margin.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,13 @@ struct CandidateTiming {
   double cost_ms = 0;  // compiling and timing it
 };
 
+// The library-vs-generated run-off (auto_tuner.cc): both timed again in interleaved rounds.
+struct RunOff {
+  jit::KernelParams generated, library;
+  double generated_us = 0, library_us = 0;  // medians over the rounds
+  int rounds = 0;
+};
+
 // One tune() call as the CLI's summary and progress bar see it.
 struct TuneReport {
   std::string signature;
@@ -51,6 +62,7 @@ struct TuneReport {
   jit::TuneOutcome outcome;
   std::vector<CandidateTiming> timings;  // in the order timed (empty on a database hit)
   int ranked_by_predictor = 0;           // > 0: the predictor ordered the candidates from this many records
+  std::optional<RunOff> runoff;          // when a library and a generated candidate were both timed
 };
 
 struct TuneProgress {

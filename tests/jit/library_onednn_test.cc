@@ -2,10 +2,11 @@
 // oneDNN primitives as matmul candidates (jit/llvm_cpu/library_onednn.h, KernelParams::library):
 // float32/bfloat16/float16 against the reference across odd sizes, transposed and strided
 // operands and post-op combinations (static kernels and one symbolic kernel over every shape),
-// specs oneDNN cannot express refused with a reason and never offered, the LibraryCandidates
-// tunable, and an execution oneDNN refuses at run time computed by the fallback loop. A dtype
-// this CPU's oneDNN has no kernel for (bf16/f16 without AVX-512) must fail the compile with
-// oneDNN's reason; where it does, those cases are reported, not passed.
+// batched operands with broadcast batch axes, specs oneDNN cannot express refused with a reason
+// and never offered, the LibraryCandidates tunable, an execution oneDNN refuses at run time
+// computed by the fallback loop, and `--stats` naming loaded library kernels. A dtype this CPU's
+// oneDNN has no kernel for (bf16/f16 without AVX-512) must fail the compile with oneDNN's reason;
+// where it does, those cases are reported, not passed.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -119,6 +120,28 @@ TEST(OnednnLibrary, CandidatesMatchTheReference) {
         (made ? created : refused) += 1;
       }
     }
+    // Batched operands (the canonical views' batch axes, broadcast where an operand has none or 1).
+    const std::int64_t m = 7, k = 13, n = 5;
+    const std::vector<Case> batched = {
+        {"batched A, shared B, bias",
+         {operand(dtype, Shape{3, m, k}, rng), operand(dtype, Shape{k, n}, rng), operand(dtype, Shape{n}, rng)},
+         {{OpId::Add, 2, false}}},
+        {"batched A and B, B transposed",
+         {operand(dtype, Shape{2, m, k}, rng), operand(dtype, Shape{2, k, n}, rng, Layout::Transposed)},
+         {}},
+        {"4-D broadcast batches, residual relu",
+         {operand(dtype, Shape{2, 1, m, k}, rng), operand(dtype, Shape{1, 3, k, n}, rng),
+          operand(dtype, Shape{2, 3, m, n}, rng)},
+         {{OpId::Add, 2, false}, {OpId::Relu, -1, false}}},
+        {"batched, per-batch column",
+         {operand(dtype, Shape{4, m, k}, rng), operand(dtype, Shape{k, n}, rng), operand(dtype, Shape{4, m, 1}, rng)},
+         {{OpId::Mul, 2, true}}},
+    };
+    for (const Case& c : batched) {
+      bool made = false;
+      EXPECT_TRUE(libraryMatches(c, librarySpec(c), &made)) << dtypeName(dtype) << " " << c.name;
+      (made ? created : refused) += 1;
+    }
     // One symbolic kernel over several shapes: a primitive per shape, created at its first call.
     Case odd{"symbolic", {}, {{OpId::Add, 2, false}, {OpId::Relu, -1, false}}};
     KernelSpec symbolic;
@@ -147,7 +170,7 @@ TEST(OnednnLibrary, InexpressibleSpecsAreRefusedAndNeverOffered) {
   const std::vector<Case> refused = {
       {"erf", {a, b}, {{OpId::Erf, -1, false}}},
       {"swapped sub", {a, b, bias}, {{OpId::Sub, 2, true}}},
-      {"batched", {operand(DType::Float32, Shape{2, 8, 16}, rng), b}, {}},
+      {"vector", {a, operand(DType::Float32, Shape{16}, rng)}, {}},
       {"mixed dtypes", {a, operand(DType::BFloat16, Shape{16, 24}, rng)}, {}},
   };
   for (const Case& c : refused) {
@@ -202,14 +225,43 @@ TEST(OnednnLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
   onednn::failExecutionsForTesting(true);
   bool created = false;
   const ::testing::AssertionResult result = libraryMatches(c, librarySpec(c), &created);
+  // The fallback loop walks broadcast batch axes too.
+  const Case batched{"batched residual",
+                     {operand(DType::Float32, Shape{2, 1, 5, 6}, rng), operand(DType::Float32, Shape{3, 6, 4}, rng),
+                      operand(DType::Float32, Shape{3, 5, 4}, rng)},
+                     {{OpId::Add, 2, false}}};
+  bool batched_created = false;
+  const ::testing::AssertionResult batched_result = libraryMatches(batched, librarySpec(batched), &batched_created);
   onednn::failExecutionsForTesting(false);
   EXPECT_TRUE(result);
   EXPECT_TRUE(created);
+  EXPECT_TRUE(batched_result);
+  EXPECT_TRUE(batched_created);
   const onednn::LibraryStats after = onednn::stats();
-  EXPECT_EQ(after.run_failures, before.run_failures + 1);
-  EXPECT_EQ(after.calls, before.calls + 1);
+  EXPECT_EQ(after.run_failures, before.run_failures + 2);
+  EXPECT_EQ(after.calls, before.calls + 2);
   EXPECT_GE(after.primitives, 1u);
-  EXPECT_EQ(after.primitives, before.primitives) << "the primitive of the first run is reused";
+  EXPECT_EQ(after.primitives, before.primitives + 1) << "the primitive of the first run is reused";
+}
+
+// `--stats` names the loaded library kernels (by symbol, impl=onednn) and the primitive cache;
+// a freed kernel leaves the list.
+TEST(OnednnLibrary, StatsNameTheLoadedLibraryKernels) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(35);
+  const Case c{"plain", {operand(DType::Float32, Shape{7, 12}, rng), operand(DType::Float32, Shape{12, 5}, rng)}, {}};
+  KernelBackend& backend = sharedBackend();
+  auto kernel = compileKernel(backend, *matmulFamily(OpId::MatMul), librarySpec(c));
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  const std::string symbol = (*kernel)->handle.symbol;
+  EXPECT_TRUE(onednn::isLibrarySymbol(symbol)) << symbol;
+  std::string report = backend.statsReport();
+  EXPECT_NE(report.find("library kernels (impl=onednn)"), std::string::npos) << report;
+  EXPECT_NE(report.find(symbol), std::string::npos) << report;
+  EXPECT_NE(report.find("primitives created"), std::string::npos) << report;
+  ASSERT_TRUE(backend.free((*kernel)->handle).isOk());
+  report = backend.statsReport();
+  EXPECT_EQ(report.find(symbol), std::string::npos) << report;
 }
 
 }  // namespace

@@ -130,6 +130,76 @@ TEST_F(LibraryCandidates, APrimitiveOneDnnCannotCreateLosesToTheGeneratedKernel)
   EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
 }
 
+// The run-off (auto_tuner.h): a library and a generated candidate that both ran are timed again
+// side by side, and the pick follows its medians. A generated kernel with a one-row tile is
+// many times slower than oneDNN; oneDNN made to fail every execution runs the scalar fallback
+// loop, many times slower than the default generated kernel. Either way round the faster wins.
+TEST_F(LibraryCandidates, TheRunOffPicksTheFasterOfLibraryAndGenerated) {
+  Example e = matmulExample(DType::Float32, 96, 96, 96);
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
+  const KernelParams one_row{.mr = 1, .nr = 16, .kc = 16, .k_unroll = 1};  // one row, short K blocks
+  {
+    MatmulSubspace family({one_row, kLibrary});
+    AutoTuner tuner(options_);
+    auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
+    ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+    ASSERT_EQ(tuner.reports().size(), 1u);
+    ASSERT_TRUE(tuner.reports()[0].runoff.has_value());
+    const RunOff& runoff = *tuner.reports()[0].runoff;
+    EXPECT_GE(runoff.rounds, 7);
+    EXPECT_EQ(runoff.generated, one_row);
+    EXPECT_EQ(runoff.library, kLibrary);
+    EXPECT_LT(runoff.library_us, runoff.generated_us);
+    EXPECT_EQ(outcome->params, kLibrary);
+    EXPECT_EQ(outcome->best_us, runoff.library_us);
+  }
+  jit::onednn::failExecutionsForTesting(true);
+  MatmulSubspace family({KernelParams{}, kLibrary});
+  Example other = matmulExample(DType::Float32, 96, 96, 80);  // another key: not answered from the database
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(engine, family, other.spec, other.pointers);
+  jit::onednn::failExecutionsForTesting(false);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  ASSERT_TRUE(tuner.reports()[0].runoff.has_value());
+  const RunOff& runoff = *tuner.reports()[0].runoff;
+  EXPECT_LT(runoff.generated_us, runoff.library_us);
+  EXPECT_EQ(outcome->params, KernelParams{});
+  EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
+}
+
+// Past the budget (0 ms here: spent once the default ran) generated candidates are skipped, but a
+// library candidate is still timed and run off against the default.
+TEST_F(LibraryCandidates, ALibraryCandidateIsTimedPastTheBudget) {
+  ASSERT_TRUE(Tunables::set(Tunable::TuneBudgetMs, 0).isOk());
+  const KernelParams other{.mr = 2, .nr = 16};
+  MatmulSubspace family({KernelParams{}, other, kLibrary});
+  Example e = matmulExample(DType::Float32, 32, 48, 64);
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  EXPECT_EQ(outcome->timed, 2);
+  const TuneReport report = tuner.reports().at(0);
+  ASSERT_EQ(report.timings.size(), 2u);
+  EXPECT_EQ(report.timings[0].params, KernelParams{});
+  EXPECT_EQ(report.timings[1].params, kLibrary);
+  ASSERT_TRUE(report.runoff.has_value());
+  EXPECT_EQ(report.runoff->generated, KernelParams{});
+}
+
+// With library candidates off nothing is run off and no library kernel is in the space.
+TEST_F(LibraryCandidates, OffMeansNoRunOff) {
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 0).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::TuneCandidates, 3).isOk());
+  Example e = matmulExample(DType::Float32, 40, 48, 56);
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(jit::testing::sharedBackend(), *jit::familyFor(OpId::MatMul), e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  EXPECT_EQ(outcome->params.library, 0);
+  ASSERT_EQ(tuner.reports().size(), 1u);
+  EXPECT_FALSE(tuner.reports()[0].runoff.has_value());
+  for (const CandidateTiming& timing : tuner.reports()[0].timings) EXPECT_EQ(timing.params.library, 0);
+}
+
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   const Example e = matmulExample(DType::Float32, 4, 8, 16);
   const KernelKey key = kernelKey(*jit::familyFor(OpId::MatMul), e.spec, "cpu", "features");

@@ -603,7 +603,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     }
     if (gateEpilogue(spec)) stem += fmt::format("_gates{}_{}ops", gateCount(spec), spec.fused->nodes.size());
     if (spec.params.library != 0) {
-      stem += "_onednn";
+      stem += onednn::kSymbolSuffix;
     } else if (!spec.params.isDefault()) {
       stem += '_';
       for (char c : spec.params.toString()) {

@@ -107,36 +107,71 @@ class OmpThreads {
   int saved_ = 1;
 };
 
-// One primitive's problem: what the cache is keyed by (toString) and the runner reads.
+// Axes of the canonical [batch0, batch1, rows, cols] views (matmul_plan.h) a problem is kept in.
+constexpr int kAxes = matmul::kMaxBatchRank + 2;
+
+// One operand over the canonical axes: its dims (1 where broadcast) and strides (0 there).
+struct View {
+  std::int64_t dims[kAxes] = {1, 1, 1, 1};
+  std::int64_t strides[kAxes] = {0, 0, 0, 0};
+  std::string toString() const {
+    return fmt::format("{}x{}x{}x{}:{},{},{},{}", dims[0], dims[1], dims[2], dims[3], strides[0], strides[1],
+                       strides[2], strides[3]);
+  }
+  // Element offset of (b0, b1, row, col); broadcast axes (stride 0) ignore their index.
+  std::int64_t at(std::int64_t b0, std::int64_t b1, std::int64_t row, std::int64_t col) const {
+    return b0 * strides[0] + b1 * strides[1] + row * strides[2] + col * strides[3];
+  }
+};
+
+// A view whose dims follow its strides: the full output size along an axis it steps along, 1 where
+// it is broadcast (stride 0) — how oneDNN broadcasts a batch axis or a post-op operand.
+View viewOf(const std::int64_t out_dims[kAxes], const std::int64_t* strides) {
+  View view;
+  for (int d = 0; d < kAxes; ++d) {
+    view.strides[d] = strides[d];
+    view.dims[d] = strides[d] != 0 ? out_dims[d] : 1;
+  }
+  return view;
+}
+
+// One primitive's problem: what the cache is keyed by (toString) and the runner reads. Batch
+// axes are the canonical views' (rank 2 + batch_rank of them are given to oneDNN).
 struct Problem {
   DType dtype = DType::Float32;
+  int batch_rank = 0;              // 0..2 leading batch axes
+  std::int64_t batch[2] = {1, 1};  // the output's batch dims (canonical, right-aligned)
   std::int64_t m = 0, k = 0, n = 0;
-  std::int64_t a_strides[2] = {}, b_strides[2] = {}, c_strides[2] = {};
+  View a, b, c;
   struct Post {
     OpId op;
-    int operand = -1;               // binary: the KernelArgs slot of its operand
-    std::int64_t dims[2] = {1, 1};  // broadcast to [m, n]
-    std::int64_t strides[2] = {0, 0};
+    int operand = -1;  // binary: the KernelArgs slot of its operand
+    View view;         // broadcast to the output
   };
   std::vector<Post> posts;
   int out_slot = 0;
   int threads = 1;
   std::string toString() const {
-    std::string key = fmt::format("{} {}x{}x{} a{},{} b{},{} c{},{} t{}", dtypeShortName(dtype), m, k, n, a_strides[0],
-                                  a_strides[1], b_strides[0], b_strides[1], c_strides[0], c_strides[1], threads);
+    std::string key = fmt::format("{} {}x{}x{} b{}:{}x{} a{} b{} c{} t{}", dtypeShortName(dtype), m, k, n, batch_rank,
+                                  batch[0], batch[1], a.toString(), b.toString(), c.toString(), threads);
     for (const Post& post : posts) {
       key += fmt::format(" {}", opIdent(post.op));
-      if (post.operand >= 0)
-        key += fmt::format("[{}x{}:{},{}]", post.dims[0], post.dims[1], post.strides[0], post.strides[1]);
+      if (post.operand >= 0) key += fmt::format("[{}]", post.view.toString());
     }
     return key;
   }
+  // The output's dims over the canonical axes.
+  void outDims(std::int64_t dims[kAxes]) const { dims[0] = batch[0], dims[1] = batch[1], dims[2] = m, dims[3] = n; }
 };
 
-// oneDNN wants a positive stride for every dim; a dim of one element may have any.
-void denseWhereSingle(std::int64_t dims[2], std::int64_t strides[2]) {
-  if (dims[1] == 1 || strides[1] == 0) strides[1] = 1;
-  if (dims[0] == 1 || strides[0] == 0) strides[0] = dims[1];
+// oneDNN wants a positive stride for every dim; a dim of one element may have any: it gets the
+// dense one.
+void denseWhereSingle(int rank, std::int64_t* dims, std::int64_t* strides) {
+  std::int64_t dense = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (dims[d] == 1 || strides[d] == 0) strides[d] = dense;
+    dense *= dims[d];
+  }
 }
 
 class Primitive {
@@ -189,16 +224,21 @@ class Primitive {
     SVM_ASSIGN_OR_RETURN(dnnl_data_type_t type, dnnlType(problem_.dtype));
     SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create"));
-    auto md = [&](dnnl_memory_desc_t* desc, std::int64_t d0, std::int64_t d1, const std::int64_t* strides) {
-      std::int64_t dims_in[2] = {d0, d1}, strides_in[2] = {strides[0], strides[1]};
-      denseWhereSingle(dims_in, strides_in);
-      const dnnl_dims_t dims = {dims_in[0], dims_in[1]}, steps = {strides_in[0], strides_in[1]};
-      return check(dnnl_memory_desc_init_by_strides(desc, 2, dims, type, steps), "memory_desc_init_by_strides");
+    // The last 2 + batch_rank canonical axes (a plain matmul stays 2-D).
+    const int rank = 2 + problem_.batch_rank;
+    auto md = [&](dnnl_memory_desc_t* desc, const View& view) {
+      dnnl_dims_t dims = {}, steps = {};
+      for (int d = 0; d < rank; ++d) {
+        dims[d] = view.dims[kAxes - rank + d];
+        steps[d] = view.strides[kAxes - rank + d];
+      }
+      denseWhereSingle(rank, dims, steps);
+      return check(dnnl_memory_desc_init_by_strides(desc, rank, dims, type, steps), "memory_desc_init_by_strides");
     };
     std::vector<dnnl_memory_desc_t> descs(3);
-    SVM_RETURN_IF_ERROR(md(&descs[0], problem_.m, problem_.k, problem_.a_strides));
-    SVM_RETURN_IF_ERROR(md(&descs[1], problem_.k, problem_.n, problem_.b_strides));
-    SVM_RETURN_IF_ERROR(md(&descs[2], problem_.m, problem_.n, problem_.c_strides));
+    SVM_RETURN_IF_ERROR(md(&descs[0], problem_.a));
+    SVM_RETURN_IF_ERROR(md(&descs[1], problem_.b));
+    SVM_RETURN_IF_ERROR(md(&descs[2], problem_.c));
     exec_args_ = {{DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}};
 
     dnnl_post_ops_t post_ops = nullptr;
@@ -214,7 +254,7 @@ class Primitive {
                        "post_ops_append_eltwise");
       } else {
         dnnl_memory_desc_t desc;
-        status = md(&desc, post.dims[0], post.dims[1], post.strides);
+        status = md(&desc, post.view);
         if (status.isOk())
           status = check(dnnl_post_ops_append_binary(post_ops, kind->alg, &desc), "post_ops_append_binary");
         descs.push_back(desc);
@@ -295,14 +335,8 @@ Problem problemOf(const KernelSpec& spec) {
   Problem problem;
   problem.dtype = spec.inputs[0].dtype;
   problem.out_slot = static_cast<int>(spec.inputs.size());
-  for (const EpilogueStep& step : spec.epilogue) problem.posts.push_back({step.op, step.operand, {1, 1}, {0, 0}});
+  for (const EpilogueStep& step : spec.epilogue) problem.posts.push_back({step.op, step.operand, {}});
   return problem;
-}
-
-// Output-relative dims of a broadcast operand from its strides over [m, n] (0 = broadcast).
-void fillPost(Problem::Post& post, const Problem& problem) {
-  post.dims[0] = post.strides[0] != 0 ? problem.m : 1;
-  post.dims[1] = post.strides[1] != 0 ? problem.n : 1;
 }
 
 // What the primitive computes, in double per element: the fallback when oneDNN refuses at run time.
@@ -329,22 +363,25 @@ double applyStep(OpId op, double v, double x) {
 }
 
 void fallbackMatmul(const Problem& p, const KernelArgs& args) {
-  for (std::int64_t i = 0; i < p.m; ++i) {
-    for (std::int64_t j = 0; j < p.n; ++j) {
-      double sum = 0;
-      for (std::int64_t q = 0; q < p.k; ++q) {
-        sum += loadAsDouble(args.data[0], p.dtype, i * p.a_strides[0] + q * p.a_strides[1]) *
-               loadAsDouble(args.data[1], p.dtype, q * p.b_strides[0] + j * p.b_strides[1]);
+  for (std::int64_t b0 = 0; b0 < p.batch[0]; ++b0) {
+    for (std::int64_t b1 = 0; b1 < p.batch[1]; ++b1) {
+      for (std::int64_t i = 0; i < p.m; ++i) {
+        for (std::int64_t j = 0; j < p.n; ++j) {
+          double sum = 0;
+          for (std::int64_t q = 0; q < p.k; ++q) {
+            sum += loadAsDouble(args.data[0], p.dtype, p.a.at(b0, b1, i, q)) *
+                   loadAsDouble(args.data[1], p.dtype, p.b.at(b0, b1, q, j));
+          }
+          // Post-ops act on float32 values, as oneDNN's do.
+          double v = static_cast<float>(sum);
+          for (const Problem::Post& post : p.posts) {
+            const double x =
+                post.operand < 0 ? 0.0 : loadAsDouble(args.data[post.operand], p.dtype, post.view.at(b0, b1, i, j));
+            v = static_cast<float>(applyStep(post.op, v, x));
+          }
+          storeFromDouble(args.data[p.out_slot], p.dtype, p.c.at(b0, b1, i, j), v);
+        }
       }
-      // Post-ops act on float32 values, as oneDNN's do.
-      double v = static_cast<float>(sum);
-      for (const Problem::Post& post : p.posts) {
-        const double x = post.operand < 0 ? 0.0
-                                          : loadAsDouble(args.data[post.operand], p.dtype,
-                                                         i * post.strides[0] + j * post.strides[1]);
-        v = static_cast<float>(applyStep(post.op, v, x));
-      }
-      storeFromDouble(args.data[p.out_slot], p.dtype, i * p.c_strides[0] + j * p.c_strides[1], v);
     }
   }
 }
@@ -363,7 +400,8 @@ Status expressible(const KernelSpec& spec) {
   if (spec.fused != nullptr) return no("a gate epilogue program");
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
-  if (!a.is_tensor || !b.is_tensor || a.rank != 2 || b.rank != 2) return no("operands are not matrices");
+  if (!a.is_tensor || !b.is_tensor || a.rank < 2 || b.rank < 2 || a.rank > kAxes || b.rank > kAxes)
+    return no("operands are not matrices or stacks of up to two batch axes of them");
   if (a.dtype != b.dtype || !dnnlType(a.dtype)) return no("operands of different or unsupported dtypes");
   for (const EpilogueStep& step : spec.epilogue) {
     const PostOpKind* kind = postOpOf(step.op);
@@ -371,8 +409,8 @@ Status expressible(const KernelSpec& spec) {
       return no(fmt::format("{} is no post-op", opIdent(step.op)));
     if (step.swapped && !commutes(step.op))
       return no(fmt::format("{} with the product on the right", opIdent(step.op)));
-    if (step.operand >= 0 && spec.inputs[static_cast<std::size_t>(step.operand)].rank > 2)
-      return no("an epilogue operand of rank > 2");
+    if (step.operand >= 0 && spec.inputs[static_cast<std::size_t>(step.operand)].rank > std::max(a.rank, b.rank))
+      return no("an epilogue operand of a higher rank than the product");
   }
   return Status::ok();
 }
@@ -382,13 +420,15 @@ Status createFor(const KernelSpec& spec) {
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
   const matmul::MatmulDims dims = matmul::staticDims(spec);
-  if (dims.m < 0 || dims.k < 0 || dims.n < 0 || !a.contiguous || !b.contiguous)
-    return Status::ok();  // at the first call
+  if (dims.m < 0 || dims.k < 0 || dims.n < 0 || !a.contiguous || !b.contiguous || a.rank > 2 || b.rank > 2)
+    return Status::ok();  // at the first call (batched problems too: their views come from prepare())
   Problem problem = problemOf(spec);
   problem.m = dims.m, problem.k = dims.k, problem.n = dims.n;
-  problem.a_strides[0] = dims.k, problem.a_strides[1] = 1;
-  problem.b_strides[0] = dims.n, problem.b_strides[1] = 1;
-  problem.c_strides[0] = dims.n, problem.c_strides[1] = 1;
+  problem.a.dims[2] = dims.m, problem.a.dims[3] = dims.k, problem.a.strides[2] = dims.k, problem.a.strides[3] = 1;
+  problem.b.dims[2] = dims.k, problem.b.dims[3] = dims.n, problem.b.strides[2] = dims.n, problem.b.strides[3] = 1;
+  problem.c.dims[2] = dims.m, problem.c.dims[3] = dims.n, problem.c.strides[2] = dims.n, problem.c.strides[3] = 1;
+  std::int64_t out_dims[kAxes];
+  problem.outDims(out_dims);
   // As MatmulFamily::prepare() sizes the call's tasks.
   const std::int64_t work = dims.m * dims.k * dims.n;
   const std::int64_t b_bytes = dims.k * dims.n * static_cast<std::int64_t>(dtypeSize(b.dtype));
@@ -399,14 +439,14 @@ Status createFor(const KernelSpec& spec) {
     if (post.operand < 0) continue;
     const OperandSpec& x = spec.inputs[static_cast<std::size_t>(post.operand)];
     if (!x.contiguous) return Status::ok();
-    std::int64_t stride = 1;
+    std::int64_t stride = 1, strides[kAxes] = {0, 0, 0, 0};
     for (int d = x.rank - 1; d >= 0; --d) {
       if (!x.dims[d].isStatic()) return Status::ok();
-      const int out_axis = 2 - x.rank + d;
-      if (x.dims[d].size != 1) post.strides[out_axis] = stride;
+      const int out_axis = kAxes - x.rank + d;
+      if (x.dims[d].size != 1) strides[out_axis] = stride;
       stride *= x.dims[d].size;
     }
-    fillPost(post, problem);
+    post.view = viewOf(out_dims, strides);
   }
   return findOrCreate(problem).takeStatus();
 }
@@ -414,18 +454,30 @@ Status createFor(const KernelSpec& spec) {
 Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
   Problem problem = problemOf(spec);
   const int sa = matmul::slotA(spec), sb = matmul::slotB(spec);
+  // prepare()'s canonical views: [batch0, batch1, rows, cols], batch strides 0 where broadcast.
+  problem.batch_rank = std::max(spec.inputs[0].rank, spec.inputs[1].rank) - 2;
+  problem.batch[0] = args.shape[sa][0], problem.batch[1] = args.shape[sa][1];
   problem.m = args.shape[sa][2], problem.k = args.shape[sa][3], problem.n = args.shape[sb][3];
-  problem.a_strides[0] = args.strides[sa][2], problem.a_strides[1] = args.strides[sa][3];
-  problem.b_strides[0] = args.strides[sb][2], problem.b_strides[1] = args.strides[sb][3];
-  problem.c_strides[0] = args.strides[problem.out_slot][0], problem.c_strides[1] = args.strides[problem.out_slot][1];
+  std::int64_t out_dims[kAxes];
+  problem.outDims(out_dims);
+  const std::int64_t a_dims[kAxes] = {problem.batch[0], problem.batch[1], problem.m, problem.k};
+  const std::int64_t b_dims[kAxes] = {problem.batch[0], problem.batch[1], problem.k, problem.n};
+  problem.a = viewOf(a_dims, args.strides[sa]);
+  problem.b = viewOf(b_dims, args.strides[sb]);
+  problem.a.dims[2] = problem.m, problem.a.dims[3] = problem.k;  // a stride-0 row or column is still m or k long
+  problem.b.dims[2] = problem.k, problem.b.dims[3] = problem.n;
+  // The output is given at its own rank (left-aligned): the last 2 + batch_rank canonical axes.
+  const int out_rank = 2 + problem.batch_rank;
+  std::int64_t c_strides[kAxes] = {0, 0, 0, 0};
+  for (int d = 0; d < out_rank; ++d) c_strides[kAxes - out_rank + d] = args.strides[problem.out_slot][d];
+  problem.c = viewOf(out_dims, c_strides);
+  for (int d = 0; d < kAxes; ++d) problem.c.dims[d] = out_dims[d];
   problem.threads = static_cast<int>(std::max<std::int64_t>(1, args.scalars[matmul::kScalarTasks]));
-  if (problem.m <= 0 || problem.k <= 0 || problem.n <= 0)
-    return makeError(ErrorCode::Unsupported, "oneDNN matmul: empty product {}x{}x{}", problem.m, problem.k, problem.n);
+  if (problem.m <= 0 || problem.k <= 0 || problem.n <= 0 || problem.batch[0] <= 0 || problem.batch[1] <= 0)
+    return makeError(ErrorCode::Unsupported, "oneDNN matmul: empty product {}x{}x{}x{}x{}", problem.batch[0],
+                     problem.batch[1], problem.m, problem.k, problem.n);
   for (Problem::Post& post : problem.posts) {
-    if (post.operand < 0) continue;
-    post.strides[0] = args.strides[post.operand][2];
-    post.strides[1] = args.strides[post.operand][3];
-    fillPost(post, problem);
+    if (post.operand >= 0) post.view = viewOf(out_dims, args.strides[post.operand]);
   }
   if (problem.threads > 1) {
     static std::once_flag once;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // oneDNN matmul primitives as the matmul family's library candidates (KernelParams::library = 1):
-// a 2-D float32/bfloat16/float16 C = A @ B (any strides) whose epilogue oneDNN post-ops express
+// a float32/bfloat16/float16 C = A @ B of matrices or stacks of them (up to two batch axes,
+// broadcast where an operand has none; any strides) whose epilogue oneDNN post-ops express
 // (eltwise activations, binary ops with a broadcast operand: bias, residual). The compiled kernel
 // is a stub that calls runLibraryMatmul() with the primitive prepare() found in a process-wide
 // cache keyed by the exact shapes, strides and dtypes (created once per key; the compile creates
@@ -11,15 +12,22 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "jit/kernel_abi.h"
 #include "shapevm/status.h"
 
 namespace shapevm::jit::onednn {
 
+// What a library kernel's symbol ends its stem with (codegen_matmul.cc) and how it is recognized.
+inline constexpr std::string_view kSymbolSuffix = "_onednn";
+inline bool isLibrarySymbol(std::string_view symbol) {
+  return symbol.find(kSymbolSuffix) != std::string_view::npos;
+}
+
 // Library candidates on: oneDNN is built in and the LibraryCandidates tunable is 1.
 bool available();
-// OK when a oneDNN primitive can express `spec` (rank 2 operands of one dtype, a post-op for
+// OK when a oneDNN primitive can express `spec` (rank 2..4 operands of one dtype, a post-op for
 // every epilogue step, no gate program); else the reason. Whether oneDNN can create it on this
 // CPU is only known once prepared (createFor / prepareCall).
 Status expressible(const KernelSpec& spec);

@@ -9,7 +9,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "jit/llvm_cpu/library_onednn.h"
 #include "support/cpu_caches.h"
 
 namespace shapevm::jit {
@@ -115,11 +117,38 @@ Expected<std::unique_ptr<KernelCode>> LlvmCpuBackend::compile(const KernelFamily
 }
 
 Expected<KernelHandle> LlvmCpuBackend::load(std::unique_ptr<KernelCode> code) {
-  return engine_->link(std::move(code));
+  SVM_ASSIGN_OR_RETURN(KernelHandle handle, engine_->link(std::move(code)));
+  if (onednn::isLibrarySymbol(handle.symbol)) {
+    const std::lock_guard<std::mutex> lock(library_mutex_);
+    library_kernels_[handle.id] = handle.symbol;
+  }
+  return handle;
 }
 
 Status LlvmCpuBackend::free(const KernelHandle& handle) {
+  {
+    const std::lock_guard<std::mutex> lock(library_mutex_);
+    library_kernels_.erase(handle.id);
+  }
   return engine_->remove(handle);
+}
+
+std::string LlvmCpuBackend::statsReport() const {
+  const onednn::LibraryStats library = onednn::stats();
+  std::vector<std::string> symbols;
+  {
+    const std::lock_guard<std::mutex> lock(library_mutex_);
+    for (const auto& [id, symbol] : library_kernels_) symbols.push_back(symbol);
+  }
+  if (symbols.empty() && library.primitives == 0) return {};
+  std::sort(symbols.begin(), symbols.end());
+  std::string text = fmt::format("jit: library kernels (impl=onednn): {} loaded{}{}\n", symbols.size(),
+                                 symbols.empty() ? "" : ": ", fmt::join(symbols, ", "));
+  text += fmt::format(
+      "jit: oneDNN (process-wide, tuning included): {} primitives created in {:.1f} ms, {} calls, {} failed at run "
+      "time (computed by the fallback loop)\n",
+      library.primitives, library.create_ms, library.calls, library.run_failures);
+  return text;
 }
 
 std::size_t LlvmCpuBackend::liveKernels() const {

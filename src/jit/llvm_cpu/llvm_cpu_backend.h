@@ -7,7 +7,9 @@
 // relocatable object: what a kernel cache keeps (codeBytes) and links back (codeFromBytes).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "jit/backend.h"
@@ -51,6 +53,8 @@ class LlvmCpuBackend final : public KernelBackend {
     return engine_->objectCode(symbol, bytes);
   }
   std::uint64_t codegens() const override { return engine_->codegens(); }
+  // The library kernels (impl=onednn) loaded now, by symbol, and oneDNN's primitive cache.
+  std::string statsReport() const override;
 
   // The engine underneath (hand-built IR: tests, the bench's FMA peak).
   JitEngine& engine() { return *engine_; }
@@ -58,6 +62,8 @@ class LlvmCpuBackend final : public KernelBackend {
  private:
   explicit LlvmCpuBackend(std::unique_ptr<JitEngine> engine);
   std::unique_ptr<JitEngine> engine_;
+  mutable std::mutex library_mutex_;
+  std::map<std::uint64_t, std::string> library_kernels_;  // loaded library kernels: handle id -> symbol
   BackendCapabilities capabilities_;
   CostHints cost_hints_;
 };
