@@ -293,11 +293,13 @@ KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily&
 }
 
 // Why a plan on the smallest observed shapes was given up for one on the newest.
-enum class Replan { No, TunerWouldTime, ReferenceFailed };
+enum class Replan { No, TunerWouldTime, ReferenceFailed, GuardsExclude };
 
 // compileRegion on the shapes `shapes` picks. On PlanningShapes::Smallest it stops (*replan set)
 // where the newest shapes are needed instead: a tuner that would time a candidate (it must time
-// the shapes the program runs now) or a reference run that fails on the smaller shapes.
+// the shapes the program runs now), a reference run that fails on the smaller shapes, or a step
+// kernel whose guard (from the records' ranges, which follow the newest shapes) does not admit
+// them, so the validation run cannot run it.
 Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
     KernelBackend& engine, const Module& module, const Function& function, const FusionRange& range,
     const Liveness& liveness, std::span<const std::vector<ProfileRecord>> records, int compiles, Tuner* tuner,
@@ -446,7 +448,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
   {
     RegionExecutor eval(p, true);
     for (std::size_t i = 0; i < p.externals.size(); ++i) eval.setReal(p.externals[i], inputs[i]);
-    SVM_RETURN_IF_ERROR(eval.runAll(false).withContext("validation run"));
+    if (Status run = eval.runAll(false); !run.isOk()) {
+      if (shapes == PlanningShapes::Smallest && run.code() == ErrorCode::ShapeMismatch) *replan = Replan::GuardsExclude;
+      return run.withContext("validation run");
+    }
     std::vector<Value> expected, actual;
     for (const auto& [reg, v] : p.writeback) {
       if (!reference.realValue(v).isTensor()) continue;

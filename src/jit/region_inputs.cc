@@ -65,6 +65,7 @@ const ProfileRecord* planningRecord(std::span<const ProfileRecord> records, Plan
   if (which == PlanningShapes::Newest || newest == nullptr) return newest;
   const ProfileRecord* best = newest;
   for (const ProfileRecord& record : records) {
+    if (!sameGroup(record, *newest)) continue;  // outside the ranges the step kernels are compiled for
     const std::int64_t n = recordElements(record), fewest = recordElements(*best);
     if (n < fewest || (n == fewest && record.last_seen > best->last_seen)) best = &record;
   }

@@ -28,7 +28,10 @@ bool isRowMajor(const OperandProfile& operand) {
   return operand.strides == contiguousStrides(operand.shape) || operand.shape.numel() <= 1;
 }
 
-// Same group: every input has the same kind, dtype, rank and layout class.
+std::int64_t floorPow2(std::int64_t v) { return v <= 0 ? 0 : std::int64_t{1} << (63 - std::countl_zero(static_cast<std::uint64_t>(v))); }
+std::int64_t ceilPow2(std::int64_t v) { return v <= 1 ? 1 : std::int64_t{1} << (64 - std::countl_zero(static_cast<std::uint64_t>(v - 1))); }
+}  // namespace
+
 bool sameGroup(const ProfileRecord& a, const ProfileRecord& b) {
   if (a.inputs.size() != b.inputs.size()) return false;
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
@@ -43,10 +46,6 @@ bool sameGroup(const ProfileRecord& a, const ProfileRecord& b) {
   }
   return true;
 }
-
-std::int64_t floorPow2(std::int64_t v) { return v <= 0 ? 0 : std::int64_t{1} << (63 - std::countl_zero(static_cast<std::uint64_t>(v))); }
-std::int64_t ceilPow2(std::int64_t v) { return v <= 1 ? 1 : std::int64_t{1} << (64 - std::countl_zero(static_cast<std::uint64_t>(v - 1))); }
-}  // namespace
 
 const ProfileRecord* newestRecord(std::span<const ProfileRecord> records) {
   const ProfileRecord* best = nullptr;

@@ -30,6 +30,9 @@ struct ShapeInference {
 
 // The most recently seen record (the signature a compile targets), or nullptr when empty.
 const ProfileRecord* newestRecord(std::span<const ProfileRecord> records);
+// Same group: every input has the same kind, dtype, rank and layout class. A kernel's dim ranges
+// span the records of the newest record's group only.
+bool sameGroup(const ProfileRecord& a, const ProfileRecord& b);
 
 // `compiles` = kernels compiled at this site so far (for the recompile cap).
 Expected<ShapeInference> inferSpec(OpId op, std::span<const AttrValue> attrs, std::span<const ProfileRecord> records,

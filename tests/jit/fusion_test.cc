@@ -35,6 +35,7 @@
 #include "jit/jit.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/region_inputs.h"
+#include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
@@ -828,6 +829,27 @@ TEST(RegionPlanningShapes, SmallestRecordHasFewestElementsAndTiesGoToTheNewest) 
   EXPECT_EQ(planningRecord(records, PlanningShapes::Newest), &records[2]);
   EXPECT_EQ(planningRecord(records, PlanningShapes::Smallest), &records[3]);  // 320 rows, seen after records[1]
   EXPECT_EQ(planningRecord({}, PlanningShapes::Smallest), nullptr);
+}
+
+// Only records of the newest record's group (layout, dtype, rank) count: the step kernels' dim
+// ranges span that group, so a smaller record of another layout (a batch of one read through a
+// strided view in the Dask example, issue 26) would be planned on shapes no guard admits.
+TEST(RegionPlanningShapes, SmallestRecordComesFromTheNewestRecordsGroup) {
+  auto record = [](Shape shape, Shape strides, std::uint64_t last_seen) {
+    ProfileRecord r;
+    OperandProfile operand;
+    operand.is_tensor = true;
+    operand.shape = std::move(shape);
+    operand.strides = std::move(strides);
+    r.inputs.push_back(std::move(operand));
+    r.last_seen = last_seen;
+    return r;
+  };
+  const std::vector<ProfileRecord> records = {record({2, 256}, {1024, 1}, 3),  // fewest elements, strided
+                                              record({16, 256}, {256, 1}, 5), record({32, 256}, {256, 1}, 9)};
+  ASSERT_FALSE(sameGroup(records[0], records[2]));
+  EXPECT_EQ(planningRecord(records, PlanningShapes::Smallest), &records[1]);
+  EXPECT_EQ(planningRecord(records, PlanningShapes::Newest), &records[2]);
 }
 
 // Regions recompiled over varying rows agree with O0 whether they are planned on the smallest

@@ -242,12 +242,13 @@ struct MatmulOperands {
   std::size_t count = 2;
 };
 
-Expected<MatmulOperands> pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> inputs) {
+// Fills `ops` in place (returning the struct through Expected trips GCC 12's -Wmaybe-uninitialized
+// on the Values' union).
+Status pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> inputs, MatmulOperands& ops) {
   const Tensor& x = inputs[kX]->tensor();
   const Tensor& w = inputs[kW]->tensor();
   std::int64_t spatial = 1;
   for (int d = 2; d < x.rank(); ++d) spatial *= x.dim(d);
-  MatmulOperands ops;
   SVM_ASSIGN_OR_RETURN(Tensor a, w.reshapeView(Shape{w.dim(0), w.dim(1)}));
   SVM_ASSIGN_OR_RETURN(Tensor b, x.reshapeView(Shape{x.dim(0), x.dim(1), spatial}));
   ops.values[0] = Value::fromTensor(std::move(a));
@@ -257,12 +258,13 @@ Expected<MatmulOperands> pointwiseOperands(const KernelSpec& spec, std::span<con
     SVM_ASSIGN_OR_RETURN(Tensor c, inputs[kBias]->tensor().reshapeView(Shape{w.dim(0), 1}));
     ops.values[2] = Value::fromTensor(std::move(c));
   }
-  return ops;
+  return Status::ok();
 }
 
 Status preparePointwise(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out,
                         KernelArgs& args) {
-  SVM_ASSIGN_OR_RETURN(MatmulOperands ops, pointwiseOperands(spec, inputs));
+  MatmulOperands ops;
+  SVM_RETURN_IF_ERROR(pointwiseOperands(spec, inputs, ops));
   SVM_ASSIGN_OR_RETURN(Tensor c, out.reshapeView(Shape{out.dim(0), out.dim(1), ops.values[1].tensor().dim(2)}));
   const Value* pointers[3];
   for (std::size_t k = 0; k < ops.count; ++k) {
