@@ -361,7 +361,9 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     }
     const bool generated_wins = (*medians)[0] < (*medians)[1] * (1.0 - kNoiseMargin);
     best = generated_wins ? generated->params : library->params;
-    best_us = generated_wins ? (*medians)[0] : (*medians)[1];
+    // The record keeps the sweep's medians (one measurement for the winner, every other candidate
+    // and the default); the run-off's own medians are in the report and the log.
+    best_us = generated_wins ? generated->us : library->us;
     report.runoff = RunOff{generated->params, library->params, (*medians)[0], (*medians)[1], static_cast<int>(rounds)};
     logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds: {} {:.1f}us vs {} {:.1f}us; chose {}",
           signature, rounds, generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[1],
