@@ -28,8 +28,12 @@ bool isRowMajor(const OperandProfile& operand) {
   return operand.strides == contiguousStrides(operand.shape) || operand.shape.numel() <= 1;
 }
 
-std::int64_t floorPow2(std::int64_t v) { return v <= 0 ? 0 : std::int64_t{1} << (63 - std::countl_zero(static_cast<std::uint64_t>(v))); }
-std::int64_t ceilPow2(std::int64_t v) { return v <= 1 ? 1 : std::int64_t{1} << (64 - std::countl_zero(static_cast<std::uint64_t>(v - 1))); }
+std::int64_t floorPow2(std::int64_t v) {
+  return v <= 0 ? 0 : std::int64_t{1} << (63 - std::countl_zero(static_cast<std::uint64_t>(v)));
+}
+std::int64_t ceilPow2(std::int64_t v) {
+  return v <= 1 ? 1 : std::int64_t{1} << (64 - std::countl_zero(static_cast<std::uint64_t>(v - 1)));
+}
 }  // namespace
 
 bool sameGroup(const ProfileRecord& a, const ProfileRecord& b) {

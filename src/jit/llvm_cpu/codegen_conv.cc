@@ -336,21 +336,11 @@ void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel
   }
 }
 
-// A per-thread buffer for one tile (im2col columns, the product) and the matmul's scratch.
+// A per-thread buffer for one tile (im2col columns, the product) and the matmul's scratch
+// (threadBuffer, in 4 KiB steps; its own, apart from the matmul runner's).
+struct ConvTileTag {};
 float* tileBuffer(std::int64_t floats) {
-  struct Buffer {
-    float* data = nullptr;
-    std::int64_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < floats) {
-    std::free(buffer.data);
-    const std::int64_t rounded = (floats + 1023) / 1024 * 1024;
-    buffer.data = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(rounded) * sizeof(float)));
-    buffer.size = buffer.data != nullptr ? rounded : 0;
-  }
-  return buffer.data;
+  return static_cast<float*>(ir::threadBuffer<ConvTileTag>(floats * static_cast<std::int64_t>(sizeof(float)), 4096));
 }
 
 // The task runner of a dense conv (scalars[kScalarRunner]): tiles (image, column block) split

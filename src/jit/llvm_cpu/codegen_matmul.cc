@@ -307,21 +307,10 @@ using namespace matmul;
 
 using PartFn = void (*)(const KernelArgs* args, std::int64_t task, std::int64_t tasks, void* scratch);
 
-// A per-thread scratch buffer, 64-byte aligned, grown on demand and kept.
+// A per-thread scratch buffer for the generated parts (threadBuffer, in 4 KiB steps).
+struct MatmulScratchTag {};
 void* threadScratch(std::int64_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    std::int64_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < bytes) {
-    std::free(buffer.data);
-    const std::int64_t rounded = (bytes + 4095) / 4096 * 4096;
-    buffer.data = std::aligned_alloc(64, static_cast<std::size_t>(rounded));
-    buffer.size = buffer.data != nullptr ? rounded : 0;
-  }
-  return buffer.data;
+  return ir::threadBuffer<MatmulScratchTag>(bytes, 4096);
 }
 
 // Called by every generated matmul kernel: runs part() for each task with its thread's scratch.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -99,5 +100,25 @@ void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>&
                 const std::function<void()>& else_body);
 
 llvm::Value* constI64(Builder& b, std::int64_t value);
+
+// A per-thread buffer of at least `bytes`, 64-byte aligned, grown in `granule`-byte steps and kept
+// for the thread's life (nullptr when the allocation fails). Each `Tag` type is its own buffer, so
+// a runner's tile and the kernel it calls never share one.
+template <typename Tag>
+void* threadBuffer(std::int64_t bytes, std::int64_t granule) {
+  struct Buffer {
+    void* data = nullptr;
+    std::int64_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < bytes) {
+    std::free(buffer.data);
+    const std::int64_t rounded = (bytes + granule - 1) / granule * granule;
+    buffer.data = std::aligned_alloc(64, static_cast<std::size_t>(rounded));
+    buffer.size = buffer.data != nullptr ? rounded : 0;
+  }
+  return buffer.data;
+}
 
 }  // namespace shapevm::jit::ir
