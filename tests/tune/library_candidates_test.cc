@@ -143,9 +143,10 @@ TEST_F(LibraryCandidates, TheRunOffPicksTheFasterOfLibraryAndGenerated) {
     AutoTuner tuner(options_);
     auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
     ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
-    ASSERT_EQ(tuner.reports().size(), 1u);
-    ASSERT_TRUE(tuner.reports()[0].runoff.has_value());
-    const RunOff& runoff = *tuner.reports()[0].runoff;
+    const std::vector<TuneReport> reports = tuner.reports();  // a copy: references below point into it
+    ASSERT_EQ(reports.size(), 1u);
+    ASSERT_TRUE(reports[0].runoff.has_value());
+    const RunOff& runoff = *reports[0].runoff;
     EXPECT_GE(runoff.rounds, 7);
     EXPECT_EQ(runoff.generated, one_row);
     EXPECT_EQ(runoff.library, kLibrary);
@@ -153,7 +154,7 @@ TEST_F(LibraryCandidates, TheRunOffPicksTheFasterOfLibraryAndGenerated) {
     EXPECT_EQ(outcome->params, kLibrary);
     // The record keeps the sweep's median (the measurement every candidate and the default share).
     double library_sweep_us = -1;
-    for (const CandidateTiming& timing : tuner.reports()[0].timings) {
+    for (const CandidateTiming& timing : reports[0].timings) {
       if (timing.params == kLibrary) library_sweep_us = timing.us;
     }
     EXPECT_EQ(outcome->best_us, library_sweep_us);
@@ -165,8 +166,9 @@ TEST_F(LibraryCandidates, TheRunOffPicksTheFasterOfLibraryAndGenerated) {
   auto outcome = tuner.tune(engine, family, other.spec, other.pointers);
   jit::onednn::failExecutionsForTesting(false);
   ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
-  ASSERT_TRUE(tuner.reports()[0].runoff.has_value());
-  const RunOff& runoff = *tuner.reports()[0].runoff;
+  const std::vector<TuneReport> reports = tuner.reports();
+  ASSERT_TRUE(reports[0].runoff.has_value());
+  const RunOff& runoff = *reports[0].runoff;
   EXPECT_LT(runoff.generated_us, runoff.library_us);
   EXPECT_EQ(outcome->params, KernelParams{});
   EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
@@ -200,9 +202,10 @@ TEST_F(LibraryCandidates, OffMeansNoRunOff) {
   auto outcome = tuner.tune(jit::testing::sharedBackend(), *jit::familyFor(OpId::MatMul), e.spec, e.pointers);
   ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
   EXPECT_EQ(outcome->params.library, 0);
-  ASSERT_EQ(tuner.reports().size(), 1u);
-  EXPECT_FALSE(tuner.reports()[0].runoff.has_value());
-  for (const CandidateTiming& timing : tuner.reports()[0].timings) EXPECT_EQ(timing.params.library, 0);
+  const std::vector<TuneReport> reports = tuner.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_FALSE(reports[0].runoff.has_value());
+  for (const CandidateTiming& timing : reports[0].timings) EXPECT_EQ(timing.params.library, 0);
 }
 
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
