@@ -84,6 +84,10 @@ class TieringTest : public ::testing::Test {
     Tunables::resetToDefaults();
     ASSERT_TRUE(Tunables::set(Tunable::HotMs, 0).isOk());
     ASSERT_TRUE(Tunables::set(Tunable::JitLevel, 1).isOk());
+    // These tests count compiles and guard misses. Every test shares the build's kernel cache, so
+    // a wider kernel another test (or an earlier run) kept there would serve a specialization
+    // request through the covering lookup and change those counts; kernel_cache_test.cc tests it.
+    ASSERT_TRUE(Tunables::set(Tunable::CacheCovering, 0).isOk());
   }
   void TearDown() override { Tunables::resetToDefaults(); }
 
