@@ -11,13 +11,15 @@
 #                              support's thread pool, the tuner's and the Session's shutdown)
 # --build-type TYPE overrides the folder's CMake build type (Debug, Release, RelWithDebInfo).
 # --werror makes warnings errors (SHAPEVM_WERROR=ON); CI=true does too, except for --release.
-# Usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror]
+# --layer-tests builds only the layers' GoogleTest executables (what scripts/test.sh --release runs).
+# Usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror] [--layer-tests]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror]"
+usage="usage: scripts/build.sh [--asan|--tsan|--release|--clang] [--build-type TYPE] [--werror] [--layer-tests]"
 mode=""
 build_type=""
 werror=""
+layer_tests=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --asan|--tsan|--release|--clang)
@@ -25,6 +27,7 @@ while [ $# -gt 0 ]; do
       mode="$1"; shift ;;
     --build-type) build_type="${2:?$usage}"; shift 2 ;;
     --werror) werror=ON; shift ;;
+    --layer-tests) layer_tests=1; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +51,10 @@ case "$mode" in
     targets=(--target svm_jit_tests svm_support_tests svm_tune_tests svm_session_tests) ;;
 esac
 if [ -n "$build_type" ]; then type="$build_type"; fi
+if [ -n "$layer_tests" ]; then
+  targets=(--target svm_support_tests svm_tensor_tests svm_ops_tests svm_bytecode_tests svm_vm_tests
+           svm_frontend_tests svm_jit_tests svm_tune_tests svm_session_tests)
+fi
 if command -v ccache >/dev/null && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
   extra+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
