@@ -34,7 +34,7 @@ constexpr OpRow kOpRows[] = {
 static_assert(sizeof(kOpRows) / sizeof(kOpRows[0]) == kNumOps, "ops.def rows and OpId disagree");
 
 // The jit column: space-separated words from kJitWords, or exactly "none".
-constexpr std::string_view kJitWords[] = {"ew", "reduce", "matmul", "fuse", "view", "freduce", "norm"};
+constexpr std::string_view kJitWords[] = {"ew", "reduce", "matmul", "fuse", "view", "freduce", "norm", "conv"};
 
 constexpr bool jitColumnValid(std::string_view text) {
   if (text == "none") return true;
@@ -119,6 +119,7 @@ OpSchema buildSchema(const OpRow& row) {
     schema.jit.view = schema.jit.view || word == "view";
     schema.jit.fused_reduce = schema.jit.fused_reduce || word == "freduce";
     schema.jit.norm = schema.jit.norm || word == "norm";
+    schema.jit.conv = schema.jit.conv || word == "conv";
   }
   for (std::string_view item : splitSpaces(row.inputs)) {
     InputSpec spec;
@@ -274,6 +275,7 @@ std::string JitSupport::toString() const {
   add(view, "view");
   add(fused_reduce, "freduce");
   add(norm, "norm");
+  add(conv, "conv");
   return text.empty() ? "none" : text;
 }
 

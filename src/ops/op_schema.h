@@ -67,7 +67,8 @@ struct JitSupport {
   bool view = false;          // view: the region planner folds it into a leaf's index map
   bool fused_reduce = false;  // freduce: a fused trailing-axes reduction of a region
   bool norm = false;          // norm: the region planner decomposes it into statistics
-  bool any() const { return elementwise || reduce || matmul || fuse || view || fused_reduce || norm; }
+  bool conv = false;          // conv: the convolution kernel family compiles it
+  bool any() const { return elementwise || reduce || matmul || fuse || view || fused_reduce || norm || conv; }
   std::string toString() const;  // the ops.def spelling, "ew fuse" / "none"
 };
 

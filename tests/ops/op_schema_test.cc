@@ -480,6 +480,9 @@ TEST(OpSchema, EveryOpHasAKernelAShapeFunctionAndADecidedJitStatus) {
     if (jit.norm) {
       EXPECT_EQ(schema.cls, OpClass::Normalization);
     }
+    if (jit.conv) {
+      EXPECT_EQ(schema.cls, OpClass::Contraction);
+    }
     if (jit.reduce) {
       EXPECT_TRUE(schema.cls == OpClass::Reduction || schema.cls == OpClass::Normalization);
     }
