@@ -223,9 +223,8 @@ Status matmulCodegenSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend,
       for (std::int64_t rows : kase.call_rows) {
         std::vector<Value> values{Value::fromTensor(randomTensor(Shape{rows, kase.k}, rng))};
         if (kase.b_transposed) {
-          values.push_back(Value::fromTensor(randomTensor(Shape{kase.n, kase.k}, rng)
-                                                 .asStrided(Shape{kase.k, kase.n}, Shape{1, kase.k}, 0)
-                                                 .value()));
+          values.push_back(Value::fromTensor(
+              randomTensor(Shape{kase.n, kase.k}, rng).asStrided(Shape{kase.k, kase.n}, Shape{1, kase.k}, 0).value()));
         } else {
           values.push_back(Value::fromTensor(randomTensor(Shape{kase.k, kase.n}, rng)));
         }
@@ -283,15 +282,21 @@ Status matmulCodegenSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend,
       (void)backend.free(handle);
     }
   }
-  fmt::print("matmul codegen: per kernel, IR before the passes, object bytes, thread CPU ms (medians of {} rounds) "
-             "and us per call\n", rounds);
+  fmt::print(
+      "matmul codegen: per kernel, IR before the passes, object bytes, thread CPU ms (medians of {} rounds) "
+      "and us per call\n",
+      rounds);
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const Times& t = times[c];
     const double ir_ms = median(t.ir_ms), machine_ms = median(t.machine_ms);
-    json row = {{"kernel", cases[c].name},        {"rounds", rounds},
-                {"functions", t.ir.functions},    {"blocks", t.ir.blocks},
-                {"instructions", t.ir.instructions}, {"object_bytes", t.object_bytes},
-                {"ir_cpu_ms", ir_ms},             {"machine_cpu_ms", machine_ms},
+    json row = {{"kernel", cases[c].name},
+                {"rounds", rounds},
+                {"functions", t.ir.functions},
+                {"blocks", t.ir.blocks},
+                {"instructions", t.ir.instructions},
+                {"object_bytes", t.object_bytes},
+                {"ir_cpu_ms", ir_ms},
+                {"machine_cpu_ms", machine_ms},
                 {"compile_cpu_ms", ir_ms + machine_ms}};
     std::string calls;
     for (const auto& [rows, us] : t.call_us) {

@@ -24,8 +24,8 @@ namespace {
 
 int benchCommand(const BenchFlags& flags_in) {
   BenchFlags flags = flags_in;
-  const std::vector<std::string> known = {"workload", "cold",     "compile", "matmul-codegen", "matmul",
-                                         "elementwise", "overhead", "memory"};
+  const std::vector<std::string> known = {"workload", "cold",        "compile",  "matmul-codegen",
+                                          "matmul",   "elementwise", "overhead", "memory"};
   // The compile suites (an A/B of the IR pipelines, minutes; the matmul code generator's size and
   // cold cost, for an A/B of two builds) run only when asked for.
   std::vector<std::string> suites = flags.suites;
@@ -34,11 +34,10 @@ int benchCommand(const BenchFlags& flags_in) {
                  [](const std::string& s) { return s != "compile" && s != "matmul-codegen"; });
   for (const std::string& suite : suites) {
     if (std::find(known.begin(), known.end(), suite) == known.end()) {
-      fmt::print(
-          stderr,
-          "shapevm: error: unknown bench suite '{}' (suites: workload, cold, compile, matmul-codegen, matmul, "
-          "elementwise, overhead, memory)\n",
-          suite);
+      fmt::print(stderr,
+                 "shapevm: error: unknown bench suite '{}' (suites: workload, cold, compile, matmul-codegen, matmul, "
+                 "elementwise, overhead, memory)\n",
+                 suite);
       return 2;
     }
   }
@@ -123,8 +122,7 @@ int benchCommand(const BenchFlags& flags_in) {
          ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, tmp_dir, cold, timeline), "cold") && ok;
   if (wants("compile")) ok = check(compileSuite(flags, **engine, weights, compile_pipelines), "compile") && ok;
-  if (wants("matmul-codegen"))
-    ok = check(matmulCodegenSuite(flags, **engine, matmul_codegen), "matmul-codegen") && ok;
+  if (wants("matmul-codegen")) ok = check(matmulCodegenSuite(flags, **engine, matmul_codegen), "matmul-codegen") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
   result["workload"] = workload;
   result["stream"] = benchStream(flags.quick);
