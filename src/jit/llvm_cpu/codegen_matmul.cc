@@ -326,7 +326,7 @@ void runMatmulTasks(PartFn part, const KernelArgs* args, std::int64_t tasks, std
                            [&](int task) { part(args, task, tasks, threadScratch(scratch_bytes)); });
 }
 
-// ---- the float32 B-column packer (PackBColumnsFn, called by the generated kernels) ----
+// ---- the float32 B panel packer (PackBPanelFn, called by the generated kernels) ----
 
 // Portable: column by column.
 void packBColumnsPortable(const float* data, std::int64_t src, std::int64_t kc, std::int64_t count, float* dst,
@@ -380,12 +380,27 @@ void packBColumnsPortable(const float* data, std::int64_t src, std::int64_t kc, 
   }
 }
 
-PackBColumnsFn pickPackBColumns() {
+// PackBPanelFn (matmul_plan.h): columns contiguous along K through the transposes, else row by row.
+void packBPanel(const float* data, std::int64_t src, std::int64_t kc, std::int64_t count, float* dst,
+                std::int64_t row_stride, std::int64_t col_stride, std::int64_t nr) {
   static const bool has_avx2 = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
-  return has_avx2 ? &packBColumnsAvx2 : &packBColumnsPortable;
+  if (row_stride == 1) {
+    (has_avx2 ? &packBColumnsAvx2 : &packBColumnsPortable)(data, src, kc, count, dst, col_stride, nr);
+    return;
+  }
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const float* row = data + src + p * row_stride;
+    float* out = dst + p * nr;
+    if (col_stride == 1) {
+      std::copy(row, row + count, out);
+    } else {
+      for (std::int64_t j = 0; j < count; ++j) out[j] = row[j * col_stride];
+    }
+    std::fill(out + count, out + nr, 0.0f);
+  }
 }
 
 // ---- prepare(): views of the operands ----
@@ -562,7 +577,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     const bool parallel = work >= kMinParallelWork || (work >= kMinParallelWork / 8 && b_bytes >= kMinParallelBytesOfB);
     args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
     args.scalars[kScalarTasks] = parallel ? std::max<std::int64_t>(1, threads) : 1;
-    args.data[slotB(spec)] = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(pickPackBColumns()));
+    args.data[slotB(spec)] = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(&packBPanel));
     if (spec.params.library != 0) {
       args.scalars[kScalarRunner] =
           static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&onednn::runLibraryMatmul));

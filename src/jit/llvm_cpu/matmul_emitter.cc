@@ -54,7 +54,7 @@ class MatmulEmitter {
     const int sa = slotA(spec_), sb = slotB(spec_);
     a_ = args.data(0);
     b_ptr_ = args.data(1);
-    pack_b_columns_fn_ = args.data(sb);
+    pack_b_panel_fn_ = args.data(sb);
     c_ = args.data(static_cast<int>(spec_.inputs.size()));
     auto known = [&](std::int64_t value, int slot, int axis) { return value >= 0 ? i64(value) : args.dim(slot, axis); };
     m_ = known(dims_.m, sa, 2);
@@ -588,25 +588,28 @@ class MatmulEmitter {
       if (pairs) {
         callPacker(&pack_b_pair_columns_, "_pack_b_pair_columns", args,
                    [&](const PackerArgs& a) { emitPackBPairColumns(a); });
-      } else if (b_spec_.dtype == DType::Float32) {
-        // The compiled packer (PackBColumnsFn) prepare() left in B's view slot.
-        llvm::Type* ptr = b_.getPtrTy();
-        llvm::Type* index = b_.getInt64Ty();
-        auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, index, index, index, ptr, index, index}, false);
-        llvm::CallInst* call =
-            b_.CreateCall(type, pack_b_columns_fn_, {b_ptr_, src, kc, cols, dst, b_col_, i64(plan_.nr())});
-        call->addFnAttr(llvm::Attribute::NoUnwind);
       } else {
         callPacker(&pack_b_columns_, "_pack_b_columns", args, [&](const PackerArgs& a) { emitPackBColumns(a); });
       }
     };
-    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
     // A contiguous B (columns 1 apart) is K-contiguous only with one column: no code for that.
-    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
     auto* column_step = llvm::dyn_cast<llvm::ConstantInt>(b_col_);
     auto* row_step = llvm::dyn_cast<llvm::ConstantInt>(b_row_);
     const bool never_columns =
         (column_step != nullptr && column_step->isOne()) || (row_step != nullptr && !row_step->isOne());
+    if (!pairs && b_spec_.dtype == DType::Float32 && !never_columns) {
+      // A float32 B whose layout is known only at run time: the compiled packer (PackBPanelFn)
+      // prepare() left in B's view slot, for every layout.
+      llvm::Type* ptr = b_.getPtrTy();
+      llvm::Type* index = b_.getInt64Ty();
+      auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, index, index, index, ptr, index, index, index}, false);
+      llvm::CallInst* call =
+          b_.CreateCall(type, pack_b_panel_fn_, {b_ptr_, src, kc, cols, dst, b_row_, b_col_, i64(plan_.nr())});
+      call->addFnAttr(llvm::Attribute::NoUnwind);
+      return;
+    }
+    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
+    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
     ifElse(full_rows, rows, [&] {
       if (never_columns) {
         scalar();
@@ -1460,7 +1463,7 @@ class MatmulEmitter {
   llvm::Value* n_pad_ = nullptr;           // N rounded up to NR (the packed B's row length)
   llvm::Value* a_ = nullptr;
   llvm::Value* b_ptr_ = nullptr;
-  llvm::Value* pack_b_columns_fn_ = nullptr;  // PackBColumnsFn (matmul_plan.h), from B's view slot
+  llvm::Value* pack_b_panel_fn_ = nullptr;  // PackBPanelFn (matmul_plan.h), from B's view slot
   llvm::Value* c_ = nullptr;
   llvm::Value* m_ = nullptr;
   llvm::Value* k_ = nullptr;
