@@ -14,7 +14,9 @@
 // NR/16 loads of B, MR broadcasts of A, MR*NR/16 llvm.fmuladd, and a software prefetch of the B
 // rows packed next (or, reading B in place, of B a few rows ahead).
 // Packing converts to float32 and zero-pads tails, so transposed or 16-bit operands cost the same
-// in the inner loop. Operands contiguous along K (B = W.T, a row-major A) pack 16 x 16 blocks
+// in the inner loop. A float32 B whose layout is known only at run time (B = W.T under a strided
+// spec) is packed by compiled C++ (PackBPanelFn, passed in B's view slot): no kernel carries that
+// code. Other operands contiguous along K (a row-major A, 16-bit W.T) pack 16 x 16 blocks
 // through a register transpose, in functions of their own (see callPacker). B may also be read
 // in place (f32, rows contiguous; a tuning candidate for small M). Defaults: 6x64 tiles, KC 256;
 // M <= 64: 4x64, KC 128 (see defaultPlan). M tails re-read a valid row and store nothing; N tails
