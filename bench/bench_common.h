@@ -124,6 +124,10 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
                      const std::string& tmp_dir, json& out, json& compile_out, json& extra);
 // JitOptPipeline 0 (LLVM O3) against 1 (the kernel pipeline): cold compile CPU time and kernel speed.
 Status compileSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend, const Weights& weights, json& out);
+// The matmul family's generated code: IR size before the passes, object bytes, the thread CPU of
+// emit + IR passes and of machine code, and us per call (checked against the reference) for the
+// reference cell's matmuls, a range kernel and a small one; the default configuration only.
+Status matmulCodegenSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& out);
 Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
                  json& timeline);
 Status memorySuite(const BenchFlags& flags, const Weights& weights, json& out);

@@ -15,9 +15,12 @@
 
 #include <fmt/format.h>
 
+#include <llvm/IR/Module.h>
+
 #include "bench/bench_common.h"
 #include "jit/compiled_kernel.h"
 #include "jit/jit.h"
+#include "jit/llvm_cpu/engine.h"
 #include "support/tunables.h"
 
 namespace shapevm::bench {
@@ -163,6 +166,153 @@ Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& o
   }
   return Status::ok();
 }
+
+// ---- the matmul family's code size and cold compile cost (default configuration only) ----
+
+// One matmul kernel: its spec's A (rows `m`, or the range m_lo..m_hi when m_hi > m_lo) x B, and
+// the row counts it is called (and checked) at.
+struct MatmulCase {
+  std::string name;
+  std::int64_t m_lo, m_hi, k, n;
+  bool b_transposed;  // B = W.T, a [k, n] view of a row-major [n, k] weight (x @ W.T)
+  std::vector<std::int64_t> call_rows;
+};
+
+// The generator's IR before the passes: functions, basic blocks, instructions.
+struct IrSize {
+  std::size_t functions = 0, blocks = 0, instructions = 0;
+};
+IrSize irSize(const llvm::Module& module) {
+  IrSize size;
+  for (const llvm::Function& f : module) {
+    if (f.isDeclaration()) continue;
+    ++size.functions;
+    for (const llvm::BasicBlock& block : f) {
+      ++size.blocks;
+      size.instructions += block.size();
+    }
+  }
+  return size;
+}
+
+}  // namespace
+
+Status matmulCodegenSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& out) {
+  const std::vector<MatmulCase> cases = {
+      {"cell x @ W_ih.T 960x128x1024", 960, 960, 128, 1024, true, {960}},
+      {"cell h @ W_hh.T 32x256x1024", 32, 32, 256, 1024, true, {32}},
+      {"range [256..1024]x128x1024", 256, 1024, 128, 1024, false, {256, 601, 1024}},
+      {"small 32x48x64", 32, 32, 48, 64, false, {32}},
+  };
+  const jit::KernelFamily* family = jit::familyFor(OpId::MatMul);
+  if (family == nullptr) return makeError(ErrorCode::Internal, "no matmul kernel family");
+  std::mt19937_64 rng(23);
+  const int rounds = flags.quick ? 3 : 7;
+  struct Times {
+    std::vector<double> ir_ms, machine_ms;
+    std::map<std::int64_t, std::vector<double>> call_us;
+    IrSize ir;
+    std::size_t object_bytes = 0;
+  };
+  std::vector<Times> times(cases.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      const MatmulCase& kase = cases[c];
+      // Inputs at every called row count; the spec from the first, with M a range when asked.
+      std::map<std::int64_t, std::vector<Value>> inputs;
+      for (std::int64_t rows : kase.call_rows) {
+        std::vector<Value> values{Value::fromTensor(randomTensor(Shape{rows, kase.k}, rng))};
+        if (kase.b_transposed) {
+          values.push_back(Value::fromTensor(
+              randomTensor(Shape{kase.n, kase.k}, rng).asStrided(Shape{kase.k, kase.n}, Shape{1, kase.k}, 0).value()));
+        } else {
+          values.push_back(Value::fromTensor(randomTensor(Shape{kase.k, kase.n}, rng)));
+        }
+        inputs[rows] = std::move(values);
+      }
+      auto pointers = [&](std::int64_t rows) {
+        std::vector<const Value*> p;
+        for (const Value& v : inputs.at(rows)) p.push_back(&v);
+        return p;
+      };
+      jit::KernelSpec spec = jit::exactSpec(OpId::MatMul, {}, pointers(kase.call_rows.front()));
+      if (kase.m_hi > kase.m_lo) {
+        spec.inputs[0].dims[0].size = -1;
+        static_cast<DimRange&>(spec.inputs[0].dims[0]) = DimRange::between(kase.m_lo, kase.m_hi);
+      }
+      spec = backend.targetSpec(spec);
+      const std::string symbol = "svm_bench_cg_" + family->symbolStem(spec);
+      const auto* emitter = dynamic_cast<const jit::LlvmKernelEmitter*>(family);
+      if (emitter == nullptr) return makeError(ErrorCode::Internal, "the matmul family emits no LLVM IR");
+      // Emit + IR passes, then machine code, each timed on this thread's CPU clock.
+      double start = threadCpuMs();
+      SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> built,
+                           backend.engine().build(symbol, [&](llvm::Module& module) {
+                             SVM_RETURN_IF_ERROR(emitter->emit(spec, module, symbol));
+                             times[c].ir = irSize(module);
+                             return Status::ok();
+                           }));
+      const double ir_ms = threadCpuMs() - start;
+      start = threadCpuMs();
+      SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> object, backend.engine().emitObject(std::move(built)));
+      const double machine_ms = threadCpuMs() - start;
+      times[c].object_bytes = backend.codeBytes(*object).size();
+      times[c].ir_ms.push_back(ir_ms);
+      times[c].machine_ms.push_back(machine_ms);
+      SVM_ASSIGN_OR_RETURN(jit::KernelHandle handle, backend.load(std::move(object)));
+      auto kernel = std::make_unique<jit::CompiledKernel>();
+      kernel->family = family;
+      kernel->spec = spec;
+      kernel->handle = handle;
+      kernel->backend = &backend;
+      for (std::int64_t rows : kase.call_rows) {
+        const std::vector<const Value*> in = pointers(rows);
+        std::vector<Value> want(1), got(1);
+        SVM_RETURN_IF_ERROR(family->reference(spec, in, want));
+        auto call = [&] { (void)jit::invokeCompiled(*kernel, in, got); };
+        call();
+        const double error = got[0].isTensor() ? relL2(got[0].tensor(), want[0].tensor()) : 1.0;
+        if (!(error <= 1e-5)) {
+          (void)backend.free(handle);
+          return makeError(ErrorCode::Internal, "{} at {} rows: rel L2 {:.3g} against the reference", kase.name, rows,
+                           error);
+        }
+        times[c].call_us[rows].push_back(medianMs(flags.quick ? 15 : 41, call) * 1e3);
+      }
+      (void)backend.free(handle);
+    }
+  }
+  fmt::print(
+      "matmul codegen: per kernel, IR before the passes, object bytes, thread CPU ms (medians of {} rounds) "
+      "and us per call\n",
+      rounds);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const Times& t = times[c];
+    const double ir_ms = median(t.ir_ms), machine_ms = median(t.machine_ms);
+    json row = {{"kernel", cases[c].name},
+                {"rounds", rounds},
+                {"functions", t.ir.functions},
+                {"blocks", t.ir.blocks},
+                {"instructions", t.ir.instructions},
+                {"object_bytes", t.object_bytes},
+                {"ir_cpu_ms", ir_ms},
+                {"machine_cpu_ms", machine_ms},
+                {"compile_cpu_ms", ir_ms + machine_ms}};
+    std::string calls;
+    for (const auto& [rows, us] : t.call_us) {
+      row[fmt::format("call_us_m{}", rows)] = median(us);
+      calls += fmt::format(" m={} {:.1f} us", rows, median(us));
+    }
+    out.push_back(row);
+    fmt::print(
+        "matmul codegen {:<30} {} fn {} bb {} inst, {} B object; emit+IR {:.1f} + machine {:.1f} = {:.1f} ms;{}\n",
+        cases[c].name, t.ir.functions, t.ir.blocks, t.ir.instructions, t.object_bytes, ir_ms, machine_ms,
+        ir_ms + machine_ms, calls);
+  }
+  return Status::ok();
+}
+
+namespace {
 
 // The workload (lstm_cell, batch 32) at O1 and O2 without tuning, every kernel built under each
 // configuration: compile events of the warm-up, then the steady time per call, instances interleaved.

@@ -24,19 +24,20 @@ namespace {
 
 int benchCommand(const BenchFlags& flags_in) {
   BenchFlags flags = flags_in;
-  const std::vector<std::string> known = {"workload", "cold", "compile", "matmul", "elementwise", "overhead", "memory"};
-  // The compile suite (an A/B of the IR pipelines, minutes) runs only when asked for.
+  const std::vector<std::string> known = {"workload", "cold",        "compile",  "matmul-codegen",
+                                          "matmul",   "elementwise", "overhead", "memory"};
+  // The compile suites (an A/B of the IR pipelines, minutes; the matmul code generator's size and
+  // cold cost, for an A/B of two builds) run only when asked for.
   std::vector<std::string> suites = flags.suites;
   if (suites.empty())
     std::copy_if(known.begin(), known.end(), std::back_inserter(suites),
-                 [](const std::string& s) { return s != "compile"; });
+                 [](const std::string& s) { return s != "compile" && s != "matmul-codegen"; });
   for (const std::string& suite : suites) {
     if (std::find(known.begin(), known.end(), suite) == known.end()) {
-      fmt::print(
-          stderr,
-          "shapevm: error: unknown bench suite '{}' (suites: workload, cold, compile, matmul, elementwise, overhead, "
-          "memory)\n",
-          suite);
+      fmt::print(stderr,
+                 "shapevm: error: unknown bench suite '{}' (suites: workload, cold, compile, matmul-codegen, matmul, "
+                 "elementwise, overhead, memory)\n",
+                 suite);
       return 2;
     }
   }
@@ -91,7 +92,7 @@ int benchCommand(const BenchFlags& flags_in) {
   json workload = json::array(), compile = json::object(), cold = json::array(), timeline = json::array(),
        matmul = json::array(), matmul_bf16 = json::array(), elementwise = json::array(), overhead = json::array(),
        memory = json::array(), workload_extra = json::object(), norms = json::array(),
-       compile_pipelines = json::object();
+       compile_pipelines = json::object(), matmul_codegen = json::array();
   // Tuning databases of this run (the O2 workload instances and the matmul tuning-quality check):
   // fresh, so every run pays (and reports) its tuning; removed at the end.
   std::string tmp_dir;
@@ -121,6 +122,7 @@ int benchCommand(const BenchFlags& flags_in) {
          ok;
   if (wants("cold")) ok = check(coldSuite(flags, weights, tmp_dir, cold, timeline), "cold") && ok;
   if (wants("compile")) ok = check(compileSuite(flags, **engine, weights, compile_pipelines), "compile") && ok;
+  if (wants("matmul-codegen")) ok = check(matmulCodegenSuite(flags, **engine, matmul_codegen), "matmul-codegen") && ok;
   if (wants("memory")) ok = check(memorySuite(flags, weights, memory), "memory") && ok;
   result["workload"] = workload;
   result["stream"] = benchStream(flags.quick);
@@ -137,6 +139,7 @@ int benchCommand(const BenchFlags& flags_in) {
   result["overhead"] = overhead;
   result["memory"] = memory;
   result["compile_pipelines"] = compile_pipelines;
+  result["matmul_codegen"] = matmul_codegen;
   if (!flags.out.empty()) {
     std::error_code error;
     std::filesystem::create_directories(flags.out, error);
@@ -160,9 +163,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ShapeVM's side of the benchmark suite (bench/run_all.py adds the peers and writes BENCHMARKS.md)",
                "shapevm bench"};
   app.add_option("--suite", flags.suites,
-                 "only these suites: workload, cold, compile, matmul, elementwise, overhead, memory (repeatable; the "
-                 "default is all "
-                 "but compile)");
+                 "only these suites: workload, cold, compile, matmul-codegen, matmul, elementwise, overhead, memory "
+                 "(repeatable; the default is all but compile and matmul-codegen)");
   app.add_flag("--quick", flags.quick, "smaller sizes and fewer repeats (under 2 minutes; a smoke test)");
   app.add_option("--out", flags.out, "write DIR/shapevm.json");
   app.add_option("--examples", flags.examples,

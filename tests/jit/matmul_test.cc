@@ -259,6 +259,43 @@ TEST(MatmulJit, SymbolicKernelOnSeveralShapes) {
   EXPECT_TRUE(symbolicKernelMatches(batched));
 }
 
+// A range kernel (M in [lo, hi], K and N static) run at both range ends and at odd sizes inside:
+// with N a multiple of every tile width the kernel has no partial-panel code, with M static and a
+// multiple of the tile rows no 1-row tiles (matmul_emitter.cc: cols_whole_, rows_whole_), and a B
+// = W.T goes through the compiled column packer (PackBColumnsFn). Odd K leaves a K tail in it.
+TEST(MatmulJit, RangeKernelAtTheEndsAndOddSizes) {
+  std::mt19937 rng(23);
+  struct RangeCase {
+    std::int64_t lo, hi, k, n;
+    bool transposed_b;
+  };
+  for (const RangeCase& c :
+       {RangeCase{256, 1024, 128, 128, false}, RangeCase{256, 1024, 37, 128, true}, RangeCase{1, 97, 48, 64, false},
+        RangeCase{5, 70, 131, 200, true}, RangeCase{7, 40, 20, 75, false}}) {
+    auto inputsAt = [&](std::int64_t m) {
+      return std::vector<Value>{operand(DType::Float32, Shape{m, c.k}, rng),
+                                c.transposed_b ? transposedWeight(DType::Float32, c.k, c.n, rng)
+                                               : operand(DType::Float32, Shape{c.k, c.n}, rng)};
+    };
+    KernelSpec spec = specFor("matmul", inputsAt(c.lo));
+    spec.inputs[0].dims[0].size = -1;
+    static_cast<DimRange&>(spec.inputs[0].dims[0]) = DimRange::between(c.lo, c.hi);
+    std::vector<std::vector<Value>> sets;
+    for (std::int64_t m : {c.lo, c.hi, c.lo + 1, ((c.lo + c.hi) / 2) | 1, c.hi - 1}) sets.push_back(inputsAt(m));
+    EXPECT_TRUE(sameKernelMatches(spec, sets))
+        << c.lo << ".." << c.hi << " x " << c.k << " x " << c.n << (c.transposed_b ? " (B = W.T)" : "");
+  }
+  // Static M and N that are multiples of the tiles (4/6 rows, 16/64 columns): whole tiles only.
+  for (bool transposed_b : {false, true}) {
+    for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{960, 128, 128}, {48, 33, 64}}) {
+      std::vector<Value> inputs = {
+          operand(DType::Float32, Shape{m, k}, rng),
+          transposed_b ? transposedWeight(DType::Float32, k, n, rng) : operand(DType::Float32, Shape{k, n}, rng)};
+      EXPECT_TRUE(matchesReference(specFor("matmul", inputs), inputs)) << m << "x" << k << "x" << n;
+    }
+  }
+}
+
 TEST(MatmulJit, SupportAndSymbols) {
   const KernelFamily* family = matmulFamily(OpId::MatMul);
   ASSERT_NE(family, nullptr);

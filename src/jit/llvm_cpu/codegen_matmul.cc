@@ -14,7 +14,9 @@
 // NR/16 loads of B, MR broadcasts of A, MR*NR/16 llvm.fmuladd, and a software prefetch of the B
 // rows packed next (or, reading B in place, of B a few rows ahead).
 // Packing converts to float32 and zero-pads tails, so transposed or 16-bit operands cost the same
-// in the inner loop. Operands contiguous along K (B = W.T, a row-major A) pack 16 x 16 blocks
+// in the inner loop. A float32 B whose layout is known only at run time (B = W.T under a strided
+// spec) is packed by compiled C++ (PackBPanelFn, passed in B's view slot): no kernel carries that
+// code. Other operands contiguous along K (a row-major A, 16-bit W.T) pack 16 x 16 blocks
 // through a register transpose, in functions of their own (see callPacker). B may also be read
 // in place (f32, rows contiguous; a tuning candidate for small M). Defaults: 6x64 tiles, KC 256;
 // M <= 64: 4x64, KC 128 (see defaultPlan). M tails re-read a valid row and store nothing; N tails
@@ -35,7 +37,10 @@
 // Invariant: the first K block initializes C (so K = 0 writes zeros), later blocks add to it, and
 // only the last one applies the epilogue. A float16/bfloat16 C is only written by the last block:
 // the partial sums before it stay float32 in the scratch (widePartials).
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <utility>
@@ -323,6 +328,83 @@ void runMatmulTasks(PartFn part, const KernelArgs* args, std::int64_t tasks, std
                            [&](int task) { part(args, task, tasks, threadScratch(scratch_bytes)); });
 }
 
+// ---- the float32 B panel packer (PackBPanelFn, called by the generated kernels) ----
+
+// Portable: column by column.
+void packBColumnsPortable(const float* data, std::int64_t src, std::int64_t kc, std::int64_t count, float* dst,
+                          std::int64_t stride, std::int64_t nr) {
+  for (std::int64_t j = 0; j < nr; ++j) {
+    const float* column = data + src + std::min(j, count - 1) * stride;
+    for (std::int64_t p = 0; p < kc; ++p) dst[p * nr + j] = j < count ? column[p] : 0.0f;
+  }
+}
+
+// AVX2: per 8 columns and 8 k, 8 loads down the columns and an 8 x 8 register transpose into 8
+// packed rows; the last kc % 8 rows element by element. Columns past the count re-read the last
+// one (in bounds) and are zeroed.
+[[gnu::target("avx2")]] void packBColumnsAvx2(const float* data, std::int64_t src, std::int64_t kc, std::int64_t count,
+                                              float* dst, std::int64_t stride, std::int64_t nr) {
+  const std::int64_t k8 = kc & ~std::int64_t{7};
+  const __m256 zero = _mm256_setzero_ps();
+  for (std::int64_t j0 = 0; j0 < nr; j0 += 8) {
+    float* group = dst + j0;
+    const std::int64_t valid = std::clamp<std::int64_t>(count - j0, 0, 8);
+    if (valid == 0) {
+      for (std::int64_t p = 0; p < kc; ++p) _mm256_storeu_ps(group + p * nr, zero);
+      continue;
+    }
+    const float* column[8];
+    for (std::int64_t r = 0; r < 8; ++r) column[r] = data + src + (j0 + std::min(r, valid - 1)) * stride;
+    const __m256 keep = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    for (std::int64_t p0 = 0; p0 < k8; p0 += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(column[i] + p0);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int h = 0; h < 8; h += 4) {
+        r[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+        r[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+        r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+      }
+      for (int i = 0; i < 4; ++i) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+        t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+      }
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(group + (p0 + i) * nr, _mm256_and_ps(t[i], keep));
+    }
+    for (std::int64_t p = k8; p < kc; ++p) {
+      for (std::int64_t c = 0; c < 8; ++c) group[p * nr + c] = c < valid ? column[c][p] : 0.0f;
+    }
+  }
+}
+
+// PackBPanelFn (matmul_plan.h): columns contiguous along K through the transposes, else row by row.
+void packBPanel(const float* data, std::int64_t src, std::int64_t kc, std::int64_t count, float* dst,
+                std::int64_t row_stride, std::int64_t col_stride, std::int64_t nr) {
+  static const bool has_avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  if (row_stride == 1) {
+    (has_avx2 ? &packBColumnsAvx2 : &packBColumnsPortable)(data, src, kc, count, dst, col_stride, nr);
+    return;
+  }
+  for (std::int64_t p = 0; p < kc; ++p) {
+    const float* row = data + src + p * row_stride;
+    float* out = dst + p * nr;
+    if (col_stride == 1) {
+      std::copy(row, row + count, out);
+    } else {
+      for (std::int64_t j = 0; j < count; ++j) out[j] = row[j * col_stride];
+    }
+    std::fill(out + count, out + nr, 0.0f);
+  }
+}
+
 // ---- prepare(): views of the operands ----
 
 // The row/col view of one operand for prepare(): 1-D a is a row [1, K], 1-D b a column [K, 1].
@@ -497,6 +579,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     const bool parallel = work >= kMinParallelWork || (work >= kMinParallelWork / 8 && b_bytes >= kMinParallelBytesOfB);
     args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runMatmulTasks));
     args.scalars[kScalarTasks] = parallel ? std::max<std::int64_t>(1, threads) : 1;
+    args.data[slotB(spec)] = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(&packBPanel));
     if (spec.params.library != 0) {
       args.scalars[kScalarRunner] =
           static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&onednn::runLibraryMatmul));

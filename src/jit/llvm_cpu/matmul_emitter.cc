@@ -38,7 +38,11 @@ class MatmulEmitter {
         dims_(staticDims(spec)),
         plan_(resolvePlan(spec)),
         packable_(packableB(spec, plan_)),
-        gate_(gateEpilogue(spec)) {}
+        gate_(gateEpilogue(spec)),
+        // Every task's share, N block and panel is whole NR columns / MR rows when the static N /
+        // M is a multiple of NR / MR (shares and blocks are whole panels and tiles, see emitPart).
+        cols_whole_(dims_.n >= 0 && dims_.n % plan_.nr() == 0),
+        rows_whole_(dims_.m >= 0 && dims_.m % plan_.mr == 0) {}
 
   // `part` is void(ptr args, i64 task, i64 tasks, ptr scratch).
   void emitPart(llvm::Function* part) {
@@ -50,6 +54,7 @@ class MatmulEmitter {
     const int sa = slotA(spec_), sb = slotB(spec_);
     a_ = args.data(0);
     b_ptr_ = args.data(1);
+    pack_b_panel_fn_ = args.data(sb);
     c_ = args.data(static_cast<int>(spec_.inputs.size()));
     auto known = [&](std::int64_t value, int slot, int axis) { return value >= 0 ? i64(value) : args.dim(slot, axis); };
     m_ = known(dims_.m, sa, 2);
@@ -146,8 +151,8 @@ class MatmulEmitter {
           if (never_dot != nullptr && never_dot->isZero()) {
             emitTiled();
           } else {
-            ir::emitIfElse(
-                b_, use_dot, [&] { emitDot(); }, [&] { emitTiled(); });
+            ifElse(
+                use_dot, [&] { emitDot(); }, [&] { emitTiled(); });
           }
         },
         "batch", kAsEmitted);
@@ -166,6 +171,21 @@ class MatmulEmitter {
   };
 
   llvm::Type* vecType() const { return ir::withLanes(b_.getFloatTy(), kLanes); }
+  // ir::emitIfElse, but a constant condition emits only the side it takes: the plan and the
+  // static sizes fold many conditions (whole tiles, full panels, a known layout), and code that
+  // can never run still costs IR passes and machine code.
+  void ifElse(llvm::Value* condition, const std::function<void()>& then_body, const std::function<void()>& else_body) {
+    if (auto* known = llvm::dyn_cast<llvm::ConstantInt>(condition)) {
+      known->isZero() ? else_body() : then_body();
+      return;
+    }
+    ir::emitIfElse(b_, condition, then_body, else_body);
+  }
+  // The columns of the panel from `jr` to `end` (<= NR): NR when every panel is whole (a static N
+  // that is a multiple of NR; see cols_whole_), so the partial-panel code is not emitted.
+  llvm::Value* panelCols(llvm::Value* end, llvm::Value* jr) {
+    return cols_whole_ ? i64(plan_.nr()) : smin(i64(plan_.nr()), b_.CreateSub(end, jr));
+  }
   llvm::Value* i64(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
   llvm::Value* smin(llvm::Value* x, llvm::Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); }
   llvm::Value* ceilDiv(llvm::Value* x, llvm::Value* y) {
@@ -355,8 +375,8 @@ class MatmulEmitter {
                   // Only a partial last panel is packed (its columns end before NR).
                   llvm::Value* width = b_.CreateSub(jc_end, jc);
                   tail_panel = b_.CreateAdd(jc, b_.CreateSub(width, b_.CreateURem(width, i64(nr))));
-                  ir::emitIfElse(
-                      b_, b_.CreateICmpSLT(tail_panel, jc_end),
+                  ifElse(
+                      b_.CreateICmpSLT(tail_panel, jc_end),
                       [&] {
                         emitPackBPanel(b_.CreateAdd(b_block, b_.CreateMul(tail_panel, b_col_)), kc,
                                        b_.CreateSub(jc_end, tail_panel), bpack_);
@@ -377,7 +397,7 @@ class MatmulEmitter {
                   ir::emitLoop(
                       b_, jc, packable_ ? b_.CreateSelect(read_packed_, jc, jc_end) : jc_end, nr,
                       [&](llvm::Value* jr) {
-                        llvm::Value* cols = smin(i64(nr), b_.CreateSub(jc_end, jr));
+                        llvm::Value* cols = panelCols(jc_end, jr);
                         llvm::Value* dst = panelPtr(bpack_, b_.CreateSub(jr, jc), kc, nr);
                         if (packable_) dst = b_.CreateSelect(pack_only_, packedPanel(pc, jr, kc), dst);
                         auto pack = [&] {
@@ -386,8 +406,8 @@ class MatmulEmitter {
                         if (fly_block == nullptr) {
                           pack();
                         } else {
-                          ir::emitIfElse(
-                              b_, b_.CreateAnd(fly_block, b_.CreateICmpEQ(cols, i64(nr))), [] {}, pack);
+                          ifElse(
+                              b_.CreateAnd(fly_block, b_.CreateICmpEQ(cols, i64(nr))), [] {}, pack);
                         }
                       },
                       "pb", kAsEmitted);
@@ -434,7 +454,7 @@ class MatmulEmitter {
                   ir::emitLoop(
                       b_, gate_ ? i64(0) : jc, gate_ ? i64(hidden_) : jc_end, gate_ ? std::int64_t{kLanes} : nr,
                       [&](llvm::Value* jr) {
-                        llvm::Value* cols = gate_ ? i64(nr) : smin(i64(nr), b_.CreateSub(jc_end, jr));
+                        llvm::Value* cols = gate_ ? i64(nr) : panelCols(jc_end, jr);
                         // One tile of MR rows from ir_, or of one row.
                         auto tile = [&](bool direct, llvm::Value* ir_, llvm::Value* rows, bool one_row,
                                         bool fly = false) {
@@ -490,26 +510,28 @@ class MatmulEmitter {
                         // be faster for MR / 2 or more rows left, but cost 40% more codegen time.
                         auto tiles = [&](bool direct) {
                           llvm::Value* whole_end =
-                              b_.CreateSub(ic_end, b_.CreateURem(b_.CreateSub(ic_end, ic), i64(plan_.mr)));
+                              rows_whole_
+                                  ? ic_end
+                                  : b_.CreateSub(ic_end, b_.CreateURem(b_.CreateSub(ic_end, ic), i64(plan_.mr)));
                           llvm::Value* start = ic;
                           if (fly_block != nullptr && !direct) {
                             // The panel was not packed: the first tile packs it while it runs.
                             llvm::Value* fly = b_.CreateAnd(fly_block, b_.CreateICmpEQ(cols, i64(nr)));
-                            ir::emitIfElse(
-                                b_, fly, [&] { tile(false, ic, i64(plan_.mr), false, true); }, [] {});
+                            ifElse(
+                                fly, [&] { tile(false, ic, i64(plan_.mr), false, true); }, [] {});
                             start = b_.CreateSelect(fly, b_.CreateAdd(ic, i64(plan_.mr)), ic);
                           }
                           ir::emitLoop(
                               b_, start, whole_end, plan_.mr,
                               [&](llvm::Value* ir_) { tile(direct, ir_, i64(plan_.mr), false); }, "ir", kAsEmitted);
-                          if (plan_.mr == 1) return;
+                          if (plan_.mr == 1 || rows_whole_) return;
                           ir::emitLoop(
                               b_, whole_end, ic_end, 1, [&](llvm::Value* ir_) { tile(direct, ir_, i64(1), true); },
                               "ir1", kAsEmitted);
                         };
                         if (plan_.direct_b) {
-                          ir::emitIfElse(
-                              b_, b_.CreateICmpSLT(jr, tail_panel), [&] { tiles(true); }, [&] { tiles(false); });
+                          ifElse(
+                              b_.CreateICmpSLT(jr, tail_panel), [&] { tiles(true); }, [&] { tiles(false); });
                         } else {
                           tiles(false);
                         }
@@ -527,8 +549,8 @@ class MatmulEmitter {
                   }
                 };
                 if (packable_) {
-                  ir::emitIfElse(
-                      b_, pack_only_, [] {}, rowBlocks);  // only packing: no tiles
+                  ifElse(
+                      pack_only_, [] {}, rowBlocks);  // only packing: no tiles
                 } else {
                   rowBlocks();
                 }
@@ -570,18 +592,29 @@ class MatmulEmitter {
         callPacker(&pack_b_columns_, "_pack_b_columns", args, [&](const PackerArgs& a) { emitPackBColumns(a); });
       }
     };
-    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
     // A contiguous B (columns 1 apart) is K-contiguous only with one column: no code for that.
-    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
     auto* column_step = llvm::dyn_cast<llvm::ConstantInt>(b_col_);
     auto* row_step = llvm::dyn_cast<llvm::ConstantInt>(b_row_);
     const bool never_columns =
         (column_step != nullptr && column_step->isOne()) || (row_step != nullptr && !row_step->isOne());
-    ir::emitIfElse(b_, full_rows, rows, [&] {
+    if (!pairs && b_spec_.dtype == DType::Float32 && !never_columns) {
+      // A float32 B whose layout is known only at run time: the compiled packer (PackBPanelFn)
+      // prepare() left in B's view slot, for every layout.
+      llvm::Type* ptr = b_.getPtrTy();
+      llvm::Type* index = b_.getInt64Ty();
+      auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, index, index, index, ptr, index, index, index}, false);
+      llvm::CallInst* call =
+          b_.CreateCall(type, pack_b_panel_fn_, {b_ptr_, src, kc, cols, dst, b_row_, b_col_, i64(plan_.nr())});
+      call->addFnAttr(llvm::Attribute::NoUnwind);
+      return;
+    }
+    llvm::Value* full_rows = b_.CreateAnd(b_.CreateICmpEQ(cols, i64(plan_.nr())), b_.CreateICmpEQ(b_col_, i64(1)));
+    llvm::Value* k_contiguous = b_.CreateICmpEQ(b_row_, i64(1));
+    ifElse(full_rows, rows, [&] {
       if (never_columns) {
         scalar();
       } else {
-        ir::emitIfElse(b_, k_contiguous, columns, scalar);
+        ifElse(k_contiguous, columns, scalar);
       }
     });
   }
@@ -666,8 +699,8 @@ class MatmulEmitter {
         [&](llvm::Value* j0) {
           llvm::Value* valid = b_.CreateSub(cols, j0);
           llvm::Value* group = floatAt(args.dst, j0);
-          ir::emitIfElse(
-              b_, b_.CreateICmpSGT(valid, i64(0)),
+          ifElse(
+              b_.CreateICmpSGT(valid, i64(0)),
               [&] {
                 // Where each column starts, as one vector (16 scalar index computations took
                 // ~8 ms more to compile).
@@ -799,8 +832,8 @@ class MatmulEmitter {
     llvm::Value* whole = b_.CreateLShr(kc, i64(1));
     ir::emitLoop(
         b_, i64(0), whole, 1, [&](llvm::Value* p) { pair(p, false); }, "pq", kAsEmitted);
-    ir::emitIfElse(
-        b_, b_.CreateICmpNE(b_.CreateAnd(kc, i64(1)), i64(0)), [&] { pair(whole, true); }, [] {});
+    ifElse(
+        b_.CreateICmpNE(b_.CreateAnd(kc, i64(1)), i64(0)), [&] { pair(whole, true); }, [] {});
   }
 
   // Columns contiguous along K (see emitColumnGroups): per 16 columns and 16 pairs, 16 loads of 32
@@ -920,7 +953,7 @@ class MatmulEmitter {
     if (always_rows != nullptr && always_rows->isOne()) {
       rowsPacker();
     } else {
-      ir::emitIfElse(b_, k_contiguous, rowsPacker, [&] { emitPackAScalar(src, rows, kc, dst); });
+      ifElse(k_contiguous, rowsPacker, [&] { emitPackAScalar(src, rows, kc, dst); });
     }
   }
 
@@ -975,8 +1008,8 @@ class MatmulEmitter {
         [&](llvm::Value* r) {
           llvm::Value* valid = b_.CreateICmpSLT(r, rows);
           llvm::Value* row = b_.CreateAdd(src, b_.CreateMul(r, a_row_));
-          ir::emitIfElse(
-              b_, valid,
+          ifElse(
+              valid,
               [&] {
                 emitPackLane(dst, kc, mr, r, [&](llvm::Value* p) {
                   return ir::loadCompute(b_, dtype,
@@ -1040,7 +1073,7 @@ class MatmulEmitter {
       if (r == 0) {
         body();
       } else {
-        ir::emitIfElse(b_, b_.CreateICmpSLT(i64(r), t.rows), body, [] {});
+        ifElse(b_.CreateICmpSLT(i64(r), t.rows), body, [] {});
       }
     };
     llvm::Value* full = b_.CreateICmpEQ(t.cols, i64(nr));
@@ -1056,8 +1089,8 @@ class MatmulEmitter {
       return floatAt(partials_, offset);
     };
     // Accumulators: zero on the first K block, else C (widePartials: the float32 partials).
-    ir::emitIfElse(
-        b_, t.first,
+    ifElse(
+        t.first,
         [&] {
           for (int r = 0; r < mr; ++r) {
             for (int v = 0; v < vectors; ++v) b_.CreateStore(llvm::Constant::getNullValue(fvec), acc(r, v));
@@ -1072,8 +1105,8 @@ class MatmulEmitter {
             }
             return;
           }
-          ir::emitIfElse(
-              b_, full,
+          ifElse(
+              full,
               [&] {
                 for (int r = 0; r < mr; ++r) {
                   for (int v = 0; v < vectors; ++v) {
@@ -1110,8 +1143,8 @@ class MatmulEmitter {
       // from then on), so the block is on its way well before it is packed, instead of every
       // tile asking for all of it (a prefetch per B vector per step cost more than it saved
       // at 4 x 64). Fewer than 2 * vectors tiles (a few rows): row p of it, whole.
-      ir::emitIfElse(
-          b_, b_.CreateICmpULE(t.pf_step, i64(1 << 16)),
+      ifElse(
+          b_.CreateICmpULE(t.pf_step, i64(1 << 16)),
           [&] {
             llvm::Value* line = b_.CreateLShr(b_.CreateAdd(t.pf_line, b_.CreateMul(p, t.pf_step)), i64(16));
             line = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt64Ty()}, {line, i64(plan_.kc * vectors - 1)});
@@ -1215,13 +1248,13 @@ class MatmulEmitter {
     }
     ir::emitLoop(b_, k_main, steps, 1, one, "k", kAsEmitted);
     if (plan_.bf16_pairs) {
-      ir::emitIfElse(
-          b_, b_.CreateICmpNE(b_.CreateAnd(t.kc, i64(1)), i64(0)), [&] { pairStep(steps, true); }, [] {});
+      ifElse(
+          b_.CreateICmpNE(b_.CreateAnd(t.kc, i64(1)), i64(0)), [&] { pairStep(steps, true); }, [] {});
     }
     // Store (after the epilogue on the last K block).
     auto finish = [&](bool epilogue) {
-      ir::emitIfElse(
-          b_, full,
+      ifElse(
+          full,
           [&] {
             for (int r = 0; r < mr; ++r) {
               std::vector<llvm::Value*> values;
@@ -1246,8 +1279,8 @@ class MatmulEmitter {
               guarded(r, [&] {
                 for (int v = 0; v < vectors; ++v) {
                   llvm::Value* live = b_.CreateSub(t.cols, i64(v * kLanes));
-                  ir::emitIfElse(
-                      b_, b_.CreateICmpSGT(live, i64(0)),
+                  ifElse(
+                      b_.CreateICmpSGT(live, i64(0)),
                       [&] {
                         llvm::Value* mask = laneMask(live);
                         llvm::Value* value = values[static_cast<std::size_t>(v)];
@@ -1276,17 +1309,17 @@ class MatmulEmitter {
         }
       };
       if (gate_) {
-        ir::emitIfElse(
-            b_, t.last, [&] { finishGates(t, row_index, guarded); }, keep);
+        ifElse(
+            t.last, [&] { finishGates(t, row_index, guarded); }, keep);
       } else {
-        ir::emitIfElse(
-            b_, t.last, [&] { finish(!spec_.epilogue.empty()); }, keep);
+        ifElse(
+            t.last, [&] { finish(!spec_.epilogue.empty()); }, keep);
       }
     } else if (spec_.epilogue.empty()) {
       finish(false);
     } else {
-      ir::emitIfElse(
-          b_, t.last, [&] { finish(true); }, [&] { finish(false); });
+      ifElse(
+          t.last, [&] { finish(true); }, [&] { finish(false); });
     }
   }
 
@@ -1418,6 +1451,8 @@ class MatmulEmitter {
   Plan plan_;
   bool packable_;                          // packableB(): the whole B may be passed packed
   bool gate_;                              // gateEpilogue(): the tile rows end in the program
+  bool cols_whole_;                        // every panel has NR columns: no partial-panel code
+  bool rows_whole_;                        // every row block is whole MR-row tiles: no 1-row tiles
   std::int64_t hidden_ = 0;                // gate epilogue: H, the columns per block
   llvm::Value* args_ptr_ = nullptr;        // ... the kernel's args (for its gate function)
   llvm::Function* gate_rows_ = nullptr;    // ... that function (emitGateRows)
@@ -1428,6 +1463,7 @@ class MatmulEmitter {
   llvm::Value* n_pad_ = nullptr;           // N rounded up to NR (the packed B's row length)
   llvm::Value* a_ = nullptr;
   llvm::Value* b_ptr_ = nullptr;
+  llvm::Value* pack_b_panel_fn_ = nullptr;  // PackBPanelFn (matmul_plan.h), from B's view slot
   llvm::Value* c_ = nullptr;
   llvm::Value* m_ = nullptr;
   llvm::Value* k_ = nullptr;

@@ -36,6 +36,16 @@ constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 20;
 // half staying in its own L2 (the loop at batch 1, 2 threads: 2.29 -> 1.79-1.83 ms per 100 steps).
 constexpr std::int64_t kMinParallelBytesOfB = std::int64_t{256} << 10;
 
+// The packer of one float32 B panel of `nr` columns whose layout is known only at run time (a
+// strided B, e.g. x @ W.T): dst[p * nr + j] = data[src + p * row_stride + j * col_stride] for p <
+// kc, j < count; 0 for count <= j < nr. Compiled C++ (codegen_matmul.cc: rows copied, columns
+// contiguous along K through 8 x 8 register transposes, anything else element by element), not
+// generated: prepare() puts its address in B's canonical view slot (args.data[slotB], otherwise
+// unused) and the kernels call it from there, so no kernel carries its own packers (they were half
+// the machine code time of an x @ W.T kernel).
+using PackBPanelFn = void (*)(const float* data, std::int64_t src, std::int64_t kc, std::int64_t count, float* dst,
+                              std::int64_t row_stride, std::int64_t col_stride, std::int64_t nr);
+
 // What the spec fixes about the matrices: -1 = known only at run time.
 struct MatmulDims {
   std::int64_t m = -1, k = -1, n = -1;
