@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "jit/compiled_kernel.h"
+#include "jit/conv_family.h"
 #include "jit/region_executor.h"
 #include "jit/region_inputs.h"
 #include "jit/region_plan.h"
@@ -127,6 +128,7 @@ Expected<KernelSpec> matmulStepSpec(const RegionPlan& p, const Step& step, const
   const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
   SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(mm.op, *mm.attrs, records[site_index], compiles));
   KernelSpec spec = inferred.spec;
+  openConvExtents(spec);                                        // a conv step: any batch and image size
   for (std::size_t e = mm.in.size(); e < leaves.size(); ++e) {  // a matmul's or a conv's own inputs first
     const Tensor& t = leaves[e].tensor();
     OperandSpec operand;

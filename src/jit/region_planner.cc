@@ -114,8 +114,9 @@ class Planner {
         op.cls = OpClass::View;  // its target shape is a tuple register read at entry
       } else if (op.op == OpId::MatMul && tensors && same_float && op.in.size() == 2) {
         op.cls = OpClass::MatMul;
-      } else if (op.op == OpId::Conv && tensors && same_float && op.out.size() == 1 && convCompiles(op, {}, {})) {
-        op.cls = OpClass::MatMul;  // the conv family's kernel: a step that takes an epilogue as a matmul's
+      } else if (op.op == OpId::Conv && tensors && same_float && op.out.size() == 1 &&
+                 convCompiles(op, {EpilogueStep{OpId::Relu, -1, false}}, {})) {
+        op.cls = OpClass::MatMul;  // a conv kernel that takes an epilogue (dense, pointwise): a step as a matmul's
       } else if (tensors && same_float && op.out.size() == 1 && op.in[0] >= 0 &&
                  (op.reduce_axes = trailingAxes(op)) > 0) {
         op.cls = jitOf(op.op).fused_reduce ? OpClass::Reduce : OpClass::Norm;

@@ -744,6 +744,14 @@ const KernelFamily* convFamily(OpId op) {
   return op == OpId::Conv ? &family : nullptr;
 }
 
+void openConvExtents(KernelSpec& spec) {
+  if (spec.op != OpId::Conv || spec.inputs.empty() || isDepthwise(spec)) return;
+  OperandSpec& x = spec.inputs[kX];
+  for (int d = 0; d < x.rank; ++d) {
+    if (d != 1) x.dims[d] = DimSpec{};
+  }
+}
+
 bool convStepSupported(const std::vector<AttrValue>& attrs, std::span<const ConvOperand> operands,
                        const std::vector<EpilogueStep>& epilogue) {
   KernelSpec spec;
