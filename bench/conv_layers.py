@@ -1,18 +1,21 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-# ResNet-style convolution layers (issue 21) through the ONNX importer against torch eager, one
-# thread, in one script run: the 7x7/2 stem, 3x3 stride 1 and 2, 1x1 projections (stride 1 and
-# the stride-2 down-projection) and a depthwise 3x3, at batch 1 and 8. Each layer is a
-# torch.nn.Conv2d exported with torch.onnx.export, imported by the shapevm module at O0 (the
-# reference conv kernel) and at O2 (the JIT's conv family: src/jit/llvm_cpu/codegen_conv.cc),
-# checked against torch, then each round times O0, O2 and torch back to back; the table gives
-# medians over rounds and the ratios (torch time / ShapeVM time: above 1 = ShapeVM faster).
+# ResNet-style convolution layers (issue 21) through the ONNX importer against torch eager and
+# oneDNN's conv primitive, one thread, in one script run: the 7x7/2 stem, 3x3 stride 1 (at 56x56
+# with 64 channels, 14x14 with 256 and 7x7 with 512, as resnet18's stages) and stride 2, 1x1
+# projections (stride 1 and the stride-2 down-projection) and a depthwise 3x3, at batch 1 and 8.
+# Each layer is a torch.nn.Conv2d exported with torch.onnx.export, imported by the shapevm module
+# at O0 (the reference conv kernel) and at O2 (the JIT's conv family:
+# src/jit/llvm_cpu/codegen_conv.cc), checked against torch, then each round times ShapeVM, torch
+# eager and oneDNN (Debian's libdnnl, through torch's aten::mkldnn_convolution: NCHW as is, and on
+# oneDNN's blocked layouts) back to back; the table gives medians over rounds and the ratios
+# (peer time / ShapeVM time: above 1 = ShapeVM faster).
 # --resnet: torchvision resnet18 (random weights, dynamic batch/H/W) at batch 1 over a stream of
 # image sides drawn from 96-320: a first pass compiles, a second times ShapeVM O2 and torch image
 # by image (interleaved); it reports both totals, the spread of ShapeVM's per-pixel time and the
 # kernels installed for the whole stream.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
-#        [--resnet] [--images 16] [--miss-recompile N] [--no-layers]
+#        [--resnet] [--images 16] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
 import argparse
 import os
 import statistics
@@ -33,6 +36,8 @@ LAYERS = {
     "stem 7x7/2": (3, 64, 7, 2, 3, 1, 112),
     "3x3 s1": (64, 64, 3, 1, 1, 1, 56),
     "3x3 s2": (64, 128, 3, 2, 1, 1, 56),
+    "3x3 s1 256": (256, 256, 3, 1, 1, 1, 14),
+    "3x3 s1 512": (512, 512, 3, 1, 1, 1, 7),
     "1x1 s1": (256, 64, 1, 1, 0, 1, 56),
     "1x1 down /2": (64, 128, 1, 2, 0, 1, 56),
     "depthwise 3x3": (128, 128, 3, 1, 1, 128, 28),
@@ -54,13 +59,31 @@ def export(layer, path):
     return module
 
 
+def onednn_peers(module, layer, xt):
+    """Debian's libdnnl conv primitive (oneDNN 2.6; torch's aten::mkldnn_convolution is its binding,
+    the call torch eager's conv makes): on the NCHW tensors as they are, and on oneDNN's own blocked
+    layouts (the weights and the input reordered once, outside the timing)."""
+    import torch.utils.mkldnn as mkldnn
+
+    _, _, _, s, p, g, _ = layer
+    weight, bias = module.weight.detach(), module.bias.detach()
+    blocked, xb = mkldnn.to_mkldnn(module), xt.to_mkldnn()
+    return {
+        "oneDNN": lambda: torch.ops.aten.mkldnn_convolution(xt, weight, bias, [p, p], [s, s], [1, 1], g),
+        "oneDNN blocked": lambda: blocked(xb),
+    }
+
+
 def layers(args, folder):
     rows = []
+    levels = args.levels.split(",")
     for name, layer in LAYERS.items():
+        if args.only and name not in args.only.split(","):
+            continue
         path = Path(folder) / "layer.onnx"
         module = export(layer, path)
         programs = {level: _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
-                    for level in ("O0", "O2")}
+                    for level in levels}
         fns = {}
         for level, program in programs.items():
             program.load(str(path))
@@ -70,6 +93,12 @@ def layers(args, folder):
             xt = torch.from_numpy(x)
             with torch.no_grad():
                 want = module(xt).numpy()
+                peers = {"eager": lambda: module(xt), **onednn_peers(module, layer, xt)}
+                for peer, run in peers.items():
+                    got = run()
+                    got = (got.to_dense() if got.is_mkldnn else got).numpy()
+                    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+                    assert err < 1e-4, f"{name} batch {batch} {peer}: relative L2 {err:.2e}"
             for level, fn in fns.items():
                 # Profile, compile (waited for), run compiled; batch 8 after batch 1 misses the
                 # first kernel's guard miss_recompile (5) times before the wider one compiles.
@@ -77,24 +106,28 @@ def layers(args, folder):
                     got = fn(x=x)
                 err = np.linalg.norm(got - want) / np.linalg.norm(want)
                 assert err < 1e-4, f"{name} batch {batch} {level}: relative L2 {err:.2e}"
-            times = {"O0": [], "O2": [], "eager": []}
+            times = {side: [] for side in (*levels, *peers)}
             for _ in range(args.rounds):  # interleaved: every side sees the same machine state
                 for level, fn in fns.items():
                     times[level].append(timed(lambda: fn(x=x), args.calls))
                 with torch.no_grad():
-                    times["eager"].append(timed(lambda: module(xt), args.calls))
+                    for peer, run in peers.items():
+                        times[peer].append(timed(run, args.calls))
             out = want.shape
             flops = 2.0 * out[0] * out[1] * out[2] * out[3] * (layer[0] // layer[5]) * layer[2] * layer[2]
             med = {k: statistics.median(v) for k, v in times.items()}
             rows.append((name, batch, f"{layer[6]}x{layer[6]}", med, flops / med["O2"] / 1e6))
         for program in programs.values():
             program.close()
-    print("| layer | batch | input | O0 (reference) ms | O2 (JIT) ms | torch eager ms | eager / O0 | eager / O2 | "
-          "O2 GFLOP/s |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    sides = [*levels, "eager", "oneDNN", "oneDNN blocked"]
+    print("| layer | batch | input | " + " | ".join(f"{side} ms" for side in sides) +
+          " | eager / O2 | oneDNN / O2 | best oneDNN / O2 | O2 GFLOP/s |")
+    print("|---|---:|---|" + "---:|" * (len(sides) + 4))
     for name, batch, side, med, gflops in rows:
-        print(f"| {name} | {batch} | {side} | {med['O0']:.2f} | {med['O2']:.2f} | {med['eager']:.2f} | "
-              f"{med['eager'] / med['O0']:.2f}x | {med['eager'] / med['O2']:.2f}x | {gflops:.1f} |")
+        best = min(med["oneDNN"], med["oneDNN blocked"])
+        print(f"| {name} | {batch} | {side} | " + " | ".join(f"{med[s]:.2f}" for s in sides) +
+              f" | {med['eager'] / med['O2']:.2f}x | {med['oneDNN'] / med['O2']:.2f}x | {best / med['O2']:.2f}x | "
+              f"{gflops:.1f} |")
 
 
 def resnet_stream(args, folder):
@@ -148,6 +181,8 @@ def main():
     parser.add_argument("--resnet", action="store_true", help="also run resnet18 over a multi-scale stream")
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--no-layers", action="store_true")
+    parser.add_argument("--levels", default="O0,O2", help="ShapeVM levels timed per layer (O2 is required)")
+    parser.add_argument("--only", default="", help="comma-separated layer names (default: all)")
     parser.add_argument("--miss-recompile", type=int, default=0,
                         help="the miss_recompile tunable for the stream (0: the default, 5 guard misses)")
     args = parser.parse_args()

@@ -4,11 +4,31 @@
 // change the header every JIT file includes; it belongs next to matmulFamily() there.
 #pragma once
 
+#include <span>
+#include <vector>
+
 #include "jit/kernel_abi.h"
 
 namespace shapevm::jit {
 
 // The conv family for OpId::Conv (pointwise, dense float32 and depthwise convs), else nullptr.
 const KernelFamily* convFamily(OpId op);
+
+// Whether the conv family compiles a conv with attributes `attrs` (schema order) over operands of
+// these dtypes and shapes (x, w, the bias if any, then the epilogue's operands) with `epilogue`
+// fused into its store. The region planner makes such a conv a step that absorbs its elementwise
+// consumers (bias, folded batch norm, activations, a residual add), as a matmul step does.
+struct ConvOperand {
+  DType dtype;
+  Shape shape;
+};
+bool convStepSupported(const std::vector<AttrValue>& attrs, std::span<const ConvOperand> operands,
+                       const std::vector<EpilogueStep>& epilogue);
+
+// A dense or pointwise conv's generated code does not depend on the batch and spatial extents
+// (the im2col geometry is read per call; only the guard would): a region's conv step takes them
+// unbounded, so one kernel serves a multi-scale stream instead of each new size missing the guard
+// and declining the region. The channels and the weight stay baked in.
+void openConvExtents(KernelSpec& spec);
 
 }  // namespace shapevm::jit

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "jit/compiled_kernel.h"
+#include "jit/conv_family.h"
 #include "jit/region_executor.h"
 #include "jit/region_inputs.h"
 #include "jit/region_plan.h"
@@ -125,9 +126,10 @@ Expected<KernelSpec> matmulStepSpec(const RegionPlan& p, const Step& step, const
                                     std::span<const std::vector<ProfileRecord>> records, int compiles) {
   const ROp& mm = p.ops[static_cast<std::size_t>(step.op)];
   const std::size_t site_index = static_cast<std::size_t>(&mm - p.ops.data());
-  SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(OpId::MatMul, *mm.attrs, records[site_index], compiles));
+  SVM_ASSIGN_OR_RETURN(ShapeInference inferred, inferSpec(mm.op, *mm.attrs, records[site_index], compiles));
   KernelSpec spec = inferred.spec;
-  for (std::size_t e = 2; e < leaves.size(); ++e) {
+  openConvExtents(spec);                                        // a conv step: any batch and image size
+  for (std::size_t e = mm.in.size(); e < leaves.size(); ++e) {  // a matmul's or a conv's own inputs first
     const Tensor& t = leaves[e].tensor();
     OperandSpec operand;
     operand.dtype = t.dtype();
@@ -177,7 +179,10 @@ Status mergeGateEpilogues(RegionPlan& p, const Function& function, RegionExecuto
   if (Tunables::get(Tunable::RegionGateEpilogue) == 0) return Status::ok();
   for (std::size_t m = 0; m < p.steps.size(); ++m) {
     const Step& mm = p.steps[m];
-    if (mm.kind != Step::Kind::MatMul || mm.program || mm.outputs.size() != 1) continue;
+    if (mm.kind != Step::Kind::MatMul || mm.program || mm.outputs.size() != 1 ||
+        p.ops[static_cast<std::size_t>(mm.op)].op != OpId::MatMul) {
+      continue;  // a conv step (OpClass::MatMul too) takes no gate epilogue
+    }
     const int v = mm.outputs[0];
     bool elsewhere = false;
     for (const auto& [reg, w] : p.writeback) elsewhere = elsewhere || viewOf(p, w, v);
@@ -417,7 +422,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
       family = fusedFamily();
     } else {
       SVM_ASSIGN_OR_RETURN(spec, matmulStepSpec(p, step, leaves, records, compiles));
-      family = familyFor(OpId::MatMul);
+      family = familyFor(p.ops[static_cast<std::size_t>(step.op)].op);  // a matmul's, or a conv's
       step.guard = guardFor(spec);
     }
     SVM_RETURN_IF_ERROR(family->supports(spec).withContext(fmt::format("step {} of the region", k)));

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "jit/conv_family.h"
+
 namespace shapevm::jit {
 
 namespace {
@@ -112,6 +114,9 @@ class Planner {
         op.cls = OpClass::View;  // its target shape is a tuple register read at entry
       } else if (op.op == OpId::MatMul && tensors && same_float && op.in.size() == 2) {
         op.cls = OpClass::MatMul;
+      } else if (op.op == OpId::Conv && tensors && same_float && op.out.size() == 1 &&
+                 convCompiles(op, {EpilogueStep{OpId::Relu, -1, false}}, {})) {
+        op.cls = OpClass::MatMul;  // a conv kernel that takes an epilogue (dense, pointwise): a step as a matmul's
       } else if (tensors && same_float && op.out.size() == 1 && op.in[0] >= 0 &&
                  (op.reduce_axes = trailingAxes(op)) > 0) {
         op.cls = jitOf(op.op).fused_reduce ? OpClass::Reduce : OpClass::Norm;
@@ -406,14 +411,30 @@ class Planner {
     return std::any_of(p_.writeback.begin(), p_.writeback.end(), [&](const auto& w) { return w.second == v; });
   }
 
+  // Whether the conv family compiles conv `op` with `epilogue`, whose operands are the values
+  // `extras` (the planning run's dtypes and shapes).
+  bool convCompiles(const ROp& op, const std::vector<EpilogueStep>& epilogue, const std::vector<int>& extras) const {
+    std::vector<ConvOperand> operands;
+    for (const std::vector<int>* values : {&op.in, &extras}) {
+      for (int v : *values) {
+        const RValue& value = p_.values[static_cast<std::size_t>(v)];
+        operands.push_back(ConvOperand{value.dtype, value.shape});
+      }
+    }
+    return convStepSupported(*op.attrs, operands, epilogue);
+  }
+
+  // A matmul step, or a conv's (OpClass::MatMul too): the op's inputs, then its elementwise
+  // consumers as an epilogue while each reads only values that exist already.
   Status planMatMul(int index) {
     ROp& mm = p_.ops[static_cast<std::size_t>(index)];
-    SVM_RETURN_IF_ERROR(requireReal(mm.in[0]));
-    SVM_RETURN_IF_ERROR(requireReal(mm.in[1]));
     Step step;
     step.kind = Step::Kind::MatMul;
     step.op = index;
-    step.leaves = {Leaf{mm.in[0], {}}, Leaf{mm.in[1], {}}};
+    for (int in : mm.in) {
+      SVM_RETURN_IF_ERROR(requireReal(in));
+      step.leaves.push_back(Leaf{in, {}});
+    }
     int current = mm.out[0];
     const int step_index = static_cast<int>(p_.steps.size());
     while (!liveOut(current)) {
@@ -424,6 +445,7 @@ class Planner {
       const RValue& out = p_.values[static_cast<std::size_t>(e.out[0])];
       if (e.cls != OpClass::Elementwise || out.shape != p_.values[static_cast<std::size_t>(current)].shape) break;
       std::vector<EpilogueStep> steps;
+      std::vector<int> others;  // the steps' operands, leaves after the step's own
       bool absorbable = true;
       if (e.op == OpId::AddN) {
         // current + the other terms, each real already (float addition in another order: within
@@ -433,21 +455,26 @@ class Planner {
           const int other = e.in[k];
           absorbable = absorbable && epilogueOperand(other, current);
           steps.push_back(EpilogueStep{OpId::Add, static_cast<int>(step.leaves.size() + steps.size()), false});
-        }
-        if (absorbable) {
-          for (std::size_t k = 0; k < e.in.size(); ++k) {
-            if (static_cast<int>(k) != position) step.leaves.push_back(Leaf{e.in[k], {}});
-          }
+          others.push_back(other);
         }
       } else if (e.in.size() == 2) {
         const int other = e.in[static_cast<std::size_t>(1 - position)];
         absorbable = epilogueOperand(other, current);
         steps.push_back(EpilogueStep{e.op, static_cast<int>(step.leaves.size()), position == 1});
-        if (absorbable) step.leaves.push_back(Leaf{other, {}});
+        others.push_back(other);
       } else {
         steps.push_back(EpilogueStep{e.op, -1, false});
       }
+      if (absorbable && mm.op == OpId::Conv) {
+        std::vector<EpilogueStep> epilogue = step.epilogue;
+        epilogue.insert(epilogue.end(), steps.begin(), steps.end());
+        std::vector<int> extras;
+        for (std::size_t l = mm.in.size(); l < step.leaves.size(); ++l) extras.push_back(step.leaves[l].base);
+        extras.insert(extras.end(), others.begin(), others.end());
+        absorbable = convCompiles(mm, epilogue, extras);
+      }
       if (!absorbable) break;
+      for (int other : others) step.leaves.push_back(Leaf{other, {}});
       step.epilogue.insert(step.epilogue.end(), steps.begin(), steps.end());
       step.absorbed.push_back(user);
       e.absorbed_by = step_index;

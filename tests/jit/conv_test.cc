@@ -3,7 +3,7 @@
 // kernel and dense convs as im2col tiles through it, checked against the reference conv kernel
 // on random data — 1-D to 3-D, odd sizes, strides, dilations, padding at every border, tiles
 // that split rows, with and without a bias, one kernel over several batch and spatial extents
-// (dynamic dims), every tuning candidate — and the convs it leaves to the reference.
+// (dynamic dims), every tuning candidate, fused epilogues — and the convs it leaves to the reference.
 #include <algorithm>
 #include <random>
 
@@ -167,18 +167,161 @@ TEST(ConvJit, DepthwiseConvsMatchTheReference) {
   }
 }
 
-// Tiles of 16 columns (K = 64 * 7 * 7 leaves room for no more in the tile budget): tiles start
-// mid-row, span rows and end in a partial tile; one dynamic kernel over several sizes and batches.
+// K = 64 * 7 * 7 = 3136: the 1 MiB tile budget holds 83 columns, so the larger images run in equal
+// tiles of 80 columns that start mid-row, span rows and end in a partial tile, the smaller ones in
+// one tile written straight into the output; one dynamic kernel over several sizes and batches.
 TEST(ConvJit, SmallTilesAndOneKernelOverSeveralSizes) {
   std::mt19937 rng(27);
   const Attrs attrs = {{"strides", AttrValue::ofInts({2, 1})}, {"pads", AttrValue::ofInts({3, 2, 1, 3})}};
   const std::vector<Value> params = convInputs(DType::Float32, Shape{1, 64, 7, 7}, 5, 1, rng, 7);
   std::vector<std::vector<Value>> sets;
-  for (auto [n, h, w] :
-       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 9, 13}, {2, 16, 7}, {3, 5, 21}, {1, 3, 3}}) {
+  for (auto [n, h, w] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 25, 30},
+                         {2, 16, 7},
+                         {3, 5, 21},
+                         {2, 31, 40},
+                         {1, 3, 3}}) {
     sets.push_back({operand(DType::Float32, Shape{n, 64, h, w}, rng), params[1], params[2]});
   }
   EXPECT_TRUE(sameKernelMatches(dynamicSpec(sets[0], attrs), sets));
+}
+
+// A conv with a fused epilogue, against the reference conv and then each step op by op (what the
+// region planner hands a conv: bias, activations, a residual add). `steps` read inputs 3.. (the
+// operands, of the output's shape, after the bias).
+::testing::AssertionResult epilogueMatches(const std::vector<Value>& own, const Attrs& attrs,
+                                           const std::vector<EpilogueStep>& steps, std::mt19937& rng, bool dynamic) {
+  const KernelSpec conv = dynamic ? dynamicSpec(own, attrs) : specFor("conv", own, attrs);
+  auto value = referenceOutputs(conv, own);
+  if (!value) return ::testing::AssertionFailure() << "reference conv: " << value.status().toString();
+  const Shape out = (*value)[0].tensor().shape();
+  std::vector<Value> inputs = own;
+  KernelSpec spec = conv;
+  spec.epilogue = steps;
+  for (const EpilogueStep& step : steps) {
+    const std::string_view op = OpRegistry::global().schema(step.op).name;
+    if (step.operand < 0) {
+      value = callOp(op, {(*value)[0]}, {});
+      if (!value) return ::testing::AssertionFailure() << op << ": " << value.status().toString();
+      continue;
+    }
+    while (inputs.size() <= static_cast<std::size_t>(step.operand)) {
+      inputs.push_back(operand(DType::Float32, out, rng));
+      OperandSpec extra = specFor("relu", {inputs.back()}).inputs[0];
+      for (int d = 0; d < extra.rank && dynamic; ++d) {
+        if (d != 1) extra.dims[d] = DimSpec{};
+      }
+      spec.inputs.push_back(extra);
+    }
+    const Value& extra = inputs[static_cast<std::size_t>(step.operand)];
+    const Value current = (*value)[0];
+    value = callOp(op, step.swapped ? std::vector<Value>{extra, current} : std::vector<Value>{current, extra}, {});
+    if (!value) return ::testing::AssertionFailure() << op << ": " << value.status().toString();
+  }
+  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
+  if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
+  std::vector<Value> actual(1);
+  Status run = invokeCompiled(**kernel, pointersTo(inputs), actual);
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  if (!run.isOk()) return ::testing::AssertionFailure() << spec.signature() << ": " << run.toString();
+  Comparison comparison = compareOutputs(*value, actual);
+  if (!comparison.ok) return ::testing::AssertionFailure() << spec.signature() << ": " << comparison.reason;
+  return ::testing::AssertionSuccess();
+}
+
+// Epilogues on dense convs (one tile per image and several tiles that start mid-row; padding at
+// every border, strides) and on pointwise convs, static and dynamic specs: ReLU, SiLU, sigmoid,
+// tanh, a residual add, a swapped subtract, two operands, and a unary step without a bias.
+TEST(ConvJit, EpiloguesMatchTheOpByOpReference) {
+  std::mt19937 rng(29);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const EpilogueStep relu{OpId::Relu, -1, false}, residual{OpId::Add, 3, false};
+  struct Case {
+    Shape x;
+    std::int64_t cout, kernel;
+    int bias;
+    Attrs attrs;
+    std::vector<EpilogueStep> steps;
+  };
+  const std::vector<Case> cases = {
+      {Shape{1, 5, 9, 11}, 7, 3, 1, {{"pads", ints({1, 2, 2, 1})}}, {relu}},
+      {Shape{2, 6, 13, 10}, 9, 3, 1, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}, {residual, relu}},
+      {Shape{1, 64, 25, 30},
+       5,
+       7,
+       1,
+       {{"strides", ints({2, 1})}, {"pads", ints({3, 2, 1, 3})}},
+       {residual, {OpId::Silu, -1, false}}},
+      {Shape{2, 7, 8, 9}, 11, 1, 1, {}, {residual, relu}},
+      {Shape{1, 3, 7, 5}, 4, 1, 1, {{"strides", ints({2, 2})}}, {{OpId::Sigmoid, -1, false}}},
+      {Shape{1, 4, 6, 7}, 6, 3, 1, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Sub, 3, true}, {OpId::Tanh, -1, false}}},
+      {Shape{1, 8, 5, 5},
+       8,
+       3,
+       1,
+       {{"pads", ints({1, 0, 1, 2})}},
+       {{OpId::Mul, 3, false}, {OpId::Add, 4, false}, relu}},
+      {Shape{1, 4, 6, 6}, 5, 3, 0, {{"pads", ints({0, 1, 1, 0})}}, {relu}},
+      {Shape{2, 12, 5, 3}, 6, 1, 0, {}, {relu}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::vector<Value> own = convInputs(DType::Float32, c.x, c.cout, c.bias, rng, c.kernel);
+    EXPECT_TRUE(epilogueMatches(own, c.attrs, c.steps, rng, i % 2 == 1)) << "case " << i << " " << c.x.toString();
+  }
+}
+
+// What takes an epilogue: not a depthwise conv, not a binary step without a bias (its operand
+// would be taken for the bias), not an operand of another rank; the planner's check agrees.
+TEST(ConvJit, EpilogueSupport) {
+  std::mt19937 rng(30);
+  const KernelFamily* family = familyFor(OpId::Conv);
+  const EpilogueStep relu{OpId::Relu, -1, false}, residual{OpId::Add, 3, false};
+  auto spec = [&](const std::vector<Value>& inputs, const Attrs& attrs, std::vector<EpilogueStep> steps) {
+    KernelSpec s = specFor("conv", inputs, attrs);
+    s.epilogue = std::move(steps);
+    return s;
+  };
+  const std::vector<Value> dense = convInputs(DType::Float32, Shape{1, 8, 6, 6}, 4, 1, rng, 3);
+  std::vector<Value> with_residual = dense;
+  with_residual.push_back(operand(DType::Float32, Shape{1, 4, 4, 4}, rng));
+  KernelSpec ok = specFor("conv", dense);
+  ok.inputs.push_back(specFor("relu", {with_residual.back()}).inputs[0]);
+  ok.epilogue = {residual, relu};
+  EXPECT_TRUE(family->supports(ok).isOk()) << family->supports(ok).message();
+  KernelSpec flat = ok;
+  flat.inputs[3].rank = 2;
+  EXPECT_NE(family->supports(flat).message().find("rank"), std::string::npos);
+  KernelSpec reversed = ok;
+  reversed.epilogue = {{OpId::Add, 2, false}};
+  EXPECT_NE(family->supports(reversed).message().find("after a bias"), std::string::npos);
+  const std::vector<Value> unbiased = convInputs(DType::Float32, Shape{1, 8, 6, 6}, 4, 0, rng, 3);
+  EXPECT_TRUE(family->supports(spec(unbiased, {}, {relu})).isOk());
+  const Attrs groups{{"groups", AttrValue::ofInt(8)}};
+  const std::vector<Value> depthwise = {operand(DType::Float32, Shape{1, 8, 6, 6}, rng),
+                                        operand(DType::Float32, Shape{8, 1, 3, 3}, rng)};
+  EXPECT_NE(family->supports(spec(depthwise, groups, {relu})).message().find("depthwise"), std::string::npos);
+  EXPECT_FALSE(family->supports(spec(dense, {}, {{OpId::Exp, 3, false}})).isOk());
+  // The planner's check, on operand shapes.
+  auto operands = [](const std::vector<Value>& values) {
+    std::vector<ConvOperand> out;
+    for (const Value& v : values) out.push_back(ConvOperand{v.tensor().dtype(), v.tensor().shape()});
+    return out;
+  };
+  EXPECT_TRUE(convStepSupported(ok.attrs, operands(with_residual), ok.epilogue));
+  EXPECT_TRUE(convStepSupported(ok.attrs, operands(dense), {}));
+  const KernelSpec grouped = spec(depthwise, groups, {});
+  EXPECT_TRUE(convStepSupported(grouped.attrs, operands(depthwise), {}));
+  EXPECT_FALSE(convStepSupported(grouped.attrs, operands(depthwise), {relu}));
+  // A region's dense conv step takes any batch and image size; channels, weight and a depthwise
+  // conv's extents stay as inferred.
+  KernelSpec open = ok;
+  openConvExtents(open);
+  EXPECT_FALSE(open.inputs[0].dims[0].isStatic());
+  EXPECT_TRUE(open.inputs[0].dims[1].isStatic());
+  EXPECT_FALSE(open.inputs[0].dims[3].isStatic());
+  EXPECT_TRUE(open.inputs[1].dims[3].isStatic());
+  KernelSpec kept = grouped;
+  openConvExtents(kept);
+  EXPECT_TRUE(kept.inputs[0].dims[2].isStatic());
 }
 
 // Grouped (not depthwise) convs, 16-bit dense convs and 3-D dense convs stay with the reference

@@ -228,3 +228,44 @@ def test_conv_kernels_are_range_guarded(tmp_path, kind, w_shape, stride, pad, gr
         _core.set_tunable("miss_recompile", str(misses))
     assert stats["kernels_installed"] == 2, stats["jit_report"]
     assert stats["launches_compiled"] >= len(sizes) - 2, stats["jit_report"]
+
+
+# At O2 a conv's elementwise consumers run in its kernel's store (the region planner hands the
+# conv family an epilogue, as a matmul's): Conv -> Relu alone is a region (one op folded; without
+# the epilogue it would be a lone conv and a one-node pass, not worth a region), and Conv -> Add of
+# a residual -> Relu folds two ops. Dense (3x3, padded) and pointwise convs, several image sizes,
+# against torch.
+@pytest.mark.parametrize("kernel,residual", [(3, False), (3, True), (1, True)])
+def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
+    rng = np.random.default_rng(22)
+    w_values = rng.standard_normal((8, 8, kernel, kernel)).astype(np.float32)
+    b_values = rng.standard_normal(8).astype(np.float32)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    initializers = [helper.make_tensor("w", TensorProto.FLOAT, list(w_values.shape), w_values.ravel()),
+                    helper.make_tensor("b", TensorProto.FLOAT, [8], b_values)]
+    pad = kernel // 2
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4)]
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "x"], ["s"]))
+    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
+    model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "conv_epilogue.onnx"
+    onnx.save(model, str(path))
+    for key in ("warmup", "hot_count", "hot_ms"):
+        _core.set_tunable(key, "0")
+    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
+    program.load(str(path))
+    fn = _core.Function(program, 0, -1)
+    for h, w_side in [(9, 13), (20, 17), (9, 13), (33, 30)]:
+        x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
+        want = reference_conv(x, w_values, 1, pad, 1) + b_values.reshape(1, 8, 1, 1)
+        want = np.maximum(want + x if residual else want, 0)
+        err = relative_l2(fn(x=x), want)
+        assert err <= TOLERANCE, f"{kernel}x{kernel} {h}x{w_side}: relative L2 {err:.2e}"
+    stats = program.stats()
+    program.close()
+    assert stats["fused_regions"] >= 1, stats["jit_report"]
+    assert f"({2 if residual else 1} ops folded" in stats["jit_report"], stats["jit_report"]
+    assert stats["launches_compiled"] >= 1, stats["jit_report"]

@@ -10,10 +10,14 @@
 // code is exactly a matmul kernel and every tuned matmul knob applies (searchSpace delegates).
 // Dense float32 1-D/2-D convs (any kernel, stride, dilation, padding; one group): an implicit
 // GEMM in column tiles. The kernel is the matmul of A = the weight [Cout, Cin*kh*kw] and B = a
-// tile of im2col columns [Cin*kh*kw, cols] (cols output pixels, sized by kTileBytes); its task
+// tile of im2col columns [Cin*kh*kw, cols] (cols output pixels, see tileColumns); its task
 // runner (scalars[0], replaced) fills each tile in a per-thread buffer, runs the generated part
-// on it into a [Cout, cols] tile with the bias epilogue applied, and copies that into the output.
-// No buffer ever holds more than one tile of the im2col matrix.
+// on it into a [Cout, cols] tile with the epilogue applied, and copies that into the output (a
+// tile of the whole image is written there directly). No buffer ever holds more than one tile of
+// the im2col matrix.
+// Epilogues (dense and pointwise): after the bias, the region planner's elementwise consumers
+// (activations, a residual add) run in the matmul's store; an operand of the output's shape
+// follows the bias (inputs 3..) and is viewed as the output is (per tile for a dense conv).
 // Depthwise float32 1-D/2-D convs (groups == Cin == Cout): a direct loop of their own. Per image
 // plane and output row, the row starts as the bias, then each kernel tap (unrolled: the kernel
 // size, strides and dilations are baked in) adds weight * input over the output columns whose
@@ -45,6 +49,8 @@ using matmul::kScalarRunner;
 using matmul::kScalarTasks;
 
 constexpr std::size_t kX = 0, kW = 1, kBias = 2;
+// A fused epilogue's operands (a residual) follow the bias: inputs kBias + 1 on, at most this many.
+constexpr std::size_t kFirstExtra = kBias + 1, kMaxExtras = 2;
 // Conv attributes in schema order (ops.def): strides, pads, dilations, groups, auto_pad.
 constexpr std::size_t kStrides = 0, kPads = 1, kDilations = 2, kGroups = 3, kAutoPad = 4;
 // A dense conv's spare KernelArgs slots (after the matmul's canonical views, which end before
@@ -123,12 +129,47 @@ bool isDepthwise(const KernelSpec& spec) {
   return groups > 1 && w.dims[0].size == groups && w.dims[1].size == 1 && spec.inputs[kX].dims[1].size == groups;
 }
 
+// A fused epilogue (bias, folded batch norm, activations, a residual add: the region planner's
+// elementwise consumers of the conv) runs in the matmul's store, so dense and pointwise convs take
+// one; depthwise ones do not. A binary step's operand has the output's rank and channels (its
+// shape is checked per call) and follows the bias, which it needs: without one, input 2 would be
+// taken for it.
+Status checkEpilogue(const KernelSpec& spec) {
+  if (spec.epilogue.empty()) return Status::ok();
+  if (isDepthwise(spec)) return makeError(ErrorCode::Unsupported, "depthwise conv kernels take no epilogue");
+  const OperandSpec& x = spec.inputs[kX];
+  for (const EpilogueStep& step : spec.epilogue) {
+    if (step.operand < 0) {
+      if (!matmul::isEpilogueUnary(step.op)) {
+        return makeError(ErrorCode::Unsupported, "conv epilogue: {} is not a fusable unary op", opIdent(step.op));
+      }
+      continue;
+    }
+    const auto operand = static_cast<std::size_t>(step.operand);
+    if (!matmul::isEpilogueBinary(step.op) || !hasBias(spec) || operand < kFirstExtra ||
+        operand >= spec.inputs.size()) {
+      return makeError(ErrorCode::Unsupported,
+                       "conv epilogue: {} on input {} (binary steps read inputs {}.., after a bias)", opIdent(step.op),
+                       step.operand, kFirstExtra);
+    }
+    const OperandSpec& extra = spec.inputs[operand];
+    if (!extra.is_tensor || extra.dtype != x.dtype || extra.rank != x.rank ||
+        (extra.dims[1].isStatic() && extra.dims[1].size != spec.inputs[kW].dims[0].size)) {
+      return makeError(ErrorCode::Unsupported,
+                       "conv epilogue operand {} is not of the output's dtype, rank and channels", extra.toString());
+    }
+  }
+  return Status::ok();
+}
+
 // OK when `spec` is a conv this family compiles; else the reason.
 Status checkConv(const KernelSpec& spec) {
   if (spec.op != OpId::Conv) return makeError(ErrorCode::Unsupported, "the conv family compiles conv only");
-  if (spec.inputs.size() < 2 || spec.inputs.size() > 3 || !spec.epilogue.empty() || spec.fused != nullptr ||
-      spec.attrs.size() <= kAutoPad) {
-    return makeError(ErrorCode::Unsupported, "conv kernels take x, w and an optional bias, without an epilogue");
+  if (spec.inputs.size() < 2 || spec.inputs.size() > kFirstExtra + kMaxExtras || spec.fused != nullptr ||
+      spec.attrs.size() <= kAutoPad || (spec.epilogue.empty() && spec.inputs.size() > kFirstExtra)) {
+    return makeError(ErrorCode::Unsupported,
+                     "conv kernels take x, w, an optional bias and the operands of their epilogue (at most {})",
+                     kMaxExtras);
   }
   const OperandSpec& x = spec.inputs[kX];
   const OperandSpec& w = spec.inputs[kW];
@@ -175,7 +216,7 @@ Status checkConv(const KernelSpec& spec) {
     }
   }
   if (spec.params.library != 0) return makeError(ErrorCode::Unsupported, "conv kernels have no library candidates");
-  return Status::ok();
+  return checkEpilogue(spec);
 }
 
 // The matmul spec the conv's kernel is. Pointwise: A = W [Cout, Cin], B = X [N, Cin, S]. Dense:
@@ -218,6 +259,24 @@ KernelSpec matmulSpecOf(const KernelSpec& spec) {
     mm.inputs.push_back(c);
     mm.epilogue = {EpilogueStep{OpId::Add, static_cast<int>(kBias), false}};
   }
+  // The conv's epilogue after the bias, its operands at the same indices: pointwise as the output
+  // viewed [N, Cout, S]; dense as one tile's columns of one image, [Cout, cols] (rows S apart).
+  for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
+    OperandSpec extra;
+    extra.dtype = x.dtype;
+    if (pointwise) {
+      extra.rank = 3;
+      extra.dims[0] = x.dims[0];
+      extra.dims[1] = a.dims[0];
+      extra.dims[2] = spatialProduct(x);
+    } else {
+      extra.rank = 2;
+      extra.dims[0] = a.dims[0];
+      extra.contiguous = false;
+    }
+    mm.inputs.push_back(extra);
+  }
+  mm.epilogue.insert(mm.epilogue.end(), spec.epilogue.begin(), spec.epilogue.end());
   return mm;
 }
 
@@ -238,9 +297,18 @@ Expected<std::vector<AxisWindow>> callWindows(const KernelSpec& spec, const Tens
 // ---- pointwise: the matmul family's prepare() on views of the conv's tensors ----
 
 struct MatmulOperands {
-  Value values[3];
+  Value values[kFirstExtra + kMaxExtras];
   std::size_t count = 2;
 };
+
+// An epilogue operand must be the output's shape, dense (its views follow the output's layout).
+Status checkExtra(const Tensor& extra, const Shape& out) {
+  if (extra.shape() != out || !extra.isContiguous()) {
+    return makeError(ErrorCode::Unsupported, "conv epilogue operand {} is not a dense tensor of the output's shape {}",
+                     extra.describe(), out.toString());
+  }
+  return Status::ok();
+}
 
 // Fills `ops` in place (returning the struct through Expected trips GCC 12's -Wmaybe-uninitialized
 // on the Values' union).
@@ -258,6 +326,11 @@ Status pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> i
     SVM_ASSIGN_OR_RETURN(Tensor c, inputs[kBias]->tensor().reshapeView(Shape{w.dim(0), 1}));
     ops.values[2] = Value::fromTensor(std::move(c));
   }
+  for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
+    SVM_ASSIGN_OR_RETURN(Tensor view, inputs[e]->tensor().reshapeView(Shape{x.dim(0), w.dim(0), spatial}));
+    ops.values[e] = Value::fromTensor(std::move(view));
+    ops.count = e + 1;
+  }
   return Status::ok();
 }
 
@@ -266,7 +339,7 @@ Status preparePointwise(const KernelSpec& spec, std::span<const Value* const> in
   MatmulOperands ops;
   SVM_RETURN_IF_ERROR(pointwiseOperands(spec, inputs, ops));
   SVM_ASSIGN_OR_RETURN(Tensor c, out.reshapeView(Shape{out.dim(0), out.dim(1), ops.values[1].tensor().dim(2)}));
-  const Value* pointers[3];
+  const Value* pointers[kFirstExtra + kMaxExtras];
   for (std::size_t k = 0; k < ops.count; ++k) {
     const Tensor& t = ops.values[k].tensor();
     pointers[k] = &ops.values[k];
@@ -358,7 +431,7 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
   auto* out = static_cast<float*>(args->data[kOutSlot]);
   const std::int64_t scratch_floats = (scratch_bytes + 63) / 64 * 16;
   auto work = [&](std::int64_t task, std::int64_t count) {
-    float* buffer = tileBuffer(scratch_floats + (g.k + g.cout) * g.cols);
+    float* buffer = tileBuffer(scratch_floats + (g.k + (blocks > 1 ? g.cout : 0)) * g.cols);
     if (buffer == nullptr) std::abort();  // like a failed `new`: nothing to return an error to
     float* scratch = buffer;
     float* columns = buffer + scratch_floats;
@@ -369,11 +442,15 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
       const std::int64_t width = std::min(g.cols, pixels - p0);
       fillTile(g, x + n * args->strides[kXSlot][0], args->strides[kXSlot][1], p0, width, columns);
       tile.data[1] = columns;
-      tile.data[inputs] = product;
+      float* dst = out + n * g.cout * pixels + p0;
+      for (int e = static_cast<int>(kFirstExtra); e < inputs; ++e) {
+        tile.data[e] = static_cast<float*>(args->data[e]) + (dst - out);  // the same columns of the operand
+      }
+      tile.data[inputs] = width == pixels ? dst : product;  // one tile per image: the output's own layout
       tile.shape[slot_b][3] = width;
       tile.strides[slot_b][2] = width;
       part(&tile, 0, 1, scratch);
-      float* dst = out + n * g.cout * pixels + p0;
+      if (width == pixels) continue;
       for (std::int64_t co = 0; co < g.cout; ++co) {
         std::memcpy(dst + co * pixels, product + co * width, static_cast<std::size_t>(width) * sizeof(float));
       }
@@ -387,14 +464,22 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
   ThreadPool::global().run(static_cast<int>(threads), [&](int task) { work(task, threads); });
 }
 
-// Im2col tile width: a multiple of 16 columns whose [K, cols] tile fits kTileBytes (at least 16,
-// at most the image). Half of a 512 KiB L2: the tile streams from L2 while A's packed block and
-// the product tile share the rest.
-constexpr std::int64_t kTileBytes = 256 * 1024;
-std::int64_t tileColumns(std::int64_t k, std::int64_t pixels) {
+// Im2col tile width. Every tile re-reads the whole weight A [Cout, K] for its cols columns, so a
+// tile narrower than Cout spends more on A than on its own columns (at K = 4608, 256 KiB held
+// 16 columns and each tile read 9 MiB of weights for them): the width is at least
+// max(kMinTileColumns, Cout), else what fits kTileBytes, at most the image. An image that needs
+// several tiles gets equal ones (multiples of 16 columns); one tile of the whole image is written
+// straight into the output (the product's rows are then the output's channels).
+constexpr std::int64_t kTileBytes = 1024 * 1024;
+constexpr std::int64_t kMinTileColumns = 64;
+std::int64_t tileColumns(std::int64_t k, std::int64_t cout, std::int64_t pixels) {
   const std::int64_t budget = kTileBytes / static_cast<std::int64_t>(sizeof(float));
-  std::int64_t cols = std::max<std::int64_t>(16, budget / std::max<std::int64_t>(1, k) / 16 * 16);
-  return std::min(cols, std::max<std::int64_t>(1, pixels));
+  const std::int64_t fits = budget / std::max<std::int64_t>(1, k);
+  const std::int64_t widest = std::max({fits, kMinTileColumns, cout});
+  if (pixels <= widest) return std::max<std::int64_t>(1, pixels);
+  const std::int64_t blocks = (pixels + widest - 1) / widest;
+  const std::int64_t cols = ((pixels + blocks - 1) / blocks + 15) / 16 * 16;
+  return std::min(cols, pixels);
 }
 
 Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out, KernelArgs& args) {
@@ -407,7 +492,7 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   const AxisWindow& wx = windows.back();
   const std::int64_t cout = w.dim(0), cin = w.dim(1), k = cin * wy.kernel * wx.kernel;
   const std::int64_t pixels = wy.out * wx.out;
-  const std::int64_t cols = tileColumns(k, pixels);
+  const std::int64_t cols = tileColumns(k, cout, pixels);
   const DenseGeometry g{wy.kernel,   wx.kernel,   wy.stride, wx.stride, wy.pad_before, wx.pad_before,
                         wy.dilation, wx.dilation, wy.in,     wx.in,     wy.out,        wx.out,
                         cols,        k,           cout,      cin};
@@ -415,7 +500,7 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
                                      g.h,  g.w,  g.ho, g.wo, g.cols, g.k,  g.cout, g.cin};
   std::copy(geometry, geometry + 8, args.shape[kGeometrySlot]);
   std::copy(geometry + 8, geometry + 16, args.strides[kGeometrySlot]);
-  const int inputs_count = hasBias(spec) ? 3 : 2;  // the matmul's (its output slot follows them)
+  const int inputs_count = static_cast<int>(matmulSpecOf(spec).inputs.size());  // its output slot follows them
   args.shape[kCountsSlot][0] = inputs_count;
   args.data[kXSlot] = const_cast<void*>(static_cast<const void*>(x.rawData()));
   args.shape[kXSlot][0] = x.dim(0);
@@ -436,6 +521,12 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   if (hasBias(spec)) {
     const std::int64_t bias_strides[4] = {0, 0, 1, 0};
     std::copy(bias_strides, bias_strides + 4, args.strides[kBias]);
+  }
+  // Epilogue operands: image 0's [Cout, pixels] here (the runner moves each to its tile's columns).
+  for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
+    const std::int64_t extra_strides[4] = {0, 0, pixels, 1};
+    args.data[e] = const_cast<void*>(static_cast<const void*>(inputs[e]->tensor().rawData()));
+    std::copy(extra_strides, extra_strides + 4, args.strides[e]);
   }
   const std::int64_t work = x.dim(0) * pixels * cout * k;
   const std::int64_t threads = spec.params.threads > 0 ? spec.params.threads : kernelThreads();
@@ -612,6 +703,9 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
         !inputs[kW]->tensor().isContiguous() || (hasBias(spec) && !inputs[kBias]->tensor().isContiguous())) {
       return makeError(ErrorCode::Unsupported, "conv kernel reads dense x, w and bias and writes one dense output");
     }
+    for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
+      SVM_RETURN_IF_ERROR(checkExtra(inputs[e]->tensor(), outputs[0].shape()));
+    }
     if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
     return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
                              : prepareDense(spec, inputs, outputs[0], args);
@@ -648,6 +742,31 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 const KernelFamily* convFamily(OpId op) {
   static const ConvFamily family;
   return op == OpId::Conv ? &family : nullptr;
+}
+
+void openConvExtents(KernelSpec& spec) {
+  if (spec.op != OpId::Conv || spec.inputs.empty() || isDepthwise(spec)) return;
+  OperandSpec& x = spec.inputs[kX];
+  for (int d = 0; d < x.rank; ++d) {
+    if (d != 1) x.dims[d] = DimSpec{};
+  }
+}
+
+bool convStepSupported(const std::vector<AttrValue>& attrs, std::span<const ConvOperand> operands,
+                       const std::vector<EpilogueStep>& epilogue) {
+  KernelSpec spec;
+  spec.op = OpId::Conv;
+  spec.attrs = attrs;
+  spec.epilogue = epilogue;
+  for (const ConvOperand& operand : operands) {
+    OperandSpec input;
+    input.dtype = operand.dtype;
+    input.rank = operand.shape.rank();
+    if (input.rank > kMaxRank) return false;
+    for (int d = 0; d < input.rank; ++d) input.dims[d] = staticDim(operand.shape[d]);
+    spec.inputs.push_back(input);
+  }
+  return convFamily(OpId::Conv)->supports(spec).isOk();
 }
 
 }  // namespace shapevm::jit
