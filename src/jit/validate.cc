@@ -270,10 +270,18 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
   const std::vector<ExtentClass> classes = extentClasses(spec, observed);
   // The observed shapes, clipped (a class keeps its extent when clipping would make it equal to
   // another class's: the range-end moves below must not move two classes at once).
+  // Nor does a class whose extent a static dim also has (likely the same quantity, e.g. a dynamic
+  // K against a static one: the clipped shapes would not fit together).
   std::vector<Shape> clipped(observed.begin(), observed.end());
   std::vector<std::int64_t> taken;
   for (const ExtentClass& c : classes) taken.push_back(c.extent);
+  for (std::size_t i = 0; i < spec.inputs.size() && i < observed.size(); ++i) {
+    for (int d = 0; d < spec.inputs[i].rank && d < observed[i].rank(); ++d) {
+      if (spec.inputs[i].dims[d].isStatic()) taken.push_back(observed[i][d]);
+    }
+  }
   for (std::size_t k = 0; k < classes.size(); ++k) {
+    if (std::count(taken.begin(), taken.end(), classes[k].extent) > 1) continue;  // tied to a static dim
     const std::int64_t to = clippedExtent(classes[k], classes[k].extent);
     if (to == classes[k].extent || std::find(taken.begin(), taken.end(), to) != taken.end()) continue;
     taken[k] = to;

@@ -46,7 +46,7 @@ bool needsPositiveInput(OpId op, std::size_t input);
 // from there congruent to it modulo 192, times its divisor), plus, for every ranged dynamic dim,
 // those shapes moved to the range's low end and to its high end clipped the same way. Dims of
 // other inputs with the same observed extent move with it; a dim whose clipped size would equal
-// another dynamic dim's extent keeps its own.
+// another dim's extent, or whose extent a static dim also has, keeps its own.
 std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::span<const Shape> observed);
 
 // Runs `kernel` and the reference kernel (on sampled rows, see above) on random inputs for every

@@ -72,6 +72,13 @@ TEST(ValidationShapes, SmallSizesDivisorsAndUnboundedDims) {
   }
   EXPECT_EQ(sets[0][0][0] % 960, 4000 % 960);
 
+  // A dynamic K whose extent B's static K also has is the same quantity: it is not clipped.
+  KernelSpec tied = rowRangedMatmul(64, 600, 48, 16, 150);
+  tied.inputs[0].dims[1] = DimSpec{{1, 4096, 1}, -1};
+  sets = validationShapes(tied, std::vector<Shape>{Shape{64, 600}, Shape{600, 48}});
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets[0][0], (Shape{64, 600}));
+
   // Unbounded: clipped, no range ends.
   KernelSpec open = rowRangedMatmul(1000, 32, 48, 1, DimRange::kUnbounded);
   sets = validationShapes(open, std::vector<Shape>{Shape{1000, 32}, Shape{32, 48}});
