@@ -4,7 +4,7 @@
 # reference cell: per-kernel validation at O1, and a second process's per-region install at O2
 # from a warm cache, for this build and a peer build (e.g. main's), interleaved, medians.
 # Usage: scripts/bench_kernel_cache.py --shapevm build/tools/shapevm [--peer OTHER/shapevm] [--repeats 3]
-#        [--peer-set region_plan_smallest=0] [--hot-count 12]
+#        [--peer-set region_plan_smallest=0] [--hot-count 12] [--o1-warm] [--o1-only]
 import argparse
 import re
 import statistics
@@ -14,7 +14,8 @@ import tempfile
 
 ARGS = ["run", "examples/lstm_cell.py", "--dim", "batch=32", "--dim", "seq=10,20,30", "--iters", "30",
         "--jit-wait", "--stats", "-q", "--jit-log"]
-INSTALLED = re.compile(r"codegen ([0-9.]+)ms, validation\+patch ([0-9.]+)ms")
+# Per O1 install: codegen, validation+patch wall and (builds that log it) the compile thread's CPU.
+INSTALLED = re.compile(r" for (\S+) \(.*codegen ([0-9.]+)ms, validation\+patch ([0-9.]+)ms(?:, ([0-9.]+)ms compile-thread CPU)?")
 COMPILE = re.compile(r"jit: compile time ([0-9.]+) ms \(shape inference ([0-9.]+) ms, codegen ([0-9.]+) ms, "
                      r"validation\+patch ([0-9.]+) ms\)")
 INSTALLS = re.compile(r"(\d+) kernels installed")
@@ -31,10 +32,15 @@ def run(binary, cache_dir, level, extra=()):
     return out.stdout + out.stderr
 
 
-def o1_validation(binary, extra=()):
+def o1_validation(binary, extra=(), warm=False):
+    """Per-kernel validation+patch (wall ms, compile-thread CPU ms or None) of an O1 process; with
+    `warm`, of a second process on the first one's kernel cache (validation is then nearly all of
+    each install)."""
     with tempfile.TemporaryDirectory() as d:
+        if warm:
+            run(binary, d, "O1", extra)
         text = run(binary, d, "O1", extra)
-    return [float(v) for _, v in INSTALLED.findall(text)]
+    return [(float(v), float(c) if c else None, sig) for sig, _, v, c in INSTALLED.findall(text)]
 
 
 def o2_second_process(binary, extra=()):
@@ -63,6 +69,10 @@ def main():
                              "region_plan_smallest=0), interleaved")
     parser.add_argument("--hot-count", type=int,
                         help="the hot threshold (12: the region compiles after seq 10 and 20 were seen)")
+    parser.add_argument("--o1-warm", action="store_true",
+                        help="O1 validation measured in a second process (kernels from the cache)")
+    parser.add_argument("--per-kernel", action="store_true", help="O1 validation per kernel signature too")
+    parser.add_argument("--o1-only", action="store_true", help="skip the O2 second-process measurement")
     args = parser.parse_args()
     binaries = {"this": (args.shapevm, ())}
     if args.peer:
@@ -75,13 +85,24 @@ def main():
     second = {k: [] for k in binaries}
     for _ in range(args.repeats):
         for name, (binary, extra) in binaries.items():
-            validation[name].extend(o1_validation(binary, extra))
-            second[name].append(o2_second_process(binary, extra))
+            validation[name].extend(o1_validation(binary, extra, args.o1_warm))
+            if not args.o1_only:
+                second[name].append(o2_second_process(binary, extra))
     for name in binaries:
-        v = validation[name]
+        v = [wall for wall, _, _ in validation[name]]
+        cpu = [c for _, c, _ in validation[name] if c is not None]
+        cpu_text = f"; compile-thread CPU median {statistics.median(cpu):.1f} ms, max {max(cpu):.1f} ms" if cpu else ""
         print(f"{name}: O1 validation+patch per kernel: median {statistics.median(v):.1f} ms, "
-              f"max {max(v):.1f} ms over {len(v)} kernels")
+              f"max {max(v):.1f} ms over {len(v)} kernels{cpu_text}")
+        if args.per_kernel:
+            for sig in sorted({sig for _, _, sig in validation[name]}):
+                walls = [w for w, _, s2 in validation[name] if s2 == sig]
+                cpus = [c for _, c, s2 in validation[name] if s2 == sig and c is not None]
+                cpu_part = f", CPU {statistics.median(cpus):.1f} ms" if cpus else ""
+                print(f"  {sig}: median {statistics.median(walls):.1f} ms wall{cpu_part} ({len(walls)} installs)")
         s = second[name]
+        if not s:
+            continue
         keys = ("per_region_ms", "plan_ms", "codegen_ms", "validate_ms", "cpu_ms")
         med = {k: statistics.median(r[k] for r in s) for k in keys}
         print(f"{name}: O2 second process per region install: median {med['per_region_ms']:.1f} ms wall (planning "

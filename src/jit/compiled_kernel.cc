@@ -198,8 +198,12 @@ void finishCall(PreparedCall& call, std::span<Value> outputs) {
     for (std::size_t o = 0; o < call.num_outputs; ++o) {
       Tensor& t = call.outputs[o];
       if (t.numel() == 0) continue;
-      // Flip the sign bit (and more) of the first element's bytes: a wrong but plausible number.
-      auto* bytes = static_cast<unsigned char*>(t.rawData());
+      // Flip the sign bit (and more) of the row's first element: a wrong but plausible number.
+      const std::int64_t rows = t.rank() == 0 ? 1 : t.dim(0);
+      const std::int64_t row =
+          call.kernel->corrupt_row < 0 ? rows + call.kernel->corrupt_row : call.kernel->corrupt_row;
+      if (row < 0 || row >= rows) continue;
+      auto* bytes = static_cast<unsigned char*>(t.rawData()) + row * (t.numel() / rows) * t.itemSize();
       bytes[t.itemSize() - 1] ^= 0xC0;
     }
   }

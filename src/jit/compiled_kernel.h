@@ -68,9 +68,11 @@ struct CompiledKernel {
   const KernelBackend* backend = nullptr;  // launches `handle`; operands live on its device
   KernelHandle handle;
   int num_outputs = 1;
-  // Test-only fault injection: when set, the kernel's first output element is corrupted after
-  // every call, so validation must catch it.
+  // Test-only fault injection: when set, the first element of row `corrupt_row` of every output
+  // (axis 0; negative counts from the end, -1 = the last row) is corrupted after every call, so
+  // validation must catch it.
   bool corrupt_outputs = false;
+  std::int64_t corrupt_row = 0;
   // Packings of the packable input (matmul's B) of recent calls; see PackedOperandCache.
   mutable PackedOperandCache packed;
   // Its key in the backend's kernel cache ("" without one), and whether its code came from there.

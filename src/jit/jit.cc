@@ -431,6 +431,7 @@ void Jit::compileSite(const Request& request) {
 
   // 3. Validation against the reference kernel, then the patch.
   const Clock::time_point validate_start = Clock::now();
+  const double validate_start_cpu_ms = threadCpuMs();
   const std::uint64_t seed = (static_cast<std::uint64_t>(function) << 40) ^ (static_cast<std::uint64_t>(site) << 20) ^
                              static_cast<std::uint64_t>(before.compiles * 7919 + before.backoff.failures * 104729) ^
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
@@ -456,6 +457,7 @@ void Jit::compileSite(const Request& request) {
   const int entries = patches_->install(function, site, guardFor(inferred->spec), std::move(*kernel));
   rewriteSiteTokens(*vm_.sharedModule(), function, site, inferred->spec);
   const double validate_ms = msSince(validate_start);
+  const double validate_cpu_ms = threadCpuMs() - validate_start_cpu_ms;
   trace::completeSince("compile", "validation + install", validate_start);
   trace::instant("compile", "install",
                  trace::Args().addPc(before.pc).add("signature", inferred->spec.signature()).add("kernel", symbol));
@@ -488,9 +490,9 @@ void Jit::compileSite(const Request& request) {
   logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",
         "Installed {} at PC=0x{:02X} for {} ({}; {} dispatch {}; shape inference {:.1f}ms, codegen {:.1f}ms, "
-        "validation+patch {:.1f}ms)",
+        "validation+patch {:.1f}ms, {:.1f}ms compile-thread CPU)",
         symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
-        infer_ms, codegen_ms, validate_ms);
+        infer_ms, codegen_ms, validate_ms, validate_cpu_ms);
 }
 
 TuneOutcome Jit::tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc) {

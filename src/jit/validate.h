@@ -3,11 +3,14 @@
 // target signature (never zeros; for a range kernel also at the range ends) and is compared with
 // the reference kernel. Outputs are poisoned with NaN beforehand, so an element the kernel never
 // wrote fails; NaN never passes. Tolerances are relative L2 error per output dtype.
-// Large outputs are sampled: when the op computes output row r from row r of its inputs
-// (elementwise with broadcasting, 2-D matmul) and there are more than 8 rows, the reference
-// computes only the first, the last and (on the observed shapes) one random row, while every
-// element the kernel wrote is still checked for the poison. Kernels from the kernel cache are
-// validated like fresh ones.
+// Cheap by construction (<= a few ms per kernel): dynamic dims run at clipped sizes (same
+// residue modulo 192 as the observed size or the range's high end, so the same register-tile and
+// vector remainders; the low end exactly), and large outputs are sampled: a 2-D matmul's
+// reference computes the first, the last and strided rows, and every row is checked through a
+// random projection (C v against A (B v)); an elementwise op's output is sampled the same way
+// only above 2^18 elements. Every element the kernel wrote is checked for the poison. Kernels
+// from the kernel cache are validated like fresh ones. Not covered: a fault that appears only
+// above the clipped sizes whatever the remainders (e.g. only past 1000 rows).
 #pragma once
 
 #include <cstdint>
@@ -39,12 +42,15 @@ Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<cons
 bool needsPositiveInput(OpId op, std::size_t input);
 
 // The concrete input shapes to validate a spec on: `observed` (one shape list taken from the
-// profile), plus, for every ranged dynamic dim, the same shapes moved to the range ends (dims of
-// other inputs with the same observed extent move with it). Unbounded dims stay as observed.
+// profile) with every dynamic dim clipped (above max(its low end, 192): the smallest size
+// from there congruent to it modulo 192, times its divisor), plus, for every ranged dynamic dim,
+// those shapes moved to the range's low end and to its high end clipped the same way. Dims of
+// other inputs with the same observed extent move with it; a dim whose clipped size would equal
+// another dim's extent, or whose extent a static dim also has, keeps its own.
 std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::span<const Shape> observed);
 
 // Runs `kernel` and the reference kernel (on sampled rows, see above) on random inputs for every
-// shape set; OK or the first failure with its reason (shapes included). On the observed shapes, a
+// shape set; OK or the first failure with its reason (shapes included). On the smallest set, a
 // call that packed an operand into the kernel's cache (PackedOperandCache) runs twice, so the
 // cached packing is checked too; the cache is emptied afterwards. A kernel from the kernel cache
 // that fails is dropped from it (KernelCache::forget).

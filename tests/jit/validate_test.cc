@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel validation at clipped shapes with sampled references (validate.h): the shape sets stay
+// inside the guard and keep the remainders of the observed size and the range's high end, and
+// every class of injected fault (first row, last row/tile, one middle row, every row) is caught
+// on every seed.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "jit/validate.h"
+#include "jit_test_util.h"
+#include "support/tunables.h"
+
+namespace shapevm::jit {
+namespace {
+
+using testing::operand;
+using testing::sharedBackend;
+using testing::specFor;
+
+constexpr std::int64_t kPeriod = 192;  // validate.cc's clip period (matmul tiles 4/6/8 divide it)
+
+// A [m_lo..m_hi, k] x [k, n] matmul spec: rows dynamic, K and N static.
+KernelSpec rowRangedMatmul(std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t m_lo, std::int64_t m_hi) {
+  std::mt19937 rng(3);
+  KernelSpec spec =
+      specFor("matmul", {operand(DType::Float32, Shape{m, k}, rng), operand(DType::Float32, Shape{k, n}, rng)});
+  DimSpec& rows = spec.inputs[0].dims[0];
+  rows.size = -1;
+  rows.lo = m_lo;
+  rows.hi = m_hi;
+  return spec;
+}
+
+TEST(ValidationShapes, LargeRowRangesRunClippedWithTheirRemainders) {
+  // The LSTM's flattened input projection: rows 256..1024, observed 960.
+  const KernelSpec spec = rowRangedMatmul(960, 128, 1024, 256, 1024);
+  const std::vector<Shape> observed = {Shape{960, 128}, Shape{128, 1024}};
+  const auto sets = validationShapes(spec, observed);
+  ASSERT_FALSE(sets.empty());
+  bool low_end = false, high_residue = false;
+  for (const auto& shapes : sets) {
+    ASSERT_EQ(shapes.size(), 2u);
+    const std::int64_t m = shapes[0][0];
+    EXPECT_GE(m, 256) << "inside the guard";
+    EXPECT_LT(m, 256 + kPeriod) << "clipped";
+    EXPECT_EQ(shapes[0][1], 128);
+    EXPECT_EQ(shapes[1], (Shape{128, 1024})) << "static dims never move";
+    low_end = low_end || m == 256;
+    high_residue = high_residue || m % kPeriod == 1024 % kPeriod;
+  }
+  EXPECT_EQ(sets[0][0][0] % kPeriod, 960 % kPeriod) << "the observed size's remainder";
+  EXPECT_TRUE(low_end);
+  EXPECT_TRUE(high_residue) << "the high end's remainder";
+}
+
+TEST(ValidationShapes, SmallSizesDivisorsAndUnboundedDims) {
+  // Below the clip floor nothing moves: the observed size and both range ends, exactly.
+  KernelSpec small = rowRangedMatmul(100, 32, 48, 16, 150);
+  auto sets = validationShapes(small, std::vector<Shape>{Shape{100, 32}, Shape{32, 48}});
+  std::vector<std::int64_t> rows;
+  for (const auto& shapes : sets) rows.push_back(shapes[0][0]);
+  EXPECT_EQ(rows, (std::vector<std::int64_t>{100, 16, 150}));
+
+  // A divisor: every size a multiple of it, the period a multiple of it too.
+  KernelSpec divided = rowRangedMatmul(4000, 32, 48, 0, 8000);
+  divided.inputs[0].dims[0].divisor = 5;
+  sets = validationShapes(divided, std::vector<Shape>{Shape{4000, 32}, Shape{32, 48}});
+  for (const auto& shapes : sets) {
+    EXPECT_EQ(shapes[0][0] % 5, 0) << shapes[0].toString();
+    EXPECT_LE(shapes[0][0], 960 + 960) << shapes[0].toString();
+  }
+  EXPECT_EQ(sets[0][0][0] % 960, 4000 % 960);
+
+  // A dynamic K whose extent B's static K also has is the same quantity: it is not clipped.
+  KernelSpec tied = rowRangedMatmul(64, 600, 48, 16, 150);
+  tied.inputs[0].dims[1] = DimSpec{{1, 4096, 1}, -1};
+  sets = validationShapes(tied, std::vector<Shape>{Shape{64, 600}, Shape{600, 48}});
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets[0][0], (Shape{64, 600}));
+
+  // Unbounded: clipped, no range ends.
+  KernelSpec open = rowRangedMatmul(1000, 32, 48, 1, DimRange::kUnbounded);
+  sets = validationShapes(open, std::vector<Shape>{Shape{1000, 32}, Shape{32, 48}});
+  ASSERT_EQ(sets.size(), 1u);
+  EXPECT_EQ(sets[0][0][0], 1000 - 4 * kPeriod);
+}
+
+TEST(ValidationShapes, ClippingNeverMergesTwoDynamicDims) {
+  // M 320 and N 512 both dynamic: N's 512 would clip to 320, M's extent; it keeps its own, and
+  // each range-end move moves one dim only.
+  std::mt19937 rng(4);
+  KernelSpec spec =
+      specFor("matmul", {operand(DType::Float32, Shape{320, 64}, rng), operand(DType::Float32, Shape{64, 512}, rng)});
+  spec.inputs[0].dims[0] = DimSpec{{256, 400, 1}, -1};
+  spec.inputs[1].dims[1] = DimSpec{{1, 600, 1}, -1};
+  const auto sets = validationShapes(spec, std::vector<Shape>{Shape{320, 64}, Shape{64, 512}});
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets[0][1][1], 512);
+  for (const auto& shapes : sets) {
+    EXPECT_GE(shapes[0][0], 256);
+    EXPECT_LE(shapes[0][0], 400);
+    EXPECT_LE(shapes[1][1], 600);
+    EXPECT_TRUE(shapes[0][0] == 320 || shapes[1][1] == 512) << "one dim moved at a time";
+  }
+}
+
+// `kernel` corrupted at output row `row` is rejected on every seed; returns how many rejections
+// named the random projection (the only check that sees every row of a sampled matmul).
+int rejectedOnEverySeed(CompiledKernel& kernel, const KernelSpec& spec, const std::vector<Shape>& observed,
+                        std::int64_t row) {
+  kernel.corrupt_outputs = true;
+  kernel.corrupt_row = row;
+  int by_projection = 0;
+  for (std::uint64_t seed = 0; seed < 10; ++seed) {
+    const Status verdict = validateKernel(kernel, validationShapes(spec, observed), seed);
+    EXPECT_FALSE(verdict.isOk()) << "row " << row << " seed " << seed;
+    by_projection += verdict.message().find("projection") != std::string::npos ? 1 : 0;
+  }
+  kernel.corrupt_outputs = false;
+  return by_projection;
+}
+
+TEST(ValidationFaults, EveryFaultClassIsCaughtOnClippedShapes) {
+  // A matmul whose clipped output (216 x 512) is sampled: rows first, last, one in the middle
+  // that a sample of 10 rows rarely holds.
+  const KernelSpec mm = rowRangedMatmul(600, 64, 512, 16, 2048);
+  const std::vector<Shape> mm_observed = {Shape{600, 64}, Shape{64, 512}};
+  auto kernel = compileKernel(sharedBackend(), *familyFor(mm.op), mm);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  ASSERT_TRUE(validateKernel(**kernel, validationShapes(mm, mm_observed), 1).isOk());
+  rejectedOnEverySeed(**kernel, mm, mm_observed, 0);
+  rejectedOnEverySeed(**kernel, mm, mm_observed, -1);  // the last row: the last register tile
+  EXPECT_GT(rejectedOnEverySeed(**kernel, mm, mm_observed, 100), 0) << "a sampled-out row needs the projection";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+
+  // Elementwise (broadcast add, tanh), rows 16..4096 observed at 700 (clipped to 316): sampled
+  // rows always hold the first and the last row. A single wrong middle row is caught for sure
+  // where the output is compared whole (2^14 elements or fewer); above, only when sampled.
+  for (const char* op : {"add", "tanh"}) {
+    std::mt19937 rng(5);
+    std::vector<Value> inputs = {operand(DType::Float32, Shape{700, 96}, rng)};
+    if (std::string_view(op) == "add") inputs.push_back(operand(DType::Float32, Shape{96}, rng));
+    KernelSpec spec = specFor(op, inputs, {}, testing::Dims::Symbolic);
+    spec.inputs[0].dims[0].lo = 16;
+    spec.inputs[0].dims[0].hi = 4096;
+    auto ew = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
+    ASSERT_TRUE(ew.hasValue()) << ew.status().toString();
+    std::vector<Shape> observed;
+    for (const Value& v : inputs) observed.push_back(v.tensor().shape());
+    ASSERT_TRUE(validateKernel(**ew, validationShapes(spec, observed), 1).isOk()) << op;
+    for (std::int64_t row : {std::int64_t{0}, std::int64_t{-1}}) rejectedOnEverySeed(**ew, spec, observed, row);
+    std::vector<Shape> narrow = observed;
+    narrow[0] = Shape{150, 96};  // 150 x 96 = 14400 elements: compared whole
+    rejectedOnEverySeed(**ew, spec, narrow, 101);
+    EXPECT_TRUE(sharedBackend().free((*ew)->handle).isOk());
+  }
+}
+
+}  // namespace
+}  // namespace shapevm::jit
