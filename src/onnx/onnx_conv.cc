@@ -9,6 +9,8 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/ranges.h>
+
 #include "onnx/onnx_graph.h"
 #include "onnx/onnx_tensor.h"
 #include "ops/conv_geometry.h"
@@ -69,16 +71,37 @@ Expected<NamedAttrs> windowAttrs(const NodeCtx& ctx, bool dilations) {
   return attrs;
 }
 
-// An input rank that does not fit the weight is an error at import when both are known.
+// Why a conv's input rank `x_rank` does not fit its weight's rank `w_rank` ("" when it does; -1 =
+// unknown): the weight is [M, C/groups, k...] with 1 to 3 spatial axes, and the input has as many.
+std::string convRankMismatch(std::string_view x_name, int x_rank, std::string_view w_name, int w_rank) {
+  if (w_rank >= 0 && (w_rank < 3 || w_rank > 5)) {
+    return fmt::format("the weight '{}' has rank {}, but a conv weight has two channel axes and 1 to 3 "
+                       "spatial axes (rank 3 to 5)",
+                       w_name, w_rank);
+  }
+  if (x_rank < 0 || w_rank < 0 || x_rank == w_rank) return "";
+  return fmt::format("input '{}' has rank {} but the weight '{}' is a {}-D kernel (rank {}), which needs a rank-{} input",
+                     x_name, x_rank, w_name, w_rank - 2, w_rank, w_rank);
+}
+
+// An input rank that does not fit the weight is an error at import when both are known, and so is
+// a `kernel_shape` attribute that is not the weight's spatial extents.
 Status checkConvRanks(NodeCtx& ctx) {
   const Val& x = ctx.input(0);
   const Val& w = ctx.input(1);
   const int w_rank = w.isConst() ? w.constant.rank() : w.rank;
-  if (x.rank >= 0 && w_rank >= 0 && x.rank != w_rank) {
-    return ctx.fail(ErrorCode::ShapeMismatch,
-                    "input '{}' has rank {} but the weight '{}' is a {}-D kernel (rank {}), which needs a rank-{} "
-                    "input",
-                    ctx.node->input(0), x.rank, ctx.node->input(1), w_rank - 2, w_rank, w_rank);
+  const std::string ranks = convRankMismatch(ctx.node->input(0), x.rank, ctx.node->input(1), w_rank);
+  if (!ranks.empty()) return ctx.fail(ErrorCode::ShapeMismatch, "{}", ranks);
+  const std::optional<std::vector<std::int64_t>> kernel = ctx.attrInts("kernel_shape");
+  if (!kernel || w_rank < 0) return Status::ok();
+  const std::vector<std::int64_t> w_dims =
+      w.isConst() ? std::vector<std::int64_t>(w.constant.shape().begin(), w.constant.shape().end()) : w.dims;
+  if (w_dims.size() != static_cast<std::size_t>(w_rank)) return Status::ok();
+  bool fits = kernel->size() + 2 == w_dims.size();
+  for (std::size_t a = 0; fits && a < kernel->size(); ++a) fits = w_dims[a + 2] < 0 || w_dims[a + 2] == (*kernel)[a];
+  if (!fits) {
+    return ctx.fail(ErrorCode::ShapeMismatch, "kernel_shape [{}] is not the spatial extents of the weight '{}' [{}]",
+                    fmt::join(*kernel, ","), ctx.node->input(1), fmt::join(w_dims, ","));
   }
   return Status::ok();
 }
@@ -334,12 +357,11 @@ Status checkConvRanks(const onnx::GraphProto& graph, std::string_view model) {
     const onnx::NodeProto& node = graph.node(i);
     if ((node.op_type() != "Conv" && node.op_type() != "ConvTranspose") || node.input_size() < 2) continue;
     auto x = ranks.find(node.input(0)), w = ranks.find(node.input(1));
-    if (x == ranks.end() || w == ranks.end() || x->second == w->second) continue;
-    return makeError(ErrorCode::ShapeMismatch,
-                     "{}: node '{}' ({}): input '{}' has rank {} but the weight '{}' is a {}-D kernel (rank {}), "
-                     "which needs a rank-{} input",
-                     model, node.name().empty() ? fmt::format("#{}", i) : node.name(), node.op_type(), node.input(0),
-                     x->second, node.input(1), w->second - 2, w->second, w->second);
+    const std::string why = convRankMismatch(node.input(0), x == ranks.end() ? -1 : x->second, node.input(1),
+                                             w == ranks.end() ? -1 : w->second);
+    if (why.empty()) continue;
+    return makeError(ErrorCode::ShapeMismatch, "{}: node '{}' ({}): {}", model,
+                     node.name().empty() ? fmt::format("#{}", i) : node.name(), node.op_type(), why);
   }
   return Status::ok();
 }

@@ -164,6 +164,9 @@ def resize_model(path, mode):
      ["Conv", "unknown auto_pad 'SAME_MIDDLE'", "SAME_UPPER"]),
     ("resize_mode", lambda p: resize_model(p, "bilinear"), ["Resize", "unknown mode 'bilinear'", "cubic"]),
     ("rank", lambda p: conv_model(p, (1, 1, 5, 5), (1, 1, 3, 3, 3)), ["Conv", "rank 4", "3-D kernel"]),
+    ("weight_rank", lambda p: conv_model(p, (1, 1, 5, 5), (3,)), ["Conv", "weight 'w' has rank 1", "rank 3 to 5"]),
+    ("kernel_shape", lambda p: conv_model(p, (1, 1, 5, 5), (1, 1, 3, 3), kernel_shape=[3]),
+     ["Conv", "kernel_shape [3]", "weight 'w' [1,1,3,3]"]),
 ])
 def test_bad_conv_models(tmp_path, run_cli, case, make, needles):
     path = make(tmp_path / f"{case}.onnx")
