@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "jit_test_util.h"
+#include "ops/kernel_util.h"
 
 namespace shapevm::jit {
 namespace {
@@ -868,8 +869,6 @@ TEST(ElementwiseValidation, PassesTheJitsValidation) {
   }
 }
 
-}  // namespace
-}  // namespace shapevm::jit
 
 // ---- the plan each compiled kernel keeps (KernelFamily::launchPlan) ----
 
@@ -893,11 +892,13 @@ TEST(ElementwisePlanCache, AlternatingShapesThroughOneKernelUseNoStalePlan) {
       std::vector<Value> out;
       const bool fits = pair.first == Shape{7, 65} && pair.second == Shape{7, 65};
       EXPECT_EQ(fixed.run({x, y}, out).isOk(), fits) << pair.first.toString() << " - " << pair.second.toString();
-      if (fits) EXPECT_TRUE(fixed.matches({x, y}));
+      if (fits) {
+        EXPECT_TRUE(fixed.matches({x, y}));
+      }
       // The kernel's plan and a plan made now agree on the output.
       const CompiledKernel& kernel = symbolic.compiled();
       const Value* operands[] = {&x, &y};
-      DType planned_dtype = DType::Int8, made_dtype = DType::Int8;
+      DType planned_dtype = DType::Bool, made_dtype = DType::Bool;
       Shape planned_shape, made_shape;
       ASSERT_TRUE(kernel.family
                       ->plannedOutputs(kernel.spec, kernel.launch_plan.get(), operands,
@@ -913,3 +914,6 @@ TEST(ElementwisePlanCache, AlternatingShapesThroughOneKernelUseNoStalePlan) {
     }
   }
 }
+
+}  // namespace
+}  // namespace shapevm::jit
