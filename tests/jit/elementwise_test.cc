@@ -869,7 +869,6 @@ TEST(ElementwiseValidation, PassesTheJitsValidation) {
   }
 }
 
-
 // ---- the plan each compiled kernel keeps (KernelFamily::launchPlan) ----
 
 // A kernel's plan is made once from its own spec: shapes alternating through one symbolic kernel
