@@ -11,6 +11,7 @@
 #include "support/tunables.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -123,9 +124,13 @@ Status prepareCall(const CompiledKernel& kernel, std::span<const Value* const> i
   call.num_inputs = num_inputs;
   call.num_outputs = num_outputs;
   DType dtypes[kMaxKernelOperands];
-  Shape shapes[kMaxKernelOperands];
-  SVM_RETURN_IF_ERROR(kernel.family->outputs(kernel.spec, inputs, std::span<DType>(dtypes, num_outputs),
-                                             std::span<Shape>(shapes, num_outputs)));
+  // A Shape zeroes its dims when made: room for the common few outputs, more on the heap.
+  std::array<Shape, 4> few_shapes;
+  std::vector<Shape> many_shapes(num_outputs > few_shapes.size() ? num_outputs : 0);
+  const std::span<Shape> shapes = num_outputs > few_shapes.size() ? std::span<Shape>(many_shapes)
+                                                                  : std::span<Shape>(few_shapes.data(), num_outputs);
+  SVM_RETURN_IF_ERROR(kernel.family->plannedOutputs(kernel.spec, kernel.launch_plan.get(), inputs,
+                                                    std::span<DType>(dtypes, num_outputs), shapes));
   const OpSchema& schema = OpRegistry::global().schema(kernel.spec.op);
   OpContext ctx{&schema, inputs, kernel.spec.attrs, outputs};
   for (std::size_t o = 0; o < num_outputs; ++o) {
@@ -154,8 +159,8 @@ Status prepareCall(const CompiledKernel& kernel, std::span<const Value* const> i
       args.strides[slot][d] = t.stride(d);
     }
   }
-  SVM_RETURN_IF_ERROR(
-      kernel.family->prepare(kernel.spec, inputs, std::span<const Tensor>(call.outputs, num_outputs), args));
+  SVM_RETURN_IF_ERROR(kernel.family->plannedPrepare(kernel.spec, kernel.launch_plan.get(), inputs,
+                                                    std::span<const Tensor>(call.outputs, num_outputs), args));
   call.packed = packedOperandFor(kernel, inputs, args);  // alive until the call is finished
   return Status::ok();
 }
@@ -241,6 +246,7 @@ Expected<std::unique_ptr<CompiledKernel>> compileKernel(KernelBackend& backend, 
   kernel->from_cache = from_cache;
   kernel->family = &family;
   kernel->spec = spec;
+  kernel->launch_plan = family.launchPlan(kernel->spec);
   kernel->backend = &backend;
   kernel->handle = std::move(handle);
   kernel->num_outputs = num_outputs;

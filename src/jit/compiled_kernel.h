@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -64,7 +65,10 @@ class PackedOperandCache {
 
 struct CompiledKernel {
   const KernelFamily* family = nullptr;
-  KernelSpec spec;                         // stamped with the backend's target
+  KernelSpec spec;  // stamped with the backend's target; never changed after compileKernel
+  // family->launchPlan(spec), made once by compileKernel (nullptr: the family keeps none). It is
+  // derived from `spec` alone, which never changes, so no launch can meet a plan for another spec.
+  std::shared_ptr<const LaunchPlan> launch_plan;
   const KernelBackend* backend = nullptr;  // launches `handle`; operands live on its device
   KernelHandle handle;
   int num_outputs = 1;
@@ -91,7 +95,7 @@ Status invokeCompiled(const CompiledKernel& kernel, std::span<const Value* const
 // operand; nothing is computed until runCall / runCallRows; finishCall hands the outputs over.
 struct PreparedCall {
   const CompiledKernel* kernel = nullptr;
-  KernelArgs args{};
+  KernelArgs args;  // zeroed, then laid out, by prepareCall (not zeroed twice per launch)
   Tensor outputs[kMaxKernelOperands];
   Tensor packed;  // the packed operand the args point at (kept alive until finishCall)
   std::size_t item[kMaxKernelOperands] = {};  // bytes per element of each operand slot (0: none)

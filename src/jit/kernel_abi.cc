@@ -88,6 +88,20 @@ Status KernelFamily::prepare(const KernelSpec&, std::span<const Value* const>, s
   return Status::ok();
 }
 
+std::unique_ptr<const LaunchPlan> KernelFamily::launchPlan(const KernelSpec&) const {
+  return nullptr;
+}
+
+Status KernelFamily::plannedOutputs(const KernelSpec& spec, const LaunchPlan*, std::span<const Value* const> inputs,
+                                    std::span<DType> dtypes, std::span<Shape> shapes) const {
+  return outputs(spec, inputs, dtypes, shapes);
+}
+
+Status KernelFamily::plannedPrepare(const KernelSpec& spec, const LaunchPlan*, std::span<const Value* const> inputs,
+                                    std::span<const Tensor> outputs, KernelArgs& args) const {
+  return prepare(spec, inputs, outputs, args);
+}
+
 PackedOperand KernelFamily::packedOperand(const KernelSpec&, const KernelArgs&) const { return {}; }
 
 void KernelFamily::usePacked(const KernelSpec&, KernelArgs&, void*, PackMode) const {}

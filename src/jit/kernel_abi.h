@@ -155,6 +155,13 @@ enum class PackMode : std::uint8_t {
   PackOnly,  // the call only writes the packed operand into the buffer (no output is touched)
 };
 
+// What a family derives from a kernel's spec alone, made once per compiled kernel
+// (KernelFamily::launchPlan) so that outputs() and prepare() need not redo it on every launch.
+// A plan belongs to the spec it was made from: CompiledKernel keeps it beside its (never changed) spec.
+struct LaunchPlan {
+  virtual ~LaunchPlan() = default;
+};
+
 // What a family of ops needs from its kernels, backend-neutral: support, output shapes, argument
 // layout, the oracle and the tuning candidates. The code generator is the backend's part (the
 // LLVM CPU backend: LlvmKernelEmitter, which its families also implement). Implementations are
@@ -172,6 +179,13 @@ class KernelFamily {
   // extra operand slots and scalars; see KernelArgs). Default: nothing more.
   virtual Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
                          KernelArgs& args) const;
+  // The launch plan of `spec` (nullptr: the family keeps none), and outputs() / prepare() given
+  // the plan made from this very spec (`plan` nullptr: derive it). Defaults: no plan, the plain calls.
+  virtual std::unique_ptr<const LaunchPlan> launchPlan(const KernelSpec& spec) const;
+  virtual Status plannedOutputs(const KernelSpec& spec, const LaunchPlan* plan, std::span<const Value* const> inputs,
+                                std::span<DType> dtypes, std::span<Shape> shapes) const;
+  virtual Status plannedPrepare(const KernelSpec& spec, const LaunchPlan* plan, std::span<const Value* const> inputs,
+                                std::span<const Tensor> outputs, KernelArgs& args) const;
   // The input this call (KernelArgs after prepare()) could read packed, and the packed size.
   // Default: none.
   virtual PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const;

@@ -26,6 +26,7 @@ struct Deferred {
   std::vector<PyObject*> objects;
   std::atomic<bool> scheduled{false};
   std::atomic<bool> stopped{false};
+  std::atomic<bool> pending{false};  // `objects` may be non-empty (set under `mutex`): drains skip the lock otherwise
 };
 Deferred& deferred() {
   static Deferred* state = new Deferred();  // never destroyed: compile threads may release at exit
@@ -49,6 +50,7 @@ void releaseArray(void* context) {
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     state.objects.push_back(object);
+    state.pending.store(true, std::memory_order_release);
   }
   if (!state.scheduled.exchange(true) && Py_AddPendingCall(drainPending, nullptr) != 0) state.scheduled.store(false);
 }
@@ -324,9 +326,13 @@ py::object ownParameter(py::handle object) {
 
 void drainDeferredReleases() {
   Deferred& state = deferred();
+  // Every call drains: without this check each would take the lock. A release racing with the
+  // check is drained by the next call or by the pending call releaseArray scheduled.
+  if (!state.pending.load(std::memory_order_acquire)) return;
   std::vector<PyObject*> objects;
   {
     std::lock_guard<std::mutex> lock(state.mutex);
+    state.pending.store(false, std::memory_order_relaxed);
     if (state.objects.empty()) return;
     objects.swap(state.objects);
   }

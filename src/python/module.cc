@@ -345,9 +345,20 @@ class Function {
   int user_params_;
 };
 
+// The Function type object (set at module init): its exact instances skip pybind11's type lookup.
+PyTypeObject* function_type = nullptr;
+
+Function& functionOf(PyObject* self) {
+  if (Py_TYPE(self) == function_type) {
+    auto* value = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder().value_ptr<Function>();
+    if (value != nullptr) return *value;  // null: __init__ never ran; py::cast raises
+  }
+  return py::cast<Function&>(py::handle(self));
+}
+
 PyObject* functionCall(PyObject* self, PyObject* args, PyObject* kwargs) {
   try {
-    return py::cast<Function&>(py::handle(self)).call(args, kwargs).release().ptr();
+    return functionOf(self).call(args, kwargs).release().ptr();
   } catch (py::error_already_set& error) {
     error.restore();
   } catch (py::builtin_exception& error) {
@@ -528,6 +539,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("index", &Function::index);
   // Calls go straight to functionCall; the type never gets a __call__ attribute that would
   // send them through slot_tp_call and pybind11's dispatcher.
-  reinterpret_cast<PyTypeObject*>(function.ptr())->tp_call = &functionCall;
+  function_type = reinterpret_cast<PyTypeObject*>(function.ptr());
+  function_type->tp_call = &functionCall;
   PyType_Modified(reinterpret_cast<PyTypeObject*>(function.ptr()));
 }

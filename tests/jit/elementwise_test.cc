@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "jit_test_util.h"
+#include "ops/kernel_util.h"
 
 namespace shapevm::jit {
 namespace {
@@ -865,6 +866,51 @@ TEST(ElementwiseValidation, PassesTheJitsValidation) {
     const auto sets = validationShapes(spec, observed);
     Status status = validateKernel(kernel.compiled(), sets, 99);
     EXPECT_TRUE(status.isOk()) << c.op << ": " << status.toString();
+  }
+}
+
+// ---- the plan each compiled kernel keeps (KernelFamily::launchPlan) ----
+
+// A kernel's plan is made once from its own spec: shapes alternating through one symbolic kernel
+// (equal and broadcast) all match the reference, a static kernel beside it keeps declining the
+// other kernel's shapes, and the planned and unplanned paths give the same output dtype and shape.
+TEST(ElementwisePlanCache, AlternatingShapesThroughOneKernelUseNoStalePlan) {
+  std::mt19937 rng(53);
+  const Value a = tv(input(DType::Float32, Shape{7, 65}, rng));
+  Kernel symbolic(specFor("sub", {a, a}, {}, Dims::Symbolic));
+  Kernel fixed(specFor("sub", {a, a}));
+  ASSERT_TRUE(symbolic.ok() && fixed.ok());
+  ASSERT_NE(symbolic.compiled().launch_plan, nullptr);
+  ASSERT_NE(fixed.compiled().launch_plan, nullptr);
+  const ShapePair shapes[] = {{Shape{7, 65}, Shape{7, 65}}, {Shape{3, 1}, Shape{1, 40}}, {Shape{1, 1}, Shape{1, 1}}};
+  for (int round = 0; round < 3; ++round) {
+    for (const ShapePair& pair : shapes) {
+      const Value x = tv(input(DType::Float32, pair.first, rng));
+      const Value y = tv(input(DType::Float32, pair.second, rng));
+      EXPECT_TRUE(symbolic.matches({x, y})) << pair.first.toString() << " - " << pair.second.toString();
+      std::vector<Value> out;
+      const bool fits = pair.first == Shape{7, 65} && pair.second == Shape{7, 65};
+      EXPECT_EQ(fixed.run({x, y}, out).isOk(), fits) << pair.first.toString() << " - " << pair.second.toString();
+      if (fits) {
+        EXPECT_TRUE(fixed.matches({x, y}));
+      }
+      // The kernel's plan and a plan made now agree on the output.
+      const CompiledKernel& kernel = symbolic.compiled();
+      const Value* operands[] = {&x, &y};
+      DType planned_dtype = DType::Bool, made_dtype = DType::Bool;
+      Shape planned_shape, made_shape;
+      ASSERT_TRUE(kernel.family
+                      ->plannedOutputs(kernel.spec, kernel.launch_plan.get(), operands,
+                                       std::span<DType>(&planned_dtype, 1), std::span<Shape>(&planned_shape, 1))
+                      .isOk());
+      ASSERT_TRUE(
+          kernel.family
+              ->outputs(kernel.spec, operands, std::span<DType>(&made_dtype, 1), std::span<Shape>(&made_shape, 1))
+              .isOk());
+      EXPECT_EQ(planned_dtype, made_dtype);
+      EXPECT_EQ(planned_shape, made_shape);
+      EXPECT_EQ(planned_shape, *broadcastShapes(pair.first, pair.second));
+    }
   }
 }
 

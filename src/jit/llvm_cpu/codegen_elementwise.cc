@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
@@ -706,6 +707,11 @@ class Emitter {
 
 // ---- the family ----
 
+// The launch plan this family keeps per compiled kernel: the Plan of the kernel's spec.
+struct PlanOfSpec final : LaunchPlan {
+  Plan plan;
+};
+
 class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "elementwise"; }
@@ -715,15 +721,51 @@ class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
     return makePlan(spec, plan);
   }
 
+  // The plan, made once per compiled kernel: outputs() and prepare() read it on every launch.
+  std::unique_ptr<const LaunchPlan> launchPlan(const KernelSpec& spec) const override {
+    auto plan = std::make_unique<PlanOfSpec>();
+    if (!makePlan(spec, plan->plan).isOk()) return nullptr;  // the launch reports the error
+    return plan;
+  }
+
   Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
                  std::span<Shape> shapes) const override {
-    Plan p;
-    SVM_RETURN_IF_ERROR(makePlan(spec, p));
+    return plannedOutputs(spec, nullptr, inputs, dtypes, shapes);
+  }
+
+  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
+                 KernelArgs& args) const override {
+    return plannedPrepare(spec, nullptr, inputs, outputs, args);
+  }
+
+  Status plannedOutputs(const KernelSpec& spec, const LaunchPlan* plan, std::span<const Value* const> inputs,
+                        std::span<DType> dtypes, std::span<Shape> shapes) const override {
+    if (plan != nullptr) return outputsFor(planOf(plan), spec, inputs, dtypes, shapes);
+    Plan made;  // only without the kernel's plan (a Plan is large: not built on the planned path)
+    SVM_RETURN_IF_ERROR(makePlan(spec, made));
+    return outputsFor(made, spec, inputs, dtypes, shapes);
+  }
+
+  Status plannedPrepare(const KernelSpec& spec, const LaunchPlan* plan, std::span<const Value* const> inputs,
+                        std::span<const Tensor> outputs, KernelArgs& args) const override {
+    if (plan != nullptr) return prepareFor(planOf(plan), spec, inputs, outputs, args);
+    Plan made;
+    SVM_RETURN_IF_ERROR(makePlan(spec, made));
+    return prepareFor(made, spec, inputs, outputs, args);
+  }
+
+ private:
+  static const Plan& planOf(const LaunchPlan* plan) { return static_cast<const PlanOfSpec*>(plan)->plan; }
+
+  static Status outputsFor(const Plan& p, const KernelSpec& spec, std::span<const Value* const> inputs,
+                           std::span<DType> dtypes, std::span<Shape> shapes) {
     if (static_cast<int>(inputs.size()) != p.num_inputs || dtypes.empty() || shapes.empty()) {
       return makeError(ErrorCode::Internal, "{}: {} inputs for a kernel of {}", opName(spec.op), inputs.size(),
                        p.num_inputs);
     }
-    Shape operand_shapes[kMaxInputs];
+    // The tensor inputs' shapes (pointers: no Shape copies); they broadcast to the output's shape.
+    const Shape* operand_shapes[kMaxInputs] = {};
+    int tensors = 0;
     for (int k = 0; k < p.num_inputs; ++k) {
       const Value* value = inputs[static_cast<std::size_t>(k)];
       const InputPlan& in = p.inputs[k];
@@ -754,10 +796,15 @@ class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
                            operand.toString());
         }
       }
-      operand_shapes[k] = t.shape();
+      operand_shapes[tensors++] = &t.shape();
     }
-    SVM_ASSIGN_OR_RETURN(
-        Shape shape, broadcastShapes(std::span<const Shape>(operand_shapes, static_cast<std::size_t>(p.num_inputs))));
+    // Most launches see equal shapes: the output's is then theirs, with no broadcasting to do.
+    if (tensors == 0) return makeError(ErrorCode::Internal, "{}: a kernel without tensor inputs", opName(spec.op));
+    Shape shape = *operand_shapes[0];
+    for (int k = 1; k < tensors; ++k) {
+      if (*operand_shapes[k] == shape) continue;
+      SVM_ASSIGN_OR_RETURN(shape, broadcastShapes(shape, *operand_shapes[k]));
+    }
     if (shape.rank() != p.rank)
       return makeError(ErrorCode::Internal, "output rank {} for a rank-{} kernel", shape.rank(), p.rank);
     for (int d = 0; d < p.rank; ++d) {
@@ -770,10 +817,10 @@ class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
     return Status::ok();
   }
 
-  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
-                 KernelArgs& args) const override {
-    Plan p;
-    SVM_RETURN_IF_ERROR(makePlan(spec, p));
+  // `args` arrive zeroed with the operands' own shapes and strides (prepareCall): only the
+  // tensor inputs' rows up to the output's rank are rewritten.
+  static Status prepareFor(const Plan& p, const KernelSpec& spec, std::span<const Value* const> inputs,
+                           std::span<const Tensor> outputs, KernelArgs& args) {
     if (outputs.empty() || static_cast<int>(inputs.size()) != p.num_inputs) {
       return makeError(ErrorCode::Internal, "{}: prepare() without its operands", opName(spec.op));
     }
@@ -800,15 +847,16 @@ class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
         strides[d] = j < 0 || t.dim(j) == 1 ? 0 : t.stride(j);
         if (!in.splat && out.dim(d) > 1 && strides[d] != out.stride(d)) flat = false;
       }
-      for (int d = 0; d < kMaxRank; ++d) {
-        args.shape[k][d] = d < rank ? shape[d] : 0;
-        args.strides[k][d] = d < rank ? strides[d] : 0;
+      for (int d = 0; d < rank; ++d) {
+        args.shape[k][d] = shape[d];
+        args.strides[k][d] = strides[d];
       }
     }
     args.scalars[kFlatFlagSlot] = flat ? 1 : 0;
     return Status::ok();
   }
 
+ public:
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     Plan p;
     SVM_RETURN_IF_ERROR(makePlan(spec, p));
