@@ -75,13 +75,15 @@ Expected<NamedAttrs> windowAttrs(const NodeCtx& ctx, bool dilations) {
 // unknown): the weight is [M, C/groups, k...] with 1 to 3 spatial axes, and the input has as many.
 std::string convRankMismatch(std::string_view x_name, int x_rank, std::string_view w_name, int w_rank) {
   if (w_rank >= 0 && (w_rank < 3 || w_rank > 5)) {
-    return fmt::format("the weight '{}' has rank {}, but a conv weight has two channel axes and 1 to 3 "
-                       "spatial axes (rank 3 to 5)",
-                       w_name, w_rank);
+    return fmt::format(
+        "the weight '{}' has rank {}, but a conv weight has two channel axes and 1 to 3 "
+        "spatial axes (rank 3 to 5)",
+        w_name, w_rank);
   }
   if (x_rank < 0 || w_rank < 0 || x_rank == w_rank) return "";
-  return fmt::format("input '{}' has rank {} but the weight '{}' is a {}-D kernel (rank {}), which needs a rank-{} input",
-                     x_name, x_rank, w_name, w_rank - 2, w_rank, w_rank);
+  return fmt::format(
+      "input '{}' has rank {} but the weight '{}' is a {}-D kernel (rank {}), which needs a rank-{} input", x_name,
+      x_rank, w_name, w_rank - 2, w_rank, w_rank);
 }
 
 // An input rank that does not fit the weight is an error at import when both are known, and so is
