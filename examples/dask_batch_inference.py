@@ -11,10 +11,11 @@
 # It prints throughput (sequence steps per second, padding included) and its steady value (the
 # second half of --rounds map_model calls), and per worker: its time to the first compiled call and
 # to steady throughput, both from the cluster's start (the client's clock before LocalCluster())
-# and from the worker's first task; compiles, cache hits, kernel threads and CPU seconds; then
-# the medians over the repeats.
+# and from the worker's first task (also in the worker process's CPU seconds, which a loaded host
+# stretches less); compiles, cache hits, kernel threads and CPU seconds; then the medians and
+# spreads over the repeats. --hot-at-once runs everything with warmup=0, hot_count=0, hot_ms=0.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 examples/dask_batch_inference.py [--sequences N]
-#        [--workers W] [--batch B] [--repeats R] [--rounds K] [--json OUT.json]
+#        [--workers W] [--batch B] [--repeats R] [--rounds K] [--hot-at-once] [--json OUT.json]
 import argparse
 import json
 import logging
@@ -104,6 +105,13 @@ def worker_figures(w, started):
         steady = statistics.median(rates[len(rates) // 2:])
         steady_at = next(win[0][0] for win, rate in zip(windows, rates) if rate >= 0.8 * steady)
     first_task, first_compiled = w["first_task_at"], w["first_compiled_at"]
+    steady_cpu = next((c[3] for c in calls if c[0] == steady_at), None)
+    # CPU cost of the steady calls (the process's: Dask's threads included), per million input
+    # elements: from the steady window's start to the last call's start, so the calls in between.
+    steady_calls = [c for c in calls if steady_at is not None and c[0] >= steady_at]
+    steady_elements = sum(c[2] for c in steady_calls[:-1])
+    steady_cost = ((steady_calls[-1][3] - steady_calls[0][3]) * 1e6 / steady_elements if steady_elements
+                   else math.nan)
     # The calls before the first compiled one: the JIT's warm-up and hot-path detection, run by the
     # interpreter, cached kernels or not.
     before = [c for c in calls if first_compiled is not None and c[0] + c[1] <= first_compiled]
@@ -118,11 +126,20 @@ def worker_figures(w, started):
             "first_task_from_start_s": since(first_task, started),
             "first_compiled_from_start_s": since(first_compiled, started),
             "first_compiled_from_task_s": since(first_compiled, first_task),
-            "steady_from_start_s": since(steady_at, started), "steady_from_task_s": since(steady_at, first_task)}
+            "steady_from_start_s": since(steady_at, started), "steady_from_task_s": since(steady_at, first_task),
+            # The worker process's CPU seconds from its first task (a loaded host stretches the
+            # wall-clock figures above by whatever else runs; these much less).
+            "first_compiled_from_task_cpu_s": nan_if_none(w["cpu_to_first_compiled_s"]),
+            "steady_from_task_cpu_s": since(steady_cpu, w["first_task_cpu_s"]),
+            "steady_cpu_s_per_melement": steady_cost}
 
 
 TIMES = ("first_task_from_start_s", "first_compiled_from_start_s", "first_compiled_from_task_s", "steady_from_start_s",
-         "steady_from_task_s")
+         "steady_from_task_s", "first_compiled_from_task_cpu_s", "steady_from_task_cpu_s")
+
+
+def nan_if_none(value):
+    return math.nan if value is None else value
 
 
 def summary(name, result):
@@ -141,6 +158,10 @@ def summary(name, result):
     # A cluster reaches a point when its slowest worker does (nan: no worker reached it).
     slowest = {key: max((w[key] for w in per_worker.values() if not math.isnan(w[key])), default=math.nan)
                for key in TIMES}
+    # The workers' CPU per steady call's input, the mean of theirs weighted by their calls.
+    costs = [(w["steady_cpu_s_per_melement"], w["calls"]) for w in per_worker.values()
+             if not math.isnan(w["steady_cpu_s_per_melement"])]
+    steady_cost = sum(c * n for c, n in costs) / sum(n for _, n in costs) if costs else math.nan
     print(f"{name}: {tokens} steps in {total_s:.1f} s ({tokens / total_s:.0f} steps/s), steady {steady:.0f} "
           f"steps/s (rounds to steady {until:.1f} s); slowest worker: first compiled call "
           f"{slowest['first_compiled_from_start_s']:.2f} s from cluster start / "
@@ -148,14 +169,15 @@ def summary(name, result):
           f"{slowest['steady_from_start_s']:.2f} s / {slowest['steady_from_task_s']:.2f} s; "
           f"compiles {stats['compiles']}, "
           f"cache hits {stats['cache_hits']}; CPU s: workers {stats['cpu_s']:.1f}, client+scheduler "
-          f"{result['client_cpu_s']:.1f}; load {result['load']:.1f}")
+          f"{result['client_cpu_s']:.1f}; steady CPU s per million input elements {steady_cost:.3f}; load "
+          f"{result['load']:.1f}")
     for addr, w in per_worker.items():
         print(f"  {addr}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                         for k, v in w.items()))
     return {"seconds": total_s, "steps": tokens, "steps_per_s": tokens / total_s, "steady_steps_per_s": steady,
             "rounds_to_steady_s": until, **slowest, "compiles": stats["compiles"], "cache_hits": stats["cache_hits"],
-            "workers_cpu_s": stats["cpu_s"], "client_cpu_s": result["client_cpu_s"], "load": result["load"],
-            "workers": per_worker}
+            "workers_cpu_s": stats["cpu_s"], "client_cpu_s": result["client_cpu_s"],
+            "steady_cpu_s_per_melement": steady_cost, "load": result["load"], "workers": per_worker}
 
 
 def main():
@@ -166,6 +188,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the runs")
     parser.add_argument("--rounds", type=int, default=8, help="map_model calls per run")
+    parser.add_argument("--hot-at-once", action="store_true",
+                        help="every run with warmup=0, hot_count=0, hot_ms=0: no interpreted warm-up calls")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     # Each partition's arrays travel inside its task (shapevm.dask's choice: a dying worker takes no
@@ -205,11 +229,13 @@ def main():
             # Each run meets the batches in an order of its own (a warm cluster's workers then ask
             # for other row ranges than the ones the archive's kernels were compiled for).
             order = [items[i] for i in rng.permutation(len(items))]
+            if args.hot_at_once:
+                settings = {"warmup": 0, "hot_count": 0, "hot_ms": 0, **(settings or {})}
             result = run(order, str(params), workers, cache_dir=str(cache) if kind == "cold" else None,
                          archive=str(archive) if kind == "warm" else None, settings=settings, rounds=args.rounds)
             runs.setdefault(name, []).append(summary(f"[{repeat + 1}/{args.repeats}] {name}", result))
     keys = ("seconds", "steps_per_s", "steady_steps_per_s", "rounds_to_steady_s", *TIMES, "compiles", "cache_hits",
-            "workers_cpu_s", "client_cpu_s", "load")
+            "workers_cpu_s", "client_cpu_s", "steady_cpu_s_per_melement", "load")
     medians = {name: {key: statistics.median(f[key] for f in figs) for key in keys} for name, figs in runs.items()}
     spread = {name: {key: [min(f[key] for f in figs), max(f[key] for f in figs)] for key in keys}
               for name, figs in runs.items()}
@@ -218,6 +244,7 @@ def main():
         print(f"  {name}: " + ", ".join(f"{key} {value:.3g} [{spread[name][key][0]:.3g}-{spread[name][key][1]:.3g}]"
                                         for key, value in m.items()))
     cold, warm = medians[f"cold, {w}"], medians[f"warm, {w}"]
+
     def sooner(key):
         return cold[key] / warm[key]
 
@@ -225,7 +252,8 @@ def main():
           f"{sooner('first_compiled_from_start_s'):.2f}x sooner from cluster start, "
           f"{sooner('first_compiled_from_task_s'):.2f}x from the worker's first task; steady throughput "
           f"{sooner('steady_from_start_s'):.2f}x sooner from cluster start, {sooner('steady_from_task_s'):.2f}x from "
-          f"the first task")
+          f"the first task; in worker CPU seconds from the first task: first compiled call "
+          f"{sooner('first_compiled_from_task_cpu_s'):.2f}x, steady {sooner('steady_from_task_cpu_s'):.2f}x")
     steady = {name: m["steady_steps_per_s"] for name, m in medians.items()}
     print(f"steady cluster throughput, warm: {w} (each its share of the cores) vs 1 worker (auto threads) "
           f"{steady[f'warm, {w}'] / steady['warm, 1 worker']:.2f}x; {w} with auto threads each (before) vs 1 worker "

@@ -27,16 +27,19 @@ _STATE_LOCK = threading.Lock()
 _MODELS = {}  # per worker process: spec key -> (loaded module, function, params)
 _COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0}  # setups: the plugin's
 # Per worker process (time.time()): when its first partition started, and when a call of it first
-# ran a compiled kernel (None until then).
-_TIMES = {"first_task": None, "first_compiled": None}
+# ran a compiled kernel (None until then); the *_cpu entries: the process's CPU seconds then
+# (time.process_time(): every thread's, the compile thread's and the kernels' included).
+_TIMES = {"first_task": None, "first_compiled": None, "first_task_cpu": None, "first_compiled_cpu": None}
 # Per worker process: the kernel_threads the plugin set (0 = auto) and why ("settings": the
 # caller's, "environment": SHAPEVM_KERNEL_THREADS, "share": the worker's share of the host).
 _THREADS = {"kernel_threads": None, "kernel_threads_from": None}
-# Per worker process: (start time.time(), seconds, input elements) of each call, the first _MAX_CALLS.
+# Per worker process: (start time.time(), seconds, input elements, the process's CPU seconds at
+# its start) of each call, the first _MAX_CALLS.
 _CALLS = []
 _MAX_CALLS = 100_000
 # cluster_stats reports these per worker, not summed.
-_PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "started_at", "first_task_at", "first_compiled_at",
+_PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "cpu_to_first_compiled_s", "started_at", "first_task_at",
+                    "first_task_cpu_s", "first_compiled_at",
                     "kernel_threads", "kernel_threads_from", "calls")
 
 
@@ -180,22 +183,24 @@ def _runs_compiled(stats):
 def _run_partition(spec, chunk, index, first):
     with _STATE_LOCK:
         if _TIMES["first_task"] is None:
-            _TIMES["first_task"] = time.time()
+            _TIMES["first_task"], _TIMES["first_task_cpu"] = time.time(), time.process_time()
     try:
         loaded, function, params = _model_for(spec)
         outputs = []
         for offset, item in enumerate(chunk):
-            started, clock = time.time(), time.perf_counter()
+            started, clock, cpu = time.time(), time.perf_counter(), time.process_time()
             try:
                 outputs.append(function(**item, **params))
             except Exception as err:  # noqa: BLE001 - named with its item below
                 raise PartitionError(
                     f"partition {index} (item {first + offset}): {type(err).__name__}: {err}") from None
             if len(_CALLS) < _MAX_CALLS:
-                _CALLS.append((started, time.perf_counter() - clock, sum(int(np.size(v)) for v in item.values())))
+                elements = sum(int(np.size(v)) for v in item.values())
+                _CALLS.append((started, time.perf_counter() - clock, elements, cpu))
             if _TIMES["first_compiled"] is None and _runs_compiled(loaded.stats()):
                 with _STATE_LOCK:
-                    _TIMES["first_compiled"] = _TIMES["first_compiled"] or time.time()
+                    if _TIMES["first_compiled"] is None:
+                        _TIMES["first_compiled"], _TIMES["first_compiled_cpu"] = time.time(), time.process_time()
         with _STATE_LOCK:
             _COUNTS["partitions"] += 1
             _COUNTS["items"] += len(chunk)
@@ -365,7 +370,9 @@ def _worker_stats(calls=False):
             "to_first_compiled_s": (times["first_compiled"] - times["first_task"]
                                     if times["first_compiled"] is not None else None),
             "started_at": _process_started_at(), "first_task_at": times["first_task"],
-            "first_compiled_at": times["first_compiled"], **threads,
+            "first_task_cpu_s": times["first_task_cpu"], "first_compiled_at": times["first_compiled"],
+            "cpu_to_first_compiled_s": (times["first_compiled_cpu"] - times["first_task_cpu"]
+                                        if times["first_compiled_cpu"] is not None else None), **threads,
             **({"calls": [list(call) for call in _CALLS]} if calls else {})}
 
 
@@ -377,9 +384,13 @@ def cluster_stats(client, calls=False):
     with each worker's dict under "workers". Per worker only: pid; to_first_compiled_s (seconds
     from the start of its first partition, module load included, to the end of its first call
     after which compiled code was installed; None before); started_at (the process's start),
-    first_task_at, first_compiled_at (time.time() on the worker's clock, None before);
+    first_task_at, first_compiled_at (time.time() on the worker's clock, None before) and
+    first_task_cpu_s (the process's CPU seconds when its first task started);
     kernel_threads (0 = auto) and kernel_threads_from ("share", "settings" or "environment");
-    with calls=True, calls: [start time.time(), seconds, input elements] of each call."""
+    cpu_to_first_compiled_s: the process's CPU seconds over to_first_compiled_s (the
+    compile thread's included; what a loaded host does not stretch); with calls=True, calls:
+    [start time.time(), seconds, input elements, the process's CPU seconds at its start] of each
+    call."""
     per_worker = client.run(_worker_stats, calls)
     summed = {}
     for stats in per_worker.values():

@@ -101,8 +101,10 @@ def test_two_workers_share_one_cache_and_a_second_cluster_starts_warm(data):
         assert len(calls) == 50
         assert sum(c[2] for c in calls) == sum(it["x"].size for it in data["items"] + data["items"][:2])
         for w in (w for w in workers if w["partitions"]):
-            assert all(w["first_task_at"] <= start and seconds > 0 for start, seconds, _ in w["calls"]), w
+            assert all(w["first_task_at"] <= start and seconds > 0 and w["first_task_cpu_s"] <= cpu
+                       for start, seconds, _, cpu in w["calls"]), w
             assert w["started_at"] <= w["first_task_at"] <= w["first_compiled_at"], w
+            assert w["cpu_to_first_compiled_s"] > 0, w  # a compile ran in this process (hot_count 0)
         # Both workers met the same new buckets at once: only valid entries in the shared cache.
         files, exported = valid_entries(str(shared), str(data["root"] / "archive"))
         assert files > 0 and exported == files
