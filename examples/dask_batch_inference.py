@@ -1,21 +1,30 @@
 # SPDX-License-Identifier: Apache-2.0
 # Variable-length batch inference on Dask (issue 26, docs/scale-out.md): a corpus of sequences with
 # lengths drawn from 8-512, batched by a length-bucketing sampler, run through the reference LSTM
-# cell (examples/lstm_cell.py) on LocalClusters of worker processes: cold (an empty cache) and warm
-# (a fresh cluster that starts from the archive the first cold run exported, meeting the batches
-# in another order), on W workers and on one, interleaved, --repeats times. It prints throughput
-# (sequence steps per second, padding included), the time until the cluster reaches its steady
-# throughput, each worker's time to its first compiled call, compiles and cache hits, and the
-# medians over the repeats.
+# cell (examples/lstm_cell.py) on LocalClusters of worker processes, each run a fresh cluster:
+# cold (an empty cache) on W workers and on one, then warm (starting from one archive: the union of
+# the first repeat's two cold caches, so it covers the ranges one process meeting every shape
+# widens to), meeting the batches in an order of its own. Warm runs also go with each worker's
+# kernel_threads left at auto (every worker splitting its kernels across all the host's cores:
+# shapevm.dask's behaviour before it gave each worker its share) and, on one worker, with one
+# kernel thread. The runs are interleaved, --repeats times.
+# It prints throughput (sequence steps per second, padding included) and its steady value (the
+# second half of --rounds map_model calls), and per worker: its time to the first compiled call and
+# to steady throughput, both from the cluster's start (the client's clock before LocalCluster())
+# and from the worker's first task (also in the worker process's CPU seconds, which a loaded host
+# stretches less); compiles, cache hits, kernel threads and CPU seconds; then the medians and
+# spreads over the repeats. --hot-at-once runs everything with warmup=0, hot_count=0, hot_ms=0.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 examples/dask_batch_inference.py [--sequences N]
-#        [--workers W] [--batch B] [--repeats R] [--json OUT.json]
+#        [--workers W] [--batch B] [--repeats R] [--rounds K] [--hot-at-once] [--json OUT.json]
 import argparse
 import json
 import logging
+import math
 import os
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +36,7 @@ from distributed import Client, LocalCluster
 HERE = Path(__file__).resolve().parent
 MODEL = str(HERE / "lstm_cell.py")
 BUCKET = 32  # sequence lengths are padded up to a multiple of this: few shapes, little padding
+WINDOW = 5  # calls per window when finding a worker's steady throughput
 
 
 def corpus(n, rng):
@@ -54,8 +64,11 @@ def bucketed_batches(sequences, batch, rng):
     return [items[i] for i in order]
 
 
-def run(items, params, workers, cache_dir=None, archive=None, rounds=8):
-    """Runs `items` in `rounds` slices on a fresh cluster; per-round seconds and cluster stats."""
+def run(items, params, workers, cache_dir=None, archive=None, settings=None, rounds=8):
+    """Runs `items` in `rounds` map_model calls on a fresh cluster: per-round (seconds, steps),
+    the cluster's stats with every worker's calls, when the cluster started (time.time() before
+    LocalCluster()) and this process's CPU seconds meanwhile (the client and the scheduler)."""
+    started, cpu = time.time(), time.process_time()
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                            silence_logs=logging.ERROR)
     client = Client(cluster)
@@ -69,37 +82,102 @@ def run(items, params, workers, cache_dir=None, archive=None, rounds=8):
                 break
             start = time.perf_counter()
             svd.map_model(client, MODEL, part, fn="lstm_cell", params=params, cache_dir=cache_dir,
-                          cache_archive=archive)
+                          cache_archive=archive, settings=settings)
             times.append((time.perf_counter() - start, sum(it["x"].shape[0] * it["x"].shape[1] for it in part)))
-        return times, svd.cluster_stats(client)
+        return {"times": times, "stats": svd.cluster_stats(client, calls=True), "started": started,
+                "client_cpu_s": time.process_time() - cpu, "load": os.getloadavg()[0]}
     finally:
         client.close()
         cluster.close()
 
 
-def summary(name, times, stats):
+def worker_figures(w, started):
+    """One worker's times to its first compiled call and to steady throughput, from the cluster's
+    start and from its own first task. Steady: the median rate (input elements per second of call
+    time) of the windows of WINDOW consecutive calls in the second half of its calls; reached at
+    the start of the first window within 80% of it."""
+    calls = sorted(w["calls"])
+    size = WINDOW if len(calls) >= 4 * WINDOW else 1
+    windows = [calls[i:i + size] for i in range(len(calls) - size + 1)]
+    rates = [sum(c[2] for c in win) / sum(c[1] for c in win) for win in windows]
+    steady_at = None
+    if rates:
+        steady = statistics.median(rates[len(rates) // 2:])
+        steady_at = next(win[0][0] for win, rate in zip(windows, rates) if rate >= 0.8 * steady)
+    first_task, first_compiled = w["first_task_at"], w["first_compiled_at"]
+    steady_cpu = next((c[3] for c in calls if c[0] == steady_at), None)
+    # CPU cost of the steady calls (the process's: Dask's threads included), per million input
+    # elements: from the steady window's start to the last call's start, so the calls in between.
+    steady_calls = [c for c in calls if steady_at is not None and c[0] >= steady_at]
+    steady_elements = sum(c[2] for c in steady_calls[:-1])
+    steady_cost = ((steady_calls[-1][3] - steady_calls[0][3]) * 1e6 / steady_elements if steady_elements
+                   else math.nan)
+    # The calls before the first compiled one: the JIT's warm-up and hot-path detection, run by the
+    # interpreter, cached kernels or not.
+    before = [c for c in calls if first_compiled is not None and c[0] + c[1] <= first_compiled]
+
+    def since(t, origin):
+        return float("nan") if t is None or origin is None else t - origin
+
+    return {"compiles": w["compiles"], "cache_hits": w["cache_hits"], "calls": len(calls),
+            "calls_before_compiled": len(before), "seconds_before_compiled": sum(c[1] for c in before),
+            "kernel_threads": w["kernel_threads"], "cpu_s": w["cpu_s"],
+            "process_from_start_s": since(w["started_at"], started),
+            "first_task_from_start_s": since(first_task, started),
+            "first_compiled_from_start_s": since(first_compiled, started),
+            "first_compiled_from_task_s": since(first_compiled, first_task),
+            "steady_from_start_s": since(steady_at, started), "steady_from_task_s": since(steady_at, first_task),
+            # The worker process's CPU seconds from its first task (a loaded host stretches the
+            # wall-clock figures above by whatever else runs; these much less).
+            "first_compiled_from_task_cpu_s": nan_if_none(w["cpu_to_first_compiled_s"]),
+            "steady_from_task_cpu_s": since(steady_cpu, w["first_task_cpu_s"]),
+            "steady_cpu_s_per_melement": steady_cost}
+
+
+TIMES = ("first_task_from_start_s", "first_compiled_from_start_s", "first_compiled_from_task_s", "steady_from_start_s",
+         "steady_from_task_s", "first_compiled_from_task_cpu_s", "steady_from_task_cpu_s")
+
+
+def nan_if_none(value):
+    return math.nan if value is None else value
+
+
+def summary(name, result):
+    times, stats = result["times"], result["stats"]
     total_s = sum(t for t, _ in times)
     tokens = sum(n for _, n in times)  # sequence steps, padding included
     rates = [n / t for t, n in times]
     steady = statistics.median(rates[len(rates) // 2:])
-    # Time to steady throughput: until the first round within 80% of the steady rate.
+    # Rounds until the cluster's steady throughput: until the first round within 80% of it.
     until = 0.0
     for (t, n), rate in zip(times, rates):
         until += t
         if rate >= 0.8 * steady:
             break
-    per_worker = {addr: {k: w[k] for k in ("compiles", "cache_hits", "runs", "loads", "to_first_compiled_s")}
-                  for addr, w in stats["workers"].items()}
-    firsts = [w["to_first_compiled_s"] for w in per_worker.values() if w["to_first_compiled_s"] is not None]
-    first = max(firsts) if firsts else float("nan")  # the slowest worker's
-    print(f"{name}: {tokens} steps in {total_s:.1f} s ({tokens / total_s:.0f} steps/s), steady "
-          f"{steady:.0f} steps/s, reached after {until:.1f} s; first compiled call after {first:.2f} s (slowest "
-          f"worker); compiles {stats['compiles']}, cache hits {stats['cache_hits']}")
+    per_worker = {addr: worker_figures(w, result["started"]) for addr, w in stats["workers"].items()}
+    # A cluster reaches a point when its slowest worker does (nan: no worker reached it).
+    slowest = {key: max((w[key] for w in per_worker.values() if not math.isnan(w[key])), default=math.nan)
+               for key in TIMES}
+    # The workers' CPU per steady call's input, the mean of theirs weighted by their calls.
+    costs = [(w["steady_cpu_s_per_melement"], w["calls"]) for w in per_worker.values()
+             if not math.isnan(w["steady_cpu_s_per_melement"])]
+    steady_cost = sum(c * n for c, n in costs) / sum(n for _, n in costs) if costs else math.nan
+    print(f"{name}: {tokens} steps in {total_s:.1f} s ({tokens / total_s:.0f} steps/s), steady {steady:.0f} "
+          f"steps/s (rounds to steady {until:.1f} s); slowest worker: first compiled call "
+          f"{slowest['first_compiled_from_start_s']:.2f} s from cluster start / "
+          f"{slowest['first_compiled_from_task_s']:.2f} s from its first task, steady "
+          f"{slowest['steady_from_start_s']:.2f} s / {slowest['steady_from_task_s']:.2f} s; "
+          f"compiles {stats['compiles']}, "
+          f"cache hits {stats['cache_hits']}; CPU s: workers {stats['cpu_s']:.1f}, client+scheduler "
+          f"{result['client_cpu_s']:.1f}; steady CPU s per million input elements {steady_cost:.3f}; load "
+          f"{result['load']:.1f}")
     for addr, w in per_worker.items():
-        print(f"  {addr}: {w}")
+        print(f"  {addr}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in w.items()))
     return {"seconds": total_s, "steps": tokens, "steps_per_s": tokens / total_s, "steady_steps_per_s": steady,
-            "to_steady_s": until, "to_first_compiled_s": first, "compiles": stats["compiles"],
-            "cache_hits": stats["cache_hits"], "workers": per_worker}
+            "rounds_to_steady_s": until, **slowest, "compiles": stats["compiles"], "cache_hits": stats["cache_hits"],
+            "workers_cpu_s": stats["cpu_s"], "client_cpu_s": result["client_cpu_s"],
+            "steady_cpu_s_per_melement": steady_cost, "load": result["load"], "workers": per_worker}
 
 
 def main():
@@ -108,9 +186,17 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the four runs")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the runs")
+    parser.add_argument("--rounds", type=int, default=8, help="map_model calls per run")
+    parser.add_argument("--hot-at-once", action="store_true",
+                        help="every run with warmup=0, hot_count=0, hot_ms=0: no interpreted warm-up calls")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
+    # Each partition's arrays travel inside its task (shapevm.dask's choice: a dying worker takes no
+    # input with it), which Dask warns about for large partitions.
+    warnings.filterwarnings("ignore", message="Large object of size")
+    if args.workers < 2:
+        parser.error("--workers must be at least 2 (one worker runs beside it)")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(shapevm.__file__).resolve().parents[1]),
                                                 os.environ.get("PYTHONPATH", "")])
     rng = np.random.default_rng(args.seed)
@@ -120,42 +206,62 @@ def main():
     np.savez(params, W_ih=rng.standard_normal((1024, 128)).astype(np.float32) * 0.1,
              W_hh=rng.standard_normal((1024, 256)).astype(np.float32) * 0.1,
              b_ih=np.zeros(1024, np.float32), b_hh=np.zeros(1024, np.float32))
+    w = f"{args.workers} workers"
     print(f"{args.sequences} sequences (lengths 8-512) in {len(items)} batches of up to {args.batch}, "
-          f"{len({it['x'].shape for it in items})} shapes; {args.workers} workers")
+          f"{len({it['x'].shape for it in items})} shapes; {w}; host cores {os.cpu_count()}")
+    # name -> workers, cold or warm, settings (None: shapevm.dask's default, each worker its share).
+    configs = [(f"cold, {w}", args.workers, "cold", None), ("cold, 1 worker", 1, "cold", None),
+               (f"warm, {w}", args.workers, "warm", None), ("warm, 1 worker", 1, "warm", None),
+               (f"warm, {w}, auto threads each", args.workers, "warm", {"kernel_threads": 0}),
+               ("warm, 1 worker, 1 thread", 1, "warm", {"kernel_threads": 1})]
     archive = work / "archive"
     runs = {}  # name -> one summary per repeat
     for repeat in range(args.repeats):
-        for workers in (args.workers, 1):
-            for kind in ("cold", "warm"):
-                name = f"{kind}, {workers} worker{'s' if workers > 1 else ''}"
-                if kind == "warm" and not archive.exists():
-                    continue  # the first cold run on W workers exports it
-                cache = work / f"cold-cache-{repeat}-{workers}"
-                # Each run meets the batches in an order of its own (a warm cluster's workers then ask
-                # for other row ranges than the ones the archive's kernels were compiled for).
-                order = [items[i] for i in rng.permutation(len(items))]
-                figures = summary(f"[{repeat + 1}/{args.repeats}] {name}",
-                                  *run(order, str(params), workers, cache_dir=str(cache) if kind == "cold" else None,
-                                       archive=str(archive) if kind == "warm" else None))
-                runs.setdefault(name, []).append(figures)
-                if kind == "cold" and not archive.exists():
-                    shapevm.export_cache(archive, cache)
-    medians = {name: {key: statistics.median(f[key] for f in figs)
-                      for key in ("seconds", "steps_per_s", "steady_steps_per_s", "to_steady_s", "to_first_compiled_s",
-                                  "compiles", "cache_hits")} for name, figs in runs.items()}
-    print(f"medians over {args.repeats} repeat(s):")
+        for name, workers, kind, settings in configs:
+            if kind == "warm" and not archive.exists():
+                # The union of this repeat's two cold caches (shapevm cache import merges).
+                union = work / "union-cache"
+                for cold in (args.workers, 1):
+                    shapevm.export_cache(work / f"archive-{cold}", work / f"cold-cache-{repeat}-{cold}")
+                    shapevm.import_cache(work / f"archive-{cold}", union)
+                shapevm.export_cache(archive, union)
+            cache = work / f"cold-cache-{repeat}-{workers}"
+            # Each run meets the batches in an order of its own (a warm cluster's workers then ask
+            # for other row ranges than the ones the archive's kernels were compiled for).
+            order = [items[i] for i in rng.permutation(len(items))]
+            if args.hot_at_once:
+                settings = {"warmup": 0, "hot_count": 0, "hot_ms": 0, **(settings or {})}
+            result = run(order, str(params), workers, cache_dir=str(cache) if kind == "cold" else None,
+                         archive=str(archive) if kind == "warm" else None, settings=settings, rounds=args.rounds)
+            runs.setdefault(name, []).append(summary(f"[{repeat + 1}/{args.repeats}] {name}", result))
+    keys = ("seconds", "steps_per_s", "steady_steps_per_s", "rounds_to_steady_s", *TIMES, "compiles", "cache_hits",
+            "workers_cpu_s", "client_cpu_s", "steady_cpu_s_per_melement", "load")
+    medians = {name: {key: statistics.median(f[key] for f in figs) for key in keys} for name, figs in runs.items()}
+    spread = {name: {key: [min(f[key] for f in figs), max(f[key] for f in figs)] for key in keys}
+              for name, figs in runs.items()}
+    print(f"medians [min-max] over {args.repeats} repeat(s):")
     for name, m in medians.items():
-        print(f"  {name}: " + ", ".join(f"{key} {value:.3g}" for key, value in m.items()))
-    w = f"{args.workers} workers"
-    if f"warm, {w}" in medians:
-        cold, warm = medians[f"cold, {w}"], medians[f"warm, {w}"]
-        first = cold["to_first_compiled_s"] / warm["to_first_compiled_s"]
-        print(f"warm vs cold on {w}: first compiled call {first:.1f}x "
-              f"sooner, steady throughput reached {cold['to_steady_s'] / max(warm['to_steady_s'], 1e-9):.1f}x sooner; "
-              f"{w} vs 1 (warm, steady): "
-              f"{warm['steady_steps_per_s'] / medians['warm, 1 worker']['steady_steps_per_s']:.2f}x")
+        print(f"  {name}: " + ", ".join(f"{key} {value:.3g} [{spread[name][key][0]:.3g}-{spread[name][key][1]:.3g}]"
+                                        for key, value in m.items()))
+    cold, warm = medians[f"cold, {w}"], medians[f"warm, {w}"]
+
+    def sooner(key):
+        return cold[key] / warm[key]
+
+    print(f"warm vs cold on {w} (slowest worker): first compiled call "
+          f"{sooner('first_compiled_from_start_s'):.2f}x sooner from cluster start, "
+          f"{sooner('first_compiled_from_task_s'):.2f}x from the worker's first task; steady throughput "
+          f"{sooner('steady_from_start_s'):.2f}x sooner from cluster start, {sooner('steady_from_task_s'):.2f}x from "
+          f"the first task; in worker CPU seconds from the first task: first compiled call "
+          f"{sooner('first_compiled_from_task_cpu_s'):.2f}x, steady {sooner('steady_from_task_cpu_s'):.2f}x")
+    steady = {name: m["steady_steps_per_s"] for name, m in medians.items()}
+    print(f"steady cluster throughput, warm: {w} (each its share of the cores) vs 1 worker (auto threads) "
+          f"{steady[f'warm, {w}'] / steady['warm, 1 worker']:.2f}x; {w} with auto threads each (before) vs 1 worker "
+          f"{steady[f'warm, {w}, auto threads each'] / steady['warm, 1 worker']:.2f}x; {w} (share) vs 1 worker with 1 "
+          f"thread {steady[f'warm, {w}'] / steady['warm, 1 worker, 1 thread']:.2f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "medians": medians}, indent=2))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs, "medians": medians, "spread": spread},
+                                              indent=2))
 
 
 if __name__ == "__main__":

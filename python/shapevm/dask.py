@@ -3,8 +3,12 @@
 # (docs/scale-out.md). Each worker process loads the module once and keeps it; workers share one
 # compiled-kernel cache and tuning database (a directory they all see, or an exported archive
 # shipped to them through Dask), so a shape bucket compiled anywhere is loaded everywhere else.
+# Each worker's kernels split across its share of the host's cores (kernel_threads), not all of
+# them, unless the caller set kernel_threads.
 # Invariant: results come back in the items' order, equal to a single-process run; every failure
 # reaches the client as a PartitionError naming the partition, never as a hung cluster.
+import collections
+import hashlib
 import itertools
 import math
 import os
@@ -21,11 +25,22 @@ __all__ = ["map_model", "cluster_stats", "PartitionError", "ShapeVMWorkerPlugin"
 PLUGIN_NAME = "shapevm"
 _STATE_LOCK = threading.Lock()
 _MODELS = {}  # per worker process: spec key -> (loaded module, function, params)
-_COUNTS = {"loads": 0, "partitions": 0, "items": 0}
+_COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0}  # setups: the plugin's
 # Per worker process (time.time()): when its first partition started, and when a call of it first
-# ran a compiled kernel (None until then).
-_TIMES = {"first_task": None, "first_compiled": None}
-_PER_WORKER_ONLY = ("pid", "to_first_compiled_s")  # cluster_stats reports these per worker, not summed
+# ran a compiled kernel (None until then); the *_cpu entries: the process's CPU seconds then
+# (time.process_time(): every thread's, the compile thread's and the kernels' included).
+_TIMES = {"first_task": None, "first_compiled": None, "first_task_cpu": None, "first_compiled_cpu": None}
+# Per worker process: the kernel_threads the plugin set (0 = auto) and why ("settings": the
+# caller's, "environment": SHAPEVM_KERNEL_THREADS, "share": the worker's share of the host).
+_THREADS = {"kernel_threads": None, "kernel_threads_from": None}
+# Per worker process: (start time.time(), seconds, input elements, the process's CPU seconds at
+# its start) of each call, the first _MAX_CALLS.
+_CALLS = []
+_MAX_CALLS = 100_000
+# cluster_stats reports these per worker, not summed.
+_PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "cpu_to_first_compiled_s", "started_at", "first_task_at",
+                    "first_task_cpu_s", "first_compiled_at",
+                    "kernel_threads", "kernel_threads_from", "calls")
 
 
 class PartitionError(RuntimeError):
@@ -56,17 +71,54 @@ def _read_archive(path):
     return files
 
 
+def kernel_threads_share(cores, workers_on_host, nthreads):
+    """kernel_threads for a worker that shares `cores` with `workers_on_host` workers (itself
+    included) and runs `nthreads` tasks at once: its cores split among its tasks, at least 1; 0
+    (auto) when that is every core (a lone worker running one task at a time), so ShapeVM's own
+    auto rules (small kernels on one thread, a core left to a busy compile) still apply."""
+    share = max(1, cores // (max(workers_on_host, 1) * max(nthreads, 1)))
+    return 0 if share >= cores else share
+
+
+def _set_kernel_threads(worker, settings, workers_per_host):
+    """Sets kernel_threads in this worker process: the caller's (settings, or the worker's
+    SHAPEVM_KERNEL_THREADS environment), else the worker's share of the host's cores."""
+    import shapevm
+    if "kernel_threads" in settings:
+        value, source = settings["kernel_threads"], "settings"
+    elif os.environ.get("SHAPEVM_KERNEL_THREADS"):
+        value, source = os.environ["SHAPEVM_KERNEL_THREADS"], "environment"
+    else:
+        from dask.system import CPU_COUNT  # the affinity mask capped by a cgroup quota
+        from distributed.comm import get_address_host
+        try:
+            host = get_address_host(worker.address)
+        except Exception:  # noqa: BLE001 - an address without a host: count this worker alone
+            host = None
+        state = getattr(worker, "state", None)  # Worker.state.nthreads; Worker.nthreads before 2022.11
+        nthreads = getattr(state, "nthreads", None) or getattr(worker, "nthreads", 1) or 1
+        value = kernel_threads_share(CPU_COUNT, workers_per_host.get(host, 1), nthreads)
+        source = "share"
+    shapevm.set_context(kernel_threads=value)  # also undoes an earlier call's setting
+    with _STATE_LOCK:
+        _THREADS["kernel_threads"] = int(shapevm.get_context()["kernel_threads"])
+        _THREADS["kernel_threads_from"] = source
+
+
 class ShapeVMWorkerPlugin(WorkerPlugin):
     """Prepares each worker process before its first task: the cache directory every later
-    ShapeVM program in it uses, an imported cache archive, and process-wide settings (tunables).
-    Registered by map_model (one per cluster, replaced when the options change)."""
+    ShapeVM program in it uses, an imported cache archive, process-wide settings (tunables) and
+    kernel_threads (the worker's share of its host's cores unless the settings or the worker's
+    environment give it). Registered by map_model (one per cluster, replaced when the options or
+    the cluster's workers per host change)."""
 
     name = PLUGIN_NAME
 
-    def __init__(self, cache_dir=None, archive=None, settings=None):
+    def __init__(self, cache_dir=None, archive=None, settings=None, workers_per_host=None):
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         self.archive = archive  # {relative path: bytes} or None
         self.settings = dict(settings or {})
+        self.workers_per_host = dict(workers_per_host or {})  # host -> workers on it, as map_model saw them
 
     def setup(self, worker):
         import shapevm
@@ -85,6 +137,9 @@ class ShapeVMWorkerPlugin(WorkerPlugin):
             shapevm.import_cache(str(incoming), cache_dir)
         if self.settings:
             shapevm.set_context(**self.settings)
+        _set_kernel_threads(worker, self.settings, self.workers_per_host)
+        with _STATE_LOCK:
+            _COUNTS["setups"] += 1
 
     def teardown(self, worker):
         pass
@@ -128,19 +183,24 @@ def _runs_compiled(stats):
 def _run_partition(spec, chunk, index, first):
     with _STATE_LOCK:
         if _TIMES["first_task"] is None:
-            _TIMES["first_task"] = time.time()
+            _TIMES["first_task"], _TIMES["first_task_cpu"] = time.time(), time.process_time()
     try:
         loaded, function, params = _model_for(spec)
         outputs = []
         for offset, item in enumerate(chunk):
+            started, clock, cpu = time.time(), time.perf_counter(), time.process_time()
             try:
                 outputs.append(function(**item, **params))
             except Exception as err:  # noqa: BLE001 - named with its item below
                 raise PartitionError(
                     f"partition {index} (item {first + offset}): {type(err).__name__}: {err}") from None
+            if len(_CALLS) < _MAX_CALLS:
+                elements = sum(int(np.size(v)) for v in item.values())
+                _CALLS.append((started, time.perf_counter() - clock, elements, cpu))
             if _TIMES["first_compiled"] is None and _runs_compiled(loaded.stats()):
                 with _STATE_LOCK:
-                    _TIMES["first_compiled"] = _TIMES["first_compiled"] or time.time()
+                    if _TIMES["first_compiled"] is None:
+                        _TIMES["first_compiled"], _TIMES["first_compiled_cpu"] = time.time(), time.process_time()
         with _STATE_LOCK:
             _COUNTS["partitions"] += 1
             _COUNTS["items"] += len(chunk)
@@ -162,9 +222,24 @@ def _partitions(items, partition_size, workers):
 
 
 def _register(client, cache_dir, cache_archive, settings):
+    """Registers the worker plugin, unless this client already registered one with the same
+    options on the same scheduler (re-registering runs every worker's setup again: the archive
+    shipped and imported once more). Workers that join later get the registered one. Returns
+    the scheduler's info (its workers)."""
     archive = _read_archive(cache_archive) if cache_archive is not None else None
-    plugin = ShapeVMWorkerPlugin(cache_dir, archive, settings)
-    client.register_worker_plugin(plugin, name=PLUGIN_NAME)
+    info = client.scheduler_info()
+    workers_per_host = dict(collections.Counter(w.get("host") for w in info.get("workers", {}).values()))
+    digest = hashlib.sha256()
+    for name, data in sorted((archive or {}).items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    key = (info.get("id"), None if cache_dir is None else str(cache_dir),
+           archive is not None and digest.hexdigest(), repr(sorted((settings or {}).items())),
+           sorted(workers_per_host.items(), key=repr))
+    if getattr(client, "_shapevm_plugin_key", None) != key:
+        client.register_worker_plugin(ShapeVMWorkerPlugin(cache_dir, archive, settings, workers_per_host),
+                                      name=PLUGIN_NAME)
+        client._shapevm_plugin_key = key
+    return info
 
 
 def map_model(client, model_path, items, fn=None, params=None, *, partition_size=None, jit_level="O2",
@@ -177,13 +252,16 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     cache_dir: a kernel cache + tuning database directory every worker sees (they write back what
     they compile). cache_archive: a directory from `shapevm cache export` (or
     shapevm.export_cache), shipped to every worker through Dask and imported into a private cache.
-    settings: tunables set on each worker (shapevm.set_context), e.g. {"hot_count": 0}.
+    settings: tunables set on each worker (shapevm.set_context), e.g. {"hot_count": 0}. Without
+    kernel_threads there (or SHAPEVM_KERNEL_THREADS in a worker's environment), each worker gets
+    its share of its host's cores: cores // (workers on the host * the worker's threads), and
+    auto when that is all of them.
     Failures raise PartitionError on the client, naming the partition and item, once every
     partition has finished (the others' outputs are on the error: PartitionError.results)."""
     model_path = str(model_path)
     params = None if params is None else str(params)
     spec = {"model": model_path, "fn": fn, "params": params, "jit_level": jit_level, "wait": wait}
-    _register(client, cache_dir, cache_archive, settings)
+    info = _register(client, cache_dir, cache_archive, settings)
     try:
         import dask.bag as db
         is_bag = isinstance(items, db.Bag)
@@ -191,7 +269,7 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
         is_bag = False
     if is_bag:
         items = items.compute()
-    workers = max(len(client.scheduler_info().get("workers", {})), 1)
+    workers = max(len(info.get("workers", {})), 1)
     chunks = _partitions(items, partition_size, workers)
     starts = list(itertools.accumulate([0] + [len(c) for c in chunks[:-1]]))
     token = uuid.uuid4().hex[:12]
@@ -255,7 +333,21 @@ def _settle(client, futures):
     return outcomes
 
 
-def _worker_stats():
+def _process_started_at():
+    """When this process started, as time.time() (Linux: to a clock tick; psutil's create_time
+    rounds the boot time to a second)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat, open("/proc/uptime", encoding="ascii") as uptime:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            up = float(uptime.read().split()[0])
+        return time.time() - (up - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        import psutil
+        return psutil.Process().create_time()
+
+
+def _worker_stats(calls=False):
+    import psutil
     keys = ("runs", "codegen_count", "kernels_from_cache", "launches_compiled", "launches_interpreted",
             "kernels_installed", "compile_ms", "tuning_ms")
     total = {key: 0 for key in keys}
@@ -263,6 +355,8 @@ def _worker_stats():
         models = list(_MODELS.values())
         counts = dict(_COUNTS)
         times = dict(_TIMES)
+        threads = dict(_THREADS)
+    cpu = psutil.Process().cpu_times()
     for loaded, _, _ in models:
         stats = loaded.stats()
         for key in keys:
@@ -270,20 +364,34 @@ def _worker_stats():
     return {"runs": total["runs"], "compiles": total["codegen_count"], "cache_hits": total["kernels_from_cache"],
             "launches_compiled": total["launches_compiled"], "launches_interpreted": total["launches_interpreted"],
             "kernels_installed": total["kernels_installed"], "compile_ms": total["compile_ms"],
-            "tuning_ms": total["tuning_ms"], "loads": counts["loads"], "partitions": counts["partitions"],
-            "items": counts["items"], "pid": os.getpid(),
+            "tuning_ms": total["tuning_ms"], "setups": counts["setups"], "loads": counts["loads"],
+            "partitions": counts["partitions"],
+            "items": counts["items"], "cpu_s": cpu.user + cpu.system, "pid": os.getpid(),
             "to_first_compiled_s": (times["first_compiled"] - times["first_task"]
-                                    if times["first_compiled"] is not None else None)}
+                                    if times["first_compiled"] is not None else None),
+            "started_at": _process_started_at(), "first_task_at": times["first_task"],
+            "first_task_cpu_s": times["first_task_cpu"], "first_compiled_at": times["first_compiled"],
+            "cpu_to_first_compiled_s": (times["first_compiled_cpu"] - times["first_task_cpu"]
+                                        if times["first_compiled_cpu"] is not None else None), **threads,
+            **({"calls": [list(call) for call in _CALLS]} if calls else {})}
 
 
-def cluster_stats(client):
+def cluster_stats(client, calls=False):
     """Every worker's ShapeVM figures (runs, compiles = LLVM code generations, cache_hits = kernels
     loaded from the kernel cache, launches_compiled / launches_interpreted, kernels_installed,
-    loads, partitions, items), summed over the cluster, with each worker's dict under "workers".
-    Per worker only: pid, and to_first_compiled_s (seconds from the start of its first partition,
-    module load included, to the end of its first call after which compiled code was installed;
-    None before)."""
-    per_worker = client.run(_worker_stats)
+    setups (of the worker plugin), loads, partitions, items, cpu_s = the worker process's CPU
+    seconds), summed over the cluster,
+    with each worker's dict under "workers". Per worker only: pid; to_first_compiled_s (seconds
+    from the start of its first partition, module load included, to the end of its first call
+    after which compiled code was installed; None before); started_at (the process's start),
+    first_task_at, first_compiled_at (time.time() on the worker's clock, None before) and
+    first_task_cpu_s (the process's CPU seconds when its first task started);
+    kernel_threads (0 = auto) and kernel_threads_from ("share", "settings" or "environment");
+    cpu_to_first_compiled_s: the process's CPU seconds over to_first_compiled_s (the
+    compile thread's included; what a loaded host does not stretch); with calls=True, calls:
+    [start time.time(), seconds, input elements, the process's CPU seconds at its start] of each
+    call."""
+    per_worker = client.run(_worker_stats, calls)
     summed = {}
     for stats in per_worker.values():
         for key, value in stats.items():

@@ -83,11 +83,28 @@ def test_two_workers_share_one_cache_and_a_second_cluster_starts_warm(data):
         results = svd.map_model(client, MODEL, data["items"], fn="dense", params=data["params"],
                                 partition_size=4, cache_dir=str(shared), settings=SETTINGS, wait=True)
         check(results, data["expected"])
-        stats = svd.cluster_stats(client)
-        assert stats["items"] == 48 and stats["partitions"] == 12
+        # The same options again: the plugin is not registered again (no second setup on the workers).
+        check(svd.map_model(client, MODEL, data["items"][:2], fn="dense", params=data["params"], partition_size=2,
+                            cache_dir=str(shared), settings=SETTINGS, wait=True), data["expected"][:2])
+        stats = svd.cluster_stats(client, calls=True)
+        assert stats["items"] == 50 and stats["partitions"] == 13 and stats["setups"] == 2, stats
         workers = stats["workers"].values()
         assert all(w["loads"] == (1 if w["partitions"] else 0) for w in workers), stats
         assert stats["compiles"] > 0 and stats["launches_compiled"] > 0, stats
+        # Each worker's kernels split across its share of the host's cores (2 workers here), not all.
+        share = svd.kernel_threads_share(dask.system.CPU_COUNT, 2, 1)
+        from_env = bool(os.environ.get("SHAPEVM_KERNEL_THREADS"))
+        assert all(w["kernel_threads_from"] == ("environment" if from_env else "share") for w in workers), stats
+        assert from_env or all(w["kernel_threads"] == share for w in workers), stats
+        # Every call is logged with its start, seconds and input elements, after the worker started.
+        calls = [call for w in workers for call in w["calls"]]
+        assert len(calls) == 50
+        assert sum(c[2] for c in calls) == sum(it["x"].size for it in data["items"] + data["items"][:2])
+        for w in (w for w in workers if w["partitions"]):
+            assert all(w["first_task_at"] <= start and seconds > 0 and w["first_task_cpu_s"] <= cpu
+                       for start, seconds, _, cpu in w["calls"]), w
+            assert w["started_at"] <= w["first_task_at"] <= w["first_compiled_at"], w
+            assert w["cpu_to_first_compiled_s"] > 0, w  # a compile ran in this process (hot_count 0)
         # Both workers met the same new buckets at once: only valid entries in the shared cache.
         files, exported = valid_entries(str(shared), str(data["root"] / "archive"))
         assert files > 0 and exported == files
@@ -154,12 +171,25 @@ def test_a_foreign_or_corrupt_archive_is_ignored_and_compiled_fresh(data, tmp_pa
     local, client = cluster()
     try:
         results = svd.map_model(client, MODEL, data["items"][:8], fn="dense", params=data["params"],
-                                cache_archive=str(archive), settings=SETTINGS, wait=True)
+                                cache_archive=str(archive), settings={**SETTINGS, "kernel_threads": 3}, wait=True)
         check(results, data["expected"][:8])
-        assert svd.cluster_stats(client)["compiles"] > 0  # nothing usable came with it
+        stats = svd.cluster_stats(client)
+        assert stats["compiles"] > 0  # nothing usable came with it
+        # The caller's kernel_threads wins over the worker's share.
+        assert all(w["kernel_threads"] == 3 and w["kernel_threads_from"] == "settings"
+                   for w in stats["workers"].values()), stats
     finally:
         client.close()
         local.close()
+
+
+def test_each_worker_gets_its_share_of_the_host_cores_and_auto_when_alone():
+    assert svd.kernel_threads_share(2, 2, 1) == 1  # two workers on 2 cores: one each, not 2 each
+    assert svd.kernel_threads_share(16, 2, 1) == 8
+    assert svd.kernel_threads_share(16, 2, 4) == 2  # four tasks at once in each worker
+    assert svd.kernel_threads_share(4, 8, 1) == 1  # more workers than cores: at least one
+    assert svd.kernel_threads_share(2, 1, 1) == 0  # alone, one task at a time: auto (all cores)
+    assert svd.kernel_threads_share(8, 0, 0) == 0
 
 
 class KillOnPartition(distributed.WorkerPlugin):
