@@ -8,8 +8,10 @@
 # round times ShapeVM and torch back to back; the table gives medians over rounds and the ratio.
 # Two ShapeVM configurations: "tuner off" (every kernel at its default parameters) and "default"
 # (O2's defaults: the AutoTuner on, oneDNN's matmul primitive among its candidates; tuning waited
-# for before timing, a fresh in-memory tuning database). --matmuls also times torch's matmul for
-# each matmul shape of the models (compare with the tuner's run-off lines under SHAPEVM_JIT_LOG=1).
+# for before timing, a fresh in-memory tuning database). --matmuls first times
+# each matmul shape of the models alone: ShapeVM's kernel (tuner off, default) against torch's.
+# Every row gives wall-clock and CPU-time medians (the CPU time leaves out waiting for a core on a
+# loaded host; both sides are one thread).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/onnx_models.py [--rounds 5] [--calls 5]
 #        [--config off|default|both] [--models lstm,block] [--matmuls]
 import argparse
@@ -34,15 +36,18 @@ CASES = [("lstm", {"inputs": 128, "hidden": 128}, [(32, s, 128) for s in (10, 30
          ("block", {"dim": 128}, [(8, s, 128) for s in (16, 64, 256)])]
 
 
-def timed(fn, calls, clock="wall"):
-    """ms per call; clock "cpu" counts the process's CPU time (all threads: kernel_threads=1 and
-    one torch thread keep both sides to one core's work, and compiles are waited for before
-    timing), so waiting for a core on a loaded host is left out of both."""
-    now = time.process_time if clock == "cpu" else time.perf_counter
-    start = now()
+def timed(fn, calls):
+    """(wall ms, CPU ms) per call. The CPU time is the process's (all threads): kernel_threads=1
+    and one torch thread keep both sides to one core's work, and compiles are waited for before
+    timing, so it leaves out the time spent waiting for a core on a loaded host."""
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         fn()
-    return (now() - start) / calls * 1e3
+    return (time.perf_counter() - wall) / calls * 1e3, (time.process_time() - cpu) / calls * 1e3
+
+
+def medians(samples):
+    return tuple(statistics.median(s[k] for s in samples) for k in (0, 1))
 
 
 def matmul_shapes(name, shape):
@@ -81,6 +86,7 @@ def matmul_model(path, a_shape, b_shape):
 def matmuls(args, folder):
     """Each matmul shape of the models: the compiled kernel at its default parameters (tuner off),
     the tuner's pick (default configuration) and torch's matmul with the same epilogue."""
+    print("CPU ms per call (medians over rounds):\n")
     print("| model, shape | matmul | A x B | tuner off ms | default ms | torch ms | torch / off | torch / default |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for name, _, shapes in CASES:
@@ -114,8 +120,8 @@ def matmuls(args, folder):
                 times = [[], [], []]
                 for _ in range(args.rounds):
                     for k, f in enumerate(fns + [torch_fn]):
-                        times[k].append(timed(f, args.calls, args.clock))
-                off, tuned, ref = (statistics.median(t) for t in times)
+                        times[k].append(timed(f, args.calls))
+                off, tuned, ref = (medians(t)[1] for t in times)  # CPU time
                 print(f"| {name} seq {shape[1]} | {label} | {a_shape}x{b_shape} | {off:.3f} | {tuned:.3f} | {ref:.3f} | "
                       f"{ref / off:.2f} | {ref / tuned:.2f} |", flush=True)
                 for program in programs:
@@ -142,11 +148,10 @@ def run_config(config, name, sizes, shapes, path, module, args, rows):
         assert err < 1e-4, f"{name} {shape}: relative L2 {err:.2e}"
         svm_ms, torch_ms = [], []
         for _ in range(args.rounds):
-            svm_ms.append(timed(lambda: fn(x=x), args.calls, args.clock))
+            svm_ms.append(timed(lambda: fn(x=x), args.calls))
             with torch.no_grad():
-                torch_ms.append(timed(lambda: module(xt), args.calls, args.clock))
-        s, t = statistics.median(svm_ms), statistics.median(torch_ms)
-        rows.append((f"{name} batch {shape[0]} seq {shape[1]}, {CONFIGS[config]}", s, t))
+                torch_ms.append(timed(lambda: module(xt), args.calls))
+        rows.append((f"{name} batch {shape[0]} seq {shape[1]}, {CONFIGS[config]}", medians(svm_ms), medians(torch_ms)))
     stats = program.stats()
     rows.append((f"{name}, {CONFIGS[config]}: launches compiled {stats['launches_compiled']} / interpreted "
                  f"{stats['launches_interpreted']}, fused regions {stats['fused_regions']}", None, None))
@@ -163,7 +168,6 @@ def main():
     parser.add_argument("--config", choices=["off", "default", "both"], default="both")
     parser.add_argument("--models", default="lstm,block")
     parser.add_argument("--matmuls", action="store_true", help="time each matmul of the models alone first")
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="cpu: the process's CPU time")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for key, value in (("warmup", 0), ("hot_count", 0), ("hot_ms", 0), ("kernel_threads", 1)):
@@ -181,14 +185,14 @@ def main():
             module = export(name, path, **sizes)
             for config in configs:
                 run_config(config, name, sizes, shapes, path, module, args, rows)
-    print(f"\nclock: {args.clock}\n")
-    print("| model, shape, ShapeVM configuration | ShapeVM O2 ms | torch eager ms | speedup |")
-    print("|---|---:|---:|---:|")
+    print("\n| model, shape, ShapeVM configuration | ShapeVM O2 wall ms | torch eager wall ms | speedup (wall) "
+          "| ShapeVM CPU ms | torch CPU ms | speedup (CPU) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for label, s, t in rows:
         if s is None:
             print(f"\n{label}\n")
             continue
-        print(f"| {label} | {s:.3f} | {t:.3f} | {t / s:.2f}× |")
+        print(f"| {label} | {s[0]:.3f} | {t[0]:.3f} | {t[0] / s[0]:.2f}× | {s[1]:.3f} | {t[1]:.3f} | {t[1] / s[1]:.2f}× |")
     return 0
 
 
