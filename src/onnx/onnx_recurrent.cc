@@ -432,8 +432,10 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     }
     SVM_ASSIGN_OR_RETURN(Val y1, opv("unsqueeze", {R_(y_t.reg)}, {{"axes", AttrValue::ofInts({0})}}));
     // Moves the step registers onto Y in time order (a reverse direction runs backwards: its
-    // later registers hold earlier steps, and the chunk goes before Y), then empties them.
-    auto flushSteps = [&]() -> Status {
+    // later registers hold earlier steps, and the chunk goes before Y), then empties them unless
+    // this is the last chunk (Moves after it would only lengthen the JIT's range of the ops that
+    // follow with a register no op reads).
+    auto flushSteps = [&](bool empty_after) -> Status {
       std::vector<Operand> pieces;
       if (!reverse) pieces.push_back(R_(y_reg));
       for (int k = 0; k < kChunk; ++k) {
@@ -442,7 +444,9 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       if (reverse) pieces.push_back(R_(y_reg));
       SVM_ASSIGN_OR_RETURN(Val joined, opv("concat", pieces, {{"axis", AttrValue::ofInt(0)}}));
       fn.emit(Opcode::Move, y_reg, joined.reg);
-      for (int r : step_regs) fn.emit(Opcode::Move, r, empty_reg);
+      if (empty_after) {
+        for (int r : step_regs) fn.emit(Opcode::Move, r, empty_reg);
+      }
       return Status::ok();
     };
     fn.emit(Opcode::Move, h_reg, h_new.reg);
@@ -476,13 +480,13 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     Label flush_label = fn.newLabel(), step_end = fn.newLabel();
     fn.emitBranchIf(flush, flush_label, step_end);
     SVM_RETURN_IF_ERROR(fn.bind(flush_label));
-    SVM_RETURN_IF_ERROR(flushSteps());
+    SVM_RETURN_IF_ERROR(flushSteps(true));
     SVM_RETURN_IF_ERROR(fn.bind(step_end));
     fn.emit(Opcode::LoopEnd, loop);
     fn.emit(Opcode::Add, counter, counter, one_int);
     fn.emitJump(head);
     SVM_RETURN_IF_ERROR(fn.bind(done));
-    SVM_RETURN_IF_ERROR(flushSteps());
+    SVM_RETURN_IF_ERROR(flushSteps(false));
     ys.push_back(Val::ofTensor(y_reg, rec.dtype, 3));
     hs.push_back(Val::ofTensor(h_reg, rec.dtype, 2));
     if (lstm) cs.push_back(Val::ofTensor(c_reg, rec.dtype, 2));
