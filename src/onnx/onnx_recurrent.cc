@@ -6,6 +6,8 @@
 // steps keep the state and write zeros to Y), GRU's linear_before_reset, and the activations
 // Sigmoid/Tanh/Relu and the parameterized ones (activation_alpha/beta, consumed in order by the
 // activations that take them, as onnxruntime does), LSTM peepholes, clip and input_forget.
+// Y's rows collect in kChunk step registers (views of each step's H) that one concat moves onto
+// Y every kChunk steps; a single direction's Y/Y_h/Y_c are views (unsqueeze), not stacked copies.
 #include <map>
 
 #include "onnx/onnx_graph.h"
@@ -13,7 +15,7 @@
 namespace shapevm::onnx_import {
 namespace {
 
-constexpr std::int64_t kChunk = 16;  // steps appended to `recent` before it moves onto Y
+constexpr int kChunk = 32;  // step registers that collect Y's rows before they move onto Y
 
 Operand operandOf(const Val& v) {
   return v.isConst() ? Operand::of(Value::fromTensor(v.constant)) : Operand::ofReg(v.reg);
@@ -284,11 +286,21 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     if (lstm) {
       SVM_ASSIGN_OR_RETURN(c_reg, carried(c_init, -1));
     }
-    // Y grows in two parts: each step appends to a short `recent` tensor, and every kChunk steps
-    // `recent` moves onto Y, so Y is copied once per kChunk steps instead of every step.
+    // Y's rows: step i leaves its [1, batch, hidden] row (a view of H) in step register i mod
+    // kChunk, chosen by a binary tree of comparisons, and every kChunk steps one concat moves the
+    // registers onto Y and empties them ([0, batch, hidden]). So a row is copied once when its
+    // chunk moves and Y once per kChunk steps; appending each step to a growing tensor copied
+    // the chunk built so far every step (BENCHMARKS.md, round 3 of issue 20).
     SVM_ASSIGN_OR_RETURN(const int y_reg, carried(std::nullopt, 0));
-    SVM_ASSIGN_OR_RETURN(const int recent_reg, carried(std::nullopt, 0));
     SVM_ASSIGN_OR_RETURN(const int empty_reg, carried(std::nullopt, 0));
+    std::vector<int> step_regs;
+    for (int k = 0; k < kChunk; ++k) {
+      step_regs.push_back(e.newReg());
+      e.fn().emit(Opcode::Move, step_regs.back(), empty_reg);
+      e.markTensor(step_regs.back());
+    }
+    std::vector<int> index_regs;  // the ints 0 .. kChunk - 1 for the tree's comparisons
+    for (int k = 0; k < kChunk; ++k) index_regs.push_back(e.constReg(e.module().constInt(k)));
     // Loop-invariant operands in registers before the loop.
     const int rt_reg = regOfVal(e, Rt);
     const int rt_zr_reg = Rt_zr ? regOfVal(e, *Rt_zr) : -1;
@@ -419,17 +431,48 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
       SVM_ASSIGN_OR_RETURN(y_t, opv("where", {R_(mask.reg), R_(h_new.reg), R_(zero_reg)}));
     }
     SVM_ASSIGN_OR_RETURN(Val y1, opv("unsqueeze", {R_(y_t.reg)}, {{"axes", AttrValue::ofInts({0})}}));
-    // Appends `tail` to `base` in time order (a reverse direction runs backwards: prepend).
-    auto append = [&](int base, int tail) -> Status {
-      std::vector<Operand> pieces =
-          reverse ? std::vector<Operand>{R_(tail), R_(base)} : std::vector<Operand>{R_(base), R_(tail)};
+    // Moves the step registers onto Y in time order (a reverse direction runs backwards: its
+    // later registers hold earlier steps, and the chunk goes before Y), then empties them unless
+    // this is the last chunk (Moves after it would only lengthen the JIT's range of the ops that
+    // follow with a register no op reads).
+    auto flushSteps = [&](bool empty_after) -> Status {
+      std::vector<Operand> pieces;
+      if (!reverse) pieces.push_back(R_(y_reg));
+      for (int k = 0; k < kChunk; ++k) {
+        pieces.push_back(R_(step_regs[static_cast<std::size_t>(reverse ? kChunk - 1 - k : k)]));
+      }
+      if (reverse) pieces.push_back(R_(y_reg));
       SVM_ASSIGN_OR_RETURN(Val joined, opv("concat", pieces, {{"axis", AttrValue::ofInt(0)}}));
-      fn.emit(Opcode::Move, base, joined.reg);
+      fn.emit(Opcode::Move, y_reg, joined.reg);
+      if (empty_after) {
+        for (int r : step_regs) fn.emit(Opcode::Move, r, empty_reg);
+      }
       return Status::ok();
     };
     fn.emit(Opcode::Move, h_reg, h_new.reg);
     if (lstm) fn.emit(Opcode::Move, c_reg, c_new.reg);
-    SVM_RETURN_IF_ERROR(append(recent_reg, y1.reg));
+    // y1 into step register (counter mod kChunk): a binary tree of comparisons over the index.
+    const int slot = e.newReg();
+    fn.emit(Opcode::Mod, slot, counter, chunk_int);
+    Label stored = fn.newLabel();
+    auto storeRow = [&](auto& self, int lo, int hi) -> Status {
+      if (hi - lo == 1) {
+        fn.emit(Opcode::Move, step_regs[static_cast<std::size_t>(lo)], y1.reg);
+        fn.emitJump(stored);
+        return Status::ok();
+      }
+      const int mid = (lo + hi) / 2;
+      const int below = e.newReg();
+      fn.emit(Opcode::Lt, below, slot, index_regs[static_cast<std::size_t>(mid)]);
+      Label left = fn.newLabel(), right = fn.newLabel();
+      fn.emitBranchIf(below, left, right);
+      SVM_RETURN_IF_ERROR(fn.bind(left));
+      SVM_RETURN_IF_ERROR(self(self, lo, mid));
+      SVM_RETURN_IF_ERROR(fn.bind(right));
+      return self(self, mid, hi);
+    };
+    SVM_RETURN_IF_ERROR(storeRow(storeRow, 0, kChunk));
+    SVM_RETURN_IF_ERROR(fn.bind(stored));
     const int next = e.newReg(), phase = e.newReg(), flush = e.newReg();
     fn.emit(Opcode::Add, next, counter, one_int);
     fn.emit(Opcode::Mod, phase, next, chunk_int);
@@ -437,20 +480,22 @@ Status lowerRecurrent(NodeCtx& ctx, bool lstm) {
     Label flush_label = fn.newLabel(), step_end = fn.newLabel();
     fn.emitBranchIf(flush, flush_label, step_end);
     SVM_RETURN_IF_ERROR(fn.bind(flush_label));
-    SVM_RETURN_IF_ERROR(append(y_reg, recent_reg));
-    fn.emit(Opcode::Move, recent_reg, empty_reg);
+    SVM_RETURN_IF_ERROR(flushSteps(true));
     SVM_RETURN_IF_ERROR(fn.bind(step_end));
     fn.emit(Opcode::LoopEnd, loop);
     fn.emit(Opcode::Add, counter, counter, one_int);
     fn.emitJump(head);
     SVM_RETURN_IF_ERROR(fn.bind(done));
-    SVM_RETURN_IF_ERROR(append(y_reg, recent_reg));
+    SVM_RETURN_IF_ERROR(flushSteps(false));
     ys.push_back(Val::ofTensor(y_reg, rec.dtype, 3));
     hs.push_back(Val::ofTensor(h_reg, rec.dtype, 2));
     if (lstm) cs.push_back(Val::ofTensor(c_reg, rec.dtype, 2));
   }
   // Y: [seq, num_dirs, batch, hidden]; Y_h/Y_c: [num_dirs, batch, hidden] (layout 1 transposes).
   auto join = [&](std::vector<Val>& parts, std::int64_t axis) -> Expected<Val> {
+    if (parts.size() == 1) {  // one direction: a view, not a copy
+      return opv("unsqueeze", {Operand::ofReg(parts[0].reg)}, {{"axes", AttrValue::ofInts({axis})}});
+    }
     std::vector<Operand> in;
     for (Val& v : parts) in.push_back(Operand::ofReg(v.reg));
     return opv("stack", in, {{"axis", AttrValue::ofInt(axis)}});

@@ -3,6 +3,8 @@
 # options onnx_recurrent.cc maps, on dynamic dims the ONNX node tests do not use: Einsum's
 # exporter equations, CumSum (exclusive/reverse), TopK (largest/smallest) and an LSTM with
 # peepholes, clip, input_forget and parameterized activations, each against a numpy reference.
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -144,6 +146,44 @@ def test_lstm_peepholes_default_activations(run_cli, tmp_path):
     m = model([node], [("x", F, ["seq", "batch", inputs])], [("y", F, None)], [("w", w), ("r", r), ("p", p)])
     want = lstm_ref(x.astype(np.float64), w, r, b, p, np.inf, False, sigmoid, np.tanh, np.tanh)
     close(run(run_cli, tmp_path, m, x=x)[0], want.astype(np.float32))
+
+
+def test_bidirectional_lstm_with_sequence_lens_over_several_chunks(run_cli, tmp_path):
+    """Y's rows collect in step registers that move onto Y every 32 steps (onnx_recurrent.cc):
+    70 steps are two full chunks and a partial one, forward and reverse (which fills a chunk
+    backwards in time), with sequences ending inside and before the last chunk."""
+    rng = np.random.default_rng(5)
+    inputs, hidden, seq, batch = 3, 4, 70, 3
+    w = rng.standard_normal((2, 4 * hidden, inputs)).astype(np.float32) * 0.5
+    r = rng.standard_normal((2, 4 * hidden, hidden)).astype(np.float32) * 0.5
+    b = rng.standard_normal((2, 8 * hidden)).astype(np.float32) * 0.5
+    lens = np.array([70, 45, 20], np.int32)
+    x = rng.standard_normal((seq, batch, inputs)).astype(np.float32)
+    node = helper.make_node("LSTM", ["x", "w", "r", "b", "lens"], ["y", "yh"], hidden_size=hidden,
+                            direction="bidirectional")
+    m = model([node], [("x", F, ["seq", "batch", inputs]), ("lens", TensorProto.INT32, ["batch"])],
+              [("y", F, None), ("yh", F, None)], [("w", w), ("r", r), ("b", b)])
+    xd = x.astype(np.float64)
+    want_y, want_h = np.zeros((seq, 2, batch, hidden)), np.zeros((2, batch, hidden))
+    for d, steps in ((0, range(seq)), (1, reversed(range(seq)))):
+        hs, cs = np.zeros((batch, hidden)), np.zeros((batch, hidden))
+        for t in steps:
+            gi, go, gf, gc = np.split(xd[t] @ w[d].T + hs @ r[d].T + b[d, :4 * hidden] + b[d, 4 * hidden:], 4, axis=-1)
+            c_new = sigmoid(gf) * cs + sigmoid(gi) * np.tanh(gc)
+            h_new = sigmoid(go) * np.tanh(c_new)
+            live = (t < lens)[:, None]
+            hs, cs = np.where(live, h_new, hs), np.where(live, c_new, cs)
+            want_y[t, d] = np.where(live, h_new, 0)
+        want_h[d] = hs
+    got_y, got_h = run(run_cli, tmp_path, m, x=x, lens=lens)
+    close(got_y, want_y.astype(np.float32))
+    close(got_h, want_h.astype(np.float32))
+    # Rows are copied per chunk, not per step: per direction two chunk moves and the last one.
+    code, _, err = run_cli("run", tmp_path / "m.onnx", "--inputs", tmp_path / "in.npz", "--jit-level", "O0", "-q",
+                           "--profile-json", tmp_path / "profile.json")
+    assert code == 0, err
+    rows = json.loads((tmp_path / "profile.json").read_text())["functions"][0]["rows"]
+    assert sum(row["calls"] for row in rows if row.get("name") == "concat") == 2 * 3
 
 
 def if_model(cond_input):
