@@ -14,6 +14,7 @@
 #include "support/logging.h"
 #include "support/native_stack.h"
 #include "support/trace.h"
+#include "support/trace_hooks.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -137,7 +138,7 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   elided_frames_ = 0;
   std::vector<Value> results;
   std::optional<RunTrace> run_trace;
-  if (trace::enabled()) run_trace.emplace(*this, function);
+  if (trace::kHooksCompiledIn && trace::enabled()) run_trace.emplace(*this, function);
   const std::uint64_t run_start = nowTicks();
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
   // A failed run unwinds every frame without popping its debug frame.
@@ -235,11 +236,12 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   const bool profile = options_.profile;
   const bool check_tokens = options_.check_tokens;
   ExecutionObserver* const observer = options_.observer;
-  DebugHook* const debug = options_.debug;
-  const bool tracing = static_cast<bool>(options_.trace) || debug != nullptr;
+  // SHAPEVM_TRACE_HOOKS=OFF (support/trace_hooks.h): no debugger, no timeline; every hook folds away.
+  DebugHook* const debug = trace::kHooksCompiledIn ? options_.debug : nullptr;
+  const bool tracing = trace::kHooksCompiledIn && (static_cast<bool>(options_.trace) || debug != nullptr);
   DebugFrame debug_frame{function, 0, depth, std::span<const Value>(regs), debug_top_};
   if (debug != nullptr) debug_top_ = &debug_frame;
-  const bool trace_ops = trace::opsEnabled();  // --trace-ops: one timeline event per op execution
+  const bool trace_ops = trace::kHooksCompiledIn && trace::opsEnabled();  // --trace-ops: an event per op
   const bool count_allocations = options_.count_allocations;
   const std::int64_t max_steps = Tunables::get(Tunable::MaxSteps);
   std::uint64_t executed = 0;
@@ -396,7 +398,7 @@ dispatch:
       }
       if (ran) SVM_NEXT();
       bumpCounter(slot.region_declines);
-      if (trace::enabled()) traceFallback(fn, in->a, pc, "region declined");
+      if (trace::kHooksCompiledIn && trace::enabled()) traceFallback(fn, in->a, pc, "region declined");
     }
     const std::size_t count = site.inputs.size();
     const Value** inputs_ptr = input_buffer;
@@ -437,7 +439,7 @@ dispatch:
       if (!done) {
         bumpCounter(slot.guard_misses);
         ++stats_.guard_misses;
-        if (trace::enabled()) traceFallback(fn, in->a, pc, "guard miss", inputs);
+        if (trace::kHooksCompiledIn && trace::enabled()) traceFallback(fn, in->a, pc, "guard miss", inputs);
       }
     }
     const std::int64_t allocations_before = count_allocations ? CachingAllocator::global().stats().requests : 0;
