@@ -12,10 +12,13 @@
 # Two measures:
 #   wall   median run latency (`--stats`) per process; processes interleaved (A B A B ...); the
 #          table gives the median of the per-process medians and the ratio to the baseline's;
-#   instr  (--callgrind) instructions per run under valgrind's callgrind, which counts every
-#          executed instruction (deterministic, independent of the machine's load): the
-#          difference between runs with N2 and N1 iterations, divided by N2 - N1, so start-up,
-#          compiles and the tier-up's first runs cancel out.
+#   instr  (--callgrind) instructions per run on the interpreter thread under valgrind's
+#          callgrind, which counts every executed instruction (deterministic, independent of the
+#          machine's load): one dump per VirtualMachine::run, so each run is counted alone; the
+#          last runs (after the tier-up) are paired by iteration (same inputs) and the table
+#          gives the median count and the median paired difference. The compile thread is left
+#          out (under valgrind a region's compile takes minutes, so the cell runs without
+#          --jit-wait: its first runs are interpreted, the compiled ones follow).
 #
 #   /usr/bin/python3 bench/trace_overhead.py --baseline build-nohooks/tools/shapevm \
 #       --candidate build/tools/shapevm [--callgrind] [--with-trace] [--repeats 11] [--cpu 0]
@@ -46,12 +49,13 @@ def workloads(tmp):
     chain = Path(tmp) / "chain.py"
     chain.write_text(CHAIN)
     return {
-        "chain": {"what": "200 adds on f32[4] per run, O0", "iters": 2000, "callgrind_iters": (20, 220),
+        "chain": {"what": "200 adds on f32[4] per run, O0", "iters": 2000, "callgrind_iters": 60, "wall": [],
+                  "callgrind": [],
                   "args": [str(chain), "--dim", "n=4", "--jit-level", "O0"]},
         "cell": {"what": "reference cell, batch 32 seq 10, O2 after tier-up, 1 kernel thread", "iters": 300,
-                 "callgrind_iters": (20, 60),
+                 "callgrind_iters": 60, "wall": ["--jit-wait"], "callgrind": ["--set", "tune_budget_ms=0"],
                  "args": [str(ROOT / "examples" / "lstm_cell.py"), "--dim", "batch=32", "--dim", "seq=10",
-                          "--jit-level", "O2", "--jit-wait", "--set", "kernel_threads=1"]},
+                          "--jit-level", "O2", "--set", "kernel_threads=1"]},
     }
 
 
@@ -61,22 +65,27 @@ def command(binary, work, iters, extra, cpu):
 
 
 def median_ms(binary, work, extra, cpu, env):
-    out = subprocess.run(command(binary, work, work["iters"], extra, cpu), capture_output=True, text=True, check=True,
-                         env=env).stdout
+    out = subprocess.run(command(binary, work, work["iters"], work["wall"] + extra, cpu), capture_output=True,
+                         text=True, check=True, env=env).stdout
     return float(LATENCY.search(out).group(1))
 
 
 def instructions(binary, work, iters, cpu, env, tmp):
-    out_file = Path(tmp) / "callgrind.out"
-    cmd = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file", f"--callgrind-out-file={out_file}",
-           *command(binary, work, iters, [], None)]
+    """Instructions of each run on the interpreter thread: {run number: count}."""
+    folder = Path(tempfile.mkdtemp(dir=tmp))
+    cmd = ["valgrind", "--tool=callgrind", "--smc-check=all-non-file", "--separate-threads=yes",
+           "--dump-before=shapevm::VirtualMachine::run(int*", f"--callgrind-out-file={folder / 'cg.out'}",
+           *command(binary, work, iters, work["callgrind"], None)]
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu)] + cmd
     subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-    text = out_file.read_text()
-    out_file.unlink()
-    totals = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.M)
-    return int(totals.group(1))
+    runs = {}
+    for part in folder.glob("cg.out.*-01"):  # thread 1: the interpreter; dump N is taken before run N
+        number = int(re.search(r"cg\.out\.(\d+)-01", part.name).group(1)) - 1
+        if number >= 1:
+            runs[number] = int(re.search(r"^summary:\s*(\d+)", part.read_text(), re.M).group(1))
+    shutil.rmtree(folder)
+    return runs
 
 
 def main(argv=None):
@@ -101,22 +110,22 @@ def main(argv=None):
             # Warm the kernel cache (and the tuning database) once, so that every process below
             # installs the same kernels without compiling.
             for binary in (args.baseline, args.candidate):
-                subprocess.run(command(binary, work, 10, [], args.cpu), capture_output=True, check=True, env=env)
+                subprocess.run(command(binary, work, 20, work["wall"], args.cpu), capture_output=True, check=True,
+                               env=env)
             print(f"\n### {name}: {work['what']}\n")
             if args.callgrind:
-                n1, n2 = work["callgrind_iters"]
-                print(f"instructions per run (callgrind, ({n2} runs - {n1} runs) / {n2 - n1}):\n")
-                print("| build | instructions per run | vs hooks compiled out |")
-                print("|---|---:|---:|")
-                per_run = {}
-                for label, binary in (("hooks compiled out", args.baseline), ("hooks in, tracing off", args.candidate)):
-                    low = instructions(binary, work, n1, args.cpu, env, tmp)
-                    high = instructions(binary, work, n2, args.cpu, env, tmp)
-                    per_run[label] = (high - low) / (n2 - n1)
-                base = per_run["hooks compiled out"]
-                for label, value in per_run.items():
-                    print(f"| {label} | {value:,.0f} | {value / base:.4f}x ({value - base:+,.0f}) |")
-                print()
+                iters = work["callgrind_iters"]
+                base = instructions(args.baseline, work, iters, args.cpu, env, tmp)
+                mine = instructions(args.candidate, work, iters, args.cpu, env, tmp)
+                last = [k for k in range(iters - 10, iters) if k in base and k in mine]  # the last 10 runs
+                b = statistics.median(base[k] for k in last)
+                m = statistics.median(mine[k] for k in last)
+                diff = statistics.median(mine[k] - base[k] for k in last)
+                print(f"instructions per run on the interpreter thread (callgrind, the last {len(last)} of {iters} "
+                      "runs, paired by iteration):\n")
+                print("| hooks compiled out | hooks in, tracing off | median paired difference |")
+                print("|---:|---:|---:|")
+                print(f"| {b:,.0f} | {m:,.0f} | {diff:+,.0f} ({diff / b:+.4%}) |\n")
             if args.no_wall:
                 continue
             configs = [("hooks compiled out", args.baseline, []), ("hooks in, tracing off", args.candidate, [])]
