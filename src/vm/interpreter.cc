@@ -3,9 +3,9 @@
 // goto where the compiler has it and a switch otherwise, both behind SVM_CASE/SVM_NEXT. The
 // debugger/trace hook runs before each instruction while one is attached: computed goto then
 // dispatches through a second table whose every entry is the hook, so without one SVM_NEXT tests
-// nothing (the switch tests a flag). CallOp goes through the site's DispatchSlot: JIT patch table first
-// (one acquire load), then the inline cache of the resolved reference kernel (no hashing, no
-// string lookup while the signature key is unchanged).
+// nothing (the switch tests a flag). CallOp goes through the site's DispatchSlot: JIT patch
+// table first (one acquire load), then the inline cache of the resolved reference kernel (no
+// hashing, no string lookup while the signature key is unchanged).
 // Invariant: no object with a destructor is alive when SVM_NEXT() runs — a computed goto leaves
 // the scope without running cleanups — so case bodies keep such locals in an inner block.
 #include <chrono>
