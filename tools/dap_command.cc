@@ -143,6 +143,7 @@ class DapServer {
     auto hooks = std::make_shared<RunHooks>();
     bool attached = false;
     hooks->before_runs = [&](Session& session, int function) {
+      SVM_RETURN_IF_ERROR(debug::hooksCompiledIn());
       debugger_ = attachDebugger(session, function, target_);
       debugger_->setStopHandler([this](const debug::Stop& stop) { return onStop(stop); });
       attached = true;
@@ -151,11 +152,12 @@ class DapServer {
       applyBreakpoints();
       return Status::ok();
     };
-    hooks->ended_by_user = [this]() { return debugger_ && debugger_->quitRequested(); };
-    hooks->after_runs = [this](bool completed) {
-      event("exited", {{"exitCode", completed ? 0 : 1}});
-      event("terminated");
-      return false;  // DAP restarts by a new launch
+    // A `restart` request ends the run through the debugger's quit: that is no user's end.
+    hooks->ended_by_user = [this]() { return debugger_ && debugger_->quitRequested() && !restart_requested_; };
+    hooks->after_runs = [this](bool completed) { return afterTheEnd(completed ? 0 : 1, ""); };
+    hooks->after_error = [this](const Status& error) {
+      if (restart_requested_) return restart();
+      return afterTheEnd(1, error.toString());
     };
     auto code = runner(argv, hooks);
     if (!code) {
@@ -164,12 +166,40 @@ class DapServer {
       fail(request, fmt::format("launch: `shapevm run {}` failed before the program started (exit code {}; its "
                                 "message is on the adapter's stderr)",
                                 program, *code));
-    } else if (*code != 0) {
+    } else if (*code != 0 && !end_announced_) {
       event("output", {{"category", "stderr"}, {"output", fmt::format("the program failed (exit code {})\n", *code)}});
       event("exited", {{"exitCode", *code}});
       event("terminated");
     }
     debugger_.reset();
+  }
+
+  // The program ended (`error`: why it failed): exited and terminated, then requests until the
+  // client sends `restart` (true: the program runs again from the start, breakpoints kept) or
+  // disconnects.
+  bool afterTheEnd(int exit_code, const std::string& error) {
+    if (!error.empty()) event("output", {{"category", "stderr"}, {"output", error + "\n"}});
+    event("exited", {{"exitCode", exit_code}});
+    event("terminated");
+    end_announced_ = true;
+    while (!disconnected_) {
+      std::optional<json> message = readMessage();
+      if (!message) return false;
+      if (message->is_null()) continue;
+      if ((*message)["command"] == "restart") {
+        respond(*message);
+        return restart();
+      }
+      (void)handle(*message, nullptr);
+    }
+    return false;
+  }
+
+  bool restart() {
+    restart_requested_ = false;
+    end_announced_ = false;
+    debugger_->restart(stop_on_entry_);
+    return true;
   }
 
   debug::Resume onStop(const debug::Stop& stop) {
@@ -297,6 +327,7 @@ class DapServer {
       respond(request, {{"supportsConfigurationDoneRequest", true},
                         {"supportsEvaluateForHovers", true},
                         {"supportsStepInTargetsRequest", false},
+                        {"supportsRestartRequest", true},
                         {"supportsTerminateRequest", false}});
       return Flow::Stay;
     }
@@ -425,6 +456,16 @@ class DapServer {
     if (command == "next") return resumeWith(debug::Resume::NextLine);
     if (command == "stepIn") return resumeWith(debug::Resume::StepIn);
     if (command == "stepOut") return resumeWith(debug::Resume::Finish);
+    if (command == "restart") {  // while stopped (after the end, afterTheEnd takes it); new arguments are not read
+      if (stop == nullptr) {
+        fail(request, "restart: no program is stopped or ended (launch one)");
+        return Flow::Stay;
+      }
+      respond(request);
+      restart_requested_ = true;  // the run ends through the debugger's quit, then starts again
+      *resume = debug::Resume::Quit;
+      return Flow::Resume;
+    }
     if (command == "disconnect" || command == "terminate") {
       respond(request);
       disconnected_ = true;
@@ -433,7 +474,8 @@ class DapServer {
     }
     fail(request,
          fmt::format("unknown request '{}' (supported: initialize, launch, setBreakpoints, configurationDone, "
-                     "threads, stackTrace, scopes, variables, evaluate, continue, next, stepIn, stepOut, disconnect)",
+                     "threads, stackTrace, scopes, variables, evaluate, continue, next, stepIn, stepOut, restart, "
+                     "disconnect)",
                      command));
     return Flow::Stay;
   }
@@ -444,6 +486,8 @@ class DapServer {
   bool configured_ = false;
   bool stop_on_entry_ = false;
   bool disconnected_ = false;
+  bool restart_requested_ = false;  // a `restart` while stopped: the run ends, then starts again
+  bool end_announced_ = false;      // exited and terminated were sent for this run
   DebugTarget target_;
   std::unique_ptr<debug::Debugger> debugger_;
   std::map<std::string, std::vector<int>> breakpoint_lines_;  // by source path, as the client set them

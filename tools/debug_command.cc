@@ -110,6 +110,7 @@ class CliDebugger {
   explicit CliDebugger(DebugTarget target) : target_(std::move(target)) {}
 
   Status attach(Session& session, int function) {
+    SVM_RETURN_IF_ERROR(debug::hooksCompiledIn());
     debugger_ = attachDebugger(session, function, target_);
     debugger_->setStopHandler([this](const debug::Stop& stop) { return onStop(stop); });
     return Status::ok();

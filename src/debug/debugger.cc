@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bytecode/instruction_info.h"
+#include "support/trace_hooks.h"
 
 namespace shapevm::debug {
 
@@ -76,6 +77,13 @@ std::string baseName(std::string_view path) {
 }
 
 }  // namespace
+
+Status hooksCompiledIn() {
+  if (trace::kHooksCompiledIn) return Status::ok();
+  return makeError(ErrorCode::Unsupported,
+                   "this shapevm was built with SHAPEVM_TRACE_HOOKS=OFF (the debug hooks compiled out): it cannot "
+                   "debug a program");
+}
 
 std::string previewValue(const Value& value, int elements) {
   switch (value.kind()) {
@@ -324,7 +332,8 @@ void Debugger::onError(const DebugFrame& frame, const Status& error) {
   (void)stopAt(Stop{StopReason::Error, &frame, 0, error.toString()});
 }
 
-void Debugger::restart() {
+void Debugger::restart(bool stop_at_entry) {
+  if (stop_at_entry) started_ = false;
   mode_ = Resume::Continue;
   quit_ = false;
   declined_.clear();

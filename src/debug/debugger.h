@@ -96,8 +96,9 @@ class Debugger : public DebugHook {
 
   bool quitRequested() const { return quit_; }
   // Before the program runs again from the start (the front end's `run` after an end or an
-  // error): stepping state is dropped, breakpoints stay.
-  void restart();
+  // error, DAP's `restart`): stepping state is dropped, breakpoints stay; `stop_at_entry` stops
+  // before the first instruction again (StopReason::Entry).
+  void restart(bool stop_at_entry = false);
 
   // DebugHook.
   Status beforeInstruction(const DebugFrame& frame) override;
@@ -131,6 +132,10 @@ class Debugger : public DebugHook {
   // Regions declined for a breakpoint (function, pc, resume_pc), for the frame view.
   std::set<std::tuple<int, int, int>> declined_;
 };
+
+// Ok when the interpreter's debug hooks are compiled in; else the error a front end reports (a
+// build with SHAPEVM_TRACE_HOOKS=OFF would never stop).
+Status hooksCompiledIn();
 
 // A short preview of a value: "f32[2,3] [0.1, 0.2, 0.3, ...]", "int 5", "(2, 3)".
 std::string previewValue(const Value& value, int elements = 6);

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "support/json_text.h"
+#include "support/trace_hooks.h"
 
 namespace shapevm::trace {
 
@@ -181,6 +182,11 @@ bool running() {
 }
 
 Status start(const std::string& path, bool ops) {
+  if (!SHAPEVM_TRACE_HOOKS) {
+    return makeError(ErrorCode::Unsupported,
+                     "this shapevm was built with SHAPEVM_TRACE_HOOKS=OFF (the trace hooks compiled out): it "
+                     "cannot write a trace");
+  }
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.file != nullptr) {

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The BytecodeExecutor: a register interpreter over verified bytecode. Dispatch is computed
-// goto where the compiler has it and a switch otherwise, both behind SVM_CASE/SVM_NEXT, with the
-// trace hook inside SVM_NEXT. CallOp goes through the site's DispatchSlot: JIT patch table first
-// (one acquire load), then the inline cache of the resolved reference kernel (no hashing, no
-// string lookup while the signature key is unchanged).
+// goto where the compiler has it and a switch otherwise, both behind SVM_CASE/SVM_NEXT. The
+// debugger/trace hook runs before each instruction while one is attached: computed goto then
+// dispatches through a second table whose every entry is the hook, so without one SVM_NEXT tests
+// nothing (the switch tests a flag). CallOp goes through the site's DispatchSlot: JIT patch
+// table first (one acquire load), then the inline cache of the resolved reference kernel (no
+// hashing, no string lookup while the signature key is unchanged).
 // Invariant: no object with a destructor is alive when SVM_NEXT() runs — a computed goto leaves
 // the scope without running cleanups — so case bodies keep such locals in an inner block.
 #include <chrono>
@@ -14,6 +16,7 @@
 #include "support/logging.h"
 #include "support/native_stack.h"
 #include "support/trace.h"
+#include "support/trace_hooks.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -137,7 +140,7 @@ Expected<std::vector<Value>> VirtualMachine::run(int function, std::span<const V
   elided_frames_ = 0;
   std::vector<Value> results;
   std::optional<RunTrace> run_trace;
-  if (trace::enabled()) run_trace.emplace(*this, function);
+  if (trace::kHooksCompiledIn && trace::enabled()) run_trace.emplace(*this, function);
   const std::uint64_t run_start = nowTicks();
   run_epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd: a run is in progress
   // A failed run unwinds every frame without popping its debug frame.
@@ -235,11 +238,12 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   const bool profile = options_.profile;
   const bool check_tokens = options_.check_tokens;
   ExecutionObserver* const observer = options_.observer;
+  // SHAPEVM_TRACE_HOOKS=OFF (support/trace_hooks.h): no debugger, no timeline; every hook folds away.
   DebugHook* const debug = options_.debug;
-  const bool tracing = static_cast<bool>(options_.trace) || debug != nullptr;
+  const bool tracing = trace::kHooksCompiledIn && (static_cast<bool>(options_.trace) || debug != nullptr);
   DebugFrame debug_frame{function, 0, depth, std::span<const Value>(regs), debug_top_};
-  if (debug != nullptr) debug_top_ = &debug_frame;
-  const bool trace_ops = trace::opsEnabled();  // --trace-ops: one timeline event per op execution
+  if (trace::kHooksCompiledIn && debug != nullptr) debug_top_ = &debug_frame;
+  const bool trace_ops = trace::kHooksCompiledIn && trace::opsEnabled();  // --trace-ops: an event per op
   const bool count_allocations = options_.count_allocations;
   const std::int64_t max_steps = Tunables::get(Tunable::MaxSteps);
   std::uint64_t executed = 0;
@@ -287,16 +291,26 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
 #undef SVM_OPCODE
   };
   static_assert(sizeof(kLabels) / sizeof(kLabels[0]) == kNumOpcodes, "dispatch table covers every opcode");
+  // With a hook attached every instruction dispatches through `hooked`, which calls it and then
+  // goes on to the instruction; without one, dispatch goes straight there (no per-instruction test).
+  static void* const kHookedLabels[] = {
+#define SVM_OPCODE(name, format, meaning) &&hooked,
+#include "bytecode/opcodes.def"
+#undef SVM_OPCODE
+  };
+  void* const* const labels = tracing ? kHookedLabels : kLabels;
 #define SVM_CASE(name) op_##name:
-#define SVM_NEXT()                                   \
-  do {                                               \
-    in = &code[pc];                                  \
+#define SVM_NEXT()                                           \
+  do {                                                       \
+    in = &code[pc];                                          \
     bumpCounter(rt.pc_counts[static_cast<std::size_t>(pc)]); \
-    ++executed;                                      \
-    SVM_TRACE();                                     \
-    goto* kLabels[static_cast<int>(in->op)];         \
+    ++executed;                                              \
+    goto* labels[static_cast<int>(in->op)];                  \
   } while (0)
   SVM_NEXT();
+hooked:
+  SVM_TRACE();
+  goto* kLabels[static_cast<int>(in->op)];
 #else
 #define SVM_CASE(name) case Opcode::name:
 #define SVM_NEXT() goto dispatch
@@ -376,7 +390,8 @@ dispatch:
       const std::uint64_t region_start = profile ? nowTicks() : 0;
       bool ran = false;
       for (const CompiledEntry& entry : table->entries) {
-        if (entry.region != nullptr && (debug == nullptr || debug->allowRegion(function, pc, entry.resume_pc)) &&
+        if (entry.region != nullptr &&
+            (!trace::kHooksCompiledIn || debug == nullptr || debug->allowRegion(function, pc, entry.resume_pc)) &&
             entry.region(entry.state, std::span<Value>(regs))) {
           bumpCounter(slot.calls);
           bumpCounter(slot.compiled_calls);
@@ -396,7 +411,7 @@ dispatch:
       }
       if (ran) SVM_NEXT();
       bumpCounter(slot.region_declines);
-      if (trace::enabled()) traceFallback(fn, in->a, pc, "region declined");
+      if (trace::kHooksCompiledIn && trace::enabled()) traceFallback(fn, in->a, pc, "region declined");
     }
     const std::size_t count = site.inputs.size();
     const Value** inputs_ptr = input_buffer;
@@ -437,7 +452,7 @@ dispatch:
       if (!done) {
         bumpCounter(slot.guard_misses);
         ++stats_.guard_misses;
-        if (trace::enabled()) traceFallback(fn, in->a, pc, "guard miss", inputs);
+        if (trace::kHooksCompiledIn && trace::enabled()) traceFallback(fn, in->a, pc, "guard miss", inputs);
       }
     }
     const std::int64_t allocations_before = count_allocations ? CachingAllocator::global().stats().requests : 0;
@@ -504,7 +519,7 @@ dispatch:
   SVM_CASE(Return) {
     results = std::move(outputs);
     stats_.instructions += executed;
-    if (debug != nullptr) debug_top_ = debug_frame.caller;
+    if (trace::kHooksCompiledIn && debug != nullptr) debug_top_ = debug_frame.caller;
     return Status::ok();
   }
   SVM_CASE(Jump) {
@@ -695,7 +710,7 @@ dispatch:
 fail:
   stats_.instructions += executed;
 status = where(std::move(status), function, pc);
-if (debug != nullptr && !debug_error_reported_) {  // the innermost frame, before it unwinds
+if (trace::kHooksCompiledIn && debug != nullptr && !debug_error_reported_) {  // the innermost frame, before it unwinds
   debug_error_reported_ = true;
   debug_frame.pc = pc;
   debug->onError(debug_frame, status);

@@ -145,7 +145,8 @@ def test_dap_session_shows_runtime_shapes(shapevm_bin):
 
 def test_dap_stops_at_a_run_error(shapevm_bin):
     # Post-mortem: a failing matmul stops with reason "exception" and the failing frame's
-    # variables; continuing ends the run with the error.
+    # variables; continuing ends the run with the error. `restart` (at a stop or after the end)
+    # runs the program again from the start with the breakpoints kept.
     program = ROOT / "tests" / "python" / "debug" / "fails.py"
     client = Client(shapevm_bin)
     try:
@@ -162,8 +163,21 @@ def test_dap_stops_at_a_run_error(shapevm_bin):
         variables = client.request("variables", {"variablesReference": scopes[0]["variablesReference"]})["body"]["variables"]
         by_name = {v["name"]: v for v in variables}
         assert by_name["z"]["value"].startswith("f32[2,3]") and by_name["w"]["value"].startswith("f32[4,5]")
+        # Restart from the error stop: a breakpoint set there stops the new run first.
+        bps = client.request("setBreakpoints", {"source": {"path": str(program)}, "breakpoints": [{"line": 9}]})
+        assert bps["body"]["breakpoints"][0]["verified"], bps
+        client.request("restart")
+        stopped = client.event("stopped")["body"]
+        assert stopped["reason"] == "breakpoint", stopped
+        assert client.request("stackTrace", {"threadId": 1})["body"]["stackFrames"][0]["line"] == 9
+        client.request("continue", {"threadId": 1})
+        assert client.event("stopped")["body"]["reason"] == "exception"
         client.request("continue", {"threadId": 1})
         assert client.event("exited")["body"]["exitCode"] != 0
+        client.event("terminated")
+        # Restart after the end: the program runs again, the breakpoint kept.
+        client.request("restart")
+        assert client.event("stopped")["body"]["reason"] == "breakpoint"
         client.request("disconnect")
         client.proc.wait(timeout=30)
     finally:
