@@ -236,10 +236,12 @@ def test_conv_kernels_are_range_guarded(tmp_path, kind, w_shape, stride, pad, gr
 # At O2 a conv's elementwise consumers run in its kernel's store (the region planner hands the
 # conv family an epilogue, as a matmul's): Conv -> Relu alone is a region (one op folded; without
 # the epilogue it would be a lone conv and a one-node pass, not worth a region), and Conv -> Add of
-# a residual -> Relu folds two ops. Dense (3x3, padded) and pointwise convs, several image sizes,
-# against torch.
-@pytest.mark.parametrize("kernel,residual", [(3, False), (3, True), (1, True)])
-def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
+# a residual -> Relu folds two ops. ReLU6 (Clip with scalar bounds: maximum and minimum against
+# one-element operands) folds two more. Dense (3x3, padded) and pointwise convs, several image
+# sizes, against torch.
+@pytest.mark.parametrize("kernel,residual,relu6", [(3, False, False), (3, True, False), (1, True, False),
+                                                   (3, False, True), (1, True, True)])
+def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual, relu6):
     rng = np.random.default_rng(22)
     w_values = rng.standard_normal((8, 8, kernel, kernel)).astype(np.float32)
     b_values = rng.standard_normal(8).astype(np.float32)
@@ -251,7 +253,12 @@ def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4)]
     if residual:
         nodes.append(helper.make_node("Add", ["c", "x"], ["s"]))
-    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
+    if relu6:
+        initializers += [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+                         helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+        nodes.append(helper.make_node("Clip", ["s" if residual else "c", "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
     model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
                               opset_imports=[helper.make_opsetid("", 13)])
     path = tmp_path / "conv_epilogue.onnx"
@@ -265,10 +272,12 @@ def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
         x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
         want = reference_conv(x, w_values, 1, pad, 1) + b_values.reshape(1, 8, 1, 1)
         want = np.maximum(want + x if residual else want, 0)
+        if relu6:
+            want = np.minimum(want, 6)
         err = relative_l2(fn(x=x), want)
         assert err <= TOLERANCE, f"{kernel}x{kernel} {h}x{w_side}: relative L2 {err:.2e}"
     stats = program.stats()
     program.close()
     assert stats["fused_regions"] >= 1, stats["jit_report"]
-    assert f"({2 if residual else 1} ops folded" in stats["jit_report"], stats["jit_report"]
+    assert f"({int(residual) + (2 if relu6 else 1)} ops folded" in stats["jit_report"], stats["jit_report"]
     assert stats["launches_compiled"] >= 1, stats["jit_report"]
