@@ -153,7 +153,8 @@ TEST(ConvJit, DepthwiseConvsMatchTheReference) {
       {Shape{1, 6, 7, 6}, 3, {{"auto_pad", AttrValue::ofInt(2)}, {"strides", ints({2, 2})}}},
       {Shape{2, 7, 19}, 3, {{"pads", ints({1, 2})}, {"dilations", ints({2})}}},
       {Shape{1, 4, 2, 2}, 3, {{"pads", ints({2, 2, 2, 2})}}},
-      {Shape{1, 4, 5, 6}, 1, {}}};
+      {Shape{1, 4, 5, 6}, 1, {}},
+      {Shape{1, 3, 6, 45}, 3, {{"pads", ints({1, 2, 2, 1})}}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     Attrs attrs = c.attrs;

@@ -643,8 +643,11 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
     return access;
   };
   const ir::LoopHints outer = ir::LoopHints::asEmitted();
-  ir::LoopHints columns;
+  ir::LoopHints columns;  // vectorized, not interleaved: the border rows' loops (few rows)
   columns.no_unroll_after_vectorize = true;
+  columns.interleave_count = 1;
+  ir::LoopHints inner;  // the inner rows' column loop: vectorized and interleaved as the vectorizer sees fit
+  inner.no_unroll_after_vectorize = true;
   ir::emitLoop(
       b, i64(0), b.CreateMul(batch, i64(channels)), 1,
       [&](llvm::Value* plane) {
@@ -752,12 +755,17 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
                 }
                 inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
               },
-              "taps", columns);
+              "taps", inner);
           borderColumns(hi_all, wo);
         };
-        ir::emitLoop(b, i64(0), oy_lo, 1, borderRow, "top", outer);
+        // The border rows in one loop (one copy of their code): [0, oy_lo), then [oy_hi, ho).
+        ir::emitLoop(
+            b, i64(0), b.CreateAdd(oy_lo, b.CreateSub(ho, oy_hi)), 1,
+            [&](llvm::Value* r) {
+              borderRow(b.CreateSelect(b.CreateICmpSLT(r, oy_lo), r, b.CreateAdd(oy_hi, b.CreateSub(r, oy_lo))));
+            },
+            "border", outer);
         ir::emitLoop(b, oy_lo, oy_hi, 1, innerRow, "oy", outer);
-        ir::emitLoop(b, oy_hi, ho, 1, borderRow, "bottom", outer);
       },
       "plane", outer);
   b.CreateRetVoid();
