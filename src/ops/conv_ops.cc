@@ -422,6 +422,16 @@ Status poolKernel(OpContext& ctx) {
   SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, forwardWindows(op, spatialOf(x), attrs));
   const Shape shape = outputShape(x.dim(0), x.dim(1), windows);
   SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
+  if (K == PoolKind::Max && x.dtype() == DType::Float32 && x.isContiguous()) {
+    // float32 as it is: no staging copies (the output is fresh and contiguous).
+    const std::array<AxisWindow, 3> a = asThree(windows);
+    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
+    for (std::int64_t p = 0; p < x.dim(0) * x.dim(1); ++p) {
+      maxPoolPlane(x.data<float>() + p * in_plane, out.data<float>() + p * out_plane, a);
+    }
+    ctx.outputs[0] = Value::fromTensor(std::move(out));
+    return Status::ok();
+  }
   Status status = dispatchCompute(op, x, [&]<typename C>() -> Status {
     SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
     const std::array<AxisWindow, 3> a = asThree(windows);
