@@ -175,7 +175,9 @@ def resnet_stream(args, folder):
     print(f"- second pass: ShapeVM O2 {sum(svm):.1f} ms, torch eager {sum(eager):.1f} ms, "
           f"eager / ShapeVM {sum(eager) / sum(svm):.2f}x (median per image {statistics.median(eager) / statistics.median(svm):.2f}x)")
     print(f"- ShapeVM per-pixel time: max / median {max(per_pixel) / median_pp:.2f} "
-          f"(min / median {min(per_pixel) / median_pp:.2f})")
+          f"(min / median {min(per_pixel) / median_pp:.2f}); per side, ShapeVM / median and eager / ShapeVM: " +
+          ", ".join(f"{int(s)}: {pp / median_pp:.2f} {e / t:.2f}x"
+                    for s, pp, t, e in sorted(zip(sides, per_pixel, svm, eager))))
     print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
           f"fused regions {stats['fused_regions']}; launches compiled {stats['launches_compiled']} / interpreted "
           f"{stats['launches_interpreted']}")
