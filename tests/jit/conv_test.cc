@@ -353,17 +353,19 @@ TEST(ConvJit, EpilogueSupport) {
   const KernelSpec grouped = spec(depthwise, groups, {});
   EXPECT_TRUE(convStepSupported(grouped.attrs, operands(depthwise), {}));
   EXPECT_FALSE(convStepSupported(grouped.attrs, operands(depthwise), {relu}));
-  // A region's dense conv step takes any batch and image size; channels, weight and a depthwise
-  // conv's extents stay as inferred.
+  // A region's conv step (dense, pointwise, depthwise) takes any batch and image size; channels
+  // and weight stay as inferred.
   KernelSpec open = ok;
   openConvExtents(open);
   EXPECT_FALSE(open.inputs[0].dims[0].isStatic());
   EXPECT_TRUE(open.inputs[0].dims[1].isStatic());
   EXPECT_FALSE(open.inputs[0].dims[3].isStatic());
   EXPECT_TRUE(open.inputs[1].dims[3].isStatic());
-  KernelSpec kept = grouped;
-  openConvExtents(kept);
-  EXPECT_TRUE(kept.inputs[0].dims[2].isStatic());
+  KernelSpec opened = grouped;
+  openConvExtents(opened);
+  EXPECT_FALSE(opened.inputs[0].dims[2].isStatic());
+  EXPECT_TRUE(opened.inputs[0].dims[1].isStatic());
+  EXPECT_TRUE(opened.inputs[1].dims[2].isStatic());
 }
 
 // Grouped (not depthwise) convs, 16-bit dense convs and 3-D dense convs stay with the reference

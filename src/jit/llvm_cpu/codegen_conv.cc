@@ -852,7 +852,7 @@ const KernelFamily* convFamily(OpId op) {
 }
 
 void openConvExtents(KernelSpec& spec) {
-  if (spec.op != OpId::Conv || spec.inputs.empty() || isDepthwise(spec)) return;
+  if (spec.op != OpId::Conv || spec.inputs.empty()) return;
   OperandSpec& x = spec.inputs[kX];
   for (int d = 0; d < x.rank; ++d) {
     if (d != 1) x.dims[d] = DimSpec{};
