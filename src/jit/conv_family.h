@@ -25,10 +25,10 @@ struct ConvOperand {
 bool convStepSupported(const std::vector<AttrValue>& attrs, std::span<const ConvOperand> operands,
                        const std::vector<EpilogueStep>& epilogue);
 
-// A dense or pointwise conv's generated code does not depend on the batch and spatial extents
-// (the im2col geometry is read per call; only the guard would): a region's conv step takes them
-// unbounded, so one kernel serves a multi-scale stream instead of each new size missing the guard
-// and declining the region. The channels and the weight stay baked in.
+// A conv kernel's generated code does not depend on the batch and spatial extents (a dense
+// conv's im2col geometry is read per call, a depthwise loop reads them from its arguments; only
+// the guard would): a region's conv step takes them unbounded, so one kernel serves a multi-scale
+// stream instead of each new size missing the guard. The channels and the weight stay baked in.
 void openConvExtents(KernelSpec& spec);
 
 }  // namespace shapevm::jit

@@ -115,8 +115,11 @@ class Planner {
       } else if (op.op == OpId::MatMul && tensors && same_float && op.in.size() == 2) {
         op.cls = OpClass::MatMul;
       } else if (op.op == OpId::Conv && tensors && same_float && op.out.size() == 1 &&
-                 convCompiles(op, {EpilogueStep{OpId::Relu, -1, false}}, {})) {
-        op.cls = OpClass::MatMul;  // a conv kernel that takes an epilogue (dense, pointwise): a step as a matmul's
+                 (convCompiles(op, {EpilogueStep{OpId::Relu, -1, false}}, {}) || convCompiles(op, {}, {}))) {
+        // A conv kernel that takes an epilogue (dense, pointwise): a step as a matmul's. A depthwise
+        // one (no epilogue) too: a matmul step's spec leaves N/H/W open (openConvExtents), where an
+        // opaque step's kernel would serve only the first image's exact shape.
+        op.cls = OpClass::MatMul;
       } else if (tensors && same_float && op.out.size() == 1 && op.in[0] >= 0 &&
                  (op.reduce_axes = trailingAxes(op)) > 0) {
         op.cls = jitOf(op.op).fused_reduce ? OpClass::Reduce : OpClass::Norm;

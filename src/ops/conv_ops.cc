@@ -350,6 +350,46 @@ Status convTransposeKernel(OpContext& ctx) {
 
 enum class PoolKind { Max, Avg };
 
+// One max_pool plane: each output row starts at -inf, then every window tap whose input row is
+// inside takes the max over the output columns whose input column is inside ([lo, hi), from
+// validRange), a branch-free loop over the row. The taps are visited in the generic loop's order,
+// so NaN propagates as there (a NaN tap makes the output NaN) and an empty window stays -inf.
+template <typename C>
+void maxPoolPlane(const C* __restrict__ xi, C* __restrict__ o, const std::array<AxisWindow, 3>& a) {
+  const std::array<std::int64_t, 3> dilation = {a[0].dilation, a[1].dilation, a[2].dilation};
+  std::vector<std::int64_t> lo(static_cast<std::size_t>(a[2].kernel)), hi(lo.size());
+  for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
+    const std::size_t k = static_cast<std::size_t>(kw);
+    validRange(a[2].in, a[2].out, a[2].stride, kw * dilation[2] - a[2].pad_before, lo[k], hi[k]);
+  }
+  const std::int64_t sw = a[2].stride;
+  for (std::int64_t od = 0; od < a[0].out; ++od) {
+    const std::int64_t sd = od * a[0].stride - a[0].pad_before;
+    for (std::int64_t oh = 0; oh < a[1].out; ++oh) {
+      const std::int64_t sh = oh * a[1].stride - a[1].pad_before;
+      C* orow = o + (od * a[1].out + oh) * a[2].out;
+      std::fill(orow, orow + a[2].out, -std::numeric_limits<C>::infinity());
+      for (std::int64_t kd = 0; kd < a[0].kernel; ++kd) {
+        const std::int64_t id = sd + kd * dilation[0];
+        if (id < 0 || id >= a[0].in) continue;
+        for (std::int64_t kh = 0; kh < a[1].kernel; ++kh) {
+          const std::int64_t ih = sh + kh * dilation[1];
+          if (ih < 0 || ih >= a[1].in) continue;
+          const C* row = xi + (id * a[1].in + ih) * a[2].in;
+          for (std::int64_t kw = 0; kw < a[2].kernel; ++kw) {
+            const std::size_t k = static_cast<std::size_t>(kw);
+            const std::int64_t offset = kw * dilation[2] - a[2].pad_before;
+            for (std::int64_t ow = lo[k]; ow < hi[k]; ++ow) {
+              const C v = row[ow * sw + offset], current = orow[ow];
+              orow[ow] = v > current || v != v ? v : current;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // max_pool attrs: kernel strides pads dilations ceil_mode auto_pad;
 // avg_pool attrs: kernel strides pads ceil_mode count_include_pad auto_pad.
 template <PoolKind K>
@@ -382,6 +422,16 @@ Status poolKernel(OpContext& ctx) {
   SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, forwardWindows(op, spatialOf(x), attrs));
   const Shape shape = outputShape(x.dim(0), x.dim(1), windows);
   SVM_ASSIGN_OR_RETURN(Tensor out, outputBuffer(ctx, 0, x.dtype(), shape));
+  if (K == PoolKind::Max && x.dtype() == DType::Float32 && x.isContiguous()) {
+    // float32 as it is: no staging copies (the output is fresh and contiguous).
+    const std::array<AxisWindow, 3> a = asThree(windows);
+    const std::int64_t in_plane = a[0].in * a[1].in * a[2].in, out_plane = a[0].out * a[1].out * a[2].out;
+    for (std::int64_t p = 0; p < x.dim(0) * x.dim(1); ++p) {
+      maxPoolPlane(x.data<float>() + p * in_plane, out.data<float>() + p * out_plane, a);
+    }
+    ctx.outputs[0] = Value::fromTensor(std::move(out));
+    return Status::ok();
+  }
   Status status = dispatchCompute(op, x, [&]<typename C>() -> Status {
     SVM_ASSIGN_OR_RETURN(std::vector<C> in, loadValues<C>(x));
     const std::array<AxisWindow, 3> a = asThree(windows);
@@ -391,6 +441,10 @@ Status poolKernel(OpContext& ctx) {
     for (std::int64_t p = 0; p < planes; ++p) {
       const C* xi = in.data() + p * in_plane;
       C* o = result.data() + p * out_plane;
+      if constexpr (K == PoolKind::Max) {
+        maxPoolPlane(xi, o, a);
+        continue;
+      }
       for (std::int64_t od = 0; od < a[0].out; ++od) {
         const std::int64_t sd = od * a[0].stride - a[0].pad_before;
         for (std::int64_t oh = 0; oh < a[1].out; ++oh) {

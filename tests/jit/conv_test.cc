@@ -153,7 +153,8 @@ TEST(ConvJit, DepthwiseConvsMatchTheReference) {
       {Shape{1, 6, 7, 6}, 3, {{"auto_pad", AttrValue::ofInt(2)}, {"strides", ints({2, 2})}}},
       {Shape{2, 7, 19}, 3, {{"pads", ints({1, 2})}, {"dilations", ints({2})}}},
       {Shape{1, 4, 2, 2}, 3, {{"pads", ints({2, 2, 2, 2})}}},
-      {Shape{1, 4, 5, 6}, 1, {}}};
+      {Shape{1, 4, 5, 6}, 1, {}},
+      {Shape{1, 3, 6, 45}, 3, {{"pads", ints({1, 2, 2, 1})}}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     Attrs attrs = c.attrs;
@@ -187,9 +188,11 @@ TEST(ConvJit, SmallTilesAndOneKernelOverSeveralSizes) {
 
 // A conv with a fused epilogue, against the reference conv and then each step op by op (what the
 // region planner hands a conv: bias, activations, a residual add). `steps` read inputs 3.. (the
-// operands, of the output's shape, after the bias).
+// operands, of the output's shape, after the bias; `given` replaces the first of them, e.g. by
+// one-element bounds).
 ::testing::AssertionResult epilogueMatches(const std::vector<Value>& own, const Attrs& attrs,
-                                           const std::vector<EpilogueStep>& steps, std::mt19937& rng, bool dynamic) {
+                                           const std::vector<EpilogueStep>& steps, std::mt19937& rng, bool dynamic,
+                                           const std::vector<Value>& given = {}) {
   const KernelSpec conv = dynamic ? dynamicSpec(own, attrs) : specFor("conv", own, attrs);
   auto value = referenceOutputs(conv, own);
   if (!value) return ::testing::AssertionFailure() << "reference conv: " << value.status().toString();
@@ -205,9 +208,10 @@ TEST(ConvJit, SmallTilesAndOneKernelOverSeveralSizes) {
       continue;
     }
     while (inputs.size() <= static_cast<std::size_t>(step.operand)) {
-      inputs.push_back(operand(DType::Float32, out, rng));
+      const std::size_t at = inputs.size() - own.size();
+      inputs.push_back(at < given.size() ? given[at] : operand(DType::Float32, out, rng));
       OperandSpec extra = specFor("relu", {inputs.back()}).inputs[0];
-      for (int d = 0; d < extra.rank && dynamic; ++d) {
+      for (int d = 0; d < extra.rank && dynamic && at >= given.size(); ++d) {
         if (d != 1) extra.dims[d] = DimSpec{};
       }
       spec.inputs.push_back(extra);
@@ -269,6 +273,41 @@ TEST(ConvJit, EpiloguesMatchTheOpByOpReference) {
   }
 }
 
+// ReLU6 as the importer writes ONNX Clip: maximum and minimum against one-element bounds (rank 0,
+// or every dim 1), alone or after a residual, on dense convs (several tiles; one tile) and
+// pointwise ones, static and dynamic specs; the random outputs reach both bounds.
+TEST(ConvJit, Relu6EpilogueMatchesTheOpByOpReference) {
+  std::mt19937 rng(31);
+  auto scalar = [](float v, const Shape& shape) {
+    Tensor t = Tensor::empty(DType::Float32, shape).value();
+    t.data<float>()[0] = v;
+    return Value::fromTensor(t);
+  };
+  const std::vector<Value> bounds = {scalar(-0.5f, Shape{}), scalar(0.75f, Shape{})};
+  const std::vector<EpilogueStep> relu6 = {{OpId::Maximum, 3, false}, {OpId::Minimum, 4, false}};
+  EXPECT_TRUE(epilogueMatches(convInputs(DType::Float32, Shape{2, 64, 25, 30}, 5, 1, rng, 7),
+                              {{"strides", AttrValue::ofInts({2, 1})}, {"pads", AttrValue::ofInts({3, 2, 1, 3})}},
+                              relu6, rng, true, bounds));
+  EXPECT_TRUE(epilogueMatches(convInputs(DType::Float32, Shape{2, 6, 5, 7}, 9, 1, rng), {},
+                              {{OpId::Minimum, 3, true}, {OpId::Maximum, 4, false}}, rng, true,
+                              {scalar(0.25f, Shape{1, 1, 1, 1}), scalar(-0.25f, Shape{1})}));
+  // After a residual (its operand of the output's shape first).
+  const std::vector<EpilogueStep> residual_relu6 = {
+      {OpId::Add, 3, false}, {OpId::Maximum, 4, false}, {OpId::Minimum, 5, false}};
+  const std::vector<Value> residual_bounds = {operand(DType::Float32, Shape{1, 4, 8, 10}, rng), bounds[0], bounds[1]};
+  EXPECT_TRUE(epilogueMatches(convInputs(DType::Float32, Shape{1, 3, 8, 10}, 4, 1, rng, 3),
+                              {{"pads", AttrValue::ofInts({1, 1, 1, 1})}}, residual_relu6, rng, false,
+                              residual_bounds));
+  // A bound of more than one element is not a scalar: it must be of the output's shape.
+  const std::vector<Value> dense = convInputs(DType::Float32, Shape{1, 3, 6, 6}, 4, 1, rng, 3);
+  KernelSpec spec = specFor("conv", dense);
+  spec.inputs.push_back(specFor("relu", {scalar(0.0f, Shape{})}).inputs[0]);
+  spec.epilogue = {relu6[0]};
+  EXPECT_TRUE(familyFor(OpId::Conv)->supports(spec).isOk());
+  spec.inputs[3] = specFor("relu", {operand(DType::Float32, Shape{1, 2}, rng)}).inputs[0];
+  EXPECT_FALSE(familyFor(OpId::Conv)->supports(spec).isOk());
+}
+
 // What takes an epilogue: not a depthwise conv, not a binary step without a bias (its operand
 // would be taken for the bias), not an operand of another rank; the planner's check agrees.
 TEST(ConvJit, EpilogueSupport) {
@@ -311,17 +350,19 @@ TEST(ConvJit, EpilogueSupport) {
   const KernelSpec grouped = spec(depthwise, groups, {});
   EXPECT_TRUE(convStepSupported(grouped.attrs, operands(depthwise), {}));
   EXPECT_FALSE(convStepSupported(grouped.attrs, operands(depthwise), {relu}));
-  // A region's dense conv step takes any batch and image size; channels, weight and a depthwise
-  // conv's extents stay as inferred.
+  // A region's conv step (dense, pointwise, depthwise) takes any batch and image size; channels
+  // and weight stay as inferred.
   KernelSpec open = ok;
   openConvExtents(open);
   EXPECT_FALSE(open.inputs[0].dims[0].isStatic());
   EXPECT_TRUE(open.inputs[0].dims[1].isStatic());
   EXPECT_FALSE(open.inputs[0].dims[3].isStatic());
   EXPECT_TRUE(open.inputs[1].dims[3].isStatic());
-  KernelSpec kept = grouped;
-  openConvExtents(kept);
-  EXPECT_TRUE(kept.inputs[0].dims[2].isStatic());
+  KernelSpec opened = grouped;
+  openConvExtents(opened);
+  EXPECT_FALSE(opened.inputs[0].dims[2].isStatic());
+  EXPECT_TRUE(opened.inputs[0].dims[1].isStatic());
+  EXPECT_TRUE(opened.inputs[1].dims[2].isStatic());
 }
 
 // Grouped (not depthwise) convs, 16-bit dense convs and 3-D dense convs stay with the reference

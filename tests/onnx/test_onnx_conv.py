@@ -236,10 +236,12 @@ def test_conv_kernels_are_range_guarded(tmp_path, kind, w_shape, stride, pad, gr
 # At O2 a conv's elementwise consumers run in its kernel's store (the region planner hands the
 # conv family an epilogue, as a matmul's): Conv -> Relu alone is a region (one op folded; without
 # the epilogue it would be a lone conv and a one-node pass, not worth a region), and Conv -> Add of
-# a residual -> Relu folds two ops. Dense (3x3, padded) and pointwise convs, several image sizes,
-# against torch.
-@pytest.mark.parametrize("kernel,residual", [(3, False), (3, True), (1, True)])
-def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
+# a residual -> Relu folds two ops. ReLU6 (Clip with scalar bounds: maximum and minimum against
+# one-element operands) folds two more. Dense (3x3, padded) and pointwise convs, several image
+# sizes, against torch.
+@pytest.mark.parametrize("kernel,residual,relu6", [(3, False, False), (3, True, False), (1, True, False),
+                                                   (3, False, True), (1, True, True)])
+def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual, relu6):
     rng = np.random.default_rng(22)
     w_values = rng.standard_normal((8, 8, kernel, kernel)).astype(np.float32)
     b_values = rng.standard_normal(8).astype(np.float32)
@@ -251,7 +253,12 @@ def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4)]
     if residual:
         nodes.append(helper.make_node("Add", ["c", "x"], ["s"]))
-    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
+    if relu6:
+        initializers += [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+                         helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+        nodes.append(helper.make_node("Clip", ["s" if residual else "c", "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
     model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
                               opset_imports=[helper.make_opsetid("", 13)])
     path = tmp_path / "conv_epilogue.onnx"
@@ -265,10 +272,52 @@ def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual):
         x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
         want = reference_conv(x, w_values, 1, pad, 1) + b_values.reshape(1, 8, 1, 1)
         want = np.maximum(want + x if residual else want, 0)
+        if relu6:
+            want = np.minimum(want, 6)
         err = relative_l2(fn(x=x), want)
         assert err <= TOLERANCE, f"{kernel}x{kernel} {h}x{w_side}: relative L2 {err:.2e}"
     stats = program.stats()
     program.close()
     assert stats["fused_regions"] >= 1, stats["jit_report"]
-    assert f"({2 if residual else 1} ops folded" in stats["jit_report"], stats["jit_report"]
+    assert f"({int(residual) + (2 if relu6 else 1)} ops folded" in stats["jit_report"], stats["jit_report"]
     assert stats["launches_compiled"] >= 1, stats["jit_report"]
+
+
+# At O2 a depthwise conv in a region is a conv step whose kernel takes any image size (as a dense
+# conv's): Depthwise -> Relu -> pointwise -> Relu over several sizes, against the reference. (Before,
+# it was an opaque step compiled for the first size, and every other size ran the reference conv
+# inside the region: 5x slower at 240x240 after compiling on 20x20, same results.)
+def test_depthwise_conv_step_serves_every_size_at_o2(tmp_path):
+    rng = np.random.default_rng(23)
+    dw = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    pw = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    b8, b16 = rng.standard_normal(8).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    initializers = [helper.make_tensor("dw", TensorProto.FLOAT, [8, 1, 3, 3], dw.ravel()),
+                    helper.make_tensor("b8", TensorProto.FLOAT, [8], b8),
+                    helper.make_tensor("pw", TensorProto.FLOAT, [16, 8, 1, 1], pw.ravel()),
+                    helper.make_tensor("b16", TensorProto.FLOAT, [16], b16)]
+    nodes = [helper.make_node("Conv", ["x", "dw", "b8"], ["a"], pads=[1, 0, 2, 1], group=8),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "pw", "b16"], ["c"]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "depthwise_region.onnx"
+    onnx.save(model, str(path))
+    for key in ("warmup", "hot_count", "hot_ms"):
+        _core.set_tunable(key, "0")
+    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
+    program.load(str(path))
+    fn = _core.Function(program, 0, -1)
+    padded = lambda x: np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 1)))  # noqa: E731
+    for h, w_side in [(9, 13), (20, 17), (9, 13), (33, 30)]:
+        x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
+        a = np.maximum(reference_conv(padded(x), dw, 1, 0, 8) + b8.reshape(1, 8, 1, 1), 0)
+        want = np.maximum(reference_conv(a, pw, 1, 0, 1) + b16.reshape(1, 16, 1, 1), 0)
+        err = relative_l2(fn(x=x), want)
+        assert err <= TOLERANCE, f"{h}x{w_side}: relative L2 {err:.2e}"
+    stats = program.stats()
+    program.close()
+    assert stats["fused_regions"] >= 1, stats["jit_report"]

@@ -7,6 +7,8 @@
 // for every attribute combination are tests/python/test_conv_ops.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -124,6 +126,87 @@ TEST(ConvKernels, HandComputedValues) {
                    {"count_include_pad", AttrValue::ofBool(true)}});
   ASSERT_TRUE(a.hasValue());
   EXPECT_EQ((*a)[0].tensor().data<float>()[0], 0.25f);
+}
+
+// max_pool's row-wise loop (each tap over the output columns inside the row) against a plain
+// per-output loop: 1-D to 3-D, odd sizes, asymmetric pads on every border, strides, dilations,
+// ceil_mode, windows that lie wholly in the padding (-inf), and NaNs, which win wherever they are.
+TEST(ConvKernels, MaxPoolMatchesAPerOutputLoop) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal;
+  struct Case {
+    Shape x;
+    std::vector<std::int64_t> kernel, strides, pads, dilations;
+    bool ceil = false;
+  };
+  const std::vector<Case> cases = {{Shape{2, 3, 17}, {3}, {2}, {1, 2}, {2}, true},
+                                   {Shape{1, 2, 13, 11}, {3, 3}, {2, 2}, {1, 0, 1, 1}, {}, false},
+                                   {Shape{1, 3, 9, 14}, {2, 3}, {1, 3}, {1, 2, 0, 2}, {2, 1}, true},
+                                   {Shape{2, 1, 5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {1, 1, 0, 0, 1, 1}, {1, 2, 1}, false},
+                                   {Shape{1, 2, 2, 3}, {2, 2}, {1, 1}, {2, 2, 2, 2}, {}, true}};
+  for (const Case& c : cases) {
+    Tensor x = Tensor::empty(DType::Float32, c.x).value();
+    float* xv = x.data<float>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) xv[i] = normal(rng);
+    xv[x.numel() / 3 | 1] = std::numeric_limits<float>::quiet_NaN();
+    Attrs attrs = {{"kernel", AttrValue::ofInts(c.kernel)},
+                   {"strides", AttrValue::ofInts(c.strides)},
+                   {"pads", AttrValue::ofInts(c.pads)},
+                   {"dilations", AttrValue::ofInts(c.dilations)},
+                   {"ceil_mode", AttrValue::ofBool(c.ceil)}};
+    auto y = callOp("max_pool", {Value::fromTensor(x)}, attrs);
+    ASSERT_TRUE(y.hasValue()) << y.status().toString();
+    const Tensor& out = (*y)[0].tensor();
+    // Every rank as 3-D: unit leading axes.
+    const int spatial = c.x.rank() - 2, lead = 3 - spatial;
+    std::int64_t in[3] = {1, 1, 1}, outs[3] = {1, 1, 1}, k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pb[3] = {0, 0, 0},
+                 dl[3] = {1, 1, 1};
+    for (int d = 0; d < spatial; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      in[lead + d] = c.x[2 + d];
+      outs[lead + d] = out.dim(2 + d);
+      k[lead + d] = c.kernel[u];
+      st[lead + d] = c.strides[u];
+      pb[lead + d] = c.pads[2 * u];  // (before, after) per axis
+      dl[lead + d] = c.dilations.empty() ? 1 : c.dilations[u];
+    }
+    const std::int64_t planes = c.x[0] * c.x[1], in_plane = in[0] * in[1] * in[2];
+    std::int64_t index = 0, nans = 0, empty = 0;
+    for (std::int64_t p = 0; p < planes; ++p) {
+      for (std::int64_t o0 = 0; o0 < outs[0]; ++o0) {
+        for (std::int64_t o1 = 0; o1 < outs[1]; ++o1) {
+          for (std::int64_t o2 = 0; o2 < outs[2]; ++o2, ++index) {
+            float want = -std::numeric_limits<float>::infinity();
+            for (std::int64_t k0 = 0; k0 < k[0]; ++k0) {
+              for (std::int64_t k1 = 0; k1 < k[1]; ++k1) {
+                for (std::int64_t k2 = 0; k2 < k[2]; ++k2) {
+                  const std::int64_t i0 = o0 * st[0] - pb[0] + k0 * dl[0], i1 = o1 * st[1] - pb[1] + k1 * dl[1],
+                                     i2 = o2 * st[2] - pb[2] + k2 * dl[2];
+                  if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2]) continue;
+                  const float v = xv[p * in_plane + (i0 * in[1] + i1) * in[2] + i2];
+                  if (std::isnan(v) || v > want) want = v;
+                  if (std::isnan(want)) break;
+                }
+              }
+            }
+            const float got = out.data<float>()[index];
+            nans += std::isnan(want) ? 1 : 0;
+            empty += std::isinf(want) ? 1 : 0;
+            if (std::isnan(want)) {
+              EXPECT_TRUE(std::isnan(got)) << c.x.toString() << " output " << index;
+            } else {
+              EXPECT_EQ(got, want) << c.x.toString() << " output " << index;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(index, out.numel());
+    EXPECT_GT(nans, 0) << c.x.toString();
+    if (c.x == Shape{1, 2, 2, 3}) {
+      EXPECT_GT(empty, 0) << "a window wholly in the padding";
+    }
+  }
 }
 
 // The shape functions on symbolic inputs: dynamic dims stay dynamic (with their id where the

@@ -16,14 +16,17 @@
 // tile of the whole image is written there directly). No buffer ever holds more than one tile of
 // the im2col matrix.
 // Epilogues (dense and pointwise): after the bias, the region planner's elementwise consumers
-// (activations, a residual add) run in the matmul's store; an operand of the output's shape
-// follows the bias (inputs 3..) and is viewed as the output is (per tile for a dense conv).
-// Depthwise float32 1-D/2-D convs (groups == Cin == Cout): a direct loop of their own. Per image
-// plane and output row, the row starts as the bias, then each kernel tap (unrolled: the kernel
-// size, strides and dilations are baked in) adds weight * input over the output columns whose
-// input column is inside the row (a loop the vectorizer widens); rows outside the input are
-// skipped, so padding costs nothing. The call's pads (auto_pad SAME depends on the input) are
-// scalars[0..1].
+// (activations, a residual add, ReLU6's maximum/minimum against scalar bounds) run in the matmul's
+// store; an operand of the output's shape follows the bias (inputs 3..) and is viewed as the
+// output is (per tile for a dense conv); a one-element operand is read with stride 0.
+// Depthwise float32 1-D/2-D convs (groups == Cin == Cout): a direct loop of their own (the kernel
+// size, strides and dilations are baked in, every tap unrolled). An inner output row (all of its
+// kh input rows inside the input) accumulates all kh * kw taps of each output column in a
+// register and stores it once: the columns whose every tap is inside the row run unchecked (a
+// loop the vectorizer widens), the few border columns test each tap. A border row (top and
+// bottom padding) starts as the bias and adds each tap whose input row is inside over the columns
+// it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
+// the input) are scalars[0..1].
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
@@ -50,7 +53,7 @@ using matmul::kScalarTasks;
 
 constexpr std::size_t kX = 0, kW = 1, kBias = 2;
 // A fused epilogue's operands (a residual) follow the bias: inputs kBias + 1 on, at most this many.
-constexpr std::size_t kFirstExtra = kBias + 1, kMaxExtras = 2;
+constexpr std::size_t kFirstExtra = kBias + 1, kMaxExtras = 3;
 // Conv attributes in schema order (ops.def): strides, pads, dilations, groups, auto_pad.
 constexpr std::size_t kStrides = 0, kPads = 1, kDilations = 2, kGroups = 3, kAutoPad = 4;
 // A dense conv's spare KernelArgs slots (after the matmul's canonical views, which end before
@@ -129,6 +132,15 @@ bool isDepthwise(const KernelSpec& spec) {
   return groups > 1 && w.dims[0].size == groups && w.dims[1].size == 1 && spec.inputs[kX].dims[1].size == groups;
 }
 
+// An epilogue operand of one element (every dim statically 1, rank 0 included): a bound of
+// ReLU6 / Clip (maximum(x, 0), minimum(x, 6)) or any scalar of a binary step, read with stride 0.
+bool isScalarOperand(const OperandSpec& operand) {
+  for (int d = 0; d < operand.rank; ++d) {
+    if (!operand.dims[d].isStatic() || operand.dims[d].size != 1) return false;
+  }
+  return true;
+}
+
 // A fused epilogue (bias, folded batch norm, activations, a residual add: the region planner's
 // elementwise consumers of the conv) runs in the matmul's store, so dense and pointwise convs take
 // one; depthwise ones do not. A binary step's operand has the output's rank and channels (its
@@ -153,10 +165,12 @@ Status checkEpilogue(const KernelSpec& spec) {
                        step.operand, kFirstExtra);
     }
     const OperandSpec& extra = spec.inputs[operand];
+    if (extra.is_tensor && extra.dtype == x.dtype && extra.rank <= x.rank && isScalarOperand(extra)) continue;
     if (!extra.is_tensor || extra.dtype != x.dtype || extra.rank != x.rank ||
         (extra.dims[1].isStatic() && extra.dims[1].size != spec.inputs[kW].dims[0].size)) {
       return makeError(ErrorCode::Unsupported,
-                       "conv epilogue operand {} is not of the output's dtype, rank and channels", extra.toString());
+                       "conv epilogue operand {} is not of the output's dtype, rank and channels, nor one element",
+                       extra.toString());
     }
   }
   return Status::ok();
@@ -264,7 +278,10 @@ KernelSpec matmulSpecOf(const KernelSpec& spec) {
   for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
     OperandSpec extra;
     extra.dtype = x.dtype;
-    if (pointwise) {
+    if (isScalarOperand(spec.inputs[e])) {  // one element: [1, 1] (pointwise [1, 1, 1]), read with stride 0
+      extra.rank = pointwise ? 3 : 2;
+      for (int d = 0; d < extra.rank; ++d) extra.dims[d] = staticDim(1);
+    } else if (pointwise) {
       extra.rank = 3;
       extra.dims[0] = x.dims[0];
       extra.dims[1] = a.dims[0];
@@ -301,9 +318,10 @@ struct MatmulOperands {
   std::size_t count = 2;
 };
 
-// An epilogue operand must be the output's shape, dense (its views follow the output's layout).
-Status checkExtra(const Tensor& extra, const Shape& out) {
-  if (extra.shape() != out || !extra.isContiguous()) {
+// An epilogue operand must be the output's shape, dense (its views follow the output's layout),
+// or one element where the spec says so.
+Status checkExtra(const OperandSpec& spec, const Tensor& extra, const Shape& out) {
+  if (isScalarOperand(spec) ? extra.numel() != 1 : extra.shape() != out || !extra.isContiguous()) {
     return makeError(ErrorCode::Unsupported, "conv epilogue operand {} is not a dense tensor of the output's shape {}",
                      extra.describe(), out.toString());
   }
@@ -327,7 +345,8 @@ Status pointwiseOperands(const KernelSpec& spec, std::span<const Value* const> i
     ops.values[2] = Value::fromTensor(std::move(c));
   }
   for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
-    SVM_ASSIGN_OR_RETURN(Tensor view, inputs[e]->tensor().reshapeView(Shape{x.dim(0), w.dim(0), spatial}));
+    const Shape shape = isScalarOperand(spec.inputs[e]) ? Shape{1, 1, 1} : Shape{x.dim(0), w.dim(0), spatial};
+    SVM_ASSIGN_OR_RETURN(Tensor view, inputs[e]->tensor().reshapeView(shape));
     ops.values[e] = Value::fromTensor(std::move(view));
     ops.count = e + 1;
   }
@@ -444,6 +463,7 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
       tile.data[1] = columns;
       float* dst = out + n * g.cout * pixels + p0;
       for (int e = static_cast<int>(kFirstExtra); e < inputs; ++e) {
+        if (args->strides[e][3] == 0) continue;                           // one element (see prepareDense)
         tile.data[e] = static_cast<float*>(args->data[e]) + (dst - out);  // the same columns of the operand
       }
       tile.data[inputs] = width == pixels ? dst : product;  // one tile per image: the output's own layout
@@ -522,9 +542,11 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
     const std::int64_t bias_strides[4] = {0, 0, 1, 0};
     std::copy(bias_strides, bias_strides + 4, args.strides[kBias]);
   }
-  // Epilogue operands: image 0's [Cout, pixels] here (the runner moves each to its tile's columns).
+  // Epilogue operands: image 0's [Cout, pixels] here (the runner moves each to its tile's
+  // columns); a one-element operand with strides 0 (the runner leaves it).
   for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
-    const std::int64_t extra_strides[4] = {0, 0, pixels, 1};
+    const bool scalar = isScalarOperand(spec.inputs[e]);
+    const std::int64_t extra_strides[4] = {0, 0, scalar ? 0 : pixels, scalar ? 0 : 1};
     args.data[e] = const_cast<void*>(static_cast<const void*>(inputs[e]->tensor().rawData()));
     std::copy(extra_strides, extra_strides + 4, args.strides[e]);
   }
@@ -583,7 +605,8 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
   llvm::Value* pw = args.scalar(kScalarPadLeft);
   llvm::Value* in_plane = b.CreateMul(h, wdt);
   llvm::Value* out_plane = b.CreateMul(ho, wo);
-  // Per kx tap: the input column offset and the output columns [lo, hi) it reads inside the row.
+  // Per kx tap: the input column offset and the output columns [lo, hi) it reads inside the row;
+  // [lo_all, hi_all): the columns every tap reads inside the row (the rest are border columns).
   std::vector<llvm::Value*> x_off(static_cast<std::size_t>(kw)), lo(static_cast<std::size_t>(kw)),
       hi(static_cast<std::size_t>(kw));
   auto ceilDiv = [&](llvm::Value* a, std::int64_t d) { return b.CreateSDiv(b.CreateAdd(a, i64(d - 1)), i64(d)); };
@@ -591,14 +614,22 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
     llvm::Value* up = b.CreateSelect(b.CreateICmpSLT(v, low), low, v);
     return b.CreateSelect(b.CreateICmpSGT(up, high), high, up);
   };
+  llvm::Value* lo_all = i64(0);
+  llvm::Value* hi_all = wo;
   for (std::int64_t kx = 0; kx < kw; ++kx) {
     const std::size_t k = static_cast<std::size_t>(kx);
     x_off[k] = b.CreateSub(i64(kx * dw), pw);
     lo[k] = clamp(ceilDiv(b.CreateNeg(x_off[k]), sw), i64(0), wo);
     hi[k] = clamp(ceilDiv(b.CreateSub(wdt, x_off[k]), sw), lo[k], wo);
+    lo_all = b.CreateSelect(b.CreateICmpSGT(lo[k], lo_all), lo[k], lo_all);
+    hi_all = b.CreateSelect(b.CreateICmpSLT(hi[k], hi_all), hi[k], hi_all);
   }
+  hi_all = b.CreateSelect(b.CreateICmpSLT(hi_all, lo_all), lo_all, hi_all);
+  // The output rows whose every ky tap row is inside the input: [oy_lo, oy_hi).
+  llvm::Value* oy_lo = clamp(ceilDiv(ph, sh), i64(0), ho);
+  llvm::Value* oy_hi = clamp(ceilDiv(b.CreateSub(b.CreateAdd(h, ph), i64((kh - 1) * dh)), sh), oy_lo, ho);
   // The output rows are apart from the input and the weights (the runtime gives each its own
-  // buffer): input loads carry noalias against the output's scope, so the tap loop vectorizes
+  // buffer): input loads carry noalias against the output's scope, so the column loops vectorize
   // without run-time overlap checks.
   llvm::MDBuilder md(context);
   llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.conv.depthwise");
@@ -612,6 +643,11 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
     return access;
   };
   const ir::LoopHints outer = ir::LoopHints::asEmitted();
+  ir::LoopHints columns;  // vectorized, not interleaved: the border rows' loops (few rows)
+  columns.no_unroll_after_vectorize = true;
+  columns.interleave_count = 1;
+  ir::LoopHints inner;  // the inner rows' column loop: vectorized and interleaved as the vectorizer sees fit
+  inner.no_unroll_after_vectorize = true;
   ir::emitLoop(
       b, i64(0), b.CreateMul(batch, i64(channels)), 1,
       [&](llvm::Value* plane) {
@@ -619,46 +655,117 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
         llvm::Value* xp = b.CreateInBoundsGEP(f32, x, b.CreateMul(plane, in_plane));
         llvm::Value* op = b.CreateInBoundsGEP(f32, out, b.CreateMul(plane, out_plane));
         llvm::Value* start = llvm::ConstantFP::get(f32, 0.0);
-        if (bias != nullptr) start = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bias, c));
+        if (bias != nullptr) start = notOutput(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bias, c)));
         std::vector<llvm::Value*> taps;
         for (std::int64_t t = 0; t < kh * kw; ++t) {
-          taps.push_back(
-              b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, b.CreateAdd(b.CreateMul(c, i64(kh * kw)), i64(t)))));
+          taps.push_back(notOutput(
+              b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, b.CreateAdd(b.CreateMul(c, i64(kh * kw)), i64(t))))));
         }
+        // A border row (some ky tap row outside the input): the row starts as the bias, then each
+        // tap inside adds weight * input over its columns [lo, hi).
+        auto borderRow = [&](llvm::Value* oy) {
+          llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+          ir::emitLoop(
+              b, i64(0), wo, 1,
+              [&](llvm::Value* ox) { inOutput(b.CreateStore(start, b.CreateInBoundsGEP(f32, orow, ox))); }, "init",
+              columns);
+          for (std::int64_t ky = 0; ky < kh; ++ky) {
+            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
+            llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
+            ir::emitIfElse(
+                b, inside,
+                [&] {
+                  llvm::Value* xrow = b.CreateGEP(f32, xp, b.CreateMul(iy, wdt));
+                  for (std::int64_t kx = 0; kx < kw; ++kx) {
+                    const std::size_t k = static_cast<std::size_t>(kx);
+                    llvm::Value* tap = taps[static_cast<std::size_t>(ky * kw + kx)];
+                    ir::emitLoop(
+                        b, lo[k], hi[k], 1,
+                        [&](llvm::Value* ox) {
+                          llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
+                          llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
+                          llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
+                          llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
+                          inOutput(
+                              b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {tap, xv, acc}), at));
+                        },
+                        "tap", columns);
+                  }
+                },
+                [] {});
+          }
+        };
+        // An inner row (every ky tap row inside): each output column is the bias plus all kh * kw
+        // taps, accumulated in a register and stored once; the border columns [0, lo_all) and
+        // [hi_all, wo) test each tap's column, the columns between read every tap unchecked.
+        auto innerRow = [&](llvm::Value* oy) {
+          llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+          std::vector<llvm::Value*> xrows;
+          for (std::int64_t ky = 0; ky < kh; ++ky) {
+            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
+            xrows.push_back(b.CreateGEP(f32, xp, b.CreateMul(iy, wdt)));
+          }
+          auto borderColumns = [&](llvm::Value* from, llvm::Value* to) {
+            ir::emitLoop(
+                b, from, to, 1,
+                [&](llvm::Value* ox) {
+                  llvm::Value* acc = start;
+                  for (std::int64_t kx = 0; kx < kw; ++kx) {
+                    const std::size_t k = static_cast<std::size_t>(kx);
+                    llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
+                    llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(column, i64(0)), b.CreateICmpSLT(column, wdt));
+                    llvm::BasicBlock* before = b.GetInsertBlock();
+                    llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "dw.col", function);
+                    llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "dw.col.join", function);
+                    b.CreateCondBr(inside, load, join);
+                    b.SetInsertPoint(load);
+                    llvm::Value* sum = acc;
+                    for (std::int64_t ky = 0; ky < kh; ++ky) {
+                      llvm::Value* xv =
+                          notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column)));
+                      sum = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32},
+                                              {taps[static_cast<std::size_t>(ky * kw + kx)], xv, sum});
+                    }
+                    llvm::BasicBlock* loaded = b.GetInsertBlock();
+                    b.CreateBr(join);
+                    b.SetInsertPoint(join);
+                    llvm::PHINode* merged = b.CreatePHI(f32, 2);
+                    merged->addIncoming(acc, before);
+                    merged->addIncoming(sum, loaded);
+                    acc = merged;
+                  }
+                  inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
+                },
+                "edge", outer);
+          };
+          borderColumns(i64(0), lo_all);
+          ir::emitLoop(
+              b, lo_all, hi_all, 1,
+              [&](llvm::Value* ox) {
+                llvm::Value* acc = start;
+                for (std::int64_t ky = 0; ky < kh; ++ky) {
+                  for (std::int64_t kx = 0; kx < kw; ++kx) {
+                    const std::size_t k = static_cast<std::size_t>(kx);
+                    llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
+                    llvm::Value* xv =
+                        notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column)));
+                    acc = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32},
+                                            {taps[static_cast<std::size_t>(ky * kw + kx)], xv, acc});
+                  }
+                }
+                inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
+              },
+              "taps", inner);
+          borderColumns(hi_all, wo);
+        };
+        // The border rows in one loop (one copy of their code): [0, oy_lo), then [oy_hi, ho).
         ir::emitLoop(
-            b, i64(0), ho, 1,
-            [&](llvm::Value* oy) {
-              llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
-              ir::emitLoop(
-                  b, i64(0), wo, 1, [&](llvm::Value* ox) { b.CreateStore(start, b.CreateInBoundsGEP(f32, orow, ox)); },
-                  "init");
-              for (std::int64_t ky = 0; ky < kh; ++ky) {
-                llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-                llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
-                ir::emitIfElse(
-                    b, inside,
-                    [&] {
-                      llvm::Value* xrow = b.CreateGEP(f32, xp, b.CreateMul(iy, wdt));
-                      for (std::int64_t kx = 0; kx < kw; ++kx) {
-                        const std::size_t k = static_cast<std::size_t>(kx);
-                        llvm::Value* tap = taps[static_cast<std::size_t>(ky * kw + kx)];
-                        ir::emitLoop(
-                            b, lo[k], hi[k], 1,
-                            [&](llvm::Value* ox) {
-                              llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
-                              llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
-                              llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
-                              llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
-                              inOutput(b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {tap, xv, acc}),
-                                                     at));
-                            },
-                            "tap");
-                      }
-                    },
-                    [] {});
-              }
+            b, i64(0), b.CreateAdd(oy_lo, b.CreateSub(ho, oy_hi)), 1,
+            [&](llvm::Value* r) {
+              borderRow(b.CreateSelect(b.CreateICmpSLT(r, oy_lo), r, b.CreateAdd(oy_hi, b.CreateSub(r, oy_lo))));
             },
-            "oy", outer);
+            "border", outer);
+        ir::emitLoop(b, oy_lo, oy_hi, 1, innerRow, "oy", outer);
       },
       "plane", outer);
   b.CreateRetVoid();
@@ -704,7 +811,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
       return makeError(ErrorCode::Unsupported, "conv kernel reads dense x, w and bias and writes one dense output");
     }
     for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
-      SVM_RETURN_IF_ERROR(checkExtra(inputs[e]->tensor(), outputs[0].shape()));
+      SVM_RETURN_IF_ERROR(checkExtra(spec.inputs[e], inputs[e]->tensor(), outputs[0].shape()));
     }
     if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
     return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
@@ -745,7 +852,7 @@ const KernelFamily* convFamily(OpId op) {
 }
 
 void openConvExtents(KernelSpec& spec) {
-  if (spec.op != OpId::Conv || spec.inputs.empty() || isDepthwise(spec)) return;
+  if (spec.op != OpId::Conv || spec.inputs.empty()) return;
   OperandSpec& x = spec.inputs[kX];
   for (int d = 0; d < x.rank; ++d) {
     if (d != 1) x.dims[d] = DimSpec{};
