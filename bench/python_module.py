@@ -140,6 +140,7 @@ def main():
                         help="comma-separated rows to run: one (x + y at O2 and O0), chain (20 ops), cell (the "
                              "reference cell as a Module), method (the same cell with a gate method, "
                              "examples/lstm_cell_module.py)")
+    parser.add_argument("--progress", action="store_true", help="print each cell row to stderr as it finishes")
     parser.add_argument("--seqs", default="10,20,30,120", help="sequence lengths of the cell rows")
     opts = parser.parse_args()
     cases = set(opts.cases.split(","))
@@ -195,7 +196,9 @@ def main():
             assert np.allclose(got[0], want[0].numpy(), rtol=1e-4, atol=1e-4)
             compare(rows, f"{name}, batch 32 seq {seq}", cell, lambda a, b, c: torch_cell(params, a, b, c),
                     (xs, hs, cs), (torch.from_numpy(xs), torch.from_numpy(hs), torch.from_numpy(cs)),
-                    max(3, int(200 * scale)), opts.rounds)
+                    max(3, int(2000 / seq * scale)), opts.rounds)  # about the same time per round at any seq
+            if opts.progress:
+                print(f"  {rows[-1][0]}: {rows[-1][1]:.0f} vs {rows[-1][2]:.0f} µs", file=sys.stderr, flush=True)
             stats[name] = cell.stats()
 
     print(f"CPU: {cpu_model()}; torch {torch.__version__}, numpy {np.__version__}; one thread; "
