@@ -9,8 +9,10 @@ median wall time per configuration and the O0/O2 ratio of each binary (medians o
 and the same for the process's CPU time (user + system, all threads: on a machine shared with other
 work, wall time also counts waiting for a core).
 
-Usage: /usr/bin/python3 bench/tierup_wallclock.py [--bin LABEL=PATH ...] [--iters 60,300] [--rounds 5]
-                                                   [--set KEY=VALUE ...] [--json FILE]
+Usage: /usr/bin/python3 bench/tierup_wallclock.py [--bin LABEL=PATH[@KEY=VALUE,...] ...] [--iters 60,300]
+                                                   [--rounds 5] [--set KEY=VALUE ...] [--json FILE]
+A binary's `@KEY=VALUE,...` suffix sets tunables for its runs only, so one build can be its own peer
+(e.g. `--bin after=build/tools/shapevm --bin before=build/tools/shapevm@compile_payoff_ms=0`).
 """
 import argparse
 import json
@@ -53,6 +55,11 @@ def main(argv=None):
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     bins = [b.split("=", 1) for b in args.bin] or [["this", str(ROOT / "build" / "tools" / "shapevm")]]
+    own_sets = {}  # label -> tunables for that binary's runs only
+    for b in bins:
+        path, _, extra = b[1].partition("@")
+        b[1] = path
+        own_sets[b[0]] = [s for s in extra.split(",") if s]
     iters = [int(x) for x in args.iters.split(",")]
     times = {}  # (label, level, iters) -> [s]
     cpus = {}  # the same, CPU seconds
@@ -60,7 +67,7 @@ def main(argv=None):
         for n in iters:
             for label, path in bins:
                 for level in ("O0", "O2"):
-                    t, c = one_run(path, level, n, args.set)
+                    t, c = one_run(path, level, n, args.set + own_sets[label])
                     times.setdefault((label, level, n), []).append(t)
                     cpus.setdefault((label, level, n), []).append(c)
                     print(f"round {r + 1}: {label} {level} --iters {n}: {t:.2f} s wall, {c:.2f} s CPU", file=sys.stderr,

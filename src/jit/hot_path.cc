@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ops/registry.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -125,6 +126,22 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
   if (cost.best_ns < 0.0 || cost.best_ns < kCompiledLaunchNs) return true;  // no interval yet, or cheap
   // Over the launch: clearly (10x) at once, else only once several intervals agree.
   return cost.best_ns < 10 * kCompiledLaunchNs && cost.intervals < InterpretedCost::kIntervals;
+}
+
+int estimatedRegionKernels(const Function& function, const std::vector<int>& sites) {
+  int contractions = 0;
+  bool rest = false;
+  for (int site : sites) {
+    const OpId op = function.op_sites[static_cast<std::size_t>(site)].op;
+    const bool contraction = OpRegistry::global().schema(op).cls == shapevm::OpClass::Contraction;
+    contractions += contraction ? 1 : 0;
+    rest = rest || !contraction;
+  }
+  return contractions + (rest ? 1 : 0);
+}
+
+bool compilePaysOff(double interpreted_ms, double cost_ms) {
+  return cost_ms <= 0.0 || interpreted_ms * kCompiledGain >= cost_ms;
 }
 
 bool isHot(const RegionHeat& heat) {

@@ -65,4 +65,19 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
 // Hot when executions >= hot_count and time >= hot_ms (tunables HotCount, HotMs).
 bool isHot(const RegionHeat& heat);
 
+// Pay-off aware compiling (O2, tunable CompilePayoffMs): a fused range's first compile starts once
+// the time its ops spent interpreted, times the fraction of it a compiled region saves
+// (kCompiledGain: the reference cell runs 4-9x faster compiled), repays the compile's estimated
+// cost. The past predicts as much again to come: a run that ends right after the compile spent
+// at most about twice what compiling at once would have, and a long run compiles early.
+inline constexpr double kCompiledGain = 0.75;
+// A warm kernel cache (entries on disk): compiles cost about this fraction of a cold one (the
+// reference cell's region: ~30 ms of compile-thread CPU warm, ~280 ms cold).
+inline constexpr double kWarmCacheCostFraction = 0.1;
+// The kernels a fused range over these sites compiles into, estimated before planning: one per
+// contraction (matmul, conv: each a step of its own), one for everything else (fused).
+int estimatedRegionKernels(const Function& function, const std::vector<int>& sites);
+// True when `interpreted_ms` of interpreted time times kCompiledGain repays `cost_ms`.
+bool compilePaysOff(double interpreted_ms, double cost_ms);
+
 }  // namespace shapevm::jit

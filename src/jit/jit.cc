@@ -527,7 +527,9 @@ void Jit::noteTuning(const TuneOutcome& tuned) {
 
 bool Jit::coveredByRange(int function, int site) const {
   for (const RangeState& state : ranges_[static_cast<std::size_t>(function)]) {
-    if (state.phase != RangeState::Phase::Queued && state.phase != RangeState::Phase::Installed) continue;
+    // A range whose compile is deferred (regionCompilePaysOff) holds its sites back with it.
+    const bool deferred = state.phase == RangeState::Phase::Cold && state.deferred;
+    if (state.phase != RangeState::Phase::Queued && state.phase != RangeState::Phase::Installed && !deferred) continue;
     if (state.phase == RangeState::Phase::Installed &&
         state.declines->load(std::memory_order_relaxed) - state.declines_at_request > 0) {
       continue;  // the region declines some inputs: its ops need their own kernels
@@ -546,6 +548,7 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   if (state.compiles == 0 && cheaperInterpreted(state.interpreted, state.range.sites, vm_.runtime(function), level_)) {
     return;
   }
+  if (state.compiles == 0 && !regionCompilePaysOff(function, state)) return;  // interpreted until compiling pays off
   const std::uint64_t declines = state.declines->load(std::memory_order_relaxed);
   bool tune = false;
   if (state.phase == Phase::Installed) {
@@ -705,6 +708,7 @@ void Jit::compileRange(const Request& request) {
   trace::instant("compile", "install", trace::Args().addPc(snapshot.range.start_pc).add("kernel", description));
   state.phase = Phase::Installed;
   if (!request.tune) {
+    if (kernels > 0) compile_ms_per_kernel_ = cpu_ms / kernels;  // what the next region's deferral expects
     ++state.compiles;
     state.installed_ms = ran_ms;
     state.tune_cost_ms = estimate.cost_ms;
@@ -740,6 +744,39 @@ void Jit::compileRange(const Request& request) {
 
 bool Jit::payoffWaits() const {
   return !options_.wait_for_compiles && Tunables::get(Tunable::TunePayoff) != 0;
+}
+
+// A fused range's first compile is worth starting once its interpreted time repays the estimated
+// compile cost (hot_path.h: compilePaysOff); logged when it is first held back and when it starts.
+bool Jit::regionCompilePaysOff(int function, RangeState& state) {
+  const auto prior_ms = static_cast<double>(Tunables::get(Tunable::CompilePayoffMs));
+  if (!payoffWaits() || level_ < 2 || prior_ms <= 0 || Tunables::get(Tunable::HotMs) <= 0) return true;
+  double per_kernel_ms = compile_ms_per_kernel_;
+  if (per_kernel_ms < 0) {
+    if (kernel_cache_warm_ < 0) {
+      const KernelCache* cache = engine_->kernelCache();
+      kernel_cache_warm_ = cache != nullptr && cache->stats().entries > 0 ? 1 : 0;
+    }
+    per_kernel_ms = prior_ms * (kernel_cache_warm_ == 1 ? kWarmCacheCostFraction : 1.0);
+  }
+  const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
+  const double cost_ms = per_kernel_ms * estimatedRegionKernels(fn, state.range.sites);
+  const double ran_ms = sitesMilliseconds(state.range.sites, vm_.runtime(function));
+  if (ran_ms <= 0) return true;  // not timed (profiling off): no evidence to wait on
+  const bool pays = compilePaysOff(ran_ms, cost_ms);
+  if (!pays && !state.deferred) {
+    logAt(LogLevel::Info, "JIT",
+          "Compiling the region at PC=0x{:02X} is deferred: {:.0f}ms interpreted x expected gain {:.0f}% < "
+          "estimated compile cost {:.0f}ms",
+          state.range.start_pc, ran_ms, kCompiledGain * 100, cost_ms);
+  } else if (pays && state.deferred) {
+    logAt(LogLevel::Info, "JIT",
+          "Compiling the region at PC=0x{:02X} pays off now: {:.0f}ms interpreted x expected gain {:.0f}% >= "
+          "estimated compile cost {:.0f}ms",
+          state.range.start_pc, ran_ms, kCompiledGain * 100, cost_ms);
+  }
+  state.deferred = !pays;
+  return pays;
 }
 
 // Tuning is worth starting once the time spent since the untuned install, times the expected
@@ -803,6 +840,7 @@ JitStats Jit::stats() const {
       out.region_row_blocked += range.row_blocked->load(std::memory_order_relaxed);
       const bool tunable = level_ >= 2 && options_.tuner != nullptr && range.tune_cost_ms > 0;
       if (tunable && range.phase == RangeState::Phase::Installed && !range.tuned) ++out.tuning_deferred;
+      if (range.phase == RangeState::Phase::Cold && range.deferred) ++out.compiles_deferred;
     }
   }
   if (engine_) {
@@ -834,6 +872,12 @@ std::string Jit::statsReport() const {
       "jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits; {} tunings deferred "
       "(would not pay off yet)\n",
       s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
+  if (s.compiles_deferred > 0) {
+    text += fmt::format(
+        "jit: {} hot fused regions not compiled yet: their interpreted time does not repay the "
+        "estimated compile cost (compile_payoff_ms)\n",
+        s.compiles_deferred);
+  }
   if (s.compiles_pending > 0) {
     text += fmt::format(
         "jit: {} compiles/tunings still queued or running in the background: the compile and tuning "

@@ -66,6 +66,7 @@ struct JitStats {
   std::uint64_t tuned_kernels = 0;       // kernels whose parameters were chosen by timing
   std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
   std::uint64_t tuning_deferred = 0;     // (stats() time) installed regions/kernels whose tuning does not pay off yet
+  std::uint64_t compiles_deferred = 0;   // (stats() time) hot fused ranges whose compile does not pay off yet
   std::uint64_t fused_regions = 0;       // O2 fused ranges installed
   std::uint64_t fused_ops = 0;           // CallOps folded into their fused kernels and epilogues
   std::uint64_t region_runs = 0;         // (stats() time) executions served by fused regions
@@ -147,6 +148,7 @@ class Jit final : public ExecutionObserver {
     double installed_ms = 0;  // the range's cumulative time when the untuned region was installed
     double tune_cost_ms = 0;  // estimated: compiling + timing the candidates of its kernels
     double tune_gain = 1;     // expected fraction of its time that tuning saves
+    bool deferred = false;    // hot, but its first compile does not pay off yet (CompilePayoffMs)
   };
   std::vector<RangeState> rangeStates(int function) const;
 
@@ -167,6 +169,7 @@ class Jit final : public ExecutionObserver {
   void compileRange(const Request& request);
   bool payoffWaits() const;  // TunePayoff on and no --jit-wait
   bool tuningPaysOff(double ran_ms, double cost_ms, double gain) const;
+  bool regionCompilePaysOff(int function, RangeState& state);  // mutex_ held
   TuneEstimate estimateTuning(const CompiledRegion& region, double codegen_ms) const;
   bool coveredByRange(int function, int site) const;  // callers hold mutex_
   void recordFailure(int function, int site, JitReason reason, const std::string& why);
@@ -192,6 +195,10 @@ class Jit final : public ExecutionObserver {
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};  // set at destruction: the workers' cancel flag
   JitStats stats_;
+  // Pay-off aware compiling (mutex_): the compile-thread CPU per kernel of this process's last
+  // region compile (-1: none yet), and whether the kernel cache held entries (-1: not looked).
+  double compile_ms_per_kernel_ = -1;
+  int kernel_cache_warm_ = -1;
   std::vector<std::thread> workers_;
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
 };

@@ -335,6 +335,28 @@ constexpr std::int64_t kSampleAboveRows = 8;
 constexpr std::int64_t kSampleElementwiseAbove = std::int64_t{1} << 14;
 // Sampled rows besides the first and the last: this many on a stride with a random offset.
 constexpr int kStridedRows = 2;
+// An elementwise output of rank >= 3 is sampled by lines (see sampleLines): about this many
+// elements of lines on a rotated diagonal, between kMinLines and kMaxLines of them.
+constexpr std::int64_t kLineSampleElements = std::int64_t{1} << 13;
+constexpr std::int64_t kMinLines = 4;
+constexpr std::int64_t kMaxLines = 32;
+
+// The sampled part of an output: the slices at some indices of its first `lead` axes, each
+// taken whole over the remaining axes. Rows (`lead` 1) for a matmul and outputs of rank <= 2;
+// lines along the last axis (`lead` rank - 1) for an elementwise output of rank >= 3, whose
+// axis-0 rows can be large ([32, 32, 1024]: 32 rows of 32K elements each).
+struct Sample {
+  int lead = 1;
+  std::vector<std::vector<std::int64_t>> at;  // per slice: its index on each of the first `lead` axes
+  bool empty() const { return at.empty(); }
+  void clear() { at.clear(); }
+  std::string describe() const {
+    std::vector<std::string> items;
+    for (const auto& index : at)
+      items.push_back(lead == 1 ? fmt::format("{}", index[0]) : fmt::format("({})", fmt::join(index, ",")));
+    return fmt::format("{} {}", lead == 1 ? "rows" : "lines", fmt::join(items, ","));
+  }
+};
 
 // How the inputs of a call relate to the output's axis 0, when the op computes output row r from
 // row r of some inputs and the whole of the others: row_indexed[i] is true for the former. False
@@ -372,35 +394,85 @@ bool rowsSampleable(const KernelSpec& spec, std::span<const Value* const> inputs
   return true;
 }
 
-// Row `r` of `t` as a view of shape [1, ...].
-Expected<Tensor> rowOf(const Tensor& t, std::int64_t r) {
-  Shape shape = t.shape();
-  shape[0] = 1;
-  return t.asStrided(shape, t.strides(), t.offset() + r * t.stride(0));
+// An elementwise op (numpy broadcasting, every input of at most the output's rank) with an output
+// of rank >= 3, sampled by lines: indexed[i] is true for an input with an extent > 1 on one of
+// the output's leading axes (its lines are gathered), false for one read whole by every line.
+bool linesSampleable(const KernelSpec& spec, std::span<const Value* const> inputs, const Shape& out,
+                     std::vector<bool>& indexed) {
+  if (out.rank() < 3 || spec.fused || !spec.epilogue.empty()) return false;
+  const OpClass cls = OpRegistry::global().schema(spec.op).cls;
+  if (!(cls == OpClass::Binary || cls == OpClass::Compare || cls == OpClass::Unary || cls == OpClass::Select ||
+        cls == OpClass::Cast || cls == OpClass::Nary)) {
+    return false;
+  }
+  indexed.assign(inputs.size(), false);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == nullptr || !inputs[i]->isTensor()) continue;
+    const Tensor& t = inputs[i]->tensor();
+    const int shift = out.rank() - t.rank();
+    if (shift < 0) return false;
+    for (int a = 0; a < t.rank(); ++a) {
+      if (t.dim(a) != 1 && t.dim(a) != out[a + shift]) return false;
+      indexed[i] = indexed[i] || (a + shift < out.rank() - 1 && t.dim(a) != 1);
+    }
+  }
+  return true;
 }
 
-// Rows `rows` of `t` gathered into a fresh contiguous tensor [rows.size(), ...].
-Expected<Tensor> gatherRows(const Tensor& t, std::span<const std::int64_t> rows) {
-  Shape shape = t.shape();
-  shape[0] = static_cast<std::int64_t>(rows.size());
-  SVM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(t.dtype(), shape));
-  const std::size_t row_bytes =
-      static_cast<std::size_t>(out.numel() / std::max<std::int64_t>(1, shape[0])) * t.itemSize();
-  for (std::size_t k = 0; k < rows.size(); ++k) {
-    SVM_ASSIGN_OR_RETURN(Tensor row, rowOf(t, rows[k]));
-    SVM_ASSIGN_OR_RETURN(Tensor dense, row.contiguous());
-    std::memcpy(static_cast<char*>(out.rawData()) + k * row_bytes, dense.rawData(), row_bytes);
+// The slices of `t` (an input broadcast against an output of shape `out`, aligned at the last
+// axis, or an output itself) at the sample's indices, gathered into a fresh contiguous tensor of
+// the output's rank: [slices, 1, ..., 1, t's extents on the axes after the sample's leading ones].
+Expected<Tensor> gatherSample(const Tensor& t, const Shape& out, const Sample& sample) {
+  const int rank = out.rank();
+  const int shift = rank - t.rank();
+  Shape shape;
+  shape.resize(rank);
+  Shape slice_shape, slice_strides;
+  std::int64_t slice_elements = 1;
+  for (int a = 0; a < rank; ++a) {
+    const int axis = a - shift;  // t's axis, or < 0 where t has none
+    if (a < sample.lead) {
+      shape[a] = a == 0 ? static_cast<std::int64_t>(sample.at.size()) : 1;
+    } else {
+      shape[a] = axis >= 0 ? t.dim(axis) : 1;
+      if (axis >= 0) {
+        slice_shape.push_back(t.dim(axis));
+        slice_strides.push_back(t.stride(axis));
+        slice_elements *= t.dim(axis);
+      }
+    }
   }
-  return out;
+  SVM_ASSIGN_OR_RETURN(Tensor gathered, Tensor::empty(t.dtype(), shape));
+  const std::size_t slice_bytes = static_cast<std::size_t>(slice_elements) * t.itemSize();
+  for (std::size_t k = 0; k < sample.at.size(); ++k) {
+    std::int64_t offset = t.offset();
+    for (int a = std::max(0, shift); a < sample.lead; ++a) {
+      const int axis = a - shift;
+      if (t.dim(axis) != 1) offset += sample.at[k][static_cast<std::size_t>(a)] * t.stride(axis);
+    }
+    SVM_ASSIGN_OR_RETURN(Tensor slice, t.asStrided(slice_shape, slice_strides, offset));
+    SVM_ASSIGN_OR_RETURN(Tensor dense, slice.contiguous());
+    std::memcpy(static_cast<char*>(gathered.rawData()) + k * slice_bytes, dense.rawData(), slice_bytes);
+  }
+  return gathered;
 }
 
 // The first element of `t` the kernel left unwritten (still the poison), or -1.
 std::int64_t firstPoisoned(const Tensor& t) {
   const std::int64_t n = t.numel();
   if (t.dtype() == DType::Float32 && t.isContiguous()) {
+    // Blocks without an early exit (the compiler vectorizes the unordered compare), then the
+    // element in the first block that has one.
+    constexpr std::int64_t kBlock = 1024;
     const float* data = t.data<float>();
-    for (std::int64_t k = 0; k < n; ++k) {
-      if (std::isnan(data[k])) return k;
+    for (std::int64_t k = 0; k < n; k += kBlock) {
+      const std::int64_t end = std::min(n, k + kBlock);
+      bool any = false;
+      for (std::int64_t j = k; j < end; ++j) any |= data[j] != data[j];  // NaN only
+      if (!any) continue;
+      for (std::int64_t j = k; j < end; ++j) {
+        if (std::isnan(data[j])) return j;
+      }
     }
     return -1;
   }
@@ -421,7 +493,7 @@ std::int64_t firstPoisoned(const Tensor& t) {
 // The rows the reference computes for a set of `rows` output rows: the first and last (range
 // ends, last tiles), kStridedRows on a stride from a random offset (a fault every few rows, or
 // in one task's chunk) and `middle` more drawn from `seed`.
-std::vector<std::int64_t> sampleRows(std::int64_t rows, int middle, std::uint64_t seed) {
+Sample sampleRows(std::int64_t rows, int middle, std::uint64_t seed) {
   std::vector<std::int64_t> picked = {0};
   FastRandom random{seed ^ 0x5A4D504C45ULL};
   const std::int64_t stride = std::max<std::int64_t>(1, rows / kStridedRows);
@@ -433,29 +505,82 @@ std::vector<std::int64_t> sampleRows(std::int64_t rows, int middle, std::uint64_
   picked.push_back(rows - 1);
   std::sort(picked.begin(), picked.end());
   picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
-  return picked;
+  Sample sample;
+  for (std::int64_t r : picked) sample.at.push_back({r});
+  return sample;
 }
 
-// The reference's outputs on rows `rows` of the output ([rows.size(), ...] each): one reference
-// call on the row-indexed inputs' rows gathered and the other inputs whole (broadcast along axis
-// 0, so they broadcast over the gathered rows alike). False (not a validation case) when the
-// reference rejects the inputs or does not give one row per gathered row.
+// The lines (one index on every axis but the last) the reference computes for an output of shape
+// `out`: the first and the last line of the first and of the last axis-0 row (range ends, last
+// tiles, the first and the last task's rows), `count` lines on a diagonal rotated at random per
+// axis (every index of an axis of at most `count` extent at least once, so a wrong broadcast or
+// stride along any axis shows; longer axes are stratified), and `middle` more drawn at random.
+Sample sampleLines(const Shape& out, int middle, std::uint64_t seed) {
+  Sample sample;
+  sample.lead = out.rank() - 1;
+  const auto lead = static_cast<std::size_t>(sample.lead);
+  const std::int64_t count =
+      std::clamp<std::int64_t>(kLineSampleElements / std::max<std::int64_t>(1, out[sample.lead]), kMinLines, kMaxLines);
+  FastRandom random{seed ^ 0x4C494E4553ULL};
+  for (const bool last_row : {false, true}) {
+    for (const bool last_line : {false, true}) {
+      std::vector<std::int64_t> index(lead);
+      for (std::size_t a = 0; a < lead; ++a) {
+        const bool last = a == 0 ? last_row : last_line;
+        index[a] = last ? out[static_cast<int>(a)] - 1 : 0;
+      }
+      sample.at.push_back(std::move(index));
+    }
+  }
+  std::vector<std::int64_t> rotation(lead);
+  for (std::int64_t& r : rotation) r = static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(count));
+  for (std::int64_t k = 0; k < count; ++k) {
+    std::vector<std::int64_t> index(lead);
+    for (std::size_t a = 0; a < lead; ++a) {
+      const std::int64_t extent = out[static_cast<int>(a)];
+      const std::int64_t bucket = extent / count;  // > 0: the axis is longer than the diagonal
+      index[a] = (k + rotation[a]) % count * extent / count +
+                 (bucket > 0 ? static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(bucket)) : 0);
+    }
+    sample.at.push_back(std::move(index));
+  }
+  for (int m = 0; m < middle; ++m) {
+    std::vector<std::int64_t> index(lead);
+    for (std::size_t a = 0; a < lead; ++a) {
+      index[a] = static_cast<std::int64_t>(random.next() % static_cast<std::uint64_t>(out[static_cast<int>(a)]));
+    }
+    sample.at.push_back(std::move(index));
+  }
+  std::sort(sample.at.begin(), sample.at.end());
+  sample.at.erase(std::unique(sample.at.begin(), sample.at.end()), sample.at.end());
+  return sample;
+}
+
+// The reference's outputs on the sampled slices of an output of shape `out` (each as
+// gatherSample gives them): one reference call on the indexed inputs' slices gathered and the
+// other inputs whole (broadcast along the sampled axes, so they broadcast over the gathered
+// slices alike). False (not a validation case) when the reference rejects the inputs or does not
+// give the gathered shape.
 Expected<bool> sampledReference(const CompiledKernel& kernel, std::span<const Value* const> inputs,
-                                const std::vector<bool>& row_indexed, std::span<const std::int64_t> rows,
+                                const std::vector<bool>& indexed, const Shape& out, const Sample& sample,
                                 std::vector<Value>& expected) {
   std::vector<Value> gathered(inputs.size());
   std::vector<const Value*> pointers(inputs.begin(), inputs.end());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!row_indexed[i]) continue;
-    SVM_ASSIGN_OR_RETURN(Tensor picked, gatherRows(inputs[i]->tensor(), rows));
+    if (!indexed[i]) continue;
+    SVM_ASSIGN_OR_RETURN(Tensor picked, gatherSample(inputs[i]->tensor(), out, sample));
     gathered[i] = Value::fromTensor(std::move(picked));
     pointers[i] = &gathered[i];
   }
   expected.assign(static_cast<std::size_t>(kernel.num_outputs), Value());
   if (!kernel.family->reference(kernel.spec, pointers, expected).isOk()) return false;
-  for (const Value& out : expected) {
-    if (!out.isTensor() || out.tensor().rank() == 0 || out.tensor().dim(0) != static_cast<std::int64_t>(rows.size())) {
-      return false;  // not one row per gathered row: compare whole
+  const auto slices = static_cast<std::int64_t>(sample.at.size());
+  for (const Value& value : expected) {
+    if (!value.isTensor() || value.tensor().rank() != out.rank() || value.tensor().dim(0) != slices) {
+      return false;  // not one slice per gathered slice: compare whole
+    }
+    for (int a = 1; a < sample.lead; ++a) {
+      if (value.tensor().dim(a) != 1) return false;
     }
   }
   return true;
@@ -557,12 +682,19 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     std::vector<Shape> out_shapes(num_outputs);
     const bool shaped = kernel.family->outputs(kernel.spec, pointers, dtypes, out_shapes).isOk();
     // Many rows: the reference computes sampled rows only (the observed shapes three, each range
-    // end two). Otherwise, or when the op mixes rows, it computes everything.
+    // end two); an elementwise output of rank >= 3, sampled lines. Otherwise, or when the op mixes
+    // rows, it computes everything.
     std::vector<bool> row_indexed;
-    std::vector<std::int64_t> rows;
-    if (shaped && rowsSampleable(kernel.spec, pointers, out_shapes[0], row_indexed) &&
-        out_shapes[0][0] > kSampleAboveRows &&
-        (kernel.spec.op == OpId::MatMul || out_shapes[0].numel() > kSampleElementwiseAbove)) {
+    Sample rows;
+    if (shaped && linesSampleable(kernel.spec, pointers, out_shapes[0], row_indexed) &&
+        out_shapes[0].numel() > kSampleElementwiseAbove) {
+      rows = sampleLines(out_shapes[0], observed_set ? 1 : 0, seed + round);
+      for (const Shape& shape : out_shapes) {
+        if (shape != out_shapes[0]) rows.clear();
+      }
+    } else if (shaped && rowsSampleable(kernel.spec, pointers, out_shapes[0], row_indexed) &&
+               out_shapes[0][0] > kSampleAboveRows &&
+               (kernel.spec.op == OpId::MatMul || out_shapes[0].numel() > kSampleElementwiseAbove)) {
       rows = sampleRows(out_shapes[0][0], observed_set ? 1 : 0, seed + round);
       for (const Shape& shape : out_shapes) {
         if (shape.rank() == 0 || shape[0] != out_shapes[0][0]) rows.clear();
@@ -571,7 +703,8 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     // Reference first: an input combination the op itself rejects is not a validation case.
     std::vector<Value> expected(num_outputs);
     if (!rows.empty()) {
-      SVM_ASSIGN_OR_RETURN(bool sampled, sampledReference(kernel, pointers, row_indexed, rows, expected));
+      SVM_ASSIGN_OR_RETURN(bool sampled,
+                           sampledReference(kernel, pointers, row_indexed, out_shapes[0], rows, expected));
       if (!sampled) rows.clear();
     }
     if (rows.empty()) {
@@ -622,11 +755,11 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
             comparison.reason = fmt::format("output {}: element {} was never written (still the poison)", o, at);
             break;
           }
-          SVM_ASSIGN_OR_RETURN(Tensor gathered, gatherRows(actual[o].tensor(), rows));
+          SVM_ASSIGN_OR_RETURN(Tensor gathered, gatherSample(actual[o].tensor(), out_shapes[o], rows));
           sampled[o] = Value::fromTensor(std::move(gathered));
         }
         if (comparison.ok) comparison = compareOutputs(expected, sampled);
-        if (!comparison.ok) comparison.reason += fmt::format(" (sampled rows {})", fmt::join(rows, ","));
+        if (!comparison.ok) comparison.reason += fmt::format(" (sampled {})", rows.describe());
         if (comparison.ok && kernel.spec.op == OpId::MatMul && num_outputs == 1) {
           comparison = projectedProduct(pointers[0]->tensor(), pointers[1]->tensor(), actual[0].tensor(),
                                         seed + round + static_cast<std::uint64_t>(pass));

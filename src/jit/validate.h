@@ -7,8 +7,10 @@
 // residue modulo 192 as the observed size or the range's high end, so the same register-tile and
 // vector remainders; the low end exactly), and large outputs are sampled: a 2-D matmul's
 // reference computes the first, the last and strided rows, and every row is checked through a
-// random projection (C v against A (B v)); an elementwise op's output is sampled the same way
-// only above 2^14 elements. Every element the kernel wrote is checked for the poison. Kernels
+// random projection (C v against A (B v)); an elementwise op's output is sampled only above 2^14
+// elements: by rows at rank <= 2, by lines along the last axis at rank >= 3 (the corner lines of
+// the first and the last row, and a diagonal that meets every index of every short axis). Every
+// element the kernel wrote is checked for the poison. Kernels
 // from the kernel cache are validated like fresh ones. Not covered: a fault that appears only
 // above the clipped sizes whatever the remainders (e.g. only past 1000 rows).
 #pragma once

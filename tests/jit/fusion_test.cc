@@ -413,6 +413,53 @@ TEST_F(FusionTest, TransposeSplitSqueezeUnsqueezeViewsInsideTheChain) {
   }
 }
 
+// Pay-off aware compiling (compile_payoff_ms): without wait_for_compiles, a hot range's first
+// compile waits until its interpreted time x kCompiledGain repays its kernels x the per-kernel
+// estimate. An estimate no run repays keeps it interpreted (counted as deferred, results still
+// right); 0 compiles it as soon as it is hot.
+TEST_F(FusionTest, ARegionCompileWaitsUntilItsInterpretedTimeRepaysTheEstimate) {
+  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 1).isOk());  // hot_ms = 0 would compile at once
+  auto module = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 64], w: Tensor[64, 64], b: Tensor[64]):
+    return ops.tanh(x @ w + b)
+)");
+  ASSERT_TRUE(module);
+  auto index = resolveFunction(*module, "f");
+  ASSERT_TRUE(index.hasValue());
+  for (const std::int64_t estimate_ms : {std::int64_t{1000000}, std::int64_t{0}}) {
+    SCOPED_TRACE(fmt::format("compile_payoff_ms={}", estimate_ms));
+    ASSERT_TRUE(Tunables::set(Tunable::CompilePayoffMs, estimate_ms).isOk());
+    VirtualMachine reference(module);
+    VirtualMachine vm(module);
+    JitOptions options;
+    options.level = 2;  // no wait_for_compiles: pay-off waiting applies
+    auto jit = Jit::attach(vm, options);
+    ASSERT_TRUE(jit.hasValue()) << jit.status().toString();
+    std::mt19937 rng(11);
+    for (int run = 0; run < 12; ++run) {
+      const std::vector<Value> inputs = {rnd(rng, DType::Float32, {512, 64}), rnd(rng, DType::Float32, {64, 64}),
+                                         rnd(rng, DType::Float32, {64})};
+      auto want = reference.run(*index, inputs);
+      auto got = vm.run(*index, inputs);
+      ASSERT_TRUE(want.hasValue() && got.hasValue());
+      EXPECT_TRUE(compareOutputs(*want, *got).ok) << "run " << run;
+      (*jit)->waitIdle();
+    }
+    const JitStats stats = (*jit)->stats();
+    if (estimate_ms > 0) {
+      EXPECT_EQ(stats.fused_regions, 0u) << (*jit)->statsReport();
+      EXPECT_EQ(stats.compiles, 0u) << "its ops wait with it, not compiled one by one";
+      EXPECT_EQ(stats.compiles_deferred, 1u) << (*jit)->statsReport();
+      EXPECT_NE((*jit)->statsReport().find("not compiled yet"), std::string::npos);
+    } else {
+      EXPECT_EQ(stats.fused_regions, 1u) << (*jit)->statsReport();
+      EXPECT_EQ(stats.compiles_deferred, 0u);
+    }
+  }
+}
+
 // Slices end a range (their bounds are scalars), so sliced values reach a fused range as inputs
 // with an offset (inner stride 1: served) ...
 TEST_F(FusionTest, SlicedInputsWithOffsetsAreServed) {

@@ -157,5 +157,31 @@ TEST(ValidationFaults, EveryFaultClassIsCaughtOnClippedShapes) {
   }
 }
 
+TEST(ValidationFaults, RankThreeElementwiseIsSampledByLinesAndStillCaught) {
+  // The LSTM's Add:(32,8..32,1024)x(32,1,1024): 32 axis-0 rows of up to 32K elements each, so it
+  // is sampled by lines along the last axis. The first and the last row are caught on every seed
+  // at the observed size and at the range's ends; a correct kernel passes.
+  std::mt19937 rng(7);
+  const std::vector<Value> inputs = {operand(DType::Float32, Shape{32, 20, 1024}, rng),
+                                     operand(DType::Float32, Shape{32, 1, 1024}, rng)};
+  KernelSpec spec = specFor("add", inputs);
+  DimSpec& seq = spec.inputs[0].dims[1];
+  seq.size = -1;
+  seq.lo = 8;
+  seq.hi = 32;
+  auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  const std::vector<Shape> observed = {Shape{32, 20, 1024}, Shape{32, 1, 1024}};
+  ASSERT_GE(validationShapes(spec, observed).size(), 2u);
+  ASSERT_TRUE(validateKernel(**kernel, validationShapes(spec, observed), 1).isOk());
+  for (std::int64_t row : {std::int64_t{0}, std::int64_t{-1}}) rejectedOnEverySeed(**kernel, spec, observed, row);
+  (*kernel)->corrupt_outputs = true;
+  (*kernel)->corrupt_row = -1;
+  const Status verdict = validateKernel(**kernel, validationShapes(spec, observed), 3);
+  EXPECT_NE(verdict.message().find("sampled lines"), std::string::npos) << verdict.message();
+  (*kernel)->corrupt_outputs = false;
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
 }  // namespace
 }  // namespace shapevm::jit
