@@ -77,11 +77,13 @@ constexpr const char* kKernelPipeline =
     "indvars,loop-deletion,loop-vectorize,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,gvn,loop-mssa(licm),"
     "instcombine<no-verify-fixpoint>,simplifycfg)";
 
-// The IR passes for a module marked hand-vectorized (markHandVectorized: the matmul family). Every
-// loop is vectorized by hand or left as emitted, so no loop vectorizer. EXPERIMENT.
+// The IR passes for a module marked hand-vectorized (markHandVectorized: the matmul family). Its
+// loops are vectorized by hand or left as emitted, so no loop vectorizer; and no IndVarSimplify,
+// which was ~40% of the kernel pipeline's time on these kernels and left their machine code time and
+// object size within 4% (BENCHMARKS.md, "Cold compile cost, round 3").
 constexpr const char* kHandVectorizedPipeline =
     "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm,loop-rotate,licm),"
-    "indvars,loop-deletion,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,gvn,loop-mssa(licm),"
+    "loop-deletion,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,gvn,loop-mssa(licm),"
     "instcombine<no-verify-fixpoint>,simplifycfg)";
 
 constexpr const char* kHandVectorizedMark = "shapevm.hand_vectorized";
@@ -412,7 +414,6 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
       if (llvm::NamedMDNode* mark = module->getNamedMetadata(kHandVectorizedMark); mark != nullptr) {
         module->eraseNamedMetadata(mark);
         pipeline = kHandVectorizedPipeline;
-        if (const char* exp = std::getenv("SVM_EXP_HV_PIPELINE"); exp != nullptr && *exp != 0) pipeline = exp;
       }
       if (llvm::Error error = builder.parsePassPipeline(passes, pipeline)) {
         return llvmError(std::move(error), "the kernel pass pipeline does not parse");
