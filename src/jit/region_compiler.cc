@@ -328,10 +328,10 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
       results[j] = compileKernel(engine, *jobs[j].family, jobs[j].spec);
     }
   };
-  const int free_cores = availableCores() - std::max(1, busyCompileThreads());
-  const auto helpers = static_cast<std::size_t>(
-      std::clamp<std::int64_t>(std::min<std::int64_t>(free_cores, Tunables::get(Tunable::RegionCompileHelpers)), 0,
-                               static_cast<std::int64_t>(jobs.size()) - 1));
+  const std::int64_t free_cores = availableCores() - std::max(1, busyCompileThreads());
+  const std::int64_t wanted =
+      std::min({free_cores, Tunables::get(Tunable::RegionCompileHelpers), static_cast<std::int64_t>(jobs.size()) - 1});
+  const auto helpers = static_cast<std::size_t>(std::max<std::int64_t>(0, wanted));
   std::vector<std::thread> threads;
   const std::atomic<bool>* cancel = detail::compile_cancel_flag;
   for (std::size_t h = 0; h < helpers; ++h) {

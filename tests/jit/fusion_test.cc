@@ -18,11 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <tuple>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -1463,9 +1463,9 @@ TEST_F(FusionTest, LstmCellKernelsCompiledInParallelEqualO0) {
     ::setenv("SHAPEVM_CACHE_DIR", dir.c_str(), 1);
     ASSERT_TRUE(Tunables::set(Tunable::RegionCompileHelpers, helpers).isOk());
     Report report;
-    ASSERT_TRUE(differential(module, "lstm_cell", 2, [&](int, std::mt19937& rng) {
-      return lstmInputs(rng, DType::Float32, 3, 4);
-    }, &report));
+    ASSERT_TRUE(differential(
+        module, "lstm_cell", 2, [&](int, std::mt19937& rng) { return lstmInputs(rng, DType::Float32, 3, 4); },
+        &report));
     expectServed(report);
     EXPECT_EQ(report.installedRanges(), 1) << report.installed();
     EXPECT_TRUE(report.describes("matmul+add, matmul+add, fused(")) << report.installed();

@@ -144,7 +144,9 @@ class LlvmObjectCode final : public KernelCode {
 
 }  // namespace
 
-void markHandVectorized(llvm::Module& module) { module.getOrInsertNamedMetadata(kHandVectorizedMark); }
+void markHandVectorized(llvm::Module& module) {
+  module.getOrInsertNamedMetadata(kHandVectorizedMark);
+}
 
 bool CpuTarget::has(std::string_view feature) const {
   return std::any_of(features.begin(), features.end(), [&](const std::string& f) {
