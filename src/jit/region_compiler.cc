@@ -6,14 +6,17 @@
 #include "jit/region.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
 #include "jit/conv_family.h"
 #include "jit/region_executor.h"
@@ -22,6 +25,7 @@
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
+#include "support/cpu_cores.h"
 #include "support/trace.h"
 #include "support/tunables.h"
 
@@ -297,6 +301,51 @@ KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily&
   return outcome->params;
 }
 
+// One step's kernel to compile: an optional one (an unfusable op's own kernel) may fail.
+struct KernelJob {
+  std::size_t step = 0;
+  const KernelFamily* family = nullptr;
+  KernelSpec spec;
+  bool optional = false;
+};
+
+// Compiles `jobs` (compileKernel each), results in job order. The calling compile thread takes
+// jobs in turn with up to region_compile_helpers helper threads, one per core free now: this
+// process's cores less the busy compile threads. Helpers inherit this thread's lowered priority and
+// SCHED_BATCH policy (so they take what the interpreter leaves), count as busy compile threads
+// (kernel_threads=auto leaves them their cores) and stop on this thread's cancel flag. LLVM
+// compiles in parallel (JitEngine); links take turns.
+std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBackend& engine,
+                                                                      const std::vector<KernelJob>& jobs) {
+  std::vector<Expected<std::unique_ptr<CompiledKernel>>> results;
+  results.reserve(jobs.size());
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    results.emplace_back(makeError(ErrorCode::Internal, "kernel of step {} was not compiled", jobs[j].step));
+  }
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t j = next.fetch_add(1); j < jobs.size(); j = next.fetch_add(1)) {
+      results[j] = compileKernel(engine, *jobs[j].family, jobs[j].spec);
+    }
+  };
+  const std::int64_t free_cores = availableCores() - std::max(1, busyCompileThreads());
+  const std::int64_t wanted =
+      std::min({free_cores, Tunables::get(Tunable::RegionCompileHelpers), static_cast<std::int64_t>(jobs.size()) - 1});
+  const auto helpers = static_cast<std::size_t>(std::max<std::int64_t>(0, wanted));
+  std::vector<std::thread> threads;
+  const std::atomic<bool>* cancel = detail::compile_cancel_flag;
+  for (std::size_t h = 0; h < helpers; ++h) {
+    threads.emplace_back([&work, cancel] {
+      const CompileCancelScope scope(cancel);
+      const BusyCompileThread busy;
+      work();
+    });
+  }
+  work();
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
 // Why a plan on the smallest observed shapes was given up for one on the newest.
 enum class Replan { No, TunerWouldTime, ReferenceFailed, GuardsExclude };
 
@@ -381,7 +430,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
   phase = Clock::now();
   double tuned_ms = 0;
   planBlocks(p);
-  // Kernels, step by step, on the reference run's values (which also give the leaves' layouts).
+  // Kernels, step by step, on the reference run's values (which also give the leaves' layouts):
+  // each step's spec and tuned parameters first (tuning times alone), then every kernel compiled,
+  // in parallel on the cores free now (compileKernels).
+  std::vector<KernelJob> jobs;
   for (std::size_t k = 0; k < p.steps.size(); ++k) {
     Step& step = p.steps[k];
     if (step.kind == Step::Kind::Opaque) {
@@ -392,10 +444,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
       if (family == nullptr) continue;
       auto inferred = inferSpec(op.op, *op.attrs, records[static_cast<std::size_t>(step.op)], compiles);
       if (!inferred || !family->supports(inferred->spec).isOk()) continue;
-      auto kernel = compileKernel(engine, *family, inferred->spec);
-      if (!kernel) continue;
-      step.guard = guardFor((*kernel)->spec);  // a kept kernel for wider ranges guards with its own
-      step.kernel = std::move(*kernel);
+      jobs.push_back({k, family, inferred->spec, /*optional=*/true});
       continue;
     }
     SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, step, reference));
@@ -434,8 +483,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
     const Clock::time_point tune_start = Clock::now();
     spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
     tuned_ms += since(tune_start);
-    SVM_ASSIGN_OR_RETURN(step.kernel, compileKernel(engine, *family, spec));
-    if (step.kind == Step::Kind::MatMul) step.guard = guardFor(step.kernel->spec);  // it may cover wider ranges
+    jobs.push_back({k, family, spec, /*optional=*/false});
     if (step.stat) {
       // A statistic is no register's value: the reference run gets it from the program's own
       // reference semantics, for the steps after it.
@@ -443,6 +491,18 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
       SVM_RETURN_IF_ERROR(family->reference(spec, pointers, stat));
       for (std::size_t o = 0; o < stat.size(); ++o) reference.setReal(step.outputs[o], std::move(stat[o]));
     }
+  }
+
+  std::vector<Expected<std::unique_ptr<CompiledKernel>>> kernels = compileKernels(engine, jobs);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    Step& step = p.steps[jobs[j].step];
+    if (!kernels[j]) {
+      if (jobs[j].optional) continue;  // an unfusable op's own kernel: the reference kernel runs it
+      return std::move(kernels[j]).status();
+    }
+    step.kernel = std::move(*kernels[j]);
+    // A kept kernel for wider ranges guards with its own spec.
+    if (jobs[j].optional || step.kind == Step::Kind::MatMul) step.guard = guardFor(step.kernel->spec);
   }
 
   times->codegen_ms = since(phase) - tuned_ms;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <thread>
 
 #include <unistd.h>
 
@@ -176,6 +177,36 @@ TEST(JitEngine, PerfSupportWritesAJitdumpWithTheKernelNames) {
   }
   std::filesystem::remove_all(dir);
   EXPECT_NE(contents.find("svm_perf_visible"), std::string::npos) << "no jitdump with the kernel's name";
+}
+
+// Kernels built, compiled and linked on four threads at once (a region's kernels compile in
+// parallel): each is correct, half of them through the hand-vectorized pipeline (markHandVectorized).
+// Under TSan this also checks that no two threads share a target machine.
+TEST(JitEngine, BuildsAndLinksOnSeveralThreadsAtOnce) {
+  auto engine = JitEngine::create();
+  ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
+  const std::uint64_t before = (*engine)->codegens();
+  constexpr int kThreads = 4;
+  std::vector<Expected<KernelHandle>> handles;
+  for (int t = 0; t < kThreads; ++t) handles.emplace_back(makeError(ErrorCode::Internal, "not compiled"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string symbol = "svm_test_parallel_" + std::to_string(t);
+      handles[static_cast<std::size_t>(t)] = (*engine)->compile(symbol, [&](llvm::Module& m) {
+        if (t % 2 == 1) markHandVectorized(m);
+        return emitAxpy(m, symbol);
+      });
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ((*engine)->codegens(), before + kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    auto& handle = handles[static_cast<std::size_t>(t)];
+    ASSERT_TRUE(handle.hasValue()) << "thread " << t << ": " << handle.status().toString();
+    expectAxpy(*handle, 41, "thread " + std::to_string(t));
+    ASSERT_TRUE((*engine)->remove(*handle).isOk());
+  }
 }
 
 }  // namespace

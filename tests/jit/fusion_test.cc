@@ -15,14 +15,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <tuple>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -37,6 +40,7 @@
 #include "jit/region_inputs.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
+#include "support/cpu_cores.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -1489,6 +1493,37 @@ TEST_F(FusionTest, SvasmRangeWithAMoveInside) {
     }, &report));
     expectServed(report);
   }
+}
+
+// A region's kernels compiled one after another (region_compile_helpers 0) and in parallel (a
+// helper per free core; on one core none), each from a fresh kernel cache so LLVM compiles them:
+// the same installed range, every run equal to O0.
+TEST_F(FusionTest, LstmCellKernelsCompiledInParallelEqualO0) {
+  auto module = python(readRepoFile("examples/lstm_cell.py"));
+  const char* old_dir = std::getenv("SHAPEVM_CACHE_DIR");
+  const std::string kept = old_dir != nullptr ? old_dir : "";
+  for (std::int64_t helpers : {3, 0}) {
+    SCOPED_TRACE(fmt::format("region_compile_helpers={}", helpers));
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      fmt::format("svm-region-helpers-{}-{}", static_cast<long>(::getpid()), helpers);
+    std::filesystem::remove_all(dir);
+    ::setenv("SHAPEVM_CACHE_DIR", dir.c_str(), 1);
+    ASSERT_TRUE(Tunables::set(Tunable::RegionCompileHelpers, helpers).isOk());
+    Report report;
+    ASSERT_TRUE(differential(
+        module, "lstm_cell", 2, [&](int, std::mt19937& rng) { return lstmInputs(rng, DType::Float32, 3, 4); },
+        &report));
+    expectServed(report);
+    EXPECT_EQ(report.installedRanges(), 1) << report.installed();
+    EXPECT_TRUE(report.describes("matmul+add, matmul+add, fused(")) << report.installed();
+    std::filesystem::remove_all(dir);
+  }
+  if (old_dir != nullptr) {
+    ::setenv("SHAPEVM_CACHE_DIR", kept.c_str(), 1);
+  } else {
+    ::unsetenv("SHAPEVM_CACHE_DIR");
+  }
+  EXPECT_EQ(busyCompileThreads(), 0);  // every helper counted itself busy only while it compiled
 }
 
 }  // namespace

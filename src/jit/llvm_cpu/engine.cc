@@ -77,6 +77,17 @@ constexpr const char* kKernelPipeline =
     "indvars,loop-deletion,loop-vectorize,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,gvn,loop-mssa(licm),"
     "instcombine<no-verify-fixpoint>,simplifycfg)";
 
+// The IR passes for a module marked hand-vectorized (markHandVectorized: the matmul family). Its
+// loops are vectorized by hand or left as emitted, so no loop vectorizer; and no IndVarSimplify,
+// which was ~40% of the kernel pipeline's time on these kernels and left their machine code time and
+// object size within 4% (BENCHMARKS.md, "Cold compile cost, round 3").
+constexpr const char* kHandVectorizedPipeline =
+    "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm,loop-rotate,licm),"
+    "loop-deletion,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,gvn,loop-mssa(licm),"
+    "instcombine<no-verify-fixpoint>,simplifycfg)";
+
+constexpr const char* kHandVectorizedMark = "shapevm.hand_vectorized";
+
 Status llvmError(llvm::Error error, std::string_view what) {
   return makeError(ErrorCode::JitError, "{}: {}", what, llvm::toString(std::move(error)));
 }
@@ -132,6 +143,10 @@ class LlvmObjectCode final : public KernelCode {
 };
 
 }  // namespace
+
+void markHandVectorized(llvm::Module& module) {
+  module.getOrInsertNamedMetadata(kHandVectorizedMark);
+}
 
 bool CpuTarget::has(std::string_view feature) const {
   return std::any_of(features.begin(), features.end(), [&](const std::string& f) {
@@ -196,7 +211,7 @@ KernelTarget kernelTargetOf(const CpuTarget& cpu) {
 struct JitEngine::Impl {
   EngineOptions options;
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  std::unique_ptr<llvm::TargetMachine> target_machine;  // for the IR pipeline (TTI)
+  std::unique_ptr<llvm::TargetMachine> target_machine;  // the feature string (build() takes a pooled one)
   CpuTarget cpu;
   std::string cpu_name;
   std::string cpu_features;
@@ -213,6 +228,26 @@ struct JitEngine::Impl {
   // (jit_codegen_level), at [pipeline * 4 + level]: a kernel cache never hands an object built under
   // one to a process (or a bench configuration) that compiles under another.
   std::array<std::string, 8> code_identity;
+
+  // A target machine of this engine's CPU for one thread's use (a TargetMachine caches subtargets
+  // without a lock, so the IR pipeline's TTI and codegen never share one between threads).
+  Expected<std::unique_ptr<llvm::TargetMachine>> acquireMachine() {
+    {
+      std::lock_guard<std::mutex> lock(machines_mutex);
+      if (!idle_machines.empty()) {
+        std::unique_ptr<llvm::TargetMachine> machine = std::move(idle_machines.back());
+        idle_machines.pop_back();
+        return machine;
+      }
+    }
+    auto created = machine_builder->createTargetMachine();
+    if (!created) return llvmError(created.takeError(), "cannot create a target machine");
+    return std::move(*created);
+  }
+  void releaseMachine(std::unique_ptr<llvm::TargetMachine> machine) {
+    std::lock_guard<std::mutex> lock(machines_mutex);
+    idle_machines.push_back(std::move(machine));
+  }
 };
 
 namespace {
@@ -356,6 +391,12 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
     }
   }
   if (impl_->options.opt_level > 0) {
+    SVM_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine, impl_->acquireMachine());
+    struct Release {  // back to the pool after the analyses that point into it are gone
+      Impl* impl;
+      std::unique_ptr<llvm::TargetMachine>* machine;
+      ~Release() { impl->releaseMachine(std::move(*machine)); }
+    } release{impl_.get(), &machine};
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
@@ -363,7 +404,7 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
     llvm::PipelineTuningOptions tuning;
     tuning.LoopVectorization = true;
     tuning.SLPVectorization = true;
-    llvm::PassBuilder builder(impl_->target_machine.get(), tuning);
+    llvm::PassBuilder builder(machine.get(), tuning);
     builder.registerModuleAnalyses(mam);
     builder.registerCGSCCAnalyses(cgam);
     builder.registerFunctionAnalyses(fam);
@@ -371,7 +412,12 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
     builder.crossRegisterProxies(lam, fam, cgam, mam);
     llvm::ModulePassManager passes;
     if (Tunables::get(Tunable::JitOptPipeline) == 1) {
-      if (llvm::Error error = builder.parsePassPipeline(passes, kKernelPipeline)) {
+      const char* pipeline = kKernelPipeline;
+      if (llvm::NamedMDNode* mark = module->getNamedMetadata(kHandVectorizedMark); mark != nullptr) {
+        module->eraseNamedMetadata(mark);
+        pipeline = kHandVectorizedPipeline;
+      }
+      if (llvm::Error error = builder.parsePassPipeline(passes, pipeline)) {
         return llvmError(std::move(error), "the kernel pass pipeline does not parse");
       }
     } else {
@@ -395,26 +441,11 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::emitObject(std::unique_ptr<Kern
     return makeError(ErrorCode::Internal, "kernel code '{}' was not built by this engine",
                      code ? code->symbol() : std::string("<null>"));
   }
-  std::unique_ptr<llvm::TargetMachine> machine;
-  {
-    std::lock_guard<std::mutex> lock(impl_->machines_mutex);
-    if (!impl_->idle_machines.empty()) {
-      machine = std::move(impl_->idle_machines.back());
-      impl_->idle_machines.pop_back();
-    }
-  }
-  if (!machine) {
-    auto created = impl_->machine_builder->createTargetMachine();
-    if (!created) return llvmError(created.takeError(), "cannot create a target machine for codegen");
-    machine = std::move(*created);
-  }
+  SVM_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine, impl_->acquireMachine());
   machine->setOptLevel(codegenOptLevel(codegenLevel()));
   llvm::orc::SimpleCompiler compiler(*machine);
   auto object = compiler(*built->module_);
-  {
-    std::lock_guard<std::mutex> lock(impl_->machines_mutex);
-    impl_->idle_machines.push_back(std::move(machine));
-  }
+  impl_->releaseMachine(std::move(machine));
   if (!object) return llvmError(object.takeError(), fmt::format("cannot compile kernel '{}'", built->symbol()));
   impl_->codegens.fetch_add(1, std::memory_order_relaxed);
   return std::unique_ptr<KernelCode>(new LlvmObjectCode(std::move(*object), built->symbol(), impl_.get()));

@@ -54,6 +54,11 @@ Expected<CpuTarget> resolveCpuTarget(const std::string& cpu, bool allow_foreign 
 // The kernel-facing description of a CPU: vector width and registers, bf16 dot products.
 KernelTarget kernelTargetOf(const CpuTarget& cpu);
 
+// Marks a module whose loops the code generator vectorized by hand or left as emitted
+// (ir::LoopHints::asEmitted() on every loop): build() runs the shorter hand-vectorized pipeline on
+// it (no loop vectorizer, no induction-variable rewriting), when the kernel pipeline is on.
+void markHandVectorized(llvm::Module& module);
+
 class JitEngine {
  public:
   static Expected<std::unique_ptr<JitEngine>> create(EngineOptions options = {});

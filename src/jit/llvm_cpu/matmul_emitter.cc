@@ -15,6 +15,7 @@
 #include "jit/fusion.h"
 #include "jit/llvm_cpu/codegen_math.h"
 #include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/engine.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/kernel_util.h"
 
@@ -1497,6 +1498,7 @@ class MatmulEmitter {
 
 Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
   llvm::LLVMContext& context = module.getContext();
+  markHandVectorized(module);  // every loop below is vectorized by hand or left as emitted
   Builder b(context);
   llvm::Function* function = ir::beginKernel(module, symbol, b);
   // The body: void part(ptr args, i64 task, i64 tasks, ptr scratch).
