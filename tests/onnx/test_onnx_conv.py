@@ -239,6 +239,19 @@ def test_conv_kernels_are_range_guarded(tmp_path, kind, w_shape, stride, pad, gr
 # a residual -> Relu folds two ops. ReLU6 (Clip with scalar bounds: maximum and minimum against
 # one-element operands) folds two more. Dense (3x3, padded) and pointwise convs, several image
 # sizes, against torch.
+# A one-graph opset-13 model saved to `path` and loaded at O2 with every op hot at once (compiles
+# waited for, no tuning): the Program and its entry function.
+def compiled_at_o2(path, nodes, x_info, y_info, initializers):
+    model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    for key in ("warmup", "hot_count", "hot_ms"):
+        _core.set_tunable(key, "0")
+    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
+    program.load(str(path))
+    return program, _core.Function(program, 0, -1)
+
+
 @pytest.mark.parametrize("kernel,residual,relu6", [(3, False, False), (3, True, False), (1, True, False),
                                                    (3, False, True), (1, True, True)])
 def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual, relu6):
@@ -259,15 +272,7 @@ def test_conv_epilogues_fuse_at_o2(tmp_path, kernel, residual, relu6):
         nodes.append(helper.make_node("Clip", ["s" if residual else "c", "lo", "hi"], ["y"]))
     else:
         nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
-    model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
-                              opset_imports=[helper.make_opsetid("", 13)])
-    path = tmp_path / "conv_epilogue.onnx"
-    onnx.save(model, str(path))
-    for key in ("warmup", "hot_count", "hot_ms"):
-        _core.set_tunable(key, "0")
-    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
-    program.load(str(path))
-    fn = _core.Function(program, 0, -1)
+    program, fn = compiled_at_o2(tmp_path / "conv_epilogue.onnx", nodes, x_info, y_info, initializers)
     for h, w_side in [(9, 13), (20, 17), (9, 13), (33, 30)]:
         x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
         want = reference_conv(x, w_values, 1, pad, 1) + b_values.reshape(1, 8, 1, 1)
@@ -302,15 +307,7 @@ def test_depthwise_conv_step_serves_every_size_at_o2(tmp_path):
              helper.make_node("Relu", ["c"], ["y"])]
     x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])
     y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    model = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], initializers),
-                              opset_imports=[helper.make_opsetid("", 13)])
-    path = tmp_path / "depthwise_region.onnx"
-    onnx.save(model, str(path))
-    for key in ("warmup", "hot_count", "hot_ms"):
-        _core.set_tunable(key, "0")
-    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
-    program.load(str(path))
-    fn = _core.Function(program, 0, -1)
+    program, fn = compiled_at_o2(tmp_path / "depthwise_region.onnx", nodes, x_info, y_info, initializers)
     padded = lambda x: np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 1)))  # noqa: E731
     for h, w_side in [(9, 13), (20, 17), (9, 13), (33, 30)]:
         x = rng.standard_normal((1, 8, h, w_side)).astype(np.float32)
