@@ -269,20 +269,24 @@ TEST_F(LibraryCandidates, ATailCandidateIsRecordedAndRunOff) {
       << lastLine();
 }
 
-// A tail candidate whose primitive oneDNN cannot create (bfloat16 on a CPU without AVX-512)
-// fails, and the generated kernel wins (impl=jit).
+// A tail candidate whose primitive oneDNN cannot create (a 16-bit dtype its build has no kernel
+// for on this CPU) fails, and the generated kernel wins (impl=jit).
 TEST_F(LibraryCandidates, ATailWhosePrimitiveCannotBeCreatedLoses) {
-  Example e = erfExample(DType::BFloat16, 16, 24, 32);
-  KernelSpec library = e.spec;
-  library.params = kTail;
-  if (jit::onednn::createFor(library).isOk()) GTEST_SKIP() << "this CPU's oneDNN has a bfloat16 matmul";
-  MatmulSubspace family({KernelParams{}, kTail});
-  AutoTuner tuner(options_);
-  auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
-  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
-  EXPECT_EQ(outcome->params, KernelParams{});
-  EXPECT_EQ(outcome->failed, 1);
-  EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    Example e = erfExample(dtype, 16, 24, 32);
+    KernelSpec library = e.spec;
+    library.params = kTail;
+    if (jit::onednn::createFor(library).isOk()) continue;
+    MatmulSubspace family({KernelParams{}, kTail});
+    AutoTuner tuner(options_);
+    auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
+    ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+    EXPECT_EQ(outcome->params, KernelParams{});
+    EXPECT_EQ(outcome->failed, 1);
+    EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
+    return;
+  }
+  GTEST_SKIP() << "this CPU's oneDNN has float16 and bfloat16 matmuls";
 }
 
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {

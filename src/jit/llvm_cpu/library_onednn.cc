@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -162,9 +162,9 @@ struct Problem {
   bool temp = false;  // C is the thread's tail buffer (a gate program's product), dense
   int threads = 1;
   std::string toString() const {
-    std::string key = fmt::format("{} {}x{}x{} b{}:{}x{} a{} b{} c{}{} t{}", dtypeShortName(dtype), m, k, n, batch_rank,
-                                  batch[0], batch[1], a.toString(), b.toString(), c.toString(), temp ? " tmp" : "",
-                                  threads);
+    std::string key =
+        fmt::format("{} {}x{}x{} b{}:{}x{} a{} b{} c{}{} t{}", dtypeShortName(dtype), m, k, n, batch_rank, batch[0],
+                    batch[1], a.toString(), b.toString(), c.toString(), temp ? " tmp" : "", threads);
     for (const Post& post : posts) {
       key += fmt::format(" {}", opIdent(post.op));
       if (post.operand >= 0) key += fmt::format("[{}]", post.view.toString());
@@ -346,8 +346,8 @@ std::string whyNoPostOp(const KernelSpec& spec, const EpilogueStep& step) {
   const PostOpKind* kind = postOpOf(step.op);
   if (kind == nullptr || kind->binary != (step.operand >= 0)) return fmt::format("{} is no post-op", opIdent(step.op));
   if (step.swapped && !commutes(step.op)) return fmt::format("{} with the product on the right", opIdent(step.op));
-  if (step.operand >= 0 && spec.inputs[static_cast<std::size_t>(step.operand)].rank >
-                               std::max(spec.inputs[0].rank, spec.inputs[1].rank))
+  if (step.operand >= 0 &&
+      spec.inputs[static_cast<std::size_t>(step.operand)].rank > std::max(spec.inputs[0].rank, spec.inputs[1].rank))
     return "an epilogue operand of a higher rank than the product";
   return {};
 }
@@ -649,8 +649,9 @@ class TailEmitter {
           llvm::Value* i0 = b_.CreateUDiv(batch, batch1);
           llvm::Value* i1 = b_.CreateURem(batch, batch1);
           for (auto& [operand, extra] : extras_) {
-            extra.base = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(i0, extra.strides[0]), b_.CreateMul(i1, extra.strides[1])),
-                                      b_.CreateMul(i, extra.strides[2]));
+            extra.base =
+                b_.CreateAdd(b_.CreateAdd(b_.CreateMul(i0, extra.strides[0]), b_.CreateMul(i1, extra.strides[1])),
+                             b_.CreateMul(i, extra.strides[2]));
           }
           row_start_ = b_.CreateMul(row, n_);
           if (spec_.fused != nullptr) {
@@ -682,12 +683,14 @@ class TailEmitter {
 
   llvm::Value* i64(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
   llvm::Value* smin(llvm::Value* x, llvm::Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); }
-  llvm::Value* productPtr(llvm::Value* col) { return ir::elementPtr(b_, dtype_, product_, b_.CreateAdd(row_start_, col)); }
+  llvm::Value* productPtr(llvm::Value* col) {
+    return ir::elementPtr(b_, dtype_, product_, b_.CreateAdd(row_start_, col));
+  }
 
   // `lanes` elements of `dtype` at `ptr`, only where `mask` holds (zeros elsewhere), as float32.
   llvm::Value* maskedLoad(DType dtype, llvm::Value* ptr, llvm::Value* mask) {
-    llvm::Type* stored = ir::withLanes(
-        dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
+    llvm::Type* stored =
+        ir::withLanes(dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
     llvm::Value* x =
         b_.CreateMaskedLoad(stored, ptr, llvm::Align(dtypeSize(dtype)), mask, llvm::Constant::getNullValue(stored));
     if (dtype == DType::BFloat16) return ir::bf16BitsToFloat(b_, x);
@@ -719,7 +722,8 @@ class TailEmitter {
       } else {
         // Stride 1: the lanes (none past the operand's row is touched); stride 0: one value.
         llvm::Value* contiguous = b_.CreateICmpEQ(extra.strides[3], i64(1));
-        llvm::Value* lanes = maskedLoad(dtype_, at(b_.CreateAdd(extra.base, col)), b_.CreateVectorSplat(kLanes, contiguous));
+        llvm::Value* lanes =
+            maskedLoad(dtype_, at(b_.CreateAdd(extra.base, col)), b_.CreateVectorSplat(kLanes, contiguous));
         llvm::Value* scalar = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype_, at(extra.base)));
         other = b_.CreateSelect(contiguous, lanes, scalar);
       }
@@ -782,7 +786,8 @@ class TailEmitter {
         [&](llvm::Value* col) {
           auto offsetOf = [&](const View& view, llvm::Value* lane_stride) {
             llvm::Value* offset = b_.CreateMul(col, lane_stride);
-            for (std::size_t d = 0; d < at.size(); ++d) offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
+            for (std::size_t d = 0; d < at.size(); ++d)
+              offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
             return offset;
           };
           ir::FusedValues values(b_, program, kLanes, [&](int l) -> llvm::Value* {
