@@ -407,7 +407,8 @@ GateCase gateCase(std::mt19937& rng, const Shape& iteration, bool broadcast_c, b
 
 // The gate program runs in the tail, over the product oneDNN wrote into the thread's tail buffer:
 // odd row counts, rank 2 and 3 iterations, c dense or broadcast along H, an epilogue step after
-// the bias that is no post-op; the generated gate kernel is checked on two of them. The tail
+// the bias that is no post-op, 1024 rows (enough work for several tasks: the tail splits the rows
+// over the kernel pool); the generated gate kernel is checked on two of them. The tail
 // is what the search space offers for a gate epilogue (never the primitive alone).
 TEST(OnednnLibrary, ATailRunsTheGateProgram) {
   if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
@@ -417,7 +418,7 @@ TEST(OnednnLibrary, ATailRunsTheGateProgram) {
   for (const auto& [iteration, broadcast_c, erf] : {std::tuple<Shape, bool, bool>{Shape{13, 16}, false, false},
                                                     {Shape{3, 5, 32}, true, false},
                                                     {Shape{1, 16}, true, true},
-                                                    {Shape{2, 7, 16}, false, true}}) {
+                                                    {Shape{8, 128, 16}, false, true}}) {
     const GateCase g = gateCase(rng, iteration, broadcast_c, erf);
     const ::testing::AssertionResult tail = gateMatches(g, kTail);
     EXPECT_TRUE(tail) << iteration.toString();
