@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -168,8 +169,10 @@ constexpr ParamField kParamFields[] = {
     {"vw", &KernelParams::vector_width}, {"unroll", &KernelParams::unroll},
     {"chunk", &KernelParams::chunk},   {"bf16dot", &KernelParams::bf16_dot},
 };
-// KernelParams::library is written by name: "impl=onednn" (and "impl=jit", the default, reads as 0).
-constexpr std::string_view kLibraryNames[] = {"impl=jit", "impl=onednn"};
+// KernelParams::library is written by name: "impl=onednn", "impl=onednn+tail" (and "impl=jit", the
+// default, reads as 0); the index is the value.
+constexpr std::string_view kLibraryNames[] = {"impl=jit", "impl=onednn", "impl=onednn+tail"};
+constexpr int kLibraryValues = static_cast<int>(std::size(kLibraryNames));
 }  // namespace
 
 std::string KernelParams::toString() const {
@@ -177,8 +180,9 @@ std::string KernelParams::toString() const {
   for (const ParamField& f : kParamFields) {
     if (this->*f.field != 0) text += fmt::format("{}{}={}", text.empty() ? "" : " ", f.name, this->*f.field);
   }
-  if (library == 1) text += fmt::format("{}{}", text.empty() ? "" : " ", kLibraryNames[1]);
-  if (library != 0 && library != 1) text += fmt::format("{}impl={}", text.empty() ? "" : " ", library);
+  if (library > 0 && library < kLibraryValues)
+    text += fmt::format("{}{}", text.empty() ? "" : " ", kLibraryNames[library]);
+  if (library < 0 || library >= kLibraryValues) text += fmt::format("{}impl={}", text.empty() ? "" : " ", library);
   return text.empty() ? "default" : text;
 }
 
@@ -192,8 +196,9 @@ Expected<KernelParams> KernelParams::parse(std::string_view text) {
     const std::string_view item = text.substr(pos, end - pos);
     pos = end + 1;
     if (item.empty()) continue;
-    if (item == kLibraryNames[0] || item == kLibraryNames[1]) {
-      params.library = item == kLibraryNames[1] ? 1 : 0;
+    if (const auto* name = std::find(std::begin(kLibraryNames), std::end(kLibraryNames), item);
+        name != std::end(kLibraryNames)) {
+      params.library = static_cast<int>(name - std::begin(kLibraryNames));
       continue;
     }
     const std::size_t eq = item.find('=');

@@ -86,7 +86,8 @@ struct KernelParams {
   int chunk = 0;               // elements per thread chunk
   int bf16_dot = 0;            // matmul of two bfloat16 operands: 1 = the CPU's bf16 pair dot products
                                // (AVX512_BF16), -1 = widen to float32 and FMA, 0 = the family's choice
-  int library = 0;             // matmul: 1 = a oneDNN primitive runs it ("impl=onednn"), 0 = generated code
+  int library = 0;             // matmul: 1 = a oneDNN primitive runs it ("impl=onednn"), 2 = the primitive, then a
+                               // generated tail ("impl=onednn+tail"), 0 = generated code
   bool isDefault() const { return *this == KernelParams{}; }
   bool operator==(const KernelParams&) const = default;
   std::string toString() const;                       // "mr=8 nr=32 kc=256" (non-zero fields only; "default")

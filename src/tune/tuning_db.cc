@@ -125,7 +125,11 @@ std::string checksum(const nlohmann::ordered_json& fields) { return fmt::format(
 }  // namespace
 
 std::string_view implName(const jit::KernelParams& params) {
-  return params.library != 0 ? "onednn" : "jit";
+  switch (params.library) {
+    case 0: return "jit";
+    case 2: return "onednn+tail";
+    default: return "onednn";
+  }
 }
 
 std::string recordToJson(const TuningRecord& r) {

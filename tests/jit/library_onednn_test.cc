@@ -6,12 +6,14 @@
 // and never offered, the LibraryCandidates tunable, an execution oneDNN refuses at run time
 // computed by the fallback loop, and `--stats` naming loaded library kernels. A dtype this CPU's
 // oneDNN has no kernel for (bf16/f16 without AVX-512) must fail the compile with oneDNN's reason;
-// where it does, those cases are reported, not passed.
+// where it does, those cases are reported, not passed. The primitive with a generated tail
+// (library = 2, "impl=onednn+tail") for epilogues post-ops cannot express and for gate programs.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "jit/fusion.h"
 #include "jit/llvm_cpu/library_onednn.h"
 #include "jit_test_util.h"
 #include "support/tunables.h"
@@ -22,6 +24,7 @@ namespace {
 using namespace testing;  // jit_test_util.h
 
 const KernelParams kLibrary{.library = 1};
+const KernelParams kTail{.library = 2};
 
 struct Case {
   std::string name;
@@ -262,6 +265,220 @@ TEST(OnednnLibrary, StatsNameTheLoadedLibraryKernels) {
   ASSERT_TRUE(backend.free((*kernel)->handle).isOk());
   report = backend.statsReport();
   EXPECT_EQ(report.find(symbol), std::string::npos) << report;
+}
+
+// ---- the primitive and a generated tail (library = 2) ----
+
+bool offers(const KernelSpec& spec, const KernelParams& params) {
+  KernelSpec plain = spec;
+  plain.params = {};
+  const std::vector<KernelParams> space = matmulFamily(OpId::MatMul)->searchSpace(sharedBackend().targetSpec(plain));
+  return std::find(space.begin(), space.end(), params) != space.end();
+}
+
+// Epilogues post-ops cannot express all of: the post-op prefix runs in oneDNN, the rest in the
+// tail, in place over the output (odd N: 16-lane vectors and single columns), with transposed B,
+// broadcast operands (a bias along N, a column, batch axes) and a symbolic kernel whose operands'
+// stride along N is known only at run time.
+TEST(OnednnLibrary, ATailFinishesEpiloguesThatAreNotAllPostOps) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(36);
+  const DType f32 = DType::Float32;
+  const std::int64_t m = 13, k = 17, n = 37;
+  const std::vector<Case> tails = {
+      {"erf, B transposed",
+       {operand(f32, Shape{m, k}, rng), transposedWeight(f32, k, n, rng)},
+       {{OpId::Erf, -1, false}}},
+      {"bias, erf, column mul",
+       {operand(f32, Shape{m, k}, rng), transposedWeight(f32, k, n, rng), operand(f32, Shape{n}, rng),
+        operand(f32, Shape{m, 1}, rng)},
+       {{OpId::Add, 2, false}, {OpId::Erf, -1, false}, {OpId::Mul, 3, true}}},
+      {"bias minus the product",
+       {operand(f32, Shape{m, k}, rng), operand(f32, Shape{k, n}, rng), operand(f32, Shape{n}, rng)},
+       {{OpId::Sub, 2, true}, {OpId::Relu, -1, false}}},
+      {"batched, broadcast B: residual, erf, bias",
+       {operand(f32, Shape{2, 3, 5, 9}, rng), operand(f32, Shape{9, 19}, rng), operand(f32, Shape{2, 3, 5, 19}, rng),
+        operand(f32, Shape{19}, rng)},
+       {{OpId::Add, 2, false}, {OpId::Erf, -1, false}, {OpId::Div, 3, false}}},
+  };
+  for (const Case& c : tails) {
+    KernelSpec spec = librarySpec(c);
+    spec.params = kTail;
+    EXPECT_EQ(onednn::postOpSteps(spec), c.steps[0].op == OpId::Add ? 1u : 0u) << c.name;
+    bool made = false;
+    EXPECT_TRUE(libraryMatches(c, spec, &made)) << c.name;
+    EXPECT_TRUE(made) << c.name;
+    EXPECT_TRUE(offers(spec, kTail)) << c.name;
+    EXPECT_FALSE(offers(spec, kLibrary)) << c.name;
+  }
+  Case symbolic{"symbolic bias, erf", {}, {{OpId::Add, 2, false}, {OpId::Erf, -1, false}}};
+  KernelSpec spec;
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{3, 21}, {11, 1}}) {
+    symbolic.inputs = {operand(f32, Shape{rows, 8}, rng), operand(f32, Shape{8, cols}, rng),
+                       operand(f32, Shape{cols}, rng)};
+    if (spec.inputs.empty()) {
+      spec = librarySpec(symbolic, Dims::Symbolic);
+      spec.params = kTail;
+    }
+    bool made = false;
+    EXPECT_TRUE(libraryMatches(symbolic, spec, &made)) << rows << "x" << cols;
+  }
+  // Names: the symbol, the params and the refusal of a tail where post-ops express everything.
+  KernelSpec named = librarySpec(tails[0]);
+  named.params = kTail;
+  EXPECT_EQ(matmulFamily(OpId::MatMul)->symbolStem(named), "matmul_f32_M13_K17_N37_Bstrided_Erf_onednn_tail");
+  EXPECT_EQ(KernelParams::parse("impl=onednn+tail").value(), kTail);
+  EXPECT_EQ(kTail.toString(), "impl=onednn+tail");
+  named.epilogue = {{OpId::Relu, -1, false}};
+  EXPECT_FALSE(matmulFamily(OpId::MatMul)->supports(named).isOk()) << "relu is a post-op: impl=onednn, no tail";
+  EXPECT_TRUE(offers(named, kLibrary));
+  EXPECT_FALSE(offers(named, kTail));
+}
+
+// A gate epilogue as the LSTM cell's: x @ W.T + bias (a post-op; `erf` adds a step that is none),
+// then over G = 4 column blocks of H: c' = sigmoid(g1) * c + sigmoid(g0) * tanh(g2) and
+// h' = sigmoid(g3) * tanh(c'), c a leaf view of the iteration shape (dense, or broadcast along H).
+struct GateCase {
+  std::vector<Value> inputs;
+  KernelSpec spec;
+};
+GateCase gateCase(std::mt19937& rng, const Shape& iteration, bool broadcast_c, bool erf) {
+  const std::int64_t hidden = iteration[iteration.rank() - 1], k = 19;
+  std::int64_t rows = 1;
+  for (int d = 0; d + 1 < iteration.rank(); ++d) rows *= iteration[d];
+  GateCase g;
+  g.inputs = {operand(DType::Float32, Shape{rows, k}, rng), transposedWeight(DType::Float32, k, 4 * hidden, rng),
+              operand(DType::Float32, Shape{4 * hidden}, rng)};
+  if (broadcast_c) {
+    Shape one = iteration, strides = iteration;
+    one[one.rank() - 1] = 1;
+    Tensor column = operand(DType::Float32, one, rng).tensor();
+    for (int d = 0; d < iteration.rank(); ++d) strides[d] = column.stride(d);
+    strides[strides.rank() - 1] = 0;
+    g.inputs.push_back(Value::fromTensor(column.asStrided(iteration, strides, 0).value()));
+  } else {
+    g.inputs.push_back(operand(DType::Float32, iteration, rng));
+  }
+  auto program = std::make_shared<FusedProgram>();
+  program->rank = iteration.rank();
+  program->leaf_inner = {1, 1, 1, 1, broadcast_c ? 0 : 1};
+  program->leaf_dtype.assign(5, DType::Float32);
+  program->static_dims.assign(static_cast<std::size_t>(iteration.rank()), -1);
+  program->divisors.assign(static_cast<std::size_t>(iteration.rank()), 1);
+  auto leaf = FusedProgram::leafRef;
+  program->nodes = {{OpId::Sigmoid, leaf(0), -1},
+                    {OpId::Sigmoid, leaf(1), -1},
+                    {OpId::Tanh, leaf(2), -1},
+                    {OpId::Sigmoid, leaf(3), -1},
+                    {OpId::Mul, 1, leaf(4)},
+                    {OpId::Mul, 0, 2},
+                    {OpId::Add, 4, 5},
+                    {OpId::Tanh, 6, -1},
+                    {OpId::Mul, 3, 7}};
+  program->outputs = {8, 6};
+  g.spec = exactSpec(OpId::MatMul, {}, pointersTo(g.inputs));
+  g.spec.epilogue = {{OpId::Add, 2, false}};
+  if (erf) g.spec.epilogue.push_back({OpId::Erf, -1, false});
+  g.spec.fused = program;
+  g.spec.fused_leaf_source = {-1, -2, -3, -4, 3};
+  return g;
+}
+
+::testing::AssertionResult gateMatches(const GateCase& g, const KernelParams& params) {
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  KernelSpec spec = g.spec;
+  spec.params = params;
+  if (Status supported = family->supports(spec); !supported.isOk())
+    return ::testing::AssertionFailure() << supported.message();
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
+  if (!kernel) return ::testing::AssertionFailure() << kernel.status().toString();
+  const std::vector<const Value*> pointers = pointersTo(g.inputs);
+  std::vector<Value> expected(2), actual(2);
+  const Status reference = family->reference(spec, pointers, expected);
+  const Status run = invokeCompiled(**kernel, pointers, actual);
+  const std::string symbol = (*kernel)->handle.symbol;
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  if (!reference.isOk()) return ::testing::AssertionFailure() << "reference: " << reference.toString();
+  if (!run.isOk()) return ::testing::AssertionFailure() << spec.signature() << ": " << run.toString();
+  const Comparison comparison = compareOutputs(expected, actual);
+  if (!comparison.ok) return ::testing::AssertionFailure() << spec.signature() << ": " << comparison.reason;
+  return ::testing::AssertionSuccess() << symbol;
+}
+
+// The gate program runs in the tail, over the product oneDNN wrote into the thread's tail buffer:
+// odd row counts, rank 2 and 3 iterations, c dense or broadcast along H, an epilogue step after
+// the bias that is no post-op, 1024 rows (enough work for several tasks: the tail splits the rows
+// over the kernel pool); the generated gate kernel is checked on two of them. The tail
+// is what the search space offers for a gate epilogue (never the primitive alone).
+TEST(OnednnLibrary, ATailRunsTheGateProgram) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(37);
+  const onednn::LibraryStats before = onednn::stats();
+  int runs = 0;
+  for (const auto& [iteration, broadcast_c, erf] : {std::tuple<Shape, bool, bool>{Shape{13, 16}, false, false},
+                                                    {Shape{3, 5, 32}, true, false},
+                                                    {Shape{1, 16}, true, true},
+                                                    {Shape{8, 128, 16}, false, true}}) {
+    const GateCase g = gateCase(rng, iteration, broadcast_c, erf);
+    const ::testing::AssertionResult tail = gateMatches(g, kTail);
+    EXPECT_TRUE(tail) << iteration.toString();
+    EXPECT_NE(std::string(tail.message()).find("_onednn_tail"), std::string::npos) << tail.message();
+    if (runs < 2) {
+      EXPECT_TRUE(gateMatches(g, KernelParams{})) << iteration.toString();
+    }
+    EXPECT_TRUE(offers(g.spec, kTail));
+    EXPECT_FALSE(offers(g.spec, kLibrary));
+    ++runs;
+  }
+  const onednn::LibraryStats after = onednn::stats();
+  EXPECT_EQ(after.tail_calls, before.tail_calls + static_cast<std::uint64_t>(runs));
+  EXPECT_NE(sharedBackend().statsReport().find("finished by a generated tail"), std::string::npos);
+}
+
+// oneDNN refusing the execution: the fallback loop writes the product (with the post-op prefix),
+// and the tail still finishes it, for a plain epilogue and a gate program.
+TEST(OnednnLibrary, ATailFinishesTheFallbackLoopsProduct) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(38);
+  const Case c{"bias, erf",
+               {operand(DType::Float32, Shape{5, 11}, rng), transposedWeight(DType::Float32, 11, 18, rng),
+                operand(DType::Float32, Shape{18}, rng)},
+               {{OpId::Add, 2, false}, {OpId::Erf, -1, false}}};
+  KernelSpec spec = librarySpec(c);
+  spec.params = kTail;
+  const GateCase g = gateCase(rng, Shape{6, 16}, false, true);
+  const onednn::LibraryStats before = onednn::stats();
+  onednn::failExecutionsForTesting(true);
+  bool made = false;
+  const ::testing::AssertionResult plain = libraryMatches(c, spec, &made);
+  const ::testing::AssertionResult gates = gateMatches(g, kTail);
+  onednn::failExecutionsForTesting(false);
+  EXPECT_TRUE(plain);
+  EXPECT_TRUE(made);
+  EXPECT_TRUE(gates);
+  EXPECT_EQ(onednn::stats().run_failures, before.run_failures + 2);
+}
+
+// A primitive oneDNN cannot create (a 16-bit dtype its build has no kernel for on this CPU:
+// float16 without AVX512-FP16, bfloat16 without AVX-512): the tail candidate fails to compile
+// with oneDNN's reason; the generated kernel still takes the spec (the tuner then picks it:
+// LibraryCandidates.ATailWhosePrimitiveCannotBeCreatedLoses).
+TEST(OnednnLibrary, ATailWhosePrimitiveCannotBeCreatedFailsToCompile) {
+  std::mt19937 rng(39);
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    const Case c{
+        "erf", {operand(dtype, Shape{6, 8}, rng), operand(dtype, Shape{8, 16}, rng)}, {{OpId::Erf, -1, false}}};
+    KernelSpec spec = librarySpec(c);
+    spec.params = kTail;
+    if (onednn::createFor(spec).isOk()) continue;
+    auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+    ASSERT_FALSE(kernel.hasValue());
+    EXPECT_NE(kernel.status().message().find("oneDNN"), std::string::npos) << kernel.status().toString();
+    spec.params = {};
+    EXPECT_TRUE(matmulFamily(OpId::MatMul)->supports(spec).isOk()) << "the generated kernel stays";
+    return;
+  }
+  GTEST_SKIP() << "this CPU's oneDNN has float16 and bfloat16 matmuls";
 }
 
 }  // namespace

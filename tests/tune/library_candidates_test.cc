@@ -3,7 +3,9 @@
 // matmul search space: a library winner is recorded with impl=onednn and read back from the
 // database; a bfloat16 primitive this CPU's oneDNN cannot create (no AVX-512) fails as a
 // candidate with oneDNN's reason and the generated kernel wins (impl=jit); the record's impl
-// field is checked against its params when read.
+// field is checked against its params when read. The primitive with a generated tail
+// ("impl=onednn+tail") for an epilogue post-ops cannot express: recorded as such, run off
+// against a generated kernel, and refused as a candidate where oneDNN cannot create it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@ using jit::KernelParams;
 using jit::KernelSpec;
 
 const KernelParams kLibrary{.library = 1};
+const KernelParams kTail{.library = 2};
 const KernelParams kTooManyAccumulators{.mr = 16, .nr = 64};  // refused by the matmul family
 
 // The matmul family behind a declared search space.
@@ -63,6 +66,18 @@ Example matmulExample(DType dtype, std::int64_t m, std::int64_t k, std::int64_t 
   e.inputs = {jit::testing::operand(dtype, Shape{m, k}, rng), jit::testing::operand(dtype, Shape{k, n}, rng)};
   for (const Value& v : e.inputs) e.pointers.push_back(&v);
   e.spec = jit::exactSpec(OpId::MatMul, {}, e.pointers);
+  return e;
+}
+
+// The same with an epilogue post-ops cannot express all of: + bias (a post-op), then erf.
+Example erfExample(DType dtype, std::int64_t m, std::int64_t k, std::int64_t n) {
+  Example e = matmulExample(dtype, m, k, n);
+  std::mt19937 rng(6);
+  e.inputs.push_back(jit::testing::operand(dtype, Shape{n}, rng));
+  e.pointers.clear();
+  for (const Value& v : e.inputs) e.pointers.push_back(&v);
+  e.spec = jit::exactSpec(OpId::MatMul, {}, e.pointers);
+  e.spec.epilogue = {{OpId::Add, 2, false}, {OpId::Erf, -1, false}};
   return e;
 }
 
@@ -212,6 +227,68 @@ TEST_F(LibraryCandidates, OffMeansNoRunOff) {
   for (const CandidateTiming& timing : reports[0].timings) EXPECT_EQ(timing.params.library, 0);
 }
 
+// The primitive with a generated tail as one candidate: the winner is recorded (params and impl
+// "onednn+tail") and read back; against a generated kernel both are run off and the pick follows
+// the run-off's medians, whichever way they fall.
+TEST_F(LibraryCandidates, ATailCandidateIsRecordedAndRunOff) {
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
+  {
+    MatmulSubspace family({kTail, kTooManyAccumulators});
+    Example e = erfExample(DType::Float32, 24, 40, 37);
+    AutoTuner tuner(options_);
+    auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
+    ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+    EXPECT_EQ(outcome->params, kTail);
+    const std::string line = lastLine();
+    EXPECT_NE(line.find("\"params\":\"impl=onednn+tail\""), std::string::npos) << line;
+    EXPECT_NE(line.find("\"impl\":\"onednn+tail\""), std::string::npos) << line;
+    AutoTuner again(options_);
+    auto cached = again.tune(engine, family, e.spec, e.pointers);
+    ASSERT_TRUE(cached.hasValue());
+    EXPECT_TRUE(cached->from_database);
+    EXPECT_EQ(cached->params, kTail);
+  }
+  MatmulSubspace family({KernelParams{}, kTail});
+  Example e = erfExample(DType::Float32, 48, 40, 37);
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  const std::vector<TuneReport> reports = tuner.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  ASSERT_TRUE(reports[0].runoff.has_value());
+  const RunOff& runoff = *reports[0].runoff;
+  EXPECT_EQ(runoff.library, kTail);
+  EXPECT_EQ(runoff.generated, KernelParams{});
+  ASSERT_TRUE(std::isfinite(runoff.library_us) && std::isfinite(runoff.generated_us));
+  // The generated kernel wins only by the run-off's 2% noise margin (auto_tuner.cc).
+  const bool generated_wins = runoff.generated_us < runoff.library_us * 0.98;
+  EXPECT_EQ(outcome->params, generated_wins ? KernelParams{} : kTail)
+      << "run-off: tail " << runoff.library_us << " us, generated " << runoff.generated_us << " us";
+  EXPECT_NE(lastLine().find(outcome->params == kTail ? "\"impl\":\"onednn+tail\"" : "\"impl\":\"jit\""),
+            std::string::npos)
+      << lastLine();
+}
+
+// A tail candidate whose primitive oneDNN cannot create (a 16-bit dtype its build has no kernel
+// for on this CPU) fails, and the generated kernel wins (impl=jit).
+TEST_F(LibraryCandidates, ATailWhosePrimitiveCannotBeCreatedLoses) {
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    Example e = erfExample(dtype, 16, 24, 32);
+    KernelSpec library = e.spec;
+    library.params = kTail;
+    if (jit::onednn::createFor(library).isOk()) continue;
+    MatmulSubspace family({KernelParams{}, kTail});
+    AutoTuner tuner(options_);
+    auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
+    ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+    EXPECT_EQ(outcome->params, KernelParams{});
+    EXPECT_EQ(outcome->failed, 1);
+    EXPECT_NE(lastLine().find("\"impl\":\"jit\""), std::string::npos) << lastLine();
+    return;
+  }
+  GTEST_SKIP() << "this CPU's oneDNN has float16 and bfloat16 matmuls";
+}
+
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   const Example e = matmulExample(DType::Float32, 4, 8, 16);
   const KernelKey key = kernelKey(*jit::familyFor(OpId::MatMul), e.spec, "cpu", "features");
@@ -230,6 +307,7 @@ TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   ASSERT_TRUE(parsed.hasValue()) << parsed.status().toString();
   EXPECT_EQ(parsed->params, kLibrary);
   EXPECT_EQ(implName(KernelParams{}), "jit");
+  EXPECT_EQ(implName(kTail), "onednn+tail");
   // An edited impl (params still say onednn) is refused before the checksum is looked at.
   std::string edited = line;
   edited.replace(edited.find("\"impl\":\"onednn\""), 15, "\"impl\":\"jit\"");

@@ -272,7 +272,7 @@ Status checkParams(const KernelParams& p) {
   }
   if (p.kc < 0 || p.kc > 4096 || p.mc < -1 || p.mc > 4096 || p.nc < -1 || p.nc > 16384 || p.k_unroll < 0 ||
       p.k_unroll > 8 || p.prefetch < -1 || p.prefetch > 64 || p.threads < 0 || p.threads > 64 || p.bf16_dot < -1 ||
-      p.bf16_dot > 1 || p.library < 0 || p.library > 1) {
+      p.bf16_dot > 1 || p.library < 0 || p.library > onednn::kPrimitiveAndTail) {
     return makeError(ErrorCode::Unsupported, "matmul parameters out of range: {}", p.toString());
   }
   if (p.library != 0 && !(p == KernelParams{.library = p.library})) {
@@ -675,7 +675,7 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     }
     if (gateEpilogue(spec)) stem += fmt::format("_gates{}_{}ops", gateCount(spec), spec.fused->nodes.size());
     if (spec.params.library != 0) {
-      stem += onednn::kSymbolSuffix;
+      stem += onednn::symbolSuffix(spec.params);
     } else if (!spec.params.isDefault()) {
       stem += '_';
       for (char c : spec.params.toString()) {
@@ -716,12 +716,14 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
           }
         }
       }
+      for (const KernelParams& p : onednn::candidates(spec)) space.push_back(p);  // with a tail
       return space;
     }
-    // oneDNN's primitive where its post-ops express the epilogue (LibraryCandidates=1), right
-    // after the default so a tuning budget always reaches it: timed like the generated kernels;
-    // one oneDNN cannot create on this CPU fails to compile.
-    if (onednn::available() && onednn::expressible(spec).isOk()) space.push_back({.library = 1});
+    // oneDNN's primitive where its post-ops express the epilogue, else the primitive and a
+    // generated tail (LibraryCandidates=1), right after the default so a tuning budget always
+    // reaches it: timed like the generated kernels; one oneDNN cannot create on this CPU fails to
+    // compile.
+    for (const KernelParams& p : onednn::candidates(spec)) space.push_back(p);
     const MatmulDims dims = staticDims(spec);
     const bool direct = directBPossible(spec);
     const bool small_m = dims.m >= 0 && dims.m <= 64;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // oneDNN matmul primitives for the matmul family's library candidates (see library_onednn.h):
-// the post-op table, the primitive cache, the runner and its scalar fallback.
+// the post-op table, the primitive cache, the runners and the scalar fallback, and the IR of a
+// library = 2 kernel's generated tail.
 #include "jit/llvm_cpu/library_onednn.h"
 
 #include <dlfcn.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -16,11 +18,18 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Intrinsics.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "jit/fusion.h"
+#include "jit/llvm_cpu/codegen_math.h"
+#include "jit/llvm_cpu/codegen_util.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
+#include "support/thread_pool.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit::onednn {
@@ -148,12 +157,14 @@ struct Problem {
     int operand = -1;  // binary: the KernelArgs slot of its operand
     View view;         // broadcast to the output
   };
-  std::vector<Post> posts;
+  std::vector<Post> posts;  // the epilogue's leading steps that are post-ops (postOpSteps)
   int out_slot = 0;
+  bool temp = false;  // C is the thread's tail buffer (a gate program's product), dense
   int threads = 1;
   std::string toString() const {
-    std::string key = fmt::format("{} {}x{}x{} b{}:{}x{} a{} b{} c{} t{}", dtypeShortName(dtype), m, k, n, batch_rank,
-                                  batch[0], batch[1], a.toString(), b.toString(), c.toString(), threads);
+    std::string key =
+        fmt::format("{} {}x{}x{} b{}:{}x{} a{} b{} c{}{} t{}", dtypeShortName(dtype), m, k, n, batch_rank, batch[0],
+                    batch[1], a.toString(), b.toString(), c.toString(), temp ? " tmp" : "", threads);
     for (const Post& post : posts) {
       key += fmt::format(" {}", opIdent(post.op));
       if (post.operand >= 0) key += fmt::format("[{}]", post.view.toString());
@@ -188,14 +199,14 @@ class Primitive {
     if (stream_ != nullptr) dnnl_stream_destroy(stream_);
     if (engine_ != nullptr) dnnl_engine_destroy(engine_);
   }
-  // Runs on these operands; false (with the reason) when oneDNN refuses.
-  bool run(const KernelArgs& args, std::string* reason) {
+  // Runs on these operands into `dst`; false (with the reason) when oneDNN refuses.
+  bool run(const KernelArgs& args, void* dst, std::string* reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     void* pointers[2 + kMaxKernelOperands];
     std::size_t count = 0;
     pointers[count++] = args.data[0];
     pointers[count++] = args.data[1];
-    pointers[count++] = args.data[problem_.out_slot];
+    pointers[count++] = dst;
     for (const Problem::Post& post : problem_.posts) {
       if (post.operand >= 0) pointers[count++] = args.data[post.operand];
     }
@@ -300,7 +311,7 @@ struct Cache {
   std::mutex mutex;
   std::map<std::string, std::unique_ptr<Primitive>> primitives;
   std::map<std::string, std::string> failures;  // keys oneDNN could not create, with the reason
-  std::atomic<std::uint64_t> calls{0}, run_failures{0};
+  std::atomic<std::uint64_t> calls{0}, run_failures{0}, tail_calls{0};
   double create_ms = 0;
 };
 Cache& cache() {
@@ -330,13 +341,36 @@ Expected<Primitive*> findOrCreate(const Problem& problem) {
   return primitive;
 }
 
-// The problem's static part: dtype, the epilogue's post-ops (operand dims/strides filled later).
+// Why `step` of `spec` is no post-op; empty when it is one.
+std::string whyNoPostOp(const KernelSpec& spec, const EpilogueStep& step) {
+  const PostOpKind* kind = postOpOf(step.op);
+  if (kind == nullptr || kind->binary != (step.operand >= 0)) return fmt::format("{} is no post-op", opIdent(step.op));
+  if (step.swapped && !commutes(step.op)) return fmt::format("{} with the product on the right", opIdent(step.op));
+  if (step.operand >= 0 &&
+      spec.inputs[static_cast<std::size_t>(step.operand)].rank > std::max(spec.inputs[0].rank, spec.inputs[1].rank))
+    return "an epilogue operand of a higher rank than the product";
+  return {};
+}
+
+// The problem's static part: dtype, the post-ops (operand dims/strides filled later), where C is.
 Problem problemOf(const KernelSpec& spec) {
   Problem problem;
   problem.dtype = spec.inputs[0].dtype;
   problem.out_slot = static_cast<int>(spec.inputs.size());
-  for (const EpilogueStep& step : spec.epilogue) problem.posts.push_back({step.op, step.operand, {}});
+  problem.temp = spec.params.library == kPrimitiveAndTail && matmul::gateEpilogue(spec);
+  const std::size_t posts = postOpSteps(spec);
+  for (std::size_t s = 0; s < posts; ++s) problem.posts.push_back({spec.epilogue[s].op, spec.epilogue[s].operand, {}});
   return problem;
+}
+
+// The product a library = 2 kernel's tail reads: the output, or (a gate program) the thread's
+// tail buffer of `bytes` (nullptr when it cannot be allocated).
+struct TailBufferTag {};
+void* tailBuffer(std::int64_t bytes) {
+  return ir::threadBuffer<TailBufferTag>(bytes, std::int64_t{1} << 16);
+}
+std::int64_t productBytes(const Problem& p) {
+  return p.batch[0] * p.batch[1] * p.m * p.n * static_cast<std::int64_t>(dtypeSize(p.dtype));
 }
 
 // What the primitive computes, in double per element: the fallback when oneDNN refuses at run time.
@@ -362,7 +396,7 @@ double applyStep(OpId op, double v, double x) {
   }
 }
 
-void fallbackMatmul(const Problem& p, const KernelArgs& args) {
+void fallbackMatmul(const Problem& p, const KernelArgs& args, void* dst) {
   for (std::int64_t b0 = 0; b0 < p.batch[0]; ++b0) {
     for (std::int64_t b1 = 0; b1 < p.batch[1]; ++b1) {
       for (std::int64_t i = 0; i < p.m; ++i) {
@@ -379,11 +413,26 @@ void fallbackMatmul(const Problem& p, const KernelArgs& args) {
                 post.operand < 0 ? 0.0 : loadAsDouble(args.data[post.operand], p.dtype, post.view.at(b0, b1, i, j));
             v = static_cast<float>(applyStep(post.op, v, x));
           }
-          storeFromDouble(args.data[p.out_slot], p.dtype, p.c.at(b0, b1, i, j), v);
+          storeFromDouble(dst, p.dtype, p.c.at(b0, b1, i, j), v);
         }
       }
     }
   }
+}
+
+// The primitive on `args` into `dst`; the fallback loop when oneDNN refuses (logged once).
+void execute(Primitive* primitive, const KernelArgs& args, void* dst) {
+  Cache& c = cache();
+  c.calls.fetch_add(1, std::memory_order_relaxed);
+  std::string reason;
+  if (primitive->run(args, dst, &reason)) return;
+  c.run_failures.fetch_add(1, std::memory_order_relaxed);
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    logAt(LogLevel::Warn, "JIT", "oneDNN matmul {} failed at run time ({}); computed by the fallback loop",
+          primitive->problem().toString(), reason);
+  });
+  fallbackMatmul(primitive->problem(), args, dst);
 }
 
 }  // namespace
@@ -397,22 +446,37 @@ Status expressible(const KernelSpec& spec) {
     return makeError(ErrorCode::Unsupported, "no oneDNN matmul for {}: {}", spec.signature(), why);
   };
   if (spec.op != OpId::MatMul || spec.inputs.size() < 2) return no("not a matmul");
-  if (spec.fused != nullptr) return no("a gate epilogue program");
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
   if (!a.is_tensor || !b.is_tensor || a.rank < 2 || b.rank < 2 || a.rank > kAxes || b.rank > kAxes)
     return no("operands are not matrices or stacks of up to two batch axes of them");
   if (a.dtype != b.dtype || !dnnlType(a.dtype)) return no("operands of different or unsupported dtypes");
+  if (spec.params.library == kPrimitiveAndTail) {
+    if (spec.fused == nullptr && postOpSteps(spec) == spec.epilogue.size())
+      return no("post-ops express the whole epilogue: no tail (impl=onednn)");
+    return Status::ok();
+  }
+  if (spec.fused != nullptr) return no("a gate epilogue program");
   for (const EpilogueStep& step : spec.epilogue) {
-    const PostOpKind* kind = postOpOf(step.op);
-    if (kind == nullptr || kind->binary != (step.operand >= 0))
-      return no(fmt::format("{} is no post-op", opIdent(step.op)));
-    if (step.swapped && !commutes(step.op))
-      return no(fmt::format("{} with the product on the right", opIdent(step.op)));
-    if (step.operand >= 0 && spec.inputs[static_cast<std::size_t>(step.operand)].rank > std::max(a.rank, b.rank))
-      return no("an epilogue operand of a higher rank than the product");
+    if (std::string why = whyNoPostOp(spec, step); !why.empty()) return no(why);
   }
   return Status::ok();
+}
+
+std::size_t postOpSteps(const KernelSpec& spec) {
+  std::size_t steps = 0;
+  while (steps < spec.epilogue.size() && whyNoPostOp(spec, spec.epilogue[steps]).empty()) ++steps;
+  return steps;
+}
+
+std::vector<KernelParams> candidates(const KernelSpec& spec) {
+  if (!available()) return {};
+  for (const int library : {kPrimitive, kPrimitiveAndTail}) {
+    KernelSpec candidate = spec;
+    candidate.params = {.library = library};
+    if (expressible(candidate).isOk()) return {candidate.params};
+  }
+  return {};
 }
 
 Status createFor(const KernelSpec& spec) {
@@ -467,9 +531,19 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
   problem.a.dims[2] = problem.m, problem.a.dims[3] = problem.k;  // a stride-0 row or column is still m or k long
   problem.b.dims[2] = problem.k, problem.b.dims[3] = problem.n;
   // The output is given at its own rank (left-aligned): the last 2 + batch_rank canonical axes.
+  // The tail reads the product dense: a gate program's in the tail buffer, else the output.
   const int out_rank = 2 + problem.batch_rank;
   std::int64_t c_strides[kAxes] = {0, 0, 0, 0};
-  for (int d = 0; d < out_rank; ++d) c_strides[kAxes - out_rank + d] = args.strides[problem.out_slot][d];
+  const bool tail = spec.params.library == kPrimitiveAndTail;
+  for (int d = 0; d < out_rank; ++d) {
+    const int axis = kAxes - out_rank + d;
+    c_strides[axis] = problem.temp ? 0 : args.strides[problem.out_slot][d];
+    std::int64_t dense = 1;
+    for (int e = axis + 1; e < kAxes; ++e) dense *= out_dims[e];
+    if (problem.temp) c_strides[axis] = dense;
+    if (tail && out_dims[axis] > 1 && c_strides[axis] != dense)
+      return makeError(ErrorCode::Unsupported, "oneDNN matmul with a tail: the output is not dense");
+  }
   problem.c = viewOf(out_dims, c_strides);
   for (int d = 0; d < kAxes; ++d) problem.c.dims[d] = out_dims[d];
   problem.threads = static_cast<int>(std::max<std::int64_t>(1, args.scalars[matmul::kScalarTasks]));
@@ -492,28 +566,281 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
   }
   SVM_ASSIGN_OR_RETURN(Primitive * primitive, findOrCreate(problem));
   args.scalars[matmul::kScalarLibrary] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(primitive));
+  if (tail) {
+    // The kernel usually runs on this thread right after prepare() (invokeCompiled): its tail
+    // buffer is grown here, where a failure can still be returned.
+    if (problem.temp && tailBuffer(productBytes(problem)) == nullptr)
+      return makeError(ErrorCode::Unsupported, "oneDNN matmul with a tail: no memory for the {}-byte product",
+                       productBytes(problem));
+    args.scalars[matmul::kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryTail));
+  }
   return Status::ok();
 }
 
 void runLibraryMatmul(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks*/, std::int64_t /*scratch_bytes*/) {
   auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args->scalars[matmul::kScalarLibrary]));
-  Cache& c = cache();
-  c.calls.fetch_add(1, std::memory_order_relaxed);
-  std::string reason;
-  if (primitive->run(*args, &reason)) return;
-  c.run_failures.fetch_add(1, std::memory_order_relaxed);
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    logAt(LogLevel::Warn, "JIT", "oneDNN matmul {} failed at run time ({}); computed by the fallback loop",
-          primitive->problem().toString(), reason);
-  });
-  fallbackMatmul(primitive->problem(), *args);
+  execute(primitive, *args, args->data[primitive->problem().out_slot]);
+}
+
+void runLibraryTail(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t /*scratch_bytes*/) {
+  auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args->scalars[matmul::kScalarLibrary]));
+  const Problem& problem = primitive->problem();
+  void* product = problem.temp ? tailBuffer(productBytes(problem)) : args->data[problem.out_slot];
+  std::vector<std::byte> spill;  // prepared on another thread whose buffer this one lacks, and none to be had
+  if (product == nullptr) {
+    spill.resize(static_cast<std::size_t>(productBytes(problem)));
+    product = spill.data();
+  }
+  execute(primitive, *args, product);
+  cache().tail_calls.fetch_add(1, std::memory_order_relaxed);
+  using TailFn = void (*)(const KernelArgs*, std::int64_t, std::int64_t, void*);
+  const auto tail = reinterpret_cast<TailFn>(part);
+  if (tasks <= 1) {
+    tail(args, 0, 1, product);
+    return;
+  }
+  ThreadPool::global().run(static_cast<int>(tasks), [&](int task) { tail(args, task, tasks, product); });
+}
+
+// ---- the tail's IR (emitTail) ----
+
+namespace {
+
+// A library = 2 kernel's part function: for this task's share of the product's rows, the
+// epilogue's steps from postOpSteps() on (each rounded to the dtype, as the op-by-op reference
+// does), then the gate program's outputs, or the value stored back over the product (the output).
+class TailEmitter {
+ public:
+  static constexpr unsigned kLanes = matmul::kLanes;
+
+  TailEmitter(const KernelSpec& spec, llvm::Function* part)
+      : spec_(spec), part_(part), b_(part->getContext()), dtype_(spec.inputs[0].dtype), first_(postOpSteps(spec)) {}
+
+  void emit() {
+    b_.SetInsertPoint(&part_->getEntryBlock());
+    ir::ArgsView args(b_, part_->getArg(0));
+    llvm::Value* task = part_->getArg(1);
+    llvm::Value* tasks = part_->getArg(2);
+    product_ = part_->getArg(3);
+    const int sa = matmul::slotA(spec_), sb = matmul::slotB(spec_);
+    const matmul::MatmulDims dims = matmul::staticDims(spec_);
+    llvm::Value* m = dims.m >= 0 ? i64(dims.m) : args.dim(sa, 2);
+    n_ = dims.n >= 0 ? i64(dims.n) : args.dim(sb, 3);
+    llvm::Value* batch1 = args.dim(sa, 1);
+    llvm::Value* rows = b_.CreateMul(b_.CreateMul(args.dim(sa, 0), batch1), m);
+    llvm::Value* share = b_.CreateUDiv(b_.CreateAdd(rows, b_.CreateSub(tasks, i64(1))), tasks);
+    llvm::Value* lo = smin(b_.CreateMul(task, share), rows);
+    llvm::Value* hi = smin(b_.CreateAdd(lo, share), rows);
+    for (std::size_t s = first_; s < spec_.epilogue.size(); ++s) {
+      const int operand = spec_.epilogue[s].operand;
+      if (operand < 0 || extras_.count(operand) != 0) continue;
+      Extra extra;
+      extra.data = args.data(operand);
+      for (int d = 0; d < kAxes; ++d) extra.strides[d] = args.stride(operand, d);
+      extra.along_n = matmul::extraAlongN(spec_, spec_.inputs[static_cast<std::size_t>(operand)]);
+      extras_.emplace(operand, extra);
+    }
+    if (spec_.fused != nullptr) prepareGates(args);
+    ir::emitLoop(
+        b_, lo, hi, 1,
+        [&](llvm::Value* row) {
+          llvm::Value* batch = b_.CreateUDiv(row, m);
+          llvm::Value* i = b_.CreateURem(row, m);
+          llvm::Value* i0 = b_.CreateUDiv(batch, batch1);
+          llvm::Value* i1 = b_.CreateURem(batch, batch1);
+          for (auto& [operand, extra] : extras_) {
+            extra.base =
+                b_.CreateAdd(b_.CreateAdd(b_.CreateMul(i0, extra.strides[0]), b_.CreateMul(i1, extra.strides[1])),
+                             b_.CreateMul(i, extra.strides[2]));
+          }
+          row_start_ = b_.CreateMul(row, n_);
+          if (spec_.fused != nullptr) {
+            emitGateRow(row);
+          } else {
+            emitRow();
+          }
+        },
+        "tail_row", ir::LoopHints::asEmitted());
+    b_.CreateRetVoid();
+  }
+
+ private:
+  static constexpr int kAxes = matmul::kMaxBatchRank + 2;
+  // An epilogue operand: data, strides over the output's canonical axes, this row's offset.
+  struct Extra {
+    llvm::Value* data = nullptr;
+    llvm::Value* strides[kAxes] = {};
+    llvm::Value* base = nullptr;
+    matmul::AlongN along_n = matmul::AlongN::Contiguous;
+  };
+  // A gate program's leaf view or output: data and strides over the iteration's leading axes.
+  struct View {
+    int source = 0;
+    int inner = 1;
+    llvm::Value* data = nullptr;
+    std::vector<llvm::Value*> strides;
+  };
+
+  llvm::Value* i64(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
+  llvm::Value* smin(llvm::Value* x, llvm::Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); }
+  llvm::Value* productPtr(llvm::Value* col) {
+    return ir::elementPtr(b_, dtype_, product_, b_.CreateAdd(row_start_, col));
+  }
+
+  // `lanes` elements of `dtype` at `ptr`, only where `mask` holds (zeros elsewhere), as float32.
+  llvm::Value* maskedLoad(DType dtype, llvm::Value* ptr, llvm::Value* mask) {
+    llvm::Type* stored =
+        ir::withLanes(dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
+    llvm::Value* x =
+        b_.CreateMaskedLoad(stored, ptr, llvm::Align(dtypeSize(dtype)), mask, llvm::Constant::getNullValue(stored));
+    if (dtype == DType::BFloat16) return ir::bf16BitsToFloat(b_, x);
+    if (dtype == DType::Float16) return b_.CreateFPExt(x, ir::withLanes(b_.getFloatTy(), kLanes));
+    return x;
+  }
+
+  // The remaining epilogue steps on `value` (<16 x float> or float) = product[row, col ..).
+  llvm::Value* applySteps(llvm::Value* value, llvm::Value* col) {
+    const bool vector = value->getType()->isVectorTy();
+    for (std::size_t s = first_; s < spec_.epilogue.size(); ++s) {
+      const EpilogueStep& step = spec_.epilogue[s];
+      if (step.operand < 0) {
+        value = ir::roundTo(b_, ir::unaryOp(b_, step.op, dtype_, value), dtype_);
+        continue;
+      }
+      const Extra& extra = extras_.at(step.operand);
+      auto at = [&](llvm::Value* offset) { return ir::elementPtr(b_, dtype_, extra.data, offset); };
+      llvm::Value* other = nullptr;
+      if (!vector) {
+        llvm::Value* step_n = extra.along_n == matmul::AlongN::Broadcast    ? i64(0)
+                              : extra.along_n == matmul::AlongN::Contiguous ? i64(1)
+                                                                            : extra.strides[3];
+        other = ir::loadCompute(b_, dtype_, at(b_.CreateAdd(extra.base, b_.CreateMul(col, step_n))));
+      } else if (extra.along_n == matmul::AlongN::Broadcast) {
+        other = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype_, at(extra.base)));
+      } else if (extra.along_n == matmul::AlongN::Contiguous) {
+        other = ir::loadCompute(b_, dtype_, at(b_.CreateAdd(extra.base, col)), kLanes);
+      } else {
+        // Stride 1: the lanes (none past the operand's row is touched); stride 0: one value.
+        llvm::Value* contiguous = b_.CreateICmpEQ(extra.strides[3], i64(1));
+        llvm::Value* lanes =
+            maskedLoad(dtype_, at(b_.CreateAdd(extra.base, col)), b_.CreateVectorSplat(kLanes, contiguous));
+        llvm::Value* scalar = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype_, at(extra.base)));
+        other = b_.CreateSelect(contiguous, lanes, scalar);
+      }
+      value = step.swapped ? ir::binaryOp(b_, step.op, dtype_, other, value)
+                           : ir::binaryOp(b_, step.op, dtype_, value, other);
+      value = ir::roundTo(b_, value, dtype_);
+    }
+    return value;
+  }
+
+  // No program: the row in place, 16 lanes at a time, then the last N % 16 one by one.
+  void emitRow() {
+    llvm::Value* whole = b_.CreateAnd(n_, i64(-static_cast<std::int64_t>(kLanes)));
+    ir::emitLoop(
+        b_, i64(0), whole, kLanes,
+        [&](llvm::Value* col) {
+          llvm::Value* ptr = productPtr(col);
+          ir::storeCompute(b_, dtype_, applySteps(ir::loadCompute(b_, dtype_, ptr, kLanes), col), ptr);
+        },
+        "tail_col", ir::LoopHints::asEmitted());
+    ir::emitLoop(
+        b_, whole, n_, 1,
+        [&](llvm::Value* col) {
+          llvm::Value* ptr = productPtr(col);
+          ir::storeCompute(b_, dtype_, applySteps(ir::loadCompute(b_, dtype_, ptr), col), ptr);
+        },
+        "tail_rest", ir::LoopHints::asEmitted());
+  }
+
+  void prepareGates(ir::ArgsView& args) {
+    const FusedProgram& program = *spec_.fused;
+    const int out_slot = static_cast<int>(spec_.inputs.size());
+    auto viewOf = [&](int slot) {
+      View view;
+      view.data = args.data(slot);
+      for (int d = 0; d + 1 < program.rank; ++d) view.strides.push_back(args.stride(slot, d));
+      return view;
+    };
+    for (int l = 0; l < program.numLeaves(); ++l) {
+      const int source = spec_.fused_leaf_source[static_cast<std::size_t>(l)];
+      View view = source >= 0 ? viewOf(source) : View{};
+      view.source = source;
+      if (source >= 0) view.inner = program.leaf_inner[static_cast<std::size_t>(l)];
+      leaves_.push_back(view);
+    }
+    for (std::size_t o = 0; o < program.outputs.size(); ++o) outputs_.push_back(viewOf(out_slot + static_cast<int>(o)));
+    inner_rows_ = program.rank == 3 ? args.dim(out_slot, 1) : nullptr;
+    hidden_ = matmul::staticDims(spec_).n / matmul::gateCount(spec_);  // static (supportsGates)
+  }
+
+  // A gate program on product row `row`: column block g of the product is leaf -(g + 1), H
+  // columns, 16 lanes at a time (H is a multiple of 16); the other leaves and the outputs are
+  // read / written at the row's index over the iteration's leading axes.
+  void emitGateRow(llvm::Value* row) {
+    const FusedProgram& program = *spec_.fused;
+    std::vector<llvm::Value*> at = {row};
+    if (inner_rows_ != nullptr) at = {b_.CreateUDiv(row, inner_rows_), b_.CreateURem(row, inner_rows_)};
+    ir::emitLoop(
+        b_, i64(0), i64(hidden_), kLanes,
+        [&](llvm::Value* col) {
+          auto offsetOf = [&](const View& view, llvm::Value* lane_stride) {
+            llvm::Value* offset = b_.CreateMul(col, lane_stride);
+            for (std::size_t d = 0; d < at.size(); ++d)
+              offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
+            return offset;
+          };
+          ir::FusedValues values(b_, program, kLanes, [&](int l) -> llvm::Value* {
+            const View& leaf = leaves_[static_cast<std::size_t>(l)];
+            const DType dtype = program.leafDType(l);
+            if (leaf.source < 0) {
+              llvm::Value* product_col = b_.CreateAdd(col, i64((-leaf.source - 1) * hidden_));
+              return applySteps(ir::loadCompute(b_, dtype_, productPtr(product_col), kLanes), product_col);
+            }
+            if (leaf.inner == 0) {
+              llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(0)));
+              return b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype, ptr));
+            }
+            return ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(1))), kLanes);
+          });
+          for (std::size_t o = 0; o < program.outputs.size(); ++o) {
+            ir::storeCompute(b_, program.dtype, values.operand(program.outputs[o]),
+                             ir::elementPtr(b_, program.dtype, outputs_[o].data, offsetOf(outputs_[o], i64(1))));
+          }
+        },
+        "tail_gate", ir::LoopHints::asEmitted());
+  }
+
+  const KernelSpec& spec_;
+  llvm::Function* part_;
+  ir::Builder b_;
+  DType dtype_;        // the operands', the product's and the program's
+  std::size_t first_;  // the first epilogue step the tail runs
+  llvm::Value* product_ = nullptr;
+  llvm::Value* n_ = nullptr;
+  llvm::Value* row_start_ = nullptr;  // row * N: the row's first element in the product
+  std::map<int, Extra> extras_;       // epilogue operands of the tail's steps, by input index
+  std::vector<View> leaves_, outputs_;
+  llvm::Value* inner_rows_ = nullptr;  // a rank-3 program: the iteration's axis 1
+  std::int64_t hidden_ = 0;            // H
+};
+
+}  // namespace
+
+Status emitTail(const KernelSpec& spec, llvm::Function* part) {
+  if (spec.params.library != kPrimitiveAndTail || part == nullptr || part->arg_size() != 4 || part->empty() ||
+      !part->getEntryBlock().empty()) {
+    return makeError(ErrorCode::Internal, "oneDNN tail: not a library = 2 kernel's empty part function");
+  }
+  SVM_RETURN_IF_ERROR(expressible(spec));
+  TailEmitter(spec, part).emit();
+  return Status::ok();
 }
 
 LibraryStats stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  return {c.primitives.size(), c.create_ms, c.calls.load(), c.run_failures.load()};
+  return {c.primitives.size(), c.create_ms, c.calls.load(), c.run_failures.load(), c.tail_calls.load()};
 }
 
 void failExecutionsForTesting(bool fail) {

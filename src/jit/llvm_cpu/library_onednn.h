@@ -8,29 +8,65 @@
 // the static shapes' primitive, so it counts as compile time). Invariant: a primitive that cannot
 // be created is an error (the candidate fails, the generated kernel is used); one that fails at
 // run time falls back to a scalar loop over the same operands, logged once with the reason.
+//
+// Where the epilogue is not all post-ops (an op oneDNN has none for, a gate program such as the
+// LSTM cell's gates), KernelParams::library = 2 ("impl=onednn+tail") is one candidate of two
+// parts: the primitive, with the epilogue's leading steps that are post-ops, writes the product,
+// then the kernel's generated part function (emitTail) applies the rest of the epilogue and the
+// program. The product goes to the output itself (no gate program: the tail finishes it in place,
+// element by element) or, for a gate program, whose outputs are not the product, to the calling
+// thread's tail buffer (ir::threadBuffer: grown to the largest product that thread has run, kept
+// for the thread's life, never allocated per call; prepareCall sizes it).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include <vector>
+
 #include "jit/kernel_abi.h"
 #include "shapevm/status.h"
 
+namespace llvm {
+class Function;
+}  // namespace llvm
+
 namespace shapevm::jit::onednn {
+
+// KernelParams::library: the primitive alone, or the primitive and a generated tail.
+inline constexpr int kPrimitive = 1;
+inline constexpr int kPrimitiveAndTail = 2;
 
 // What a library kernel's symbol ends its stem with (codegen_matmul.cc) and how it is recognized.
 inline constexpr std::string_view kSymbolSuffix = "_onednn";
+inline constexpr std::string_view kTailSymbolSuffix = "_onednn_tail";
+inline std::string_view symbolSuffix(const KernelParams& params) {
+  return params.library == kPrimitiveAndTail ? kTailSymbolSuffix : kSymbolSuffix;
+}
 inline bool isLibrarySymbol(std::string_view symbol) {
   return symbol.find(kSymbolSuffix) != std::string_view::npos;
 }
 
 // Library candidates on: oneDNN is built in and the LibraryCandidates tunable is 1.
 bool available();
-// OK when a oneDNN primitive can express `spec` (rank 2..4 operands of one dtype, a post-op for
-// every epilogue step, no gate program); else the reason. Whether oneDNN can create it on this
-// CPU is only known once prepared (createFor / prepareCall).
+// OK when the candidate spec.params.library names can compute `spec`; else the reason. The
+// primitive alone (0 or 1): rank 2..4 operands of one dtype, a post-op for every epilogue step,
+// no gate program. With a tail (2): the same operands, and an epilogue that is not all post-ops
+// or a gate program (the family checks the rest as for its generated kernels). Whether oneDNN can
+// create the primitive on this CPU is only known once prepared (createFor / prepareCall).
 Status expressible(const KernelSpec& spec);
+// The library candidates of a search space for `spec` (whatever its params): {library = 1} where
+// post-ops express the epilogue, else {library = 2} where a tail can finish it; none when
+// available() is false.
+std::vector<KernelParams> candidates(const KernelSpec& spec);
+// How many leading epilogue steps the primitive runs as post-ops (all of them for library = 1).
+std::size_t postOpSteps(const KernelSpec& spec);
+// Fills `part` (void(ptr args, i64 task, i64 tasks, ptr product), empty) with the tail of a
+// library = 2 kernel: this task's rows of the product (dense [rows, N] in the output dtype), the
+// epilogue from postOpSteps() on, then the gate program into its outputs, or back into the
+// product (the output) without one.
+Status emitTail(const KernelSpec& spec, llvm::Function* part);
 // Creates (or finds) the primitive for a spec whose dims are all static, operands dense: the
 // compile's share of the work. An error when oneDNN cannot create it (dtype, ISA).
 Status createFor(const KernelSpec& spec);
@@ -40,12 +76,16 @@ Status createFor(const KernelSpec& spec);
 Status prepareCall(const KernelSpec& spec, KernelArgs& args);
 // The task runner a library kernel calls (the matmul runner's signature; `part` is unused).
 void runLibraryMatmul(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
+// A library = 2 kernel's runner (prepareCall puts it in scalars[kScalarRunner]): the primitive
+// into the product, then `part` (the tail) on `tasks` threads of the kernel pool.
+void runLibraryTail(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
 
 struct LibraryStats {
   std::uint64_t primitives = 0;    // created (cache entries)
   double create_ms = 0;            // spent creating them
   std::uint64_t calls = 0;         // runLibraryMatmul calls
   std::uint64_t run_failures = 0;  // executions oneDNN refused (computed by the fallback loop)
+  std::uint64_t tail_calls = 0;    // of the calls, those a generated tail finished (library = 2)
 };
 LibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).

@@ -145,9 +145,9 @@ std::string LlvmCpuBackend::statsReport() const {
   std::string text = fmt::format("jit: library kernels (impl=onednn): {} loaded{}{}\n", symbols.size(),
                                  symbols.empty() ? "" : ": ", fmt::join(symbols, ", "));
   text += fmt::format(
-      "jit: oneDNN (process-wide, tuning included): {} primitives created in {:.1f} ms, {} calls, {} failed at run "
-      "time (computed by the fallback loop)\n",
-      library.primitives, library.create_ms, library.calls, library.run_failures);
+      "jit: oneDNN (process-wide, tuning included): {} primitives created in {:.1f} ms, {} calls ({} finished by a "
+      "generated tail, impl=onednn+tail), {} failed at run time (computed by the fallback loop)\n",
+      library.primitives, library.create_ms, library.calls, library.tail_calls, library.run_failures);
   return text;
 }
 

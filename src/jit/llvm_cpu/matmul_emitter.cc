@@ -16,6 +16,7 @@
 #include "jit/llvm_cpu/codegen_math.h"
 #include "jit/llvm_cpu/codegen_util.h"
 #include "jit/llvm_cpu/engine.h"
+#include "jit/llvm_cpu/library_onednn.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/kernel_util.h"
 
@@ -1532,6 +1533,8 @@ Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std:
     b.CreateCall(runner_type, runner, {part, function->getArg(0), tasks, b.getInt64(0)});
     b.CreateRetVoid();
     b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", part));
+    // With a generated tail (library = 2) the runner calls part for the rest of the epilogue.
+    if (spec.params.library == onednn::kPrimitiveAndTail) return onednn::emitTail(spec, part);
     b.CreateRetVoid();
     return Status::ok();
   }
