@@ -174,8 +174,21 @@ TEST(HotPathDetector, TheFlatWorkloadIsOneStraightLineBlock) {
   EXPECT_EQ(regions[0].sites.size(), module->functions[0].op_sites.size());
 }
 
+// Ticks <-> ns is calibrated against the clock over the process's life so far (ticksToNanos): in
+// a process a few ms old, two conversions can differ by 15% under load. The tests below convert in
+// both directions, so they first let the calibration span 50 ms (then it agrees within ~0.1%).
+void settleTickCalibration() {
+  static const bool settled = [] {
+    (void)ticksToNanos(1);  // starts the calibration's span
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return true;
+  }();
+  (void)settled;
+}
+
 // A runtime whose sites each ran `calls` times for `nanos` in all (the interpreter's counters).
 std::unique_ptr<FunctionRuntime> timedSites(std::size_t sites, std::uint64_t calls, const std::vector<double>& nanos) {
+  settleTickCalibration();  // the tests convert these ticks back to ns
   auto runtime = std::make_unique<FunctionRuntime>();
   runtime->slots = std::make_unique<DispatchSlot[]>(sites);
   const double ticks_per_ns = 1e9 / ticksToNanos(1'000'000'000);
@@ -202,18 +215,6 @@ TEST(HotPathDetector, SitesCheaperInterpretedThanALaunchStayInterpretedAtO2) {
   ASSERT_TRUE(Tunables::set(Tunable::HotMs, 0).isOk());
   EXPECT_FALSE(cheaperInterpreted(cost, {0}, tiny, 2)) << "hot_ms = 0 compiles whatever is hot";
   Tunables::resetToDefaults();
-}
-
-// Ticks <-> ns is calibrated against the clock over the process's life so far (ticksToNanos): in
-// a process a few ms old, two conversions can differ by 15% under load. The tests below convert in
-// both directions, so they first let the calibration span 50 ms (then it agrees within ~0.1%).
-void settleTickCalibration() {
-  static const bool settled = [] {
-    (void)ticksToNanos(1);  // starts the calibration's span
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return true;
-  }();
-  (void)settled;
 }
 
 // Adds `calls` executions of `ns` each to site 0 of `runtime`.
