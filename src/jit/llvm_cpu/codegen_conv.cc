@@ -11,10 +11,10 @@
 // Dense float32 1-D/2-D convs (any kernel, stride, dilation, padding; one group): an implicit
 // GEMM in column tiles. The kernel is the matmul of A = the weight [Cout, Cin*kh*kw] and B = a
 // tile of im2col columns [Cin*kh*kw, cols] (cols output pixels, see tileColumns); its task
-// runner (scalars[0], replaced) fills each tile in a per-thread buffer, runs the generated part
-// on it into a [Cout, cols] tile with the epilogue applied, and copies that into the output (a
-// tile of the whole image is written there directly). No buffer ever holds more than one tile of
-// the im2col matrix.
+// runner (scalars[0], replaced) fills each tile in a per-thread buffer and runs the generated part
+// on it, which writes the [Cout, cols] product with the epilogue applied straight into the
+// output's columns of that tile (its C rows are a run-time stride apart: the image's pixels). No
+// buffer ever holds more than one tile of the im2col matrix.
 // Epilogues (dense and pointwise): after the bias, the region planner's elementwise consumers
 // (activations, a residual add, ReLU6's maximum/minimum against scalar bounds) run in the matmul's
 // store; an operand of the output's shape follows the bias (inputs 3..) and is viewed as the
@@ -31,7 +31,6 @@
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
@@ -390,38 +389,46 @@ DenseGeometry geometryOf(const KernelArgs& args) {
 }
 
 // Columns [p0, p0 + count) of image n's im2col matrix into `tile` ([k, count], rows contiguous).
+// Each tile row (ci, ky, kx) is a run per output row: zeros where the tap's input row or column
+// is padding, else the input row's columns ox * sw + x_off. The runs are short in the deep layers
+// (7 to 28 columns at 224x224), so they are plain loops (the compiler widens them), not calls.
 void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel_stride, std::int64_t p0,
-              std::int64_t count, float* tile) {
+              std::int64_t count, float* __restrict tile) {
+  const std::int64_t oy0 = p0 / g.wo, first_ox = p0 % g.wo;
   for (std::int64_t ci = 0; ci < g.cin; ++ci) {
     const float* plane = image + ci * x_channel_stride;
     for (std::int64_t ky = 0; ky < g.kh; ++ky) {
       for (std::int64_t kx = 0; kx < g.kw; ++kx) {
-        float* dst = tile + ((ci * g.kh + ky) * g.kw + kx) * count;
+        float* __restrict dst = tile + ((ci * g.kh + ky) * g.kw + kx) * count;
         const std::int64_t x_off = kx * g.dw - g.pw;
         // Output columns whose input column lies inside the row: [ox_lo, ox_hi).
         const std::int64_t ox_lo = x_off >= 0 ? 0 : std::min(g.wo, (-x_off + g.sw - 1) / g.sw);
         const std::int64_t ox_hi = g.w - x_off <= 0 ? 0 : std::min(g.wo, (g.w - x_off + g.sw - 1) / g.sw);
-        std::int64_t p = p0, j = 0;
+        std::int64_t oy = oy0, ox0 = first_ox, j = 0;
         while (j < count) {
-          const std::int64_t oy = p / g.wo, ox0 = p % g.wo;
-          const std::int64_t run = std::min(count - j, g.wo - ox0);
+          const std::int64_t run = std::min(count - j, g.wo - ox0), end = ox0 + run;
           const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+          float* __restrict out = dst + j;  // output column ox at out[ox - ox0]
           if (iy < 0 || iy >= g.h) {
-            std::fill(dst + j, dst + j + run, 0.0f);
+            for (std::int64_t c = 0; c < run; ++c) out[c] = 0.0f;
           } else {
-            const float* row = plane + iy * g.w;  // input column ox * sw + x_off, for ox in [lo, hi)
-            const std::int64_t lo = std::clamp(ox_lo, ox0, ox0 + run), hi = std::clamp(ox_hi, lo, ox0 + run);
-            float* out = dst + j;  // output column ox at out[ox - ox0]
-            std::fill(out, out + (lo - ox0), 0.0f);
-            if (g.sw == 1) {
-              std::memcpy(out + (lo - ox0), row + (lo + x_off), static_cast<std::size_t>(hi - lo) * sizeof(float));
-            } else {
-              for (std::int64_t ox = lo; ox < hi; ++ox) out[ox - ox0] = row[ox * g.sw + x_off];
+            const std::int64_t lo = std::clamp(ox_lo, ox0, end), hi = std::clamp(ox_hi, lo, end);
+            for (std::int64_t c = 0; c < lo - ox0; ++c) out[c] = 0.0f;
+            if (hi > lo) {
+              // The input column of output column lo, then sw apart.
+              const float* __restrict src = plane + iy * g.w + lo * g.sw + x_off;
+              float* __restrict inside = out + (lo - ox0);
+              if (g.sw == 1) {
+                for (std::int64_t c = 0; c < hi - lo; ++c) inside[c] = src[c];
+              } else {
+                for (std::int64_t c = 0; c < hi - lo; ++c) inside[c] = src[c * g.sw];
+              }
             }
-            std::fill(out + (hi - ox0), out + run, 0.0f);
+            for (std::int64_t c = hi - ox0; c < run; ++c) out[c] = 0.0f;
           }
           j += run;
-          p += run;
+          ++oy;
+          ox0 = 0;
         }
       }
     }
@@ -450,11 +457,10 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
   auto* out = static_cast<float*>(args->data[kOutSlot]);
   const std::int64_t scratch_floats = (scratch_bytes + 63) / 64 * 16;
   auto work = [&](std::int64_t task, std::int64_t count) {
-    float* buffer = tileBuffer(scratch_floats + (g.k + (blocks > 1 ? g.cout : 0)) * g.cols);
+    float* buffer = tileBuffer(scratch_floats + g.k * g.cols);
     if (buffer == nullptr) std::abort();  // like a failed `new`: nothing to return an error to
     float* scratch = buffer;
     float* columns = buffer + scratch_floats;
-    float* product = columns + g.k * g.cols;
     KernelArgs tile = *args;
     for (std::int64_t t = task; t < tiles; t += count) {
       const std::int64_t n = t / blocks, p0 = (t % blocks) * g.cols;
@@ -466,14 +472,10 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
         if (args->strides[e][3] == 0) continue;                           // one element (see prepareDense)
         tile.data[e] = static_cast<float*>(args->data[e]) + (dst - out);  // the same columns of the operand
       }
-      tile.data[inputs] = width == pixels ? dst : product;  // one tile per image: the output's own layout
+      tile.data[inputs] = dst;  // the product's rows are the output's channels (pixels apart)
       tile.shape[slot_b][3] = width;
       tile.strides[slot_b][2] = width;
       part(&tile, 0, 1, scratch);
-      if (width == pixels) continue;
-      for (std::int64_t co = 0; co < g.cout; ++co) {
-        std::memcpy(dst + co * pixels, product + co * width, static_cast<std::size_t>(width) * sizeof(float));
-      }
     }
   };
   const std::int64_t threads = std::min(tasks, tiles);
@@ -488,8 +490,7 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
 // tile narrower than Cout spends more on A than on its own columns (at K = 4608, 256 KiB held
 // 16 columns and each tile read 9 MiB of weights for them): the width is at least
 // max(kMinTileColumns, Cout), else what fits kTileBytes, at most the image. An image that needs
-// several tiles gets equal ones (multiples of 16 columns); one tile of the whole image is written
-// straight into the output (the product's rows are then the output's channels).
+// several tiles gets equal ones (multiples of 16 columns).
 constexpr std::int64_t kTileBytes = 1024 * 1024;
 constexpr std::int64_t kMinTileColumns = 64;
 std::int64_t tileColumns(std::int64_t k, std::int64_t cout, std::int64_t pixels) {
@@ -527,6 +528,9 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   args.strides[kXSlot][0] = x.stride(0);
   args.strides[kXSlot][1] = x.stride(1);
   args.data[kOutSlot] = out.rawData();
+  // The product [cout, cols] goes straight into the output at the tile's first pixel: its rows
+  // (the output's channels) are `pixels` apart (the kernel is emitted with a strided C).
+  args.strides[inputs_count][2] = pixels;
   // The matmul's operands: A = W [cout, k] in slot 0, B = a tile (the runner points slot 1 at
   // it), the bias [cout, 1] in slot 2; canonical views [1, 1, rows, cols] after the output.
   const int slot_a = inputs_count + 1, slot_b = inputs_count + 2;
@@ -840,7 +844,8 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
     if (isDepthwise(spec)) return emitDepthwise(spec, module, symbol);
-    return matmul::emitMatmulKernel(matmulSpecOf(spec), module, symbol);
+    // A dense conv's tiles are written into the output in place: C's rows are the image's pixels apart.
+    return matmul::emitMatmulKernel(matmulSpecOf(spec), module, symbol, /*strided_c=*/!isPointwise(spec));
   }
 };
 

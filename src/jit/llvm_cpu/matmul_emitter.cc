@@ -31,7 +31,7 @@ constexpr ir::LoopHints kAsEmitted = ir::LoopHints::asEmitted();
 
 class MatmulEmitter {
  public:
-  MatmulEmitter(Builder& b, const KernelSpec& spec, DType out_dtype)
+  MatmulEmitter(Builder& b, const KernelSpec& spec, DType out_dtype, bool strided_c)
       : b_(b),
         spec_(spec),
         a_spec_(spec.inputs[0]),
@@ -44,7 +44,8 @@ class MatmulEmitter {
         // Every task's share, N block and panel is whole NR columns / MR rows when the static N /
         // M is a multiple of NR / MR (shares and blocks are whole panels and tiles, see emitPart).
         cols_whole_(dims_.n >= 0 && dims_.n % plan_.nr() == 0),
-        rows_whole_(dims_.m >= 0 && dims_.m % plan_.mr == 0) {}
+        rows_whole_(dims_.m >= 0 && dims_.m % plan_.mr == 0),
+        strided_c_(strided_c) {}
 
   // `part` is void(ptr args, i64 task, i64 tasks, ptr scratch).
   void emitPart(llvm::Function* part) {
@@ -62,6 +63,7 @@ class MatmulEmitter {
     m_ = known(dims_.m, sa, 2);
     k_ = known(dims_.k, sa, 3);
     n_ = known(dims_.n, sb, 3);
+    c_ld_ = strided_c_ ? args.stride(static_cast<int>(spec_.inputs.size()), 2) : n_;
     llvm::Value* batch0 = args.dim(sa, 0);
     llvm::Value* batch1 = args.dim(sa, 1);
     llvm::Value* a_batch0 = args.stride(sa, 0);
@@ -126,7 +128,7 @@ class MatmulEmitter {
 
     // K = 0 still runs one (empty) K block so C is written with zeros.
     k_loop_end_ = b_.CreateSelect(b_.CreateICmpEQ(k_, i64(0)), i64(1), k_);
-    llvm::Value* matrix_size = b_.CreateMul(m_, n_);
+    llvm::Value* matrix_size = b_.CreateMul(m_, c_ld_);
     llvm::Value* batches = b_.CreateMul(batch0, batch1);
     if (packable_) batches = b_.CreateSelect(pack_only_, i64(1), batches);  // only packing a 2-D B: once
     // Small M (or N) with both operands contiguous along K (x @ W.T with few rows, matrix @
@@ -299,7 +301,7 @@ class MatmulEmitter {
         b_, m_lo_, m_hi_, 1,
         [&](llvm::Value* i) {
           llvm::Value* a_row = b_.CreateAdd(a_base_, b_.CreateMul(i, a_row_));
-          llvm::Value* c_row = b_.CreateAdd(c_base_, b_.CreateMul(i, n_));
+          llvm::Value* c_row = b_.CreateAdd(c_base_, b_.CreateMul(i, c_ld_));
           auto columns = [&](llvm::Value* j, int count) {
             std::vector<llvm::Value*> b_col;
             for (int c = 0; c < count; ++c)
@@ -1066,7 +1068,7 @@ class MatmulEmitter {
       llvm::Value* row = b_.CreateAdd(t.row, i64(r));
       if (r > 0) row = b_.CreateSelect(b_.CreateICmpSLT(i64(r), t.rows), row, t.row);
       row_index.push_back(row);
-      c_row.push_back(b_.CreateAdd(c_base_, b_.CreateAdd(b_.CreateMul(row, n_), t.col)));
+      c_row.push_back(b_.CreateAdd(c_base_, b_.CreateAdd(b_.CreateMul(row, c_ld_), t.col)));
       if (t.a_src == nullptr) {
         a_row.push_back(b_.CreateAdd(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_), b_.CreateMul(t.pc, a_col_))));
       }
@@ -1455,6 +1457,7 @@ class MatmulEmitter {
   bool gate_;                              // gateEpilogue(): the tile rows end in the program
   bool cols_whole_;                        // every panel has NR columns: no partial-panel code
   bool rows_whole_;                        // every row block is whole MR-row tiles: no 1-row tiles
+  bool strided_c_;                         // C's rows are strides[2] of its slot apart (emitMatmulKernel)
   std::int64_t hidden_ = 0;                // gate epilogue: H, the columns per block
   llvm::Value* args_ptr_ = nullptr;        // ... the kernel's args (for its gate function)
   llvm::Function* gate_rows_ = nullptr;    // ... that function (emitGateRows)
@@ -1470,6 +1473,7 @@ class MatmulEmitter {
   llvm::Value* m_ = nullptr;
   llvm::Value* k_ = nullptr;
   llvm::Value* n_ = nullptr;
+  llvm::Value* c_ld_ = nullptr;  // C's row stride: N, or the output slot's strides[2] (strided_c)
   llvm::Value* a_row_ = nullptr;
   llvm::Value* a_col_ = nullptr;
   llvm::Value* b_row_ = nullptr;
@@ -1497,7 +1501,7 @@ class MatmulEmitter {
 
 }  // namespace
 
-Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
+Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std::string& symbol, bool strided_c) {
   llvm::LLVMContext& context = module.getContext();
   markHandVectorized(module);  // every loop below is vectorized by hand or left as emitted
   Builder b(context);
@@ -1542,7 +1546,7 @@ Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std:
   b.CreateRetVoid();
 
   b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", part));
-  MatmulEmitter emitter(b, spec, promoteTypes(spec.inputs[0].dtype, spec.inputs[1].dtype));
+  MatmulEmitter emitter(b, spec, promoteTypes(spec.inputs[0].dtype, spec.inputs[1].dtype), strided_c);
   emitter.emitPart(part);
   return Status::ok();
 }

@@ -120,6 +120,10 @@ AlongN extraAlongN(const KernelSpec& spec, const OperandSpec& extra);
 
 // Emits `void <symbol>(ptr args)` for a spec the family supports: the exported entry calling the
 // task runner (KernelArgs scalars) and the internal part function (matmul_emitter.cc).
-Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std::string& symbol);
+// strided_c: C's rows are args.strides[output slot][2] elements apart (read per call; else N), so
+// a caller may have the product written into a wider matrix (the conv family: a tile of pixel
+// columns straight into the output's channel rows).
+Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std::string& symbol,
+                        bool strided_c = false);
 
 }  // namespace shapevm::jit::matmul
