@@ -186,21 +186,6 @@ TEST(ConvJit, SmallTilesAndOneKernelOverSeveralSizes) {
   EXPECT_TRUE(sameKernelMatches(dynamicSpec(sets[0], attrs), sets));
 }
 
-// The product tiles are written straight into the output (C's rows a run-time stride apart, the
-// image's pixels): several tiles per image whose widths are not whole register panels, Cout not a
-// whole number of row tiles, three images split over two threads (a tile that wrote past its
-// columns or rows would clobber a neighbour's, run by the other thread), and one tile per image.
-TEST(ConvJit, DenseTilesWriteStraightIntoTheOutput) {
-  std::mt19937 rng(32);
-  const Attrs attrs = {{"strides", AttrValue::ofInts({2, 1})}, {"pads", AttrValue::ofInts({3, 1, 2, 3})}};
-  for (auto [cout, h, w] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 23, 29}, {6, 9, 5}}) {
-    const std::vector<Value> inputs = convInputs(DType::Float32, Shape{3, 64, h, w}, cout, 1, rng, 7);
-    KernelSpec spec = dynamicSpec(inputs, attrs);
-    spec.params.threads = 2;
-    EXPECT_TRUE(matchesReference(spec, inputs)) << cout << " " << h << "x" << w;
-  }
-}
-
 // A conv with a fused epilogue, against the reference conv and then each step op by op (what the
 // region planner hands a conv: bias, activations, a residual add). `steps` read inputs 3.. (the
 // operands, of the output's shape, after the bias; `given` replaces the first of them, e.g. by
@@ -245,6 +230,26 @@ TEST(ConvJit, DenseTilesWriteStraightIntoTheOutput) {
   Comparison comparison = compareOutputs(*value, actual);
   if (!comparison.ok) return ::testing::AssertionFailure() << spec.signature() << ": " << comparison.reason;
   return ::testing::AssertionSuccess();
+}
+
+// The product tiles are written straight into the output (C's rows a run-time stride apart, the
+// image's pixels): several tiles per image whose widths are not whole register panels, Cout not a
+// whole number of row tiles, three images split over two threads (a tile that wrote past its
+// columns or rows would clobber a neighbour's, run by the other thread), and one tile per image.
+// With AVX-512 (64-column panels) an image's last pixels % 64 <= 32 columns run on the narrow
+// kernel: 11x25 = 4 x 64 + 19 pixels (four wide tiles, then a narrow one), 4x3 = 12 (only a
+// narrow tile), and a residual epilogue read at the narrow tile's columns.
+TEST(ConvJit, DenseTilesWriteStraightIntoTheOutput) {
+  std::mt19937 rng(32);
+  const Attrs attrs = {{"strides", AttrValue::ofInts({2, 1})}, {"pads", AttrValue::ofInts({3, 1, 2, 3})}};
+  for (auto [cout, h, w] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 23, 29}, {6, 9, 5}, {9, 23, 27}}) {
+    const std::vector<Value> inputs = convInputs(DType::Float32, Shape{3, 64, h, w}, cout, 1, rng, 7);
+    KernelSpec spec = dynamicSpec(inputs, attrs);
+    spec.params.threads = 2;
+    EXPECT_TRUE(matchesReference(spec, inputs)) << cout << " " << h << "x" << w;
+  }
+  EXPECT_TRUE(epilogueMatches(convInputs(DType::Float32, Shape{2, 64, 23, 27}, 5, 1, rng, 7), attrs,
+                              {{OpId::Add, 3, false}, {OpId::Relu, -1, false}}, rng, true));
 }
 
 // Epilogues on dense convs (one tile per image and several tiles that start mid-row; padding at

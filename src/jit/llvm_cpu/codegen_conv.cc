@@ -31,6 +31,7 @@
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
@@ -300,6 +301,31 @@ const KernelFamily& matmulKernels() {
   return *matmulFamily(OpId::MatMul);
 }
 
+// A dense conv's last columns of an image that do not fill a register panel of the matmul's tile
+// (NR = 64 with AVX-512) would still run the whole panel's FMAs: at 4x4 pixels (resnet18's last
+// stage at 116x116) 16 of 64 columns, 4x the work. When NR >= kMinWideNr, the kernel also holds
+// a narrow matmul (kNarrowMr x kNarrowNr) and the last pixels % NR columns of each image, when
+// at most kMaxNarrowColumns, go to it as a tile of their own. (Measured on 512->512 3x3 convs,
+// one thread, Zen 5: 4x4 pixels 2.08 -> 1.14 ms with 8x16 tiles; at 7x7, 49 columns, 8x16 tiles
+// were 1.5x slower than the 6x64 panel, so only up to 32 columns go narrow.)
+constexpr int kNarrowMr = 8, kNarrowNr = 16, kNarrowKc = 256;
+constexpr std::int64_t kMinWideNr = 48, kMaxNarrowColumns = 32;
+
+KernelSpec narrowSpecOf(const KernelSpec& spec) {
+  KernelSpec mm = matmulSpecOf(spec);
+  mm.params.mr = kNarrowMr;
+  mm.params.nr = kNarrowNr;
+  mm.params.kc = kNarrowKc;
+  return mm;
+}
+
+// The wide tile's NR when a dense conv (its matmul spec `mm`) also has the narrow kernel, else 0.
+std::int64_t narrowTilesAfter(const KernelSpec& spec, const KernelSpec& mm) {
+  if (isDepthwise(spec) || isPointwise(spec)) return 0;
+  const std::int64_t nr = matmul::resolvePlan(mm).nr();
+  return nr >= kMinWideNr ? nr : 0;
+}
+
 // The windows of one call (per spatial axis), from the input's extents.
 Expected<std::vector<AxisWindow>> callWindows(const KernelSpec& spec, const Tensor& x, const Tensor& w) {
   std::vector<std::int64_t> in, kernel;
@@ -388,10 +414,30 @@ DenseGeometry geometryOf(const KernelArgs& args) {
   return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]};
 }
 
+// The im2col runs are short in the deep layers (7 to 28 floats at 224x224, 1 to 3 of padding):
+// fixed-size copies (inlined as vector moves), where a plain loop becomes a memmove/memset call
+// (GCC's loop distribution) that costs more than the run.
+void copyRun(float* __restrict dst, const float* __restrict src, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8 * sizeof(float));
+  if (n - i >= 4) {
+    std::memcpy(dst + i, src + i, 4 * sizeof(float));
+    i += 4;
+  }
+  if (n - i >= 2) {
+    std::memcpy(dst + i, src + i, 2 * sizeof(float));
+    i += 2;
+  }
+  if (n - i >= 1) dst[i] = src[i];
+}
+void zeroRun(float* dst, std::int64_t n) {
+  static constexpr float kZeros[8] = {};
+  for (std::int64_t i = 0; i < n; i += 8) copyRun(dst + i, kZeros, std::min<std::int64_t>(n - i, 8));
+}
+
 // Columns [p0, p0 + count) of image n's im2col matrix into `tile` ([k, count], rows contiguous).
 // Each tile row (ci, ky, kx) is a run per output row: zeros where the tap's input row or column
-// is padding, else the input row's columns ox * sw + x_off. The runs are short in the deep layers
-// (7 to 28 columns at 224x224), so they are plain loops (the compiler widens them), not calls.
+// is padding, else the input row's columns ox * sw + x_off.
 void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel_stride, std::int64_t p0,
               std::int64_t count, float* __restrict tile) {
   const std::int64_t oy0 = p0 / g.wo, first_ox = p0 % g.wo;
@@ -410,21 +456,21 @@ void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel
           const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
           float* __restrict out = dst + j;  // output column ox at out[ox - ox0]
           if (iy < 0 || iy >= g.h) {
-            for (std::int64_t c = 0; c < run; ++c) out[c] = 0.0f;
+            zeroRun(out, run);
           } else {
             const std::int64_t lo = std::clamp(ox_lo, ox0, end), hi = std::clamp(ox_hi, lo, end);
-            for (std::int64_t c = 0; c < lo - ox0; ++c) out[c] = 0.0f;
+            zeroRun(out, lo - ox0);
             if (hi > lo) {
               // The input column of output column lo, then sw apart.
               const float* __restrict src = plane + iy * g.w + lo * g.sw + x_off;
               float* __restrict inside = out + (lo - ox0);
               if (g.sw == 1) {
-                for (std::int64_t c = 0; c < hi - lo; ++c) inside[c] = src[c];
+                copyRun(inside, src, hi - lo);
               } else {
                 for (std::int64_t c = 0; c < hi - lo; ++c) inside[c] = src[c * g.sw];
               }
             }
-            for (std::int64_t c = hi - ox0; c < run; ++c) out[c] = 0.0f;
+            zeroRun(out + (hi - ox0), end - hi);
           }
           j += run;
           ++oy;
@@ -449,22 +495,30 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
   const std::int64_t batch = args->shape[kXSlot][0];
   const std::int64_t pixels = g.ho * g.wo;
   if (batch == 0 || pixels == 0 || g.cout == 0) return;
-  const std::int64_t blocks = (pixels + g.cols - 1) / g.cols;
-  const std::int64_t tiles = batch * blocks;
+  // Columns [0, main) in tiles of g.cols for the wide kernel, then the last `narrow` ones as one
+  // tile for the narrow kernel (see narrowTilesAfter; the part reads which from kCountsSlot).
+  const std::int64_t narrow = args->shape[kCountsSlot][2];
+  const std::int64_t main = pixels - narrow;
+  const std::int64_t blocks = (main + g.cols - 1) / g.cols;
+  const std::int64_t per_image = blocks + (narrow > 0 ? 1 : 0);
+  const std::int64_t tiles = batch * per_image;
   const int inputs = static_cast<int>(args->shape[kCountsSlot][0]);
   const int slot_b = inputs + 2;
   const auto* x = static_cast<const float*>(args->data[kXSlot]);
   auto* out = static_cast<float*>(args->data[kOutSlot]);
   const std::int64_t scratch_floats = (scratch_bytes + 63) / 64 * 16;
   auto work = [&](std::int64_t task, std::int64_t count) {
-    float* buffer = tileBuffer(scratch_floats + g.k * g.cols);
+    float* buffer = tileBuffer(scratch_floats + g.k * std::max(g.cols, narrow));
     if (buffer == nullptr) std::abort();  // like a failed `new`: nothing to return an error to
     float* scratch = buffer;
     float* columns = buffer + scratch_floats;
     KernelArgs tile = *args;
     for (std::int64_t t = task; t < tiles; t += count) {
-      const std::int64_t n = t / blocks, p0 = (t % blocks) * g.cols;
-      const std::int64_t width = std::min(g.cols, pixels - p0);
+      const std::int64_t n = t / per_image, block = t % per_image;
+      const bool narrow_tile = block == blocks;
+      const std::int64_t p0 = narrow_tile ? main : block * g.cols;
+      const std::int64_t width = narrow_tile ? narrow : std::min(g.cols, main - p0);
+      tile.shape[kCountsSlot][1] = narrow_tile ? 1 : 0;
       fillTile(g, x + n * args->strides[kXSlot][0], args->strides[kXSlot][1], p0, width, columns);
       tile.data[1] = columns;
       float* dst = out + n * g.cout * pixels + p0;
@@ -490,16 +544,17 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
 // tile narrower than Cout spends more on A than on its own columns (at K = 4608, 256 KiB held
 // 16 columns and each tile read 9 MiB of weights for them): the width is at least
 // max(kMinTileColumns, Cout), else what fits kTileBytes, at most the image. An image that needs
-// several tiles gets equal ones (multiples of 16 columns).
+// several tiles gets equal ones (multiples of `align` columns: the wide tile's NR when the image's
+// last columns go to the narrow kernel, so that every wide tile is whole panels).
 constexpr std::int64_t kTileBytes = 1024 * 1024;
 constexpr std::int64_t kMinTileColumns = 64;
-std::int64_t tileColumns(std::int64_t k, std::int64_t cout, std::int64_t pixels) {
+std::int64_t tileColumns(std::int64_t k, std::int64_t cout, std::int64_t pixels, std::int64_t align) {
   const std::int64_t budget = kTileBytes / static_cast<std::int64_t>(sizeof(float));
   const std::int64_t fits = budget / std::max<std::int64_t>(1, k);
   const std::int64_t widest = std::max({fits, kMinTileColumns, cout});
   if (pixels <= widest) return std::max<std::int64_t>(1, pixels);
   const std::int64_t blocks = (pixels + widest - 1) / widest;
-  const std::int64_t cols = ((pixels + blocks - 1) / blocks + 15) / 16 * 16;
+  const std::int64_t cols = ((pixels + blocks - 1) / blocks + align - 1) / align * align;
   return std::min(cols, pixels);
 }
 
@@ -513,7 +568,11 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   const AxisWindow& wx = windows.back();
   const std::int64_t cout = w.dim(0), cin = w.dim(1), k = cin * wy.kernel * wx.kernel;
   const std::int64_t pixels = wy.out * wx.out;
-  const std::int64_t cols = tileColumns(k, cout, pixels);
+  const KernelSpec mm = matmulSpecOf(spec);
+  const std::int64_t wide_nr = narrowTilesAfter(spec, mm);
+  const std::int64_t rest = wide_nr > 0 ? pixels % wide_nr : 0;
+  const std::int64_t narrow = rest <= kMaxNarrowColumns ? rest : 0;
+  const std::int64_t cols = tileColumns(k, cout, pixels - narrow, wide_nr > 0 ? wide_nr : 16);
   const DenseGeometry g{wy.kernel,   wx.kernel,   wy.stride, wx.stride, wy.pad_before, wx.pad_before,
                         wy.dilation, wx.dilation, wy.in,     wx.in,     wy.out,        wx.out,
                         cols,        k,           cout,      cin};
@@ -521,8 +580,10 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
                                      g.h,  g.w,  g.ho, g.wo, g.cols, g.k,  g.cout, g.cin};
   std::copy(geometry, geometry + 8, args.shape[kGeometrySlot]);
   std::copy(geometry + 8, geometry + 16, args.strides[kGeometrySlot]);
-  const int inputs_count = static_cast<int>(matmulSpecOf(spec).inputs.size());  // its output slot follows them
+  const int inputs_count = static_cast<int>(mm.inputs.size());  // its output slot follows them
   args.shape[kCountsSlot][0] = inputs_count;
+  args.shape[kCountsSlot][1] = 0;  // the runner's tile: 1 for the narrow kernel
+  args.shape[kCountsSlot][2] = narrow;
   args.data[kXSlot] = const_cast<void*>(static_cast<const void*>(x.rawData()));
   args.shape[kXSlot][0] = x.dim(0);
   args.strides[kXSlot][0] = x.stride(0);
@@ -776,13 +837,60 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
   return Status::ok();
 }
 
+// A dense conv with the narrow kernel: both matmul parts (strided C), and the exported entry
+// calling the runner with a part that runs the narrow one on the tiles the runner marks
+// (kCountsSlot's shape[1]) and the wide one on the rest, with the larger of their scratches.
+Status emitDenseWithNarrow(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
+  const KernelSpec wide = matmulSpecOf(spec), narrow = narrowSpecOf(spec);
+  SVM_RETURN_IF_ERROR(matmul::emitMatmulKernel(wide, module, symbol + "_wide", /*strided_c=*/true));
+  SVM_RETURN_IF_ERROR(matmul::emitMatmulKernel(narrow, module, symbol + "_narrow", /*strided_c=*/true));
+  llvm::Function* wide_part = module.getFunction(symbol + "_wide_part");
+  llvm::Function* narrow_part = module.getFunction(symbol + "_narrow_part");
+  if (wide_part == nullptr || narrow_part == nullptr) {
+    return makeError(ErrorCode::Internal, "conv {}: the matmul parts were not emitted", symbol);
+  }
+  // Their own entries are not called.
+  for (const char* entry : {"_wide", "_narrow"}) module.getFunction(symbol + entry)->eraseFromParent();
+  llvm::LLVMContext& context = module.getContext();
+  llvm::Function* tiles =
+      llvm::Function::Create(wide_part->getFunctionType(), llvm::Function::InternalLinkage, symbol + "_tiles", module);
+  tiles->addFnAttr(llvm::Attribute::NoUnwind);
+  {
+    ir::Builder b(context);
+    b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", tiles));
+    ir::ArgsView args(b, tiles->getArg(0));
+    std::vector<llvm::Value*> operands;
+    for (llvm::Argument& arg : tiles->args()) operands.push_back(&arg);
+    llvm::Value* is_narrow = b.CreateICmpNE(args.dim(kCountsSlot, 1), b.getInt64(0));
+    ir::emitIfElse(
+        b, is_narrow, [&] { b.CreateCall(narrow_part, operands); }, [&] { b.CreateCall(wide_part, operands); });
+    b.CreateRetVoid();
+  }
+  ir::Builder b(context);
+  llvm::Function* function = ir::beginKernel(module, symbol, b);
+  ir::ArgsView args(b, function->getArg(0));
+  llvm::Type* ptr = llvm::PointerType::getUnqual(context);
+  llvm::Value* runner = b.CreateIntToPtr(args.scalar(kScalarRunner), ptr);
+  auto* runner_type = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, b.getInt64Ty(), b.getInt64Ty()}, false);
+  const std::int64_t scratch =
+      std::max(matmul::scratchBytes(matmul::resolvePlan(wide)), matmul::scratchBytes(matmul::resolvePlan(narrow)));
+  b.CreateCall(
+      runner_type, runner,
+      {tiles, function->getArg(0), args.scalar(kScalarTasks), b.getInt64(static_cast<std::uint64_t>(scratch))});
+  b.CreateRetVoid();
+  return Status::ok();
+}
+
 class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "conv"; }
 
   Status supports(const KernelSpec& spec) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
-    return isDepthwise(spec) ? Status::ok() : matmulKernels().supports(matmulSpecOf(spec));
+    if (isDepthwise(spec)) return Status::ok();
+    const KernelSpec mm = matmulSpecOf(spec);
+    SVM_RETURN_IF_ERROR(matmulKernels().supports(mm));
+    return narrowTilesAfter(spec, mm) > 0 ? matmulKernels().supports(narrowSpecOf(spec)) : Status::ok();
   }
 
   Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
@@ -845,7 +953,9 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     SVM_RETURN_IF_ERROR(checkConv(spec));
     if (isDepthwise(spec)) return emitDepthwise(spec, module, symbol);
     // A dense conv's tiles are written into the output in place: C's rows are the image's pixels apart.
-    return matmul::emitMatmulKernel(matmulSpecOf(spec), module, symbol, /*strided_c=*/!isPointwise(spec));
+    const KernelSpec mm = matmulSpecOf(spec);
+    if (narrowTilesAfter(spec, mm) > 0) return emitDenseWithNarrow(spec, module, symbol);
+    return matmul::emitMatmulKernel(mm, module, symbol, /*strided_c=*/!isPointwise(spec));
   }
 };
 
