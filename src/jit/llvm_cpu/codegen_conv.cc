@@ -417,7 +417,7 @@ DenseGeometry geometryOf(const KernelArgs& args) {
 // The im2col runs are short in the deep layers (7 to 28 floats at 224x224, 1 to 3 of padding):
 // fixed-size copies (inlined as vector moves), where a plain loop becomes a memmove/memset call
 // (GCC's loop distribution) that costs more than the run.
-void copyRun(float* __restrict dst, const float* __restrict src, std::int64_t n) {
+[[gnu::always_inline]] inline void copyRun(float* __restrict dst, const float* __restrict src, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8 * sizeof(float));
   if (n - i >= 4) {
@@ -430,7 +430,7 @@ void copyRun(float* __restrict dst, const float* __restrict src, std::int64_t n)
   }
   if (n - i >= 1) dst[i] = src[i];
 }
-void zeroRun(float* dst, std::int64_t n) {
+[[gnu::always_inline]] inline void zeroRun(float* dst, std::int64_t n) {
   static constexpr float kZeros[8] = {};
   for (std::int64_t i = 0; i < n; i += 8) copyRun(dst + i, kZeros, std::min<std::int64_t>(n - i, 8));
 }
