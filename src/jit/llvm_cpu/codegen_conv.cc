@@ -319,11 +319,30 @@ KernelSpec narrowSpecOf(const KernelSpec& spec) {
   return mm;
 }
 
-// The wide tile's NR when a dense conv (its matmul spec `mm`) also has the narrow kernel, else 0.
-std::int64_t narrowTilesAfter(const KernelSpec& spec, const KernelSpec& mm) {
-  if (isDepthwise(spec) || isPointwise(spec)) return 0;
-  const std::int64_t nr = matmul::resolvePlan(mm).nr();
-  return nr >= kMinWideNr ? nr : 0;
+// Whether a dense conv whose wide tile is `nr` columns also has the narrow kernel: not when static
+// spatial extents leave no narrow tile (pixels % nr is 0 or above kMaxNarrowColumns), which spares
+// its compile.
+bool hasNarrowTiles(const KernelSpec& spec, std::int64_t nr) {
+  if (isDepthwise(spec) || isPointwise(spec) || nr < kMinWideNr) return false;
+  const OperandSpec& x = spec.inputs[kX];
+  const OperandSpec& w = spec.inputs[kW];
+  std::vector<std::int64_t> in, kernel;
+  for (int d = 2; d < x.rank; ++d) {
+    in.push_back(x.dims[d].isStatic() ? x.dims[d].size : -1);
+    kernel.push_back(w.dims[d].size);
+  }
+  auto windows = forwardWindows("conv", in, windowAttrs(spec, kernel));
+  if (!windows) return true;
+  std::int64_t pixels = 1;
+  for (const AxisWindow& window : *windows) {
+    if (window.out < 0) return true;  // a dynamic extent: any remainder
+    pixels *= window.out;
+  }
+  const std::int64_t rest = pixels % nr;
+  return rest > 0 && rest <= kMaxNarrowColumns;
+}
+bool hasNarrowTiles(const KernelSpec& spec, const KernelSpec& mm) {
+  return hasNarrowTiles(spec, matmul::resolvePlan(mm).nr());
 }
 
 // The windows of one call (per spatial axis), from the input's extents.
@@ -496,7 +515,7 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
   const std::int64_t pixels = g.ho * g.wo;
   if (batch == 0 || pixels == 0 || g.cout == 0) return;
   // Columns [0, main) in tiles of g.cols for the wide kernel, then the last `narrow` ones as one
-  // tile for the narrow kernel (see narrowTilesAfter; the part reads which from kCountsSlot).
+  // tile for the narrow kernel (see hasNarrowTiles; the part reads which from kCountsSlot).
   const std::int64_t narrow = args->shape[kCountsSlot][2];
   const std::int64_t main = pixels - narrow;
   const std::int64_t blocks = (main + g.cols - 1) / g.cols;
@@ -569,10 +588,10 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   const std::int64_t cout = w.dim(0), cin = w.dim(1), k = cin * wy.kernel * wx.kernel;
   const std::int64_t pixels = wy.out * wx.out;
   const KernelSpec mm = matmulSpecOf(spec);
-  const std::int64_t wide_nr = narrowTilesAfter(spec, mm);
-  const std::int64_t rest = wide_nr > 0 ? pixels % wide_nr : 0;
+  const std::int64_t nr = matmul::resolvePlan(mm).nr();
+  const std::int64_t rest = hasNarrowTiles(spec, nr) ? pixels % nr : 0;
   const std::int64_t narrow = rest <= kMaxNarrowColumns ? rest : 0;
-  const std::int64_t cols = tileColumns(k, cout, pixels - narrow, wide_nr > 0 ? wide_nr : 16);
+  const std::int64_t cols = tileColumns(k, cout, pixels - narrow, std::max<std::int64_t>(nr, 16));
   const DenseGeometry g{wy.kernel,   wx.kernel,   wy.stride, wx.stride, wy.pad_before, wx.pad_before,
                         wy.dilation, wx.dilation, wy.in,     wx.in,     wy.out,        wx.out,
                         cols,        k,           cout,      cin};
@@ -890,7 +909,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     if (isDepthwise(spec)) return Status::ok();
     const KernelSpec mm = matmulSpecOf(spec);
     SVM_RETURN_IF_ERROR(matmulKernels().supports(mm));
-    return narrowTilesAfter(spec, mm) > 0 ? matmulKernels().supports(narrowSpecOf(spec)) : Status::ok();
+    return hasNarrowTiles(spec, mm) ? matmulKernels().supports(narrowSpecOf(spec)) : Status::ok();
   }
 
   Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
@@ -954,7 +973,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     if (isDepthwise(spec)) return emitDepthwise(spec, module, symbol);
     // A dense conv's tiles are written into the output in place: C's rows are the image's pixels apart.
     const KernelSpec mm = matmulSpecOf(spec);
-    if (narrowTilesAfter(spec, mm) > 0) return emitDenseWithNarrow(spec, module, symbol);
+    if (hasNarrowTiles(spec, mm)) return emitDenseWithNarrow(spec, module, symbol);
     return matmul::emitMatmulKernel(mm, module, symbol, /*strided_c=*/!isPointwise(spec));
   }
 };
