@@ -6,7 +6,9 @@
 # Each worker's kernels split across its share of the host's cores (kernel_threads), not all of
 # them, unless the caller set kernel_threads.
 # Invariant: results come back in the items' order, equal to a single-process run; every failure
-# reaches the client as a PartitionError naming the partition, never as a hung cluster.
+# reaches the client as a PartitionError naming the partition, never as a hung cluster: a cluster
+# left without workers (all died, or their cluster manager closed them) fails the partitions still
+# waiting once no_workers_timeout has passed without a worker.
 import collections
 import hashlib
 import itertools
@@ -37,6 +39,9 @@ _THREADS = {"kernel_threads": None, "kernel_threads_from": None}
 # its start) of each call, the first _MAX_CALLS.
 _CALLS = []
 _MAX_CALLS = 100_000
+# How often map_model looks at the cluster's workers while it waits (seconds); the client's view
+# of them is itself refreshed every distributed.client.scheduler-info-interval (2 s).
+_POLL_S = 1.0
 # cluster_stats reports these per worker, not summed.
 _PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "cpu_to_first_compiled_s", "started_at", "first_task_at",
                     "first_task_cpu_s", "first_compiled_at",
@@ -243,7 +248,7 @@ def _register(client, cache_dir, cache_archive, settings):
 
 
 def map_model(client, model_path, items, fn=None, params=None, *, partition_size=None, jit_level="O2",
-              wait=False, cache_dir=None, cache_archive=None, settings=None):
+              wait=False, cache_dir=None, cache_archive=None, settings=None, no_workers_timeout=120.0):
     """Runs `fn` of the ShapeVM module at `model_path` (.py, .svasm, .svm or .onnx, a path every
     worker can read) over `items`: a list of dicts {input name: numpy array} of any shapes the
     module accepts, or a dask Bag of them. `params`: an .npz of further named arguments (weights),
@@ -257,7 +262,14 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     its share of its host's cores: cores // (workers on the host * the worker's threads), and
     auto when that is all of them.
     Failures raise PartitionError on the client, naming the partition and item, once every
-    partition has finished (the others' outputs are on the error: PartitionError.results)."""
+    partition has finished (the others' outputs are on the error: PartitionError.results).
+    no_workers_timeout: seconds the cluster may have no worker at all before the partitions still
+    waiting fail (None: wait for workers forever, e.g. for an adaptive cluster that starts empty
+    and slowly). Workers that keep dying are otherwise replaced by their nannies, but a
+    LocalCluster (any SpecCluster) closes a worker's nanny for good when no worker of its name is
+    back distributed.deploy.lost-worker-timeout (15 s) after a death: on a loaded host, where a
+    restart takes seconds, repeated deaths can leave the cluster with no worker, and without this
+    timeout the call would wait forever."""
     model_path = str(model_path)
     params = None if params is None else str(params)
     spec = {"model": model_path, "fn": fn, "params": params, "jit_level": jit_level, "wait": wait}
@@ -281,15 +293,18 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
         return client.submit(_run_partition, spec, chunks[index], index, starts[index],
                              key=f"shapevm-partition-{index}-{token}{attempt}", pure=False)
 
-    outcomes = _settle(client, [submit(index) for index in range(len(chunks))])
+    outcomes = _settle(client, [submit(index) for index in range(len(chunks))], no_workers_timeout)
     killed = [index for index, (state, _) in enumerate(outcomes) if state == "killed"]
     # A worker's death counts against every partition it was running or holding, so a partition
     # that only shared a worker with one that kills it may be failed too (or its task lost): each
-    # gets one more try on its own, where only its own deaths count.
+    # gets one more try on its own, where only its own deaths count. Not on a cluster left
+    # without workers: the retry would only wait for them again.
     retry = [index for index, (state, _) in enumerate(outcomes)
              if state == "lost" or (state == "killed" and len(killed) > 1)]
     for index in retry:
-        outcomes[index] = _settle(client, [submit(index, "r")])[0]
+        if any(state == "no-workers" for state, _ in outcomes):
+            break
+        outcomes[index] = _settle(client, [submit(index, "r")], no_workers_timeout)[0]
     failed = {index: value for index, (state, value) in enumerate(outcomes) if state != "ok"}
     results = []
     for index, (state, value) in enumerate(outcomes):
@@ -301,21 +316,47 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     return results
 
 
-def _settle(client, futures):
+def _settle(client, futures, no_workers_timeout=None):
     """Waits for every future; per future ("ok", its outputs), ("error", message), ("killed",
-    message) when its workers died more often than Dask's allowed-failures, or ("lost", message)
-    when its task ended otherwise (cancelled by the scheduler as its worker went away)."""
+    message) when its workers died more often than Dask's allowed-failures, ("lost", message)
+    when its task ended otherwise (cancelled by the scheduler as its worker went away), or
+    ("no-workers", message) when it was still waiting after the cluster had no worker for
+    no_workers_timeout seconds (None: wait for workers forever)."""
+    from distributed import TimeoutError as DaskTimeoutError
     from distributed import wait
     from distributed.scheduler import KilledWorker
 
     outcomes = []
+    stranded = set()
     try:
-        wait(futures)
+        pending = list(futures)
+        workerless_since = None
+        while pending:
+            if no_workers_timeout is not None:
+                if client.scheduler_info().get("workers"):
+                    workerless_since = None
+                elif workerless_since is None:
+                    workerless_since = time.monotonic()
+                elif time.monotonic() - workerless_since >= no_workers_timeout:
+                    stranded = set(pending)
+                    break
+            try:
+                wait(pending, timeout=_POLL_S)
+            except (DaskTimeoutError, TimeoutError):
+                pass
+            pending = [future for future in pending if not future.done()]
         for future in futures:
+            index = int(str(future.key).split("-")[2])
+            if future in stranded:
+                outcomes.append(("no-workers", f"partition {index}: the cluster has had no workers for "
+                                               f"{no_workers_timeout:g} s (every worker died or was closed; "
+                                               "a LocalCluster closes a worker whose nanny has not brought it "
+                                               "back within distributed.deploy.lost-worker-timeout); see the "
+                                               "workers' logs"))
+                continue
             if future.status == "finished":
                 outcomes.append(("ok", future.result()))
                 continue
-            index = int(str(future.key).split("-")[2])
             if future.status != "error":
                 outcomes.append(("lost", f"partition {index}: its task was {future.status} (its worker went away)"))
                 continue

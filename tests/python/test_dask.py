@@ -4,7 +4,8 @@
 # buckets into one shared cache leave only valid entries, a second cluster started from an
 # exported archive compiles nothing for the covered shapes even when it meets them in another
 # order, a worker killed mid-run loses no result, a partition that kills every worker running it
-# is a clear error that leaves the others' results and the cluster usable, and bad input (an
+# is a clear error that leaves the others' results and the cluster usable, a cluster left with no
+# worker at all fails the waiting partitions in bounded time (it hung before), and bad input (an
 # unreadable model, a rejected partition, a foreign archive) is a clear error on the client.
 import logging
 import os
@@ -29,6 +30,23 @@ import shapevm.dask as svd  # noqa: E402
 MODEL = str(ROOT / "tests" / "python" / "dask_model.py")
 # Every region hot at once, compiled before the call returns, default kernels (no tuning by timing).
 SETTINGS = {"warmup": 0, "hot_count": 0, "hot_ms": 0, "tune_budget_ms": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster_config():
+    """For every cluster of this module (the client's process runs the LocalCluster, and reads
+    these at each worker start and death):
+    - Worker processes fork from a forkserver that has imported distributed and numpy once, not
+      a fresh interpreter each (spawn): a worker start or restart after a kill costs about half
+      the time on a loaded 2-core host, and closing a cluster a fifth. Still one process per
+      worker, none of the client's state (ShapeVM's included) in it.
+    - A LocalCluster closes a worker's nanny for good when no worker of its name has registered
+      distributed.deploy.lost-worker-timeout (15 s) after one of them died. On a loaded host a
+      restart alone can take that long, so the tests that kill workers and then use the replaced
+      ones would lose them; the test of a cluster left with no worker sets it to 0 itself."""
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver",
+                          "distributed.deploy.lost-worker-timeout": "600s"}):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -109,22 +127,24 @@ def test_two_workers_share_one_cache_and_a_second_cluster_starts_warm(data):
         files, exported = valid_entries(str(shared), str(data["root"] / "archive"))
         assert files > 0 and exported == files
 
-        # A worker killed mid-run: Dask reschedules its partition; no result lost, no entry corrupted.
+        # A worker killed mid-run, while it runs partition 7 (the first worker to start it exits at
+        # once): Dask reschedules the partition; no result lost, no entry corrupted.
         pids = list(client.run(os.getpid).values())
-        killer = threading.Timer(0.5, lambda: os.kill(pids[0], 9))
-        killer.start()
-        more = svd.map_model(client, MODEL, data["items"] * 4, fn="dense", params=data["params"], partition_size=2,
+        armed = data["root"] / "kill-once"
+        armed.write_text("kill")
+        client.register_worker_plugin(KillOnPartition(7, armed, once=True))
+        more = svd.map_model(client, MODEL, data["items"], fn="dense", params=data["params"], partition_size=2,
                              cache_dir=str(shared), settings=SETTINGS, wait=True)
-        killer.join()
-        check(more, data["expected"] * 4)
+        assert not armed.exists()  # a worker did die in partition 7
+        check(more, data["expected"])
         # The nanny replaces the killed worker; until the scheduler notices, a broadcast may still reach
         # the dead one's address, so poll (ignoring that closed connection) for two live, different workers.
         deadline = time.monotonic() + 60
         while True:
             live = [p for p in client.run(os.getpid, on_error="ignore").values() if isinstance(p, int)]
-            if len(live) == 2 and pids[0] not in live:
+            if len(live) == 2 and set(live) != set(pids):
                 break
-            assert time.monotonic() < deadline, f"the killed worker {pids[0]} was not replaced: {live}"
+            assert time.monotonic() < deadline, f"the killed worker ({pids}) was not replaced: {live}"
             time.sleep(0.2)
         files, exported = valid_entries(str(shared), str(data["root"] / "archive-after-kill"))
         assert exported == files
@@ -193,18 +213,42 @@ def test_each_worker_gets_its_share_of_the_host_cores_and_auto_when_alone():
 
 
 class KillOnPartition(distributed.WorkerPlugin):
-    """Test-only: a worker that starts executing partition `index` of a map_model call exits at
-    once (a segfault, an OOM kill), as long as the file `armed` exists."""
+    """Test-only: a worker that starts executing partition `index` (None: any partition) of a
+    map_model call exits at once (a segfault, an OOM kill), as long as the file `armed` exists;
+    with once=True the first such worker removes the file as it exits."""
 
     name = "kill-on-partition"
 
-    def __init__(self, index, armed):
-        self.marker = f"shapevm-partition-{index}-"
+    def __init__(self, index, armed, once=False):
+        self.marker = "shapevm-partition-" if index is None else f"shapevm-partition-{index}-"
         self.armed = str(armed)
+        self.once = once
 
     def transition(self, key, start, finish, **kwargs):
         if finish == "executing" and str(key).startswith(self.marker) and os.path.exists(self.armed):
+            if self.once:
+                os.unlink(self.armed)
             os._exit(13)
+
+
+def within(seconds, call):
+    """call() in a thread: its result, or its exception re-raised; a test failure, instead of a
+    hung test run, when it has not returned after `seconds`."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = call()
+        except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s: the client hung"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def test_a_partition_that_kills_every_worker_is_a_named_error_and_the_rest_survive(data, tmp_path):
@@ -229,6 +273,21 @@ def test_a_partition_that_kills_every_worker_is_a_named_error_and_the_rest_survi
         armed.unlink()
         check(svd.map_model(client, MODEL, items, fn="dense", params=data["params"], partition_size=2,
                             settings=SETTINGS, wait=True), data["expected"][:16])
+
+        # Workers that die while their cluster manager gives up on them: every partition kills its
+        # worker and the LocalCluster closes each nanny at once (what a restart slower than
+        # lost-worker-timeout does on a loaded host). With no worker left, the partitions still
+        # waiting fail after no_workers_timeout, named; before, map_model waited forever.
+        client.register_worker_plugin(KillOnPartition(None, armed))
+        armed.write_text("kill")
+        with dask.config.set({"distributed.deploy.lost-worker-timeout": "0s"}):
+            with pytest.raises(svd.PartitionError, match=r"^partition \d+: ") as err:
+                within(120, lambda: svd.map_model(client, MODEL, items, fn="dense", params=data["params"],
+                                                  partition_size=2, settings=SETTINGS, no_workers_timeout=3))
+        assert client.scheduler_info()["workers"] == {}
+        stranded = [i for i, message in err.value.failed.items() if "no workers for 3 s" in message]
+        assert stranded and all(f"partition {i}: " in err.value.failed[i] for i in stranded), err.value.failed
+        assert err.value.results == [None] * len(items)  # every partition's worker died before it finished
     finally:
         client.close()
         local.close()
