@@ -281,7 +281,9 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
                    {"bf16_pairs", used_pairs},
                    {"auto_gflops", auto_g},
                    {"auto_params", tuned.params.toString()},
-                   {"auto_impl", tuned.params.library != 0 ? "onednn" : auto_pairs ? "jit pairs" : "jit widening"},
+                   {"auto_impl", tuned.params.library != 0 ? "onednn"
+                                 : auto_pairs              ? "jit pairs"
+                                                           : "jit widening"},
                    {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
                    {"host_default_after_tuning", host_default},
                    {"rel_l2", errors[0]},
@@ -296,7 +298,10 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
         "                    AutoTuner: {:6.1f} ({:.2f}x oneDNN; {:3.0f}% of the f32 FMA peak) [{}, {}]; the host's "
         "default variant is now {}\n",
         auto_g, auto_g / dnnl_g, 100.0 * auto_g / f32_peak, tuned.params.toString(),
-        tuned.params.library != 0 ? "onednn" : auto_pairs ? "pairs" : "widening", host_default);
+        tuned.params.library != 0 ? "onednn"
+        : auto_pairs              ? "pairs"
+                                  : "widening",
+        host_default);
     (void)engine.free(picked->handle);
     if (library) {
       fmt::print("                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:.2f}x oneDNN)\n",

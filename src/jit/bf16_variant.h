@@ -6,6 +6,10 @@
 // (TuningRecord::bf16_pairs_us / bf16_widening_us) and sets the verdict of this host's records
 // here (tune/auto_tuner.h); the matmul family reads it when it resolves a default plan. Before any
 // measurement on a CPU the prior holds: pairs where the CPU has them (half the steps).
+// Limitation: the kernel cache's key names the params (bf16_dot = 0), not the variant they
+// resolved to, so an untuned default kept on disk from before the verdict changed keeps its
+// variant until it is evicted (tuned kernels name the variant: the twin's bf16_dot is explicit,
+// and a recorded default winner of the other variant is answered as the twin).
 // Backend-neutral on purpose: the tuner reaches the LLVM CPU backend only through jit/ headers.
 // Keyed by the backend's target CPU name (BackendCapabilities::target, e.g. "znver5"), the same
 // name the tuning database's records carry. Thread-safe.

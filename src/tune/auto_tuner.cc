@@ -453,8 +453,9 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     }
   }
   if (bf16.pairs_us > 0 && bf16.widening_us > 0) {
-    logAt(LogLevel::Info, "JIT", "Tuning {}: bfloat16 default tile {:.1f} us with pair dot products, {:.1f} us widening",
-          signature, bf16.pairs_us, bf16.widening_us);
+    logAt(LogLevel::Info, "JIT",
+          "Tuning {}: bfloat16 default tile {:.1f} us with pair dot products, {:.1f} us widening", signature,
+          bf16.pairs_us, bf16.widening_us);
     // The host's default follows every measurement (the database's, or this one without it).
     TuningRecord measured;
     measured.cpu = key.cpu;

@@ -260,8 +260,9 @@ Plan resolvePlan(const KernelSpec& spec) {
   // Pairs need both operands bfloat16 as they are (A read in place along K, B packed); by
   // default (bf16_dot = 0) only where they measured faster on this host.
   const OperandSpec& a = spec.inputs[0];
-  plan.bf16_pairs = (p.bf16_dot > 0 || (p.bf16_dot == 0 && bf16PairsByDefault())) && targetHasBf16Dot(spec) && a.dtype == DType::BFloat16 &&
-                    spec.inputs[1].dtype == DType::BFloat16 && a.contiguous && plan.mc == 0 && !plan.direct_b;
+  plan.bf16_pairs = (p.bf16_dot > 0 || (p.bf16_dot == 0 && bf16PairsByDefault())) && targetHasBf16Dot(spec) &&
+                    a.dtype == DType::BFloat16 && spec.inputs[1].dtype == DType::BFloat16 && a.contiguous &&
+                    plan.mc == 0 && !plan.direct_b;
   return plan;
 }
 
