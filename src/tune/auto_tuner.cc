@@ -430,16 +430,9 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
 
   // 5. Remember the winner.
   if (use_database_) {
-    TuningRecord record;
-    record.key = key_text;
-    record.family = key.family;
+    TuningRecord record = recordOf(key);
     record.signature = signature;
-    record.kernel = key.kernel;
-    record.bucket = key.bucket;
-    record.shape_class = key.shape_class;
     record.point = point;
-    record.cpu = key.cpu;
-    record.features = key.features;
     record.params = best;
     record.us = best_us;
     record.default_us = outcome.default_us;

@@ -124,6 +124,18 @@ namespace {
 std::string checksum(const nlohmann::ordered_json& fields) { return fmt::format("{:016x}", fnv1a(fields.dump())); }
 }  // namespace
 
+TuningRecord recordOf(const KernelKey& key) {
+  TuningRecord record;
+  record.key = key.key();
+  record.family = key.family;
+  record.kernel = key.kernel;
+  record.bucket = key.bucket;
+  record.shape_class = key.shape_class;
+  record.cpu = key.cpu;
+  record.features = key.features;
+  return record;
+}
+
 std::string_view implName(const jit::KernelParams& params) {
   switch (params.library) {
     case 0: return "jit";

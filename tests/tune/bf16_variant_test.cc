@@ -49,7 +49,7 @@ class Bf16VariantTest : public testing::TunerTest {
   TuningRecord measured(const KernelSpec& spec, double pairs_us, double widening_us) const {
     const KernelKey key =
         kernelKey(*jit::familyFor(OpId::MatMul), engine().targetSpec(spec), host(), engine().capabilities().features);
-    TuningRecord record = testing::recordOf(key);
+    TuningRecord record = recordOf(key);
     record.signature = spec.signature();
     record.us = std::min(pairs_us, widening_us);
     record.default_us = pairs_us;
@@ -162,7 +162,7 @@ TEST_F(Bf16VariantTest, LibraryCandidatesOffKeepsBothVariants) {
 }
 
 TEST(TuningRecordBf16, FieldsRoundTripAndTheVerdictIsAGeometricMean) {
-  TuningRecord record = testing::recordOf(KernelKey{"f", "k", "b", "cpu", "feat", "c"});
+  TuningRecord record = recordOf(KernelKey{"f", "k", "b", "cpu", "feat", "c"});
   record.bf16 = "widening";
   record.bf16_pairs_us = 3.0;
   record.bf16_widening_us = 2.0;

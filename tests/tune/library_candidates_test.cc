@@ -237,7 +237,7 @@ TEST_F(LibraryCandidates, ATailWhosePrimitiveCannotBeCreatedLoses) {
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   const Example e = matmulExample(DType::Float32, 4, 8, 16);
   const KernelKey key = kernelKey(*jit::familyFor(OpId::MatMul), e.spec, "cpu", "features");
-  TuningRecord record = testing::recordOf(key);
+  TuningRecord record = recordOf(key);
   record.params = kLibrary;
   const std::string line = recordToJson(record);
   EXPECT_NE(line.find("\"impl\":\"onednn\""), std::string::npos) << line;

@@ -44,19 +44,6 @@ class MatmulSubspace final : public jit::KernelFamily, public jit::LlvmKernelEmi
   std::vector<jit::KernelParams> space_;
 };
 
-// A record of `key`'s kernel (its key and key parts; params, times and the rest left default).
-inline TuningRecord recordOf(const KernelKey& key) {
-  TuningRecord record;
-  record.key = key.key();
-  record.family = key.family;
-  record.kernel = key.kernel;
-  record.bucket = key.bucket;
-  record.shape_class = key.shape_class;
-  record.cpu = key.cpu;
-  record.features = key.features;
-  return record;
-}
-
 // Tunables reset, 3 timed samples of 50 us per candidate, and options_ naming a tuning database
 // in a fresh temp dir (removed after the test).
 class TunerTest : public ::testing::Test {
