@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <memory>
 #include <span>
@@ -17,6 +18,7 @@
 
 #include "bench/bench_common.h"
 #include "bytecode/text_format.h"
+#include "jit/bf16_variant.h"
 #include "jit/compiled_kernel.h"
 #include "jit/jit.h"
 #include "jit/validate.h"
@@ -25,6 +27,26 @@
 
 namespace shapevm::bench {
 namespace {
+
+// The one-thread matmul rows time in this process's CPU time, not on the steady clock: on a
+// shared, loaded host (load 10-25 on 2 vCPUs) a kernel's wall time includes whatever time other
+// processes held the core, its CPU time does not. Both sides of every ratio use this clock; the
+// two-thread rows stay on the steady clock (their workers' CPU time would add up).
+double processCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+template <typename F>
+double medianCpuMs(int repeats, F&& f) {
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    const double start = processCpuMs();
+    f();
+    ms.push_back(processCpuMs() - start);
+  }
+  return summarizeLatency(ms).median;
+}
 
 // oneDNN's matmul primitive (C API) for a row-major C[m, n] = A[m, k] @ B[k, n] on given buffers.
 // Created for the thread count OpenMP has when it is built.
@@ -108,7 +130,7 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
       (void)engine.free((*kernel)->handle);
       return makeError(ErrorCode::Internal, "matmul candidate {} gives wrong results", params.toString());
     }
-    const double ms = medianMs(repeats, run);
+    const double ms = medianCpuMs(repeats, run);
     if (std::getenv("SHAPEVM_BENCH_TUNE_LOG") != nullptr)
       fmt::print("  candidate {:<56} {:8.3f} ms\n", params.toString(), ms);
     if (best.kernel == nullptr || ms < best.ms) {
@@ -124,11 +146,15 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
   return best;
 }
 
-// bfloat16 x bfloat16 -> bfloat16 at the suite's shapes: the JIT's default kernel (bf16 pair dot
-// products where the CPU has them) vs the same tile widening to float32 (bf16dot=-1) vs oneDNN's
-// bf16 matmul primitive, interleaved; GFLOP/s also as a share of the float32 FMA peak.
+// bfloat16 x bfloat16 -> bfloat16 at the suite's shapes: the default tile with the bf16 pair dot
+// products (bf16dot=1, where the CPU has them) vs the same tile widening to float32 (bf16dot=-1)
+// vs oneDNN's bf16 matmul primitive, the primitive as the JIT's library candidate and the
+// AutoTuner's pick (both variants, the blockings and the library as candidates), interleaved;
+// GFLOP/s also as a share of the float32 FMA peak. The tuner's measurements set the host's
+// default variant (jit/bf16_variant.h), printed per row.
 Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const jit::KernelFamily& family,
-                      std::span<const std::array<std::int64_t, 3>> shapes, double f32_peak, json& out) {
+                      tune::AutoTuner& auto_tuner, std::span<const std::array<std::int64_t, 3>> shapes, double f32_peak,
+                      json& out) {
   std::mt19937_64 rng(11);
   fmt::print("matmul bfloat16 (bf16 inputs and output, float32 accumulation): GFLOP/s\n");
   for (const auto& [m, k, n] : shapes) {
@@ -147,6 +173,8 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
       SVM_RETURN_IF_ERROR(invokeKernel(OpRegistry::global().resolve(OpId::MatMul, inputs), ctx));
     }
     jit::KernelSpec spec = jit::exactSpec(OpId::MatMul, {}, inputs);
+    spec.params.bf16_dot = 1;
+    if (!family.supports(engine.targetSpec(spec)).isOk()) spec.params.bf16_dot = 0;  // no AVX512_BF16: widening
     SVM_ASSIGN_OR_RETURN(auto pairs, jit::compileKernel(engine, family, spec));
     spec.params.bf16_dot = -1;
     SVM_ASSIGN_OR_RETURN(auto wide, jit::compileKernel(engine, family, spec));
@@ -178,6 +206,18 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     runLibrary();
     if (library && !(relL2(library_out[0].tensor(), want[0].tensor()) <= 1e-2)) {
       return makeError(ErrorCode::Internal, "bf16 matmul {}x{}x{}: the library kernel gives wrong results", m, k, n);
+    }
+    // The AutoTuner's pick.
+    SVM_ASSIGN_OR_RETURN(jit::TuneOutcome tuned, auto_tuner.tune(engine, family, spec, inputs));
+    jit::KernelSpec auto_spec = spec;
+    auto_spec.params = tuned.params;
+    SVM_ASSIGN_OR_RETURN(auto picked, jit::compileKernel(engine, family, auto_spec));
+    std::vector<Value> auto_out(1);
+    auto runAuto = [&] { (void)jit::invokeCompiled(*picked, inputs, auto_out); };
+    runAuto();
+    if (!(relL2(auto_out[0].tensor(), want[0].tensor()) <= 1e-2)) {
+      return makeError(ErrorCode::Internal, "bf16 matmul {}x{}x{}: the AutoTuner's pick {} gives wrong results", m, k,
+                       n, tuned.params.toString());
     }
     std::vector<Value> once_out(1);
     auto runPairs = [&] { (void)jit::invokeCompiled(*pairs, inputs, pairs_out); };
@@ -212,19 +252,23 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     const bool cache_hit = packed_once->packed.stats().hits > 0;
     const double flop = 2.0 * static_cast<double>(m * k * n);
     const int repeats = std::max(3, static_cast<int>(std::min<double>(flags.quick ? 10 : 40, 3e9 / flop)));
-    std::vector<double> pairs_ms, wide_ms, dnnl_ms, once_ms, library_ms;
+    std::vector<double> pairs_ms, wide_ms, dnnl_ms, once_ms, library_ms, auto_ms;
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {
-      pairs_ms.push_back(medianMs(repeats, runPairs));
-      wide_ms.push_back(medianMs(repeats, runWide));
-      if (primitive) dnnl_ms.push_back(medianMs(repeats, runDnnl));
-      if (library) library_ms.push_back(medianMs(repeats, runLibrary));
-      once_ms.push_back(medianMs(repeats, runOnce));
+      pairs_ms.push_back(medianCpuMs(repeats, runPairs));
+      wide_ms.push_back(medianCpuMs(repeats, runWide));
+      if (primitive) dnnl_ms.push_back(medianCpuMs(repeats, runDnnl));
+      if (library) library_ms.push_back(medianCpuMs(repeats, runLibrary));
+      once_ms.push_back(medianCpuMs(repeats, runOnce));
+      auto_ms.push_back(medianCpuMs(repeats, runAuto));
     }
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
     const double pairs_g = gflops(pairs_ms), wide_g = gflops(wide_ms);
     const double dnnl_g = primitive ? gflops(dnnl_ms) : std::numeric_limits<double>::quiet_NaN();
     const double once_g = cache_hit ? gflops(once_ms) : 0.0;
     const bool used_pairs = pairs->handle.symbol.find("bf16pairs") != std::string::npos;
+    const double auto_g = gflops(auto_ms);
+    const bool auto_pairs = picked->handle.symbol.find("bf16pairs") != std::string::npos;
+    const char* host_default = jit::bf16VariantName(jit::bf16Default(engine.capabilities().target));
     out.push_back({{"m", m},
                    {"k", k},
                    {"n", n},
@@ -235,6 +279,13 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
                    {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
                    {"f32_peak_gflops", f32_peak},
                    {"bf16_pairs", used_pairs},
+                   {"auto_gflops", auto_g},
+                   {"auto_params", tuned.params.toString()},
+                   {"auto_impl", tuned.params.library != 0 ? "onednn"
+                                 : auto_pairs              ? "jit pairs"
+                                                           : "jit widening"},
+                   {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
+                   {"host_default_after_tuning", host_default},
                    {"rel_l2", errors[0]},
                    {"rel_l2_widening", errors[1]},
                    {"rel_l2_onednn", primitive ? json(errors[2]) : json(nullptr)}});
@@ -243,6 +294,15 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
         "{:3.0f}% of the f32 FMA peak); B packed once {:6.1f} ({:.2f}x oneDNN)\n",
         m, k, n, pairs_g, used_pairs ? "bf16 pairs" : "widening", pairs_g / wide_g, wide_g, pairs_g / dnnl_g, dnnl_g,
         100.0 * pairs_g / f32_peak, once_g, once_g / dnnl_g);
+    fmt::print(
+        "                    AutoTuner: {:6.1f} ({:.2f}x oneDNN; {:3.0f}% of the f32 FMA peak) [{}, {}]; the host's "
+        "default variant is now {}\n",
+        auto_g, auto_g / dnnl_g, 100.0 * auto_g / f32_peak, tuned.params.toString(),
+        tuned.params.library != 0 ? "onednn"
+        : auto_pairs              ? "pairs"
+                                  : "widening",
+        host_default);
+    (void)engine.free(picked->handle);
     if (library) {
       fmt::print("                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:.2f}x oneDNN)\n",
                  gflops(library_ms), gflops(library_ms) / dnnl_g);
@@ -487,13 +547,13 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     const bool time_reference = flop <= 1e9;                       // the reference kernel takes seconds beyond this
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {  // interleaved rounds
       peak = std::max(peak, meter->measure());
-      jit_ms.push_back(medianMs(repeats, runJit));
-      best_ms.push_back(medianMs(repeats, runBest));
-      auto_ms.push_back(medianMs(repeats, runAuto));
-      sgemm_ms.push_back(medianMs(repeats, runSgemm));
-      prim_ms.push_back(medianMs(repeats, runPrimitive));
-      if (library) library_ms.push_back(medianMs(repeats, runLibrary));
-      if (time_reference) ref_ms.push_back(medianMs(std::min(repeats, 5), runReference));
+      jit_ms.push_back(medianCpuMs(repeats, runJit));
+      best_ms.push_back(medianCpuMs(repeats, runBest));
+      auto_ms.push_back(medianCpuMs(repeats, runAuto));
+      sgemm_ms.push_back(medianCpuMs(repeats, runSgemm));
+      prim_ms.push_back(medianCpuMs(repeats, runPrimitive));
+      if (library) library_ms.push_back(medianCpuMs(repeats, runLibrary));
+      if (time_reference) ref_ms.push_back(medianCpuMs(std::min(repeats, 5), runReference));
     }
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
     const double jit_g = gflops(jit_ms), best_g = gflops(best_ms), auto_g = gflops(auto_ms), sgemm_g = gflops(sgemm_ms),
@@ -504,7 +564,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
         Tunables::set(Tunable::PackedWeightEntries, restore_entries.saved > 0 ? restore_entries.saved : 2));
     runJit();
     std::vector<double> cached_ms;
-    for (int round = 0; round < (flags.quick ? 2 : 3); ++round) cached_ms.push_back(medianMs(repeats, runJit));
+    for (int round = 0; round < (flags.quick ? 2 : 3); ++round) cached_ms.push_back(medianCpuMs(repeats, runJit));
     if (!(relL2(jit_out[0].tensor(), want) <= 1e-5)) {
       return makeError(ErrorCode::Internal, "matmul {}x{}x{} with B packed once: wrong results", s.m, s.k, s.n);
     }
@@ -624,7 +684,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
              overall_peak);
   std::vector<std::array<std::int64_t, 3>> bf16_shapes;
   for (const MatmulShape& s : shapes) bf16_shapes.push_back({s.m, s.k, s.n});
-  SVM_RETURN_IF_ERROR(bf16MatmulRows(flags, engine, *family, bf16_shapes, overall_peak, out_bf16));
+  SVM_RETURN_IF_ERROR(bf16MatmulRows(flags, engine, *family, auto_tuner, bf16_shapes, overall_peak, out_bf16));
   return Status::ok();
 }
 

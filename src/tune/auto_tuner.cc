@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -39,6 +41,32 @@ std::int64_t setting(std::int64_t option, Tunable tunable) { return option >= 0 
 
 bool contains(const std::vector<jit::KernelParams>& list, const jit::KernelParams& params) {
   return std::find(list.begin(), list.end(), params) != list.end();
+}
+
+// A bfloat16 matmul's default tile in the variant the default is not (the matmul family adds it
+// next to the default; jit/bf16_variant.h). Like a library candidate it is kept past the
+// predictor's cut and timed past the budget: the host's default variant is measured from it.
+bool bf16Twin(const jit::KernelParams& params) {
+  return params == jit::KernelParams{.bf16_dot = 1} || params == jit::KernelParams{.bf16_dot = -1};
+}
+// Which variant compiled code runs: the matmul family's symbols name the pair dot products.
+bool runsBf16Pairs(const jit::CompiledKernel& kernel) {
+  return kernel.handle.symbol.find("_bf16pairs") != std::string::npos;
+}
+
+// Sets each host's default bfloat16 matmul variant from the records' measurements.
+void publishBf16Verdicts(const std::vector<TuningRecord>& records) {
+  std::set<std::pair<std::string, std::string>> hosts;
+  for (const TuningRecord& r : records) {
+    if (r.bf16_pairs_us > 0 && r.bf16_widening_us > 0) hosts.insert({r.cpu, r.features});
+  }
+  for (const auto& [cpu, features] : hosts) {
+    const jit::Bf16Variant verdict = bf16Verdict(records, cpu, features);
+    if (jit::bf16Default(cpu) == verdict) continue;
+    jit::setBf16Default(cpu, verdict);
+    logAt(LogLevel::Info, "JIT", "bfloat16 matmuls on {} default to {} (measured by the tuner)", cpu,
+          jit::bf16VariantName(verdict));
+  }
 }
 
 struct Measurement {
@@ -95,6 +123,13 @@ Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const
   return Measurement{medianOf(std::move(samples))};
 }
 
+// A bfloat16 matmul's default tile in both variants (0: not timed) and the winner's variant.
+struct Bf16Timings {
+  double pairs_us = 0, widening_us = 0;
+  bool twin_timed = false;
+  std::string winner;  // "pairs", "widening"; "" when no twin is in the space or a library kernel won
+};
+
 // A candidate that compiled, ran and agreed, kept compiled until tune() returns (the run-off
 // times it again).
 struct Timed {
@@ -147,6 +182,7 @@ AutoTuner::AutoTuner(AutoTunerOptions options) : options_(std::move(options)) {
     path = dir + "/tuning.jsonl";
   }
   database_ = TuningDatabase::open(std::move(path));
+  publishBf16Verdicts(database_.records());
 }
 
 void AutoTuner::setProgress(std::function<void(const TuneProgress&)> progress) {
@@ -174,7 +210,7 @@ std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelPar
         // Library candidates stay (the bar the generated ones are run off against).
         std::vector<jit::KernelParams> cut(ordered.begin(), ordered.begin() + top_k);
         for (std::size_t i = static_cast<std::size_t>(top_k); i < ordered.size(); ++i) {
-          if (ordered[i].library != 0) cut.push_back(ordered[i]);
+          if (ordered[i].library != 0 || bf16Twin(ordered[i])) cut.push_back(ordered[i]);
         }
         ordered = std::move(cut);
       }
@@ -255,6 +291,10 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     if (std::optional<TuningRecord> record = database_.find(key_text)) {
       if (contains(space, record->params)) {
         outcome.params = record->params;
+        // A default winner of the other variant than today's default (the host's verdict moved
+        // since it was recorded) is that variant's default tile.
+        const jit::KernelParams twin{.bf16_dot = record->bf16 == "pairs" ? 1 : -1};
+        if (record->params.isDefault() && !record->bf16.empty() && contains(space, twin)) outcome.params = twin;
         outcome.from_database = true;
         outcome.tuning_ms = usSince(start) / 1000.0;
         finish(outcome);
@@ -287,10 +327,11 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
       for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
       return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
     }
-    // Past the budget only library candidates are still timed: like the default, they are the bar
-    // (a kernel that takes 100 ms a call on a loaded host leaves room for no other candidate).
+    // Past the budget only library candidates (and the bfloat16 twin) are still timed: like the
+    // default, they are the bar (a kernel that takes 100 ms a call on a loaded host leaves room
+    // for no other candidate).
     if (i > 0 && usSince(start) / 1000.0 >= static_cast<double>(budget_ms) &&
-        candidates[static_cast<std::size_t>(i)].library == 0)
+        candidates[static_cast<std::size_t>(i)].library == 0 && !bf16Twin(candidates[static_cast<std::size_t>(i)]))
       continue;
     jit::KernelSpec candidate_spec = spec;
     candidate_spec.params = candidates[static_cast<std::size_t>(i)];
@@ -369,32 +410,52 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
           signature, rounds, generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[1],
           best.toString());
   }
+  // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
+  Bf16Timings bf16;
+  const bool has_twin = std::any_of(space.begin(), space.end(), bf16Twin);
+  for (const Timed& candidate : timed) {
+    if (candidate.params == space.front() || bf16Twin(candidate.params)) {
+      (runsBf16Pairs(*candidate.kernel) ? bf16.pairs_us : bf16.widening_us) = candidate.us;
+      bf16.twin_timed = bf16.twin_timed || bf16Twin(candidate.params);
+    }
+    if (candidate.params == best && best.library == 0 && has_twin)
+      bf16.winner = runsBf16Pairs(*candidate.kernel) ? "pairs" : "widening";
+  }
+  if (!bf16.twin_timed) bf16.pairs_us = bf16.widening_us = 0;
   timed.clear();
   for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
   outcome.tuning_ms = usSince(start) / 1000.0;
   outcome.params = best;
   outcome.best_us = best_us;
 
-  // 4. Remember the winner.
+  // 5. Remember the winner.
   if (use_database_) {
-    TuningRecord record;
-    record.key = key_text;
-    record.family = key.family;
+    TuningRecord record = recordOf(key);
     record.signature = signature;
-    record.kernel = key.kernel;
-    record.bucket = key.bucket;
-    record.shape_class = key.shape_class;
     record.point = point;
-    record.cpu = key.cpu;
-    record.features = key.features;
     record.params = best;
     record.us = best_us;
     record.default_us = outcome.default_us;
     record.candidates = outcome.candidates;
     record.timed = outcome.timed;
+    record.bf16 = bf16.winner;
+    record.bf16_pairs_us = bf16.pairs_us;
+    record.bf16_widening_us = bf16.widening_us;
     if (Status appended = database_.append(record); !appended.isOk()) {
       database_.warn(fmt::format("{}: cannot record the winner for {}: {}", database_.path(), signature, appended.message()));
     }
+  }
+  if (bf16.pairs_us > 0 && bf16.widening_us > 0) {
+    logAt(LogLevel::Info, "JIT",
+          "Tuning {}: bfloat16 default tile {:.1f} us with pair dot products, {:.1f} us widening", signature,
+          bf16.pairs_us, bf16.widening_us);
+    // The host's default follows every measurement (the database's, or this one without it).
+    TuningRecord measured;
+    measured.cpu = key.cpu;
+    measured.features = key.features;
+    measured.bf16_pairs_us = bf16.pairs_us;
+    measured.bf16_widening_us = bf16.widening_us;
+    publishBf16Verdicts(use_database_ ? database_.records() : std::vector<TuningRecord>{measured});
   }
   finish(outcome);
   return outcome;

@@ -14,6 +14,11 @@
 // compile, to run or to agree counts as infinitely slow; tune() never throws away the default.
 // A library candidate (KernelParams::library) and the fastest generated one are timed again in
 // interleaved rounds; the generated one wins only by beating the library's median by the margin.
+// A bfloat16 matmul's default tile in the other variant (pairs <-> widening, the family's
+// KernelParams{.bf16_dot = +-1}) is kept and timed like a library candidate; the record names the
+// generated winner's variant and keeps both variants' times, and the geometric mean of those over
+// the database's records on this host sets the untuned default (jit/bf16_variant.h), at
+// construction and after every such tune().
 #pragma once
 
 #include <functional>

@@ -124,6 +124,18 @@ namespace {
 std::string checksum(const nlohmann::ordered_json& fields) { return fmt::format("{:016x}", fnv1a(fields.dump())); }
 }  // namespace
 
+TuningRecord recordOf(const KernelKey& key) {
+  TuningRecord record;
+  record.key = key.key();
+  record.family = key.family;
+  record.kernel = key.kernel;
+  record.bucket = key.bucket;
+  record.shape_class = key.shape_class;
+  record.cpu = key.cpu;
+  record.features = key.features;
+  return record;
+}
+
 std::string_view implName(const jit::KernelParams& params) {
   switch (params.library) {
     case 0: return "jit";
@@ -149,6 +161,11 @@ std::string recordToJson(const TuningRecord& r) {
   j["default_us"] = r.default_us;
   j["candidates"] = r.candidates;
   j["timed"] = r.timed;
+  if (!r.bf16.empty()) j["bf16"] = r.bf16;
+  if (r.bf16_pairs_us > 0 && r.bf16_widening_us > 0) {
+    j["bf16_pairs_us"] = r.bf16_pairs_us;
+    j["bf16_widening_us"] = r.bf16_widening_us;
+  }
   j["version"] = r.version;
   j["check"] = checksum(j);
   return j.dump();
@@ -198,6 +215,16 @@ Expected<TuningRecord> parseRecord(const std::string& line) {
   SVM_RETURN_IF_ERROR(number("default_us", r.default_us));
   SVM_RETURN_IF_ERROR(integer("candidates", r.candidates));
   SVM_RETURN_IF_ERROR(integer("timed", r.timed));
+  if (j.contains("bf16")) {
+    SVM_RETURN_IF_ERROR(text("bf16", r.bf16));
+    if (r.bf16 != "pairs" && r.bf16 != "widening") {
+      return makeError(ErrorCode::ParseError, "field 'bf16' is '{}' (not 'pairs' or 'widening')", r.bf16);
+    }
+  }
+  if (j.contains("bf16_pairs_us") || j.contains("bf16_widening_us")) {
+    SVM_RETURN_IF_ERROR(number("bf16_pairs_us", r.bf16_pairs_us));
+    SVM_RETURN_IF_ERROR(number("bf16_widening_us", r.bf16_widening_us));
+  }
   if (auto it = j.find("point"); it != j.end()) {
     if (!it->is_array()) return makeError(ErrorCode::ParseError, "field 'point' is not an array");
     for (const auto& x : *it) {
@@ -221,6 +248,19 @@ Expected<TuningRecord> parseRecord(const std::string& line) {
     return makeError(ErrorCode::ParseError, "key {} does not match the record's own fields (edited or corrupted)", r.key);
   }
   return r;
+}
+
+jit::Bf16Variant bf16Verdict(const std::vector<TuningRecord>& records, const std::string& cpu,
+                             const std::string& features) {
+  double log_ratio = 0;
+  int measured = 0;
+  for (const TuningRecord& r : records) {
+    if (r.cpu != cpu || r.features != features || !(r.bf16_pairs_us > 0) || !(r.bf16_widening_us > 0)) continue;
+    log_ratio += std::log(r.bf16_pairs_us / r.bf16_widening_us);
+    ++measured;
+  }
+  if (measured == 0) return jit::Bf16Variant::Unmeasured;
+  return log_ratio <= 0 ? jit::Bf16Variant::Pairs : jit::Bf16Variant::Widening;
 }
 
 TuningDatabase::TuningDatabase(TuningDatabase&& other) noexcept

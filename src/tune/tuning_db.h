@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "jit/bf16_variant.h"
 #include "jit/kernel_abi.h"
 #include "shapevm/status.h"
 
@@ -57,8 +58,17 @@ struct TuningRecord {
   double default_us = 0;   // the default candidate's
   int candidates = 0;
   int timed = 0;
+  // A bfloat16 matmul whose CPU has the pair dot products (jit/bf16_variant.h): the variant the
+  // generated winner runs ("pairs" or "widening"; "" for a library winner and every other kernel),
+  // and the default tile's median in each variant (0 unless both were timed). Older lines
+  // without the fields are read.
+  std::string bf16;
+  double bf16_pairs_us = 0, bf16_widening_us = 0;
   int version = kTuningDbVersion;
 };
+
+// A record of `key`'s kernel: its key and the key's parts (the rest left to fill in).
+TuningRecord recordOf(const KernelKey& key);
 
 // Which implementation `params` choose, as a record's "impl" field names it: "onednn" (a library
 // primitive, KernelParams::library) or "jit" (generated code). Older lines without it are read.
@@ -97,6 +107,12 @@ class TuningDatabase {
   std::map<std::string, TuningRecord> records_;  // by key; a later line replaces an earlier one
   std::vector<std::string> warnings_;
 };
+
+// The bfloat16 matmul variant `cpu` with `features` measured faster: pairs when the geometric mean
+// of bf16_pairs_us / bf16_widening_us over its records that timed both is at most 1, widening when
+// above; Unmeasured without such a record. The AutoTuner sets it as the host's default.
+jit::Bf16Variant bf16Verdict(const std::vector<TuningRecord>& records, const std::string& cpu,
+                             const std::string& features);
 
 // Record <-> one JSON line (no newline). parseRecord's error says what is wrong with the line.
 std::string recordToJson(const TuningRecord& record);

@@ -24,6 +24,7 @@
 #include "../jit/jit_test_util.h"
 #include "jit/compile_cancel.h"
 #include "support/tunables.h"
+#include "tune_test_util.h"
 
 namespace shapevm::tune {
 namespace {
@@ -119,20 +120,11 @@ Case addCase(std::int64_t n) {
   return c;
 }
 
-class AutoTunerTest : public ::testing::Test {
+class AutoTunerTest : public testing::TunerTest {
  protected:
   void SetUp() override {
-    Tunables::resetToDefaults();
-    ASSERT_TRUE(Tunables::set(Tunable::TuneRepeats, 3).isOk());
-    ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 50).isOk());
-    char pattern[] = "/tmp/svm_tune_test_XXXXXX";
-    dir_ = mkdtemp(pattern);
-    path_ = dir_ + "/tuning.jsonl";
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    Tunables::resetToDefaults();
+    TunerTest::SetUp();
+    path_ = options_.database_path;
   }
   AutoTunerOptions options(bool use_database = true) const {
     AutoTunerOptions o;
@@ -146,7 +138,7 @@ class AutoTunerTest : public ::testing::Test {
     for (std::string line; std::getline(in, line);) out.push_back(line);
     return out;
   }
-  std::string dir_, path_;
+  std::string path_;
 };
 
 const std::vector<KernelParams> kSpace = {KernelParams{}, withUnroll(2), kFailsToCompile, kWrongResult, withUnroll(99),

@@ -18,42 +18,18 @@
 #include "jit/llvm_cpu/library_onednn.h"
 #include "support/tunables.h"
 #include "tune/auto_tuner.h"
+#include "tune_test_util.h"
 
 namespace shapevm::tune {
 namespace {
 
 using jit::KernelParams;
 using jit::KernelSpec;
+using testing::MatmulSubspace;
 
 const KernelParams kLibrary{.library = 1};
 const KernelParams kTail{.library = 2};
 const KernelParams kTooManyAccumulators{.mr = 16, .nr = 64};  // refused by the matmul family
-
-// The matmul family behind a declared search space.
-class MatmulSubspace final : public jit::KernelFamily, public jit::LlvmKernelEmitter {
- public:
-  explicit MatmulSubspace(std::vector<KernelParams> space)
-      : inner_(jit::familyFor(OpId::MatMul)), space_(std::move(space)) {}
-  std::string_view name() const override { return "matmul_subspace"; }
-  Status supports(const KernelSpec& spec) const override { return inner_->supports(spec); }
-  Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
-                 std::span<Shape> shapes) const override {
-    return inner_->outputs(spec, inputs, dtypes, shapes);
-  }
-  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
-                 jit::KernelArgs& args) const override {
-    return inner_->prepare(spec, inputs, outputs, args);
-  }
-  Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
-    return dynamic_cast<const jit::LlvmKernelEmitter&>(*inner_).emit(spec, module, symbol);
-  }
-  std::string symbolStem(const KernelSpec& spec) const override { return "sub_" + inner_->symbolStem(spec); }
-  std::vector<KernelParams> searchSpace(const KernelSpec&) const override { return space_; }
-
- private:
-  const jit::KernelFamily* inner_;
-  std::vector<KernelParams> space_;
-};
 
 struct Example {
   std::vector<Value> inputs;
@@ -81,49 +57,32 @@ Example erfExample(DType dtype, std::int64_t m, std::int64_t k, std::int64_t n) 
   return e;
 }
 
-class LibraryCandidates : public ::testing::Test {
+class LibraryCandidates : public testing::TunerTest {
  protected:
-  void SetUp() override {
-    Tunables::resetToDefaults();
-    ASSERT_TRUE(Tunables::set(Tunable::TuneRepeats, 3).isOk());
-    ASSERT_TRUE(Tunables::set(Tunable::TuneSampleUs, 50).isOk());
-    char pattern[] = "/tmp/svm_library_tune_XXXXXX";
-    dir_ = mkdtemp(pattern);
-    options_.database_path = dir_ + "/tuning.jsonl";
+  // Tunes `e` with `family` (whose space makes `winner` win), checks the record names the winner
+  // and its implementation (`impl`, e.g. "onednn") and that a second tuner answers it from the database.
+  void expectRecordedAndReadBack(const jit::KernelFamily& family, const Example& e, const KernelParams& winner,
+                                 const std::string& impl) {
+    jit::KernelBackend& engine = jit::testing::sharedBackend();
+    AutoTuner tuner(options_);
+    auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
+    ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+    EXPECT_EQ(outcome->params, winner);
+    EXPECT_EQ(outcome->failed, 1);
+    const std::string line = lastLine();
+    EXPECT_NE(line.find("\"params\":\"impl=" + impl + "\""), std::string::npos) << line;
+    EXPECT_NE(line.find("\"impl\":\"" + impl + "\""), std::string::npos) << line;
+    AutoTuner again(options_);
+    auto cached = again.tune(engine, family, e.spec, e.pointers);
+    ASSERT_TRUE(cached.hasValue());
+    EXPECT_TRUE(cached->from_database);
+    EXPECT_EQ(cached->params, winner);
   }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    Tunables::resetToDefaults();
-  }
-  std::string lastLine() const {
-    std::ifstream in(options_.database_path);
-    std::string line, last;
-    while (std::getline(in, line)) last = line;
-    return last;
-  }
-  std::string dir_;
-  AutoTunerOptions options_;
 };
 
 TEST_F(LibraryCandidates, ALibraryWinnerIsRecordedAsOnednn) {
   MatmulSubspace family({kLibrary, kTooManyAccumulators});
-  Example e = matmulExample(DType::Float32, 48, 64, 40);
-  jit::KernelBackend& engine = jit::testing::sharedBackend();
-  AutoTuner tuner(options_);
-  auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
-  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
-  EXPECT_EQ(outcome->params, kLibrary);
-  EXPECT_EQ(outcome->failed, 1);
-  const std::string line = lastLine();
-  EXPECT_NE(line.find("\"params\":\"impl=onednn\""), std::string::npos) << line;
-  EXPECT_NE(line.find("\"impl\":\"onednn\""), std::string::npos) << line;
-  // Read back: a second tuner answers from the database.
-  AutoTuner again(options_);
-  auto cached = again.tune(engine, family, e.spec, e.pointers);
-  ASSERT_TRUE(cached.hasValue());
-  EXPECT_TRUE(cached->from_database);
-  EXPECT_EQ(cached->params, kLibrary);
+  expectRecordedAndReadBack(family, matmulExample(DType::Float32, 48, 64, 40), kLibrary, "onednn");
 }
 
 TEST_F(LibraryCandidates, APrimitiveOneDnnCannotCreateLosesToTheGeneratedKernel) {
@@ -232,22 +191,8 @@ TEST_F(LibraryCandidates, OffMeansNoRunOff) {
 // the run-off's medians, whichever way they fall.
 TEST_F(LibraryCandidates, ATailCandidateIsRecordedAndRunOff) {
   jit::KernelBackend& engine = jit::testing::sharedBackend();
-  {
-    MatmulSubspace family({kTail, kTooManyAccumulators});
-    Example e = erfExample(DType::Float32, 24, 40, 37);
-    AutoTuner tuner(options_);
-    auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
-    ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
-    EXPECT_EQ(outcome->params, kTail);
-    const std::string line = lastLine();
-    EXPECT_NE(line.find("\"params\":\"impl=onednn+tail\""), std::string::npos) << line;
-    EXPECT_NE(line.find("\"impl\":\"onednn+tail\""), std::string::npos) << line;
-    AutoTuner again(options_);
-    auto cached = again.tune(engine, family, e.spec, e.pointers);
-    ASSERT_TRUE(cached.hasValue());
-    EXPECT_TRUE(cached->from_database);
-    EXPECT_EQ(cached->params, kTail);
-  }
+  expectRecordedAndReadBack(MatmulSubspace({kTail, kTooManyAccumulators}), erfExample(DType::Float32, 24, 40, 37),
+                            kTail, "onednn+tail");
   MatmulSubspace family({KernelParams{}, kTail});
   Example e = erfExample(DType::Float32, 48, 40, 37);
   AutoTuner tuner(options_);
@@ -292,14 +237,7 @@ TEST_F(LibraryCandidates, ATailWhosePrimitiveCannotBeCreatedLoses) {
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   const Example e = matmulExample(DType::Float32, 4, 8, 16);
   const KernelKey key = kernelKey(*jit::familyFor(OpId::MatMul), e.spec, "cpu", "features");
-  TuningRecord record;
-  record.key = key.key();
-  record.family = key.family;
-  record.kernel = key.kernel;
-  record.bucket = key.bucket;
-  record.shape_class = key.shape_class;
-  record.cpu = key.cpu;
-  record.features = key.features;
+  TuningRecord record = recordOf(key);
   record.params = kLibrary;
   const std::string line = recordToJson(record);
   EXPECT_NE(line.find("\"impl\":\"onednn\""), std::string::npos) << line;

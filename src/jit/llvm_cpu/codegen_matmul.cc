@@ -46,7 +46,9 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <llvm/TargetParser/Host.h>
 
+#include "jit/bf16_variant.h"
 #include "jit/fusion.h"
 #include "jit/kernel_abi.h"
 #include "jit/llvm_cpu/codegen_util.h"
@@ -101,6 +103,13 @@ bool isComputeFloat(DType dtype) {
 bool targetHasAvx512(const KernelSpec& spec) {
   return targetOf(spec).vector_bits >= 512;
 }
+// The AutoTuner's verdict for this host (jit/bf16_variant.h; pairs before it measured any): the
+// kernels run on the host, whose CPU name the backend's target carries unless a test forces one.
+bool bf16PairsByDefault() {
+  static const std::string host = llvm::sys::getHostCPUName().str();
+  return bf16Default(host) != Bf16Variant::Widening;
+}
+
 bool targetHasBf16Dot(const KernelSpec& spec) {
   return targetOf(spec).bf16_dot;
 }
@@ -248,10 +257,12 @@ Plan resolvePlan(const KernelSpec& spec) {
     plan.nc = static_cast<int>(
         std::max<std::int64_t>(plan.nr(), n.isStatic() ? (n.size + plan.nr() - 1) / plan.nr() * plan.nr() : plan.nr()));
   }
-  // Pairs need both operands bfloat16 as they are (A read in place along K, B packed).
+  // Pairs need both operands bfloat16 as they are (A read in place along K, B packed); by
+  // default (bf16_dot = 0) only where they measured faster on this host.
   const OperandSpec& a = spec.inputs[0];
-  plan.bf16_pairs = p.bf16_dot >= 0 && targetHasBf16Dot(spec) && a.dtype == DType::BFloat16 &&
-                    spec.inputs[1].dtype == DType::BFloat16 && a.contiguous && plan.mc == 0 && !plan.direct_b;
+  plan.bf16_pairs = (p.bf16_dot > 0 || (p.bf16_dot == 0 && bf16PairsByDefault())) && targetHasBf16Dot(spec) &&
+                    a.dtype == DType::BFloat16 && spec.inputs[1].dtype == DType::BFloat16 && a.contiguous &&
+                    plan.mc == 0 && !plan.direct_b;
   return plan;
 }
 
@@ -775,9 +786,11 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
              .prefetch = -1});
       }
     }
-    // bfloat16 x bfloat16: the default tile widening to float32 as well, so the tuner measures
-    // whether the bf16 pair dot products help on this CPU and shape.
-    if (resolvePlan(spec).bf16_pairs) add({.bf16_dot = -1});
+    // bfloat16 x bfloat16: the default tile in the other variant as well (pairs <-> widening), so
+    // the tuner measures which one this CPU runs faster at this shape (jit/bf16_variant.h).
+    KernelSpec pairs = spec;
+    pairs.params = KernelParams{.bf16_dot = 1};
+    if (resolvePlan(pairs).bf16_pairs) add({.bf16_dot = resolvePlan(spec).bf16_pairs ? -1 : 1});
     return space;
   }
 

@@ -7,6 +7,9 @@
 
 #include <llvm/IR/Intrinsics.h>
 
+#include "jit/fusion.h"
+#include "jit/llvm_cpu/codegen_math.h"
+
 namespace shapevm::jit::ir {
 
 namespace {
@@ -245,5 +248,48 @@ void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>&
 }
 
 llvm::Value* constI64(Builder& b, std::int64_t value) { return b.getInt64(static_cast<std::uint64_t>(value)); }
+
+GateViews::GateViews(ArgsView& args, const KernelSpec& spec) {
+  const FusedProgram& program = *spec.fused;
+  auto viewOf = [&](int slot) {
+    GateView view;
+    view.data = args.data(slot);
+    for (int d = 0; d + 1 < program.rank; ++d) view.strides.push_back(args.stride(slot, d));
+    return view;
+  };
+  for (int l = 0; l < program.numLeaves(); ++l) {
+    const int source = spec.fused_leaf_source[static_cast<std::size_t>(l)];
+    GateView view = source >= 0 ? viewOf(source) : GateView{};
+    view.source = source;
+    if (source >= 0) view.inner = program.leaf_inner[static_cast<std::size_t>(l)];
+    leaves.push_back(view);
+  }
+  const int out_slot = static_cast<int>(spec.inputs.size());
+  for (std::size_t o = 0; o < program.outputs.size(); ++o) outputs.push_back(viewOf(out_slot + static_cast<int>(o)));
+}
+
+void emitGateColumns(Builder& b, const KernelSpec& spec, const GateViews& views, const std::vector<llvm::Value*>& at,
+                     llvm::Value* col, unsigned lanes, const std::function<llvm::Value*(int block)>& product) {
+  const FusedProgram& program = *spec.fused;
+  auto offsetOf = [&](const GateView& view, std::int64_t lane_stride) {
+    llvm::Value* offset = b.CreateMul(col, constI64(b, lane_stride));
+    for (std::size_t d = 0; d < at.size(); ++d) offset = b.CreateAdd(offset, b.CreateMul(at[d], view.strides[d]));
+    return offset;
+  };
+  FusedValues values(b, program, lanes, [&](int l) -> llvm::Value* {
+    const GateView& leaf = views.leaves[static_cast<std::size_t>(l)];
+    const DType dtype = program.leafDType(l);
+    if (leaf.source < 0) return product(-leaf.source - 1);
+    if (leaf.inner == 0) {
+      return b.CreateVectorSplat(lanes, loadCompute(b, dtype, elementPtr(b, dtype, leaf.data, offsetOf(leaf, 0))));
+    }
+    return loadCompute(b, dtype, elementPtr(b, dtype, leaf.data, offsetOf(leaf, 1)), lanes);
+  });
+  for (std::size_t o = 0; o < program.outputs.size(); ++o) {
+    const GateView& out = views.outputs[o];
+    storeCompute(b, program.dtype, values.operand(program.outputs[o]),
+                 elementPtr(b, program.dtype, out.data, offsetOf(out, 1)));
+  }
+}
 
 }  // namespace shapevm::jit::ir

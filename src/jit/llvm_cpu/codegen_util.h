@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
@@ -100,6 +101,27 @@ void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>&
                 const std::function<void()>& else_body);
 
 llvm::Value* constI64(Builder& b, std::int64_t value);
+
+// A matmul's gate epilogue (KernelSpec::fused, see jit/kernel_abi.h), wherever the product comes
+// from (the generated kernel's accumulator tile, or the product oneDNN wrote for its generated
+// tail): the program's leaf and output views, read from the kernel's args, and one 16-lane column
+// step of the program. Leaf l is the input slot spec.fused_leaf_source[l], or the product's
+// column block -(source + 1) when negative; the outputs are the slots after the inputs.
+struct GateView {
+  int source = 0;  // fused_leaf_source (outputs: 0)
+  int inner = 1;   // leaf_inner: 0 = one value broadcast over the lanes, else contiguous lanes
+  llvm::Value* data = nullptr;
+  std::vector<llvm::Value*> strides;  // over the iteration's leading axes (the program's rank - 1)
+};
+struct GateViews {
+  GateViews(ArgsView& args, const KernelSpec& spec);
+  std::vector<GateView> leaves, outputs;
+};
+// The program at columns col..col+lanes of the row whose index over the leading axes is `at`:
+// its leaves loaded (a product block from `product(block)`), its nodes computed (FusedValues),
+// its outputs stored.
+void emitGateColumns(Builder& b, const KernelSpec& spec, const GateViews& views, const std::vector<llvm::Value*>& at,
+                     llvm::Value* col, unsigned lanes, const std::function<llvm::Value*(int block)>& product);
 
 // A per-thread buffer of at least `bytes`, 64-byte aligned, grown in `granule`-byte steps and kept
 // for the thread's life (nullptr when the allocation fails). Each `Tag` type is its own buffer, so

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -673,14 +674,6 @@ class TailEmitter {
     llvm::Value* base = nullptr;
     matmul::AlongN along_n = matmul::AlongN::Contiguous;
   };
-  // A gate program's leaf view or output: data and strides over the iteration's leading axes.
-  struct View {
-    int source = 0;
-    int inner = 1;
-    llvm::Value* data = nullptr;
-    std::vector<llvm::Value*> strides;
-  };
-
   llvm::Value* i64(std::int64_t v) { return b_.getInt64(static_cast<std::uint64_t>(v)); }
   llvm::Value* smin(llvm::Value* x, llvm::Value* y) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); }
   llvm::Value* productPtr(llvm::Value* col) {
@@ -754,59 +747,26 @@ class TailEmitter {
   }
 
   void prepareGates(ir::ArgsView& args) {
-    const FusedProgram& program = *spec_.fused;
+    gates_.emplace(args, spec_);
     const int out_slot = static_cast<int>(spec_.inputs.size());
-    auto viewOf = [&](int slot) {
-      View view;
-      view.data = args.data(slot);
-      for (int d = 0; d + 1 < program.rank; ++d) view.strides.push_back(args.stride(slot, d));
-      return view;
-    };
-    for (int l = 0; l < program.numLeaves(); ++l) {
-      const int source = spec_.fused_leaf_source[static_cast<std::size_t>(l)];
-      View view = source >= 0 ? viewOf(source) : View{};
-      view.source = source;
-      if (source >= 0) view.inner = program.leaf_inner[static_cast<std::size_t>(l)];
-      leaves_.push_back(view);
-    }
-    for (std::size_t o = 0; o < program.outputs.size(); ++o) outputs_.push_back(viewOf(out_slot + static_cast<int>(o)));
-    inner_rows_ = program.rank == 3 ? args.dim(out_slot, 1) : nullptr;
+    inner_rows_ = spec_.fused->rank == 3 ? args.dim(out_slot, 1) : nullptr;
     hidden_ = matmul::staticDims(spec_).n / matmul::gateCount(spec_);  // static (supportsGates)
   }
 
   // A gate program on product row `row`: column block g of the product is leaf -(g + 1), H
-  // columns, 16 lanes at a time (H is a multiple of 16); the other leaves and the outputs are
-  // read / written at the row's index over the iteration's leading axes.
+  // columns, 16 lanes at a time (H is a multiple of 16), with the tail's epilogue steps applied;
+  // the other leaves and the outputs are read / written at the row's index over the iteration's
+  // leading axes.
   void emitGateRow(llvm::Value* row) {
-    const FusedProgram& program = *spec_.fused;
     std::vector<llvm::Value*> at = {row};
     if (inner_rows_ != nullptr) at = {b_.CreateUDiv(row, inner_rows_), b_.CreateURem(row, inner_rows_)};
     ir::emitLoop(
         b_, i64(0), i64(hidden_), kLanes,
         [&](llvm::Value* col) {
-          auto offsetOf = [&](const View& view, llvm::Value* lane_stride) {
-            llvm::Value* offset = b_.CreateMul(col, lane_stride);
-            for (std::size_t d = 0; d < at.size(); ++d)
-              offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
-            return offset;
-          };
-          ir::FusedValues values(b_, program, kLanes, [&](int l) -> llvm::Value* {
-            const View& leaf = leaves_[static_cast<std::size_t>(l)];
-            const DType dtype = program.leafDType(l);
-            if (leaf.source < 0) {
-              llvm::Value* product_col = b_.CreateAdd(col, i64((-leaf.source - 1) * hidden_));
-              return applySteps(ir::loadCompute(b_, dtype_, productPtr(product_col), kLanes), product_col);
-            }
-            if (leaf.inner == 0) {
-              llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(0)));
-              return b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype, ptr));
-            }
-            return ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(1))), kLanes);
+          ir::emitGateColumns(b_, spec_, *gates_, at, col, kLanes, [&](int block) {
+            llvm::Value* product_col = b_.CreateAdd(col, i64(block * hidden_));
+            return applySteps(ir::loadCompute(b_, dtype_, productPtr(product_col), kLanes), product_col);
           });
-          for (std::size_t o = 0; o < program.outputs.size(); ++o) {
-            ir::storeCompute(b_, program.dtype, values.operand(program.outputs[o]),
-                             ir::elementPtr(b_, program.dtype, outputs_[o].data, offsetOf(outputs_[o], i64(1))));
-          }
         },
         "tail_gate", ir::LoopHints::asEmitted());
   }
@@ -820,7 +780,7 @@ class TailEmitter {
   llvm::Value* n_ = nullptr;
   llvm::Value* row_start_ = nullptr;  // row * N: the row's first element in the product
   std::map<int, Extra> extras_;       // epilogue operands of the tail's steps, by input index
-  std::vector<View> leaves_, outputs_;
+  std::optional<ir::GateViews> gates_;  // a gate program's leaves and outputs
   llvm::Value* inner_rows_ = nullptr;  // a rank-3 program: the iteration's axis 1
   std::int64_t hidden_ = 0;            // H
 };

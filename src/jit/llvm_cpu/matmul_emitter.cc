@@ -1372,35 +1372,12 @@ class MatmulEmitter {
   // (16 lanes, or one value broadcast), the nodes run on vectors as the fused family runs them on
   // scalars, and the outputs are stored.
   void emitGateRows(llvm::Value* args_ptr, llvm::Value* tile, llvm::Value* row0, llvm::Value* rows, llvm::Value* col) {
-    const FusedProgram& program = *spec_.fused;
     llvm::Type* fvec = vecType();
     const int vectors = plan_.vectors;
     ir::ArgsView args(b_, args_ptr);
     const int out_slot = static_cast<int>(spec_.inputs.size());
-    llvm::Value* inner_rows = program.rank == 3 ? args.dim(out_slot, 1) : nullptr;
-    // Per leaf (and output): its data and strides over the iteration's leading axes.
-    struct View {
-      int source = 0;
-      int inner = 1;
-      llvm::Value* data = nullptr;
-      std::vector<llvm::Value*> strides;
-    };
-    auto viewOf = [&](int slot) {
-      View view;
-      view.data = args.data(slot);
-      for (int d = 0; d + 1 < program.rank; ++d) view.strides.push_back(args.stride(slot, d));
-      return view;
-    };
-    std::vector<View> leaves;
-    for (int l = 0; l < program.numLeaves(); ++l) {
-      const int source = spec_.fused_leaf_source[static_cast<std::size_t>(l)];
-      View view = source >= 0 ? viewOf(source) : View{};
-      view.source = source;
-      if (source >= 0) view.inner = program.leaf_inner[static_cast<std::size_t>(l)];
-      leaves.push_back(view);
-    }
-    std::vector<View> outputs;
-    for (std::size_t o = 0; o < program.outputs.size(); ++o) outputs.push_back(viewOf(out_slot + static_cast<int>(o)));
+    llvm::Value* inner_rows = spec_.fused->rank == 3 ? args.dim(out_slot, 1) : nullptr;
+    const ir::GateViews views(args, spec_);
     // The first row's index over the iteration's leading axes; later rows step from it (rank 3:
     // axis 1 wraps at most once per tile row, so no division per row).
     llvm::Value* first_i0 = inner_rows != nullptr ? b_.CreateUDiv(row0, inner_rows) : nullptr;
@@ -1419,29 +1396,11 @@ class MatmulEmitter {
             }
             at = {i0, i1};
           }
-          auto offsetOf = [&](const View& view, llvm::Value* lane_stride) {
-            llvm::Value* offset = b_.CreateMul(col, lane_stride);
-            for (std::size_t d = 0; d < at.size(); ++d)
-              offset = b_.CreateAdd(offset, b_.CreateMul(at[d], view.strides[d]));
-            return offset;
-          };
-          ir::FusedValues values(b_, program, kLanes, [&](int l) -> llvm::Value* {
-            const View& leaf = leaves[static_cast<std::size_t>(l)];
-            const DType dtype = program.leafDType(l);
-            if (leaf.source < 0) {
-              llvm::Value* at_tile = b_.CreateAdd(b_.CreateMul(r, i64(vectors)), i64(-leaf.source - 1));
-              return b_.CreateAlignedLoad(fvec, b_.CreateInBoundsGEP(fvec, tile, at_tile), llvm::Align(64));
-            }
-            if (leaf.inner == 0) {
-              llvm::Value* ptr = ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(0)));
-              return b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype, ptr));
-            }
-            return ir::loadCompute(b_, dtype, ir::elementPtr(b_, dtype, leaf.data, offsetOf(leaf, i64(1))), kLanes);
+          // Column block g of the product: the tile's vector g of row r.
+          ir::emitGateColumns(b_, spec_, views, at, col, kLanes, [&](int block) -> llvm::Value* {
+            llvm::Value* at_tile = b_.CreateAdd(b_.CreateMul(r, i64(vectors)), i64(block));
+            return b_.CreateAlignedLoad(fvec, b_.CreateInBoundsGEP(fvec, tile, at_tile), llvm::Align(64));
           });
-          for (std::size_t o = 0; o < program.outputs.size(); ++o) {
-            ir::storeCompute(b_, program.dtype, values.operand(program.outputs[o]),
-                             ir::elementPtr(b_, program.dtype, outputs[o].data, offsetOf(outputs[o], i64(1))));
-          }
         },
         "gr", kAsEmitted);
   }

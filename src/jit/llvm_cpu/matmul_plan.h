@@ -101,6 +101,8 @@ int slotA(const KernelSpec& spec);
 int slotB(const KernelSpec& spec);
 bool targetHasAvx512(const KernelSpec& spec);   // the spec's target (KernelSpec::target) has AVX-512
 bool targetHasBf16Dot(const KernelSpec& spec);  // vdpbf16ps: 16 float32 lanes += 16 bf16 pair products
+// The default (KernelParams::bf16_dot = 0) variant on this host: pairs unless widening measured faster.
+bool bf16PairsByDefault();
 bool isEpilogueUnary(OpId op);
 bool isEpilogueBinary(OpId op);
 MatmulDims staticDims(const KernelSpec& spec);
