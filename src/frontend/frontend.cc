@@ -32,7 +32,8 @@ Expected<FrontendOptions> FrontendOptions::parseList(std::string_view list) {
     else if (item == "inline") o.inline_calls = true;
     else if (item == "all") o = FrontendOptions();
     else if (!item.empty() && item != "none") {
-      return makeError(ErrorCode::InvalidArgument, "--opt: unknown optimization '{}' (known: dce, reshape, addn, fold, inline)", item);
+      return makeError(ErrorCode::InvalidArgument,
+                       "--opt: unknown optimization '{}' (known: dce, reshape, addn, fold, inline)", item);
     }
     if (comma == std::string_view::npos) break;
     start = comma + 1;

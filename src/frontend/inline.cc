@@ -68,8 +68,8 @@ bool proveParameters(const IrInst& call, const IrFunction& callee, std::vector<s
         continue;
       }
       // The same dim in two places: equal only when both are one static size or one caller dim.
-      const bool same = bound->is_static ? h.is_static && h.size == bound->size
-                                         : !h.is_static && h.id >= 0 && h.id == bound->id;
+      const bool same =
+          bound->is_static ? h.is_static && h.size == bound->size : !h.is_static && h.id >= 0 && h.id == bound->id;
       if (!same) return false;
     }
   }

@@ -37,7 +37,7 @@ struct IrInst {
   std::vector<std::int32_t> outputs;   // CallOp/Call results, TupleUnpack items
   NamedAttrs attrs;                    // CallOp attributes given explicitly
   std::vector<TensorDescriptor> in_tokens, out_tokens;  // CallOp tokens; Call: each argument's token
-  std::vector<ValueKind> arg_kinds;    // Call: each argument's kind as lowering knew it (None = unknown)
+  std::vector<ValueKind> arg_kinds;  // Call: each argument's kind as lowering knew it (None = unknown)
   SourceLoc loc;
 
   bool isLabel() const { return label >= 0; }

@@ -327,7 +327,8 @@ Expected<std::vector<IrFunction>> Lowerer::run(const ModuleAst& module) {
       const std::string name = std::move(work.back());
       work.pop_back();
       for (const IrInst& inst : lowered_[name].code) {
-        if (!inst.isLabel() && inst.op == Opcode::Call && called.insert(inst.op_name).second) work.push_back(inst.op_name);
+        if (!inst.isLabel() && inst.op == Opcode::Call && called.insert(inst.op_name).second)
+          work.push_back(inst.op_name);
       }
     }
     for (const std::string& name : emit_order) {

@@ -126,8 +126,9 @@ TEST(Inline, KeywordsDefaultsEarlyReturnsLoopsAndConversions) {
       "    return p + q + r[0] + s[1], repeat(x, k), repeat(y, n=True)\n";
   Module m = compileOk(source);
   EXPECT_EQ(countCalls(m), 0) << disassemble(m);
-  auto r = runBoth(source, "main",
-                   {Value::fromTensor(floats({1, 2}, {2})), Value::fromTensor(floats({10, 20}, {2})), Value::fromInt(3)});
+  auto r =
+      runBoth(source, "main",
+              {Value::fromTensor(floats({1, 2}, {2})), Value::fromTensor(floats({10, 20}, {2})), Value::fromInt(3)});
   ASSERT_EQ(r.size(), 3u);
   // p = 2x, q = y + x; r0 = 3y (scale 3 converted to float); s = helper(y, x, flip) -> s1 = y;
   // then x = 3x; repeat(t, n) = (n + 1) t, with n = True converted to 1.
@@ -201,12 +202,14 @@ TEST(Inline, ParameterChecksMustBeProvenAtTheCall) {
   Module u = compileOk(source, options);
   EXPECT_EQ(countCalls(u), 2) << disassemble(u);
   // The callee's own checks still run: a [4] into `fixed`, different m and k into `pair`.
-  auto bad_shape = runModule(u, "unproven", {Value::fromTensor(floats({1, 2, 3, 4}, {4})),
-                                             Value::fromTensor(floats({1}, {1})), Value::fromTensor(floats({1}, {1}))});
+  auto bad_shape = runModule(u, "unproven",
+                             {Value::fromTensor(floats({1, 2, 3, 4}, {4})), Value::fromTensor(floats({1}, {1})),
+                              Value::fromTensor(floats({1}, {1}))});
   ASSERT_FALSE(bad_shape);
   EXPECT_NE(bad_shape.status().message().find("parameter 'a'"), std::string::npos) << bad_shape.status().message();
-  auto bad_dim = runModule(u, "unproven", {Value::fromTensor(floats({1, 2, 3}, {3})), Value::fromTensor(floats({1}, {1})),
-                                           Value::fromTensor(floats({1, 2}, {2}))});
+  auto bad_dim = runModule(u, "unproven",
+                           {Value::fromTensor(floats({1, 2, 3}, {3})), Value::fromTensor(floats({1}, {1})),
+                            Value::fromTensor(floats({1, 2}, {2}))});
   ASSERT_FALSE(bad_dim);
   EXPECT_NE(bad_dim.status().message().find("dynamic dim"), std::string::npos) << bad_dim.status().message();
 }
@@ -223,8 +226,9 @@ TEST(Inline, AnErrorInAnInlinedCalleeNamesTheCalleesLine) {
   const int f = m.findFunction("f");
   ASSERT_GE(f, 0);
   for (const Instruction& inst : m.functions[static_cast<std::size_t>(f)].code) EXPECT_NE(inst.op, Opcode::Call);
-  auto r = runModule(m, "f", {Value::fromTensor(floats({1, 2, 3, 4, 5, 6}, {2, 3})),
-                              Value::fromTensor(floats(std::vector<double>(20, 1.0), {4, 5}))});
+  auto r = runModule(m, "f",
+                     {Value::fromTensor(floats({1, 2, 3, 4, 5, 6}, {2, 3})),
+                      Value::fromTensor(floats(std::vector<double>(20, 1.0), {4, 5}))});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.status().code(), ErrorCode::ShapeMismatch) << r.status().toString();
   EXPECT_NE(r.status().message().find("test.py line 3:"), std::string::npos) << r.status().message();
