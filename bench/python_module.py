@@ -102,8 +102,9 @@ def compare(rows, name, svm, peer, args_svm, args_peer, calls, rounds):
 
 class ReferenceCell(shapevm.Module):
     """examples/lstm_cell.py's cell as a shapevm.Module, op for op (the gates' sigmoids inline).
-    LstmCell (examples/lstm_cell_module.py) is the same cell with a `gate` method: its calls are
-    call boundaries the JIT's regions do not cross, so it runs more, smaller kernels."""
+    LstmCell (examples/lstm_cell_module.py) is the same cell with a `gate` method. The frontend
+    inlines the method (docs/python-subset.md), so both compile to one region; before inlining,
+    each gate call was a boundary the JIT's regions did not cross (7 launches per call, not 1)."""
 
     def __init__(self, weights, **options):
         super().__init__(**options)
@@ -126,7 +127,7 @@ class ReferenceCell(shapevm.Module):
         return h_next, c_next
 
 
-CASES = ("one", "chain", "cell", "method")  # --cases: which rows to run
+CASES = ("one", "chain", "cell", "method", "pair")  # --cases: which rows to run
 
 
 def main():
@@ -139,7 +140,8 @@ def main():
     parser.add_argument("--cases", default=",".join(CASES),
                         help="comma-separated rows to run: one (x + y at O2 and O0), chain (20 ops), cell (the "
                              "reference cell as a Module), method (the same cell with a gate method, "
-                             "examples/lstm_cell_module.py)")
+                             "examples/lstm_cell_module.py), pair (the gate-method cell against the op-for-op cell, "
+                             "both ShapeVM: the cost of the method calls)")
     parser.add_argument("--progress", action="store_true", help="print each cell row to stderr as it finishes")
     parser.add_argument("--seqs", default="10,20,30,120", help="sequence lengths of the cell rows")
     opts = parser.parse_args()
@@ -186,6 +188,16 @@ def main():
         cells.append(("reference cell via shapevm.Module", ReferenceCell(weights, wait=True)))
     if "method" in cases:
         cells.append(("cell with a gate method (lstm_cell_module.py)", method_cell))
+    if "pair" in cases:  # the gate-method cell against the op-for-op cell, both ShapeVM, interleaved
+        reference = ReferenceCell(weights, wait=True)
+        for seq in (int(s) for s in opts.seqs.split(",")):
+            args = (rng.standard_normal((32, seq, 128)).astype(np.float32),
+                    rng.standard_normal((32, 256)).astype(np.float32),
+                    rng.standard_normal((32, 256)).astype(np.float32))
+            np.testing.assert_allclose(method_cell(*args)[0], reference(*args)[0], rtol=1e-5, atol=1e-5)
+            compare(rows, f"pair: gate-method cell (ShapeVM) vs op-for-op cell (ShapeVM as the peer), seq {seq}",
+                    method_cell, reference, args, args, max(3, int(2000 / seq * scale)), opts.rounds)
+            stats[f"pair seq {seq} gate-method cell"] = method_cell.stats()
     for seq in (int(s) for s in opts.seqs.split(",")) if cells else ():
         xs = rng.standard_normal((32, seq, 128)).astype(np.float32)
         hs = rng.standard_normal((32, 256)).astype(np.float32)
@@ -215,7 +227,8 @@ def main():
     print()
     for name, st in stats.items():
         print(f"{name} stats: runs {st['runs']}, launches compiled {st['launches_compiled']} / interpreted "
-              f"{st['launches_interpreted']}, kernels installed {st['kernels_installed']}")
+              f"{st['launches_interpreted']} ({st['launches_compiled'] / max(st['runs'], 1):.2f} compiled per call), "
+              f"kernels installed {st['kernels_installed']}")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,10 @@ Expected<FrontendOptions> frontendOptions(bool no_opt, const std::string& opt_li
   return options;
 }
 
+// What `debug` and `dap` compile with unless --opt/--no-opt says otherwise: every optimization
+// but inlining, so each user-function call keeps its frame (step in, `bt`, `break NAME`).
+constexpr const char* kDebugOptimizations = "dce,reshape,addn,fold";
+
 // --no-opt / --opt=LIST / --fn as a Session's LoadOptions (the default: every optimization on).
 Expected<LoadOptions> loadOptions(bool no_opt, const std::string& opt_list, const std::string& entry) {
   if (no_opt && !opt_list.empty())
@@ -538,7 +542,7 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
       "disable per-site timing and shape profiling (and with them the JIT, which compiles from the profiles)");
   cmd->add_flag("-q,--quiet", flags.quiet, "do not print output summaries");
   cmd->add_flag("--no-opt", flags.no_opt, "(.py) compile without optimizations");
-  cmd->add_option("--opt", flags.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
+  cmd->add_option("--opt", flags.opt_list, "(.py) only these optimizations: a list of dce,reshape,addn,fold,inline");
   cmd->add_option("--jit-level", flags.jit_level,
                   "O0 (interpret), O1 (a compiled kernel per hot op) or O2 (default: hot-region fusion + autotuning)");
   cmd->add_option("--warmup", flags.warmup, "runs interpreted before any compile (tunable warmup, default 3)");
@@ -586,7 +590,7 @@ int main(int argc, char** argv) {
   compile_cmd->add_option("-o,--output", compile_out, "output .svm (binary) or .svasm (text) file")->required();
   compile_cmd->add_option("--fn", compile_fn, "compile only this function (or Class.method) and what it calls");
   compile_cmd->add_flag("--no-opt", compile_no_opt, "disable every optimization");
-  compile_cmd->add_option("--opt", compile_opt, "only these optimizations: a list of dce,reshape,addn,fold");
+  compile_cmd->add_option("--opt", compile_opt, "only these optimizations: a list of dce,reshape,addn,fold,inline");
 
   std::string dis_in, dis_fn, dis_opt;
   bool dis_no_opt = false;
@@ -596,7 +600,7 @@ int main(int argc, char** argv) {
   dis_cmd->add_flag("--pseudo", dis_pseudo, "print Python-like pseudocode instead");
   dis_cmd->add_option("--fn", dis_fn, "only this function");
   dis_cmd->add_flag("--no-opt", dis_no_opt, "(.py) compile without optimizations");
-  dis_cmd->add_option("--opt", dis_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
+  dis_cmd->add_option("--opt", dis_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold,inline");
 
   std::string verify_in;
   std::string import_in, import_out;
@@ -638,7 +642,7 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("-o,--output", dump_out, "output .svasm (text) or .svm (binary) file")->required();
   dump_cmd->add_option("--fn", dump_fn, "only this function (or Class.method) and the functions it calls");
   dump_cmd->add_flag("--no-opt", dump_no_opt, "(.py) compile without optimizations");
-  dump_cmd->add_option("--opt", dump_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold");
+  dump_cmd->add_option("--opt", dump_opt, "(.py) only these optimizations: a list of dce,reshape,addn,fold,inline");
 
 #if SHAPEVM_HAVE_JIT
   RunFlags tune_flags;
@@ -751,6 +755,7 @@ int main(int argc, char** argv) {
   }
   if (*run_cmd) return runCommand(run);
   if (*debug_cmd) {
+    if (!debug_flags.no_opt && debug_flags.opt_list.empty()) debug_flags.opt_list = kDebugOptimizations;
     debug_flags.hooks =
         makeCliDebugger(DebugTarget{debug_flags.module_path, debug_flags.fn, debug_flags.no_opt, debug_flags.opt_list});
     return runCommand(debug_flags);
@@ -766,6 +771,7 @@ int main(int argc, char** argv) {
       } catch (const CLI::ParseError& e) {
         return makeError(ErrorCode::InvalidArgument, "bad run flags: {}", e.what());
       }
+      if (!flags.no_opt && flags.opt_list.empty()) flags.opt_list = kDebugOptimizations;
       flags.hooks = std::move(hooks);
       return runCommand(flags);
     });

@@ -29,9 +29,11 @@ Expected<FrontendOptions> FrontendOptions::parseList(std::string_view list) {
     else if (item == "reshape") o.reshape = true;
     else if (item == "addn") o.addn = true;
     else if (item == "fold") o.fold = true;
+    else if (item == "inline") o.inline_calls = true;
     else if (item == "all") o = FrontendOptions();
     else if (!item.empty() && item != "none") {
-      return makeError(ErrorCode::InvalidArgument, "--opt: unknown optimization '{}' (known: dce, reshape, addn, fold)", item);
+      return makeError(ErrorCode::InvalidArgument,
+                       "--opt: unknown optimization '{}' (known: dce, reshape, addn, fold, inline)", item);
     }
     if (comma == std::string_view::npos) break;
     start = comma + 1;

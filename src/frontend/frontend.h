@@ -18,6 +18,12 @@ struct FrontendOptions {
   bool reshape = true;  // merge consecutive reshapes
   bool addn = true;     // a + b + c (3+ tensor terms) -> add_n
   bool fold = true;     // constant folding of scalar/shape arithmetic
+  // Inlining of small, non-recursive user functions and methods whose parameter checks the
+  // call's arguments prove: the callee's ops join the caller's (one JIT region instead of one per
+  // side of a call). They keep the callee's source lines; a runtime error in them names the
+  // caller's function (the frame that ran them) and the callee's line. The debugger's step-in
+  // and frames need it off (`--opt` without `inline`, or --no-opt).
+  bool inline_calls = true;
   // When set, only this function (a name, `Class.method`, or a method name unique in the module)
   // and what it calls are compiled; it becomes function 0.
   std::string entry;
@@ -25,8 +31,12 @@ struct FrontendOptions {
   // would exceed the bytecode's register limit (tests and differential runs switch it on).
   bool share_registers = false;
 
-  static FrontendOptions none() { FrontendOptions o; o.dce = o.reshape = o.addn = o.fold = false; return o; }
-  // Parses `--opt=` lists: "dce,reshape,addn,fold" (any subset; "none" or "" = all off, "all" = all on).
+  static FrontendOptions none() {
+    FrontendOptions o;
+    o.dce = o.reshape = o.addn = o.fold = o.inline_calls = false;
+    return o;
+  }
+  // Parses `--opt=` lists: "dce,reshape,addn,fold,inline" (any subset; "none" or "" = all off, "all" = all on).
   static Expected<FrontendOptions> parseList(std::string_view list);
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,7 +36,8 @@ struct IrInst {
   std::vector<std::int32_t> inputs;    // CallOp/Call inputs, TuplePack items
   std::vector<std::int32_t> outputs;   // CallOp/Call results, TupleUnpack items
   NamedAttrs attrs;                    // CallOp attributes given explicitly
-  std::vector<TensorDescriptor> in_tokens, out_tokens;
+  std::vector<TensorDescriptor> in_tokens, out_tokens;  // CallOp tokens; Call: each argument's token
+  std::vector<ValueKind> arg_kinds;  // Call: each argument's kind as lowering knew it (None = unknown)
   SourceLoc loc;
 
   bool isLabel() const { return label >= 0; }
@@ -76,6 +78,20 @@ void compactRegisters(IrFunction& fn);
 // statements then fits the bytecode's register limit). Runs after compactRegisters; returns
 // false (nothing changed) when the control flow is not the nested loops lowering produces.
 bool reuseDeadRegisters(IrFunction& fn);
+
+// Rewrites every register the instruction names: `rename(reg, written)` returns the new number.
+void renameIrRegisters(IrInst& inst, const std::function<std::int32_t(std::int32_t, bool)>& rename);
+
+// Inlining (inline.cc): the Call instructions of `caller` whose callee `lookup` returns (an
+// already lowered function, or nullptr: never inline it) and fits InlineLimits are replaced by
+// the callee's code. The callee's parameter checks must be proven by the arguments' kinds and
+// tokens at the call (else the call stays); its ops keep their source locations (the callee's
+// lines), its dynamic dims become the caller's. Returns the number of calls inlined.
+struct InlineLimits {
+  int max_instructions = 64;  // the callee's instructions (labels not counted)
+};
+int inlineCalls(IrFunction& caller, const std::function<const IrFunction*(const std::string&)>& lookup,
+                const InlineLimits& limits = {});
 
 // Emits the functions through the builder (labels, sites, constants deduplicated by it).
 Expected<Module> emitModule(const std::vector<IrFunction>& functions, const std::string& module_name,

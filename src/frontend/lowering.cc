@@ -300,6 +300,19 @@ Expected<std::vector<IrFunction>> Lowerer::run(const ModuleAst& module) {
     std::set<std::string> guard;
     info.num_outputs = prescanOutputs(info, functions_, guard);
   }
+  std::map<std::string, std::vector<std::string>> calls;
+  for (const std::string& name : post_order) calls[name] = calledFunctions(functions_[name], functions_);
+  for (const std::string& name : post_order) {  // recursion is never inlined
+    std::set<std::string> seen;
+    std::vector<std::string> work = calls[name];
+    while (!work.empty() && !recursive_.count(name)) {
+      std::string next = std::move(work.back());
+      work.pop_back();
+      if (next == name) recursive_.insert(name);
+      if (!seen.insert(next).second) continue;
+      for (const std::string& callee : calls[next]) work.push_back(callee);
+    }
+  }
   for (const std::string& name : post_order) SVM_RETURN_IF_ERROR(lowerFunction(functions_[name]));
   std::vector<IrFunction> result;
   if (options_.entry.empty()) {
@@ -307,7 +320,20 @@ Expected<std::vector<IrFunction>> Lowerer::run(const ModuleAst& module) {
       if (visited.count(name)) result.push_back(std::move(lowered_[name]));
     }
   } else {
-    for (const std::string& name : emit_order) result.push_back(std::move(lowered_[name]));
+    // Only the entry and what it still calls once inlining is done.
+    std::set<std::string> called = {emit_order.front()};
+    std::vector<std::string> work = {emit_order.front()};
+    while (!work.empty()) {
+      const std::string name = std::move(work.back());
+      work.pop_back();
+      for (const IrInst& inst : lowered_[name].code) {
+        if (!inst.isLabel() && inst.op == Opcode::Call && called.insert(inst.op_name).second)
+          work.push_back(inst.op_name);
+      }
+    }
+    for (const std::string& name : emit_order) {
+      if (called.count(name)) result.push_back(std::move(lowered_[name]));
+    }
   }
   return result;
 }
@@ -369,6 +395,12 @@ Status Lowerer::lowerFunction(FunctionInfo& info) {
       for (const auto& [name, var] : vars_) {  // debug info: which register holds which variable
         const std::int32_t reg = var.has_static ? (var.value.static_tuple ? -1 : var.value.reg) : var.reg;
         if (reg >= 0) out.reg_names.emplace(reg, name);
+      }
+      if (options_.inline_calls) {
+        inlineCalls(out, [&](const std::string& callee) -> const IrFunction* {
+          auto it = lowered_.find(callee);
+          return recursive_.count(callee) || it == lowered_.end() ? nullptr : &it->second;
+        });
       }
       if (options_.reshape) mergeReshapes(out);
       if (options_.dce) eliminateDeadCode(out);

@@ -168,6 +168,7 @@ class Lowerer {
   FrontendOptions options_;
   std::vector<std::string> order_;                  // module function names in definition order
   std::map<std::string, IrFunction> lowered_;       // by module function name
+  std::set<std::string> recursive_;                 // functions that can reach themselves (never inlined)
 
   // Per-function state.
   IrFunction* fn_ = nullptr;

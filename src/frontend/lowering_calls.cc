@@ -548,6 +548,19 @@ Expected<Val> Lowerer::callUser(const FunctionInfo& callee, const Expr& call) {
     bound[index] = value.get();
   }
   std::vector<std::int32_t> args;
+  std::vector<ValueKind> kinds;  // what the inliner needs to prove the callee's parameter checks
+  std::vector<TensorDescriptor> tokens;
+  auto known = [&](const Val& v) {
+    switch (v.kind) {
+      case VKind::Tensor: kinds.push_back(ValueKind::Tensor); break;
+      case VKind::Int: kinds.push_back(ValueKind::Int); break;
+      case VKind::Float: kinds.push_back(ValueKind::Float); break;
+      case VKind::Bool: kinds.push_back(ValueKind::Bool); break;
+      case VKind::Tuple: kinds.push_back(ValueKind::Tuple); break;
+      default: kinds.push_back(ValueKind::None); break;
+    }
+    tokens.push_back(v.kind == VKind::Tensor ? v.token : TensorDescriptor::notTensor());
+  };
   for (std::size_t i = 0; i < nparams; ++i) {
     const frontend::Param& p = def.params[i + skip];
     const Expr* e = bound[i] != nullptr ? bound[i] : p.default_value.get();
@@ -562,11 +575,13 @@ Expected<Val> Lowerer::callUser(const FunctionInfo& callee, const Expr& call) {
       return error(ErrorCode::KindMismatch, fmt::format("argument `{}` of `{}` must be a tensor or a number", p.name, callee.name), *e);
     }
     args.push_back(materialize(v));
+    known(v);
   }
   for (const std::string& attr : callee.self_attrs) {
     auto it = vars_.find("self." + attr);
     if (it == vars_.end()) return error(ErrorCode::UnknownName, fmt::format("`{}` reads self.{}, which is not available here", callee.name, attr), call);
     args.push_back(it->second.reg);
+    known(it->second.value);
   }
   setLoc(call.line, call.col);
   const int n = callee.num_outputs < 0 ? 1 : callee.num_outputs;
@@ -582,6 +597,8 @@ Expected<Val> Lowerer::callUser(const FunctionInfo& callee, const Expr& call) {
   inst.op_name = callee.name;
   inst.inputs = args;
   inst.outputs = results;
+  inst.arg_kinds = std::move(kinds);
+  inst.in_tokens = std::move(tokens);
   if (n == 0) return Val::none();
   if (n == 1) return vals[0];
   Val t;

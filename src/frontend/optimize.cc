@@ -49,6 +49,12 @@ std::vector<std::int32_t> irUses(const IrInst& inst) {
   return out;
 }
 
+void renameIrRegisters(IrInst& inst, const std::function<std::int32_t(std::int32_t, bool)>& rename) {
+  visitIrRegisters(inst, [&](std::int32_t& r, bool write) {
+    if (r >= 0) r = rename(r, write);
+  });
+}
+
 bool irIsRemovable(const IrInst& inst) {
   if (inst.isLabel()) return false;
   switch (inst.op) {

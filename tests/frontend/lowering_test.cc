@@ -134,7 +134,12 @@ TEST(Lowering, UserFunctionsAndTupleReturns) {
       "def main(x: Tensor[2], y: Tensor[2]):\n"
       "    p, q = helper(x, y)\n"
       "    r = helper(x, y, scale=3.0)\n"
-      "    return p + q + r[0]\n");
+      "    return p + q + r[0]\n",
+      [] {
+        FrontendOptions calls;  // inlining would leave no Call (tests/frontend/inline_test.cc)
+        calls.inline_calls = false;
+        return calls;
+      }());
   std::string text = disassemble(m);
   EXPECT_NE(text.find("Call helper"), std::string::npos);
   auto r = runModule(m, "main", {Value::fromTensor(floats({1, 2}, {2})), Value::fromTensor(floats({10, 20}, {2}))});
@@ -252,6 +257,7 @@ TEST(SemanticErrors, VariableUnassignedOnSomePathIsNamed) {
 TEST(Lowering, EntrySelectsReachableFunctions) {
   FrontendOptions options;
   options.entry = "main";
+  options.inline_calls = false;  // inlined, helper would not be needed either
   Module m = compileOk("def unused(x):\n    return x\ndef helper(x):\n    return x\ndef main(x):\n    return helper(x)\n", options);
   ASSERT_EQ(m.functions.size(), 2u);
   EXPECT_EQ(m.functions[0].name, "main");
