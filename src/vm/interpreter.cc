@@ -8,6 +8,7 @@
 // hashing, no string lookup while the signature key is unchanged).
 // Invariant: no object with a destructor is alive when SVM_NEXT() runs — a computed goto leaves
 // the scope without running cleanups — so case bodies keep such locals in an inner block.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -228,9 +229,26 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   ++stats_.function_calls;
 
   std::vector<Value> regs(static_cast<std::size_t>(fn.num_registers));
-  std::vector<Value> outputs(static_cast<std::size_t>(fn.num_outputs));
-  std::vector<std::int64_t> dims(static_cast<std::size_t>(rt.num_dims), -1);
-  std::vector<int> dim_owner(static_cast<std::size_t>(rt.num_dims), -1);
+  // The outputs go straight into `results` (the caller's; it only reads them after a success).
+  std::vector<Value>& outputs = results;
+  outputs.clear();
+  outputs.resize(static_cast<std::size_t>(fn.num_outputs));
+  // Dynamic dims bound by the parameters, and the parameter that bound each: inline for the usual few.
+  constexpr int kInlineDims = 16;
+  std::int64_t inline_dims[kInlineDims];
+  int inline_owners[kInlineDims];
+  std::vector<std::int64_t> heap_dims;
+  std::vector<int> heap_owners;
+  std::int64_t* dims = inline_dims;
+  int* dim_owner = inline_owners;
+  if (rt.num_dims > kInlineDims) {
+    heap_dims.resize(static_cast<std::size_t>(rt.num_dims));
+    heap_owners.resize(static_cast<std::size_t>(rt.num_dims));
+    dims = heap_dims.data();
+    dim_owner = heap_owners.data();
+  }
+  std::fill_n(dims, rt.num_dims, std::int64_t{-1});
+  std::fill_n(dim_owner, rt.num_dims, -1);
   std::vector<std::uint64_t> loop_start(static_cast<std::size_t>(fn.num_loops), 0);
 
   const Instruction* const code = fn.code.data();
@@ -408,6 +426,7 @@ dispatch:
           ran = true;
           break;
         }
+        if (entry.region != nullptr) ++stats_.region_declines;
       }
       if (ran) SVM_NEXT();
       bumpCounter(slot.region_declines);
@@ -517,7 +536,6 @@ dispatch:
     SVM_NEXT();
   }
   SVM_CASE(Return) {
-    results = std::move(outputs);
     stats_.instructions += executed;
     if (trace::kHooksCompiledIn && debug != nullptr) debug_top_ = debug_frame.caller;
     return Status::ok();
