@@ -18,8 +18,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <span>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -179,7 +179,9 @@ class Jit final : public ExecutionObserver {
   TuneOutcome tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc);
   void noteTuning(const TuneOutcome& tuned);  // callers hold mutex_
   void logGuardMisses(int function, int site, SiteState& state);
-  bool functionSettled(int function) const;  // callers hold mutex_
+  // Callers hold mutex_. `provisional` is set when the function settles only because sites or
+  // ranges stay interpreted while cheaper than a launch (a timed verdict, re-checked later).
+  bool functionSettled(int function, bool& provisional);
   void trySettle();
 
   VirtualMachine& vm_;
@@ -210,7 +212,10 @@ class Jit final : public ExecutionObserver {
   // blacklisted), afterRun skips the scan until a guard miss or region decline (ExecStats), a loop
   // poll, or a call of a function that had not settled. Checked every kSettleCheckRuns runs.
   static constexpr int kSettleCheckRuns = 8;
+  // A settle that rests on cheaper-interpreted verdicts lasts this many runs, then a scan re-times them.
+  static constexpr std::uint64_t kProvisionalRuns = 32;
   bool settled_ = false;
+  std::uint64_t settled_until_run_ = 0;  // ExecStats::runs at which a provisional settle ends (0: none)
   std::uint64_t settled_guard_misses_ = 0;
   std::uint64_t settled_region_declines_ = 0;
   std::vector<std::pair<int, std::uint64_t>> settled_watch_;  // unsettled functions, their calls then

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "bytecode/scalar_ops.h"
@@ -175,6 +176,33 @@ Status VirtualMachine::where(Status status, int function, int pc) const {
 
 namespace {
 
+// A frame's registers: in the frame itself for the usual few (no heap block per call), else on the heap.
+class FrameRegisters {
+ public:
+  explicit FrameRegisters(std::size_t count) : size_(count) {
+    data_ = count <= kInline ? reinterpret_cast<Value*>(inline_)
+                             : static_cast<Value*>(::operator new(count * sizeof(Value)));
+    std::uninitialized_value_construct_n(data_, count);
+  }
+  ~FrameRegisters() {
+    std::destroy_n(data_, size_);
+    if (data_ != reinterpret_cast<Value*>(inline_)) ::operator delete(data_);
+  }
+  FrameRegisters(const FrameRegisters&) = delete;
+  FrameRegisters& operator=(const FrameRegisters&) = delete;
+  Value& operator[](std::size_t i) { return data_[i]; }
+  Value* data() { return data_; }
+  std::size_t size() const { return size_; }
+  Value* begin() { return data_; }
+  Value* end() { return data_ + size_; }
+
+ private:
+  static constexpr std::size_t kInline = 16;
+  alignas(Value) unsigned char inline_[kInline * sizeof(Value)];
+  Value* data_;
+  std::size_t size_;
+};
+
 inline void bumpCounter(std::atomic<std::uint64_t>& counter, std::uint64_t delta = 1) {
   // Single writer (the executing thread); readers (the JIT) only load.
   counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
@@ -228,7 +256,7 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   bumpCounter(rt.calls);
   ++stats_.function_calls;
 
-  std::vector<Value> regs(static_cast<std::size_t>(fn.num_registers));
+  FrameRegisters regs(static_cast<std::size_t>(fn.num_registers));
   // The outputs go straight into `results` (the caller's; it only reads them after a success).
   std::vector<Value>& outputs = results;
   outputs.clear();

@@ -26,7 +26,8 @@ using namespace testing;
   const Status status = invokeCompiled(kernel, pointersTo(inputs), actual);
   if (!status.isOk()) return ::testing::AssertionFailure() << status.toString();
   const Comparison comparison = compareOutputs(*expected, actual);
-  if (!comparison.ok) return ::testing::AssertionFailure() << describeInputs(pointersTo(inputs)) << ": " << comparison.reason;
+  if (!comparison.ok)
+    return ::testing::AssertionFailure() << describeInputs(pointersTo(inputs)) << ": " << comparison.reason;
   return ::testing::AssertionSuccess();
 }
 
@@ -135,7 +136,8 @@ TEST_F(SettledScanTest, AfterRunSkipsTheScanOnceSettledYetSeesANewShapeAndANewFu
   Jit& jit = **attached;
   std::mt19937 rng(33);
   auto runF = [&](std::int64_t rows) {
-    std::vector<Value> in = {operand(DType::Float32, Shape{rows, 5}, rng), operand(DType::Float32, Shape{rows, 5}, rng)};
+    std::vector<Value> in = {operand(DType::Float32, Shape{rows, 5}, rng),
+                             operand(DType::Float32, Shape{rows, 5}, rng)};
     auto out = vm.run(0, in);
     ASSERT_TRUE(out.hasValue()) << out.status().toString();
     Value sum = callOp("add", {in[0], in[1]}).value()[0];
