@@ -372,8 +372,8 @@ def test_eight_threads_one_function(context):
 
 def test_a_settled_function_still_sees_new_shapes(context):
     # Once every site is compiled, calls skip the JIT's scan and reuse each kernel's launch block;
-    # a new shape (or a new scalar) must still miss the guard, run correctly and recompile.
-    context(warmup=0, hot_count=0, hot_ms=0, tune_budget_ms=0, tune_cache=0, guard_miss_recompile=2)
+    # a new shape must still miss the guard, run correctly and recompile.
+    context(warmup=0, hot_count=0, hot_ms=0, tune_budget_ms=0, tune_cache=0, miss_recompile=2)
     f = shapevm.jit(progs.add, jit_level="O2", wait=True)
     for n in (4,) * 24 + (9,) * 6:
         x = np.arange(n, dtype=np.float32)
@@ -381,10 +381,6 @@ def test_a_settled_function_still_sees_new_shapes(context):
     st = f.stats()
     assert st["kernels_installed"] >= 2, st
     assert st["guard_misses"] >= 1, st
-    g = shapevm.jit(progs.poly, jit_level="O2", wait=True)
-    for rows in (3,) * 16 + (5,) * 4:
-        x = np.linspace(-1, 1, rows * 16, dtype=np.float32).reshape(rows, 16)
-        np.testing.assert_allclose(g(x), np.exp(np.tanh(x * x + 3.0 * x) - 0.5) * x, rtol=1e-5, atol=1e-6)
 
 
 def _rss_kib():
