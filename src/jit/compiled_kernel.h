@@ -63,6 +63,30 @@ class PackedOperandCache {
   std::int64_t unused_in_a_row_ = 0;  // entries evicted without a single hit, since the last hit
 };
 
+// The last launch's argument block of a kernel whose family derives it from the operands' layout
+// alone (the elementwise family: dtypes, shapes, strides and scalar values; no pointers beyond the
+// operands' own data). A launch whose inputs repeat that layout copies the block and sets only the
+// data pointers and the output rows; anything else lays the block out afresh and keeps it. One
+// launch at a time uses it (`busy`); a concurrent one lays out its own, as without the cache.
+struct LaunchArgsCache {
+  struct InputKey {
+    ValueKind kind = ValueKind::None;  // None: omitted (a null input)
+    DType dtype = DType::Float32;      // tensors
+    std::uint64_t bits = 0;            // scalars: the value's bits
+    Shape shape;                       // tensors
+    Shape strides;
+  };
+  std::atomic<bool> busy{false};
+  bool valid = false;
+  std::size_t num_inputs = 0;
+  InputKey inputs[kMaxKernelOperands];
+  DType output_dtypes[kMaxKernelOperands] = {};
+  Shape output_shapes[kMaxKernelOperands];
+  KernelArgs args{};  // as prepareCall laid it out (its data pointers are stale)
+  std::size_t item[kMaxKernelOperands] = {};
+  std::uint64_t hits = 0;  // launches that reused the block
+};
+
 struct CompiledKernel {
   const KernelFamily* family = nullptr;
   KernelSpec spec;  // stamped with the backend's target; never changed after compileKernel
@@ -79,6 +103,10 @@ struct CompiledKernel {
   std::int64_t corrupt_row = 0;
   // Packings of the packable input (matmul's B) of recent calls; see PackedOperandCache.
   mutable PackedOperandCache packed;
+  // Set by compileKernel for families whose prepared arguments depend on the operands' layout
+  // only (see LaunchArgsCache); the cache then serves launches whose layout repeats.
+  bool layout_only_args = false;
+  mutable LaunchArgsCache args_cache;
   // Its key in the backend's kernel cache ("" without one), and whether its code came from there.
   std::string cache_key;
   bool from_cache = false;

@@ -123,15 +123,101 @@ Jit::~Jit() {
   engine_.reset();
 }
 
-void Jit::afterRun(VirtualMachine&, int) {
+void Jit::afterRun(VirtualMachine& vm, int) {
   if (level_ < 1) return;
+  if (settled_) {
+    const ExecStats& exec = vm.stats();
+    const bool expired = settled_until_run_ != 0 && exec.runs >= settled_until_run_;
+    bool quiet =
+        !expired && exec.guard_misses == settled_guard_misses_ && exec.region_declines == settled_region_declines_;
+    for (const auto& [function, calls] : settled_watch_) {
+      quiet = quiet && vm.runtime(function).calls.load(std::memory_order_relaxed) == calls;
+    }
+    if (quiet) {
+      settled_runs_.fetch_add(1, std::memory_order_relaxed);
+      return;  // nothing a scan could do: nothing is queued or compiling, so nothing to wait for or reclaim
+    }
+    settled_ = false;
+    runs_to_settle_check_ = expired ? 1 : kSettleCheckRuns;  // a re-timed verdict may settle at once
+  }
   for (std::size_t f = 0; f < regions_.size(); ++f) scan(static_cast<int>(f), -1);
   if (options_.wait_for_compiles) waitIdle();
   patches_->reclaim();
+  if (--runs_to_settle_check_ <= 0) {
+    runs_to_settle_check_ = kSettleCheckRuns;
+    trySettle();
+  }
+}
+
+void Jit::trySettle() {
+  const ExecStats& exec = vm_.stats();
+  std::vector<std::pair<int, std::uint64_t>> watch;
+  bool provisional = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!queue_.empty() || in_flight_ > 0 || stopping_) return;
+    for (std::size_t f = 0; f < sites_.size(); ++f) {
+      const int function = static_cast<int>(f);
+      if (functionSettled(function, provisional)) continue;
+      // Not settled, but a function that is not called again gets no hotter (its loops poll).
+      watch.emplace_back(function, vm_.runtime(function).calls.load(std::memory_order_relaxed));
+    }
+  }
+  if (patches_->retiredPending() > 0) return;
+  settled_watch_ = std::move(watch);
+  settled_guard_misses_ = exec.guard_misses;
+  settled_region_declines_ = exec.region_declines;
+  settled_until_run_ = provisional ? exec.runs + kProvisionalRuns : 0;
+  settled_ = true;
+}
+
+bool Jit::functionSettled(int function, bool& provisional) {
+  const auto f = static_cast<std::size_t>(function);
+  const FunctionRuntime& runtime = vm_.runtime(function);
+  // A scan (this very afterRun: no call since) found it cheaper interpreted than a launch, so it
+  // stays interpreted; asked again with the same counters, cheaperInterpreted changes nothing.
+  auto cheaper = [&](InterpretedCost& cost, const std::vector<int>& sites) {
+    const bool stays = cost.calls > 0 && cheaperInterpreted(cost, sites, runtime, level_);
+    provisional = provisional || stays;
+    return stays;
+  };
+  for (RangeState& range : ranges_[f]) {
+    using Phase = RangeState::Phase;
+    if (range.phase == Phase::NotFused || range.phase == Phase::Blacklisted) continue;
+    if (range.phase == Phase::Cold && range.compiles == 0 && range.backoff.failures == 0 &&
+        cheaper(range.interpreted, range.range.sites)) {
+      continue;
+    }
+    const bool tunes = level_ >= 2 && options_.tuner != nullptr && !range.tuned;
+    if (range.phase == Phase::Installed && !tunes &&
+        range.declines->load(std::memory_order_relaxed) == range.declines_at_request) {
+      continue;
+    }
+    return false;
+  }
+  const auto widen_after = static_cast<std::uint64_t>(Tunables::get(Tunable::GuardMissRecompile));
+  for (std::size_t s = 0; s < sites_[f].size(); ++s) {
+    SiteState& state = sites_[f][s];
+    using Phase = SiteState::Phase;
+    if (state.phase == Phase::NoKernel || state.phase == Phase::Unsupported || state.phase == Phase::Blacklisted)
+      continue;
+    if (state.compiles == 0 && coveredByRange(function, static_cast<int>(s))) continue;  // ranges settled above
+    if (state.phase == Phase::Cold && state.compiles == 0 && state.backoff.failures == 0 &&
+        cheaper(state.interpreted, {static_cast<int>(s)})) {
+      continue;
+    }
+    if (state.phase == Phase::Compiled && state.compiles > 0 && state.tuned) {
+      const std::uint64_t misses = runtime.slots[s].guard_misses.load(std::memory_order_relaxed);
+      if (misses == state.misses_logged && misses - state.misses_at_request < widen_after) continue;
+    }
+    return false;
+  }
+  return true;
 }
 
 void Jit::onLoopPoll(VirtualMachine&, int function, int loop) {
   if (level_ < 1) return;
+  settled_ = false;  // a scan that may queue: afterRun scans (and may wait) again
   scan(function, loop);
 }
 

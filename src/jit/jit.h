@@ -18,9 +18,10 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <span>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "jit/backend.h"
@@ -109,6 +110,8 @@ class Jit final : public ExecutionObserver {
   JitStats stats() const;
   std::string statsReport() const;  // the block `shapevm run --stats` prints
   const RuntimePatchManager& patches() const { return *patches_; }
+  // Runs whose afterRun skipped the scan because every site and range had settled (tests).
+  std::uint64_t settledRuns() const { return settled_runs_.load(std::memory_order_relaxed); }
   KernelBackend& backend() { return *engine_; }
 
   struct SiteState {
@@ -176,6 +179,10 @@ class Jit final : public ExecutionObserver {
   TuneOutcome tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc);
   void noteTuning(const TuneOutcome& tuned);  // callers hold mutex_
   void logGuardMisses(int function, int site, SiteState& state);
+  // Callers hold mutex_. `provisional` is set when the function settles only because sites or
+  // ranges stay interpreted while cheaper than a launch (a timed verdict, re-checked later).
+  bool functionSettled(int function, bool& provisional);
+  void trySettle();
 
   VirtualMachine& vm_;
   JitOptions options_;
@@ -199,6 +206,21 @@ class Jit final : public ExecutionObserver {
   // region compile (-1: none yet), and whether the kernel cache held entries (-1: not looked).
   double compile_ms_per_kernel_ = -1;
   int kernel_cache_warm_ = -1;
+  // afterRun's fast path, touched only by the VM's running thread (runs are serialized): once
+  // nothing is queued or compiling and every site and range is settled (nothing a scan could do
+  // for it: compiled and tuned without new guard misses or region declines, no kernel,
+  // blacklisted), afterRun skips the scan until a guard miss or region decline (ExecStats), a loop
+  // poll, or a call of a function that had not settled. Checked every kSettleCheckRuns runs.
+  static constexpr int kSettleCheckRuns = 8;
+  // A settle that rests on cheaper-interpreted verdicts lasts this many runs, then a scan re-times them.
+  static constexpr std::uint64_t kProvisionalRuns = 32;
+  bool settled_ = false;
+  std::uint64_t settled_until_run_ = 0;  // ExecStats::runs at which a provisional settle ends (0: none)
+  std::uint64_t settled_guard_misses_ = 0;
+  std::uint64_t settled_region_declines_ = 0;
+  std::vector<std::pair<int, std::uint64_t>> settled_watch_;  // unsettled functions, their calls then
+  int runs_to_settle_check_ = kSettleCheckRuns;
+  std::atomic<std::uint64_t> settled_runs_{0};
   std::vector<std::thread> workers_;
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
 };

@@ -95,11 +95,14 @@ void RuntimePatchManager::publish(int function, int site, SiteKernels& current, 
   // epoch to this odd value (or an earlier one) before loading it.
   if (old || !dropped_kernels.empty() || !dropped_regions.empty()) {
     retired_.push_back(Retired{vm_.runEpoch(), std::move(old), std::move(dropped_kernels), std::move(dropped_regions)});
+    any_retired_.store(true, std::memory_order_release);
   }
   reclaimLocked();
 }
 
 void RuntimePatchManager::reclaim() {
+  // Most runs retire nothing: no lock then. A table retired after this load waits for the next call.
+  if (!any_retired_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(mutex_);
   reclaimLocked();
 }
@@ -116,6 +119,7 @@ void RuntimePatchManager::reclaimLocked() {
     release(retired);
   }
   retired_ = std::move(pending);
+  any_retired_.store(!retired_.empty(), std::memory_order_release);
 }
 
 void RuntimePatchManager::uninstallAll() {

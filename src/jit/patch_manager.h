@@ -8,6 +8,7 @@
 // and ORC's ReOptimizeLayer for the same rule.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -85,6 +86,7 @@ class RuntimePatchManager {
   mutable std::mutex mutex_;
   std::map<std::pair<int, int>, SiteKernels> sites_;
   std::vector<Retired> retired_;
+  std::atomic<bool> any_retired_{false};  // !retired_.empty(), read by reclaim() without the lock
 };
 
 }  // namespace shapevm::jit

@@ -142,7 +142,7 @@ class Program {
     const std::size_t count = info.params.size();
     const std::size_t user = user_params < 0 ? count : std::min(count, static_cast<std::size_t>(user_params));
     // A parameter is bound once its Value is not None (toValue never yields None).
-    std::array<Value, 8> inline_values;
+    std::array<Value, 4> inline_values;  // each is released on the way out: room for the usual few
     std::vector<Value> heap_values(count > inline_values.size() ? count : 0);
     const std::span<Value> values =
         count > inline_values.size() ? std::span<Value>(heap_values) : std::span<Value>(inline_values.data(), count);

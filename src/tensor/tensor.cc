@@ -13,49 +13,54 @@ namespace shapevm {
 namespace {
 
 // Per-thread free lists for the fixed-size TensorImpl and Storage objects, so producing an op
-// output costs no malloc/free in steady state. Blocks freed after the thread's cache is gone
-// (static destructors at exit) go straight back to operator delete.
+// output costs no malloc/free in steady state. Each list is a plain thread_local array (trivial:
+// one TLS access per take/give, no guard); a thread_local Flusher, made on the thread's first
+// give, frees what the lists hold at thread exit. Blocks freed after that (static destructors at
+// exit) go straight back to operator delete.
+struct FreeList {
+  static constexpr std::uint32_t kMaxCached = 1024;
+  void* blocks[kMaxCached];
+  std::uint32_t count;
+  bool flusher_made;
+  bool destroyed;
+};
+
 template <typename T>
 class ObjectPool {
  public:
   static void* take() {
-    if (state_ != kDestroyed) {
-      auto& blocks = cache().blocks;
-      if (!blocks.empty()) {
-        void* block = blocks.back();
-        blocks.pop_back();
-        return block;
-      }
-    }
+    FreeList& list = list_;
+    if (list.count > 0) return list.blocks[--list.count];
     return ::operator new(sizeof(T));
   }
   static void give(void* block) {
-    if (state_ != kDestroyed && cache().blocks.size() < kMaxCached) {
-      cache().blocks.push_back(block);
+    FreeList& list = list_;
+    if (!list.destroyed && list.count < FreeList::kMaxCached) {
+      if (!list.flusher_made) makeFlusher(list);
+      list.blocks[list.count++] = block;
       return;
     }
     ::operator delete(block);
   }
 
  private:
-  static constexpr std::size_t kMaxCached = 4096;
-  struct Cache {
-    std::vector<void*> blocks;
-    Cache() { state_ = kAlive; }
-    ~Cache() {
-      state_ = kDestroyed;
-      for (void* block : blocks) ::operator delete(block);
+  struct Flusher {
+    FreeList* list;
+    ~Flusher() {
+      for (std::uint32_t i = 0; i < list->count; ++i) ::operator delete(list->blocks[i]);
+      list->count = 0;
+      list->destroyed = true;
     }
   };
-  static Cache& cache() {
-    thread_local Cache instance;
-    return instance;
+  static void makeFlusher(FreeList& list) {
+    list.flusher_made = true;
+    thread_local Flusher flusher{&list};
+    (void)flusher;
   }
-  enum : std::uint8_t { kNotCreated, kAlive, kDestroyed };
-  static thread_local std::uint8_t state_;
+  static thread_local constinit FreeList list_;
 };
 template <typename T>
-thread_local std::uint8_t ObjectPool<T>::state_ = ObjectPool<T>::kNotCreated;
+thread_local constinit FreeList ObjectPool<T>::list_{};
 
 TensorImpl* newTensorImpl() { return new (ObjectPool<TensorImpl>::take()) TensorImpl(); }
 void deleteTensorImpl(TensorImpl* impl) {

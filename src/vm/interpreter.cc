@@ -8,8 +8,10 @@
 // hashing, no string lookup while the signature key is unchanged).
 // Invariant: no object with a destructor is alive when SVM_NEXT() runs — a computed goto leaves
 // the scope without running cleanups — so case bodies keep such locals in an inner block.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "bytecode/scalar_ops.h"
@@ -174,6 +176,33 @@ Status VirtualMachine::where(Status status, int function, int pc) const {
 
 namespace {
 
+// A frame's registers: in the frame itself for the usual few (no heap block per call), else on the heap.
+class FrameRegisters {
+ public:
+  explicit FrameRegisters(std::size_t count) : size_(count) {
+    data_ = count <= kInline ? reinterpret_cast<Value*>(inline_)
+                             : static_cast<Value*>(::operator new(count * sizeof(Value)));
+    std::uninitialized_value_construct_n(data_, count);
+  }
+  ~FrameRegisters() {
+    std::destroy_n(data_, size_);
+    if (data_ != reinterpret_cast<Value*>(inline_)) ::operator delete(data_);
+  }
+  FrameRegisters(const FrameRegisters&) = delete;
+  FrameRegisters& operator=(const FrameRegisters&) = delete;
+  Value& operator[](std::size_t i) { return data_[i]; }
+  Value* data() { return data_; }
+  std::size_t size() const { return size_; }
+  Value* begin() { return data_; }
+  Value* end() { return data_ + size_; }
+
+ private:
+  static constexpr std::size_t kInline = 16;
+  alignas(Value) unsigned char inline_[kInline * sizeof(Value)];
+  Value* data_;
+  std::size_t size_;
+};
+
 inline void bumpCounter(std::atomic<std::uint64_t>& counter, std::uint64_t delta = 1) {
   // Single writer (the executing thread); readers (the JIT) only load.
   counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
@@ -227,10 +256,27 @@ Status VirtualMachine::execute(int function, std::span<const Value> args, std::v
   bumpCounter(rt.calls);
   ++stats_.function_calls;
 
-  std::vector<Value> regs(static_cast<std::size_t>(fn.num_registers));
-  std::vector<Value> outputs(static_cast<std::size_t>(fn.num_outputs));
-  std::vector<std::int64_t> dims(static_cast<std::size_t>(rt.num_dims), -1);
-  std::vector<int> dim_owner(static_cast<std::size_t>(rt.num_dims), -1);
+  FrameRegisters regs(static_cast<std::size_t>(fn.num_registers));
+  // The outputs go straight into `results` (the caller's; it only reads them after a success).
+  std::vector<Value>& outputs = results;
+  outputs.clear();
+  outputs.resize(static_cast<std::size_t>(fn.num_outputs));
+  // Dynamic dims bound by the parameters, and the parameter that bound each: inline for the usual few.
+  constexpr int kInlineDims = 16;
+  std::int64_t inline_dims[kInlineDims];
+  int inline_owners[kInlineDims];
+  std::vector<std::int64_t> heap_dims;
+  std::vector<int> heap_owners;
+  std::int64_t* dims = inline_dims;
+  int* dim_owner = inline_owners;
+  if (rt.num_dims > kInlineDims) {
+    heap_dims.resize(static_cast<std::size_t>(rt.num_dims));
+    heap_owners.resize(static_cast<std::size_t>(rt.num_dims));
+    dims = heap_dims.data();
+    dim_owner = heap_owners.data();
+  }
+  std::fill_n(dims, rt.num_dims, std::int64_t{-1});
+  std::fill_n(dim_owner, rt.num_dims, -1);
   std::vector<std::uint64_t> loop_start(static_cast<std::size_t>(fn.num_loops), 0);
 
   const Instruction* const code = fn.code.data();
@@ -408,6 +454,7 @@ dispatch:
           ran = true;
           break;
         }
+        if (entry.region != nullptr) ++stats_.region_declines;
       }
       if (ran) SVM_NEXT();
       bumpCounter(slot.region_declines);
@@ -517,7 +564,6 @@ dispatch:
     SVM_NEXT();
   }
   SVM_CASE(Return) {
-    results = std::move(outputs);
     stats_.instructions += executed;
     if (trace::kHooksCompiledIn && debug != nullptr) debug_top_ = debug_frame.caller;
     return Status::ok();

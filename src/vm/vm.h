@@ -52,6 +52,7 @@ struct ExecStats {
   std::uint64_t op_calls = 0;           // CallOp executions
   std::uint64_t compiled_calls = 0;     // ... of which ran a compiled (JIT) entry
   std::uint64_t guard_misses = 0;       // patched site whose guards all failed
+  std::uint64_t region_declines = 0;    // compiled region entries that declined (each entry tried counts)
   std::uint64_t ic_misses = 0;          // inline-cache re-resolutions
   std::uint64_t function_calls = 0;
   std::uint64_t alloc_requests = 0;     // tensor allocations requested (CachingAllocator)

@@ -370,6 +370,19 @@ def test_eight_threads_one_function(context):
     assert f.stats()["runs"] == 8 * 60
 
 
+def test_a_settled_function_still_sees_new_shapes(context):
+    # Once every site is compiled, calls skip the JIT's scan and reuse each kernel's launch block;
+    # a new shape must still miss the guard, run correctly and recompile.
+    context(warmup=0, hot_count=0, hot_ms=0, tune_budget_ms=0, tune_cache=0, miss_recompile=2)
+    f = shapevm.jit(progs.add, jit_level="O2", wait=True)
+    for n in (4,) * 24 + (9,) * 6:
+        x = np.arange(n, dtype=np.float32)
+        np.testing.assert_array_equal(f(x, x), x + x)
+    st = f.stats()
+    assert st["kernels_installed"] >= 2, st
+    assert st["guard_misses"] >= 1, st
+
+
 def _rss_kib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
