@@ -168,7 +168,8 @@ Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& o
   return Status::ok();
 }
 
-// ---- the matmul family's code size and cold compile cost (default configuration only) ----
+// ---- the matmul family's code size and cold compile cost (the default configuration, under the
+// family's backend passes and under all passes) ----
 
 // One matmul kernel: its spec's A (rows `m`, or the range m_lo..m_hi when m_hi > m_lo) x B, and
 // the row counts it is called (and checked) at.
