@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include <fmt/format.h>
@@ -167,7 +168,8 @@ Status kernelRows(const BenchFlags& flags, jit::LlvmCpuBackend& backend, json& o
   return Status::ok();
 }
 
-// ---- the matmul family's code size and cold compile cost (default configuration only) ----
+// ---- the matmul family's code size and cold compile cost (the default configuration, under the
+// family's backend passes and under all passes) ----
 
 // One matmul kernel: its spec's A (rows `m`, or the range m_lo..m_hi when m_hi > m_lo) x B, and
 // the row counts it is called (and checked) at.
@@ -214,100 +216,115 @@ Status matmulCodegenSuite(const BenchFlags& flags, jit::LlvmCpuBackend& backend,
     IrSize ir;
     std::size_t object_bytes = 0;
   };
-  std::vector<Times> times(cases.size());
+  // Per case, the family's backend passes (the default: hand-vectorized modules skip some; see
+  // markHandVectorized) and every pass, alternating within each round.
+  constexpr int kPassSets = 2;
+  constexpr const char* kPassSetTags[kPassSets] = {"", "all_passes_"};
+  std::vector<std::array<Times, kPassSets>> times(cases.size());
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t c = 0; c < cases.size(); ++c) {
-      const MatmulCase& kase = cases[c];
-      // Inputs at every called row count; the spec from the first, with M a range when asked.
-      std::map<std::int64_t, std::vector<Value>> inputs;
-      for (std::int64_t rows : kase.call_rows) {
-        std::vector<Value> values{Value::fromTensor(randomTensor(Shape{rows, kase.k}, rng))};
-        if (kase.b_transposed) {
-          values.push_back(Value::fromTensor(
-              randomTensor(Shape{kase.n, kase.k}, rng).asStrided(Shape{kase.k, kase.n}, Shape{1, kase.k}, 0).value()));
-        } else {
-          values.push_back(Value::fromTensor(randomTensor(Shape{kase.k, kase.n}, rng)));
+      for (int q = 0; q < kPassSets; ++q) {
+        const int set = (round + static_cast<int>(c)) % 2 == 0 ? q : kPassSets - 1 - q;
+        backend.engine().setSkipHandVectorizedPasses(set == 0);
+        Times& time = times[c][static_cast<std::size_t>(set)];
+        const MatmulCase& kase = cases[c];
+        // Inputs at every called row count; the spec from the first, with M a range when asked.
+        std::map<std::int64_t, std::vector<Value>> inputs;
+        for (std::int64_t rows : kase.call_rows) {
+          std::vector<Value> values{Value::fromTensor(randomTensor(Shape{rows, kase.k}, rng))};
+          if (kase.b_transposed) {
+            values.push_back(Value::fromTensor(randomTensor(Shape{kase.n, kase.k}, rng)
+                                                   .asStrided(Shape{kase.k, kase.n}, Shape{1, kase.k}, 0)
+                                                   .value()));
+          } else {
+            values.push_back(Value::fromTensor(randomTensor(Shape{kase.k, kase.n}, rng)));
+          }
+          inputs[rows] = std::move(values);
         }
-        inputs[rows] = std::move(values);
-      }
-      auto pointers = [&](std::int64_t rows) {
-        std::vector<const Value*> p;
-        for (const Value& v : inputs.at(rows)) p.push_back(&v);
-        return p;
-      };
-      jit::KernelSpec spec = jit::exactSpec(OpId::MatMul, {}, pointers(kase.call_rows.front()));
-      if (kase.m_hi > kase.m_lo) {
-        spec.inputs[0].dims[0].size = -1;
-        static_cast<DimRange&>(spec.inputs[0].dims[0]) = DimRange::between(kase.m_lo, kase.m_hi);
-      }
-      spec = backend.targetSpec(spec);
-      const std::string symbol = "svm_bench_cg_" + family->symbolStem(spec);
-      const auto* emitter = dynamic_cast<const jit::LlvmKernelEmitter*>(family);
-      if (emitter == nullptr) return makeError(ErrorCode::Internal, "the matmul family emits no LLVM IR");
-      // Emit + IR passes, then machine code, each timed on this thread's CPU clock.
-      double start = threadCpuMs();
-      SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> built,
-                           backend.engine().build(symbol, [&](llvm::Module& module) {
-                             SVM_RETURN_IF_ERROR(emitter->emit(spec, module, symbol));
-                             times[c].ir = irSize(module);
-                             return Status::ok();
-                           }));
-      const double ir_ms = threadCpuMs() - start;
-      start = threadCpuMs();
-      SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> object, backend.engine().emitObject(std::move(built)));
-      const double machine_ms = threadCpuMs() - start;
-      times[c].object_bytes = backend.codeBytes(*object).size();
-      times[c].ir_ms.push_back(ir_ms);
-      times[c].machine_ms.push_back(machine_ms);
-      SVM_ASSIGN_OR_RETURN(jit::KernelHandle handle, backend.load(std::move(object)));
-      auto kernel = std::make_unique<jit::CompiledKernel>();
-      kernel->family = family;
-      kernel->spec = spec;
-      kernel->handle = handle;
-      kernel->backend = &backend;
-      for (std::int64_t rows : kase.call_rows) {
-        const std::vector<const Value*> in = pointers(rows);
-        std::vector<Value> want(1), got(1);
-        SVM_RETURN_IF_ERROR(family->reference(spec, in, want));
-        auto call = [&] { (void)jit::invokeCompiled(*kernel, in, got); };
-        call();
-        const double error = got[0].isTensor() ? relL2(got[0].tensor(), want[0].tensor()) : 1.0;
-        if (!(error <= 1e-5)) {
-          (void)backend.free(handle);
-          return makeError(ErrorCode::Internal, "{} at {} rows: rel L2 {:.3g} against the reference", kase.name, rows,
-                           error);
+        auto pointers = [&](std::int64_t rows) {
+          std::vector<const Value*> p;
+          for (const Value& v : inputs.at(rows)) p.push_back(&v);
+          return p;
+        };
+        jit::KernelSpec spec = jit::exactSpec(OpId::MatMul, {}, pointers(kase.call_rows.front()));
+        if (kase.m_hi > kase.m_lo) {
+          spec.inputs[0].dims[0].size = -1;
+          static_cast<DimRange&>(spec.inputs[0].dims[0]) = DimRange::between(kase.m_lo, kase.m_hi);
         }
-        times[c].call_us[rows].push_back(medianMs(flags.quick ? 15 : 41, call) * 1e3);
+        spec = backend.targetSpec(spec);
+        const std::string symbol = "svm_bench_cg_" + family->symbolStem(spec);
+        const auto* emitter = dynamic_cast<const jit::LlvmKernelEmitter*>(family);
+        if (emitter == nullptr) return makeError(ErrorCode::Internal, "the matmul family emits no LLVM IR");
+        // Emit + IR passes, then machine code, each timed on this thread's CPU clock.
+        double start = threadCpuMs();
+        SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> built,
+                             backend.engine().build(symbol, [&](llvm::Module& module) {
+                               SVM_RETURN_IF_ERROR(emitter->emit(spec, module, symbol));
+                               time.ir = irSize(module);
+                               return Status::ok();
+                             }));
+        const double ir_ms = threadCpuMs() - start;
+        start = threadCpuMs();
+        SVM_ASSIGN_OR_RETURN(std::unique_ptr<jit::KernelCode> object, backend.engine().emitObject(std::move(built)));
+        const double machine_ms = threadCpuMs() - start;
+        time.object_bytes = backend.codeBytes(*object).size();
+        time.ir_ms.push_back(ir_ms);
+        time.machine_ms.push_back(machine_ms);
+        SVM_ASSIGN_OR_RETURN(jit::KernelHandle handle, backend.load(std::move(object)));
+        auto kernel = std::make_unique<jit::CompiledKernel>();
+        kernel->family = family;
+        kernel->spec = spec;
+        kernel->handle = handle;
+        kernel->backend = &backend;
+        for (std::int64_t rows : kase.call_rows) {
+          const std::vector<const Value*> in = pointers(rows);
+          std::vector<Value> want(1), got(1);
+          SVM_RETURN_IF_ERROR(family->reference(spec, in, want));
+          auto call = [&] { (void)jit::invokeCompiled(*kernel, in, got); };
+          call();
+          const double error = got[0].isTensor() ? relL2(got[0].tensor(), want[0].tensor()) : 1.0;
+          if (!(error <= 1e-5)) {
+            (void)backend.free(handle);
+            backend.engine().setSkipHandVectorizedPasses(true);
+            return makeError(ErrorCode::Internal, "{} at {} rows ({}): rel L2 {:.3g} against the reference", kase.name,
+                             rows, set == 0 ? "family passes" : "all passes", error);
+          }
+          time.call_us[rows].push_back(medianMs(flags.quick ? 15 : 41, call) * 1e3);
+        }
+        (void)backend.free(handle);
       }
-      (void)backend.free(handle);
     }
   }
+  backend.engine().setSkipHandVectorizedPasses(true);
   fmt::print(
-      "matmul codegen: per kernel, IR before the passes, object bytes, thread CPU ms (medians of {} rounds) "
-      "and us per call\n",
+      "matmul codegen: per kernel, under the family's backend passes and under all passes (alternating), IR "
+      "before the passes, object bytes, thread CPU ms (medians of {} rounds) and us per call\n",
       rounds);
   for (std::size_t c = 0; c < cases.size(); ++c) {
-    const Times& t = times[c];
-    const double ir_ms = median(t.ir_ms), machine_ms = median(t.machine_ms);
-    json row = {{"kernel", cases[c].name},
-                {"rounds", rounds},
-                {"functions", t.ir.functions},
-                {"blocks", t.ir.blocks},
-                {"instructions", t.ir.instructions},
-                {"object_bytes", t.object_bytes},
-                {"ir_cpu_ms", ir_ms},
-                {"machine_cpu_ms", machine_ms},
-                {"compile_cpu_ms", ir_ms + machine_ms}};
-    std::string calls;
-    for (const auto& [rows, us] : t.call_us) {
-      row[fmt::format("call_us_m{}", rows)] = median(us);
-      calls += fmt::format(" m={} {:.1f} us", rows, median(us));
+    json row = {{"kernel", cases[c].name}, {"rounds", rounds}};
+    for (int set = 0; set < kPassSets; ++set) {
+      const Times& t = times[c][static_cast<std::size_t>(set)];
+      const std::string tag = kPassSetTags[set];
+      const double ir_ms = median(t.ir_ms), machine_ms = median(t.machine_ms);
+      row[tag + "functions"] = t.ir.functions;
+      row[tag + "blocks"] = t.ir.blocks;
+      row[tag + "instructions"] = t.ir.instructions;
+      row[tag + "object_bytes"] = t.object_bytes;
+      row[tag + "ir_cpu_ms"] = ir_ms;
+      row[tag + "machine_cpu_ms"] = machine_ms;
+      row[tag + "compile_cpu_ms"] = ir_ms + machine_ms;
+      std::string calls;
+      for (const auto& [rows, us] : t.call_us) {
+        row[fmt::format("{}call_us_m{}", tag, rows)] = median(us);
+        calls += fmt::format(" m={} {:.1f} us", rows, median(us));
+      }
+      fmt::print(
+          "matmul codegen {:<30} {:<6} {} fn {} bb {} inst, {} B object; emit+IR {:.1f} + machine {:.1f} = {:.1f} "
+          "ms;{}\n",
+          cases[c].name, set == 0 ? "family" : "all", t.ir.functions, t.ir.blocks, t.ir.instructions, t.object_bytes,
+          ir_ms, machine_ms, ir_ms + machine_ms, calls);
     }
     out.push_back(row);
-    fmt::print(
-        "matmul codegen {:<30} {} fn {} bb {} inst, {} B object; emit+IR {:.1f} + machine {:.1f} = {:.1f} ms;{}\n",
-        cases[c].name, t.ir.functions, t.ir.blocks, t.ir.instructions, t.object_bytes, ir_ms, machine_ms,
-        ir_ms + machine_ms, calls);
   }
   return Status::ok();
 }

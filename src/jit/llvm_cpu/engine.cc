@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <span>
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Config/llvm-config.h>
@@ -24,11 +25,17 @@
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/MC/MCContext.h>
 #include <llvm/Object/ObjectFile.h>
+#include <llvm/Pass.h>
+#include <llvm/PassInfo.h>
+#include <llvm/PassRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SmallVectorMemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -87,6 +94,38 @@ constexpr const char* kHandVectorizedPipeline =
     "instcombine<no-verify-fixpoint>,simplifycfg)";
 
 constexpr const char* kHandVectorizedMark = "shapevm.hand_vectorized";
+
+// The backend passes a hand-vectorized module's machine code is built without (by their
+// PassRegistry argument). A tile's K loop is bound by its FMAs (24 per step for 6 x 64), not by the
+// few integer operations of its addresses, so loop strength reduction (with its freeze
+// canonicalization, IVUsers and SCEV: ~20% of the backend's time on a matmul kernel) and the post-RA
+// list scheduler (~5%) buy it nothing measurable. The pre-RA machine scheduler stays. Measured on
+// the matmul kernels: BENCHMARKS.md, "Cold compile cost, round 4".
+constexpr std::string_view kHandVectorizedSkippedCodegenPasses[] = {"loop-reduce", "canon-freeze", "post-RA-sched"};
+
+// A legacy pass manager that drops the passes named in `skipped` as the target adds them (the
+// backend's pass list is fixed by TargetPassConfig; only optional passes may be named).
+class SkippingPassManager final : public llvm::legacy::PassManager {
+ public:
+  explicit SkippingPassManager(std::span<const std::string_view> skipped) : skipped_(skipped) {}
+  void add(llvm::Pass* pass) override {
+    if (!skipped_.empty()) {
+      const llvm::PassInfo* info = llvm::PassRegistry::getPassRegistry()->getPassInfo(pass->getPassID());
+      if (info != nullptr &&
+          std::find(skipped_.begin(), skipped_.end(), std::string_view(info->getPassArgument())) != skipped_.end()) {
+        delete pass;
+        ++dropped_;
+        return;
+      }
+    }
+    llvm::legacy::PassManager::add(pass);
+  }
+  std::uint64_t dropped() const { return dropped_; }
+
+ private:
+  std::span<const std::string_view> skipped_;
+  std::uint64_t dropped_ = 0;
+};
 
 Status llvmError(llvm::Error error, std::string_view what) {
   return makeError(ErrorCode::JitError, "{}: {}", what, llvm::toString(std::move(error)));
@@ -224,6 +263,8 @@ struct JitEngine::Impl {
   std::mutex machines_mutex;
   std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines;
   std::atomic<std::uint64_t> codegens{0};
+  std::atomic<std::uint64_t> codegen_passes_skipped{0};
+  std::atomic<bool> skip_hand_vectorized_passes{true};
   // What fixes the machine code, per IR pipeline (jit_opt_pipeline) and backend level
   // (jit_codegen_level), at [pipeline * 4 + level]: a kernel cache never hands an object built under
   // one to a process (or a bench configuration) that compiles under another.
@@ -413,10 +454,7 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
     llvm::ModulePassManager passes;
     if (Tunables::get(Tunable::JitOptPipeline) == 1) {
       const char* pipeline = kKernelPipeline;
-      if (llvm::NamedMDNode* mark = module->getNamedMetadata(kHandVectorizedMark); mark != nullptr) {
-        module->eraseNamedMetadata(mark);
-        pipeline = kHandVectorizedPipeline;
-      }
+      if (module->getNamedMetadata(kHandVectorizedMark) != nullptr) pipeline = kHandVectorizedPipeline;
       if (llvm::Error error = builder.parsePassPipeline(passes, pipeline)) {
         return llvmError(std::move(error), "the kernel pass pipeline does not parse");
       }
@@ -441,14 +479,31 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::emitObject(std::unique_ptr<Kern
     return makeError(ErrorCode::Internal, "kernel code '{}' was not built by this engine",
                      code ? code->symbol() : std::string("<null>"));
   }
+  llvm::Module& module = *built->module_;
+  std::span<const std::string_view> skipped;
+  if (llvm::NamedMDNode* mark = module.getNamedMetadata(kHandVectorizedMark); mark != nullptr) {
+    module.eraseNamedMetadata(mark);
+    if (impl_->skip_hand_vectorized_passes.load(std::memory_order_relaxed))
+      skipped = kHandVectorizedSkippedCodegenPasses;
+  }
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine, impl_->acquireMachine());
   machine->setOptLevel(codegenOptLevel(codegenLevel()));
-  llvm::orc::SimpleCompiler compiler(*machine);
-  auto object = compiler(*built->module_);
+  llvm::SmallVector<char, 0> bytes;
+  bool unsupported = false;
+  {
+    llvm::raw_svector_ostream stream(bytes);
+    SkippingPassManager passes(skipped);
+    llvm::MCContext* context = nullptr;
+    unsupported = machine->addPassesToEmitMC(passes, context, stream);
+    if (!unsupported) passes.run(module);
+    impl_->codegen_passes_skipped.fetch_add(passes.dropped(), std::memory_order_relaxed);
+  }
   impl_->releaseMachine(std::move(machine));
-  if (!object) return llvmError(object.takeError(), fmt::format("cannot compile kernel '{}'", built->symbol()));
+  if (unsupported) return makeError(ErrorCode::JitError, "cannot compile kernel '{}': no MC emission", built->symbol());
+  auto object = std::make_unique<llvm::SmallVectorMemoryBuffer>(
+      std::move(bytes), module.getModuleIdentifier() + "-jitted-objectbuffer", /*RequiresNullTerminator=*/false);
   impl_->codegens.fetch_add(1, std::memory_order_relaxed);
-  return std::unique_ptr<KernelCode>(new LlvmObjectCode(std::move(*object), built->symbol(), impl_.get()));
+  return std::unique_ptr<KernelCode>(new LlvmObjectCode(std::move(object), built->symbol(), impl_.get()));
 }
 
 std::string_view JitEngine::objectBytes(const KernelCode& code) const {
@@ -488,6 +543,14 @@ const std::string& JitEngine::codeIdentity() const {
 
 std::uint64_t JitEngine::codegens() const {
   return impl_->codegens.load(std::memory_order_relaxed);
+}
+
+void JitEngine::setSkipHandVectorizedPasses(bool skip) {
+  impl_->skip_hand_vectorized_passes.store(skip, std::memory_order_relaxed);
+}
+
+std::uint64_t JitEngine::codegenPassesSkipped() const {
+  return impl_->codegen_passes_skipped.load(std::memory_order_relaxed);
 }
 
 Expected<KernelHandle> JitEngine::link(std::unique_ptr<KernelCode> code) {

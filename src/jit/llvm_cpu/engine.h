@@ -56,7 +56,11 @@ KernelTarget kernelTargetOf(const CpuTarget& cpu);
 
 // Marks a module whose loops the code generator vectorized by hand or left as emitted
 // (ir::LoopHints::asEmitted() on every loop): build() runs the shorter hand-vectorized pipeline on
-// it (no loop vectorizer, no induction-variable rewriting), when the kernel pipeline is on.
+// it (no loop vectorizer, no induction-variable rewriting), when the kernel pipeline is on, and
+// emitObject() builds its machine code without loop strength reduction (its address arithmetic is
+// already per loop as emitted) and without the post-RA list scheduler: together ~1/4 of the
+// backend's time on a matmul kernel, with its speed unchanged (BENCHMARKS.md, "Cold compile cost,
+// round 4").
 void markHandVectorized(llvm::Module& module);
 
 class JitEngine {
@@ -99,6 +103,13 @@ class JitEngine {
   std::size_t liveKernels() const;
   // IR modules compiled to machine code so far (emitObject() of built code; link() of built code).
   std::uint64_t codegens() const;
+  // Backend passes left out of codegens so far (a hand-vectorized module's machine code is built
+  // without loop strength reduction and the post-RA scheduler; see markHandVectorized).
+  std::uint64_t codegenPassesSkipped() const;
+  // On (the default): hand-vectorized modules skip those passes. Off: every module gets every pass
+  // (for the matmul-codegen bench's comparison; objects built off are not told apart in
+  // codeIdentity(), so a process with a kernel cache keeps it on).
+  void setSkipHandVectorizedPasses(bool skip);
 
  private:
   struct Impl;

@@ -391,8 +391,11 @@ class MatmulEmitter {
                   // came packed. Full panels of a float32 B with contiguous rows are packed by
                   // the first tile that reads them instead (fly_block), when A is read in place
                   // and there is a whole tile: one pass over B's block instead of a copy pass
-                  // before the tiles.
-                  if (!plan_.direct_b && plan_.mc == 0 && b_spec_.dtype == DType::Float32 && !gate_) {
+                  // before the tiles. Only for a B whose rows are known contiguous: a strided spec
+                  // (x @ W.T's B) would carry a second copy of the micro-kernel for a layout it
+                  // rarely has, ~1/3 of its code (BENCHMARKS.md, "Cold compile cost, round 4").
+                  if (!plan_.direct_b && plan_.mc == 0 && b_spec_.dtype == DType::Float32 && !gate_ &&
+                      llvm::isa<llvm::ConstantInt>(b_col_)) {
                     fly_block = b_.CreateAnd(b_.CreateICmpEQ(b_col_, i64(1)),
                                              b_.CreateICmpSGE(b_.CreateSub(m_hi_, m_lo_), i64(plan_.mr)));
                     if (packable_)
