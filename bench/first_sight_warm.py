@@ -5,7 +5,7 @@
 Runs the reference cell (examples/lstm_cell.py, batch 32, seq cycling 10/20/30) through
 `shapevm.load(..., jit_level=2)` in a fresh Python process per run, for each build given, in two
 modes: `cold` (a fresh SHAPEVM_CACHE_DIR) and `warm` (a cache directory that two earlier processes
-of the same build filled). Rounds are interleaved; it prints medians of: calls until the program
+of the same build filled, compiling at once and waiting for it). Rounds are interleaved; it prints medians of: calls until the program
 first had compiled code (a kernel or region installed), the process CPU time (all threads:
 time.process_time) and wall time to that point, and the whole run's CPU and wall time.
 
@@ -29,7 +29,7 @@ import numpy as np
 import shapevm
 iters = int(sys.argv[1])
 cpu0, wall0 = time.process_time(), time.perf_counter()
-m = shapevm.load(sys.argv[2], jit_level=2)
+m = shapevm.load(sys.argv[2], jit_level=2, wait=sys.argv[3] == "1")
 fn = m[m.functions[0]]
 rng = np.random.default_rng(0)
 p = {"W_ih": rng.standard_normal((1024, 128), dtype=np.float32) * 0.05,
@@ -50,9 +50,12 @@ print(json.dumps({"first_calls": first[0] if first else None, "first_cpu": first
 """
 
 
-def child(build, cache, iters):
+def child(build, cache, iters, prime=False):
     env = dict(os.environ, SHAPEVM_CACHE_DIR=cache, PYTHONPATH=str(Path(build) / "python"))
-    proc = subprocess.run(["/usr/bin/python3", "-c", CHILD, str(iters), str(ROOT / "examples" / "lstm_cell.py")],
+    if prime:  # fill the cache: compile (and tune) at once and wait for it
+        env.update(SHAPEVM_WARMUP="0", SHAPEVM_HOT_MS="0", SHAPEVM_HOT_COUNT="1")
+    proc = subprocess.run(["/usr/bin/python3", "-c", CHILD, str(iters), str(ROOT / "examples" / "lstm_cell.py"),
+                           "1" if prime else "0"],
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"{build}: {proc.stderr[-2000:]}")
@@ -72,7 +75,7 @@ def main():
         for label, build in builds:  # two earlier processes fill each build's warm cache
             warm[label] = os.path.join(tmp, f"warm-{label}")
             for _ in range(2):
-                child(build, warm[label], args.iters)
+                child(build, warm[label], 12, prime=True)
         for _ in range(args.rounds):
             for label, build in builds:
                 cold = os.path.join(tmp, f"cold-{label}")

@@ -160,6 +160,7 @@ void Jit::loadInstallRecords() {
   first_sight_.assign(regions_.size(), 0);
   KernelCache* cache = engine_ ? engine_->kernelCache() : nullptr;
   if (cache == nullptr || cache->directory().empty()) return;
+  const bool use = options_.first_sight;  // records are still written for later processes
   const std::string code_identity = engine_->codeIdentity();
   for (std::size_t f = 0; f < regions_.size(); ++f) {
     FunctionRecord& entry = install_records_[f];
@@ -188,20 +189,28 @@ void Jit::loadInstallRecords() {
     for (const auto& [range, unused] : entry.record.ranges) {
       if (range < ranges) entry.pending_ranges.push_back(range);
     }
-    first_sight_[f] = !entry.pending_sites.empty() || !entry.pending_ranges.empty() ? 1 : 0;
+    first_sight_[f] = use && (!entry.pending_sites.empty() || !entry.pending_ranges.empty()) ? 1 : 0;
   }
 }
 
 namespace {
 // Whether each member site's newest profile record is one the install record lists for it:
 // 1 yes, 0 no (a shape the earlier process did not install for), -1 not profiled yet.
-int matchesRecord(FunctionRuntime& runtime, std::span<const int> sites, const InstallRecord::Entry& entry) {
+// `signature` gets the log's signature of the first MatMul member (else the first member).
+int matchesRecord(const Function& fn, FunctionRuntime& runtime, std::span<const int> sites,
+                  const InstallRecord::Entry& entry, std::string& signature) {
   if (entry.sigs.size() != sites.size()) return 0;
+  bool matmul = false;
   for (std::size_t k = 0; k < sites.size(); ++k) {
     const std::vector<ProfileRecord> records = runtime.profiles[static_cast<std::size_t>(sites[k])].snapshot();
     const ProfileRecord* newest = newestRecord(records);
     if (newest == nullptr) return -1;
     if (entry.sigs[k].count(newest->toString()) == 0) return 0;
+    const OpId op = fn.op_sites[static_cast<std::size_t>(sites[k])].op;
+    if (signature.empty() || (!matmul && op == OpId::MatMul)) {
+      signature = recordSignature(op, *newest);
+      matmul = op == OpId::MatMul;
+    }
   }
   return 1;
 }
@@ -214,6 +223,7 @@ int matchesRecord(FunctionRuntime& runtime, std::span<const int> sites, const In
 void Jit::firstSight(int function) {
   FunctionRuntime& runtime = vm_.runtime(function);
   const auto f = static_cast<std::size_t>(function);
+  const Function& fn = vm_.module().functions[f];
   FunctionRecord& entry = install_records_[f];
   const bool last_chance = runtime.calls.load(std::memory_order_relaxed) >=
                            static_cast<std::uint64_t>(std::max<std::int64_t>(Tunables::get(Tunable::WarmupRuns), 1));
@@ -228,13 +238,15 @@ void Jit::firstSight(int function) {
       const InstallRecord::Entry& recorded = entry.record.ranges.at(range);
       if (state.phase != RangeState::Phase::Cold || state.compiles > 0) return true;
       if (state.range.sites.empty() || state.range.sites[0] != recorded.first_site) return true;
-      const int match = matchesRecord(runtime, state.range.sites, recorded);
+      std::string signature;
+      const int match = matchesRecord(fn, runtime, state.range.sites, recorded, signature);
       if (match < 0 || queue_full()) return last_chance;
       if (match == 0) return true;
       state.phase = RangeState::Phase::Queued;
       state.declines_at_request = state.declines->load(std::memory_order_relaxed);
       queue_.push_back(Request{function, state.range.sites[0], range, false, true, recorded.tuned});
       ++stats_.requests;
+      logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
       logAt(LogLevel::Info, "JIT",
             "Region at PC=0x{:02X}..0x{:02X} is in the install record: compile queued on first sight (no warm-up, no "
             "hot-path detection)",
@@ -246,7 +258,8 @@ void Jit::firstSight(int function) {
       SiteState& state = sites_[f][static_cast<std::size_t>(site)];
       if (state.phase != SiteState::Phase::Cold || state.compiles > 0 || coveredByRange(function, site)) return true;
       const int one[] = {site};
-      const int match = matchesRecord(runtime, one, entry.record.sites.at(site));
+      std::string signature;
+      const int match = matchesRecord(fn, runtime, one, entry.record.sites.at(site), signature);
       if (match < 0 || queue_full()) return last_chance;
       if (match == 0) return true;
       state.phase = SiteState::Phase::Queued;
@@ -254,6 +267,7 @@ void Jit::firstSight(int function) {
           runtime.slots[static_cast<std::size_t>(site)].guard_misses.load(std::memory_order_relaxed);
       queue_.push_back(Request{function, site, -1, false, true, false});
       ++stats_.requests;
+      logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc, signature);
       logAt(LogLevel::Info, "JIT", "PC=0x{:02X} is in the install record: compile queued on first sight", state.pc);
       queued = true;
       return true;

@@ -45,6 +45,8 @@ struct JitOptions {
   Tuner* tuner = nullptr;          // O2: chooses kernel parameters (src/tune's AutoTuner); not owned
   bool kernel_cache = true;        // compiled kernels kept in <kernel_cache_dir>/kernels (kernel_cache.h)
   std::string kernel_cache_dir;    // "" = defaultCacheDir() (support/cache_dir.h)
+  bool first_sight = true;         // install what the cache's install record covers on first sight
+                                   // (install_record.h); tests of the tiering thresholds turn it off
 };
 
 // One installed compile, for timelines (times in ms since the Jit was attached).
