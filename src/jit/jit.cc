@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 
@@ -276,6 +277,52 @@ void Jit::firstSight(int function) {
   }
   if (queued) queue_cv_.notify_all();
 }
+
+namespace {
+// The profile record `sig` (ProfileRecord::toString) stands for, built on `like` (the site's
+// current record: same operand kinds and dtypes): its tensors get the signature's shapes
+// (contiguous strides where the shape differs). nullopt when `sig` does not fit `like`.
+std::optional<ProfileRecord> recordFromSignature(const ProfileRecord& like, std::string_view sig) {
+  ProfileRecord out = like;
+  out.count = 1;
+  out.last_seen = like.last_seen > 0 ? like.last_seen - 1 : 0;  // older: the current record stays the newest
+  for (OperandProfile& operand : out.inputs) {
+    const std::size_t end = std::min(sig.find(" x "), sig.size());
+    const std::string_view text = sig.substr(0, end);
+    sig.remove_prefix(std::min(end + 3, sig.size()));
+    if (!operand.is_tensor) {
+      if (text != "_") return std::nullopt;
+      continue;
+    }
+    const std::string_view dtype = dtypeShortName(operand.dtype);
+    if (text.size() < dtype.size() + 2 || text.substr(0, dtype.size()) != dtype || text[dtype.size()] != '(' ||
+        text.back() != ')') {
+      return std::nullopt;
+    }
+    Shape shape;
+    std::string_view dims = text.substr(dtype.size() + 1, text.size() - dtype.size() - 2);
+    while (!dims.empty()) {
+      const std::size_t comma = std::min(dims.find(','), dims.size());
+      std::int64_t d = 0;
+      const auto [ptr, error] = std::from_chars(dims.data(), dims.data() + comma, d);
+      if (error != std::errc() || ptr != dims.data() + comma || d < 0 || shape.rank() >= kMaxRank) return std::nullopt;
+      shape.push_back(d);
+      dims.remove_prefix(std::min(comma + 1, dims.size()));
+    }
+    if (shape.rank() != operand.shape.rank()) return std::nullopt;
+    if (!(shape == operand.shape) && operand.strides.rank() == shape.rank()) {
+      std::int64_t stride = 1;
+      for (int d = shape.rank() - 1; d >= 0; --d) {
+        operand.strides[d] = stride;
+        stride *= std::max<std::int64_t>(shape[d], 1);
+      }
+    }
+    operand.shape = shape;
+  }
+  if (!sig.empty()) return std::nullopt;
+  return out;
+}
+}  // namespace
 
 void Jit::recordInstall(int function, int index, bool range, int first_site, bool tuned,
                         std::vector<std::set<std::string>> sigs) {
@@ -790,6 +837,25 @@ void Jit::compileRange(const Request& request) {
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   std::vector<std::vector<ProfileRecord>> records;
   for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
+  if (request.first_sight) {
+    // The shapes the earlier process had met join the profile, so the plan and its kernels are
+    // the ones it installed (and kept in the kernel cache), not a narrower plan for one shape.
+    InstallRecord::Entry recorded;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const InstallRecord& record = install_records_[static_cast<std::size_t>(function)].record;
+      if (auto it = record.ranges.find(request.range); it != record.ranges.end()) recorded = it->second;
+    }
+    for (std::size_t k = 0; k < records.size() && k < recorded.sigs.size(); ++k) {
+      const ProfileRecord* current = newestRecord(records[k]);
+      if (current == nullptr) continue;
+      const ProfileRecord like = *current;
+      for (const std::string& sig : recorded.sigs[k]) {
+        if (sig == like.toString()) continue;
+        if (std::optional<ProfileRecord> seen = recordFromSignature(like, sig)) records[k].push_back(std::move(*seen));
+      }
+    }
+  }
   std::vector<TuneOutcome> tuning;
   RegionCompileTimes times;
   // On first sight a range the record says was tuned takes its parameters from the database now.
