@@ -147,6 +147,7 @@ class FusionTest : public ::testing::Test {
     JitOptions options;
     options.level = 2;
     options.wait_for_compiles = true;
+    options.first_sight = false;  // the tier-up (recompiles, declines), whatever the shared cache holds
     auto jit = Jit::attach(vm, options);
     if (!jit) return ::testing::AssertionFailure() << jit.status().toString();
     std::mt19937 rng(baseSeed() ^ static_cast<std::uint32_t>(std::hash<std::string>{}(
