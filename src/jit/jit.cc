@@ -837,7 +837,16 @@ void Jit::compileRange(const Request& request) {
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   std::vector<std::vector<ProfileRecord>> records;
   for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
-  if (request.first_sight) {
+  const std::vector<std::vector<ProfileRecord>> profiled = records;
+  bool augmented = false;
+  // Only where every member's operands are tensors: a record rebuilt from a signature keeps this
+  // run's non-tensor operands (a Reshape's target), which need not fit the recorded shapes.
+  const bool tensors_only = std::all_of(records.begin(), records.end(), [](const std::vector<ProfileRecord>& member) {
+    const ProfileRecord* newest = newestRecord(member);
+    return newest != nullptr && std::all_of(newest->inputs.begin(), newest->inputs.end(),
+                                            [](const OperandProfile& operand) { return operand.is_tensor; });
+  });
+  if (request.first_sight && tensors_only) {
     // The shapes the earlier process had met join the profile, so the plan and its kernels are
     // the ones it installed (and kept in the kernel cache), not a narrower plan for one shape.
     InstallRecord::Entry recorded;
@@ -852,7 +861,10 @@ void Jit::compileRange(const Request& request) {
       const ProfileRecord like = *current;
       for (const std::string& sig : recorded.sigs[k]) {
         if (sig == like.toString()) continue;
-        if (std::optional<ProfileRecord> seen = recordFromSignature(like, sig)) records[k].push_back(std::move(*seen));
+        if (std::optional<ProfileRecord> seen = recordFromSignature(like, sig)) {
+          records[k].push_back(std::move(*seen));
+          augmented = true;
+        }
       }
     }
   }
@@ -864,6 +876,15 @@ void Jit::compileRange(const Request& request) {
   auto region =
       compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
                     snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times);
+  if (!region && augmented && !compileCancelled()) {
+    // The recorded shapes do not plan together with this run's operands (a record rebuilt from a
+    // signature keeps this run's non-tensor operands): plan for what this process profiled.
+    records = profiled;
+    tuning.clear();
+    times = RegionCompileTimes{};
+    region = compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)],
+                           records, snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times);
+  }
   if (compileCancelled()) {  // shutdown: drop whatever was compiled; no install, no failure recorded
     if (region) {
       for (KernelHandle* handle : (*region)->handles()) (void)engine_->free(*handle);
