@@ -35,6 +35,8 @@ int cacheCommand(const std::string& action, const std::string& dir, const std::s
     fmt::print("kernel cache: {}\n", s.directory);
     fmt::print("  {} kernels, {:.2f} MiB of {} MiB (cache_max_mb)\n", s.entries, s.bytes / 1048576.0,
                s.cap_bytes >> 20);
+    fmt::print("  {} install records (what earlier processes installed, for first-sight installs)\n",
+               s.install_records);
     fmt::print("tuning database: {} ({} records)\n", tuning, db.size());
     return 0;
   }
@@ -44,7 +46,8 @@ int cacheCommand(const std::string& action, const std::string& dir, const std::s
     if (std::remove(tuning.c_str()) != 0 && errno != ENOENT) {
       return fail(makeError(ErrorCode::IoError, "cannot remove '{}'", tuning));
     }
-    fmt::print("cleared {}: {} kernels and the tuning database\n", root, before.entries);
+    fmt::print("cleared {}: {} kernels, {} install records and the tuning database\n", root, before.entries,
+               before.install_records);
     return 0;
   }
   if (action == "export" || action == "import") {

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 
 #include <fmt/format.h>
 
+#include "bytecode/text_format.h"
 #include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
 #include "jit/kernel_cache.h"
@@ -107,6 +109,7 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
     }
     jit->ranges_.push_back(std::move(ranges));
   }
+  jit->loadInstallRecords();
   if (jit->level_ >= 1) {
     const auto threads = static_cast<int>(Tunables::get(Tunable::CompileThreads));
     for (int t = 0; t < threads; ++t) jit->workers_.emplace_back([raw = jit.get()] { raw->workerLoop(); });
@@ -222,6 +225,7 @@ void Jit::onLoopPoll(VirtualMachine&, int function, int loop) {
 }
 
 void Jit::scan(int function, int only_loop) {
+  if (first_sight_[static_cast<std::size_t>(function)] != 0) firstSight(function);
   FunctionRuntime& runtime = vm_.runtime(function);
   if (runtime.calls.load(std::memory_order_relaxed) < static_cast<std::uint64_t>(Tunables::get(Tunable::WarmupRuns))) return;
   const std::vector<Region>& regions = regions_[static_cast<std::size_t>(function)];
@@ -236,6 +240,202 @@ void Jit::scan(int function, int only_loop) {
     }
     for (int site : region.sites) considerSite(function, site, heat);
   }
+}
+
+void Jit::loadInstallRecords() {
+  install_records_.resize(regions_.size());
+  first_sight_.assign(regions_.size(), 0);
+  KernelCache* cache = engine_ ? engine_->kernelCache() : nullptr;
+  if (cache == nullptr || cache->directory().empty()) return;
+  const bool use = options_.first_sight;  // records are still written for later processes
+  const std::string code_identity = engine_->codeIdentity();
+  for (std::size_t f = 0; f < regions_.size(); ++f) {
+    FunctionRecord& entry = install_records_[f];
+    // The bytecode as loaded: no compile has rewritten a token yet.
+    const std::string identity =
+        installRecordIdentity(disassembleFunction(vm_.module(), static_cast<int>(f)), level_, code_identity);
+    entry.file = InstallRecord::fileName(identity);
+    entry.record.identity = identity;
+    const std::optional<std::string> text = cache->readInstallRecord(entry.file);
+    if (!text) continue;
+    Expected<InstallRecord> loaded = InstallRecord::decode(*text);
+    if (loaded && loaded->identity != identity) {
+      loaded = makeError(ErrorCode::InvalidArgument, "it holds another function's identity");
+    }
+    if (!loaded) {
+      logAt(LogLevel::Warn, "JIT", "kernel cache: ignoring install record {}/{}: {}", cache->directory(), entry.file,
+            loaded.status().message());
+      continue;
+    }
+    entry.record = std::move(*loaded);
+    const auto sites = static_cast<int>(sites_[f].size());
+    const auto ranges = static_cast<int>(ranges_[f].size());
+    for (const auto& [site, unused] : entry.record.sites) {
+      if (site < sites) entry.pending_sites.push_back(site);
+    }
+    for (const auto& [range, unused] : entry.record.ranges) {
+      if (range < ranges) entry.pending_ranges.push_back(range);
+    }
+    first_sight_[f] = use && (!entry.pending_sites.empty() || !entry.pending_ranges.empty()) ? 1 : 0;
+  }
+}
+
+namespace {
+// Whether each member site's newest profile record is one the install record lists for it:
+// 1 yes, 0 no (a shape the earlier process did not install for), -1 not profiled yet.
+// `signature` gets the log's signature of the first MatMul member (else the first member).
+int matchesRecord(const Function& fn, FunctionRuntime& runtime, std::span<const int> sites,
+                  const InstallRecord::Entry& entry, std::string& signature) {
+  if (entry.sigs.size() != sites.size()) return 0;
+  bool matmul = false;
+  for (std::size_t k = 0; k < sites.size(); ++k) {
+    const std::vector<ProfileRecord> records = runtime.profiles[static_cast<std::size_t>(sites[k])].snapshot();
+    const ProfileRecord* newest = newestRecord(records);
+    if (newest == nullptr) return -1;
+    if (entry.sigs[k].count(newest->toString()) == 0) return 0;
+    const OpId op = fn.op_sites[static_cast<std::size_t>(sites[k])].op;
+    if (signature.empty() || (!matmul && op == OpId::MatMul)) {
+      signature = recordSignature(op, *newest);
+      matmul = op == OpId::MatMul;
+    }
+  }
+  return 1;
+}
+}  // namespace
+
+// Install-record entries whose sites have run with shapes the record lists are queued at once:
+// no warm-up, no hot-path detection, no pay-off deferral (the code is expected in the kernel cache;
+// the compile still validates it and installs it behind its guards). An entry is checked until
+// its sites were profiled, and not after the warm-up; what does not match takes the usual path.
+void Jit::firstSight(int function) {
+  FunctionRuntime& runtime = vm_.runtime(function);
+  const auto f = static_cast<std::size_t>(function);
+  const Function& fn = vm_.module().functions[f];
+  FunctionRecord& entry = install_records_[f];
+  const bool last_chance = runtime.calls.load(std::memory_order_relaxed) >=
+                           static_cast<std::uint64_t>(std::max<std::int64_t>(Tunables::get(Tunable::WarmupRuns), 1));
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto queue_full = [&] {
+      return queue_.size() >= static_cast<std::size_t>(Tunables::get(Tunable::CompileQueue));
+    };
+    std::erase_if(entry.pending_ranges, [&](int range) {
+      RangeState& state = ranges_[f][static_cast<std::size_t>(range)];
+      const InstallRecord::Entry& recorded = entry.record.ranges.at(range);
+      if (state.phase != RangeState::Phase::Cold || state.compiles > 0) return true;
+      if (state.range.sites.empty() || state.range.sites[0] != recorded.first_site) return true;
+      std::string signature;
+      const int match = matchesRecord(fn, runtime, state.range.sites, recorded, signature);
+      if (match < 0 || queue_full()) return last_chance;
+      if (match == 0) return true;
+      state.phase = RangeState::Phase::Queued;
+      state.declines_at_request = state.declines->load(std::memory_order_relaxed);
+      queue_.push_back(Request{function, state.range.sites[0], range, false, true, recorded.tuned});
+      ++stats_.requests;
+      logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+      logAt(LogLevel::Info, "JIT",
+            "Region at PC=0x{:02X}..0x{:02X} is in the install record: compile queued on first sight (no warm-up, no "
+            "hot-path detection)",
+            state.range.start_pc, state.range.resume_pc - 1);
+      queued = true;
+      return true;
+    });
+    std::erase_if(entry.pending_sites, [&](int site) {
+      SiteState& state = sites_[f][static_cast<std::size_t>(site)];
+      if (state.phase != SiteState::Phase::Cold || state.compiles > 0 || coveredByRange(function, site)) return true;
+      const int one[] = {site};
+      std::string signature;
+      const int match = matchesRecord(fn, runtime, one, entry.record.sites.at(site), signature);
+      if (match < 0 || queue_full()) return last_chance;
+      if (match == 0) return true;
+      state.phase = SiteState::Phase::Queued;
+      state.misses_at_request =
+          runtime.slots[static_cast<std::size_t>(site)].guard_misses.load(std::memory_order_relaxed);
+      queue_.push_back(Request{function, site, -1, false, true, false});
+      ++stats_.requests;
+      logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc, signature);
+      logAt(LogLevel::Info, "JIT", "PC=0x{:02X} is in the install record: compile queued on first sight", state.pc);
+      queued = true;
+      return true;
+    });
+    if (entry.pending_sites.empty() && entry.pending_ranges.empty()) first_sight_[f] = 0;
+  }
+  if (queued) queue_cv_.notify_all();
+}
+
+namespace {
+// The profile record `sig` (ProfileRecord::toString) stands for, built on `like` (the site's
+// current record: same operand kinds and dtypes): its tensors get the signature's shapes
+// (contiguous strides where the shape differs). nullopt when `sig` does not fit `like`.
+std::optional<ProfileRecord> recordFromSignature(const ProfileRecord& like, std::string_view sig) {
+  ProfileRecord out = like;
+  out.count = 1;
+  out.last_seen = like.last_seen > 0 ? like.last_seen - 1 : 0;  // older: the current record stays the newest
+  for (OperandProfile& operand : out.inputs) {
+    const std::size_t end = std::min(sig.find(" x "), sig.size());
+    const std::string_view text = sig.substr(0, end);
+    sig.remove_prefix(std::min(end + 3, sig.size()));
+    if (!operand.is_tensor) {
+      if (text != "_") return std::nullopt;
+      continue;
+    }
+    const std::string_view dtype = dtypeShortName(operand.dtype);
+    if (text.size() < dtype.size() + 2 || text.substr(0, dtype.size()) != dtype || text[dtype.size()] != '(' ||
+        text.back() != ')') {
+      return std::nullopt;
+    }
+    Shape shape;
+    std::string_view dims = text.substr(dtype.size() + 1, text.size() - dtype.size() - 2);
+    while (!dims.empty()) {
+      const std::size_t comma = std::min(dims.find(','), dims.size());
+      std::int64_t d = 0;
+      const auto [ptr, error] = std::from_chars(dims.data(), dims.data() + comma, d);
+      if (error != std::errc() || ptr != dims.data() + comma || d < 0 || shape.rank() >= kMaxRank) return std::nullopt;
+      shape.push_back(d);
+      dims.remove_prefix(std::min(comma + 1, dims.size()));
+    }
+    if (shape.rank() != operand.shape.rank()) return std::nullopt;
+    if (!(shape == operand.shape) && operand.strides.rank() == shape.rank()) {
+      std::int64_t stride = 1;
+      for (int d = shape.rank() - 1; d >= 0; --d) {
+        operand.strides[d] = stride;
+        stride *= std::max<std::int64_t>(shape[d], 1);
+      }
+    }
+    operand.shape = shape;
+  }
+  if (!sig.empty()) return std::nullopt;
+  return out;
+}
+}  // namespace
+
+void Jit::recordInstall(int function, int index, bool range, int first_site, bool tuned,
+                        std::vector<std::set<std::string>> sigs) {
+  KernelCache* cache = engine_->kernelCache();
+  FunctionRecord& entry = install_records_[static_cast<std::size_t>(function)];
+  if (cache == nullptr || entry.file.empty()) return;
+  InstallRecord::Entry added;
+  added.first_site = first_site;
+  added.tuned = tuned;
+  added.sigs = std::move(sigs);
+  InstallRecord mine;
+  (range ? mine.ranges : mine.sites).emplace(index, std::move(added));
+  std::string file;
+  InstallRecord snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entry.record.merge(mine);
+    snapshot = entry.record;
+    file = entry.file;
+  }
+  // Another process may have written the same record meanwhile: keep its entries too.
+  std::lock_guard<std::mutex> write_lock(record_write_mutex_);
+  if (const std::optional<std::string> text = cache->readInstallRecord(file)) {
+    Expected<InstallRecord> theirs = InstallRecord::decode(*text);
+    if (theirs && theirs->identity == snapshot.identity) snapshot.merge(*theirs);
+  }
+  (void)cache->writeInstallRecord(file, snapshot.encode());
 }
 
 void Jit::considerSite(int function, int site, const RegionHeat& heat) {
@@ -539,6 +739,7 @@ void Jit::compileSite(const Request& request) {
     return;
   }
   const std::string symbol = (*kernel)->handle.symbol;
+  const bool from_cache = (*kernel)->from_cache;
   inferred->spec = (*kernel)->spec;
   const int entries = patches_->install(function, site, guardFor(inferred->spec), std::move(*kernel));
   rewriteSiteTokens(*vm_.sharedModule(), function, site, inferred->spec);
@@ -564,6 +765,7 @@ void Jit::compileSite(const Request& request) {
     state.tune_cost_ms = estimate.cost_ms;
     state.tune_gain = estimate.gain;
     ++stats_.compiles;
+    if (request.first_sight) ++stats_.first_sight_installs;
     stats_.shape_infer_ms += infer_ms;
     stats_.codegen_ms += codegen_ms;
     stats_.validate_patch_ms += validate_ms;
@@ -579,6 +781,17 @@ void Jit::compileSite(const Request& request) {
         "validation+patch {:.1f}ms, {:.1f}ms compile-thread CPU)",
         symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
         infer_ms, codegen_ms, validate_ms, validate_cpu_ms);
+  if (request.first_sight) {
+    logAt(LogLevel::Info, "JIT", "PC=0x{:02X} installed from the cache on first sight ({})", before.pc,
+          from_cache ? "code from the kernel cache" : "the cache lacked the code: compiled");
+  }
+  // The install record lists the profiled shapes this kernel's guard admits.
+  std::set<std::string> sigs;
+  const Guard installed = guardFor(inferred->spec);
+  for (const ProfileRecord& record : records) {
+    if (guardMissReason(installed, record, nullptr).empty()) sigs.insert(record.toString());
+  }
+  if (!sigs.empty()) recordInstall(function, site, false, site, tune_now, {std::move(sigs)});
 }
 
 TuneOutcome Jit::tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc) {
@@ -710,10 +923,54 @@ void Jit::compileRange(const Request& request) {
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   std::vector<std::vector<ProfileRecord>> records;
   for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
+  const std::vector<std::vector<ProfileRecord>> profiled = records;
+  bool augmented = false;
+  // Only where every member's operands are tensors: a record rebuilt from a signature keeps this
+  // run's non-tensor operands (a Reshape's target), which need not fit the recorded shapes.
+  const bool tensors_only = std::all_of(records.begin(), records.end(), [](const std::vector<ProfileRecord>& member) {
+    const ProfileRecord* newest = newestRecord(member);
+    return newest != nullptr && std::all_of(newest->inputs.begin(), newest->inputs.end(),
+                                            [](const OperandProfile& operand) { return operand.is_tensor; });
+  });
+  if (request.first_sight && tensors_only) {
+    // The shapes the earlier process had met join the profile, so the plan and its kernels are
+    // the ones it installed (and kept in the kernel cache), not a narrower plan for one shape.
+    InstallRecord::Entry recorded;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const InstallRecord& record = install_records_[static_cast<std::size_t>(function)].record;
+      if (auto it = record.ranges.find(request.range); it != record.ranges.end()) recorded = it->second;
+    }
+    for (std::size_t k = 0; k < records.size() && k < recorded.sigs.size(); ++k) {
+      const ProfileRecord* current = newestRecord(records[k]);
+      if (current == nullptr) continue;
+      const ProfileRecord like = *current;
+      for (const std::string& sig : recorded.sigs[k]) {
+        if (sig == like.toString()) continue;
+        if (std::optional<ProfileRecord> seen = recordFromSignature(like, sig)) {
+          records[k].push_back(std::move(*seen));
+          augmented = true;
+        }
+      }
+    }
+  }
   std::vector<TuneOutcome> tuning;
   RegionCompileTimes times;
-  auto region = compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
-                              snapshot.compiles, request.tune ? options_.tuner : nullptr, &tuning, &times);
+  // On first sight a range the record says was tuned takes its parameters from the database now.
+  const bool tune = request.tune || (request.first_sight && request.tuned_hint);
+  const std::uint64_t codegens_before = engine_->codegens();
+  auto region =
+      compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
+                    snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times);
+  if (!region && augmented && !compileCancelled()) {
+    // The recorded shapes do not plan together with this run's operands (a record rebuilt from a
+    // signature keeps this run's non-tensor operands): plan for what this process profiled.
+    records = profiled;
+    tuning.clear();
+    times = RegionCompileTimes{};
+    region = compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)],
+                           records, snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times);
+  }
   if (compileCancelled()) {  // shutdown: drop whatever was compiled; no install, no failure recorded
     if (region) {
       for (KernelHandle* handle : (*region)->handles()) (void)engine_->free(*handle);
@@ -800,10 +1057,12 @@ void Jit::compileRange(const Request& request) {
     state.tune_cost_ms = estimate.cost_ms;
     state.tune_gain = estimate.gain;
   }
-  state.tuned = request.tune;
+  state.tuned = request.tune || (tune && options_.tuner != nullptr && !tuning.empty());
+  const bool state_tuned = state.tuned;
   state.description = description;
   state.declines_at_request = state.declines->load(std::memory_order_relaxed);
   ++stats_.compiles;
+  if (request.first_sight) ++stats_.first_sight_installs;
   if (!request.tune) {
     ++stats_.fused_regions;
     stats_.fused_ops += static_cast<std::uint64_t>(fused);
@@ -826,6 +1085,17 @@ void Jit::compileRange(const Request& request) {
       "{:.1f}ms wall, {:.1f}ms compile-thread CPU)",
       request.tune ? "tuned " : "", snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description,
       entries, entries == 1 ? "entry" : "entries", tuning_ms, total_ms, cpu_ms);
+  if (request.first_sight) {
+    // Process-wide count: another compile thread may have run codegen meanwhile (then it reads high).
+    const std::uint64_t codegens = engine_->codegens() - codegens_before;
+    logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X} installed from the cache on first sight ({} LLVM codegens)",
+          snapshot.range.start_pc, codegens);
+  }
+  std::vector<std::set<std::string>> sigs(records.size());
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    for (const ProfileRecord& record : records[k]) sigs[k].insert(record.toString());
+  }
+  recordInstall(function, request.range, true, snapshot.range.sites[0], state_tuned, std::move(sigs));
 }
 
 bool Jit::payoffWaits() const {
@@ -970,8 +1240,10 @@ std::string Jit::statsReport() const {
         "figures are not final\n",
         s.compiles_pending);
   }
-  text += fmt::format("jit: kernel cache: {} kernels from the cache, {} LLVM codegens\n", s.kernels_from_cache,
-                      s.codegen_count);
+  text += fmt::format(
+      "jit: kernel cache: {} kernels from the cache, {} LLVM codegens; {} installed on first sight "
+      "(install record)\n",
+      s.kernels_from_cache, s.codegen_count, s.first_sight_installs);
   text += fmt::format("jit: kernel launches {} compiled (served by an existing kernel) vs {} interpreted; {} guard misses\n",
                       s.compiled_calls, s.interpreted_calls, s.guard_misses);
   std::string reasons;

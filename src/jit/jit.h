@@ -18,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "jit/backend.h"
 #include "jit/backoff.h"
 #include "jit/hot_path.h"
+#include "jit/install_record.h"
 #include "jit/patch_manager.h"
 #include "jit/reasons.h"
 #include "jit/region.h"
@@ -44,6 +46,8 @@ struct JitOptions {
   Tuner* tuner = nullptr;          // O2: chooses kernel parameters (src/tune's AutoTuner); not owned
   bool kernel_cache = true;        // compiled kernels kept in <kernel_cache_dir>/kernels (kernel_cache.h)
   std::string kernel_cache_dir;    // "" = defaultCacheDir() (support/cache_dir.h)
+  bool first_sight = true;         // install what the cache's install record covers on first sight
+                                   // (install_record.h); tests of the tiering thresholds turn it off
 };
 
 // One installed compile, for timelines (times in ms since the Jit was attached).
@@ -80,6 +84,7 @@ struct JitStats {
   std::uint64_t guard_misses = 0;
   std::uint64_t codegen_count = 0;       // (stats() time) LLVM code generations run by this JIT's backend
   std::uint64_t kernels_from_cache = 0;  // (stats() time) kernels whose code came from the kernel cache
+  std::uint64_t first_sight_installs = 0;  // sites and fused ranges an install record had queued on first sight
   std::uint64_t compiles_pending =
       0;  // (stats() time) compiles and tunings queued or running: tuning figures are not final
   std::array<std::uint64_t, kNumJitReasons> fallbacks{};  // executions/events per reason
@@ -161,10 +166,17 @@ class Jit final : public ExecutionObserver {
     int site = 0;
     int range = -1;  // >= 0: a fused-range request (index into ranges_[function])
     bool tune = false;  // a fused-range request that tunes the installed region's kernels
+    bool first_sight = false;           // queued on first sight from an install record (install_record.h)
+    bool tuned_hint = false;            // first sight: the record's range was installed tuned (database hits)
     double queued_us = trace::nowUs();  // the timeline's "queued" span (support/trace.h)
   };
   Jit(VirtualMachine& vm, JitOptions options);
   void scan(int function, int only_loop);
+  void loadInstallRecords();      // attach: each function's record from the kernel cache's directory
+  void firstSight(int function);  // queues what the function's install record covers and the profile matches
+  // After an install: adds its signatures to the function's install record and writes the file.
+  void recordInstall(int function, int index, bool range, int first_site, bool tuned,
+                     std::vector<std::set<std::string>> sigs);
   void considerSite(int function, int site, const RegionHeat& heat);
   void workerLoop();
   void compileSite(const Request& request);
@@ -193,6 +205,17 @@ class Jit final : public ExecutionObserver {
   std::vector<std::vector<SiteState>> sites_;         // per function, per op site
   std::vector<std::vector<RangeState>> ranges_;       // per function (O2)
   std::vector<std::unique_ptr<Liveness>> liveness_;   // per function (O2)
+  // Install records (install_record.h), per function: the file ("" = none kept), what earlier
+  // processes and this one installed (mutex_), and the first-sight entries not checked yet
+  // (interpreter thread; `first_sight_` says whether any are left).
+  struct FunctionRecord {
+    std::string file;
+    InstallRecord record;
+    std::vector<int> pending_sites, pending_ranges;
+  };
+  std::vector<FunctionRecord> install_records_;
+  std::vector<char> first_sight_;
+  std::mutex record_write_mutex_;  // one writer of the record files at a time
 
   mutable std::mutex mutex_;                          // sites_, stats_, queue_
   std::condition_variable queue_cv_;

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "jit/fusion.h"
+#include "jit/install_record.h"
 #include "support/logging.h"
 #include "support/tunables.h"
 
@@ -175,6 +176,10 @@ std::vector<DirEntry> listFiles(const std::string& dir, std::string_view prefix 
 
 bool isEntryName(const std::string& name) {
   return endsWith(name, kSuffix) && name.find(".tmp.") == std::string::npos;
+}
+
+bool isInstallRecordName(const std::string& name) {
+  return endsWith(name, kInstallRecordSuffix) && name.find(".tmp.") == std::string::npos;
 }
 
 }  // namespace
@@ -446,6 +451,7 @@ KernelCacheStats KernelCache::stats() const {
   out.cap_bytes = capBytes();
   if (!kernels_dir_.empty()) {
     for (const DirEntry& file : listFiles(kernels_dir_)) {
+      if (isInstallRecordName(file.name)) ++out.install_records;
       if (!isEntryName(file.name)) continue;
       ++out.entries;
       out.bytes += file.size;
@@ -464,7 +470,10 @@ Status KernelCache::clear() {
   }
   if (kernels_dir_.empty()) return Status::ok();
   for (const DirEntry& file : listFiles(kernels_dir_)) {
-    if (!endsWith(file.name, kSuffix) && file.name.find(".tmp.") == std::string::npos) continue;
+    if (!endsWith(file.name, kSuffix) && !isInstallRecordName(file.name) &&
+        file.name.find(".tmp.") == std::string::npos) {
+      continue;
+    }
     const std::string path = kernels_dir_ + "/" + file.name;
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return systemError("cannot remove", path);
   }
@@ -494,12 +503,59 @@ Expected<int> copyCheckedEntries(const std::string& from, const std::string& to,
   }
   return copied;
 }
+
+// Copies the intact install records of `from` into `to`, merged with a record `to` already has
+// (intact) for the same function; damaged ones are skipped with a warning. How many were copied.
+Expected<int> copyInstallRecords(const std::string& from, const std::string& to, std::string_view verb) {
+  int copied = 0;
+  for (const DirEntry& file : listFiles(from)) {
+    if (!isInstallRecordName(file.name)) continue;
+    const std::string path = from + "/" + file.name;
+    Expected<std::string> data = readWhole(path);
+    if (!data) continue;  // removed meanwhile
+    Expected<InstallRecord> record = InstallRecord::decode(*data);
+    if (!record || InstallRecord::fileName(record->identity) != file.name) {
+      logAt(LogLevel::Warn, "JIT", "kernel cache: not {} install record {}: {}", verb, path,
+            record ? "its name does not match its identity" : record.status().message());
+      continue;
+    }
+    if (Expected<std::string> existing = readWhole(to + "/" + file.name)) {
+      Expected<InstallRecord> theirs = InstallRecord::decode(*existing);
+      if (theirs && theirs->identity == record->identity) record->merge(*theirs);
+    }
+    SVM_RETURN_IF_ERROR(writeAtomically(to + "/" + file.name, record->encode()));
+    ++copied;
+  }
+  return copied;
+}
 }  // namespace
+
+std::optional<std::string> KernelCache::readInstallRecord(const std::string& name) const {
+  if (kernels_dir_.empty()) return std::nullopt;
+  Expected<std::string> data = readWhole(kernels_dir_ + "/" + name);
+  if (!data) return std::nullopt;
+  return std::move(*data);
+}
+
+bool KernelCache::writeInstallRecord(const std::string& name, std::string_view text) {
+  if (kernels_dir_.empty() || capBytes() == 0) return false;
+  Status written = makeDirectories(kernels_dir_);
+  if (written.isOk()) written = writeAtomically(kernels_dir_ + "/" + name, text);
+  if (!written.isOk()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.write_failures;
+    warnOnce(fmt::format("cannot write install record {}: {}", name, written.message()));
+    return false;
+  }
+  return true;
+}
 
 Expected<int> KernelCache::exportTo(const std::string& dir) const {
   if (kernels_dir_.empty()) return makeError(ErrorCode::InvalidArgument, "this kernel cache has no directory");
   SVM_RETURN_IF_ERROR(makeDirectories(dir));
-  return copyCheckedEntries(kernels_dir_, dir, "exporting", /*missing_ok=*/true);
+  SVM_ASSIGN_OR_RETURN(const int copied, copyCheckedEntries(kernels_dir_, dir, "exporting", /*missing_ok=*/true));
+  if (Expected<int> records = copyInstallRecords(kernels_dir_, dir, "exporting"); !records) return records.status();
+  return copied;
 }
 
 Expected<int> KernelCache::importFrom(const std::string& dir) {
@@ -510,6 +566,7 @@ Expected<int> KernelCache::importFrom(const std::string& dir) {
   }
   SVM_RETURN_IF_ERROR(makeDirectories(kernels_dir_));
   SVM_ASSIGN_OR_RETURN(const int copied, copyCheckedEntries(dir, kernels_dir_, "importing", /*missing_ok=*/false));
+  if (Expected<int> records = copyInstallRecords(dir, kernels_dir_, "importing"); !records) return records.status();
   evictIfNeeded(std::max<std::uint64_t>(capBytes(), 1));
   return copied;
 }

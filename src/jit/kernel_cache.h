@@ -49,6 +49,7 @@ struct KernelCacheStats {
   std::uint64_t rejected = 0;        // files ignored: truncated, checksum, other key, unusable code
   std::uint64_t write_failures = 0;  // files that could not be written (read-only, full ...)
   std::uint64_t evictions = 0;       // files removed to stay under the cap
+  std::uint64_t install_records = 0;  // install records on disk now (install_record.h)
 };
 
 class KernelCache {
@@ -72,14 +73,19 @@ class KernelCache {
   // Drops an entry that proved unusable (code that does not load, a failed validation).
   void forget(const std::string& key, std::string_view why);
   KernelCacheStats stats() const;
-  // Removes every entry file (and stale temporary files); the in-process map too.
+  // Removes every entry file and install record (and stale temporary files); the in-process map too.
   Status clear();
   // Copies every intact entry into `dir` (created); returns how many. Damaged ones are skipped
-  // with a warning.
+  // with a warning. Intact install records travel with them (not counted).
   Expected<int> exportTo(const std::string& dir) const;
   // Checks and copies every entry file of `dir` into this cache; returns how many. Files that are
-  // not intact entries are skipped with a warning.
+  // not intact entries are skipped with a warning. Install records are merged into this cache's.
   Expected<int> importFrom(const std::string& dir);
+  // Install records (install_record.h), kept beside the entries: the file `name`'s text (nullopt
+  // when absent or unreadable, or the cache is in memory only), and a whole-file write
+  // (temporary file + rename; false when it failed, warned once per process).
+  std::optional<std::string> readInstallRecord(const std::string& name) const;
+  bool writeInstallRecord(const std::string& name, std::string_view text);
 
   // The file name of `key`'s entry ("<16 hex digits of its shape class>-<16 of the key>.svmk":
   // the entries of one kernel at different ranges share the prefix).

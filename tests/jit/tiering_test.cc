@@ -100,6 +100,7 @@ class TieringTest : public ::testing::Test {
   static Expected<std::unique_ptr<Jit>> attachWaiting(VirtualMachine& vm) {
     JitOptions options;
     options.wait_for_compiles = true;
+    options.first_sight = false;  // the thresholds, whatever an earlier test left in the shared cache
     return Jit::attach(vm, options);
   }
 
