@@ -29,7 +29,7 @@ case "$mode" in
     # eight threads on one O2 Session and parallel Sessions while kernels install.
     build-tsan/tests/svm_tune_tests --gtest_filter='AutoTunerTest.Shutdown*'
     build-tsan/tests/svm_session_tests --gtest_filter='SessionTest.Destroyed*:SessionConcurrency.*'
-    build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*' ;;
+    build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*:SettledScan*:LaunchArgsCache*:FirstSight*' ;;
   --release)
     # Every GoogleTest of the layer executables (labelled by folder); not pytest, conformance or bench.
     ctest --test-dir build-release --output-on-failure -j "$(nproc)" \
