@@ -179,6 +179,7 @@ std::string statsJson(const StatsSources& sources) {
                          .add("compile_failures", js.compile_failures)
                          .add("validation_failures", js.validation_failures)
                          .add("blacklisted_sites", js.blacklisted_sites)
+                         .add("first_sight_installs", js.first_sight_installs)
                          .add("total_ms", std::accumulate(times.begin(), times.end(), 0.0))
                          .add("shape_inference_ms", js.shape_infer_ms)
                          .add("codegen_ms", js.codegen_ms)

@@ -30,6 +30,7 @@ namespace shapevm::jit {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kDenseTanhProgram;
 using testing::operand;
 
 constexpr const char* kEltwiseProgram = R"(.module "sight"
@@ -57,24 +58,6 @@ constexpr const char* kChangedProgram = R"(.module "sight"
   CallOp add r2 = r0, r1 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
   CallOp sigmoid r3 = r2 : f32[?0,?1] -> f32[?0,?1]
   StoreTensor r3, o0
-  Return
-.end
-)";
-
-// A dense layer with a tanh tail: one O2 fused range (a matmul with its epilogue).
-constexpr const char* kDenseProgram = R"(.module "sight_dense"
-.func f
-  .param x : f32[?0,32]
-  .param w : f32[32,48]
-  .param b : f32[48]
-  .outputs 1
-  LoadTensor r0, x
-  LoadTensor r1, w
-  LoadTensor r2, b
-  CallOp matmul r3 = r0, r1 : f32[?0,32] x f32[32,48] -> f32[?0,48]
-  CallOp add r4 = r3, r2 : f32[?0,48] x f32[48] -> f32[?0,48]
-  CallOp tanh r5 = r4 : f32[?0,48] -> f32[?0,48]
-  StoreTensor r5, o0
   Return
 .end
 )";
@@ -213,12 +196,12 @@ TEST_F(FirstSightTest, ASecondSessionInstallsTheRecordedO1SitesOnItsFirstRun) {
 
 TEST_F(FirstSightTest, ASecondSessionInstallsTheRecordedO2RegionOnItsFirstRun) {
   // The first session meets 8 and 17 rows: its region ends up compiled for both.
-  const Session first = run(dir_, kDenseProgram, 2, 4, /*eager=*/true, 8, 24, 17);
+  const Session first = run(dir_, kDenseTanhProgram, 2, 4, /*eager=*/true, 8, 24, 17);
   ASSERT_TRUE(first.correct);
   ASSERT_GE(first.after_run.back().fused_regions, 1u);
   ASSERT_EQ(records(dir_).size(), 1u);
 
-  const Session second = run(dir_, kDenseProgram, 2, 3, /*eager=*/false, 8, 24, 17);
+  const Session second = run(dir_, kDenseTanhProgram, 2, 3, /*eager=*/false, 8, 24, 17);
   EXPECT_TRUE(second.correct);
   ASSERT_EQ(second.after_run.size(), 3u);
   EXPECT_EQ(second.after_run[0].first_sight_installs, 1u);

@@ -262,4 +262,23 @@ inline ::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, cons
   return result;
 }
 
+// A dense layer with a tanh tail over rows of any count: one O2 fused range (a matmul with its
+// epilogue) whose kernels' row ranges depend on the row counts a process met, and in which order.
+inline constexpr const char* kDenseTanhProgram = R"(.module "dense"
+.func f
+  .param x : f32[?0,32]
+  .param w : f32[32,48]
+  .param b : f32[48]
+  .outputs 1
+  LoadTensor r0, x
+  LoadTensor r1, w
+  LoadTensor r2, b
+  CallOp matmul r3 = r0, r1 : f32[?0,32] x f32[32,48] -> f32[?0,48]
+  CallOp add r4 = r3, r2 : f32[?0,48] x f32[48] -> f32[?0,48]
+  CallOp tanh r5 = r4 : f32[?0,48] -> f32[?0,48]
+  StoreTensor r5, o0
+  Return
+.end
+)";
+
 }  // namespace shapevm::jit::testing

@@ -37,6 +37,7 @@ namespace shapevm::jit {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kDenseTanhProgram;
 using testing::operand;
 using testing::pointersTo;
 using testing::sharedBackend;
@@ -526,26 +527,7 @@ TEST(DISABLED_KernelCacheChild, RunProgram) {
   _exit(static_cast<int>(10 + stats.kernels_from_cache + 20 * stats.codegen_count));
 }
 
-// A dense layer with a tanh tail over rows of any count: an O2 region (a matmul with its epilogue)
-// whose kernels' row ranges depend on the row counts a process met, and in which order.
-constexpr const char* kDenseProgram = R"(.module "dense"
-.func f
-  .param x : f32[?0,32]
-  .param w : f32[32,48]
-  .param b : f32[48]
-  .outputs 1
-  LoadTensor r0, x
-  LoadTensor r1, w
-  LoadTensor r2, b
-  CallOp matmul r3 = r0, r1 : f32[?0,32] x f32[32,48] -> f32[?0,48]
-  CallOp add r4 = r3, r2 : f32[?0,48] x f32[48] -> f32[?0,48]
-  CallOp tanh r5 = r4 : f32[?0,48] -> f32[?0,48]
-  StoreTensor r5, o0
-  Return
-.end
-)";
-
-// Runs kDenseProgram under an O2 JIT (no tuner) on $SVM_KCACHE_DIR, three times per row count of
+// Runs kDenseTanhProgram under an O2 JIT (no tuner) on $SVM_KCACHE_DIR, three times per row count of
 // $SVM_KCACHE_ROWS ("3,64,17") in that order, with cache_covering = $SVM_KCACHE_COVERING; exits
 // with 10 + LLVM codegens (at most 200) when every result matches the reference, else 1.
 TEST(DISABLED_KernelCacheChild, RunRowsInOrder) {
@@ -560,7 +542,7 @@ TEST(DISABLED_KernelCacheChild, RunRowsInOrder) {
   (void)Tunables::set(Tunable::HotCount, 1);
   (void)Tunables::set(Tunable::GuardMissRecompile, 1);
   (void)Tunables::set(Tunable::CacheCovering, covering != nullptr && std::string(covering) == "0" ? 0 : 1);
-  auto module = assemble(kDenseProgram, "dense.svasm");
+  auto module = assemble(kDenseTanhProgram, "dense.svasm");
   if (!module) _exit(1);
   VirtualMachine vm(std::make_shared<Module>(std::move(*module)));
   JitOptions options;

@@ -383,6 +383,28 @@ def test_a_settled_function_still_sees_new_shapes(context):
     assert st["guard_misses"] >= 1, st
 
 
+def test_a_new_function_object_installs_from_the_cache_on_first_sight(context, tmp_path, monkeypatch):
+    # The first function's installs leave an install record beside the cached kernels; a second
+    # function object over the same source (a new Session: as a new process would) installs the
+    # recorded kernel after its first call, despite the default warm-up, with no LLVM codegen.
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path))
+    defaults = {k: v for k, v in shapevm.get_context().items() if k in ("warmup", "hot_count", "hot_ms")}
+    context(warmup=0, hot_count=0, hot_ms=0)
+    x = np.linspace(-2.0, 2.0, 7, dtype=np.float32)
+    f = shapevm.jit(progs.add, jit_level="O1", wait=True)
+    for _ in range(3):
+        f(x, x)
+    assert f.stats()["codegen_count"] >= 1
+    context(**defaults)
+    g = shapevm.jit(progs.add, jit_level="O1", wait=True)
+    for _ in range(2):
+        np.testing.assert_array_equal(g(x, x), x + x)
+    st = g.stats()
+    assert st["compile"]["first_sight_installs"] >= 1, st["compile"]
+    assert st["codegen_count"] == 0 and st["kernels_from_cache"] >= 1, st
+    assert st["launches_compiled"] >= 1, st
+
+
 def _rss_kib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
