@@ -9,6 +9,10 @@
 #include <numeric>
 #include <random>
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -351,9 +355,9 @@ void poison(Tensor& t) {
 // so packings are dropped before a buffer is handed out again). A buffer is made for the largest
 // size its input or output takes over the validation's shape sets (its smaller sets reuse the
 // pages the largest touched, and the allocator's size class is the one the interpreter's
-// tensors of that size use). At most kKept buffers of kMaxBytes in all; other dtypes, and
-// sizes no buffer fits within kMaxReuseSlack, get fresh tensors as before. (Asking for huge
-// pages, madvise, for buffers of 2 MiB and more was measured: slower first touches here.)
+// tensors of that size use; one of 2 MiB or more starts on a huge page and asks for huge
+// pages). At most kKept buffers of kMaxBytes in all; other dtypes, and sizes no buffer fits
+// within kMaxReuseSlack, get fresh tensors as before.
 class ValidationArena {
  public:
   static ValidationArena& local() {
@@ -385,7 +389,7 @@ class ValidationArena {
   void keep(Value& value) {
     if (!value.isTensor()) return;
     Tensor t = value.takeTensor();
-    if (t.dtype() != DType::Float32 || !t.isSoleOwner() || room(t) > kMaxBytes) return;
+    if (t.dtype() != DType::Float32 || !t.isSoleOwner() || room(t) > kMaxBytes + kHugePage) return;
     kept_.push_back(std::move(t));
     std::sort(kept_.begin(), kept_.end(), [](const Tensor& a, const Tensor& b) { return room(a) > room(b); });
     std::size_t total = 0;
@@ -410,6 +414,7 @@ class ValidationArena {
  private:
   static constexpr std::size_t kMaxBytes = std::size_t{48} << 20;
   static constexpr std::size_t kKept = 8;
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
   // The smallest kept buffer that holds `shape` (no more than kMaxReuseSlack times over), else a
   // fresh one made for `largest` elements when that is within the slack, else an exact one.
@@ -430,7 +435,19 @@ class ValidationArena {
     const auto made_for = static_cast<std::size_t>(largest) * 4;
     const std::size_t bytes =
         made_for > need && made_for <= need * kMaxReuseSlack && made_for <= kMaxBytes ? made_for : need;
-    return bytes == need ? Tensor::empty(dtype, shape) : madeFor(shape, static_cast<std::int64_t>(bytes / 4), 0);
+    if (bytes < kHugePage) return bytes == need ? Tensor::empty(dtype, shape) : madeFor(shape, bytes / 4, 0);
+    // A large buffer starts on a huge page and asks for huge pages: a fresh page costs more here
+    // than the validation's arithmetic on it (a 4 KiB fault each ~15 us on this kind of VM), and
+    // transparent huge pages are often granted on request only ("madvise").
+    SVM_ASSIGN_OR_RETURN(Tensor base,
+                         Tensor::empty(DType::Float32, Shape{static_cast<std::int64_t>((bytes + kHugePage) / 4)}));
+    const auto address = reinterpret_cast<std::uintptr_t>(base.rawData());
+    const std::uintptr_t aligned = (address + kHugePage - 1) / kHugePage * kHugePage;
+#ifdef __linux__
+    ::madvise(reinterpret_cast<void*>(aligned), bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
+#endif
+    const auto offset = static_cast<std::int64_t>((aligned - address) / 4);
+    return base.asStrided(shape, contiguousStrides(shape), offset);
   }
 
   // A fresh buffer of `floats` elements viewed from `offset` at `shape`.
