@@ -9,16 +9,10 @@
 #include <numeric>
 #include <random>
 
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "jit/kernel_cache.h"
-#include "ops/kernel_util.h"
-#include "ops/registry.h"
 
 namespace shapevm::jit {
 
@@ -42,8 +36,7 @@ Comparison compareOutputs(std::span<const Value> expected, std::span<const Value
   for (std::size_t o = 0; o < expected.size(); ++o) {
     if (!expected[o].isTensor() || !actual[o].isTensor()) {
       result.ok = false;
-      result.reason =
-          fmt::format("output {}: {} where {} was expected", o, actual[o].describe(), expected[o].describe());
+      result.reason = fmt::format("output {}: {} where {} was expected", o, actual[o].describe(), expected[o].describe());
       return result;
     }
     const Tensor& want = expected[o].tensor();
@@ -94,8 +87,8 @@ Comparison compareOutputs(std::span<const Value> expected, std::span<const Value
     result.rel_l2 = std::max(result.rel_l2, rel);
     if (!(rel <= tolerance)) {
       result.ok = false;
-      result.reason =
-          fmt::format("output {}: relative L2 error {:.3g} > {:.3g} ({})", o, rel, tolerance, dtypeName(want.dtype()));
+      result.reason = fmt::format("output {}: relative L2 error {:.3g} > {:.3g} ({})", o, rel, tolerance,
+                                  dtypeName(want.dtype()));
       return result;
     }
   }
@@ -120,9 +113,7 @@ Domain domainFor(OpId op, std::size_t input) {
 }
 }  // namespace
 
-bool needsPositiveInput(OpId op, std::size_t input) {
-  return domainFor(op, input) == Domain::Positive;
-}
+bool needsPositiveInput(OpId op, std::size_t input) { return domainFor(op, input) == Domain::Positive; }
 
 namespace {
 // Dynamic dims are validated at clipped sizes with the same residue modulo this period, which
@@ -153,15 +144,8 @@ struct FastRandom {
 };
 }  // namespace
 
-namespace {
-// Where a drawn input tensor lives: Tensor::empty, or the validation arena's block.
-using InputAllocator = Expected<Tensor> (*)(void* context, std::size_t input, DType dtype, const Shape& shape);
-Expected<Tensor> freshTensor(void*, std::size_t, DType dtype, const Shape& shape) {
-  return Tensor::empty(dtype, shape);
-}
-
-Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                        std::span<const bool> positive, InputAllocator allocate, void* context) {
+Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
+                                          std::span<const bool> positive) {
   std::mt19937_64 generator(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -181,14 +165,13 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
         }
         case ValueKind::Bool: values.push_back(Value::fromBool(generator() % 2 == 0)); break;
         case ValueKind::None: values.push_back(Value()); break;
-        default:
-          return makeError(ErrorCode::Unsupported, "cannot draw a random {} input", valueKindName(in.scalar_kind));
+        default: return makeError(ErrorCode::Unsupported, "cannot draw a random {} input", valueKindName(in.scalar_kind));
       }
       continue;
     }
     if (i >= shapes.size()) return makeError(ErrorCode::Internal, "no shape for input {}", i);
-    SVM_ASSIGN_OR_RETURN(Tensor t, allocate(context, i, in.dtype, shapes[i]));
-    const Domain domain = in.dtype == DType::Bool              ? Domain::Bool
+    SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(in.dtype, shapes[i]));
+    const Domain domain = in.dtype == DType::Bool                 ? Domain::Bool
                           : i < positive.size() && positive[i] ? Domain::Positive
                                                                : domainFor(spec.op, i);
     FastRandom random{generator()};
@@ -232,12 +215,6 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
     values.push_back(Value::fromTensor(std::move(t)));
   }
   return values;
-}
-}  // namespace
-
-Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                          std::span<const bool> positive) {
-  return drawInputs(spec, shapes, seed, positive, &freshTensor, nullptr);
 }
 
 namespace {
@@ -332,142 +309,18 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
 namespace {
 // A NaN-filled (or, for integer/bool outputs, 0x5A-byte-filled) buffer of the given shape, so
 // the kernel writes into it and an element it skips shows.
-void poison(Tensor& t) {
-  const DType dtype = t.dtype();
+Expected<Tensor> poisoned(DType dtype, const Shape& shape) {
+  SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
   const std::int64_t n = t.numel();
   if (dtype == DType::Float32) {
     std::fill_n(t.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
   } else if (isFloating(dtype)) {
-    for (std::int64_t k = 0; k < n; ++k)
-      storeFromDouble(t.rawData(), dtype, k, std::numeric_limits<double>::quiet_NaN());
+    for (std::int64_t k = 0; k < n; ++k) storeFromDouble(t.rawData(), dtype, k, std::numeric_limits<double>::quiet_NaN());
   } else {
     std::memset(t.rawData(), 0x5A, static_cast<std::size_t>(n) * t.itemSize());
     if (dtype == DType::Bool) std::memset(t.rawData(), 2, static_cast<std::size_t>(n));  // neither false nor true
   }
-}
-
-// Validation buffers, kept per validating thread (a compile thread) between shape sets and
-// between validations: fresh pages cost more here than the validation's arithmetic (a warm
-// install's profile: 20% page faults on fresh buffers). Every float32 input and output of a
-// validation is a kept buffer viewed at the tensor's shape, the sole owner of its
-// storage (outputBuffer writes in place only into such a buffer, so the poison check still sees
-// every element the kernel skipped; a packing of an input is found by its storage and place,
-// so packings are dropped before a buffer is handed out again). A buffer is made for the largest
-// size its input or output takes over the validation's shape sets (its smaller sets reuse the
-// pages the largest touched, and the allocator's size class is the one the interpreter's
-// tensors of that size use; one of 2 MiB or more starts on a huge page and asks for huge
-// pages). At most kKept buffers of kMaxBytes in all; other dtypes, and sizes no buffer fits
-// within kMaxReuseSlack, get fresh tensors as before.
-class ValidationArena {
- public:
-  static ValidationArena& local() {
-    thread_local ValidationArena arena;
-    return arena;
-  }
-
-  // Before a validation: the largest element count each input (by index) and the output take.
-  void reserve(std::vector<std::int64_t> input_floats, std::int64_t output_floats) {
-    input_floats_ = std::move(input_floats);
-    output_floats_ = output_floats;
-  }
-
-  // A float32 tensor of this shape for input `index`: a kept buffer, else fresh.
-  static Expected<Tensor> input(void* arena, std::size_t index, DType dtype, const Shape& shape) {
-    auto& self = *static_cast<ValidationArena*>(arena);
-    return self.take(dtype, shape, index < self.input_floats_.size() ? self.input_floats_[index] : 0);
-  }
-
-  // A poisoned output buffer of this shape.
-  Expected<Tensor> output(DType dtype, const Shape& shape) {
-    SVM_ASSIGN_OR_RETURN(Tensor t, take(dtype, shape, output_floats_));
-    poison(t);
-    return t;
-  }
-
-  // Takes back a buffer the validation is done with (float32, the sole owner of its storage,
-  // contiguous from where its view starts), keeping the largest few.
-  void keep(Value& value) {
-    if (!value.isTensor()) return;
-    Tensor t = value.takeTensor();
-    if (t.dtype() != DType::Float32 || !t.isSoleOwner() || room(t) > kMaxBytes + kHugePage) return;
-    kept_.push_back(std::move(t));
-    std::sort(kept_.begin(), kept_.end(), [](const Tensor& a, const Tensor& b) { return room(a) > room(b); });
-    std::size_t total = 0;
-    std::size_t k = 0;
-    for (; k < kept_.size() && k < kKept; ++k) {
-      total += room(kept_[k]);
-      if (total > kMaxBytes) break;
-    }
-    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(k), kept_.end());
-  }
-  void keepAll(std::vector<Value>& values) {
-    for (Value& value : values) keep(value);
-  }
-
-  std::size_t keptBuffers() const { return kept_.size(); }
-  std::int64_t keptBytes() const {
-    std::int64_t bytes = 0;
-    for (const Tensor& t : kept_) bytes += static_cast<std::int64_t>(room(t));
-    return bytes;
-  }
-
- private:
-  static constexpr std::size_t kMaxBytes = std::size_t{48} << 20;
-  static constexpr std::size_t kKept = 8;
-  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
-
-  // The smallest kept buffer that holds `shape` (no more than kMaxReuseSlack times over), else a
-  // fresh one made for `largest` elements when that is within the slack, else an exact one.
-  Expected<Tensor> take(DType dtype, const Shape& shape, std::int64_t largest) {
-    const auto need = static_cast<std::size_t>(shape.numel()) * 4;
-    if (dtype != DType::Float32 || need == 0) return Tensor::empty(dtype, shape);
-    auto best = kept_.end();
-    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
-      const std::size_t have = room(*it);
-      if (have >= need && have <= need * kMaxReuseSlack && (best == kept_.end() || have < room(*best))) best = it;
-    }
-    if (best != kept_.end()) {
-      const Tensor buffer = std::move(*best);
-      kept_.erase(best);
-      // The view is the storage's only holder once `buffer` goes.
-      return buffer.asStrided(shape, contiguousStrides(shape), buffer.offset());
-    }
-    const auto made_for = static_cast<std::size_t>(largest) * 4;
-    const std::size_t bytes =
-        made_for > need && made_for <= need * kMaxReuseSlack && made_for <= kMaxBytes ? made_for : need;
-    if (bytes < kHugePage) return bytes == need ? Tensor::empty(dtype, shape) : madeFor(shape, bytes / 4, 0);
-    // A large buffer starts on a huge page and asks for huge pages: a fresh page costs more here
-    // than the validation's arithmetic on it (a 4 KiB fault each ~15 us on this kind of VM), and
-    // transparent huge pages are often granted on request only ("madvise").
-    SVM_ASSIGN_OR_RETURN(Tensor base,
-                         Tensor::empty(DType::Float32, Shape{static_cast<std::int64_t>((bytes + kHugePage) / 4)}));
-    const auto address = reinterpret_cast<std::uintptr_t>(base.rawData());
-    const std::uintptr_t aligned = (address + kHugePage - 1) / kHugePage * kHugePage;
-#ifdef __linux__
-    ::madvise(reinterpret_cast<void*>(aligned), bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
-#endif
-    const auto offset = static_cast<std::int64_t>((aligned - address) / 4);
-    return base.asStrided(shape, contiguousStrides(shape), offset);
-  }
-
-  // A fresh buffer of `floats` elements viewed from `offset` at `shape`.
-  static Expected<Tensor> madeFor(const Shape& shape, std::int64_t floats, std::int64_t offset) {
-    SVM_ASSIGN_OR_RETURN(const Tensor buffer, Tensor::empty(DType::Float32, Shape{floats}));
-    return buffer.asStrided(shape, contiguousStrides(shape), offset);
-  }
-
-  // The bytes a kept buffer holds from its view's start.
-  static std::size_t room(const Tensor& t) {
-    return t.storage()->nbytes() - static_cast<std::size_t>(t.offset()) * t.itemSize();
-  }
-
-  std::vector<Tensor> kept_;                // each the sole owner of its storage, largest first
-  std::vector<std::int64_t> input_floats_;  // the largest size of each input over the sets
-  std::int64_t output_floats_ = 0;          // the largest output (a broadcast of the inputs)
-};
-
-Expected<Tensor> poisoned(DType dtype, const Shape& shape) {
-  return ValidationArena::local().output(dtype, shape);
+  return t;
 }
 }  // namespace
 
@@ -814,30 +667,12 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
   for (std::size_t k = 1; k < shape_sets.size(); ++k) {
     if (elements(shape_sets[k]) < elements(shape_sets[packing_set])) packing_set = k;
   }
-  // Kept buffers are made for the largest size each input and the output take over the sets
-  // (the output's: the inputs' broadcast, a hint only).
-  ValidationArena& arena = ValidationArena::local();
-  {
-    std::vector<std::int64_t> input_floats(kernel.spec.inputs.size(), 0);
-    std::int64_t output_floats = 0;
-    for (const std::vector<Shape>& shapes : shape_sets) {
-      Shape broadcast;
-      for (std::size_t i = 0; i < shapes.size() && i < input_floats.size(); ++i) {
-        if (!kernel.spec.inputs[i].is_tensor) continue;
-        input_floats[i] = std::max(input_floats[i], shapes[i].numel());
-        if (auto joined = broadcastShapes(broadcast, shapes[i])) broadcast = *joined;
-      }
-      output_floats = std::max(output_floats, broadcast.numel());
-    }
-    arena.reserve(std::move(input_floats), output_floats);
-  }
   std::uint64_t round = 0;
   int compared = 0;
   for (const std::vector<Shape>& shapes : shape_sets) {
     const bool observed_set = round == 0;
     const bool check_packing = round == packing_set;
-    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs,
-                         drawInputs(kernel.spec, shapes, seed + round++, {}, &ValidationArena::input, &arena));
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, randomInputs(kernel.spec, shapes, seed + round++));
     std::vector<const Value*> pointers;
     for (const Value& v : inputs) pointers.push_back(v.isNone() ? nullptr : &v);  // None = an omitted input
     std::string described = describeInputs(pointers);
@@ -897,7 +732,6 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
         // cached packing once, on the observed shapes.
         if (kernel.packed.stats().packs == packs || !check_packing) break;
         for (std::size_t o = 0; o < actual.size(); ++o) {
-          arena.keep(actual[o]);
           SVM_ASSIGN_OR_RETURN(Tensor buffer, poisoned(dtypes[o], out_shapes[o]));
           actual[o] = Value::fromTensor(std::move(buffer));
         }
@@ -936,36 +770,15 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
                          kernel.handle.symbol, described, packed_note, comparison.reason);
       }
     }
-    // The buffers go back for the next set: no packing of these inputs may stay (a packing is
-    // found by its operand's storage and place, which a later input may share).
-    kernel.packed.clear();
-    pointers.clear();
-    expected.clear();
-    arena.keepAll(actual);
-    arena.keepAll(inputs);
   }
   if (compared == 0) {
-    return makeError(ErrorCode::JitError,
-                     "no validation case for kernel {} could run (the reference rejected every input set)",
+    return makeError(ErrorCode::JitError, "no validation case for kernel {} could run (the reference rejected every input set)",
                      kernel.handle.symbol);
   }
   return Status::ok();
 }
 
 }  // namespace
-
-ValidationBuffers validationBuffers() {
-  const ValidationArena& arena = ValidationArena::local();
-  return ValidationBuffers{arena.keptBytes(), arena.keptBuffers()};
-}
-
-Expected<Tensor> validationOutputBuffer(DType dtype, const Shape& shape) {
-  return poisoned(dtype, shape);
-}
-
-void keepValidationOutputBuffer(Value& value) {
-  ValidationArena::local().keep(value);
-}
 
 Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets,
                       std::uint64_t seed) {

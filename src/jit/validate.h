@@ -58,18 +58,4 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
 // that fails is dropped from it (KernelCache::forget).
 Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed);
 
-// Validation buffers: each validating thread keeps a few float32 buffers its validations'
-// inputs and outputs are viewed from (made for the largest size over a validation's shape sets),
-// so a validation touches no fresh pages once its thread has validated as large a kernel. What
-// the calling thread holds:
-struct ValidationBuffers {
-  std::int64_t kept_bytes = 0;
-  std::size_t kept_buffers = 0;
-};
-ValidationBuffers validationBuffers();
-// An output buffer of this shape with every element the poison (NaN; 0x5A bytes for integers, 2
-// for bool), from the calling thread's kept buffers when one fits; and one handed back when done.
-Expected<Tensor> validationOutputBuffer(DType dtype, const Shape& shape);
-void keepValidationOutputBuffer(Value& value);
-
 }  // namespace shapevm::jit

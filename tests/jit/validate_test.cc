@@ -5,10 +5,7 @@
 // on every seed.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <random>
-#include <thread>
 
 #include "jit/validate.h"
 #include "jit_test_util.h"
@@ -184,89 +181,6 @@ TEST(ValidationFaults, RankThreeElementwiseIsSampledByLinesAndStillCaught) {
   EXPECT_NE(verdict.message().find("sampled lines"), std::string::npos) << verdict.message();
   (*kernel)->corrupt_outputs = false;
   EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
-}
-
-void handsOutKeptBuffersPoisoned();
-
-TEST(ValidationBuffers, AKeptOutputBufferIsHandedOutAgainPoisonedWhole) {
-  // A float32 output buffer comes back for a smaller shape (same storage, the sole owner, so a
-  // kernel writes into it in place), with every element the poison again, whatever it held. On a
-  // thread of its own: the buffers are the thread's, and this one starts with none.
-  std::thread([] { handsOutKeptBuffersPoisoned(); }).join();
-}
-
-void handsOutKeptBuffersPoisoned() {
-  EXPECT_EQ(validationBuffers().kept_buffers, 0u);
-  auto first = validationOutputBuffer(DType::Float32, Shape{64, 256});
-  ASSERT_TRUE(first.hasValue());
-  const float* data = first->data<float>();
-  for (std::int64_t k = 0; k < first->numel(); ++k) ASSERT_TRUE(std::isnan(data[k])) << k;
-  std::fill_n(first->data<float>(), first->numel(), 1.0f);
-  Value kept = Value::fromTensor(std::move(*first));
-  keepValidationOutputBuffer(kept);
-  EXPECT_GE(validationBuffers().kept_buffers, 1u);
-  auto second = validationOutputBuffer(DType::Float32, Shape{32, 100});
-  ASSERT_TRUE(second.hasValue());
-  EXPECT_EQ(second->data<float>(), data) << "the kept buffer is reused";
-  EXPECT_TRUE(second->isSoleOwner());
-  EXPECT_EQ(second->shape(), (Shape{32, 100}));
-  for (std::int64_t k = 0; k < second->numel(); ++k) ASSERT_TRUE(std::isnan(second->data<float>()[k])) << k;
-  // Far smaller than the kept buffer (more than kMaxReuseSlack times): a buffer of its own.
-  auto tiny = validationOutputBuffer(DType::Float32, Shape{4});
-  ASSERT_TRUE(tiny.hasValue());
-  EXPECT_NE(tiny->data<float>(), data);
-  for (std::int64_t k = 0; k < 4; ++k) EXPECT_TRUE(std::isnan(tiny->data<float>()[k]));
-  // Other dtypes: fresh, with their poison.
-  auto ints = validationOutputBuffer(DType::Int32, Shape{5});
-  auto flags = validationOutputBuffer(DType::Bool, Shape{5});
-  ASSERT_TRUE(ints.hasValue() && flags.hasValue());
-  for (std::int64_t k = 0; k < 5; ++k) {
-    EXPECT_EQ(ints->data<std::int32_t>()[k], 0x5A5A5A5A);
-    EXPECT_EQ(flags->data<std::uint8_t>()[k], 2);
-  }
-  Value back = Value::fromTensor(std::move(*second));
-  keepValidationOutputBuffer(back);
-}
-
-TEST(ValidationFaults, BuffersReusedAcrossKernelsOfOtherShapesKeepTheirVerdicts) {
-  // Validations one after another on this thread share its kept buffers (inputs and outputs):
-  // a rank-3 add sampled by lines, then a row-ranged matmul whose weight is packed (the packing
-  // is checked by a second call), each correct and corrupted in turn. Every correct kernel
-  // passes and every corrupted one is rejected, on every seed.
-  std::mt19937 rng(11);
-  const std::vector<Value> add_inputs = {operand(DType::Float32, Shape{8, 12, 512}, rng),
-                                         operand(DType::Float32, Shape{8, 1, 512}, rng)};
-  KernelSpec add = specFor("add", add_inputs);
-  add.inputs[0].dims[1].size = -1;
-  add.inputs[0].dims[1].lo = 4;
-  add.inputs[0].dims[1].hi = 16;
-  const std::vector<Shape> add_observed = {Shape{8, 12, 512}, Shape{8, 1, 512}};
-  auto add_kernel = compileKernel(sharedBackend(), *familyFor(add.op), add);
-  ASSERT_TRUE(add_kernel.hasValue()) << add_kernel.status().toString();
-  const KernelSpec mm = rowRangedMatmul(40, 64, 384, 8, 64);
-  const std::vector<Shape> mm_observed = {Shape{40, 64}, Shape{64, 384}};
-  auto mm_kernel = compileKernel(sharedBackend(), *familyFor(mm.op), mm);
-  ASSERT_TRUE(mm_kernel.hasValue()) << mm_kernel.status().toString();
-  for (std::uint64_t seed = 0; seed < 3; ++seed) {
-    EXPECT_TRUE(validateKernel(**add_kernel, validationShapes(add, add_observed), seed).isOk()) << seed;
-    const auto packs = (*mm_kernel)->packed.stats().packs;
-    EXPECT_TRUE(validateKernel(**mm_kernel, validationShapes(mm, mm_observed), seed).isOk()) << seed;
-    EXPECT_GT((*mm_kernel)->packed.stats().packs, packs) << "the weight was packed";
-    for (const std::int64_t row : {std::int64_t{0}, std::int64_t{-1}}) {
-      (*mm_kernel)->corrupt_outputs = true;
-      (*mm_kernel)->corrupt_row = row;
-      EXPECT_FALSE(validateKernel(**mm_kernel, validationShapes(mm, mm_observed), seed).isOk()) << seed;
-      (*mm_kernel)->corrupt_outputs = false;
-      (*add_kernel)->corrupt_outputs = true;
-      (*add_kernel)->corrupt_row = row;
-      EXPECT_FALSE(validateKernel(**add_kernel, validationShapes(add, add_observed), seed).isOk()) << seed;
-      (*add_kernel)->corrupt_outputs = false;
-    }
-  }
-  EXPECT_GT(validationBuffers().kept_bytes, 0);
-  EXPECT_GT(validationBuffers().kept_buffers, 0u);
-  EXPECT_TRUE(sharedBackend().free((*add_kernel)->handle).isOk());
-  EXPECT_TRUE(sharedBackend().free((*mm_kernel)->handle).isOk());
 }
 
 }  // namespace
