@@ -2,9 +2,8 @@
 // This host's one-core f32 matmul rate through oneDNN at the reference cell's two matmul shapes
 // (x·W_ihᵀ: [32·seq, 128] x [128, 1024]; h·W_hhᵀ: [32, 256] x [256, 1024], weights row-major
 // [1024, K] as in the cell), in the calling thread's CPU time: the number the "cell ≥ 3× eager"
-// statement in BENCHMARKS.md rests on (issue 19). Not part of the build; compile and run with
-//   g++ -O2 -std=c++20 bench/onednn_matmul_peak.cc -ldnnl -o /tmp/onednn_peak &&
-//   OMP_NUM_THREADS=1 DNNL_VERBOSE=1 taskset -c 0 /tmp/onednn_peak
+// statement in BENCHMARKS.md rests on (issue 19). Built as build/bench/svm_bench_onednn_peak; run with
+//   OMP_NUM_THREADS=1 DNNL_VERBOSE=1 taskset -c 0 build/bench/svm_bench_onednn_peak
 // (DNNL_VERBOSE=1 prints the implementation oneDNN chose, e.g. brg:avx512_core.)
 #include <oneapi/dnnl/dnnl.hpp>
 

@@ -333,11 +333,20 @@ void Jit::firstSight(int function) {
       state.declines_at_request = state.declines->load(std::memory_order_relaxed);
       queue_.push_back(Request{function, state.range.sites[0], range, false, true, recorded.tuned});
       ++stats_.requests;
+      // The usual tier-up lines and trace event (tools and tests read them), then why it came early.
+      std::string ops;
+      for (std::size_t k = 0; k < state.range.sites.size(); ++k) {
+        ops += (k ? "+" : "") + std::string(opIdent(fn.op_sites[static_cast<std::size_t>(state.range.sites[k])].op));
+      }
       logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.range.start_pc, signature);
+      logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}..0x{:02X}: {} ops: {}", state.range.start_pc,
+            state.range.resume_pc - 1, state.range.sites.size(), ops);
       logAt(LogLevel::Info, "JIT",
-            "Region at PC=0x{:02X}..0x{:02X} is in the install record: compile queued on first sight (no warm-up, no "
+            "First sight: the region at PC=0x{:02X} is in the install record, compile queued (no warm-up, no "
             "hot-path detection)",
-            state.range.start_pc, state.range.resume_pc - 1);
+            state.range.start_pc);
+      trace::instant("jit", "compile queued",
+                     trace::Args().addPc(state.range.start_pc).add("signature", signature).add("ops", ops));
       queued = true;
       return true;
     });
@@ -355,7 +364,8 @@ void Jit::firstSight(int function) {
       queue_.push_back(Request{function, site, -1, false, true, false});
       ++stats_.requests;
       logAt(LogLevel::Info, "JIT", "Hot path detected at PC=0x{:02X}, signature={}", state.pc, signature);
-      logAt(LogLevel::Info, "JIT", "PC=0x{:02X} is in the install record: compile queued on first sight", state.pc);
+      logAt(LogLevel::Info, "JIT", "First sight: PC=0x{:02X} is in the install record, compile queued", state.pc);
+      trace::instant("jit", "compile queued", trace::Args().addPc(state.pc).add("signature", signature));
       queued = true;
       return true;
     });
@@ -407,6 +417,28 @@ std::optional<ProfileRecord> recordFromSignature(const ProfileRecord& like, std:
   }
   if (!sig.empty()) return std::nullopt;
   return out;
+}
+
+// Adds to one site's profile (`member`) the recorded signatures it lacks, each rebuilt on its
+// newest record (recordFromSignature); true when any was added. Only where every operand is a
+// tensor: a rebuilt record keeps this run's non-tensor operands (a Reshape's target), which need
+// not fit the recorded shapes.
+bool addRecordedShapes(std::vector<ProfileRecord>& member, const std::set<std::string>& sigs) {
+  const ProfileRecord* current = newestRecord(member);
+  if (current == nullptr || !std::all_of(current->inputs.begin(), current->inputs.end(),
+                                         [](const OperandProfile& operand) { return operand.is_tensor; })) {
+    return false;
+  }
+  const ProfileRecord like = *current;
+  bool added = false;
+  for (const std::string& sig : sigs) {
+    if (sig == like.toString()) continue;
+    if (std::optional<ProfileRecord> seen = recordFromSignature(like, sig)) {
+      member.push_back(std::move(*seen));
+      added = true;
+    }
+  }
+  return added;
 }
 }  // namespace
 
@@ -657,8 +689,20 @@ void Jit::compileSite(const Request& request) {
   const Clock::time_point start = Clock::now();
   const SiteState before = siteState(function, site);
 
-  // 1. Shape inference from the profile.
-  const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+  // 1. Shape inference from the profile; on first sight the shapes the earlier process had met
+  //    join it, so the spec (and its kernel-cache and tuning-database keys) is the one it installed.
+  std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+  if (request.first_sight) {
+    std::set<std::string> recorded;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const InstallRecord& record = install_records_[static_cast<std::size_t>(function)].record;
+      if (auto it = record.sites.find(site); it != record.sites.end() && !it->second.sigs.empty()) {
+        recorded = it->second.sigs.front();
+      }
+    }
+    addRecordedShapes(records, recorded);
+  }
   auto inferred = inferSpec(op_site.op, op_site.attrs, records, before.compiles);
   auto settle = [&](SiteState::Phase phase) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -942,16 +986,7 @@ void Jit::compileRange(const Request& request) {
       if (auto it = record.ranges.find(request.range); it != record.ranges.end()) recorded = it->second;
     }
     for (std::size_t k = 0; k < records.size() && k < recorded.sigs.size(); ++k) {
-      const ProfileRecord* current = newestRecord(records[k]);
-      if (current == nullptr) continue;
-      const ProfileRecord like = *current;
-      for (const std::string& sig : recorded.sigs[k]) {
-        if (sig == like.toString()) continue;
-        if (std::optional<ProfileRecord> seen = recordFromSignature(like, sig)) {
-          records[k].push_back(std::move(*seen));
-          augmented = true;
-        }
-      }
+      augmented = addRecordedShapes(records[k], recorded.sigs[k]) || augmented;
     }
   }
   std::vector<TuneOutcome> tuning;

@@ -39,13 +39,20 @@ def test_dump_one_function(run_cli, tmp_path):
     assert code == 0, err
     text = out.read_text()
     assert text.count(".func ") == 1 and ".func scale" in text
-    # A function that calls another brings its callee along, and the dump assembles and runs.
+    # A function that calls another brings its callee along (inlining off), and the dump assembles
+    # and runs; with every optimization the small callee is inlined and only main is left.
     out = tmp_path / "main.svm"
-    assert run_cli("dump", PROGRAM, "--fn", "main", "-o", out)[0] == 0
+    assert run_cli("dump", PROGRAM, "--fn", "main", "--opt", "dce,reshape,addn,fold", "-o", out)[0] == 0
     code, dis, _ = run_cli("dis", out)
     assert ".func main" in dis and ".func scale" in dis
     code, ran, err = run_cli("run", out, "--fn", "main", "--arg", "steps=2", "--dim", "n=3")
     assert code == 0 and "out0" in ran, err
+    inlined = tmp_path / "main_inlined.svm"
+    assert run_cli("dump", PROGRAM, "--fn", "main", "-o", inlined)[0] == 0
+    code, dis, _ = run_cli("dis", inlined)
+    assert ".func main" in dis and ".func scale" not in dis, dis
+    code, ran_inlined, err = run_cli("run", inlined, "--fn", "main", "--arg", "steps=2", "--dim", "n=3")
+    assert code == 0 and ran_inlined == ran, err
 
 
 def test_dump_bad_input(run_cli, tmp_path):
