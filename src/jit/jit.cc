@@ -1042,6 +1042,13 @@ void Jit::compileRange(const Request& request) {
   }
   if (!region) {
     const bool unsupported = region.status().code() == ErrorCode::Unsupported;
+    if (unsupported && request.first_sight && state.compiles == 0) {
+      // Early, on what the first runs profiled: the usual tier-up plans again from the full profile.
+      state.phase = Phase::Cold;
+      logAt(LogLevel::Info, "JIT", "First sight: region at PC=0x{:02X} not planned yet: {}; it takes the usual tier-up",
+            snapshot.range.start_pc, region.status().message());
+      return;
+    }
     if (unsupported) {
       state.phase = state.compiles > 0 ? Phase::Installed : Phase::NotFused;
       logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}..0x{:02X} not fused: {} ({}); its ops compile one by one",

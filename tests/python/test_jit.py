@@ -131,7 +131,10 @@ def test_environment_variables_switch_the_jit_and_its_log(run_cli, tmp_path, mon
     assert code == 0 and "JIT" not in err, err
 
 
-def test_dump_shows_the_ranges_the_jit_compiled_for(run_cli, tmp_path):
+def test_dump_shows_the_ranges_the_jit_compiled_for(run_cli, tmp_path, monkeypatch):
+    # A cache of its own: an install record from another test's run of this program would queue the
+    # matmul on first sight, for the shapes that run met, not for this run's warm-up.
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path / "cache"))
     code, _, err = run_cli("run", EXAMPLES / "lstm_cell.svasm", "--dim", "batch=8", "--dim", "seq=10,20,30",
                            "--iters", "6", "--jit-level", "O1", "--warmup", "3", "--hot-count", "0", "--hot-ms", "0",
                            "--jit-wait", "--quiet", "--dump", tmp_path / "after.svasm")

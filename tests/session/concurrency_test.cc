@@ -6,8 +6,13 @@
 // the same inputs. Run under ThreadSanitizer by `scripts/test.sh --tsan`.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -55,8 +60,29 @@ class SessionConcurrency : public ::testing::Test {
     Tunables::resetToDefaults();
     // Hot at once, so the compile thread works while the threads run.
     for (const char* key : {"hot_count", "hot_ms", "warmup"}) ASSERT_TRUE(Session::setTunable(key, "0").isOk());
+    // A cache of its own: install records other tests left in a shared one would queue installs on
+    // first sight instead of the tier-up these tests race against.
+    cache_dir_ = std::filesystem::temp_directory_path() /
+                 ("svm_concurrency_" + std::to_string(::getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(cache_dir_);
+    std::filesystem::create_directories(cache_dir_);
+    const char* before = std::getenv("SHAPEVM_CACHE_DIR");
+    saved_cache_env_ = before != nullptr ? std::optional<std::string>(before) : std::nullopt;
+    ::setenv("SHAPEVM_CACHE_DIR", cache_dir_.c_str(), 1);
   }
-  void TearDown() override { Tunables::resetToDefaults(); }
+  void TearDown() override {
+    Tunables::resetToDefaults();
+    if (saved_cache_env_) {
+      ::setenv("SHAPEVM_CACHE_DIR", saved_cache_env_->c_str(), 1);
+    } else {
+      ::unsetenv("SHAPEVM_CACHE_DIR");
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(cache_dir_, ignored);
+  }
+  std::filesystem::path cache_dir_;
+  std::optional<std::string> saved_cache_env_;
 
   static SessionOptions options() {
     SessionOptions o;
