@@ -62,9 +62,9 @@ class SessionConcurrency : public ::testing::Test {
     for (const char* key : {"hot_count", "hot_ms", "warmup"}) ASSERT_TRUE(Session::setTunable(key, "0").isOk());
     // A cache of its own: install records other tests left in a shared one would queue installs on
     // first sight instead of the tier-up these tests race against.
-    cache_dir_ = std::filesystem::temp_directory_path() /
-                 ("svm_concurrency_" + std::to_string(::getpid()) + "_" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    cache_dir_ =
+        std::filesystem::temp_directory_path() / ("svm_concurrency_" + std::to_string(::getpid()) + "_" +
+                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(cache_dir_);
     std::filesystem::create_directories(cache_dir_);
     const char* before = std::getenv("SHAPEVM_CACHE_DIR");
