@@ -30,22 +30,9 @@ namespace shapevm::jit {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kAddTanhProgram;
 using testing::kDenseTanhProgram;
 using testing::operand;
-
-constexpr const char* kEltwiseProgram = R"(.module "sight"
-.func f
-  .param a : f32[?0,?1]
-  .param b : f32[?0,?1]
-  .outputs 1
-  LoadTensor r0, a
-  LoadTensor r1, b
-  CallOp add r2 = r0, r1 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
-  CallOp tanh r3 = r2 : f32[?0,?1] -> f32[?0,?1]
-  StoreTensor r3, o0
-  Return
-.end
-)";
 
 // The same program with sigmoid for tanh: other bytecode.
 constexpr const char* kChangedProgram = R"(.module "sight"
@@ -173,7 +160,7 @@ class FirstSightTest : public ::testing::Test {
 };
 
 TEST_F(FirstSightTest, ASecondSessionInstallsTheRecordedO1SitesOnItsFirstRun) {
-  const Session first = run(dir_, kEltwiseProgram, 1, 2, /*eager=*/true, 6);
+  const Session first = run(dir_, kAddTanhProgram, 1, 2, /*eager=*/true, 6);
   ASSERT_TRUE(first.correct);
   ASSERT_EQ(first.after_run.back().compiles, 2u);
   EXPECT_EQ(first.after_run.back().first_sight_installs, 0u);
@@ -181,7 +168,7 @@ TEST_F(FirstSightTest, ASecondSessionInstallsTheRecordedO1SitesOnItsFirstRun) {
 
   // Default tunables: without the record nothing would compile within these runs (3 warm-up runs,
   // then 20 ms of hot time on 6x24 operands).
-  const Session second = run(dir_, kEltwiseProgram, 1, 2, /*eager=*/false, 6);
+  const Session second = run(dir_, kAddTanhProgram, 1, 2, /*eager=*/false, 6);
   EXPECT_TRUE(second.correct);
   ASSERT_EQ(second.after_run.size(), 2u);
   const JitStats& after_first = second.after_run[0];
@@ -216,7 +203,7 @@ TEST_F(FirstSightTest, ASecondSessionInstallsTheRecordedO2RegionOnItsFirstRun) {
 }
 
 TEST_F(FirstSightTest, DamagedOrForeignRecordsAreIgnoredWithAWarning) {
-  ASSERT_TRUE(run(dir_, kEltwiseProgram, 1, 1, /*eager=*/true, 6).correct);
+  ASSERT_TRUE(run(dir_, kAddTanhProgram, 1, 1, /*eager=*/true, 6).correct);
   const std::vector<std::string> files = records(dir_);
   ASSERT_EQ(files.size(), 1u);
   std::string text;
@@ -245,7 +232,7 @@ TEST_F(FirstSightTest, DamagedOrForeignRecordsAreIgnoredWithAWarning) {
       std::lock_guard<std::mutex> lock(log_mutex);
       log_lines.clear();
     }
-    const Session second = run(dir_, kEltwiseProgram, 1, 2, /*eager=*/false, 6);
+    const Session second = run(dir_, kAddTanhProgram, 1, 2, /*eager=*/false, 6);
     EXPECT_TRUE(second.correct);
     ASSERT_EQ(second.after_run.size(), 2u);
     EXPECT_EQ(second.after_run.back().first_sight_installs, 0u);
@@ -255,24 +242,24 @@ TEST_F(FirstSightTest, DamagedOrForeignRecordsAreIgnoredWithAWarning) {
 }
 
 TEST_F(FirstSightTest, AChangedProgramOrOtherShapesDoNotUseTheRecord) {
-  ASSERT_TRUE(run(dir_, kEltwiseProgram, 1, 1, /*eager=*/true, 6).correct);
+  ASSERT_TRUE(run(dir_, kAddTanhProgram, 1, 1, /*eager=*/true, 6).correct);
   ASSERT_EQ(records(dir_).size(), 1u);
   const Session changed = run(dir_, kChangedProgram, 1, 2, /*eager=*/false, 6);
   EXPECT_TRUE(changed.correct);
   EXPECT_EQ(changed.after_run.back().first_sight_installs, 0u);
   EXPECT_EQ(changed.after_run.back().requests, 0u);
-  const Session reshaped = run(dir_, kEltwiseProgram, 1, 2, /*eager=*/false, 5, 40);
+  const Session reshaped = run(dir_, kAddTanhProgram, 1, 2, /*eager=*/false, 5, 40);
   EXPECT_TRUE(reshaped.correct);
   EXPECT_EQ(reshaped.after_run.back().first_sight_installs, 0u) << "shapes the record does not list";
   EXPECT_EQ(reshaped.after_run.back().requests, 0u);
   // O2 keeps records of its own: an O1 record is not used there.
-  const Session o2 = run(dir_, kEltwiseProgram, 2, 2, /*eager=*/false, 6);
+  const Session o2 = run(dir_, kAddTanhProgram, 2, 2, /*eager=*/false, 6);
   EXPECT_TRUE(o2.correct);
   EXPECT_EQ(o2.after_run.back().first_sight_installs, 0u);
 }
 
 TEST_F(FirstSightTest, CacheExportImportClearAndStatsCarryTheRecords) {
-  ASSERT_TRUE(run(dir_ + "/warm", kEltwiseProgram, 1, 1, /*eager=*/true, 6).correct);
+  ASSERT_TRUE(run(dir_ + "/warm", kAddTanhProgram, 1, 1, /*eager=*/true, 6).correct);
   KernelCache warm(dir_ + "/warm");
   EXPECT_EQ(warm.stats().install_records, 1u);
   ASSERT_TRUE(warm.exportTo(dir_ + "/shipped/kernels").hasValue());
@@ -282,7 +269,7 @@ TEST_F(FirstSightTest, CacheExportImportClearAndStatsCarryTheRecords) {
   KernelCache replica(dir_ + "/replica");
   ASSERT_TRUE(replica.importFrom(dir_ + "/shipped/kernels").hasValue());
   EXPECT_EQ(replica.stats().install_records, 1u);
-  const Session second = run(dir_ + "/replica", kEltwiseProgram, 1, 2, /*eager=*/false, 6);
+  const Session second = run(dir_ + "/replica", kAddTanhProgram, 1, 2, /*eager=*/false, 6);
   EXPECT_TRUE(second.correct);
   EXPECT_EQ(second.after_run[0].first_sight_installs, 2u);
   EXPECT_EQ(second.after_run[0].codegen_count, 0u);

@@ -262,6 +262,21 @@ inline ::testing::AssertionResult guardedRunMatches(const KernelSpec& spec, cons
   return result;
 }
 
+// add then tanh over [?0,?1]: two elementwise kernels (O1), one fused range (O2).
+inline constexpr const char* kAddTanhProgram = R"(.module "add_tanh"
+.func f
+  .param a : f32[?0,?1]
+  .param b : f32[?0,?1]
+  .outputs 1
+  LoadTensor r0, a
+  LoadTensor r1, b
+  CallOp add r2 = r0, r1 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
+  CallOp tanh r3 = r2 : f32[?0,?1] -> f32[?0,?1]
+  StoreTensor r3, o0
+  Return
+.end
+)";
+
 // A dense layer with a tanh tail over rows of any count: one O2 fused range (a matmul with its
 // epilogue) whose kernels' row ranges depend on the row counts a process met, and in which order.
 inline constexpr const char* kDenseTanhProgram = R"(.module "dense"

@@ -37,6 +37,7 @@ namespace shapevm::jit {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kAddTanhProgram;
 using testing::kDenseTanhProgram;
 using testing::operand;
 using testing::pointersTo;
@@ -452,21 +453,6 @@ TEST_F(KernelCacheTest, FourConcurrentWriterProcesses) {
   EXPECT_EQ(entries, 10 + 4 * 40);
 }
 
-// add then tanh over [?0,?1]: two kernels per process.
-constexpr const char* kProgram = R"(.module "cache"
-.func f
-  .param a : f32[?0,?1]
-  .param b : f32[?0,?1]
-  .outputs 1
-  LoadTensor r0, a
-  LoadTensor r1, b
-  CallOp add r2 = r0, r1 : f32[?0,?1] x f32[?0,?1] -> f32[?0,?1]
-  CallOp tanh r3 = r2 : f32[?0,?1] -> f32[?0,?1]
-  StoreTensor r3, o0
-  Return
-.end
-)";
-
 // Runs DISABLED_KernelCacheChild.<test> in a fresh process of this test binary (exec, not a bare
 // fork: LLVM and the thread pool must not inherit another thread's state) with SVM_KCACHE_DIR set
 // to `dir`; its exit code, or -1.
@@ -493,7 +479,7 @@ int runChild(const std::string& test, const std::string& dir, const std::vector<
   return WEXITSTATUS(status);
 }
 
-// Runs kProgram under an O1 JIT on $SVM_KCACHE_DIR (in a fresh process: runChild); exits with
+// Runs kAddTanhProgram under an O1 JIT on $SVM_KCACHE_DIR (in a fresh process: runChild); exits with
 // 10 + kernels from the cache + 20 * LLVM codegens when the results match the reference, else 1.
 TEST(DISABLED_KernelCacheChild, RunProgram) {
   const char* dir = std::getenv("SVM_KCACHE_DIR");
@@ -503,7 +489,7 @@ TEST(DISABLED_KernelCacheChild, RunProgram) {
   (void)Tunables::set(Tunable::JitLevel, 1);
   (void)Tunables::set(Tunable::WarmupRuns, 0);
   (void)Tunables::set(Tunable::HotCount, 1);
-  auto module = assemble(kProgram, "cache.svasm");
+  auto module = assemble(kAddTanhProgram, "cache.svasm");
   if (!module) _exit(1);
   VirtualMachine vm(std::make_shared<Module>(std::move(*module)));
   JitOptions options;
