@@ -9,8 +9,11 @@ from . import _core
 
 # What ShapeVM's messages say about where: the VM's run-time context (vm/interpreter.cc
 # VirtualMachine::where) and the frontend's compile-time position (frontend/lexer.cc).
+# Code inlined into a caller (frontend/inline.cc) names the function the user wrote, then
+# ", inlined into 'caller'"; the PC is the caller's.
 _RUN_CONTEXT = re.compile(r"in function '(?P<function>[^']+)' at PC 0x(?P<pc>[0-9A-Fa-f]+)"
-                          r"(?: \((?:(?P<file>.*?) )?line (?P<line>\d+):(?P<col>\d+)\))?")
+                          r"(?: \((?:(?P<file>.*?) )?line (?P<line>\d+):(?P<col>\d+)\))?"
+                          r"(?:, inlined into '(?P<caller>[^']+)')?")
 _COMPILE_POSITION = re.compile(r"\(line (?P<line>\d+), col (?P<col>\d+)\)")
 _COMPILE_FUNCTION = re.compile(r"(?:in|function) '(?P<function>[\w.]+)'")
 _COMPILE_FILE = re.compile(r"^(?P<file>[^\n]+?\.(?:py|svasm|svm)): ")  # frontend.cc / module_io.cc prefix
@@ -18,7 +21,9 @@ _COMPILE_FILE = re.compile(r"^(?P<file>[^\n]+?\.(?:py|svasm|svm)): ")  # fronten
 
 class Error(Exception):
     """A ShapeVM error. `.code` is the error table's name ("ShapeMismatch"), `.function`, `.pc`,
-    `.line` and `.col` say where (None when the message does not say), `.file` the source file."""
+    `.line` and `.col` say where (None when the message does not say), `.file` the source file.
+    In code the frontend inlined, `.function` is the function the user wrote and `.inlined_into`
+    the function whose bytecode ran it (`.pc` is that function's); otherwise `.inlined_into` is None."""
 
     code = None
 
@@ -28,9 +33,11 @@ class Error(Exception):
         if code is not None:
             self.code = code
         self.function, self.pc, self.line, self.col, self.file = function, pc, line, col, file
+        self.inlined_into = None
         run = _RUN_CONTEXT.search(message)
         if run:
             self.function = self.function or run.group("function")
+            self.inlined_into = run.group("caller")
             self.pc = self.pc if self.pc is not None else int(run.group("pc"), 16)
             if run.group("line"):
                 self.line = self.line or int(run.group("line"))

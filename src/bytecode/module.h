@@ -53,6 +53,9 @@ struct Param {
 struct SourceLoc {
   std::int32_t line = 0;  // 0 = unknown
   std::int32_t col = 0;
+  // Inlined code (frontend/inline.cc): the index in Function::inlined_functions of the function
+  // whose line this is; -1 = the function's own code. Debug info, not serialized.
+  std::int32_t inlined = -1;
   bool operator==(const SourceLoc& other) const = default;
 };
 
@@ -71,6 +74,8 @@ struct Function {
   // Debug info from the frontend (not serialized): per register, the source variable it holds
   // ("" = a temporary or unknown; empty when the module came from a file).
   std::vector<std::string> register_names;
+  // The functions inlined into this one (SourceLoc::inlined indexes it; debug info, not serialized).
+  std::vector<std::string> inlined_functions;
   int paramIndex(std::string_view param_name) const;
   int dimId(std::string_view dim_name) const;  // -1 if no dim has this name
 };

@@ -7,9 +7,12 @@
 // instruction a Jump past the inlined code. Registers, labels and loop ids are renumbered
 // after the caller's; the callee's dynamic dims are replaced by the dims of the arguments that
 // bind them. Source locations stay the callee's, so errors, the debugger's line table and
-// traces name the line the user wrote. A call stays a call when the callee's parameter checks
-// (kind, shape token, dynamic dims agreeing across parameters) are not proven by what lowering
-// knows of the arguments: those checks run only at a real call.
+// traces name the line the user wrote, and each names the function it came from
+// (SourceLoc::inlined, Function::inlined_functions): errors name the callee, as before
+// inlining. A call stays a call when the callee's parameter checks (kind, shape token, dynamic
+// dims agreeing across parameters) are not proven by what lowering knows of the arguments:
+// those checks run only at a real call.
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <vector>
@@ -90,6 +93,13 @@ void remapToken(TensorDescriptor& token, const std::vector<std::optional<DimToke
   }
 }
 
+// The index of `name` in the caller's inlined-function table, added when new.
+std::int32_t inlinedIndex(IrFunction& caller, const std::string& name) {
+  auto it = std::find(caller.inlined_functions.begin(), caller.inlined_functions.end(), name);
+  if (it == caller.inlined_functions.end()) it = caller.inlined_functions.insert(it, name);
+  return static_cast<std::int32_t>(it - caller.inlined_functions.begin());
+}
+
 int instructionCount(const IrFunction& fn) {
   int count = 0;
   for (const IrInst& inst : fn.code) count += inst.isLabel() ? 0 : 1;
@@ -135,6 +145,16 @@ std::vector<std::size_t> splice(IrFunction& caller, const IrInst& call, const Ir
     }
   }
 
+  // The callee's lines keep naming it (and what was inlined into it) in the caller's debug info.
+  const std::int32_t own_frame = inlinedIndex(caller, callee.name);
+  std::vector<std::int32_t> frames;
+  for (const std::string& name : callee.inlined_functions) frames.push_back(inlinedIndex(caller, name));
+  auto frameOf = [&](SourceLoc loc) {
+    const bool nested = loc.inlined >= 0 && static_cast<std::size_t>(loc.inlined) < frames.size();
+    loc.inlined = nested ? frames[static_cast<std::size_t>(loc.inlined)] : own_frame;
+    return loc;
+  };
+
   std::vector<std::size_t> result_moves;
   bool jumps_to_end = false;
   for (std::size_t pc = 0; pc < callee.code.size(); ++pc) {
@@ -144,6 +164,7 @@ std::vector<std::size_t> splice(IrFunction& caller, const IrInst& call, const Ir
       out.push_back(std::move(inst));
       continue;
     }
+    inst.loc = frameOf(inst.loc);
     switch (inst.op) {
       case Opcode::LoadTensor:
       case Opcode::LoadArg: {

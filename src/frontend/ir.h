@@ -59,6 +59,7 @@ struct IrFunction {
   int num_labels = 0;
   std::vector<IrInst> code;
   std::map<std::int32_t, std::string> reg_names;  // debug info: register -> source variable
+  std::vector<std::string> inlined_functions;     // debug info: what SourceLoc::inlined names
 };
 
 // Registers an instruction writes / reads (labels and -1 "none" inputs excluded).

@@ -345,6 +345,7 @@ Expected<Module> emitModule(const std::vector<IrFunction>& functions, const std:
   SVM_ASSIGN_OR_RETURN(Module module, mb.finish());
   for (std::size_t f = 0; f < functions.size() && f < module.functions.size(); ++f) {
     Function& out = module.functions[f];
+    out.inlined_functions = functions[f].inlined_functions;
     for (const auto& [reg, name] : functions[f].reg_names) {
       if (reg < 0 || reg >= out.num_registers) continue;
       out.register_names.resize(static_cast<std::size_t>(out.num_registers));

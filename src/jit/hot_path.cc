@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ops/registry.h"
+#include "vm/profile.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -104,9 +105,45 @@ double sitesMeanNanos(const std::vector<int>& sites, const FunctionRuntime& runt
   return ms * 1e6 / static_cast<double>(calls);
 }
 
+namespace {
+
+// True when every input signature profiled at these sites is tiny (InterpretedCost): each site
+// has a tensor operand, the product of its tensor operands' element counts is at most
+// kTinyElements, and its other operands are floats, bools or omitted (an int or a tuple may be a
+// size: zeros(n) reads nothing but writes n elements).
+bool tinyOperands(const std::vector<int>& sites, const FunctionRuntime& runtime) {
+  if (runtime.profiles == nullptr) return false;
+  for (int site : sites) {
+    const std::vector<ProfileRecord> records = runtime.profiles[static_cast<std::size_t>(site)].snapshot();
+    if (records.empty()) return false;
+    for (const ProfileRecord& record : records) {
+      std::int64_t product = 1;
+      bool tensor = false;
+      for (const OperandProfile& operand : record.inputs) {
+        if (!operand.is_tensor) {
+          if (operand.kind == ValueKind::Int || operand.kind == ValueKind::Tuple) return false;
+          continue;
+        }
+        tensor = true;
+        product *= operand.shape.numel();
+        if (product > InterpretedCost::kTinyElements) return false;
+      }
+      if (!tensor) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime,
                         int level) {
   if (level < 2 || Tunables::get(Tunable::HotMs) <= 0 || sites.empty()) return false;
+  // Tiny operands: the op's work is nothing next to its dispatch, so the count of ops decides,
+  // not a clock that preemption and a loaded host inflate.
+  if (tinyOperands(sites, runtime)) {
+    return static_cast<double>(sites.size()) * InterpretedCost::kTinyOpNs < kCompiledLaunchNs;
+  }
   const std::uint64_t calls =
       runtime.slots[static_cast<std::size_t>(sites.front())].calls.load(std::memory_order_relaxed);
   const double ms = sitesMilliseconds(sites, runtime);

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Inlining of methods through shapevm.Module (src/frontend/inline.cc, issue 19): a cell whose
 # gate is a method runs as one compiled launch per call at O2, like the same cell written op for
-# op, and matches numpy; an error raised inside an inlined method names the method's line.
+# op, and matches numpy; an error raised inside an inlined method or function names the method's
+# line and the method (.function), as before inlining, and the caller it was inlined into.
 import inspect
 
 import numpy as np
@@ -43,6 +44,18 @@ class BadGate(shapevm.Module):
 
     def project(self, z: Tensor):
         return z @ self.w  # LINE_PROJECT
+
+
+def apply_rows(x: Tensor[None, 4], w: Tensor[None, 5]):
+    return project_rows(x + 1.0, w)
+
+
+def project_rows(z: Tensor, w: Tensor):
+    return scale_rows(z, w) * 2.0
+
+
+def scale_rows(z: Tensor, w: Tensor):
+    return ops.relu(z) @ w  # LINE_SCALE_ROWS
 
 
 def numpy_cell(cell, x, h, c):
@@ -92,3 +105,31 @@ def test_an_error_in_an_inlined_method_names_its_line():
     with pytest.raises(shapevm.ShapeError) as info:
         model(np.ones((2, 4), np.float32))
     assert info.value.line == line, (info.value.line, line, str(info.value))
+    assert info.value.function.split(".")[-1] == "project", str(info.value)
+    assert info.value.inlined_into is not None and info.value.inlined_into.split(".")[-1] == "construct", \
+        str(info.value)
+
+
+def source_line(fn, marker):
+    lines, first = inspect.getsourcelines(fn)
+    return next(n for n, text in enumerate(lines, first) if marker in text)
+
+
+def test_an_error_in_a_nested_inlined_function_names_that_function():
+    rng = np.random.default_rng(5)
+    jitted = shapevm.jit(apply_rows, jit_level="O0")
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    w = rng.standard_normal((3, 5)).astype(np.float32)  # 3 rows: the matmul needs 4
+    with pytest.raises(shapevm.ShapeError) as info:
+        jitted(x, w)
+    error = info.value
+    # scale_rows was inlined into project_rows, and that into apply_rows: the failing matmul is
+    # scale_rows' line, and the error names scale_rows, as its own frame did before inlining.
+    assert error.line == source_line(scale_rows, "LINE_SCALE_ROWS"), str(error)
+    assert error.function == "scale_rows", str(error)
+    assert error.inlined_into == "apply_rows", str(error)
+    assert "in function 'scale_rows' at PC" in str(error) and "inlined into 'apply_rows'" in str(error), str(error)
+    # The function stays usable, and a correct call matches numpy.
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    want = np.maximum(x.astype(np.float64) + 1.0, 0.0) @ w * 2.0
+    np.testing.assert_allclose(jitted(x, w), want, rtol=1e-5, atol=1e-5)

@@ -383,6 +383,28 @@ def test_a_settled_function_still_sees_new_shapes(context):
     assert st["guard_misses"] >= 1, st
 
 
+def test_o2_leaves_a_tiny_op_interpreted_and_compiles_a_large_one(context, tmp_path, monkeypatch):
+    # hot_ms=1 (not 0): O2 judges whether a launch pays. A 1-element add costs less interpreted
+    # than a compiled launch, decided from its element counts (no clock, so a loaded host or a
+    # sanitizer cannot tip it); a 1M-element add is timed far over a launch and compiles.
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path))  # no install records of other tests
+    context(warmup=0, hot_count=0, hot_ms=1, tune_budget_ms=0, tune_cache=0)
+    rng = np.random.default_rng(11)
+    tiny = shapevm.jit(progs.add, jit_level="O2", wait=True)
+    x, y = rng.standard_normal(1).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+    for _ in range(5000):  # over 1 ms at the site on any host: hot, but cheaper interpreted
+        out = tiny(x, y)
+    np.testing.assert_array_equal(out, x + y)
+    st = tiny.stats()
+    assert st["launches_compiled"] == 0 and st["kernels_installed"] == 0, st
+    large = shapevm.jit(progs.add, jit_level="O2", wait=True)
+    a, b = rng.standard_normal(1 << 20).astype(np.float32), rng.standard_normal(1 << 20).astype(np.float32)
+    for _ in range(12):
+        np.testing.assert_array_equal(large(a, b), a + b)
+    st = large.stats()
+    assert st["kernels_installed"] >= 1 and st["launches_compiled"] >= 1, st
+
+
 def test_a_new_function_object_installs_from_the_cache_on_first_sight(context, tmp_path, monkeypatch):
     # The first function's installs leave an install record beside the cached kernels; a second
     # function object over the same source (a new Session: as a new process would) installs the
