@@ -141,11 +141,15 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
   if (level < 2 || Tunables::get(Tunable::HotMs) <= 0 || sites.empty()) return false;
   // Tiny operands: the op's work is nothing next to its dispatch, so the count of ops decides,
   // not a clock that preemption and a loaded host inflate.
-  if (tinyOperands(sites, runtime)) {
-    return static_cast<double>(sites.size()) * InterpretedCost::kTinyOpNs < kCompiledLaunchNs;
-  }
   const std::uint64_t calls =
       runtime.slots[static_cast<std::size_t>(sites.front())].calls.load(std::memory_order_relaxed);
+  if (tinyOperands(sites, runtime)) {
+    // Judged (the JIT's settle check asks for a verdict); were the shapes to grow, the clock's
+    // first interval would start here.
+    cost.calls = std::max<std::uint64_t>(calls, 1);
+    cost.nanos = sitesMilliseconds(sites, runtime) * 1e6;
+    return static_cast<double>(sites.size()) * InterpretedCost::kTinyOpNs < kCompiledLaunchNs;
+  }
   const double ms = sitesMilliseconds(sites, runtime);
   if (calls == 0 || ms <= 0.0) return false;  // not run, or not timed (profiling off): no evidence
   const double total_ns = ms * 1e6;

@@ -87,6 +87,34 @@ void afterNative() {
 
 // ---- Program: one Session ----
 
+// A call's argument Values: in place for the usual few (no heap block per call), and only as
+// many as the function has parameters (each one's release is an out-of-line call).
+class ArgumentValues {
+ public:
+  explicit ArgumentValues(std::size_t count) : count_(count) {
+    if (count > kInline) heap_.resize(count);
+    std::uninitialized_value_construct_n(inline_, count > kInline ? 0 : count);
+  }
+  ~ArgumentValues() { release(); }
+  ArgumentValues(const ArgumentValues&) = delete;
+  ArgumentValues& operator=(const ArgumentValues&) = delete;
+  std::span<Value> values() { return count_ > kInline ? std::span<Value>(heap_) : std::span<Value>(inline_, count_); }
+  // Releases every Value now (once).
+  void release() {
+    if (count_ <= kInline) std::destroy_n(inline_, count_);
+    heap_.clear();
+    count_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kInline = 4;
+  union {
+    Value inline_[kInline];  // the first count_ are alive (count_ <= kInline)
+  };
+  std::vector<Value> heap_;
+  std::size_t count_;
+};
+
 class Program {
  public:
   Program(std::optional<std::string> jit_level, bool jit_wait, bool autotune, bool tuning_cache) {
@@ -142,10 +170,8 @@ class Program {
     const std::size_t count = info.params.size();
     const std::size_t user = user_params < 0 ? count : std::min(count, static_cast<std::size_t>(user_params));
     // A parameter is bound once its Value is not None (toValue never yields None).
-    std::array<Value, 4> inline_values;  // each is released on the way out: room for the usual few
-    std::vector<Value> heap_values(count > inline_values.size() ? count : 0);
-    const std::span<Value> values =
-        count > inline_values.size() ? std::span<Value>(heap_values) : std::span<Value>(inline_values.data(), count);
+    ArgumentValues arguments(count);
+    const std::span<Value> values = arguments.values();
     const auto positional = static_cast<std::size_t>(PyTuple_GET_SIZE(args));
     if (positional > user) {
       raiseStatus(makeError(ErrorCode::InvalidArgument, "{}() takes {} argument{} ({}), got {}", info.name, user,
@@ -194,7 +220,7 @@ class Program {
       py::gil_scoped_release release;
       result.emplace(session->run(index, values));
     }
-    for (Value& value : values) value = Value();  // with the GIL: the arrays are decref'd here
+    arguments.release();  // with the GIL: the arrays are decref'd here
     afterNative();
     if (!*result) raiseStatus(result->status(), Phase::Run);
     std::vector<Value>& outputs = result->value();
