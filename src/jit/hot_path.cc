@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "ops/registry.h"
-#include "vm/profile.h"
 #include "support/tunables.h"
+#include "vm/profile.h"
 
 namespace shapevm::jit {
 
@@ -148,7 +148,7 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
     // first interval would start here.
     cost.calls = std::max<std::uint64_t>(calls, 1);
     cost.nanos = sitesMilliseconds(sites, runtime) * 1e6;
-    return static_cast<double>(sites.size()) * InterpretedCost::kTinyOpNs < kCompiledLaunchNs;
+    return sites.size() < InterpretedCost::kTinyRangeOps;
   }
   const double ms = sitesMilliseconds(sites, runtime);
   if (calls == 0 || ms <= 0.0) return false;  // not run, or not timed (profiling off): no evidence

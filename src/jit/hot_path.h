@@ -44,19 +44,20 @@ inline constexpr double kCompiledLaunchNs = 1000.0;
 
 // What an op site's (or fusible range's) interpreted executions cost.
 // Tiny operands (every profiled signature: the product of each op's tensor operands' element
-// counts <= kTinyElements, no int or tuple operand that could be a size): the op's work is
-// negligible next to its dispatch, so the cost is a model, not a clock: kTinyOpNs per op, against
-// one launch. A one-op call on 1-element arrays stays interpreted on any host, however loaded.
+// counts <= kTinyElements, no int or tuple operand that could be a size): the ops' work is
+// negligible next to their dispatch, so the cost is counted, not clocked: fewer than
+// kTinyRangeOps ops stay interpreted. A one-op call on 1-element arrays stays interpreted on
+// any host, however loaded or slowed (valgrind, sanitizers).
 // Otherwise it is timed, and the cumulative mean alone misleads on a shared host: one preempted
 // call adds its whole time slice to it. So the decision takes the least mean over intervals of
 // >= kMinInterval executions (other load inflates some intervals, not all of them); a site over
 // the launch compiles once kIntervals intervals agree, or at once when it is over 10x the launch.
 struct InterpretedCost {
   static constexpr std::int64_t kTinyElements = 64;
-  // What one interpreted op on tiny operands costs (dispatch, checks, the reference kernel, its
-  // output buffer): about 0.3 of a compiled launch in instructions (BENCHMARKS.md, "One-op call
-  // overhead, round 3"), so up to 3 tiny ops stay interpreted and a longer range compiles.
-  static constexpr double kTinyOpNs = 300.0;
+  // Measured in instructions per Python call of n 1-element float32 ops, n = 1..4 (callgrind;
+  // BENCHMARKS.md "One-op call overhead, round 3"): interpreted about 5.3k + 1.37k n, one compiled
+  // region about 10.8k + 0.9k n, one compiled op 7.6k. The region repays itself at about 12 ops.
+  static constexpr std::size_t kTinyRangeOps = 12;
   static constexpr std::uint64_t kMinInterval = 2;
   static constexpr int kIntervals = 4;
   std::uint64_t calls = 0;  // the counters at the current interval's start (0: none yet)

@@ -165,11 +165,13 @@ constexpr std::string_view kFrameContext = "in function ";
 
 Status VirtualMachine::where(Status status, int function, int pc) const {
   const Function& fn = module_->functions[static_cast<std::size_t>(function)];
-  const SourceLoc loc = pc >= 0 && pc < static_cast<int>(fn.locs.size()) ? fn.locs[static_cast<std::size_t>(pc)] : SourceLoc{};
+  const SourceLoc loc =
+      pc >= 0 && pc < static_cast<int>(fn.locs.size()) ? fn.locs[static_cast<std::size_t>(pc)] : SourceLoc{};
   // Code inlined from another function names that function, as its own frame did before inlining.
   const bool inlined = loc.inlined >= 0 && static_cast<std::size_t>(loc.inlined) < fn.inlined_functions.size();
-  std::string context = fmt::format("{}'{}' at PC 0x{:04X}", kFrameContext,
-                                    inlined ? fn.inlined_functions[static_cast<std::size_t>(loc.inlined)] : fn.name, pc);
+  std::string context =
+      fmt::format("{}'{}' at PC 0x{:04X}", kFrameContext,
+                  inlined ? fn.inlined_functions[static_cast<std::size_t>(loc.inlined)] : fn.name, pc);
   if (loc.line > 0) {
     context += fmt::format(" ({}line {}:{})", module_->source_file.empty() ? "" : module_->source_file + " ",
                            loc.line, loc.col);

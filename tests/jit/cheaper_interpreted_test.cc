@@ -28,7 +28,7 @@ void settleTickCalibration() {
 }
 
 // A runtime of `sites.size()` op sites: site s saw the input signature `sites[s]` (each operand a
-// float32 tensor of that shape, or, with `scalar`, a trailing operand of that kind), ran `calls`
+// float32 tensor of each shape, then the scalars), ran `calls`
 // times and took `ns_per_call` each (the interpreter's counters).
 struct Site {
   std::vector<Shape> tensors;
@@ -43,7 +43,8 @@ std::unique_ptr<FunctionRuntime> profiledSites(const std::vector<Site>& sites, s
   const double ticks_per_ns = 1e9 / ticksToNanos(1'000'000'000);
   for (std::size_t s = 0; s < sites.size(); ++s) {
     std::vector<Value> values;
-    for (const Shape& shape : sites[s].tensors) values.push_back(Value::fromTensor(Tensor::zeros(DType::Float32, shape).value()));
+    for (const Shape& shape : sites[s].tensors)
+      values.push_back(Value::fromTensor(Tensor::zeros(DType::Float32, shape).value()));
     for (const Value& scalar : sites[s].scalars) values.push_back(scalar);
     std::vector<const Value*> inputs;
     for (const Value& value : values) inputs.push_back(&value);
@@ -90,15 +91,15 @@ TEST_F(CheaperInterpreted, ATinyOpStaysInterpretedHoweverSlowItsClockReads) {
 
 TEST_F(CheaperInterpreted, ARangeOfTinyOpsCompilesOnceItOutweighsALaunch) {
   // The count of ops decides, whatever the clock says (here: 100 ns per op, faster than any host).
-  const int stays = static_cast<int>(kCompiledLaunchNs / InterpretedCost::kTinyOpNs - 1e-9);
-  ASSERT_GE(stays, 1) << "a single tiny op must stay interpreted";
-  const std::vector<Site> tiny(static_cast<std::size_t>(stays + 1), Site{{Shape{1}}, {Value::fromFloat(0.5)}});
+  const std::size_t stays = InterpretedCost::kTinyRangeOps - 1;
+  ASSERT_GE(stays, 1u) << "a single tiny op must stay interpreted";
+  const std::vector<Site> tiny(stays + 1, Site{{Shape{1}}, {Value::fromFloat(0.5)}});
   auto runtime = profiledSites(tiny, 1000, 100.0);
   std::vector<int> sites;
-  for (int s = 0; s < stays; ++s) sites.push_back(s);
+  for (std::size_t s = 0; s < stays; ++s) sites.push_back(static_cast<int>(s));
   InterpretedCost cost;
   EXPECT_TRUE(cheaperInterpreted(cost, sites, *runtime, 2)) << stays << " tiny ops: cheaper than one launch";
-  sites.push_back(stays);
+  sites.push_back(static_cast<int>(stays));
   EXPECT_FALSE(cheaperInterpreted(cost, sites, *runtime, 2)) << stays + 1 << " tiny ops: one launch is cheaper";
 }
 
