@@ -153,8 +153,15 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
   const double ms = sitesMilliseconds(sites, runtime);
   if (calls == 0 || ms <= 0.0) return false;  // not run, or not timed (profiling off): no evidence
   const double total_ns = ms * 1e6;
-  // Other load only ever adds time, so a cumulative mean below a launch is proof enough.
-  if (total_ns / static_cast<double>(calls) < kCompiledLaunchNs) return true;
+  // Other load only ever adds time, so a cumulative mean below a launch is proof enough (and a
+  // verdict: the first interval starts here, as the JIT's settle check wants one).
+  if (total_ns / static_cast<double>(calls) < kCompiledLaunchNs) {
+    if (cost.calls == 0) {
+      cost.calls = calls;
+      cost.nanos = total_ns;
+    }
+    return true;
+  }
   if (cost.calls > 0 && calls >= cost.calls + InterpretedCost::kMinInterval) {
     const double interval = (total_ns - cost.nanos) / static_cast<double>(calls - cost.calls);
     cost.best_ns = cost.best_ns < 0.0 ? interval : std::min(cost.best_ns, interval);
