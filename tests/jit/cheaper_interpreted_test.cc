@@ -2,12 +2,11 @@
 // O2's "cheaper interpreted than a launch" rule (jit/hot_path.h, cheaperInterpreted) on tiny
 // operands: decided by the profiled element counts and the number of ops, never by the clock, so
 // a preempted (or valgrind-slowed) tiny op stays interpreted; ops on larger operands are still
-// timed, and compile. The counters are injected: no test here reads a clock.
+// timed, and compile. The counters are injected: no test here reads a clock (each timed case is
+// 2.5x or more from the launch cost, far beyond the tick calibration's error).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "jit/hot_path.h"
@@ -16,16 +15,6 @@
 
 namespace shapevm::jit {
 namespace {
-
-// Lets the tick calibration span 50 ms, so ns -> ticks -> ns round-trips (as shape_infer_test does).
-void settleTickCalibration() {
-  static const bool settled = [] {
-    (void)ticksToNanos(1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return true;
-  }();
-  (void)settled;
-}
 
 // A runtime of `sites.size()` op sites: site s saw the input signature `sites[s]` (each operand a
 // float32 tensor of each shape, then the scalars), ran `calls`
@@ -36,7 +25,6 @@ struct Site {
 };
 std::unique_ptr<FunctionRuntime> profiledSites(const std::vector<Site>& sites, std::uint64_t calls,
                                                double ns_per_call) {
-  settleTickCalibration();
   auto runtime = std::make_unique<FunctionRuntime>();
   runtime->slots = std::make_unique<DispatchSlot[]>(sites.size());
   runtime->profiles = std::make_unique<ProfileBuffer[]>(sites.size());
