@@ -33,14 +33,6 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// CPU time of the calling thread (ms): a compile's own work, without its waits for a core (the
-// compile thread runs at a lower priority than everything else on a busy host).
-double threadCpuMs() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) * 1e-6;
-}
-
 // "MatMul:(320,128)x(128,1024)" from a profile record (what the detector saw).
 std::string recordSignature(OpId op, const ProfileRecord& record) {
   std::string text = fmt::format("{}:", opIdent(op));
@@ -687,6 +679,8 @@ void Jit::compileSite(const Request& request) {
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   const OpSite& op_site = fn.op_sites[static_cast<std::size_t>(site)];
   const Clock::time_point start = Clock::now();
+  const double start_cpu_ms = threadCpuMs();
+  const double queued_ms = std::max(0.0, (trace::nowUs() - request.queued_us) * 1e-3);
   const SiteState before = siteState(function, site);
 
   // 1. Shape inference from the profile; on first sight the shapes the earlier process had met
@@ -722,6 +716,7 @@ void Jit::compileSite(const Request& request) {
     }
   }
   const double infer_ms = msSince(start);
+  const double infer_cpu_ms = threadCpuMs() - start_cpu_ms;
   trace::completeSince("compile", "shape inference", start, trace::Args().add("signature", inferred->spec.signature()));
 
   // 2. Code generation.
@@ -736,18 +731,23 @@ void Jit::compileSite(const Request& request) {
   //     At once when that costs nothing (a database hit), was asked for (the re-tune request) or
   //     pay-off waiting is off; otherwise the default-parameter kernel is installed first.
   TuneOutcome tuned;
+  double tuning_cpu_ms = 0;
   const bool tuner = level_ >= 2 && options_.tuner != nullptr;
   const bool tune_now = tuner && (request.tune || !payoffWaits() ||
                                   options_.tuner->estimate(*engine_, *family, inferred->spec, 1.0).cost_ms <= 0);
   if (tune_now) {
     const Clock::time_point tune_start = Clock::now();
+    const double tune_start_cpu_ms = threadCpuMs();
     tuned = tuneSpec(*family, inferred->spec, inferred->observed, before.pc);
+    tuning_cpu_ms = threadCpuMs() - tune_start_cpu_ms;
     inferred->spec.params = tuned.params;
     trace::completeSince("compile", "tuning", tune_start, trace::Args().add("params", tuned.params.toString()));
   }
   const Clock::time_point codegen_start = Clock::now();
+  const double codegen_start_cpu_ms = threadCpuMs();
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
   const double codegen_ms = msSince(codegen_start);
+  const double codegen_cpu_ms = threadCpuMs() - codegen_start_cpu_ms;
   trace::completeSince("compile", "codegen", codegen_start, trace::Args().add("signature", inferred->spec.signature()));
   if (compileCancelled()) {  // shutdown: no install, no failure recorded
     if (kernel) (void)engine_->free((*kernel)->handle);
@@ -793,6 +793,7 @@ void Jit::compileSite(const Request& request) {
   trace::instant("compile", "install",
                  trace::Args().addPc(before.pc).add("signature", inferred->spec.signature()).add("kernel", symbol));
   const double total_ms = msSince(start);
+  const double cpu_ms = threadCpuMs() - start_cpu_ms;
   const TuneEstimate estimate = tuner && !tune_now
                                     ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms)
                                     : TuneEstimate{0.0, 0.0};
@@ -810,21 +811,25 @@ void Jit::compileSite(const Request& request) {
     state.tune_gain = estimate.gain;
     ++stats_.compiles;
     if (request.first_sight) ++stats_.first_sight_installs;
-    stats_.shape_infer_ms += infer_ms;
-    stats_.codegen_ms += codegen_ms;
-    stats_.validate_patch_ms += validate_ms;
-    stats_.compile_ms.push_back(total_ms);
-    stats_.events.push_back(CompileEvent{inferred->spec.signature(),
-                                         std::chrono::duration<double, std::milli>(start - attached_at_).count(), infer_ms,
-                                         codegen_ms, validate_ms, tuned.tuning_ms, tuned.from_database});
+    CompileEvent event{inferred->spec.signature(), std::chrono::duration<double, std::milli>(start - attached_at_).count(),
+                       infer_ms, codegen_ms, validate_ms, tuned.tuning_ms, tuned.from_database};
+    event.queued_ms = queued_ms;
+    event.total_ms = total_ms;
+    event.cpu_ms = cpu_ms;
+    event.shape_infer_cpu_ms = infer_cpu_ms;
+    event.codegen_cpu_ms = codegen_cpu_ms;
+    event.validate_patch_cpu_ms = validate_cpu_ms;
+    event.tuning_cpu_ms = tuning_cpu_ms;
+    noteEvent(event);
     noteTuning(tuned);
   }
   logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",
-        "Installed {} at PC=0x{:02X} for {} ({}; {} dispatch {}; shape inference {:.1f}ms, codegen {:.1f}ms, "
-        "validation+patch {:.1f}ms, {:.1f}ms compile-thread CPU)",
+        "Installed {} at PC=0x{:02X} for {} ({}; {} dispatch {}; queued {:.1f}ms, shape inference {:.1f}ms, codegen "
+        "{:.1f}ms, validation+patch {:.1f}ms wall; compile-thread CPU {:.1f}ms: codegen {:.1f}ms, validation+patch "
+        "{:.1f}ms, tuning {:.1f}ms)",
         symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
-        infer_ms, codegen_ms, validate_ms, validate_cpu_ms);
+        queued_ms, infer_ms, codegen_ms, validate_ms, cpu_ms, codegen_cpu_ms, validate_cpu_ms, tuning_cpu_ms);
   if (request.first_sight) {
     logAt(LogLevel::Info, "JIT", "PC=0x{:02X} installed from the cache on first sight ({})", before.pc,
           from_cache ? "code from the kernel cache" : "the cache lacked the code: compiled");
@@ -860,6 +865,16 @@ TuneOutcome Jit::tuneSpec(const KernelFamily& family, const KernelSpec& spec, st
           outcome->failed, outcome->params.toString(), outcome->best_us, outcome->default_us);
   }
   return *outcome;
+}
+
+void Jit::noteEvent(const CompileEvent& event) {
+  stats_.shape_infer_cpu_ms += event.shape_infer_cpu_ms;
+  stats_.codegen_cpu_ms += event.codegen_cpu_ms;
+  stats_.validate_patch_cpu_ms += event.validate_patch_cpu_ms;
+  stats_.tuning_cpu_ms += event.tuning_cpu_ms;
+  stats_.compile_ms.push_back(event.total_ms);
+  stats_.compile_cpu_ms.push_back(event.cpu_ms);
+  stats_.events.push_back(event);
 }
 
 void Jit::noteTuning(const TuneOutcome& tuned) {
@@ -959,6 +974,7 @@ void Jit::compileRange(const Request& request) {
   const int function = request.function;
   const Clock::time_point start = Clock::now();
   const double start_cpu_ms = threadCpuMs();
+  const double queued_ms = std::max(0.0, (trace::nowUs() - request.queued_us) * 1e-3);
   RangeState snapshot;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -1019,7 +1035,8 @@ void Jit::compileRange(const Request& request) {
     all_from_database = all_from_database && outcome.from_database;
   }
   const double total_ms = msSince(start);
-  const double cpu_ms = threadCpuMs() - start_cpu_ms;
+  // The compile thread's CPU and its helpers' (the region's kernels compiled in parallel).
+  const double cpu_ms = threadCpuMs() - start_cpu_ms + times.helper_cpu_ms;
   TuneEstimate estimate;
   double ran_ms = 0;
   if (region && !request.tune) {
@@ -1115,18 +1132,33 @@ void Jit::compileRange(const Request& request) {
   stats_.codegen_ms += times.codegen_ms;
   stats_.validate_patch_ms += validate_patch_ms;
   for (const TuneOutcome& outcome : tuning) noteTuning(outcome);
-  stats_.compile_ms.push_back(total_ms);
-  stats_.events.push_back(CompileEvent{fmt::format("Region@0x{:02X}{}", snapshot.range.start_pc, request.tune ? " (tuned)" : ""),
-                                       std::chrono::duration<double, std::milli>(start - attached_at_).count(),
-                                       times.plan_ms, times.codegen_ms, validate_patch_ms, tuning_ms, all_from_database});
+  CompileEvent event{fmt::format("Region@0x{:02X}{}", snapshot.range.start_pc, request.tune ? " (tuned)" : ""),
+                     std::chrono::duration<double, std::milli>(start - attached_at_).count(),
+                     times.plan_ms,
+                     times.codegen_ms,
+                     validate_patch_ms,
+                     tuning_ms,
+                     all_from_database};
+  event.region = true;
+  event.kernels = kernels;
+  event.queued_ms = queued_ms;
+  event.total_ms = total_ms;
+  event.cpu_ms = cpu_ms;
+  event.shape_infer_cpu_ms = times.plan_cpu_ms;
+  event.codegen_cpu_ms = times.codegen_cpu_ms;
+  event.tuning_cpu_ms = times.tuning_cpu_ms;
+  event.validate_patch_cpu_ms = std::max(0.0, cpu_ms - times.plan_cpu_ms - times.codegen_cpu_ms - times.tuning_cpu_ms);
+  noteEvent(event);
   lock.unlock();
   if (!request.tune) logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(
       LogLevel::Info, "JIT",
       "Installed {}fused region at PC=0x{:02X}..0x{:02X} ({} kernels, {} ops fused: {}; {} region {}; tuning {:.1f}ms; "
-      "{:.1f}ms wall, {:.1f}ms compile-thread CPU)",
+      "queued {:.1f}ms, {:.1f}ms wall; compile CPU {:.1f}ms (helper threads {:.1f}ms): plan {:.1f}ms, codegen {:.1f}ms, "
+      "tuning {:.1f}ms, validation+patch {:.1f}ms)",
       request.tune ? "tuned " : "", snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description,
-      entries, entries == 1 ? "entry" : "entries", tuning_ms, total_ms, cpu_ms);
+      entries, entries == 1 ? "entry" : "entries", tuning_ms, queued_ms, total_ms, cpu_ms, times.helper_cpu_ms,
+      event.shape_infer_cpu_ms, event.codegen_cpu_ms, event.tuning_cpu_ms, event.validate_patch_cpu_ms);
   if (request.first_sight) {
     // Process-wide count: another compile thread may have run codegen meanwhile (then it reads high).
     const std::uint64_t codegens = engine_->codegens() - codegens_before;
@@ -1263,6 +1295,15 @@ std::string Jit::statsReport() const {
       "kernel median {:.1f} ms, max {:.1f} ms\n",
       total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
       times.empty() ? 0.0 : times.back());
+  std::vector<double> cpu = s.compile_cpu_ms;
+  std::sort(cpu.begin(), cpu.end());
+  double cpu_total = 0;
+  for (double t : cpu) cpu_total += t;
+  text += fmt::format(
+      "jit: compile CPU {:.1f} ms, all compile threads (shape inference {:.1f} ms, codegen {:.1f} ms, validation+patch "
+      "{:.1f} ms, tuning {:.1f} ms); per kernel median {:.1f} ms, max {:.1f} ms\n",
+      cpu_total, s.shape_infer_cpu_ms, s.codegen_cpu_ms, s.validate_patch_cpu_ms, s.tuning_cpu_ms,
+      cpu.empty() ? 0.0 : cpu[cpu.size() / 2], cpu.empty() ? 0.0 : cpu.back());
   text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
                       "executions served, {} declined (ran op by op), {} ran kernels in row blocks\n",
                       s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);
