@@ -795,7 +795,7 @@ void Jit::compileSite(const Request& request) {
   const double total_ms = msSince(start);
   const double cpu_ms = threadCpuMs() - start_cpu_ms;
   const TuneEstimate estimate = tuner && !tune_now
-                                    ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms)
+                                    ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_cpu_ms)
                                     : TuneEstimate{0.0, 0.0};
   const double site_ms =
       ticksToNanos(vm_.runtime(function).slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed)) *
@@ -811,8 +811,13 @@ void Jit::compileSite(const Request& request) {
     state.tune_gain = estimate.gain;
     ++stats_.compiles;
     if (request.first_sight) ++stats_.first_sight_installs;
-    CompileEvent event{inferred->spec.signature(), std::chrono::duration<double, std::milli>(start - attached_at_).count(),
-                       infer_ms, codegen_ms, validate_ms, tuned.tuning_ms, tuned.from_database};
+    CompileEvent event{inferred->spec.signature(),
+                       std::chrono::duration<double, std::milli>(start - attached_at_).count(),
+                       infer_ms,
+                       codegen_ms,
+                       validate_ms,
+                       tuned.tuning_ms,
+                       tuned.from_database};
     event.queued_ms = queued_ms;
     event.total_ms = total_ms;
     event.cpu_ms = cpu_ms;
@@ -825,11 +830,14 @@ void Jit::compileSite(const Request& request) {
   }
   logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(LogLevel::Info, "JIT",
-        "Installed {} at PC=0x{:02X} for {} ({}; {} dispatch {}; queued {:.1f}ms, shape inference {:.1f}ms, codegen "
-        "{:.1f}ms, validation+patch {:.1f}ms wall; compile-thread CPU {:.1f}ms: codegen {:.1f}ms, validation+patch "
-        "{:.1f}ms, tuning {:.1f}ms)",
+        "Installed {} at PC=0x{:02X} for {} ({}; {} dispatch {}; shape inference {:.1f}ms, codegen {:.1f}ms, "
+        "validation+patch {:.1f}ms, {:.1f}ms compile-thread CPU)",
         symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
-        queued_ms, infer_ms, codegen_ms, validate_ms, cpu_ms, codegen_cpu_ms, validate_cpu_ms, tuning_cpu_ms);
+        infer_ms, codegen_ms, validate_ms, validate_cpu_ms);
+  logAt(LogLevel::Info, "JIT",
+        "PC=0x{:02X} compile CPU {:.1f}ms (shape inference {:.1f}ms, codegen {:.1f}ms, validation+patch {:.1f}ms, "
+        "tuning {:.1f}ms); queued {:.1f}ms, compiling {:.1f}ms wall",
+        before.pc, cpu_ms, infer_cpu_ms, codegen_cpu_ms, validate_cpu_ms, tuning_cpu_ms, queued_ms, total_ms);
   if (request.first_sight) {
     logAt(LogLevel::Info, "JIT", "PC=0x{:02X} installed from the cache on first sight ({})", before.pc,
           from_cache ? "code from the kernel cache" : "the cache lacked the code: compiled");
@@ -1040,7 +1048,7 @@ void Jit::compileRange(const Request& request) {
   TuneEstimate estimate;
   double ran_ms = 0;
   if (region && !request.tune) {
-    estimate = estimateTuning(**region, times.codegen_ms);
+    estimate = estimateTuning(**region, times.codegen_cpu_ms);
     ran_ms = sitesMilliseconds(snapshot.range.sites, vm_.runtime(function));
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -1144,6 +1152,7 @@ void Jit::compileRange(const Request& request) {
   event.queued_ms = queued_ms;
   event.total_ms = total_ms;
   event.cpu_ms = cpu_ms;
+  event.helper_cpu_ms = times.helper_cpu_ms;
   event.shape_infer_cpu_ms = times.plan_cpu_ms;
   event.codegen_cpu_ms = times.codegen_cpu_ms;
   event.tuning_cpu_ms = times.tuning_cpu_ms;
@@ -1154,11 +1163,15 @@ void Jit::compileRange(const Request& request) {
   logAt(
       LogLevel::Info, "JIT",
       "Installed {}fused region at PC=0x{:02X}..0x{:02X} ({} kernels, {} ops fused: {}; {} region {}; tuning {:.1f}ms; "
-      "queued {:.1f}ms, {:.1f}ms wall; compile CPU {:.1f}ms (helper threads {:.1f}ms): plan {:.1f}ms, codegen {:.1f}ms, "
-      "tuning {:.1f}ms, validation+patch {:.1f}ms)",
+      "{:.1f}ms wall, {:.1f}ms compile-thread CPU)",
       request.tune ? "tuned " : "", snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description,
-      entries, entries == 1 ? "entry" : "entries", tuning_ms, queued_ms, total_ms, cpu_ms, times.helper_cpu_ms,
-      event.shape_infer_cpu_ms, event.codegen_cpu_ms, event.tuning_cpu_ms, event.validate_patch_cpu_ms);
+      entries, entries == 1 ? "entry" : "entries", tuning_ms, total_ms, cpu_ms - times.helper_cpu_ms);
+  logAt(
+      LogLevel::Info, "JIT",
+      "Region at PC=0x{:02X} compile CPU {:.1f}ms, {:.1f}ms of it on helper threads (plan {:.1f}ms, codegen {:.1f}ms, "
+      "tuning {:.1f}ms, validation+patch {:.1f}ms); queued {:.1f}ms",
+      snapshot.range.start_pc, cpu_ms, times.helper_cpu_ms, event.shape_infer_cpu_ms, event.codegen_cpu_ms,
+      event.tuning_cpu_ms, event.validate_patch_cpu_ms, queued_ms);
   if (request.first_sight) {
     // Process-wide count: another compile thread may have run codegen meanwhile (then it reads high).
     const std::uint64_t codegens = engine_->codegens() - codegens_before;
@@ -1215,10 +1228,12 @@ bool Jit::tuningPaysOff(double ran_ms, double cost_ms, double gain) const {
   return !payoffWaits() || cost_ms <= 0 || ran_ms * gain >= cost_ms;
 }
 
-TuneEstimate Jit::estimateTuning(const CompiledRegion& region, double codegen_ms) const {
+// `codegen_cpu_ms`: the region's codegen CPU (all threads), so each candidate's compile is priced at
+// its CPU, not at a wall time that on a busy host is mostly waiting for a core.
+TuneEstimate Jit::estimateTuning(const CompiledRegion& region, double codegen_cpu_ms) const {
   TuneEstimate total{0.0, 0.0};
   if (level_ < 2 || options_.tuner == nullptr) return total;
-  const double compile_ms = codegen_ms / std::max(1, region.kernels());
+  const double compile_ms = codegen_cpu_ms / std::max(1, region.kernels());
   int tunable = 0;
   for (const Step& step : region.plan->steps) {
     if (!step.kernel || step.kind == Step::Kind::Opaque) continue;  // opaque steps are never tuned
@@ -1286,24 +1301,24 @@ std::string Jit::statsReport() const {
       "jit: level O{}, {} compile requests ({} dropped), {} kernels installed, {} compile failures, {} validation "
       "failures, {} blacklisted sites\n",
       level_, s.requests, s.dropped_requests, s.compiles, s.compile_failures, s.validation_failures, s.blacklisted_sites);
-  std::vector<double> times = s.compile_ms;
-  std::sort(times.begin(), times.end());
-  double total = 0;
-  for (double t : times) total += t;
+  // Total, median and max of per-install figures.
+  const auto spread = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    double total = 0;
+    for (double v : values) total += v;
+    return std::array<double, 3>{total, values.empty() ? 0.0 : values[values.size() / 2],
+                                 values.empty() ? 0.0 : values.back()};
+  };
+  const auto [total, median, max] = spread(s.compile_ms);
   text += fmt::format(
       "jit: compile time {:.1f} ms (shape inference {:.1f} ms, codegen {:.1f} ms, validation+patch {:.1f} ms); per "
       "kernel median {:.1f} ms, max {:.1f} ms\n",
-      total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
-      times.empty() ? 0.0 : times.back());
-  std::vector<double> cpu = s.compile_cpu_ms;
-  std::sort(cpu.begin(), cpu.end());
-  double cpu_total = 0;
-  for (double t : cpu) cpu_total += t;
+      total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, median, max);
+  const auto [cpu_total, cpu_median, cpu_max] = spread(s.compile_cpu_ms);
   text += fmt::format(
       "jit: compile CPU {:.1f} ms, all compile threads (shape inference {:.1f} ms, codegen {:.1f} ms, validation+patch "
       "{:.1f} ms, tuning {:.1f} ms); per kernel median {:.1f} ms, max {:.1f} ms\n",
-      cpu_total, s.shape_infer_cpu_ms, s.codegen_cpu_ms, s.validate_patch_cpu_ms, s.tuning_cpu_ms,
-      cpu.empty() ? 0.0 : cpu[cpu.size() / 2], cpu.empty() ? 0.0 : cpu.back());
+      cpu_total, s.shape_infer_cpu_ms, s.codegen_cpu_ms, s.validate_patch_cpu_ms, s.tuning_cpu_ms, cpu_median, cpu_max);
   text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
                       "executions served, {} declined (ran op by op), {} ran kernels in row blocks\n",
                       s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);

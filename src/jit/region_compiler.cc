@@ -330,8 +330,8 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
     for (std::size_t j = next.fetch_add(1); j < jobs.size(); j = next.fetch_add(1)) {
       const double start = threadCpuMs();
       results[j] = compileKernel(engine, *jobs[j].family, jobs[j].spec);
-      logAt(LogLevel::Debug, "JIT", "Region step {}: {} kernel {} in {:.1f}ms CPU{}", jobs[j].step, jobs[j].family->name(),
-            jobs[j].spec.signature(), threadCpuMs() - start,
+      logAt(LogLevel::Debug, "JIT", "Region step {}: {} kernel {} in {:.1f}ms CPU{}", jobs[j].step,
+            jobs[j].family->name(), jobs[j].spec.signature(), threadCpuMs() - start,
             results[j] && (*results[j])->from_cache ? " (from the kernel cache)" : "");
     }
   };

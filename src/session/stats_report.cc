@@ -187,6 +187,7 @@ std::string statsJson(const StatsSources& sources) {
                                                        .add("queued_ms", e.queued_ms)
                                                        .add("wall_ms", e.total_ms)
                                                        .add("cpu_ms", e.cpu_ms)
+                                                       .add("helper_cpu_ms", e.helper_cpu_ms)
                                                        .add("shape_inference_cpu_ms", e.shape_infer_cpu_ms)
                                                        .add("codegen_cpu_ms", e.codegen_cpu_ms)
                                                        .add("validation_patch_cpu_ms", e.validate_patch_cpu_ms)
@@ -241,7 +242,9 @@ std::string statsJson(const StatsSources& sources) {
 #endif
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) * 1e-3; };
+  const auto ms = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) * 1e-3;
+  };
   m.add("process_cpu_ms", ms(usage.ru_utime) + ms(usage.ru_stime));  // every thread, so far
   m.add("jit_report", st.jit_report);
   return m.object() + "\n";
