@@ -58,11 +58,11 @@ struct CompileEvent {
   double start_ms = 0, shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;
   double tuning_ms = 0;
   bool tuning_cache_hit = false;
-  bool region = false;   // a fused region (else one op's kernel)
-  int kernels = 1;       // kernels it installed
-  double queued_ms = 0;  // wall time from the request's queueing to the compile's start
-  double total_ms = 0;   // wall time from the compile's start to the install (queued_ms + total_ms: end to end)
-  double cpu_ms = 0;     // CPU from the compile's start to the install, all its threads
+  bool region = false;       // a fused region (else one op's kernel)
+  int kernels = 1;           // kernels it installed
+  double queued_ms = 0;      // wall time from the request's queueing to the compile's start
+  double total_ms = 0;       // wall time from the compile's start to the install (queued_ms + total_ms: end to end)
+  double cpu_ms = 0;         // CPU from the compile's start to the install, all its threads
   double helper_cpu_ms = 0;  // of cpu_ms, a region's helper threads' (in parallel with the compile thread)
   double shape_infer_cpu_ms = 0, codegen_cpu_ms = 0, validate_patch_cpu_ms = 0, tuning_cpu_ms = 0;
 };
