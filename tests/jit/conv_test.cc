@@ -489,9 +489,9 @@ Value poolInput(const Shape& shape, std::mt19937& rng, bool nan) {
     const auto* g = static_cast<const std::uint32_t*>(got.rawData());
     const std::int64_t at = std::mismatch(w, w + want.numel(), g).first - w;
     if (at < want.numel()) {
-      result = ::testing::AssertionFailure() << spec.signature() << " on " << x.tensor().describe() << ": element "
-                                             << at << " is " << want.data<float>()[at] << ", kernel "
-                                             << got.data<float>()[at];
+      result = ::testing::AssertionFailure()
+               << spec.signature() << " on " << x.tensor().describe() << ": element " << at << " is "
+               << want.data<float>()[at] << ", kernel " << got.data<float>()[at];
       break;
     }
   }
@@ -517,9 +517,11 @@ TEST(ConvJit, MaxPoolMatchesTheReferenceBitForBit) {
       {Shape{1, 6, 12, 14}, {{"kernel", ints({3, 3})}, {"dilations", ints({2, 3})}, {"pads", ints({2, 1, 1, 2})}}},
       {Shape{2, 3, 7, 6}, {{"kernel", ints({3, 3})}, {"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}},
       {Shape{1, 2, 4, 5}, {{"kernel", ints({5, 5})}, {"pads", ints({2, 2, 2, 2})}}},
-      {Shape{2, 4, 19}, {{"kernel", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}, {"dilations", ints({2})}}},
+      {Shape{2, 4, 19},
+       {{"kernel", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}, {"dilations", ints({2})}}},
       {Shape{1, 3, 5, 40}, {{"kernel", ints({1, 3})}, {"pads", ints({0, 1, 0, 1})}}},
-      {Shape{2, 2, 8, 7}, {{"kernel", ints({2, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", AttrValue::ofBool(true)}}}};
+      {Shape{2, 2, 8, 7},
+       {{"kernel", ints({2, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", AttrValue::ofBool(true)}}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const Value x = poolInput(c.x, rng, i % 3 == 1);

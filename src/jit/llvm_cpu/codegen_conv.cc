@@ -514,9 +514,8 @@ float* tileBuffer(std::int64_t floats) {
 
 // A grouped tile's rows (one [cout, pixels] image block `ld` floats apart in `tile` from `image`'s
 // columns on) from or to the NCHW images: the product out, a residual operand in.
-void copyImages(const float* from, std::int64_t from_image, std::int64_t from_row, float* to,
-                std::int64_t to_image, std::int64_t to_row, std::int64_t images, std::int64_t rows,
-                std::int64_t pixels) {
+void copyImages(const float* from, std::int64_t from_image, std::int64_t from_row, float* to, std::int64_t to_image,
+                std::int64_t to_row, std::int64_t images, std::int64_t rows, std::int64_t pixels) {
   for (std::int64_t i = 0; i < images; ++i) {
     for (std::int64_t r = 0; r < rows; ++r) {
       std::memcpy(to + i * to_image + r * to_row, from + i * from_image + r * from_row,
@@ -573,8 +572,8 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
         float* next = product + g.cout * width_most;
         for (int e = static_cast<int>(kFirstExtra); e < inputs; ++e) {
           if (args->strides[e][3] == 0) continue;  // one element (see prepareDense)
-          copyImages(static_cast<const float*>(args->data[e]) + n0 * image_out, image_out, pixels, next, pixels,
-                     width, images, g.cout, pixels);
+          copyImages(static_cast<const float*>(args->data[e]) + n0 * image_out, image_out, pixels, next, pixels, width,
+                     images, g.cout, pixels);
           tile.data[e] = next;
           tile.strides[e][2] = width;
           next += g.cout * width_most;
