@@ -357,6 +357,16 @@ Expected<std::vector<AxisWindow>> callWindows(const KernelSpec& spec, const Tens
   return forwardWindows("conv", in, windowAttrs(spec, kernel));
 }
 
+// A window op's output: [N, channels, one extent per window], x's dtype.
+Status windowOutput(const Tensor& x, std::int64_t channels, const std::vector<AxisWindow>& windows,
+                    std::span<DType> dtypes, std::span<Shape> shapes) {
+  Shape out{x.dim(0), channels};
+  for (const AxisWindow& window : windows) out.push_back(window.out);
+  dtypes[0] = x.dtype();
+  shapes[0] = out;
+  return Status::ok();
+}
+
 // ---- pointwise: the matmul family's prepare() on views of the conv's tensors ----
 
 struct MatmulOperands {
@@ -1055,11 +1065,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
                        w.shape().toString());
     }
     SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, x, w));
-    Shape out{x.dim(0), w.dim(0)};
-    for (const AxisWindow& window : windows) out.push_back(window.out);
-    dtypes[0] = x.dtype();
-    shapes[0] = out;
-    return Status::ok();
+    return windowOutput(x, w.dim(0), windows, dtypes, shapes);
   }
 
   Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
@@ -1167,11 +1173,7 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
     }
     const Tensor& x = inputs[0]->tensor();
     SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, poolWindows(spec, x));
-    Shape out{x.dim(0), x.dim(1)};
-    for (const AxisWindow& window : windows) out.push_back(window.out);
-    dtypes[0] = x.dtype();
-    shapes[0] = out;
-    return Status::ok();
+    return windowOutput(x, x.dim(1), windows, dtypes, shapes);
   }
 
   Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
