@@ -14,7 +14,8 @@
 // runner (scalars[0], replaced) fills each tile in a per-thread buffer and runs the generated part
 // on it, which writes the [Cout, cols] product with the epilogue applied straight into the
 // output's columns of that tile (its C rows are a run-time stride apart: the image's pixels). No
-// buffer ever holds more than one tile of the im2col matrix.
+// buffer ever holds more than one tile of the im2col matrix. Small images under a large weight go
+// several to a tile (imagesPerTile), their product staged in the tile buffer and copied out.
 // Epilogues (dense and pointwise): after the bias, the region planner's elementwise consumers
 // (activations, a residual add, ReLU6's maximum/minimum against scalar bounds) run in the matmul's
 // store; an operand of the output's shape follows the bias (inputs 3..) and is viewed as the
@@ -27,6 +28,8 @@
 // bottom padding) starts as the bias and adds each tap whose input row is inside over the columns
 // it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
 // the input) are scalars[0..1].
+// max_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop), each output
+// starting at -inf and taking a tap when it is greater or NaN, in the reference's tap order.
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
