@@ -230,8 +230,14 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
       const double gflops = flop / (summarizeLatency(ms[i]).median * 1e6);
       fmt::print("  {:<44} {:6.1f} GFLOP/s  {:.2f}x oneDNN (rounds {:.2f}..{:.2f})\n", name, gflops, r[r.size() / 2],
                  r.front(), r.back());
-      out.push_back({{"m", m}, {"k", k}, {"n", n}, {"kernel", name}, {"gflops", gflops},
-                     {"vs_onednn", r[r.size() / 2]}, {"vs_onednn_min", r.front()}, {"vs_onednn_max", r.back()}});
+      out.push_back({{"m", m},
+                     {"k", k},
+                     {"n", n},
+                     {"kernel", name},
+                     {"gflops", gflops},
+                     {"vs_onednn", r[r.size() / 2]},
+                     {"vs_onednn_min", r.front()},
+                     {"vs_onednn_max", r.back()}});
     };
     for (std::size_t i = 0; i < kernels.size(); ++i) row(kernels[i].toString(), i);
     row("oneDNN sgemm", sgemm);

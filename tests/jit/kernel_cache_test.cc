@@ -172,7 +172,8 @@ TEST_F(KernelCacheTest, KeyCoversSpecParamsTargetAndCompiler) {
     EXPECT_NE(kernelCacheKey(family, *other, identity, host), key);
   }
   EXPECT_NE(kernelCacheKey(family, spec, identity + " +avx512f", host), key) << "another CPU's features";
-  EXPECT_NE(KernelCache::fileName(kernelCacheKey(family, spec, "llvm 18.1.0; x86_64", host)), KernelCache::fileName(key));
+  EXPECT_NE(KernelCache::fileName(kernelCacheKey(family, spec, "llvm 18.1.0; x86_64", host)),
+            KernelCache::fileName(key));
   EXPECT_NE(identity.find("llvm 19"), std::string::npos) << identity;
 }
 
@@ -245,14 +246,16 @@ TEST_F(KernelCacheTest, TheKeysDimsAreALineOfTheirOwnAndTheRestIsTheShapeClass) 
   const KernelSpec ranged = withRows(exact, 2, 64);
   const std::string identity = sharedBackend().codeIdentity();
   const std::string& host = sharedBackend().capabilities().target;
-  const std::string a = kernelCacheKey(family, exact, identity, host), b = kernelCacheKey(family, ranged, identity, host);
+  const std::string a = kernelCacheKey(family, exact, identity, host),
+                    b = kernelCacheKey(family, ranged, identity, host);
   EXPECT_NE(a, b);
   EXPECT_EQ(kernelShapeClass(a), kernelShapeClass(b));
   EXPECT_EQ(KernelCache::fileName(a).substr(0, 17), KernelCache::fileName(b).substr(0, 17)) << "one prefix per class";
   EXPECT_NE(KernelCache::fileName(a), KernelCache::fileName(b));
   KernelSpec tuned = ranged;
   tuned.params.unroll = 4;
-  EXPECT_NE(kernelShapeClass(kernelCacheKey(family, tuned, identity, host)), kernelShapeClass(b)) << "params are no dims";
+  EXPECT_NE(kernelShapeClass(kernelCacheKey(family, tuned, identity, host)), kernelShapeClass(b))
+      << "params are no dims";
   const std::optional<KeyDims> exact_dims = kernelKeyDims(a), ranged_dims = kernelKeyDims(b);
   ASSERT_TRUE(exact_dims && ranged_dims);
   ASSERT_EQ(ranged_dims->size(), 2u);
@@ -263,7 +266,8 @@ TEST_F(KernelCacheTest, TheKeysDimsAreALineOfTheirOwnAndTheRestIsTheShapeClass) 
   EXPECT_EQ((*exact_dims)[1][0].size, 5);
   EXPECT_TRUE(keyDimsCover(*ranged_dims, *exact_dims));
   EXPECT_FALSE(keyDimsCover(*exact_dims, *ranged_dims));
-  EXPECT_FALSE(keyDimsCover(*kernelKeyDims(kernelCacheKey(family, withRows(exact, 8, 64), identity, host)), *exact_dims));
+  EXPECT_FALSE(
+      keyDimsCover(*kernelKeyDims(kernelCacheKey(family, withRows(exact, 8, 64), identity, host)), *exact_dims));
   // A garbled dims line is no dims at all (and so covers nothing).
   std::string garbled = b;
   garbled.replace(garbled.find("\ndims ") + 6, 1, "x");
@@ -394,7 +398,8 @@ TEST_F(KernelCacheTest, CachedObjectComputingTheWrongOpIsRejectedByValidation) {
   ASSERT_TRUE(built.hasValue()) << built.status().toString();
   auto object = backend->engine().emitObject(std::move(*built));
   ASSERT_TRUE(object.hasValue()) << object.status().toString();
-  const std::string key = kernelCacheKey(*familyFor(OpId::Sub), sub, backend->codeIdentity(), backend->capabilities().target);
+  const std::string key =
+      kernelCacheKey(*familyFor(OpId::Sub), sub, backend->codeIdentity(), backend->capabilities().target);
   backend->kernelCache()->store(CachedCode{key, symbol, std::string(backend->codeBytes(**object))});
   const std::uint64_t codegens = backend->codegens();
 

@@ -131,7 +131,7 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   const matmul::Plan big = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, spr));
   EXPECT_EQ(big.mr, 6);
   EXPECT_EQ(big.kc, 512);
-  EXPECT_EQ(big.mc, 252);  // 252 x 512 floats in a quarter of 2 MiB
+  EXPECT_EQ(big.mc, 252);   // 252 x 512 floats in a quarter of 2 MiB
   EXPECT_EQ(big.nc, 2048);  // 512 x 2048 floats: 4 MiB, the packed B block's cap
   EXPECT_EQ(big.prefetch, 0);
   EXPECT_GT(matmul::resolvePlan(matmulSpec(3840, 128, 1024, spr)).mc, 0);  // 1.9 MiB of A at K 128

@@ -20,8 +20,9 @@
 // through a register transpose, in functions of their own (see callPacker). B may also be read
 // in place (f32, rows contiguous; a tuning candidate for small M). Defaults (see defaultPlan):
 // 6x64 tiles, KC from L2; M <= 64: 4x64, KC from L1; packed A and B blocks where A's rows would
-// not stay in L2. M tails re-read a valid row and store nothing; N tails use masked loads/stores. When A's rows and B's columns are both contiguous along K and M < MR or
-// N < 16 (x @ W.T for a few rows, matrix @ vector), a dot-product path runs instead.
+// not stay in L2. M tails re-read a valid row and store nothing; N tails use masked loads/stores.
+// When A's rows and B's columns are both contiguous along K and M < MR or N < 16 (x @ W.T for a
+// few rows, matrix @ vector), a dot-product path runs instead.
 // The kernel body is an internal function `part(args, task, tasks, scratch)`; the exported symbol
 // calls back into C++ (the address prepare() stores in scalars[0]) which runs the tasks on the
 // ThreadPool with a per-thread, 64-byte aligned scratch buffer for the packed panels.
@@ -233,8 +234,8 @@ Plan defaultPlan(const KernelSpec& spec) {
     // alias in L1/L2 at power-of-two widths.
     plan.mr = small_m ? 4 : 6;
     plan.vectors = 4;
-    plan.kc = small_m ? kcForL1(caches, plan.mr, static_cast<int>(plan.nr()))
-                      : kcForL2(caches, static_cast<int>(plan.nr()));
+    plan.kc =
+        small_m ? kcForL1(caches, plan.mr, static_cast<int>(plan.nr())) : kcForL2(caches, static_cast<int>(plan.nr()));
     plan.prefetch = 1;
     plan.nc = static_cast<int>(plan.nr());
   }

@@ -704,8 +704,8 @@ class TailEmitter {
       } else {
         // Stride 1: the lanes (none past the operand's row is touched); stride 0: one value.
         llvm::Value* contiguous = b_.CreateICmpEQ(extra.strides[3], i64(1));
-        llvm::Value* lanes =
-            ir::maskedLoadCompute(b_, dtype_, at(b_.CreateAdd(extra.base, col)), b_.CreateVectorSplat(kLanes, contiguous));
+        llvm::Value* lanes = ir::maskedLoadCompute(b_, dtype_, at(b_.CreateAdd(extra.base, col)),
+                                                   b_.CreateVectorSplat(kLanes, contiguous));
         llvm::Value* scalar = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype_, at(extra.base)));
         other = b_.CreateSelect(contiguous, lanes, scalar);
       }

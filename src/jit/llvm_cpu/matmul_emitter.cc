@@ -256,16 +256,16 @@ class MatmulEmitter {
         } else {
           llvm::Value* ptr = ir::elementPtr(b_, extra.dtype, extra.data, b_.CreateAdd(offset, col));
           if (extra.along_n == AlongN::Contiguous) {
-            other =
-                mask != nullptr ? ir::maskedLoadCompute(b_, extra.dtype, ptr, mask) : ir::loadCompute(b_, extra.dtype, ptr, kLanes);
+            other = mask != nullptr ? ir::maskedLoadCompute(b_, extra.dtype, ptr, mask)
+                                    : ir::loadCompute(b_, extra.dtype, ptr, kLanes);
           } else {
             // Stride 1: the lanes (no lane past the operand's row is touched); stride 0: one value.
             llvm::Value* contiguous = b_.CreateICmpEQ(extra.n_stride, i64(1));
             llvm::Value* lanes = b_.CreateVectorSplat(kLanes, contiguous);
             if (mask != nullptr) lanes = b_.CreateAnd(lanes, mask);
             llvm::Value* scalar = ir::loadCompute(b_, extra.dtype, ir::elementPtr(b_, extra.dtype, extra.data, offset));
-            other =
-                b_.CreateSelect(contiguous, ir::maskedLoadCompute(b_, extra.dtype, ptr, lanes), b_.CreateVectorSplat(kLanes, scalar));
+            other = b_.CreateSelect(contiguous, ir::maskedLoadCompute(b_, extra.dtype, ptr, lanes),
+                                    b_.CreateVectorSplat(kLanes, scalar));
           }
         }
         value = step.swapped ? ir::binaryOp(b_, step.op, out_dtype_, other, value)
@@ -1119,10 +1119,10 @@ class MatmulEmitter {
                 for (int r = 0; r < mr; ++r) {
                   for (int v = 0; v < vectors; ++v) {
                     llvm::Value* mask = laneMask(b_.CreateSub(t.cols, i64(v * kLanes)));
-                    b_.CreateStore(
-                        ir::maskedLoadCompute(b_, out_dtype_, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))),
-                                   mask),
-                        acc(r, v));
+                    b_.CreateStore(ir::maskedLoadCompute(
+                                       b_, out_dtype_,
+                                       cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))), mask),
+                                   acc(r, v));
                   }
                 }
               });
