@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -144,6 +145,107 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
   best.tune_s = msSince(start) / 1000.0;
   if (best.kernel == nullptr) return makeError(ErrorCode::Internal, "no matmul candidate compiled");
   return best;
+}
+
+// SHAPEVM_BENCH_MATMUL_COMPARE="default;mr=4 nr=64 kc=128;onednn": instead of the suite, each
+// shape's listed float32 kernels (KernelParams text) against oneDNN, for deciding a default by
+// measurement on a loaded host. Interleaved rounds (SHAPEVM_BENCH_ROUNDS, default 11) in an order
+// rotated every round, one thread, process CPU time; per kernel the median of its per-round ratio
+// to oneDNN (the faster of sgemm and the matmul primitive in that round) and the range of those
+// ratios. "oneDNN again" is a second primitive for the same shape: its ratio is the noise floor.
+Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& family,
+                     const std::vector<std::array<std::int64_t, 3>>& shapes, const std::string& list, json& out) {
+  std::vector<jit::KernelParams> kernels;
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t end = std::min(list.find(';', at), list.size());
+    SVM_ASSIGN_OR_RETURN(jit::KernelParams params, jit::KernelParams::parse(list.substr(at, end - at)));
+    kernels.push_back(params);
+    at = end + 1;
+  }
+  const char* rounds_text = std::getenv("SHAPEVM_BENCH_ROUNDS");
+  const int rounds = std::max(3, rounds_text != nullptr ? std::atoi(rounds_text) : 11);
+  std::mt19937_64 rng(5);
+  for (const auto& [m, k, n] : shapes) {
+    Value a = Value::fromTensor(randomTensor(Shape{m, k}, rng));
+    Value b = Value::fromTensor(randomTensor(Shape{k, n}, rng));
+    std::vector<const Value*> inputs = {&a, &b};
+    const jit::KernelSpec base = jit::exactSpec(OpId::MatMul, {}, inputs);
+    Tensor c = std::move(Tensor::empty(DType::Float32, Shape{m, n}).value());
+    Tensor c2 = std::move(Tensor::empty(DType::Float32, Shape{m, n}).value());
+    Tensor c3 = std::move(Tensor::empty(DType::Float32, Shape{m, n}).value());
+    SVM_ASSIGN_OR_RETURN(auto primitive, OnednnMatmul::create(m, k, n, a.tensor().data<float>(),
+                                                              b.tensor().data<float>(), c2.data<float>()));
+    SVM_ASSIGN_OR_RETURN(auto again, OnednnMatmul::create(m, k, n, a.tensor().data<float>(), b.tensor().data<float>(),
+                                                          c3.data<float>()));
+    primitive->run();
+    const Tensor& want = c2;
+    // Timed in the rotated order: [0, kernels) the JIT's, then sgemm, the primitive, its twin.
+    std::vector<std::function<void()>> runs;
+    std::vector<std::unique_ptr<jit::CompiledKernel>> compiled;
+    std::vector<std::vector<Value>> outs(kernels.size(), std::vector<Value>(1));
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      jit::KernelSpec spec = base;
+      spec.params = kernels[i];
+      SVM_ASSIGN_OR_RETURN(auto kernel, jit::compileKernel(engine, family, spec));
+      compiled.push_back(std::move(kernel));
+      jit::CompiledKernel* kernel_ptr = compiled.back().get();
+      std::vector<Value>* out_ptr = &outs[i];
+      runs.push_back([kernel_ptr, out_ptr, &inputs] { (void)jit::invokeCompiled(*kernel_ptr, inputs, *out_ptr); });
+      runs.back()();
+      if (!(relL2((*out_ptr)[0].tensor(), want) <= 1e-5)) {
+        return makeError(ErrorCode::Internal, "matmul {}x{}x{}: {} gives wrong results", m, k, n,
+                         kernels[i].toString());
+      }
+    }
+    runs.push_back([&] {
+      dnnl_sgemm('N', 'N', m, n, k, 1.0f, a.tensor().data<float>(), k, b.tensor().data<float>(), n, 0.0f,
+                 c.data<float>(), n);
+    });
+    runs.push_back([&] { primitive->run(); });
+    runs.push_back([&] { again->run(); });
+    const double flop = 2.0 * static_cast<double>(m * k * n);
+    const int repeats = std::max(3, static_cast<int>(std::min<double>(20, 1.5e9 / flop)));
+    std::vector<std::vector<double>> ms(runs.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (std::size_t j = 0; j < runs.size(); ++j) {
+        const std::size_t i = (j + static_cast<std::size_t>(round)) % runs.size();
+        ms[i].push_back(medianCpuMs(repeats, runs[i]));
+      }
+    }
+    const std::size_t sgemm = kernels.size(), prim = sgemm + 1, twin = sgemm + 2;
+    auto ratios = [&](std::size_t i) {
+      std::vector<double> r;
+      for (int round = 0; round < rounds; ++round) {
+        const std::size_t at = static_cast<std::size_t>(round);
+        r.push_back(std::min(ms[sgemm][at], ms[prim][at]) / ms[i][at]);
+      }
+      std::sort(r.begin(), r.end());
+      return r;
+    };
+    const double dnnl_ms = std::min(summarizeLatency(ms[sgemm]).median, summarizeLatency(ms[prim]).median);
+    fmt::print("matmul {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, process CPU time)\n", m, k, n,
+               flop / (dnnl_ms * 1e6), rounds, repeats);
+    auto row = [&](const std::string& name, std::size_t i) {
+      const std::vector<double> r = ratios(i);
+      const double gflops = flop / (summarizeLatency(ms[i]).median * 1e6);
+      fmt::print("  {:<44} {:6.1f} GFLOP/s  {:.2f}x oneDNN (rounds {:.2f}..{:.2f})\n", name, gflops, r[r.size() / 2],
+                 r.front(), r.back());
+      out.push_back({{"m", m},
+                     {"k", k},
+                     {"n", n},
+                     {"kernel", name},
+                     {"gflops", gflops},
+                     {"vs_onednn", r[r.size() / 2]},
+                     {"vs_onednn_min", r.front()},
+                     {"vs_onednn_max", r.back()}});
+    };
+    for (std::size_t i = 0; i < kernels.size(); ++i) row(kernels[i].toString(), i);
+    row("oneDNN sgemm", sgemm);
+    row("oneDNN matmul", prim);
+    row("oneDNN again (noise floor)", twin);
+    for (auto& kernel : compiled) (void)engine.free(kernel->handle);
+  }
+  return Status::ok();
 }
 
 // bfloat16 x bfloat16 -> bfloat16 at the suite's shapes: the default tile with the bf16 pair dot
@@ -477,6 +579,12 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
   }
   const jit::KernelFamily* family = jit::familyFor(OpId::MatMul);
   if (family == nullptr) return makeError(ErrorCode::Unsupported, "no JIT matmul family");
+  if (const char* compare = std::getenv("SHAPEVM_BENCH_MATMUL_COMPARE"); compare != nullptr && *compare != '\0') {
+    fmt::print("host: {}; {}\n", engine.capabilities().toString(), engine.costHints().toString());
+    std::vector<std::array<std::int64_t, 3>> listed;
+    for (const MatmulShape& s : shapes) listed.push_back({s.m, s.k, s.n});
+    return matmulCompare(engine, *family, listed, compare, out);
+  }
   std::mt19937_64 rng(5);
   fmt::print("matmul: GFLOP/s (% of the FMA peak measured beside it); ratios vs the faster of oneDNN sgemm / matmul\n");
   fmt::print("host: {}; {}\n", engine.capabilities().toString(), engine.costHints().toString());

@@ -6,10 +6,11 @@
 // (TuningRecord::bf16_pairs_us / bf16_widening_us) and sets the verdict of this host's records
 // here (tune/auto_tuner.h); the matmul family reads it when it resolves a default plan. Before any
 // measurement on a CPU the prior holds: pairs where the CPU has them (half the steps).
-// Limitation: the kernel cache's key names the params (bf16_dot = 0), not the variant they
-// resolved to, so an untuned default kept on disk from before the verdict changed keeps its
-// variant until it is evicted (tuned kernels name the variant: the twin's bf16_dot is explicit,
-// and a recorded default winner of the other variant is answered as the twin).
+// The kernel cache's key names the variant a default resolves to (bf16DefaultResolved of the
+// backend's target CPU, see kernelCacheKey), so a kernel kept on disk from before the verdict
+// changed is not found under the new one (tuned kernels name the variant in their params: the
+// twin's bf16_dot is explicit, and a recorded default winner of the other variant is answered as
+// the twin).
 // Backend-neutral on purpose: the tuner reaches the LLVM CPU backend only through jit/ headers.
 // Keyed by the backend's target CPU name (BackendCapabilities::target, e.g. "znver5"), the same
 // name the tuning database's records carry. Thread-safe.
@@ -50,6 +51,12 @@ inline Bf16Variant bf16Default(const std::string& cpu) {
   std::lock_guard<std::mutex> lock(d.mutex);
   auto it = d.by_cpu.find(cpu);
   return it == d.by_cpu.end() ? Bf16Variant::Unmeasured : it->second;
+}
+
+// What a default bfloat16 matmul (KernelParams::bf16_dot = 0) compiled for `cpu` runs, where the
+// target has pair dot products: widening where the verdict says so, else pairs (the prior).
+inline Bf16Variant bf16DefaultResolved(const std::string& cpu) {
+  return bf16Default(cpu) == Bf16Variant::Widening ? Bf16Variant::Widening : Bf16Variant::Pairs;
 }
 
 inline const char* bf16VariantName(Bf16Variant variant) {

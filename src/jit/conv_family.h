@@ -11,7 +11,8 @@
 
 namespace shapevm::jit {
 
-// The conv family for OpId::Conv (pointwise, dense float32 and depthwise convs), else nullptr.
+// The conv family for OpId::Conv (pointwise, dense float32 and depthwise convs), the max_pool
+// family (the depthwise conv's window loop taking the max) for OpId::MaxPool, else nullptr.
 const KernelFamily* convFamily(OpId op);
 
 // Whether the conv family compiles a conv with attributes `attrs` (schema order) over operands of

@@ -33,14 +33,6 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// CPU time of the calling thread (ms): a compile's own work, without its waits for a core (the
-// compile thread runs at a lower priority than everything else on a busy host).
-double threadCpuMs() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) * 1e-6;
-}
-
 // "MatMul:(320,128)x(128,1024)" from a profile record (what the detector saw).
 std::string recordSignature(OpId op, const ProfileRecord& record) {
   std::string text = fmt::format("{}:", opIdent(op));
@@ -687,6 +679,8 @@ void Jit::compileSite(const Request& request) {
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   const OpSite& op_site = fn.op_sites[static_cast<std::size_t>(site)];
   const Clock::time_point start = Clock::now();
+  const double start_cpu_ms = threadCpuMs();
+  const double queued_ms = std::max(0.0, (trace::nowUs() - request.queued_us) * 1e-3);
   const SiteState before = siteState(function, site);
 
   // 1. Shape inference from the profile; on first sight the shapes the earlier process had met
@@ -722,6 +716,7 @@ void Jit::compileSite(const Request& request) {
     }
   }
   const double infer_ms = msSince(start);
+  const double infer_cpu_ms = threadCpuMs() - start_cpu_ms;
   trace::completeSince("compile", "shape inference", start, trace::Args().add("signature", inferred->spec.signature()));
 
   // 2. Code generation.
@@ -736,18 +731,23 @@ void Jit::compileSite(const Request& request) {
   //     At once when that costs nothing (a database hit), was asked for (the re-tune request) or
   //     pay-off waiting is off; otherwise the default-parameter kernel is installed first.
   TuneOutcome tuned;
+  double tuning_cpu_ms = 0;
   const bool tuner = level_ >= 2 && options_.tuner != nullptr;
   const bool tune_now = tuner && (request.tune || !payoffWaits() ||
                                   options_.tuner->estimate(*engine_, *family, inferred->spec, 1.0).cost_ms <= 0);
   if (tune_now) {
     const Clock::time_point tune_start = Clock::now();
+    const double tune_start_cpu_ms = threadCpuMs();
     tuned = tuneSpec(*family, inferred->spec, inferred->observed, before.pc);
+    tuning_cpu_ms = threadCpuMs() - tune_start_cpu_ms;
     inferred->spec.params = tuned.params;
     trace::completeSince("compile", "tuning", tune_start, trace::Args().add("params", tuned.params.toString()));
   }
   const Clock::time_point codegen_start = Clock::now();
+  const double codegen_start_cpu_ms = threadCpuMs();
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
   const double codegen_ms = msSince(codegen_start);
+  const double codegen_cpu_ms = threadCpuMs() - codegen_start_cpu_ms;
   trace::completeSince("compile", "codegen", codegen_start, trace::Args().add("signature", inferred->spec.signature()));
   if (compileCancelled()) {  // shutdown: no install, no failure recorded
     if (kernel) (void)engine_->free((*kernel)->handle);
@@ -793,8 +793,9 @@ void Jit::compileSite(const Request& request) {
   trace::instant("compile", "install",
                  trace::Args().addPc(before.pc).add("signature", inferred->spec.signature()).add("kernel", symbol));
   const double total_ms = msSince(start);
+  const double cpu_ms = threadCpuMs() - start_cpu_ms;
   const TuneEstimate estimate = tuner && !tune_now
-                                    ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_ms)
+                                    ? options_.tuner->estimate(*engine_, *family, inferred->spec, codegen_cpu_ms)
                                     : TuneEstimate{0.0, 0.0};
   const double site_ms =
       ticksToNanos(vm_.runtime(function).slots[static_cast<std::size_t>(site)].ticks.load(std::memory_order_relaxed)) *
@@ -810,13 +811,21 @@ void Jit::compileSite(const Request& request) {
     state.tune_gain = estimate.gain;
     ++stats_.compiles;
     if (request.first_sight) ++stats_.first_sight_installs;
-    stats_.shape_infer_ms += infer_ms;
-    stats_.codegen_ms += codegen_ms;
-    stats_.validate_patch_ms += validate_ms;
-    stats_.compile_ms.push_back(total_ms);
-    stats_.events.push_back(CompileEvent{inferred->spec.signature(),
-                                         std::chrono::duration<double, std::milli>(start - attached_at_).count(), infer_ms,
-                                         codegen_ms, validate_ms, tuned.tuning_ms, tuned.from_database});
+    CompileEvent event{inferred->spec.signature(),
+                       std::chrono::duration<double, std::milli>(start - attached_at_).count(),
+                       infer_ms,
+                       codegen_ms,
+                       validate_ms,
+                       tuned.tuning_ms,
+                       tuned.from_database};
+    event.queued_ms = queued_ms;
+    event.total_ms = total_ms;
+    event.cpu_ms = cpu_ms;
+    event.shape_infer_cpu_ms = infer_cpu_ms;
+    event.codegen_cpu_ms = codegen_cpu_ms;
+    event.validate_patch_cpu_ms = validate_cpu_ms;
+    event.tuning_cpu_ms = tuning_cpu_ms;
+    noteEvent(event);
     noteTuning(tuned);
   }
   logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
@@ -825,6 +834,10 @@ void Jit::compileSite(const Request& request) {
         "validation+patch {:.1f}ms, {:.1f}ms compile-thread CPU)",
         symbol, before.pc, inferred->spec.signature(), inferred->policy, entries, entries == 1 ? "entry" : "entries",
         infer_ms, codegen_ms, validate_ms, validate_cpu_ms);
+  logAt(LogLevel::Info, "JIT",
+        "PC=0x{:02X} compile CPU {:.1f}ms (shape inference {:.1f}ms, codegen {:.1f}ms, validation+patch {:.1f}ms, "
+        "tuning {:.1f}ms); queued {:.1f}ms, compiling {:.1f}ms wall",
+        before.pc, cpu_ms, infer_cpu_ms, codegen_cpu_ms, validate_cpu_ms, tuning_cpu_ms, queued_ms, total_ms);
   if (request.first_sight) {
     logAt(LogLevel::Info, "JIT", "PC=0x{:02X} installed from the cache on first sight ({})", before.pc,
           from_cache ? "code from the kernel cache" : "the cache lacked the code: compiled");
@@ -860,6 +873,16 @@ TuneOutcome Jit::tuneSpec(const KernelFamily& family, const KernelSpec& spec, st
           outcome->failed, outcome->params.toString(), outcome->best_us, outcome->default_us);
   }
   return *outcome;
+}
+
+void Jit::noteEvent(const CompileEvent& event) {
+  stats_.shape_infer_cpu_ms += event.shape_infer_cpu_ms;
+  stats_.codegen_cpu_ms += event.codegen_cpu_ms;
+  stats_.validate_patch_cpu_ms += event.validate_patch_cpu_ms;
+  stats_.tuning_cpu_ms += event.tuning_cpu_ms;
+  stats_.compile_ms.push_back(event.total_ms);
+  stats_.compile_cpu_ms.push_back(event.cpu_ms);
+  stats_.events.push_back(event);
 }
 
 void Jit::noteTuning(const TuneOutcome& tuned) {
@@ -959,6 +982,7 @@ void Jit::compileRange(const Request& request) {
   const int function = request.function;
   const Clock::time_point start = Clock::now();
   const double start_cpu_ms = threadCpuMs();
+  const double queued_ms = std::max(0.0, (trace::nowUs() - request.queued_us) * 1e-3);
   RangeState snapshot;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -1019,11 +1043,12 @@ void Jit::compileRange(const Request& request) {
     all_from_database = all_from_database && outcome.from_database;
   }
   const double total_ms = msSince(start);
-  const double cpu_ms = threadCpuMs() - start_cpu_ms;
+  // The compile thread's CPU and its helpers' (the region's kernels compiled in parallel).
+  const double cpu_ms = threadCpuMs() - start_cpu_ms + times.helper_cpu_ms;
   TuneEstimate estimate;
   double ran_ms = 0;
   if (region && !request.tune) {
-    estimate = estimateTuning(**region, times.codegen_ms);
+    estimate = estimateTuning(**region, times.codegen_cpu_ms);
     ran_ms = sitesMilliseconds(snapshot.range.sites, vm_.runtime(function));
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -1115,10 +1140,24 @@ void Jit::compileRange(const Request& request) {
   stats_.codegen_ms += times.codegen_ms;
   stats_.validate_patch_ms += validate_patch_ms;
   for (const TuneOutcome& outcome : tuning) noteTuning(outcome);
-  stats_.compile_ms.push_back(total_ms);
-  stats_.events.push_back(CompileEvent{fmt::format("Region@0x{:02X}{}", snapshot.range.start_pc, request.tune ? " (tuned)" : ""),
-                                       std::chrono::duration<double, std::milli>(start - attached_at_).count(),
-                                       times.plan_ms, times.codegen_ms, validate_patch_ms, tuning_ms, all_from_database});
+  CompileEvent event{fmt::format("Region@0x{:02X}{}", snapshot.range.start_pc, request.tune ? " (tuned)" : ""),
+                     std::chrono::duration<double, std::milli>(start - attached_at_).count(),
+                     times.plan_ms,
+                     times.codegen_ms,
+                     validate_patch_ms,
+                     tuning_ms,
+                     all_from_database};
+  event.region = true;
+  event.kernels = kernels;
+  event.queued_ms = queued_ms;
+  event.total_ms = total_ms;
+  event.cpu_ms = cpu_ms;
+  event.helper_cpu_ms = times.helper_cpu_ms;
+  event.shape_infer_cpu_ms = times.plan_cpu_ms;
+  event.codegen_cpu_ms = times.codegen_cpu_ms;
+  event.tuning_cpu_ms = times.tuning_cpu_ms;
+  event.validate_patch_cpu_ms = std::max(0.0, cpu_ms - times.plan_cpu_ms - times.codegen_cpu_ms - times.tuning_cpu_ms);
+  noteEvent(event);
   lock.unlock();
   if (!request.tune) logAt(LogLevel::Info, "JIT", "Kernel generated in {}ms, replaced dispatch entry", static_cast<long long>(total_ms + 0.5));
   logAt(
@@ -1126,7 +1165,13 @@ void Jit::compileRange(const Request& request) {
       "Installed {}fused region at PC=0x{:02X}..0x{:02X} ({} kernels, {} ops fused: {}; {} region {}; tuning {:.1f}ms; "
       "{:.1f}ms wall, {:.1f}ms compile-thread CPU)",
       request.tune ? "tuned " : "", snapshot.range.start_pc, snapshot.range.resume_pc - 1, kernels, fused, description,
-      entries, entries == 1 ? "entry" : "entries", tuning_ms, total_ms, cpu_ms);
+      entries, entries == 1 ? "entry" : "entries", tuning_ms, total_ms, cpu_ms - times.helper_cpu_ms);
+  logAt(
+      LogLevel::Info, "JIT",
+      "Region at PC=0x{:02X} compile CPU {:.1f}ms, {:.1f}ms of it on helper threads (plan {:.1f}ms, codegen {:.1f}ms, "
+      "tuning {:.1f}ms, validation+patch {:.1f}ms); queued {:.1f}ms",
+      snapshot.range.start_pc, cpu_ms, times.helper_cpu_ms, event.shape_infer_cpu_ms, event.codegen_cpu_ms,
+      event.tuning_cpu_ms, event.validate_patch_cpu_ms, queued_ms);
   if (request.first_sight) {
     // Process-wide count: another compile thread may have run codegen meanwhile (then it reads high).
     const std::uint64_t codegens = engine_->codegens() - codegens_before;
@@ -1183,10 +1228,12 @@ bool Jit::tuningPaysOff(double ran_ms, double cost_ms, double gain) const {
   return !payoffWaits() || cost_ms <= 0 || ran_ms * gain >= cost_ms;
 }
 
-TuneEstimate Jit::estimateTuning(const CompiledRegion& region, double codegen_ms) const {
+// `codegen_cpu_ms`: the region's codegen CPU (all threads), so each candidate's compile is priced at
+// its CPU, not at a wall time that on a busy host is mostly waiting for a core.
+TuneEstimate Jit::estimateTuning(const CompiledRegion& region, double codegen_cpu_ms) const {
   TuneEstimate total{0.0, 0.0};
   if (level_ < 2 || options_.tuner == nullptr) return total;
-  const double compile_ms = codegen_ms / std::max(1, region.kernels());
+  const double compile_ms = codegen_cpu_ms / std::max(1, region.kernels());
   int tunable = 0;
   for (const Step& step : region.plan->steps) {
     if (!step.kernel || step.kind == Step::Kind::Opaque) continue;  // opaque steps are never tuned
@@ -1254,15 +1301,24 @@ std::string Jit::statsReport() const {
       "jit: level O{}, {} compile requests ({} dropped), {} kernels installed, {} compile failures, {} validation "
       "failures, {} blacklisted sites\n",
       level_, s.requests, s.dropped_requests, s.compiles, s.compile_failures, s.validation_failures, s.blacklisted_sites);
-  std::vector<double> times = s.compile_ms;
-  std::sort(times.begin(), times.end());
-  double total = 0;
-  for (double t : times) total += t;
+  // Total, median and max of per-install figures.
+  const auto spread = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    double total = 0;
+    for (double v : values) total += v;
+    return std::array<double, 3>{total, values.empty() ? 0.0 : values[values.size() / 2],
+                                 values.empty() ? 0.0 : values.back()};
+  };
+  const auto [total, median, max] = spread(s.compile_ms);
   text += fmt::format(
       "jit: compile time {:.1f} ms (shape inference {:.1f} ms, codegen {:.1f} ms, validation+patch {:.1f} ms); per "
       "kernel median {:.1f} ms, max {:.1f} ms\n",
-      total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, times.empty() ? 0.0 : times[times.size() / 2],
-      times.empty() ? 0.0 : times.back());
+      total, s.shape_infer_ms, s.codegen_ms, s.validate_patch_ms, median, max);
+  const auto [cpu_total, cpu_median, cpu_max] = spread(s.compile_cpu_ms);
+  text += fmt::format(
+      "jit: compile CPU {:.1f} ms, all compile threads (shape inference {:.1f} ms, codegen {:.1f} ms, validation+patch "
+      "{:.1f} ms, tuning {:.1f} ms); per kernel median {:.1f} ms, max {:.1f} ms\n",
+      cpu_total, s.shape_infer_cpu_ms, s.codegen_cpu_ms, s.validate_patch_cpu_ms, s.tuning_cpu_ms, cpu_median, cpu_max);
   text += fmt::format("jit: {} fused regions ({} ops folded into fused kernels and matmul epilogues); {} region "
                       "executions served, {} declined (ran op by op), {} ran kernels in row blocks\n",
                       s.fused_regions, s.fused_ops, s.region_runs, s.region_declines, s.region_row_blocked);

@@ -50,12 +50,21 @@ struct JitOptions {
                                    // (install_record.h); tests of the tiering thresholds turn it off
 };
 
-// One installed compile, for timelines (times in ms since the Jit was attached).
+// One installed compile, for timelines (times in ms since the Jit was attached). The *_ms figures
+// are wall time, the *_cpu_ms ones CPU time of every thread that worked on it (the compile thread
+// and a region's helper threads): on a busy host a compile's wall time is mostly waiting for a core.
 struct CompileEvent {
   std::string signature;
   double start_ms = 0, shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;
   double tuning_ms = 0;
   bool tuning_cache_hit = false;
+  bool region = false;       // a fused region (else one op's kernel)
+  int kernels = 1;           // kernels it installed
+  double queued_ms = 0;      // wall time from the request's queueing to the compile's start
+  double total_ms = 0;       // wall time from the compile's start to the install (queued_ms + total_ms: end to end)
+  double cpu_ms = 0;         // CPU from the compile's start to the install, all its threads
+  double helper_cpu_ms = 0;  // of cpu_ms, a region's helper threads' (in parallel with the compile thread)
+  double shape_infer_cpu_ms = 0, codegen_cpu_ms = 0, validate_patch_cpu_ms = 0, tuning_cpu_ms = 0;
 };
 
 struct JitStats {
@@ -68,6 +77,8 @@ struct JitStats {
   std::uint64_t blacklisted_sites = 0;
   double shape_infer_ms = 0, codegen_ms = 0, validate_patch_ms = 0;  // summed over installed kernels
   double tuning_ms = 0;                  // summed: AutoTuner time (compiling + timing candidates)
+  // The same sums in CPU time of the compile thread and a region's helper threads (CompileEvent).
+  double shape_infer_cpu_ms = 0, codegen_cpu_ms = 0, validate_patch_cpu_ms = 0, tuning_cpu_ms = 0;
   std::uint64_t tuned_kernels = 0;       // kernels whose parameters were chosen by timing
   std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
   std::uint64_t tuning_deferred = 0;     // (stats() time) installed regions/kernels whose tuning does not pay off yet
@@ -78,6 +89,7 @@ struct JitStats {
   std::uint64_t region_declines = 0;     // executions a fused region declined (ran op by op)
   std::uint64_t region_row_blocked = 0;  // served executions that ran a producer and its consumers in row blocks
   std::vector<double> compile_ms;        // end-to-end per installed kernel
+  std::vector<double> compile_cpu_ms;    // the same compiles' CPU time (CompileEvent::cpu_ms)
   std::vector<CompileEvent> events;      // per installed kernel, in install order
   std::uint64_t compiled_calls = 0;      // executions served by a compiled kernel (cache reuse)
   std::uint64_t interpreted_calls = 0;   // CallOp executions that ran a reference kernel
@@ -185,11 +197,12 @@ class Jit final : public ExecutionObserver {
   bool payoffWaits() const;  // TunePayoff on and no --jit-wait
   bool tuningPaysOff(double ran_ms, double cost_ms, double gain) const;
   bool regionCompilePaysOff(int function, RangeState& state);  // mutex_ held
-  TuneEstimate estimateTuning(const CompiledRegion& region, double codegen_ms) const;
+  TuneEstimate estimateTuning(const CompiledRegion& region, double codegen_cpu_ms) const;
   bool coveredByRange(int function, int site) const;  // callers hold mutex_
   void recordFailure(int function, int site, JitReason reason, const std::string& why);
   TuneOutcome tuneSpec(const KernelFamily& family, const KernelSpec& spec, std::span<const Shape> observed, int pc);
   void noteTuning(const TuneOutcome& tuned);  // callers hold mutex_
+  void noteEvent(const CompileEvent& event);  // callers hold mutex_: an install's times into stats_
   void logGuardMisses(int function, int site, SiteState& state);
   // Callers hold mutex_. `provisional` is set when the function settles only because sites or
   // ranges stay interpreted while cheaper than a launch (a timed verdict, re-checked later).

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/bf16_variant.h"
 #include "jit/fusion.h"
 #include "jit/install_record.h"
 #include "support/logging.h"
@@ -627,7 +628,8 @@ void appendProgram(std::string& out, const FusedProgram& p) {
 
 }  // namespace
 
-std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, const std::string& code_identity) {
+std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, const std::string& code_identity,
+                           const std::string& target_cpu) {
   std::string key = fmt::format("kernel {} {}\nattrs", family.name(), opIdent(spec.op));
   for (const AttrValue& attr : spec.attrs) {
     key += fmt::format(" {}:{}:{:a}:{}:[", static_cast<int>(attr.kind), attr.i, attr.f, dtypeShortName(attr.dtype));
@@ -644,6 +646,13 @@ std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, c
   }
   key += fmt::format("\nparams {}\ntarget {}x{}{}\n", spec.params.toString(), spec.target.vector_bits,
                      spec.target.vector_registers, spec.target.bf16_dot ? " bf16dot" : "");
+  // A default over bfloat16 operands on a target with pair dot products: the variant it resolves
+  // to on this CPU today (a kernel kept under the other verdict is another kernel).
+  const bool bf16_operand = std::any_of(spec.inputs.begin(), spec.inputs.end(),
+                                        [](const OperandSpec& in) { return in.dtype == DType::BFloat16; });
+  if (bf16_operand && spec.target.bf16_dot && spec.params.bf16_dot == 0 && spec.params.library == 0) {
+    key += fmt::format("bf16 default {}\n", bf16VariantName(bf16DefaultResolved(target_cpu)));
+  }
   if (spec.fused) appendProgram(key, *spec.fused);
   if (!spec.fused_leaf_source.empty()) {
     key += "leaf sources";
@@ -763,7 +772,7 @@ Expected<KernelHandle> compileThroughCache(KernelBackend& backend, const KernelF
   KernelCache* cache = backend.kernelCache();
   const std::string identity = cache != nullptr ? backend.codeIdentity() : std::string();
   if (!identity.empty()) {
-    key = kernelCacheKey(family, spec, identity);
+    key = kernelCacheKey(family, spec, identity, backend.capabilities().target);
     if (std::optional<CachedCode> kept = cache->find(key)) {
       Expected<KernelHandle> handle = loadKept(backend, *kept, symbol);
       if (handle) {

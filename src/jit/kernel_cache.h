@@ -116,9 +116,12 @@ class KernelCache {
 // Everything that fixes the code compiled for `spec` with `family` on a backend whose
 // codeIdentity() is `code_identity`: the full spec (op, attributes, operands with dims, ranges and
 // divisors, epilogue, fused program, parameters, target), the ShapeVM version and build, and the
-// compiler and target. Equal keys mean interchangeable code.
+// compiler and target. Equal keys mean interchangeable code. What a default resolves to beyond the
+// spec is named too: a bfloat16 spec's default variant (pairs or widening, jit/bf16_variant.h)
+// follows the measured verdict for `target_cpu` (the backend's BackendCapabilities::target).
 // The dims of every operand are on a line of their own ("dims ...").
-std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, const std::string& code_identity);
+std::string kernelCacheKey(const KernelFamily& family, const KernelSpec& spec, const std::string& code_identity,
+                           const std::string& target_cpu);
 // A key without its dims line: equal for the kernels that differ only in static sizes and ranges.
 std::string kernelShapeClass(std::string_view key);
 // The dims of a key's operands, one list per operand in order (a scalar's is empty); nullopt

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -82,9 +83,22 @@ class CompiledRegion {
 
 // Where a region compile's time went (ms): planning (graph, reference run on the observed shapes,
 // fusion decisions — the region's shape inference), kernel codegen (tuning excluded) and validation.
+// The *_cpu_ms figures are CPU time (threadCpuMs) of every thread that worked on it: codegen counts
+// the helper threads that compiled kernels in parallel too, so it can exceed its wall time. CPU
+// figures add up over a plan given up for another (compileRegion's second try); wall times do not.
 struct RegionCompileTimes {
   double plan_ms = 0, codegen_ms = 0, validate_ms = 0;
+  double plan_cpu_ms = 0, codegen_cpu_ms = 0, validate_cpu_ms = 0, tuning_cpu_ms = 0;
+  double helper_cpu_ms = 0;  // of that, the helper threads' (beside the calling compile thread)
 };
+
+// CPU time of the calling thread (ms): a compile's own work, without its waits for a core (compile
+// threads run below the interpreter's priority, so on a busy host their wall time is mostly waiting).
+inline double threadCpuMs() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) * 1e-6;
+}
 
 // The CompiledRegionFn installed in the dispatch slot (state = const CompiledRegion*).
 bool runCompiledRegion(const void* state, std::span<Value> registers);

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -26,6 +27,7 @@
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
 #include "support/cpu_cores.h"
+#include "support/logging.h"
 #include "support/trace.h"
 #include "support/tunables.h"
 
@@ -314,9 +316,10 @@ struct KernelJob {
 // process's cores less the busy compile threads. Helpers inherit this thread's lowered priority and
 // SCHED_BATCH policy (so they take what the interpreter leaves), count as busy compile threads
 // (kernel_threads=auto leaves them their cores) and stop on this thread's cancel flag. LLVM
-// compiles in parallel (JitEngine); links take turns.
+// compiles in parallel (JitEngine); links take turns. `helper_cpu_ms` gets the helpers' CPU time.
 std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBackend& engine,
-                                                                      const std::vector<KernelJob>& jobs) {
+                                                                      const std::vector<KernelJob>& jobs,
+                                                                      double& helper_cpu_ms) {
   std::vector<Expected<std::unique_ptr<CompiledKernel>>> results;
   results.reserve(jobs.size());
   for (std::size_t j = 0; j < jobs.size(); ++j) {
@@ -325,7 +328,11 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t j = next.fetch_add(1); j < jobs.size(); j = next.fetch_add(1)) {
+      const double start = threadCpuMs();
       results[j] = compileKernel(engine, *jobs[j].family, jobs[j].spec);
+      logAt(LogLevel::Debug, "JIT", "Region step {}: {} kernel {} in {:.1f}ms CPU{}", jobs[j].step,
+            jobs[j].family->name(), jobs[j].spec.signature(), threadCpuMs() - start,
+            results[j] && (*results[j])->from_cache ? " (from the kernel cache)" : "");
     }
   };
   const std::int64_t free_cores = availableCores() - std::max(1, busyCompileThreads());
@@ -333,16 +340,20 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
       std::min({free_cores, Tunables::get(Tunable::RegionCompileHelpers), static_cast<std::int64_t>(jobs.size()) - 1});
   const auto helpers = static_cast<std::size_t>(std::max<std::int64_t>(0, wanted));
   std::vector<std::thread> threads;
+  std::vector<double> cpu_ms(helpers, 0.0);
   const std::atomic<bool>* cancel = detail::compile_cancel_flag;
   for (std::size_t h = 0; h < helpers; ++h) {
-    threads.emplace_back([&work, cancel] {
+    threads.emplace_back([&work, &cpu = cpu_ms[h], cancel] {
+      const double start = threadCpuMs();
       const CompileCancelScope scope(cancel);
       const BusyCompileThread busy;
       work();
+      cpu = threadCpuMs() - start;
     });
   }
   work();
   for (std::thread& thread : threads) thread.join();
+  for (double ms : cpu_ms) helper_cpu_ms += ms;
   return results;
 }
 
@@ -363,6 +374,11 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
   };
   Clock::time_point phase = Clock::now();
+  double phase_cpu = threadCpuMs();
+  const auto cpu_since = [&phase_cpu] {
+    const double now = threadCpuMs();
+    return now - std::exchange(phase_cpu, now);
+  };
   RegionCompileTimes local;
   if (times == nullptr) times = &local;
   auto region = std::make_unique<CompiledRegion>();
@@ -426,9 +442,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
   if (!worthwhile) return makeError(ErrorCode::Unsupported, "nothing to fuse in this range");
 
   times->plan_ms = since(phase);
+  times->plan_cpu_ms += cpu_since();
   trace::completeSince("compile", "shape inference (region plan)", phase);
   phase = Clock::now();
-  double tuned_ms = 0;
+  double tuned_ms = 0, tuned_cpu_ms = 0;
   planBlocks(p);
   // Kernels, step by step, on the reference run's values (which also give the leaves' layouts):
   // each step's spec and tuned parameters first (tuning times alone), then every kernel compiled,
@@ -481,8 +498,10 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
       return makeError(ErrorCode::Unsupported, "step {} is tuned on the newest observed shapes", k);
     }
     const Clock::time_point tune_start = Clock::now();
+    const double tune_start_cpu = threadCpuMs();
     spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
     tuned_ms += since(tune_start);
+    tuned_cpu_ms += threadCpuMs() - tune_start_cpu;
     jobs.push_back({k, family, spec, /*optional=*/false});
     if (step.stat) {
       // A statistic is no register's value: the reference run gets it from the program's own
@@ -493,7 +512,11 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
     }
   }
 
-  std::vector<Expected<std::unique_ptr<CompiledKernel>>> kernels = compileKernels(engine, jobs);
+  double helper_cpu_ms = 0;
+  std::vector<Expected<std::unique_ptr<CompiledKernel>>> kernels = compileKernels(engine, jobs, helper_cpu_ms);
+  times->helper_cpu_ms += helper_cpu_ms;
+  times->tuning_cpu_ms += tuned_cpu_ms;
+  times->codegen_cpu_ms += cpu_since() - tuned_cpu_ms + helper_cpu_ms;
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     Step& step = p.steps[jobs[j].step];
     if (!kernels[j]) {
@@ -534,6 +557,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
     if (step.kernel) step.kernel->packed.clear();
   }
   times->validate_ms = since(phase);
+  times->validate_cpu_ms += cpu_since();
   trace::completeSince("compile", "validation", phase);
   return region;
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 
 #include "bytecode/module.h"
@@ -172,6 +174,27 @@ std::string statsJson(const StatsSources& sources) {
     const jit::JitStats& js = *sources.jit;
     std::vector<double> times = js.compile_ms;
     std::sort(times.begin(), times.end());
+    std::vector<double> cpu = js.compile_cpu_ms;
+    std::sort(cpu.begin(), cpu.end());
+    // Every install: wall time queued and compiling, and the CPU its threads spent per phase.
+    std::string installs;
+    for (const jit::CompileEvent& e : js.events) {
+      installs += (installs.empty() ? "" : ", ") + Members()
+                                                       .add("signature", e.signature)
+                                                       .add("region", e.region)
+                                                       .add("kernels", static_cast<std::uint64_t>(e.kernels))
+                                                       .add("start_ms", e.start_ms)
+                                                       .add("queued_ms", e.queued_ms)
+                                                       .add("wall_ms", e.total_ms)
+                                                       .add("cpu_ms", e.cpu_ms)
+                                                       .add("helper_cpu_ms", e.helper_cpu_ms)
+                                                       .add("shape_inference_cpu_ms", e.shape_infer_cpu_ms)
+                                                       .add("codegen_cpu_ms", e.codegen_cpu_ms)
+                                                       .add("validation_patch_cpu_ms", e.validate_patch_cpu_ms)
+                                                       .add("tuning_cpu_ms", e.tuning_cpu_ms)
+                                                       .add("tuning_cache_hit", e.tuning_cache_hit)
+                                                       .object();
+    }
     m.raw("compile", Members()
                          .add("requests", js.requests)
                          .add("dropped_requests", js.dropped_requests)
@@ -187,6 +210,14 @@ std::string statsJson(const StatsSources& sources) {
                          .add("tuning_ms", js.tuning_ms)
                          .add("median_ms", times.empty() ? 0.0 : times[times.size() / 2])
                          .add("max_ms", times.empty() ? 0.0 : times.back())
+                         .add("cpu_ms", std::accumulate(cpu.begin(), cpu.end(), 0.0))
+                         .add("shape_inference_cpu_ms", js.shape_infer_cpu_ms)
+                         .add("codegen_cpu_ms", js.codegen_cpu_ms)
+                         .add("validation_patch_cpu_ms", js.validate_patch_cpu_ms)
+                         .add("tuning_cpu_ms", js.tuning_cpu_ms)
+                         .add("median_cpu_ms", cpu.empty() ? 0.0 : cpu[cpu.size() / 2])
+                         .add("max_cpu_ms", cpu.empty() ? 0.0 : cpu.back())
+                         .raw("installs", "[" + installs + "]")
                          .object());
     m.raw("regions", Members()
                          .add("fused", js.fused_regions)
@@ -209,6 +240,12 @@ std::string statsJson(const StatsSources& sources) {
     m.raw("fallbacks", reasons.object());
   }
 #endif
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto ms = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) * 1e-3;
+  };
+  m.add("process_cpu_ms", ms(usage.ru_utime) + ms(usage.ru_stime));  // every thread, so far
   m.add("jit_report", st.jit_report);
   return m.object() + "\n";
 }

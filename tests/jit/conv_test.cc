@@ -5,6 +5,8 @@
 // that split rows, with and without a bias, one kernel over several batch and spatial extents
 // (dynamic dims), every tuning candidate, fused epilogues — and the convs it leaves to the reference.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "jit/conv_family.h"
@@ -415,6 +417,157 @@ TEST(ConvJit, SupportAndSymbols) {
   EXPECT_NE(reason(volume, {}).find("float32 1-D and 2-D"), std::string::npos);
   // A symbolic channel count cannot be baked in.
   EXPECT_FALSE(family->supports(symbolicSpec(specFor("conv", pointwise))).isOk());
+}
+
+// Small images go several to a tile when the weight is large (64 x 128 x 3 x 3: 288 KiB): five
+// 5x7 images run as tiles of 3 and 2 images over two threads, or as one tile of 5 on one thread
+// (175 columns: two whole register panels and a partial one), the product staged in the tile
+// buffer and copied out to each image; then a residual add (staged in per tile) and ReLU on three
+// 5x5 images after a stride-2 conv, and a one-element operand (left in place).
+TEST(ConvJit, SmallImagesShareATile) {
+  std::mt19937 rng(34);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const Attrs attrs = {{"pads", ints({1, 1, 1, 1})}};
+  const std::vector<Value> inputs = convInputs(DType::Float32, Shape{5, 128, 5, 7}, 64, 1, rng, 3);
+  for (int threads : {2, 1}) {
+    KernelSpec spec = dynamicSpec(inputs, attrs);
+    spec.params.threads = threads;
+    EXPECT_TRUE(matchesReference(spec, inputs)) << threads << " threads";
+  }
+  const Attrs strided = {{"strides", ints({2, 2})}, {"pads", ints({1, 0, 1, 2})}};
+  EXPECT_TRUE(epilogueMatches(convInputs(DType::Float32, Shape{3, 128, 9, 8}, 64, 1, rng, 3), strided,
+                              {{OpId::Add, 3, false}, {OpId::Relu, -1, false}}, rng, true));
+  const Value bound = Value::fromTensor(randomTensor(DType::Float32, Shape{1}, rng, Layout::Contiguous, 1.0));
+  EXPECT_TRUE(epilogueMatches(convInputs(DType::Float32, Shape{4, 128, 6, 6}, 64, 1, rng, 3), attrs,
+                              {{OpId::Maximum, 3, false}, {OpId::Add, 4, false}}, rng, false, {bound}));
+}
+
+// ---- max_pool (the window loop of depthwise convs, taking the max) ----
+
+// The spec of max_pool on `x`, static or with N, H and W dynamic.
+KernelSpec poolSpec(const Value& x, const Attrs& attrs, bool dynamic) {
+  KernelSpec spec = specFor("max_pool", {x}, attrs);
+  for (int d = 0; d < spec.inputs[0].rank && dynamic; ++d) {
+    if (d != 1) spec.inputs[0].dims[d] = DimSpec{};
+  }
+  return spec;
+}
+
+// `x` with values on a coarse grid (ties, +0 and -0) and, when `nan`, a few NaNs.
+Value poolInput(const Shape& shape, std::mt19937& rng, bool nan) {
+  Tensor x = randomTensor(DType::Float32, shape, rng, Layout::Contiguous, 1.0);
+  float* data = x.data<float>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    data[i] = std::round(data[i] * 2.0f) / 2.0f;
+    if (nan && i % 13 == 5) data[i] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return Value::fromTensor(x);
+}
+
+// One compiled max_pool against the reference on every input: the same bits (the kernel takes the
+// taps in the reference's order, so ties of +0 and -0 and NaN come out as there).
+::testing::AssertionResult poolMatchesExactly(const KernelSpec& spec, const std::vector<Value>& xs) {
+  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::MaxPool), spec);
+  if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for (const Value& x : xs) {
+    const std::vector<Value> inputs{x};
+    auto expected = referenceOutputs(spec, inputs);
+    std::vector<Value> actual(1);
+    Status run = invokeCompiled(**kernel, pointersTo(inputs), actual);
+    if (!expected || !run.isOk()) {
+      result = ::testing::AssertionFailure() << x.tensor().describe() << ": " << run.toString();
+      break;
+    }
+    const Tensor& want = (*expected)[0].tensor();
+    const Tensor& got = actual[0].tensor();
+    if (want.shape() != got.shape()) {
+      result = ::testing::AssertionFailure() << want.shape().toString() << " vs " << got.shape().toString();
+      break;
+    }
+    const auto* w = static_cast<const std::uint32_t*>(want.rawData());
+    const auto* g = static_cast<const std::uint32_t*>(got.rawData());
+    const std::int64_t at = std::mismatch(w, w + want.numel(), g).first - w;
+    if (at < want.numel()) {
+      result = ::testing::AssertionFailure()
+               << spec.signature() << " on " << x.tensor().describe() << ": element " << at << " is "
+               << want.data<float>()[at] << ", kernel " << got.data<float>()[at];
+      break;
+    }
+  }
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  return result;
+}
+
+TEST(ConvJit, MaxPoolMatchesTheReferenceBitForBit) {
+  std::mt19937 rng(33);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  struct Case {
+    Shape x;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {Shape{1, 3, 9, 11}, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {Shape{2, 5, 10, 9}, {{"kernel", ints({2, 2})}}},
+      {Shape{3, 4, 13, 12},
+       {{"kernel", ints({3, 2})},
+        {"strides", ints({2, 3})},
+        {"pads", ints({1, 0, 2, 1})},
+        {"ceil_mode", AttrValue::ofBool(true)}}},
+      {Shape{1, 6, 12, 14}, {{"kernel", ints({3, 3})}, {"dilations", ints({2, 3})}, {"pads", ints({2, 1, 1, 2})}}},
+      {Shape{2, 3, 7, 6}, {{"kernel", ints({3, 3})}, {"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}},
+      {Shape{1, 2, 4, 5}, {{"kernel", ints({5, 5})}, {"pads", ints({2, 2, 2, 2})}}},
+      {Shape{2, 4, 19},
+       {{"kernel", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}, {"dilations", ints({2})}}},
+      {Shape{1, 3, 5, 40}, {{"kernel", ints({1, 3})}, {"pads", ints({0, 1, 0, 1})}}},
+      {Shape{2, 2, 8, 7},
+       {{"kernel", ints({2, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", AttrValue::ofBool(true)}}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const Value x = poolInput(c.x, rng, i % 3 == 1);
+    EXPECT_TRUE(poolMatchesExactly(poolSpec(x, c.attrs, i % 2 == 1), {x})) << c.x.toString();
+  }
+}
+
+// One kernel (dynamic N, H and W: read per call, the pads too) over several batches and image
+// sizes, SAME padding (its pads depend on the input) and resnet's 3x3/2 pad 1.
+TEST(ConvJit, OneMaxPoolKernelOverSeveralSizes) {
+  std::mt19937 rng(35);
+  for (const Attrs& attrs : {Attrs{{"kernel", AttrValue::ofInts({3, 3})},
+                                   {"strides", AttrValue::ofInts({2, 2})},
+                                   {"pads", AttrValue::ofInts({1, 1, 1, 1})}},
+                             Attrs{{"kernel", AttrValue::ofInts({3, 2})}, {"auto_pad", AttrValue::ofInt(2)}}}) {
+    std::vector<Value> xs;
+    for (const Shape& shape : {Shape{1, 3, 9, 11}, Shape{2, 3, 1, 1}, Shape{3, 3, 16, 7}, Shape{1, 3, 2, 30}}) {
+      xs.push_back(poolInput(shape, rng, false));
+    }
+    EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true), xs));
+  }
+}
+
+TEST(ConvJit, MaxPoolSupport) {
+  std::mt19937 rng(36);
+  const KernelFamily* family = familyFor(OpId::MaxPool);
+  ASSERT_NE(family, nullptr);
+  EXPECT_EQ(family, convFamily(OpId::MaxPool));
+  EXPECT_EQ(familyFor(OpId::AvgPool), nullptr);
+  const Attrs attrs = {{"kernel", AttrValue::ofInts({3, 3})}};
+  const Value x = poolInput(Shape{1, 2, 6, 6}, rng, false);
+  EXPECT_TRUE(family->supports(specFor("max_pool", {x}, attrs)).isOk());
+  EXPECT_NE(family->symbolStem(specFor("max_pool", {x}, attrs)).find("max_pool_k3x3"), std::string::npos);
+  const Value half = operand(DType::Float16, Shape{1, 2, 6, 6}, rng);
+  const Status declined = family->supports(specFor("max_pool", {half}, attrs));
+  EXPECT_NE(declined.message().find("float32 1-D and 2-D"), std::string::npos) << declined.toString();
+  const Value volume = operand(DType::Float32, Shape{1, 2, 4, 4, 4}, rng);
+  EXPECT_FALSE(family->supports(specFor("max_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());
+  // A strided input declines the call (the reference kernel runs it).
+  KernelSpec spec = poolSpec(x, attrs, true);
+  auto kernel = compileKernel(sharedBackend(), *family, spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  const Value strided = Value::fromTensor(randomTensor(DType::Float32, Shape{1, 2, 6, 6}, rng, Layout::Strided, 1.0));
+  std::vector<Value> out(1);
+  EXPECT_FALSE(invokeCompiled(**kernel, pointersTo({strided}), out).isOk());
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 }  // namespace

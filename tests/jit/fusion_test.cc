@@ -1518,6 +1518,35 @@ TEST_F(FusionTest, LstmCellKernelsCompiledInParallelEqualO0) {
     expectServed(report);
     EXPECT_EQ(report.installedRanges(), 1) << report.installed();
     EXPECT_TRUE(report.describes("matmul+add, matmul+add, fused(")) << report.installed();
+    // Every install reports its CPU (the compile thread's and its helpers'), split by phase, and
+    // the stats' sums are the installs' sums.
+    const JitStats& stats = report.stats;
+    ASSERT_FALSE(stats.events.empty());
+    EXPECT_EQ(stats.compile_cpu_ms.size(), stats.events.size());
+    EXPECT_EQ(stats.compile_ms.size(), stats.events.size());
+    double codegen = 0, plan = 0, validate = 0, tuning = 0;
+    int regions = 0;
+    for (const CompileEvent& e : stats.events) {
+      SCOPED_TRACE(e.signature);
+      codegen += e.codegen_cpu_ms;
+      plan += e.shape_infer_cpu_ms;
+      validate += e.validate_patch_cpu_ms;
+      tuning += e.tuning_cpu_ms;
+      EXPECT_GE(e.queued_ms, 0);
+      EXPECT_GT(e.total_ms, 0);
+      EXPECT_GE(e.validate_patch_cpu_ms, 0);
+      EXPECT_LE(e.shape_infer_cpu_ms + e.codegen_cpu_ms + e.tuning_cpu_ms, e.cpu_ms + 1e-6);
+      if (!e.region) continue;
+      ++regions;
+      EXPECT_EQ(e.kernels, 3);
+      EXPECT_GT(e.shape_infer_cpu_ms, 0);  // the plan's reference run
+      EXPECT_GT(e.codegen_cpu_ms, 0);      // a fresh cache: three LLVM compiles
+    }
+    EXPECT_EQ(regions, 1);
+    EXPECT_DOUBLE_EQ(stats.codegen_cpu_ms, codegen);
+    EXPECT_DOUBLE_EQ(stats.shape_infer_cpu_ms, plan);
+    EXPECT_DOUBLE_EQ(stats.validate_patch_cpu_ms, validate);
+    EXPECT_DOUBLE_EQ(stats.tuning_cpu_ms, tuning);
     std::filesystem::remove_all(dir);
   }
   if (old_dir != nullptr) {

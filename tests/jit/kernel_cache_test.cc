@@ -25,6 +25,7 @@
 
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
+#include "jit/bf16_variant.h"
 #include "jit/jit.h"
 #include "jit/kernel_cache.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
@@ -153,8 +154,9 @@ TEST_F(KernelCacheTest, KeyCoversSpecParamsTargetAndCompiler) {
   const KernelFamily& family = *familyFor(OpId::Add);
   const KernelSpec spec = sharedBackend().targetSpec(specFor("add", inputs, {}, testing::Dims::Symbolic));
   const std::string identity = sharedBackend().codeIdentity();
-  const std::string key = kernelCacheKey(family, spec, identity);
-  EXPECT_EQ(key, kernelCacheKey(family, spec, identity)) << "stable";
+  const std::string& host = sharedBackend().capabilities().target;
+  const std::string key = kernelCacheKey(family, spec, identity, host);
+  EXPECT_EQ(key, kernelCacheKey(family, spec, identity, host)) << "stable";
   EXPECT_NE(key.find(identity), std::string::npos);
   EXPECT_NE(key.find(shapevmBuildIdentity()), std::string::npos);
   KernelSpec ranged = spec;
@@ -167,11 +169,64 @@ TEST_F(KernelCacheTest, KeyCoversSpecParamsTargetAndCompiler) {
   KernelSpec other_width = spec;
   other_width.target.vector_bits = spec.target.vector_bits == 512 ? 256 : 512;
   for (const KernelSpec* other : {&ranged, &divided, &tuned, &other_width}) {
-    EXPECT_NE(kernelCacheKey(family, *other, identity), key);
+    EXPECT_NE(kernelCacheKey(family, *other, identity, host), key);
   }
-  EXPECT_NE(kernelCacheKey(family, spec, identity + " +avx512f"), key) << "another CPU's features";
-  EXPECT_NE(KernelCache::fileName(kernelCacheKey(family, spec, "llvm 18.1.0; x86_64")), KernelCache::fileName(key));
+  EXPECT_NE(kernelCacheKey(family, spec, identity + " +avx512f", host), key) << "another CPU's features";
+  EXPECT_NE(KernelCache::fileName(kernelCacheKey(family, spec, "llvm 18.1.0; x86_64", host)),
+            KernelCache::fileName(key));
   EXPECT_NE(identity.find("llvm 19"), std::string::npos) << identity;
+}
+
+// A default bfloat16 matmul resolves its variant (pair dot products or widening) from the host's
+// measured verdict (jit/bf16_variant.h): the key names the resolved variant, so after the verdict
+// changes the kept kernel of the old one is not served (from memory, disk or a wider kept kernel).
+TEST_F(KernelCacheTest, ABf16DefaultKeptUnderTheOtherVerdictIsNotServed) {
+  if (!sharedBackend().capabilities().isa.bf16_dot) GTEST_SKIP() << "no bf16 pair dot products on this CPU";
+  const std::string& host = sharedBackend().capabilities().target;
+  struct RestoreVerdict {
+    std::string cpu;
+    Bf16Variant saved = bf16Default(cpu);
+    ~RestoreVerdict() { setBf16Default(cpu, saved); }
+  } restore{host};
+  setBf16Default(host, Bf16Variant::Unmeasured);
+  std::mt19937 rng(11);
+  const std::vector<Value> inputs = {operand(DType::BFloat16, Shape{9, 40}, rng),
+                                     operand(DType::BFloat16, Shape{40, 70}, rng)};
+  const KernelSpec spec = specFor("matmul", inputs);
+  const KernelFamily& family = *familyFor(OpId::MatMul);
+  const KernelSpec stamped = sharedBackend().targetSpec(spec);
+  const std::string identity = sharedBackend().codeIdentity();
+  const std::string prior = kernelCacheKey(family, stamped, identity, host);
+  EXPECT_NE(prior.find("bf16 default pairs"), std::string::npos) << prior;
+
+  auto backend = backendWithCache(dir_);
+  auto pairs = compileAndCheck(*backend, spec, inputs);
+  ASSERT_NE(pairs, nullptr);
+  EXPECT_NE(pairs->handle.symbol.find("_bf16pairs"), std::string::npos) << pairs->handle.symbol;
+  EXPECT_EQ(pairs->cache_key, prior);
+
+  setBf16Default(host, Bf16Variant::Widening);
+  const std::string measured = kernelCacheKey(family, stamped, identity, host);
+  EXPECT_NE(measured, prior);
+  EXPECT_NE(kernelShapeClass(measured), kernelShapeClass(prior)) << "a wider kept kernel must not serve it either";
+  EXPECT_NE(measured.find("bf16 default widening"), std::string::npos) << measured;
+  auto widening = compileAndCheck(*backend, spec, inputs);  // the same process: a memory miss
+  ASSERT_NE(widening, nullptr);
+  EXPECT_FALSE(widening->from_cache);
+  EXPECT_EQ(widening->handle.symbol.find("_bf16pairs"), std::string::npos) << widening->handle.symbol;
+  EXPECT_EQ(backend->codegens(), 2u);
+  auto fresh = backendWithCache(dir_);  // another process: the disk holds both, each under its own key
+  auto again = compileAndCheck(*fresh, spec, inputs);
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(again->from_cache);
+  EXPECT_EQ(again->cache_key, measured);
+  EXPECT_EQ(again->handle.symbol.find("_bf16pairs"), std::string::npos) << again->handle.symbol;
+  // Explicit variants name themselves in their params: no verdict in their keys.
+  KernelSpec explicit_pairs = stamped;
+  explicit_pairs.params.bf16_dot = 1;
+  EXPECT_EQ(kernelCacheKey(family, explicit_pairs, identity, host).find("bf16 default"), std::string::npos);
+  for (auto* kernel : {pairs.get(), widening.get()}) EXPECT_TRUE(backend->free(kernel->handle).isOk());
+  EXPECT_TRUE(fresh->free(again->handle).isOk());
 }
 
 // `spec` with dim 0 of every input ranged lo..hi (the rest as they are).
@@ -190,14 +245,17 @@ TEST_F(KernelCacheTest, TheKeysDimsAreALineOfTheirOwnAndTheRestIsTheShapeClass) 
   const KernelSpec exact = sharedBackend().targetSpec(specFor("add", inputs));
   const KernelSpec ranged = withRows(exact, 2, 64);
   const std::string identity = sharedBackend().codeIdentity();
-  const std::string a = kernelCacheKey(family, exact, identity), b = kernelCacheKey(family, ranged, identity);
+  const std::string& host = sharedBackend().capabilities().target;
+  const std::string a = kernelCacheKey(family, exact, identity, host),
+                    b = kernelCacheKey(family, ranged, identity, host);
   EXPECT_NE(a, b);
   EXPECT_EQ(kernelShapeClass(a), kernelShapeClass(b));
   EXPECT_EQ(KernelCache::fileName(a).substr(0, 17), KernelCache::fileName(b).substr(0, 17)) << "one prefix per class";
   EXPECT_NE(KernelCache::fileName(a), KernelCache::fileName(b));
   KernelSpec tuned = ranged;
   tuned.params.unroll = 4;
-  EXPECT_NE(kernelShapeClass(kernelCacheKey(family, tuned, identity)), kernelShapeClass(b)) << "params are no dims";
+  EXPECT_NE(kernelShapeClass(kernelCacheKey(family, tuned, identity, host)), kernelShapeClass(b))
+      << "params are no dims";
   const std::optional<KeyDims> exact_dims = kernelKeyDims(a), ranged_dims = kernelKeyDims(b);
   ASSERT_TRUE(exact_dims && ranged_dims);
   ASSERT_EQ(ranged_dims->size(), 2u);
@@ -208,7 +266,8 @@ TEST_F(KernelCacheTest, TheKeysDimsAreALineOfTheirOwnAndTheRestIsTheShapeClass) 
   EXPECT_EQ((*exact_dims)[1][0].size, 5);
   EXPECT_TRUE(keyDimsCover(*ranged_dims, *exact_dims));
   EXPECT_FALSE(keyDimsCover(*exact_dims, *ranged_dims));
-  EXPECT_FALSE(keyDimsCover(*kernelKeyDims(kernelCacheKey(family, withRows(exact, 8, 64), identity)), *exact_dims));
+  EXPECT_FALSE(
+      keyDimsCover(*kernelKeyDims(kernelCacheKey(family, withRows(exact, 8, 64), identity, host)), *exact_dims));
   // A garbled dims line is no dims at all (and so covers nothing).
   std::string garbled = b;
   garbled.replace(garbled.find("\ndims ") + 6, 1, "x");
@@ -339,7 +398,8 @@ TEST_F(KernelCacheTest, CachedObjectComputingTheWrongOpIsRejectedByValidation) {
   ASSERT_TRUE(built.hasValue()) << built.status().toString();
   auto object = backend->engine().emitObject(std::move(*built));
   ASSERT_TRUE(object.hasValue()) << object.status().toString();
-  const std::string key = kernelCacheKey(*familyFor(OpId::Sub), sub, backend->codeIdentity());
+  const std::string key =
+      kernelCacheKey(*familyFor(OpId::Sub), sub, backend->codeIdentity(), backend->capabilities().target);
   backend->kernelCache()->store(CachedCode{key, symbol, std::string(backend->codeBytes(**object))});
   const std::uint64_t codegens = backend->codegens();
 

@@ -4,7 +4,8 @@
 // backend's CostHints). Checked on synthetic targets: the Zen 5 figures the defaults were tuned
 // on come out of the model, bigger caches give bigger blocks, each candidate's blocks fit the
 // caches they were sized for, unknown caches use the fallbacks, and an AVX2 target never gets a
-// 16-lane-register tile (and the backend's own target carries the host's caches).
+// 16-lane-register tile (and the backend's own target carries the host's caches). Where A's rows
+// would not stay in L2 between panels the default packs A and B blocks, and computes the same.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -48,18 +49,20 @@ TEST(MatmulBlocking, DefaultKBlockFollowsTheCaches) {
   // A 2 MiB L2 (Sapphire Rapids) holds panels twice as deep; a 32 KiB L1d half as deep.
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(512, 512, 512, avx512(48 * kKiB, 2 * kMiB, 2 * kMiB))).kc, 512);
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(32, 768, 4096, avx512(32 * kKiB, 1 * kMiB, 4 * kMiB))).kc, 64);
-  // AVX2 with a 32 KiB L1d (Zen 3, Haswell): 4 x 16 tiles, K blocks of 256 as before.
+  // AVX2 with a 32 KiB L1d (Zen 3, Haswell): 6 x 16 tiles (12 of the 16 ymm), K blocks of 256;
+  // few rows 4 x 16.
   const matmul::Plan zen3 = matmul::resolvePlan(matmulSpec(512, 512, 512, avx2(32 * kKiB, 512 * kKiB, 16 * kMiB)));
-  EXPECT_EQ(zen3.mr, 4);
+  EXPECT_EQ(zen3.mr, 6);
   EXPECT_EQ(zen3.nr(), 16);
   EXPECT_EQ(zen3.kc, 256);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(32, 512, 512, avx2(32 * kKiB, 512 * kKiB, 16 * kMiB))).mr, 4);
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(512, 512, 512, avx2(48 * kKiB, 512 * kKiB, 16 * kMiB))).kc, 512);
   // Unknown caches: the fallbacks.
   const matmul::CacheModel fallback = matmul::cacheModel(avx2(0, 0, 0));
   EXPECT_EQ(fallback.l1, kFallbackL1dBytes);
   EXPECT_EQ(fallback.l2, kFallbackL2Bytes);
   EXPECT_EQ(fallback.l3, kFallbackL3Bytes);
-  EXPECT_EQ(matmul::resolvePlan(matmulSpec(512, 512, 512, avx2(0, 0, 0))).kc, matmul::kcForL1(fallback, 4, 16));
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(512, 512, 512, avx2(0, 0, 0))).kc, matmul::kcForL1(fallback, 6, 16));
   // Explicit parameters still win over the model.
   KernelSpec explicit_kc = matmulSpec(512, 512, 512, zen5);
   explicit_kc.params.kc = 96;
@@ -120,6 +123,75 @@ TEST(MatmulBlocking, CandidatesFitTheCachesTheyWereSizedFor) {
   EXPECT_GT(large.second, small.second);
 }
 
+// Where A's rows read in place would not stay in L2 between B panels (M x KC floats over half of
+// L2), the default packs A and B in blocks (BLIS) sized from L2 and L3; elsewhere it reads A in
+// place as before. Parameters that name a block keep their meaning (A in place unless they give mc).
+TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
+  const KernelTarget spr = avx512(48 * kKiB, 2 * kMiB, 52 * kMiB), zen5 = avx512(48 * kKiB, 1 * kMiB, 16 * kMiB);
+  const matmul::Plan big = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, spr));
+  EXPECT_EQ(big.mr, 6);
+  EXPECT_EQ(big.kc, 512);
+  EXPECT_EQ(big.mc, 252);   // 252 x 512 floats in a quarter of 2 MiB
+  EXPECT_EQ(big.nc, 2048);  // 512 x 2048 floats: 4 MiB, the packed B block's cap
+  EXPECT_EQ(big.prefetch, 0);
+  EXPECT_GT(matmul::resolvePlan(matmulSpec(3840, 128, 1024, spr)).mc, 0);  // 1.9 MiB of A at K 128
+  // On a 1 MiB L2 the same 1024^3 has K blocks of 256 and A blocks of 252 x 256.
+  const matmul::Plan zen = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, zen5));
+  EXPECT_EQ(zen.kc, 256);
+  EXPECT_EQ(zen.mc, 252);
+  // A that stays in L2, few rows, one panel: A read in place, B one panel at a time.
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{256, 256, 256},
+                         {640, 128, 1024},
+                         {32, 768, 4096},
+                         {4096, 512, 64}}) {
+    const matmul::Plan plan = matmul::resolvePlan(matmulSpec(m, k, n, spr));
+    EXPECT_EQ(plan.mc, 0) << m << "x" << k << "x" << n;
+    EXPECT_EQ(plan.nc, plan.nr()) << m << "x" << k << "x" << n;
+  }
+  // bfloat16 keeps A in place (the pair dot products read it there).
+  KernelSpec bf16 = matmulSpec(1024, 1024, 1024, spr);
+  bf16.inputs[0].dtype = bf16.inputs[1].dtype = DType::BFloat16;
+  EXPECT_EQ(matmul::resolvePlan(bf16).mc, 0);
+  // AVX2: the 6 x 16 tile in blocks as well.
+  const matmul::Plan avx2_big = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, avx2(48 * kKiB, 2 * kMiB, 52 * kMiB)));
+  EXPECT_EQ(avx2_big.mr, 6);
+  EXPECT_EQ(avx2_big.nr(), 16);
+  EXPECT_GT(avx2_big.mc, 0);
+  EXPECT_EQ(avx2_big.mc % 6, 0);
+  // A search-space candidate's blocks mean what they say: A in place, one panel, its prefetch.
+  KernelSpec panel = matmulSpec(1024, 1024, 1024, spr);
+  panel.params = KernelParams{.mr = 6, .nr = 64, .kc = 256, .nc = 64, .prefetch = 1};
+  const matmul::Plan panel_plan = matmul::resolvePlan(panel);
+  EXPECT_EQ(panel_plan.mc, 0);
+  EXPECT_EQ(panel_plan.nc, 64);
+  EXPECT_EQ(panel_plan.prefetch, 1);
+  panel.params = KernelParams{.kc = 128};
+  EXPECT_EQ(matmul::resolvePlan(panel).mc, 0);
+  EXPECT_EQ(matmul::resolvePlan(panel).nc, 64);
+  // A tile alone keeps the default's blocks, in whole tiles of its own.
+  panel.params = KernelParams{.mr = 14, .nr = 32};
+  const matmul::Plan tile = matmul::resolvePlan(panel);
+  EXPECT_GT(tile.mc, 0);
+  EXPECT_EQ(tile.mc % 14, 0);
+  EXPECT_EQ(tile.nc % 32, 0);
+}
+
+// The blocked default on this host's own caches, against the reference: odd M and N, so the
+// last A block, the last row tile and the last panel are partial.
+TEST(MatmulBlocking, BlockedDefaultMatchesTheReference) {
+  const KernelTarget& isa = sharedBackend().capabilities().isa;
+  const matmul::CacheModel caches = matmul::cacheModel(isa);
+  const std::int64_t k = matmul::resolvePlan(sharedBackend().targetSpec(matmulSpec(4096, 4096, 256, {}))).kc;
+  const std::int64_t m = caches.l2 / (2 * 4 * k) + 7;  // one A block of K rows: just over half of L2
+  std::mt19937 rng(23);
+  const std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng),
+                                     operand(DType::Float32, Shape{k, 100}, rng)};
+  const KernelSpec spec = specFor("matmul", inputs);
+  const matmul::Plan plan = matmul::resolvePlan(sharedBackend().targetSpec(spec));
+  ASSERT_GT(plan.mc, 0) << "M " << m << ", K " << k;
+  EXPECT_TRUE(matchesReference(spec, inputs));
+}
+
 TEST(MatmulBlocking, TheBackendsTargetCarriesTheHostCaches) {
   const KernelTarget& isa = sharedBackend().capabilities().isa;
   const CpuCaches& host = hostCpuCaches();
@@ -129,7 +201,7 @@ TEST(MatmulBlocking, TheBackendsTargetCarriesTheHostCaches) {
   // The default plan of a stamped spec is the model's on those caches.
   const KernelSpec spec = sharedBackend().targetSpec(matmulSpec(512, 512, 512, {}));
   const matmul::CacheModel caches = matmul::cacheModel(isa);
-  const int want = isa.vector_bits >= 512 ? matmul::kcForL2(caches, 64) : matmul::kcForL1(caches, 4, 16);
+  const int want = isa.vector_bits >= 512 ? matmul::kcForL2(caches, 64) : matmul::kcForL1(caches, 6, 16);
   EXPECT_EQ(matmul::resolvePlan(spec).kc, want);
 }
 

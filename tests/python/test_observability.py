@@ -183,6 +183,19 @@ def test_stats_json_has_every_documented_key(run_cli, tmp_path):
     assert doc["kernels_installed"] >= 1 and doc["fused_regions"] >= 1 and doc["regions"]["runs"] > 0, doc
     assert doc["compiles_pending"] == 0 and doc["tuning_in_progress"] is False  # --jit-wait: all finished
     assert doc["compile"]["total_ms"] >= doc["compile"]["codegen_ms"] > 0, doc["compile"]
+    # CPU beside wall time: every install's, split by phase, and the process's.
+    compile_ = doc["compile"]
+    installs = compile_["installs"]
+    assert len(installs) == doc["compile"]["kernels_installed"], installs
+    assert compile_["cpu_ms"] >= compile_["codegen_cpu_ms"] > 0, compile_
+    assert abs(compile_["cpu_ms"] - sum(e["cpu_ms"] for e in installs)) < 1e-3 * max(1, compile_["cpu_ms"]), compile_
+    assert compile_["median_cpu_ms"] <= compile_["max_cpu_ms"], compile_
+    for e in installs:
+        assert e["queued_ms"] >= 0 and e["wall_ms"] > 0 and e["cpu_ms"] > 0, e
+        parts = e["shape_inference_cpu_ms"] + e["codegen_cpu_ms"] + e["validation_patch_cpu_ms"] + e["tuning_cpu_ms"]
+        assert parts <= e["cpu_ms"] * 1.001 + 1e-3, e
+    assert any(e["region"] and e["kernels"] >= 2 for e in installs), installs
+    assert doc["process_cpu_ms"] >= compile_["cpu_ms"], doc["process_cpu_ms"]
     shapes = [s["shape"] for s in doc["latency_by_shape"]]
     assert shapes == ["x=(4,3,128) h=(4,256) c=(4,256)", "x=(4,5,128) h=(4,256) c=(4,256)"], shapes
     assert all(s["runs"] == 3 and s["min_ms"] <= s["median_ms"] <= s["max_ms"] for s in doc["latency_by_shape"])

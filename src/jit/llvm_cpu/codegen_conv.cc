@@ -14,7 +14,8 @@
 // runner (scalars[0], replaced) fills each tile in a per-thread buffer and runs the generated part
 // on it, which writes the [Cout, cols] product with the epilogue applied straight into the
 // output's columns of that tile (its C rows are a run-time stride apart: the image's pixels). No
-// buffer ever holds more than one tile of the im2col matrix.
+// buffer ever holds more than one tile of the im2col matrix. Small images under a large weight go
+// several to a tile (imagesPerTile), their product staged in the tile buffer and copied out.
 // Epilogues (dense and pointwise): after the bias, the region planner's elementwise consumers
 // (activations, a residual add, ReLU6's maximum/minimum against scalar bounds) run in the matmul's
 // store; an operand of the output's shape follows the bias (inputs 3..) and is viewed as the
@@ -27,13 +28,17 @@
 // bottom padding) starts as the bias and adds each tap whose input row is inside over the columns
 // it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
 // the input) are scalars[0..1].
+// max_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop), each output
+// starting at -inf and taking a tap when it is greater or NaN, in the reference's tap order.
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 
@@ -355,6 +360,16 @@ Expected<std::vector<AxisWindow>> callWindows(const KernelSpec& spec, const Tens
   return forwardWindows("conv", in, windowAttrs(spec, kernel));
 }
 
+// A window op's output: [N, channels, one extent per window], x's dtype.
+Status windowOutput(const Tensor& x, std::int64_t channels, const std::vector<AxisWindow>& windows,
+                    std::span<DType> dtypes, std::span<Shape> shapes) {
+  Shape out{x.dim(0), channels};
+  for (const AxisWindow& window : windows) out.push_back(window.out);
+  dtypes[0] = x.dtype();
+  shapes[0] = out;
+  return Status::ok();
+}
+
 // ---- pointwise: the matmul family's prepare() on views of the conv's tensors ----
 
 struct MatmulOperands {
@@ -454,17 +469,17 @@ DenseGeometry geometryOf(const KernelArgs& args) {
   for (std::int64_t i = 0; i < n; i += 8) copyRun(dst + i, kZeros, std::min<std::int64_t>(n - i, 8));
 }
 
-// Columns [p0, p0 + count) of image n's im2col matrix into `tile` ([k, count], rows contiguous).
-// Each tile row (ci, ky, kx) is a run per output row: zeros where the tap's input row or column
-// is padding, else the input row's columns ox * sw + x_off.
+// Columns [p0, p0 + count) of image n's im2col matrix into `tile` ([k, count], rows `ld` floats
+// apart). Each tile row (ci, ky, kx) is a run per output row: zeros where the tap's input row or
+// column is padding, else the input row's columns ox * sw + x_off.
 void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel_stride, std::int64_t p0,
-              std::int64_t count, float* __restrict tile) {
+              std::int64_t count, std::int64_t ld, float* __restrict tile) {
   const std::int64_t oy0 = p0 / g.wo, first_ox = p0 % g.wo;
   for (std::int64_t ci = 0; ci < g.cin; ++ci) {
     const float* plane = image + ci * x_channel_stride;
     for (std::int64_t ky = 0; ky < g.kh; ++ky) {
       for (std::int64_t kx = 0; kx < g.kw; ++kx) {
-        float* __restrict dst = tile + ((ci * g.kh + ky) * g.kw + kx) * count;
+        float* __restrict dst = tile + ((ci * g.kh + ky) * g.kw + kx) * ld;
         const std::int64_t x_off = kx * g.dw - g.pw;
         // Output columns whose input column lies inside the row: [ox_lo, ox_hi).
         const std::int64_t ox_lo = x_off >= 0 ? 0 : std::min(g.wo, (-x_off + g.sw - 1) / g.sw);
@@ -485,6 +500,9 @@ void fillTile(const DenseGeometry& g, const float* image, std::int64_t x_channel
               float* __restrict inside = out + (lo - ox0);
               if (g.sw == 1) {
                 copyRun(inside, src, hi - lo);
+              } else if (g.sw == 2) {
+                // A constant stride: vectorized (even lanes of two loads), where a run-time one is not.
+                for (std::int64_t c = 0; c < hi - lo; ++c) inside[c] = src[2 * c];
               } else {
                 for (std::int64_t c = 0; c < hi - lo; ++c) inside[c] = src[c * g.sw];
               }
@@ -507,8 +525,24 @@ float* tileBuffer(std::int64_t floats) {
   return static_cast<float*>(ir::threadBuffer<ConvTileTag>(floats * static_cast<std::int64_t>(sizeof(float)), 4096));
 }
 
-// The task runner of a dense conv (scalars[kScalarRunner]): tiles (image, column block) split
-// across `tasks` threads, each filled, multiplied by the generated part and copied out.
+// A grouped tile's rows (one [cout, pixels] image block `ld` floats apart in `tile` from `image`'s
+// columns on) from or to the NCHW images: the product out, a residual operand in.
+void copyImages(const float* from, std::int64_t from_image, std::int64_t from_row, float* to, std::int64_t to_image,
+                std::int64_t to_row, std::int64_t images, std::int64_t rows, std::int64_t pixels) {
+  for (std::int64_t i = 0; i < images; ++i) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::memcpy(to + i * to_image + r * to_row, from + i * from_image + r * from_row,
+                  static_cast<std::size_t>(pixels) * sizeof(float));
+    }
+  }
+}
+
+// The task runner of a dense conv (scalars[kScalarRunner]): tiles split across `tasks` threads,
+// each filled and multiplied by the generated part, which writes the product (epilogue applied)
+// straight into the output. Tiles are (image, column block), or, when images are small
+// (kCountsSlot's shape[3] = `group` > 1, see imagesPerTile), `group` whole images side by side:
+// the weight is streamed once per group instead of once per image. Such a tile's product and its
+// epilogue operands live in the tile buffer as [cout, width] and are copied out and in.
 void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes) {
   const DenseGeometry g = geometryOf(*args);
   const std::int64_t batch = args->shape[kXSlot][0];
@@ -517,30 +551,63 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
   // Columns [0, main) in tiles of g.cols for the wide kernel, then the last `narrow` ones as one
   // tile for the narrow kernel (see hasNarrowTiles; the part reads which from kCountsSlot).
   const std::int64_t narrow = args->shape[kCountsSlot][2];
+  const std::int64_t group = std::max<std::int64_t>(1, args->shape[kCountsSlot][3]);
   const std::int64_t main = pixels - narrow;
   const std::int64_t blocks = (main + g.cols - 1) / g.cols;
   const std::int64_t per_image = blocks + (narrow > 0 ? 1 : 0);
-  const std::int64_t tiles = batch * per_image;
+  const std::int64_t tiles = group > 1 ? (batch + group - 1) / group : batch * per_image;
   const int inputs = static_cast<int>(args->shape[kCountsSlot][0]);
   const int slot_b = inputs + 2;
   const auto* x = static_cast<const float*>(args->data[kXSlot]);
   auto* out = static_cast<float*>(args->data[kOutSlot]);
+  const std::int64_t image_out = g.cout * pixels;
   const std::int64_t scratch_floats = (scratch_bytes + 63) / 64 * 16;
+  const std::int64_t width_most = group > 1 ? group * pixels : std::max(g.cols, narrow);
+  std::int64_t staged = 0;  // a grouped tile's buffers: the product and each operand not of one element
+  if (group > 1) {
+    staged = 1;
+    for (int e = static_cast<int>(kFirstExtra); e < inputs; ++e) staged += args->strides[e][3] != 0 ? 1 : 0;
+  }
   auto work = [&](std::int64_t task, std::int64_t count) {
-    float* buffer = tileBuffer(scratch_floats + g.k * std::max(g.cols, narrow));
+    float* buffer = tileBuffer(scratch_floats + (g.k + staged * g.cout) * width_most);
     if (buffer == nullptr) std::abort();  // like a failed `new`: nothing to return an error to
     float* scratch = buffer;
     float* columns = buffer + scratch_floats;
     KernelArgs tile = *args;
     for (std::int64_t t = task; t < tiles; t += count) {
+      if (group > 1) {
+        const std::int64_t n0 = t * group, images = std::min(group, batch - n0), width = images * pixels;
+        for (std::int64_t i = 0; i < images; ++i) {
+          fillTile(g, x + (n0 + i) * args->strides[kXSlot][0], args->strides[kXSlot][1], 0, pixels, width,
+                   columns + i * pixels);
+        }
+        float* product = columns + g.k * width_most;
+        float* next = product + g.cout * width_most;
+        for (int e = static_cast<int>(kFirstExtra); e < inputs; ++e) {
+          if (args->strides[e][3] == 0) continue;  // one element (see prepareDense)
+          copyImages(static_cast<const float*>(args->data[e]) + n0 * image_out, image_out, pixels, next, pixels, width,
+                     images, g.cout, pixels);
+          tile.data[e] = next;
+          tile.strides[e][2] = width;
+          next += g.cout * width_most;
+        }
+        tile.data[1] = columns;
+        tile.data[inputs] = product;
+        tile.strides[inputs][2] = width;
+        tile.shape[slot_b][3] = width;
+        tile.strides[slot_b][2] = width;
+        part(&tile, 0, 1, scratch);
+        copyImages(product, pixels, width, out + n0 * image_out, image_out, pixels, images, g.cout, pixels);
+        continue;
+      }
       const std::int64_t n = t / per_image, block = t % per_image;
       const bool narrow_tile = block == blocks;
       const std::int64_t p0 = narrow_tile ? main : block * g.cols;
       const std::int64_t width = narrow_tile ? narrow : std::min(g.cols, main - p0);
       tile.shape[kCountsSlot][1] = narrow_tile ? 1 : 0;
-      fillTile(g, x + n * args->strides[kXSlot][0], args->strides[kXSlot][1], p0, width, columns);
+      fillTile(g, x + n * args->strides[kXSlot][0], args->strides[kXSlot][1], p0, width, width, columns);
       tile.data[1] = columns;
-      float* dst = out + n * g.cout * pixels + p0;
+      float* dst = out + n * image_out + p0;
       for (int e = static_cast<int>(kFirstExtra); e < inputs; ++e) {
         if (args->strides[e][3] == 0) continue;                           // one element (see prepareDense)
         tile.data[e] = static_cast<float*>(args->data[e]) + (dst - out);  // the same columns of the operand
@@ -567,14 +634,37 @@ void runDenseConv(PartFn part, const KernelArgs* args, std::int64_t tasks, std::
 // last columns go to the narrow kernel, so that every wide tile is whole panels).
 constexpr std::int64_t kTileBytes = 1024 * 1024;
 constexpr std::int64_t kMinTileColumns = 64;
+std::int64_t widestTile(std::int64_t k, std::int64_t cout) {
+  const std::int64_t fits = kTileBytes / static_cast<std::int64_t>(sizeof(float)) / std::max<std::int64_t>(1, k);
+  return std::max({fits, kMinTileColumns, cout});
+}
 std::int64_t tileColumns(std::int64_t k, std::int64_t cout, std::int64_t pixels, std::int64_t align) {
-  const std::int64_t budget = kTileBytes / static_cast<std::int64_t>(sizeof(float));
-  const std::int64_t fits = budget / std::max<std::int64_t>(1, k);
-  const std::int64_t widest = std::max({fits, kMinTileColumns, cout});
+  const std::int64_t widest = widestTile(k, cout);
   if (pixels <= widest) return std::max<std::int64_t>(1, pixels);
   const std::int64_t blocks = (pixels + widest - 1) / widest;
   const std::int64_t cols = ((pixels + blocks - 1) / blocks + align - 1) / align * align;
   return std::min(cols, pixels);
+}
+
+// Images per tile. A weight of kGroupWeightBytes or more is streamed from beyond L2 by every tile,
+// once per image when images are small (resnet18's last stage: 9.4 MiB for 49 columns, 8 times at
+// batch 8), and a small image also ends in a partial register panel: images of at most half a tile
+// go several to a tile, as evenly as the batch allows, with at least as many tiles as threads (or
+// images). Measured on Zen 5, one thread, batch 8, the same kernel alternating: 512->512 3x3 at
+// 7x7, 8 images a tile (392 columns), 0.87-0.91x the time of a tile per image; 256->256 at 14x14
+// with 4 images a tile (784 columns, rows 3 KiB apart in the im2col tile) 1.08-1.10x, so tiles
+// stay as wide as tileColumns makes them (256 columns there: one image).
+constexpr std::int64_t kGroupWeightBytes = 256 * 1024;
+std::int64_t imagesPerTile(std::int64_t batch, std::int64_t pixels, std::int64_t k, std::int64_t cout,
+                           std::int64_t threads) {
+  const std::int64_t budget = widestTile(k, cout);
+  if (batch < 2 || pixels == 0 || 2 * pixels > budget ||
+      cout * k * static_cast<std::int64_t>(sizeof(float)) < kGroupWeightBytes) {
+    return 1;
+  }
+  const std::int64_t most = budget / pixels;
+  const std::int64_t tiles = std::max((batch + most - 1) / most, std::min(threads, batch));
+  return (batch + tiles - 1) / tiles;
 }
 
 Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out, KernelArgs& args) {
@@ -602,7 +692,7 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   const int inputs_count = static_cast<int>(mm.inputs.size());  // its output slot follows them
   args.shape[kCountsSlot][0] = inputs_count;
   args.shape[kCountsSlot][1] = 0;  // the runner's tile: 1 for the narrow kernel
-  args.shape[kCountsSlot][2] = narrow;
+  args.shape[kCountsSlot][2] = narrow;  // [3]: images per tile, below
   args.data[kXSlot] = const_cast<void*>(static_cast<const void*>(x.rawData()));
   args.shape[kXSlot][0] = x.dim(0);
   args.strides[kXSlot][0] = x.stride(0);
@@ -638,17 +728,23 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
   const std::int64_t threads = spec.params.threads > 0 ? spec.params.threads : kernelThreads();
   args.scalars[kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runDenseConv));
   args.scalars[kScalarTasks] = work >= matmul::kMinParallelWork ? std::max<std::int64_t>(1, threads) : 1;
+  args.shape[kCountsSlot][3] = imagesPerTile(x.dim(0), pixels, k, cout, args.scalars[kScalarTasks]);
   return Status::ok();
 }
 
-// ---- depthwise: a direct loop ----
+// ---- depthwise convs and max_pool: a direct loop over each plane ----
 
 constexpr int kScalarPadTop = 0, kScalarPadLeft = 1;
 
-Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
-  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, inputs[kX]->tensor(), inputs[kW]->tensor()));
+// The call's pads (auto_pad SAME depends on the input): scalars[0..1].
+void setWindowPads(const std::vector<AxisWindow>& windows, KernelArgs& args) {
   args.scalars[kScalarPadTop] = windows.size() == 2 ? windows[0].pad_before : 0;
   args.scalars[kScalarPadLeft] = windows.back().pad_before;
+}
+
+Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
+  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, inputs[kX]->tensor(), inputs[kW]->tensor()));
+  setWindowPads(windows, args);
   return Status::ok();
 }
 
@@ -658,33 +754,52 @@ std::int64_t attrAt(const std::vector<std::int64_t>& values, int d, int n, std::
                         : values[static_cast<std::size_t>(values.size() == static_cast<std::size_t>(n) ? d : 0)];
 }
 
-Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
-  llvm::LLVMContext& context = module.getContext();
-  ir::Builder b(context);
-  llvm::Function* function = ir::beginKernel(module, symbol, b);
-  ir::ArgsView args(b, function->getArg(0));
-  const OperandSpec& xs = spec.inputs[kX];
-  const OperandSpec& ws = spec.inputs[kW];
-  const int spatial = xs.rank - 2;
-  const int out_slot = static_cast<int>(spec.inputs.size());
-  const std::int64_t channels = ws.dims[0].size;
-  const std::int64_t kh = spatial == 2 ? ws.dims[2].size : 1, kw = ws.dims[xs.rank - 1].size;
-  const std::vector<std::int64_t>& strides = spec.attrs[kStrides].ints;
-  const std::vector<std::int64_t>& dilations = spec.attrs[kDilations].ints;
-  const std::int64_t sh = spatial == 2 ? attrAt(strides, 0, 2, 1) : 1, sw = attrAt(strides, spatial - 1, spatial, 1);
-  const std::int64_t dh = spatial == 2 ? attrAt(dilations, 0, 2, 1) : 1;
-  const std::int64_t dw = attrAt(dilations, spatial - 1, spatial, 1);
+// A direct window loop's baked-in geometry (1-D: kh = sh = dh = 1) and what it computes: per plane
+// of the input (index `plane` of N * C, i64), `plane(plane, not_output)` loads what the plane's
+// outputs need (not_output tags a load as apart from the output); each output then starts as
+// start() and takes its taps in (ky, kx) order: acc = combine(acc, x, ky * kw + kx).
+struct WindowLoop {
+  int spatial = 2;
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
+  std::function<llvm::Value*()> start;
+  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
+};
+
+// The window's geometry from a conv's or max_pool's attribute lists.
+void setWindowShape(WindowLoop& loop, int spatial, std::int64_t kh, std::int64_t kw,
+                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations) {
+  loop.spatial = spatial;
+  loop.kh = spatial == 2 ? kh : 1;
+  loop.kw = kw;
+  loop.sh = spatial == 2 ? attrAt(strides, 0, 2, 1) : 1;
+  loop.sw = attrAt(strides, spatial - 1, spatial, 1);
+  loop.dh = spatial == 2 ? attrAt(dilations, 0, 2, 1) : 1;
+  loop.dw = attrAt(dilations, spatial - 1, spatial, 1);
+}
+
+// The loop nest of a kernel begun with ir::beginKernel (builder `b`, `function`, its `args`; the
+// caller returns): input slot 0 [N, C, (H,) W] dense, the output in `out_slot`, the pads in
+// scalars. An inner output row (all of its kh input rows inside the input) accumulates every tap
+// of each output column in a register and stores it once: the columns whose every tap is inside
+// the row run unchecked (a loop the vectorizer widens), the few border columns test each tap. A
+// border row (top and bottom padding) starts as start() and takes each tap whose input row is
+// inside over the columns it reads inside the row, so padding costs nothing.
+void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args, int out_slot,
+                    const WindowLoop& loop) {
+  llvm::LLVMContext& context = b.getContext();
+  const bool two_d = loop.spatial == 2;
+  const int rank = loop.spatial + 2;
+  const std::int64_t kh = loop.kh, kw = loop.kw, sh = loop.sh, sw = loop.sw, dh = loop.dh, dw = loop.dw;
   llvm::Type* f32 = b.getFloatTy();
   auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
-  llvm::Value* x = args.data(static_cast<int>(kX));
-  llvm::Value* w = args.data(static_cast<int>(kW));
-  llvm::Value* bias = hasBias(spec) ? args.data(static_cast<int>(kBias)) : nullptr;
+  llvm::Value* x = args.data(0);
   llvm::Value* out = args.data(out_slot);
-  llvm::Value* batch = args.dim(static_cast<int>(kX), 0);
-  llvm::Value* h = spatial == 2 ? args.dim(static_cast<int>(kX), 2) : i64(1);
-  llvm::Value* wdt = args.dim(static_cast<int>(kX), xs.rank - 1);
-  llvm::Value* ho = spatial == 2 ? args.dim(out_slot, 2) : i64(1);
-  llvm::Value* wo = args.dim(out_slot, xs.rank - 1);
+  llvm::Value* planes = b.CreateMul(args.dim(0, 0), args.dim(0, 1));
+  llvm::Value* h = two_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* wdt = args.dim(0, rank - 1);
+  llvm::Value* ho = two_d ? args.dim(out_slot, 2) : i64(1);
+  llvm::Value* wo = args.dim(out_slot, rank - 1);
   llvm::Value* ph = args.scalar(kScalarPadTop);
   llvm::Value* pw = args.scalar(kScalarPadLeft);
   llvm::Value* in_plane = b.CreateMul(h, wdt);
@@ -712,17 +827,17 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
   // The output rows whose every ky tap row is inside the input: [oy_lo, oy_hi).
   llvm::Value* oy_lo = clamp(ceilDiv(ph, sh), i64(0), ho);
   llvm::Value* oy_hi = clamp(ceilDiv(b.CreateSub(b.CreateAdd(h, ph), i64((kh - 1) * dh)), sh), oy_lo, ho);
-  // The output rows are apart from the input and the weights (the runtime gives each its own
-  // buffer): input loads carry noalias against the output's scope, so the column loops vectorize
-  // without run-time overlap checks.
+  // The output rows are apart from the inputs (the runtime gives each its own buffer): input
+  // loads carry noalias against the output's scope, so the column loops vectorize without
+  // run-time overlap checks.
   llvm::MDBuilder md(context);
-  llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.conv.depthwise");
+  llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.window");
   llvm::MDNode* output_scope = llvm::MDNode::get(context, {md.createAnonymousAliasScope(domain, "output")});
   auto inOutput = [&](llvm::Instruction* access) {
     access->setMetadata(llvm::LLVMContext::MD_alias_scope, output_scope);
     return access;
   };
-  auto notOutput = [&](llvm::Instruction* access) {
+  const std::function<llvm::Value*(llvm::Instruction*)> notOutput = [&](llvm::Instruction* access) {
     access->setMetadata(llvm::LLVMContext::MD_noalias, output_scope);
     return access;
   };
@@ -733,26 +848,19 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
   ir::LoopHints inner;  // the inner rows' column loop: vectorized and interleaved as the vectorizer sees fit
   inner.no_unroll_after_vectorize = true;
   ir::emitLoop(
-      b, i64(0), b.CreateMul(batch, i64(channels)), 1,
+      b, i64(0), planes, 1,
       [&](llvm::Value* plane) {
-        llvm::Value* c = b.CreateURem(plane, i64(channels));
         llvm::Value* xp = b.CreateInBoundsGEP(f32, x, b.CreateMul(plane, in_plane));
         llvm::Value* op = b.CreateInBoundsGEP(f32, out, b.CreateMul(plane, out_plane));
-        llvm::Value* start = llvm::ConstantFP::get(f32, 0.0);
-        if (bias != nullptr) start = notOutput(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bias, c)));
-        std::vector<llvm::Value*> taps;
-        for (std::int64_t t = 0; t < kh * kw; ++t) {
-          taps.push_back(notOutput(
-              b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, b.CreateAdd(b.CreateMul(c, i64(kh * kw)), i64(t))))));
-        }
-        // A border row (some ky tap row outside the input): the row starts as the bias, then each
-        // tap inside adds weight * input over its columns [lo, hi).
+        loop.plane(plane, notOutput);
+        // A border row (some ky tap row outside the input): the row starts as start(), then each
+        // tap inside takes its columns [lo, hi).
         auto borderRow = [&](llvm::Value* oy) {
           llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
           ir::emitLoop(
               b, i64(0), wo, 1,
-              [&](llvm::Value* ox) { inOutput(b.CreateStore(start, b.CreateInBoundsGEP(f32, orow, ox))); }, "init",
-              columns);
+              [&](llvm::Value* ox) { inOutput(b.CreateStore(loop.start(), b.CreateInBoundsGEP(f32, orow, ox))); },
+              "init", columns);
           for (std::int64_t ky = 0; ky < kh; ++ky) {
             llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
             llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
@@ -762,7 +870,6 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
                   llvm::Value* xrow = b.CreateGEP(f32, xp, b.CreateMul(iy, wdt));
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     const std::size_t k = static_cast<std::size_t>(kx);
-                    llvm::Value* tap = taps[static_cast<std::size_t>(ky * kw + kx)];
                     ir::emitLoop(
                         b, lo[k], hi[k], 1,
                         [&](llvm::Value* ox) {
@@ -770,8 +877,7 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
                           llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
                           llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
                           llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
-                          inOutput(
-                              b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {tap, xv, acc}), at));
+                          inOutput(b.CreateStore(loop.combine(acc, xv, ky * kw + kx), at));
                         },
                         "tap", columns);
                   }
@@ -779,9 +885,9 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
                 [] {});
           }
         };
-        // An inner row (every ky tap row inside): each output column is the bias plus all kh * kw
-        // taps, accumulated in a register and stored once; the border columns [0, lo_all) and
-        // [hi_all, wo) test each tap's column, the columns between read every tap unchecked.
+        // An inner row (every ky tap row inside): each output column takes all kh * kw taps in a
+        // register and is stored once; the border columns [0, lo_all) and [hi_all, wo) test each
+        // tap's column, the columns between read every tap unchecked.
         auto innerRow = [&](llvm::Value* oy) {
           llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
           std::vector<llvm::Value*> xrows;
@@ -793,30 +899,32 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
             ir::emitLoop(
                 b, from, to, 1,
                 [&](llvm::Value* ox) {
-                  llvm::Value* acc = start;
+                  std::vector<llvm::Value*> column, inside;
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
-                    const std::size_t k = static_cast<std::size_t>(kx);
-                    llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
-                    llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(column, i64(0)), b.CreateICmpSLT(column, wdt));
-                    llvm::BasicBlock* before = b.GetInsertBlock();
-                    llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "dw.col", function);
-                    llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "dw.col.join", function);
-                    b.CreateCondBr(inside, load, join);
-                    b.SetInsertPoint(load);
-                    llvm::Value* sum = acc;
-                    for (std::int64_t ky = 0; ky < kh; ++ky) {
-                      llvm::Value* xv =
-                          notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column)));
-                      sum = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32},
-                                              {taps[static_cast<std::size_t>(ky * kw + kx)], xv, sum});
+                    column.push_back(b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]));
+                    inside.push_back(
+                        b.CreateAnd(b.CreateICmpSGE(column.back(), i64(0)), b.CreateICmpSLT(column.back(), wdt)));
+                  }
+                  llvm::Value* acc = loop.start();
+                  for (std::int64_t ky = 0; ky < kh; ++ky) {
+                    for (std::int64_t kx = 0; kx < kw; ++kx) {
+                      const std::size_t k = static_cast<std::size_t>(kx);
+                      llvm::BasicBlock* before = b.GetInsertBlock();
+                      llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "win.col", function);
+                      llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
+                      b.CreateCondBr(inside[k], load, join);
+                      b.SetInsertPoint(load);
+                      llvm::Value* xv = notOutput(
+                          b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column[k])));
+                      llvm::Value* taken = loop.combine(acc, xv, ky * kw + kx);
+                      llvm::BasicBlock* loaded = b.GetInsertBlock();
+                      b.CreateBr(join);
+                      b.SetInsertPoint(join);
+                      llvm::PHINode* merged = b.CreatePHI(f32, 2);
+                      merged->addIncoming(acc, before);
+                      merged->addIncoming(taken, loaded);
+                      acc = merged;
                     }
-                    llvm::BasicBlock* loaded = b.GetInsertBlock();
-                    b.CreateBr(join);
-                    b.SetInsertPoint(join);
-                    llvm::PHINode* merged = b.CreatePHI(f32, 2);
-                    merged->addIncoming(acc, before);
-                    merged->addIncoming(sum, loaded);
-                    acc = merged;
                   }
                   inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
                 },
@@ -826,15 +934,13 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
           ir::emitLoop(
               b, lo_all, hi_all, 1,
               [&](llvm::Value* ox) {
-                llvm::Value* acc = start;
+                llvm::Value* acc = loop.start();
                 for (std::int64_t ky = 0; ky < kh; ++ky) {
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
-                    const std::size_t k = static_cast<std::size_t>(kx);
-                    llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
+                    llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]);
                     llvm::Value* xv =
                         notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column)));
-                    acc = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32},
-                                            {taps[static_cast<std::size_t>(ky * kw + kx)], xv, acc});
+                    acc = loop.combine(acc, xv, ky * kw + kx);
                   }
                 }
                 inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
@@ -852,6 +958,42 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
         ir::emitLoop(b, oy_lo, oy_hi, 1, innerRow, "oy", outer);
       },
       "plane", outer);
+}
+
+// A depthwise conv: each plane's channel c = plane % C reads its kh * kw weights and its bias
+// once; a tap is acc + w[c, t] * x (fused multiply-add).
+Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
+  const OperandSpec& xs = spec.inputs[kX];
+  const OperandSpec& ws = spec.inputs[kW];
+  const int spatial = xs.rank - 2;
+  const std::int64_t channels = ws.dims[0].size;
+  WindowLoop loop;
+  setWindowShape(loop, spatial, spatial == 2 ? ws.dims[2].size : 1, ws.dims[xs.rank - 1].size,
+                 spec.attrs[kStrides].ints, spec.attrs[kDilations].ints);
+  const std::int64_t taps_count = loop.kh * loop.kw;
+  ir::Builder b(module.getContext());
+  llvm::Function* function = ir::beginKernel(module, symbol, b);
+  ir::ArgsView args(b, function->getArg(0));
+  llvm::Type* f32 = b.getFloatTy();
+  llvm::Value* w = args.data(static_cast<int>(kW));
+  llvm::Value* bias = hasBias(spec) ? args.data(static_cast<int>(kBias)) : nullptr;
+  llvm::Value* start = nullptr;
+  std::vector<llvm::Value*> taps;
+  loop.plane = [&](llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output) {
+    llvm::Value* c = b.CreateURem(plane, ir::constI64(b, channels));
+    start = llvm::ConstantFP::get(f32, 0.0);
+    if (bias != nullptr) start = not_output(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, bias, c)));
+    taps.clear();
+    for (std::int64_t t = 0; t < taps_count; ++t) {
+      llvm::Value* index = b.CreateAdd(b.CreateMul(c, ir::constI64(b, taps_count)), ir::constI64(b, t));
+      taps.push_back(not_output(b.CreateLoad(f32, b.CreateInBoundsGEP(f32, w, index))));
+    }
+  };
+  loop.start = [&] { return start; };
+  loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t t) {
+    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {taps[static_cast<std::size_t>(t)], x, acc});
+  };
+  emitWindowLoop(b, function, args, static_cast<int>(spec.inputs.size()), loop);
   b.CreateRetVoid();
   return Status::ok();
 }
@@ -926,11 +1068,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
                        w.shape().toString());
     }
     SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, callWindows(spec, x, w));
-    Shape out{x.dim(0), w.dim(0)};
-    for (const AxisWindow& window : windows) out.push_back(window.out);
-    dtypes[0] = x.dtype();
-    shapes[0] = out;
-    return Status::ok();
+    return windowOutput(x, w.dim(0), windows, dtypes, shapes);
   }
 
   Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
@@ -978,11 +1116,117 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
   }
 };
 
+// ---- max_pool: the window loop taking the max ----
+
+// max_pool attributes in schema order (ops.def): kernel, strides, pads, dilations, ceil_mode, auto_pad.
+constexpr std::size_t kPoolKernel = 0, kPoolStrides = 1, kPoolPads = 2, kPoolDilations = 3, kPoolCeilMode = 4,
+                      kPoolAutoPad = 5;
+
+WindowAttrs poolWindowAttrs(const KernelSpec& spec) {
+  WindowAttrs window;
+  window.kernel = spec.attrs[kPoolKernel].ints;
+  window.strides = spec.attrs[kPoolStrides].ints;
+  window.pads = spec.attrs[kPoolPads].ints;
+  window.dilations = spec.attrs[kPoolDilations].ints;
+  window.ceil_mode = spec.attrs[kPoolCeilMode].i != 0;
+  window.auto_pad = spec.attrs[kPoolAutoPad].i;
+  return window;
+}
+
+// OK when `spec` is a max_pool this family compiles (float32, 1-D or 2-D, dense); else the reason.
+Status checkPool(const KernelSpec& spec) {
+  if (spec.op != OpId::MaxPool || spec.inputs.size() != 1 || spec.fused != nullptr || !spec.epilogue.empty() ||
+      spec.attrs.size() <= kPoolAutoPad) {
+    return makeError(ErrorCode::Unsupported, "max_pool kernels take one input and no epilogue");
+  }
+  const OperandSpec& x = spec.inputs[0];
+  if (!x.is_tensor || x.dtype != DType::Float32 || x.rank < 3 || x.rank > 4 ||
+      spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
+    return makeError(ErrorCode::Unsupported, "max_pool kernels take float32 1-D and 2-D pools; {} stays interpreted",
+                     spec.signature());
+  }
+  const std::vector<std::int64_t> unknown(static_cast<std::size_t>(x.rank - 2), -1);
+  auto windows = forwardWindows("max_pool", unknown, poolWindowAttrs(spec));
+  if (!windows) return windows.status();
+  if (spec.params.library != 0) return makeError(ErrorCode::Unsupported, "max_pool kernels have no library candidates");
+  return Status::ok();
+}
+
+Expected<std::vector<AxisWindow>> poolWindows(const KernelSpec& spec, const Tensor& x) {
+  std::vector<std::int64_t> in;
+  for (int d = 2; d < x.rank(); ++d) in.push_back(x.dim(d));
+  return forwardWindows("max_pool", in, poolWindowAttrs(spec));
+}
+
+// max_pool over each plane of a dense float32 [N, C, (H,) W]: the depthwise conv's window loop
+// (one kernel for any N, C, H and W; the pads are read per call), where each output starts at -inf
+// and a tap takes x when x > acc or x is NaN, in the reference kernel's tap order, so NaN
+// propagates and ties keep the first tap as there.
+class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
+ public:
+  std::string_view name() const override { return "max_pool"; }
+
+  Status supports(const KernelSpec& spec) const override { return checkPool(spec); }
+
+  Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
+                 std::span<Shape> shapes) const override {
+    if (inputs.size() != 1 || inputs[0] == nullptr || !inputs[0]->isTensor() ||
+        inputs[0]->tensor().rank() != spec.inputs[0].rank) {
+      return makeError(ErrorCode::Unsupported, "max_pool kernel takes one tensor of rank {}", spec.inputs[0].rank);
+    }
+    const Tensor& x = inputs[0]->tensor();
+    SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, poolWindows(spec, x));
+    return windowOutput(x, x.dim(1), windows, dtypes, shapes);
+  }
+
+  Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
+                 KernelArgs& args) const override {
+    if (outputs.size() != 1 || !outputs[0].isContiguous() || !inputs[0]->tensor().isContiguous()) {
+      return makeError(ErrorCode::Unsupported, "max_pool kernel reads a dense input and writes one dense output");
+    }
+    SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, poolWindows(spec, inputs[0]->tensor()));
+    setWindowPads(windows, args);
+    return Status::ok();
+  }
+
+  std::string symbolStem(const KernelSpec& spec) const override {
+    return fmt::format("max_pool_k{}_s{}_d{}_{}", fmt::join(spec.attrs[kPoolKernel].ints, "x"),
+                       fmt::join(spec.attrs[kPoolStrides].ints, "x"), fmt::join(spec.attrs[kPoolDilations].ints, "x"),
+                       KernelFamily::symbolStem(spec));
+  }
+
+  std::vector<KernelParams> searchSpace(const KernelSpec&) const override { return {}; }
+
+  Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
+    SVM_RETURN_IF_ERROR(checkPool(spec));
+    const int spatial = spec.inputs[0].rank - 2;
+    const std::vector<std::int64_t>& kernel = spec.attrs[kPoolKernel].ints;
+    WindowLoop loop;
+    setWindowShape(loop, spatial, kernel.front(), kernel.back(), spec.attrs[kPoolStrides].ints,
+                   spec.attrs[kPoolDilations].ints);
+    ir::Builder b(module.getContext());
+    llvm::Function* function = ir::beginKernel(module, symbol, b);
+    ir::ArgsView args(b, function->getArg(0));
+    llvm::Type* f32 = b.getFloatTy();
+    loop.plane = [](llvm::Value*, const std::function<llvm::Value*(llvm::Instruction*)>&) {};
+    loop.start = [&] { return llvm::ConstantFP::getInfinity(f32, /*Negative=*/true); };
+    loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
+      llvm::Value* takes = b.CreateOr(b.CreateFCmpOGT(x, acc), b.CreateFCmpUNO(x, x));
+      return b.CreateSelect(takes, x, acc);
+    };
+    emitWindowLoop(b, function, args, 1, loop);
+    b.CreateRetVoid();
+    return Status::ok();
+  }
+};
+
 }  // namespace
 
 const KernelFamily* convFamily(OpId op) {
-  static const ConvFamily family;
-  return op == OpId::Conv ? &family : nullptr;
+  static const ConvFamily conv;
+  static const PoolFamily pool;
+  if (op == OpId::MaxPool) return &pool;
+  return op == OpId::Conv ? &conv : nullptr;
 }
 
 void openConvExtents(KernelSpec& spec) {

@@ -133,6 +133,17 @@ llvm::Value* loadCompute(Builder& b, DType dtype, llvm::Value* ptr, unsigned lan
   return load;
 }
 
+llvm::Value* maskedLoadCompute(Builder& b, DType dtype, llvm::Value* ptr, llvm::Value* mask) {
+  const unsigned lanes = llvm::cast<llvm::FixedVectorType>(mask->getType())->getNumElements();
+  // bfloat16 as i16 lanes, widened by integer ops (as loadCompute).
+  llvm::Type* stored = withLanes(dtype == DType::BFloat16 ? b.getInt16Ty() : elementType(b.getContext(), dtype), lanes);
+  llvm::Value* x =
+      b.CreateMaskedLoad(stored, ptr, llvm::Align(dtypeSize(dtype)), mask, llvm::Constant::getNullValue(stored));
+  if (dtype == DType::BFloat16) return bf16BitsToFloat(b, x);
+  if (dtype == DType::Float16) return b.CreateFPExt(x, withLanes(b.getFloatTy(), lanes));
+  return x;
+}
+
 void storeCompute(Builder& b, DType dtype, llvm::Value* value, llvm::Value* ptr) {
   unsigned lanes = 1;
   if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();

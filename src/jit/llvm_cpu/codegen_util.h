@@ -55,6 +55,9 @@ llvm::Value* elementPtr(Builder& b, DType dtype, llvm::Value* base, llvm::Value*
 // Loads `lanes` consecutive elements at `ptr` and converts them to computeType(dtype)
 // (bool -> i1 is NOT done here: bool loads as i8).
 llvm::Value* loadCompute(Builder& b, DType dtype, llvm::Value* ptr, unsigned lanes = 1);
+// loadCompute of as many lanes as `mask` (<lanes x i1>) has, reading only those where it holds
+// (zeros elsewhere): a partial vector at a row's end.
+llvm::Value* maskedLoadCompute(Builder& b, DType dtype, llvm::Value* ptr, llvm::Value* mask);
 // bfloat16 bits (i16 lanes) <-> float32 lanes with integer ops, bit-identical to bf16ToFloat /
 // floatToBf16 (round to nearest even, NaN kept quiet, denormals kept).
 llvm::Value* bf16BitsToFloat(Builder& b, llvm::Value* bits);

@@ -680,17 +680,6 @@ class TailEmitter {
     return ir::elementPtr(b_, dtype_, product_, b_.CreateAdd(row_start_, col));
   }
 
-  // `lanes` elements of `dtype` at `ptr`, only where `mask` holds (zeros elsewhere), as float32.
-  llvm::Value* maskedLoad(DType dtype, llvm::Value* ptr, llvm::Value* mask) {
-    llvm::Type* stored =
-        ir::withLanes(dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
-    llvm::Value* x =
-        b_.CreateMaskedLoad(stored, ptr, llvm::Align(dtypeSize(dtype)), mask, llvm::Constant::getNullValue(stored));
-    if (dtype == DType::BFloat16) return ir::bf16BitsToFloat(b_, x);
-    if (dtype == DType::Float16) return b_.CreateFPExt(x, ir::withLanes(b_.getFloatTy(), kLanes));
-    return x;
-  }
-
   // The remaining epilogue steps on `value` (<16 x float> or float) = product[row, col ..).
   llvm::Value* applySteps(llvm::Value* value, llvm::Value* col) {
     const bool vector = value->getType()->isVectorTy();
@@ -715,8 +704,8 @@ class TailEmitter {
       } else {
         // Stride 1: the lanes (none past the operand's row is touched); stride 0: one value.
         llvm::Value* contiguous = b_.CreateICmpEQ(extra.strides[3], i64(1));
-        llvm::Value* lanes =
-            maskedLoad(dtype_, at(b_.CreateAdd(extra.base, col)), b_.CreateVectorSplat(kLanes, contiguous));
+        llvm::Value* lanes = ir::maskedLoadCompute(b_, dtype_, at(b_.CreateAdd(extra.base, col)),
+                                                   b_.CreateVectorSplat(kLanes, contiguous));
         llvm::Value* scalar = b_.CreateVectorSplat(kLanes, ir::loadCompute(b_, dtype_, at(extra.base)));
         other = b_.CreateSelect(contiguous, lanes, scalar);
       }

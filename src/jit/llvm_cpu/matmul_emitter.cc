@@ -221,15 +221,6 @@ class MatmulEmitter {
     return llvm::ConstantVector::get(iota);
   }
   llvm::Value* laneMask(llvm::Value* count) { return b_.CreateICmpSLT(iotaI64(), b_.CreateVectorSplat(kLanes, count)); }
-  llvm::Value* maskedLoad(DType dtype, llvm::Value* ptr, llvm::Value* mask) {
-    llvm::Type* stored =
-        ir::withLanes(dtype == DType::BFloat16 ? b_.getInt16Ty() : ir::elementType(b_.getContext(), dtype), kLanes);
-    llvm::Value* x =
-        b_.CreateMaskedLoad(stored, ptr, llvm::Align(dtypeSize(dtype)), mask, llvm::Constant::getNullValue(stored));
-    if (dtype == DType::BFloat16) return ir::bf16BitsToFloat(b_, x);
-    if (dtype == DType::Float16) return b_.CreateFPExt(x, vecType());
-    return x;
-  }
   void maskedStore(DType dtype, llvm::Value* value, llvm::Value* ptr, llvm::Value* mask) {
     if (dtype == DType::BFloat16) {
       value = ir::floatToBf16Bits(b_, value);
@@ -265,16 +256,16 @@ class MatmulEmitter {
         } else {
           llvm::Value* ptr = ir::elementPtr(b_, extra.dtype, extra.data, b_.CreateAdd(offset, col));
           if (extra.along_n == AlongN::Contiguous) {
-            other =
-                mask != nullptr ? maskedLoad(extra.dtype, ptr, mask) : ir::loadCompute(b_, extra.dtype, ptr, kLanes);
+            other = mask != nullptr ? ir::maskedLoadCompute(b_, extra.dtype, ptr, mask)
+                                    : ir::loadCompute(b_, extra.dtype, ptr, kLanes);
           } else {
             // Stride 1: the lanes (no lane past the operand's row is touched); stride 0: one value.
             llvm::Value* contiguous = b_.CreateICmpEQ(extra.n_stride, i64(1));
             llvm::Value* lanes = b_.CreateVectorSplat(kLanes, contiguous);
             if (mask != nullptr) lanes = b_.CreateAnd(lanes, mask);
             llvm::Value* scalar = ir::loadCompute(b_, extra.dtype, ir::elementPtr(b_, extra.dtype, extra.data, offset));
-            other =
-                b_.CreateSelect(contiguous, maskedLoad(extra.dtype, ptr, lanes), b_.CreateVectorSplat(kLanes, scalar));
+            other = b_.CreateSelect(contiguous, ir::maskedLoadCompute(b_, extra.dtype, ptr, lanes),
+                                    b_.CreateVectorSplat(kLanes, scalar));
           }
         }
         value = step.swapped ? ir::binaryOp(b_, step.op, out_dtype_, other, value)
@@ -1128,10 +1119,10 @@ class MatmulEmitter {
                 for (int r = 0; r < mr; ++r) {
                   for (int v = 0; v < vectors; ++v) {
                     llvm::Value* mask = laneMask(b_.CreateSub(t.cols, i64(v * kLanes)));
-                    b_.CreateStore(
-                        maskedLoad(out_dtype_, cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))),
-                                   mask),
-                        acc(r, v));
+                    b_.CreateStore(ir::maskedLoadCompute(
+                                       b_, out_dtype_,
+                                       cPtr(b_.CreateAdd(c_row[static_cast<std::size_t>(r)], i64(v * kLanes))), mask),
+                                   acc(r, v));
                   }
                 }
               });
