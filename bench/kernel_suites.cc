@@ -217,7 +217,8 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
     primitive->run();
     const Tensor& want = reference[0].tensor();
     if (!(relL2(c2, want) <= tolerance)) {
-      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: oneDNN's primitive disagrees with the reference", m, k, n);
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: oneDNN's primitive disagrees with the reference", m, k,
+                       n);
     }
     // Timed in the rotated order: [0, kernels) the JIT's, then sgemm, the primitive, its twin.
     std::vector<std::function<void()>> runs;
@@ -266,8 +267,8 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
     };
     const double dnnl_ms = narrow ? summarizeLatency(ms[prim]).median
                                   : std::min(summarizeLatency(ms[sgemm]).median, summarizeLatency(ms[prim]).median);
-    fmt::print("matmul {} {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, process CPU time)\n",
-               dtypeName(dtype), m, k, n, flop / (dnnl_ms * 1e6), rounds, repeats);
+    fmt::print("matmul {} {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, process CPU time)\n", dtypeName(dtype),
+               m, k, n, flop / (dnnl_ms * 1e6), rounds, repeats);
     auto row = [&](const std::string& name, std::size_t i) {
       const std::vector<double> r = ratios(i);
       const double gflops = flop / (summarizeLatency(ms[i]).median * 1e6);

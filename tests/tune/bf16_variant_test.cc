@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The bfloat16 matmul's variant (pair dot products or widening to float32) is chosen per host by
 // measurement (jit/bf16_variant.h): the AutoTuner times the default tile in both variants (the
-// other one even past the budget, then both again in interleaved rounds), the record names the generated winner's variant and keeps
-// both times, and the database's verdict on this host becomes the untuned default. A recorded
-// default winner of the other variant is answered as that variant. No timing assertion: which
-// variant is faster is the host's business; the tests check that the choice follows the times.
+// other one even past the budget, then both again in interleaved rounds), the record names the
+// generated winner's variant and keeps both times, and the database's verdict on this host
+// becomes the untuned default. A recorded default winner of the other variant is answered as that
+// variant. No timing assertion: which variant is faster is the host's business; the tests check
+// that the choice follows the times.
 #include <gtest/gtest.h>
 
 #include <algorithm>
