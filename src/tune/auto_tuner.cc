@@ -411,9 +411,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
   // The two variants are timed again side by side (a run-off, as for the library above): the
-  // sweep's one sample of each, taken at different moments on a loaded host, said pairs on an AMX
-  // host where interleaved CPU-time rounds measured pairs 0.67-0.90x widening, and the host's
-  // default (the verdict over these records) followed the noise.
+  // sweep's one median of each, taken at different moments on a loaded host, can record a stall
+  // rather than the kernels, and the host's default (the verdict over these records) follows them.
   Bf16Timings bf16;
   const bool has_twin = std::any_of(space.begin(), space.end(), bf16Twin);
   const Timed* bf16_default = nullptr;
