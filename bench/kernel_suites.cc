@@ -153,8 +153,38 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
 // rotated every round, one thread, process CPU time; per kernel the median of its per-round ratio
 // to oneDNN (the faster of sgemm and the matmul primitive in that round) and the range of those
 // ratios. "oneDNN again" is a second primitive for the same shape: its ratio is the noise floor.
+// SHAPEVM_BENCH_MATMUL_DTYPE=bf16|f16 times bfloat16/float16 operands and output instead; the bar is
+// then oneDNN's matmul primitive of that dtype (sgemm has none), and the row fails where oneDNN
+// cannot create it.
 Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& family,
                      const std::vector<std::array<std::int64_t, 3>>& shapes, const std::string& list, json& out) {
+  DType dtype = DType::Float32;
+  dnnl_data_type_t dnnl_dtype = dnnl_f32;
+  if (const char* name = std::getenv("SHAPEVM_BENCH_MATMUL_DTYPE"); name != nullptr && *name != '\0') {
+    const std::string text = name;
+    if (text == "bf16") {
+      dtype = DType::BFloat16;
+      dnnl_dtype = dnnl_bf16;
+    } else if (text == "f16") {
+      dtype = DType::Float16;
+      dnnl_dtype = dnnl_f16;
+    } else if (text != "f32") {
+      return makeError(ErrorCode::InvalidArgument, "SHAPEVM_BENCH_MATMUL_DTYPE: '{}' is not f32, bf16 or f16", text);
+    }
+  }
+  const bool narrow = dtype != DType::Float32;
+  // Narrow outputs round to 2^-9 (bf16) or 2^-12 (f16) relative: 1e-2 in L2 means the product.
+  const double tolerance = narrow ? 1e-2 : 1e-5;
+  auto operand = [&](const Shape& shape, std::mt19937_64& rng) {
+    Tensor f = randomTensor(shape, rng);
+    if (!narrow) return Value::fromTensor(std::move(f));
+    Tensor t = std::move(Tensor::empty(dtype, shape).value());
+    for (std::int64_t i = 0; i < f.numel(); ++i) {
+      t.data<std::uint16_t>()[i] =
+          dtype == DType::BFloat16 ? floatToBf16(f.data<float>()[i]) : floatToHalf(f.data<float>()[i]);
+    }
+    return Value::fromTensor(std::move(t));
+  };
   std::vector<jit::KernelParams> kernels;
   for (std::size_t at = 0; at <= list.size();) {
     const std::size_t end = std::min(list.find(';', at), list.size());
@@ -166,19 +196,30 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
   const int rounds = std::max(3, rounds_text != nullptr ? std::atoi(rounds_text) : 11);
   std::mt19937_64 rng(5);
   for (const auto& [m, k, n] : shapes) {
-    Value a = Value::fromTensor(randomTensor(Shape{m, k}, rng));
-    Value b = Value::fromTensor(randomTensor(Shape{k, n}, rng));
+    Value a = operand(Shape{m, k}, rng);
+    Value b = operand(Shape{k, n}, rng);
     std::vector<const Value*> inputs = {&a, &b};
     const jit::KernelSpec base = jit::exactSpec(OpId::MatMul, {}, inputs);
     Tensor c = std::move(Tensor::empty(DType::Float32, Shape{m, n}).value());
-    Tensor c2 = std::move(Tensor::empty(DType::Float32, Shape{m, n}).value());
-    Tensor c3 = std::move(Tensor::empty(DType::Float32, Shape{m, n}).value());
-    SVM_ASSIGN_OR_RETURN(auto primitive, OnednnMatmul::create(m, k, n, a.tensor().data<float>(),
-                                                              b.tensor().data<float>(), c2.data<float>()));
-    SVM_ASSIGN_OR_RETURN(auto again, OnednnMatmul::create(m, k, n, a.tensor().data<float>(), b.tensor().data<float>(),
-                                                          c3.data<float>()));
+    Tensor c2 = std::move(Tensor::empty(dtype, Shape{m, n}).value());
+    Tensor c3 = std::move(Tensor::empty(dtype, Shape{m, n}).value());
+    SVM_ASSIGN_OR_RETURN(auto primitive, OnednnMatmul::create(m, k, n, a.tensor().rawData(), b.tensor().rawData(),
+                                                              c2.rawData(), dnnl_dtype));
+    SVM_ASSIGN_OR_RETURN(auto again, OnednnMatmul::create(m, k, n, a.tensor().rawData(), b.tensor().rawData(),
+                                                          c3.rawData(), dnnl_dtype));
+    // The reference decides correctness (oneDNN's own output is what the others are timed against).
+    std::vector<Value> reference(1);
+    {
+      const OpSchema& schema = OpRegistry::global().schema(OpId::MatMul);
+      OpContext ctx{&schema, inputs, {}, reference};
+      SVM_RETURN_IF_ERROR(invokeKernel(OpRegistry::global().resolve(OpId::MatMul, inputs), ctx));
+    }
     primitive->run();
-    const Tensor& want = c2;
+    const Tensor& want = reference[0].tensor();
+    if (!(relL2(c2, want) <= tolerance)) {
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: oneDNN's primitive disagrees with the reference", m, k,
+                       n);
+    }
     // Timed in the rotated order: [0, kernels) the JIT's, then sgemm, the primitive, its twin.
     std::vector<std::function<void()>> runs;
     std::vector<std::unique_ptr<jit::CompiledKernel>> compiled;
@@ -192,12 +233,14 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
       std::vector<Value>* out_ptr = &outs[i];
       runs.push_back([kernel_ptr, out_ptr, &inputs] { (void)jit::invokeCompiled(*kernel_ptr, inputs, *out_ptr); });
       runs.back()();
-      if (!(relL2((*out_ptr)[0].tensor(), want) <= 1e-5)) {
+      if (!(relL2((*out_ptr)[0].tensor(), want) <= tolerance)) {
         return makeError(ErrorCode::Internal, "matmul {}x{}x{}: {} gives wrong results", m, k, n,
                          kernels[i].toString());
       }
     }
     runs.push_back([&] {
+      // No sgemm for narrow dtypes: the row repeats the primitive (its ratio is noise, not printed).
+      if (narrow) return primitive->run();
       dnnl_sgemm('N', 'N', m, n, k, 1.0f, a.tensor().data<float>(), k, b.tensor().data<float>(), n, 0.0f,
                  c.data<float>(), n);
     });
@@ -217,14 +260,15 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
       std::vector<double> r;
       for (int round = 0; round < rounds; ++round) {
         const std::size_t at = static_cast<std::size_t>(round);
-        r.push_back(std::min(ms[sgemm][at], ms[prim][at]) / ms[i][at]);
+        r.push_back((narrow ? ms[prim][at] : std::min(ms[sgemm][at], ms[prim][at])) / ms[i][at]);
       }
       std::sort(r.begin(), r.end());
       return r;
     };
-    const double dnnl_ms = std::min(summarizeLatency(ms[sgemm]).median, summarizeLatency(ms[prim]).median);
-    fmt::print("matmul {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, process CPU time)\n", m, k, n,
-               flop / (dnnl_ms * 1e6), rounds, repeats);
+    const double dnnl_ms = narrow ? summarizeLatency(ms[prim]).median
+                                  : std::min(summarizeLatency(ms[sgemm]).median, summarizeLatency(ms[prim]).median);
+    fmt::print("matmul {} {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, process CPU time)\n", dtypeName(dtype),
+               m, k, n, flop / (dnnl_ms * 1e6), rounds, repeats);
     auto row = [&](const std::string& name, std::size_t i) {
       const std::vector<double> r = ratios(i);
       const double gflops = flop / (summarizeLatency(ms[i]).median * 1e6);
@@ -233,6 +277,7 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
       out.push_back({{"m", m},
                      {"k", k},
                      {"n", n},
+                     {"dtype", dtypeName(dtype)},
                      {"kernel", name},
                      {"gflops", gflops},
                      {"vs_onednn", r[r.size() / 2]},
@@ -240,7 +285,7 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
                      {"vs_onednn_max", r.back()}});
     };
     for (std::size_t i = 0; i < kernels.size(); ++i) row(kernels[i].toString(), i);
-    row("oneDNN sgemm", sgemm);
+    if (!narrow) row("oneDNN sgemm", sgemm);
     row("oneDNN matmul", prim);
     row("oneDNN again (noise floor)", twin);
     for (auto& kernel : compiled) (void)engine.free(kernel->handle);

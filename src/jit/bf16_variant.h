@@ -2,7 +2,8 @@
 // The bfloat16 matmul's default variant per host: the CPU's pair dot products (AVX512_BF16
 // vdpbf16ps, KernelParams::bf16_dot = 1) or widening to float32 and FMAs (bf16_dot = -1). The
 // default (bf16_dot = 0) is measured, not fixed: the AutoTuner times both variants of the
-// default tile on every bfloat16 matmul it tunes, records the two times in the tuning database
+// default tile on every bfloat16 matmul it tunes (side by side in interleaved rounds, after the
+// sweep: one sample of each followed the load), records the two times in the tuning database
 // (TuningRecord::bf16_pairs_us / bf16_widening_us) and sets the verdict of this host's records
 // here (tune/auto_tuner.h); the matmul family reads it when it resolves a default plan. Before any
 // measurement on a CPU the prior holds: pairs where the CPU has them (half the steps).

@@ -126,7 +126,6 @@ Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const
 // A bfloat16 matmul's default tile in both variants (0: not timed) and the winner's variant.
 struct Bf16Timings {
   double pairs_us = 0, widening_us = 0;
-  bool twin_timed = false;
   std::string winner;  // "pairs", "widening"; "" when no twin is in the space or a library kernel won
 };
 
@@ -411,17 +410,32 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
           best.toString());
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
+  // The two variants are timed again side by side (a run-off, as for the library above): the
+  // sweep's one median of each, taken at different moments on a loaded host, can record a stall
+  // rather than the kernels, and the host's default (the verdict over these records) follows them.
   Bf16Timings bf16;
   const bool has_twin = std::any_of(space.begin(), space.end(), bf16Twin);
+  const Timed* bf16_default = nullptr;
+  const Timed* bf16_twin = nullptr;
   for (const Timed& candidate : timed) {
-    if (candidate.params == space.front() || bf16Twin(candidate.params)) {
-      (runsBf16Pairs(*candidate.kernel) ? bf16.pairs_us : bf16.widening_us) = candidate.us;
-      bf16.twin_timed = bf16.twin_timed || bf16Twin(candidate.params);
-    }
+    if (candidate.params == space.front()) bf16_default = &candidate;
+    if (bf16Twin(candidate.params)) bf16_twin = &candidate;
     if (candidate.params == best && best.library == 0 && has_twin)
       bf16.winner = runsBf16Pairs(*candidate.kernel) ? "pairs" : "widening";
   }
-  if (!bf16.twin_timed) bf16.pairs_us = bf16.widening_us = 0;
+  if (bf16_default != nullptr && bf16_twin != nullptr &&
+      runsBf16Pairs(*bf16_default->kernel) != runsBf16Pairs(*bf16_twin->kernel)) {
+    const std::int64_t rounds = std::max<std::int64_t>(kMinRunOffRounds, repeats);
+    Expected<std::vector<double>> medians = runOff({bf16_default, bf16_twin}, examples, rounds, sample_us);
+    if (!medians) {
+      for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+      return medians.status();
+    }
+    const bool default_pairs = runsBf16Pairs(*bf16_default->kernel);
+    bf16.pairs_us = (*medians)[default_pairs ? 0 : 1];
+    bf16.widening_us = (*medians)[default_pairs ? 1 : 0];
+    report.bf16_runoff = Bf16RunOff{bf16.pairs_us, bf16.widening_us, static_cast<int>(rounds)};
+  }
   timed.clear();
   for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
   outcome.tuning_ms = usSince(start) / 1000.0;

@@ -60,6 +60,13 @@ struct RunOff {
   int rounds = 0;
 };
 
+// A bfloat16 matmul's default tile timed again in both variants, interleaved (auto_tuner.cc): the
+// times its tuning record keeps and the host's verdict reads (jit/bf16_variant.h).
+struct Bf16RunOff {
+  double pairs_us = 0, widening_us = 0;  // medians over the rounds
+  int rounds = 0;
+};
+
 // One tune() call as the CLI's summary and progress bar see it.
 struct TuneReport {
   std::string signature;
@@ -68,6 +75,7 @@ struct TuneReport {
   std::vector<CandidateTiming> timings;  // in the order timed (empty on a database hit)
   int ranked_by_predictor = 0;           // > 0: the predictor ordered the candidates from this many records
   std::optional<RunOff> runoff;          // when a library and a generated candidate were both timed
+  std::optional<Bf16RunOff> bf16_runoff;  // when both variants of a bfloat16 default tile were timed
 };
 
 struct TuneProgress {

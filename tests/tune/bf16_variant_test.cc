@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The bfloat16 matmul's variant (pair dot products or widening to float32) is chosen per host by
 // measurement (jit/bf16_variant.h): the AutoTuner times the default tile in both variants (the
-// other one even past the budget), the record names the generated winner's variant and keeps
-// both times, and the database's verdict on this host becomes the untuned default. A recorded
-// default winner of the other variant is answered as that variant. No timing assertion: which
-// variant is faster is the host's business; the tests check that the choice follows the times.
+// other one even past the budget, then both again in interleaved rounds), the record names the
+// generated winner's variant and keeps both times, and the database's verdict on this host
+// becomes the untuned default. A recorded default winner of the other variant is answered as that
+// variant. No timing assertion: which variant is faster is the host's business; the tests check
+// that the choice follows the times.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,8 +87,13 @@ TEST_F(Bf16VariantTest, TheTunerTimesBothVariantsAndRecordsTheWinner) {
   ASSERT_EQ(report.timings.size(), 2u);
   EXPECT_EQ(report.timings[0].params, KernelParams{});
   EXPECT_EQ(report.timings[1].params, kWidening);
-  const double pairs_us = report.timings[0].us, widening_us = report.timings[1].us;
-  ASSERT_TRUE(std::isfinite(pairs_us) && std::isfinite(widening_us));
+  ASSERT_TRUE(std::isfinite(report.timings[0].us) && std::isfinite(report.timings[1].us));
+  // Both variants timed again side by side: the record and the verdict take the run-off's medians,
+  // not the sweep's one sample of each.
+  ASSERT_TRUE(report.bf16_runoff.has_value());
+  EXPECT_GE(report.bf16_runoff->rounds, 7);
+  const double pairs_us = report.bf16_runoff->pairs_us, widening_us = report.bf16_runoff->widening_us;
+  ASSERT_TRUE(pairs_us > 0 && widening_us > 0 && std::isfinite(pairs_us) && std::isfinite(widening_us));
   // The record: both times, and the variant of the winner (the default runs the pairs).
   auto record = parseRecord(lastLine());
   ASSERT_TRUE(record.hasValue()) << record.status().toString();
