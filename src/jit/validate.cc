@@ -306,10 +306,7 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
   return sets;
 }
 
-namespace {
-// A NaN-filled (or, for integer/bool outputs, 0x5A-byte-filled) buffer of the given shape, so
-// the kernel writes into it and an element it skips shows.
-Expected<Tensor> poisoned(DType dtype, const Shape& shape) {
+Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape) {
   SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
   const std::int64_t n = t.numel();
   if (dtype == DType::Float32) {
@@ -322,7 +319,6 @@ Expected<Tensor> poisoned(DType dtype, const Shape& shape) {
   }
   return t;
 }
-}  // namespace
 
 namespace {
 
@@ -720,7 +716,7 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     // Poisoned output buffers of the reference's shapes, handed to the kernel for in-place use.
     std::vector<Value> actual(num_outputs);
     for (std::size_t o = 0; o < actual.size(); ++o) {
-      SVM_ASSIGN_OR_RETURN(Tensor buffer, poisoned(dtypes[o], out_shapes[o]));
+      SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
       actual[o] = Value::fromTensor(std::move(buffer));
     }
     // A call that packed an operand for the kernel's cache runs again: the second one reads the
@@ -732,7 +728,7 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
         // cached packing once, on the observed shapes.
         if (kernel.packed.stats().packs == packs || !check_packing) break;
         for (std::size_t o = 0; o < actual.size(); ++o) {
-          SVM_ASSIGN_OR_RETURN(Tensor buffer, poisoned(dtypes[o], out_shapes[o]));
+          SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
           actual[o] = Value::fromTensor(std::move(buffer));
         }
       }
