@@ -1004,11 +1004,12 @@ void Jit::compileRange(const Request& request) {
   if (request.first_sight && cache != nullptr && !cache->directory().empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     const FunctionRecord& entry = install_records_[static_cast<std::size_t>(function)];
-    if (!entry.file.empty()) kept_run.emplace(*cache, ReferenceRunStore::fileName(entry.record.identity, request.range));
+    if (!entry.file.empty())
+      kept_run.emplace(*cache, ReferenceRunStore::fileName(entry.record.identity, request.range));
   }
-  auto region =
-      compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
-                    snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times, kept_run ? &*kept_run : nullptr);
+  auto region = compileRegion(*engine_, vm_.module(), fn, snapshot.range,
+                              *liveness_[static_cast<std::size_t>(function)], records, snapshot.compiles,
+                              tune ? options_.tuner : nullptr, &tuning, &times, kept_run ? &*kept_run : nullptr);
   if (!region && augmented && !compileCancelled()) {
     // The recorded shapes do not plan together with this run's operands (a record rebuilt from a
     // signature keeps this run's non-tensor operands): plan for what this process profiled.

@@ -470,8 +470,8 @@ Status KernelCache::clear() {
   }
   if (kernels_dir_.empty()) return Status::ok();
   for (const DirEntry& file : listFiles(kernels_dir_)) {
-    if (!endsWith(file.name, kSuffix) && !isInstallRecordName(file.name) &&
-        !endsWith(file.name, kReferenceRunSuffix) && file.name.find(".tmp.") == std::string::npos) {
+    if (!endsWith(file.name, kSuffix) && !isInstallRecordName(file.name) && !endsWith(file.name, kReferenceRunSuffix) &&
+        file.name.find(".tmp.") == std::string::npos) {
       continue;
     }
     const std::string path = kernels_dir_ + "/" + file.name;

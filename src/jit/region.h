@@ -97,12 +97,9 @@ bool runCompiledRegion(const void* state, std::span<Value> registers);
 // against the reference kernels run op by op on fresh random inputs of the observed shapes.
 // `kept_run`: where an earlier process kept that reference run for the same inputs (replayed
 // instead of run, install_record.h), and where this one keeps it.
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module,
-                                                        const Function& function, const FusionRange& range,
-                                                        const Liveness& liveness,
-                                                        std::span<const std::vector<ProfileRecord>> records,
-                                                        int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
-                                                        RegionCompileTimes* times = nullptr,
-                                                        const ReferenceRunStore* kept_run = nullptr);
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(
+    KernelBackend& engine, const Module& module, const Function& function, const FusionRange& range,
+    const Liveness& liveness, std::span<const std::vector<ProfileRecord>> records, int compiles, Tuner* tuner,
+    std::vector<TuneOutcome>* tuning, RegionCompileTimes* times = nullptr, const ReferenceRunStore* kept_run = nullptr);
 
 }  // namespace shapevm::jit

@@ -355,11 +355,13 @@ enum class Replan { No, TunerWouldTime, ReferenceFailed, GuardsExclude };
 // the shapes the program runs now), a reference run that fails on the smaller shapes, or a step
 // kernel whose guard (from the records' ranges, which follow the newest shapes) does not admit
 // them, so the validation run cannot run it.
-Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
-    KernelBackend& engine, const Module& module, const Function& function, const FusionRange& range,
-    const Liveness& liveness, std::span<const std::vector<ProfileRecord>> records, int compiles, Tuner* tuner,
-    std::vector<TuneOutcome>* tuning, RegionCompileTimes* times, PlanningShapes shapes, Replan* replan,
-    const ReferenceRunStore* kept_run) {
+Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine, const Module& module,
+                                                          const Function& function, const FusionRange& range,
+                                                          const Liveness& liveness,
+                                                          std::span<const std::vector<ProfileRecord>> records,
+                                                          int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
+                                                          RegionCompileTimes* times, PlanningShapes shapes,
+                                                          Replan* replan, const ReferenceRunStore* kept_run) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
