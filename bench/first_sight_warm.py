@@ -9,12 +9,20 @@ of the same build filled, compiling at once and waiting for it). Rounds are inte
 first had compiled code (a kernel or region installed), the process CPU time (all threads:
 time.process_time) and wall time to that point, and the whole run's CPU and wall time.
 
+With --installs N it measures instead the first-sight install itself (issue 23, "warm install
+<= 10 ms"): N `shapevm run --jit-wait --jit-log` processes per build on its warm cache, builds
+interleaved, each reporting the compile-thread CPU ms of its first-sight region install (JIT log:
+"Installed fused region ... ms compile-thread CPU") and whether its planning run was kept by an
+earlier process; it prints the median, min and max per build.
+
 Usage: /usr/bin/python3 bench/first_sight_warm.py [--build LABEL=BUILD_DIR ...] [--iters 60] [--rounds 5]
+                                                   [--installs N]
   (default: --build after=build; e.g. add --build before=/path/to/main/build)
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -62,13 +70,58 @@ def child(build, cache, iters, prime=False):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def cli(build, cache, iters, prime=False):
+    """One `shapevm run` of the cell (--jit-wait --jit-log): its log."""
+    env = dict(os.environ, SHAPEVM_CACHE_DIR=cache)
+    if prime:
+        env.update(SHAPEVM_WARMUP="0", SHAPEVM_HOT_MS="0", SHAPEVM_HOT_COUNT="1")
+    proc = subprocess.run([str(Path(build) / "tools" / "shapevm"), "run", str(ROOT / "examples" / "lstm_cell.py"),
+                           "--dim", "batch=32", "--dim", "seq=10,20,30", "--jit-level", "O2", "--iters", str(iters),
+                           "--jit-wait", "--jit-log"], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{build}: {proc.stderr[-2000:]}")
+    return proc.stdout + proc.stderr
+
+
+def install_cpu(build, cache):
+    """One CLI process on a warm cache: (compile-thread CPU ms of its first-sight install, kept run?)."""
+    log = cli(build, cache, 3)
+    cpu = re.search(r"Installed fused region .*?([0-9.]+)ms compile-thread CPU", log)
+    if cpu is None or "on first sight" not in log:
+        raise SystemExit(f"{build}: no first-sight install:\n{log[-2000:]}")
+    return float(cpu.group(1)), "kept by an earlier process" in log
+
+
+def installs(builds, count):
+    with tempfile.TemporaryDirectory(prefix="svm-install-") as tmp:
+        caches = {}
+        for label, build in builds:  # fill the cache, then one warm process (it keeps its planning run)
+            caches[label] = os.path.join(tmp, label)
+            cli(build, caches[label], 12, prime=True)
+            install_cpu(build, caches[label])
+        runs = {label: [] for label, _ in builds}
+        for _ in range(count):
+            for label, build in builds:
+                runs[label].append(install_cpu(build, caches[label]))
+    print(f"{'build':8} {'installs':>8} {'kept runs':>9} {'median CPU ms':>14} {'min':>7} {'max':>7}")
+    for label, values in runs.items():
+        cpu = [v[0] for v in values]
+        print(f"{label:8} {len(cpu):>8} {sum(v[1] for v in values):>9} {statistics.median(cpu):>14.1f} "
+              f"{min(cpu):>7.1f} {max(cpu):>7.1f}")
+    print(json.dumps(runs))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", action="append", default=[], help="LABEL=BUILD_DIR (its python/ holds the module)")
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--installs", type=int, default=0, help="measure N first-sight installs per build instead")
     args = ap.parse_args()
     builds = [b.split("=", 1) for b in (args.build or ["after=build"])]
+    if args.installs:
+        installs(builds, args.installs)
+        return
     results = {(label, mode): [] for label, _ in builds for mode in ("cold", "warm")}
     with tempfile.TemporaryDirectory(prefix="svm-sight-") as tmp:
         warm = {}

@@ -4,10 +4,15 @@
 #include "jit/install_record.h"
 
 #include <charconv>
+#include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "jit/kernel_cache.h"
+#include "jit/region_executor.h"
+#include "jit/region_plan.h"
+#include "support/logging.h"
 
 namespace shapevm::jit {
 
@@ -123,6 +128,181 @@ std::string installRecordIdentity(std::string_view function_text, int level, con
 
 bool installRecordIntact(std::string_view text) {
   return InstallRecord::decode(text).hasValue();
+}
+
+// ---- ReferenceRunStore ----
+// The file: the magic, the key, the op count, per op its output count and per output a kind
+// (0 run again, 1 layout, 2 layout and contents), for kinds 1 and 2 dtype, rank and extents, for
+// kind 2 the byte count and bytes; last a checksum of everything before it. Host byte order.
+
+namespace {
+
+constexpr std::string_view kReferenceMagic = "SVMREF01";
+enum class Kept : std::uint8_t { Run = 0, Layout = 1, Contents = 2 };
+
+// A 64-bit hash of `bytes`, 32 at a time in four independent lanes (megabytes of inputs and
+// outputs per region: not one long chain of multiplies).
+std::uint64_t hashWords(const void* bytes, std::size_t n, std::uint64_t hash) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ULL;
+  std::uint64_t lane[4] = {hash, hash ^ 0x1111111111111111ULL, hash ^ 0x2222222222222222ULL, hash ^ kMul};
+  std::size_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    for (int l = 0; l < 4; ++l) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, p + k + 8 * static_cast<std::size_t>(l), 8);
+      lane[l] = (lane[l] ^ word) * kMul;
+      lane[l] ^= lane[l] >> 29;
+    }
+  }
+  hash = n;
+  for (const std::uint64_t value : lane) hash = ((hash ^ value) * kMul) ^ (hash >> 31);
+  for (; k < n; ++k) hash = (hash ^ p[k]) * 0x100000001B3ULL;
+  return hash;
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Reads a T at `at` (advanced); false past the end.
+template <typename T>
+bool take(std::string_view data, std::size_t& at, T& value) {
+  if (data.size() - at < sizeof(T)) return false;
+  std::memcpy(&value, data.data() + at, sizeof(T));
+  at += sizeof(T);
+  return true;
+}
+
+bool sharesWithInput(const Tensor& t, const ROp& op, const RegionExecutor& reference) {
+  for (int in : op.in) {
+    if (in < 0) continue;
+    const Value& input = reference.realValue(in);
+    if (input.isTensor() && input.tensor().sharesStorageWith(t)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::uint64_t ReferenceRunStore::inputsKey(const RegionPlan& plan, std::span<const Value> inputs) {
+  std::uint64_t hash = fnv1a(fmt::format("ops {} inputs {}", plan.ops.size(), inputs.size()));
+  for (const Value& input : inputs) {
+    if (!input.isTensor()) {
+      hash = fnv1a(input.describe(), hash);
+      continue;
+    }
+    const Tensor& t = input.tensor();
+    hash = fnv1a(fmt::format("{} {} {}", t.describe(), t.strides().toString(), t.offset()), hash);
+    hash = hashWords(t.storage()->data(), t.storage()->nbytes(), hash);
+  }
+  return hash;
+}
+
+std::optional<std::vector<std::vector<Value>>> ReferenceRunStore::load(std::uint64_t key,
+                                                                       const RegionPlan& plan) const {
+  const std::optional<std::string> text = cache_.readInstallRecord(file_);
+  if (!text) return std::nullopt;
+  const std::string_view data = *text;
+  auto damaged = [&](std::string_view why) -> std::optional<std::vector<std::vector<Value>>> {
+    logAt(LogLevel::Warn, "JIT", "kernel cache: ignoring the kept reference run {}/{}: {}", cache_.directory(), file_,
+          why);
+    return std::nullopt;
+  };
+  std::uint64_t sum = 0;
+  if (data.size() < kReferenceMagic.size() + 8 || data.substr(0, kReferenceMagic.size()) != kReferenceMagic) {
+    return damaged("not a kept reference run of this format");
+  }
+  std::memcpy(&sum, data.data() + data.size() - 8, 8);
+  if (checksum(data.substr(0, data.size() - 8)) != sum) return damaged("the checksum does not match");
+  const std::string_view body = data.substr(0, data.size() - 8);
+  std::size_t at = kReferenceMagic.size();
+  std::uint64_t kept_key = 0;
+  std::uint32_t ops = 0;
+  if (!take(body, at, kept_key) || !take(body, at, ops)) return damaged("truncated");
+  if (kept_key != key || ops != plan.ops.size()) return std::nullopt;  // kept for other inputs
+  std::vector<std::vector<Value>> outputs(plan.ops.size());
+  for (std::size_t o = 0; o < plan.ops.size(); ++o) {
+    std::uint32_t count = 0;
+    if (!take(body, at, count) || count != plan.ops[o].out.size()) return damaged("its ops do not match the plan");
+    for (std::uint32_t k = 0; k < count; ++k) {
+      std::uint8_t kind = 0, dtype = 0, rank = 0;
+      if (!take(body, at, kind) || kind > static_cast<std::uint8_t>(Kept::Contents)) return damaged("bad entry");
+      if (kind == static_cast<std::uint8_t>(Kept::Run)) {
+        if (!outputs[o].empty()) return damaged("an op both kept and run");
+        continue;
+      }
+      if (!take(body, at, dtype) || !take(body, at, rank) || rank > kMaxRank || dtype >= kNumDTypes) {
+        return damaged("bad layout");
+      }
+      Shape shape;
+      for (std::uint8_t d = 0; d < rank; ++d) {
+        std::int64_t extent = 0;
+        if (!take(body, at, extent) || extent < 0) return damaged("bad layout");
+        shape.push_back(extent);
+      }
+      Expected<Tensor> t = Tensor::empty(static_cast<DType>(dtype), shape);
+      if (!t) return damaged(t.status().message());
+      if (kind == static_cast<std::uint8_t>(Kept::Contents)) {
+        std::uint64_t bytes = 0;
+        const std::size_t want = static_cast<std::size_t>(t->numel()) * t->itemSize();
+        if (!take(body, at, bytes) || bytes != want || body.size() - at < want) return damaged("bad contents");
+        std::memcpy(t->rawData(), body.data() + at, want);
+        at += want;
+      }
+      if (outputs[o].size() != k) return damaged("an op both kept and run");
+      outputs[o].push_back(Value::fromTensor(std::move(*t)));
+    }
+  }
+  if (at != body.size()) return damaged("trailing bytes");
+  return outputs;
+}
+
+void ReferenceRunStore::keep(std::uint64_t key, const RegionPlan& plan, const RegionExecutor& reference) const {
+  for (const Step& step : plan.steps) {
+    if (step.stat) return;
+  }
+  std::set<int> written;
+  for (const auto& [reg, v] : plan.writeback) written.insert(v);
+  std::string out(kReferenceMagic);
+  put(out, key);
+  put(out, static_cast<std::uint32_t>(plan.ops.size()));
+  for (const ROp& op : plan.ops) {
+    put(out, static_cast<std::uint32_t>(op.out.size()));
+    bool runs = false, kept = false;
+    for (int v : op.out) {
+      const Value& value = reference.realValue(v);
+      if (!value.isTensor()) return;
+      const Tensor& t = value.tensor();
+      const bool view = sharesWithInput(t, op, reference);
+      if (view && written.count(v) != 0) return;  // its contents would be lost
+      if (!view && !t.isContiguous()) return;
+      if (view) {
+        runs = true;
+        put(out, static_cast<std::uint8_t>(Kept::Run));
+        continue;
+      }
+      kept = true;
+      const bool contents = written.count(v) != 0;
+      put(out, static_cast<std::uint8_t>(contents ? Kept::Contents : Kept::Layout));
+      put(out, static_cast<std::uint8_t>(t.dtype()));
+      put(out, static_cast<std::uint8_t>(t.rank()));
+      for (int d = 0; d < t.rank(); ++d) put(out, t.dim(d));
+      if (contents) {
+        const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.itemSize();
+        put(out, static_cast<std::uint64_t>(bytes));
+        out.append(static_cast<const char*>(t.rawData()), bytes);
+      }
+    }
+    if (runs && kept) return;  // an op is either run again or given whole
+  }
+  put(out, checksum(out));
+  (void)cache_.writeInstallRecord(file_, out);
+}
+
+std::uint64_t ReferenceRunStore::checksum(std::string_view bytes) {
+  return hashWords(bytes.data(), bytes.size(), 0);
 }
 
 }  // namespace shapevm::jit

@@ -16,14 +16,21 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "shapevm/status.h"
+#include "shapevm/value.h"
 
 namespace shapevm::jit {
+
+class KernelCache;
+class RegionExecutor;
+struct RegionPlan;
 
 inline constexpr std::string_view kInstallRecordSuffix = ".svmi";
 
@@ -54,5 +61,41 @@ std::string installRecordIdentity(std::string_view function_text, int level, con
 
 // True when `text` decodes as a record (the cache's export/import copy only intact ones).
 bool installRecordIntact(std::string_view text);
+
+inline constexpr std::string_view kReferenceRunSuffix = ".svmv";
+
+// A fused range's planning run kept beside its install record (<identity>-r<range>.svmv), so a
+// later process installing the range on first sight plans without running the reference kernels:
+// per op of the plan, either the layout of its outputs (dtype and shape of a fresh contiguous
+// tensor: what planning reads), the contents of an output the range writes back (what validation
+// compares with), or nothing (a view op, run again: it only makes views of its inputs).
+// Invariant: the run is replayed only for planning inputs with the same fingerprint (their values
+// and layouts, inputsKey) under the same record identity (bytecode, level, CPU, build), so the
+// replayed values are the ones the reference kernels computed from these very inputs; validation
+// of the compiled region against them is unchanged. A damaged file is ignored with a warning.
+class ReferenceRunStore {
+ public:
+  // `file`: the file's name in the kernel cache's directory (fileName).
+  ReferenceRunStore(KernelCache& cache, std::string file) : cache_(cache), file_(std::move(file)) {}
+  static std::string fileName(const std::string& identity, int range) {
+    return identity + "-r" + std::to_string(range) + std::string(kReferenceRunSuffix);
+  }
+  // The fingerprint of a plan's planning inputs: op count, and each input's kind, dtype, shape,
+  // strides, offset and storage bytes.
+  static std::uint64_t inputsKey(const RegionPlan& plan, std::span<const Value> inputs);
+  // Per op of `plan`, the outputs the kept run gives (empty: run the op); nullopt when there is
+  // none for `key` (no file, another key or plan, or a damaged file: warned).
+  std::optional<std::vector<std::vector<Value>>> load(std::uint64_t key, const RegionPlan& plan) const;
+  // Keeps `reference`'s run of `plan` (planned: its steps known) for `key`. Nothing is kept for a
+  // plan it cannot replay: a non-tensor or strided op output, a written-back view, a statistic
+  // step (computed from the values' contents).
+  void keep(std::uint64_t key, const RegionPlan& plan, const RegionExecutor& reference) const;
+  // The checksum a file ends with (8 bytes), of the bytes before it.
+  static std::uint64_t checksum(std::string_view bytes);
+
+ private:
+  KernelCache& cache_;
+  std::string file_;
+};
 
 }  // namespace shapevm::jit

@@ -455,11 +455,14 @@ void Jit::recordInstall(int function, int index, bool range, int first_site, boo
   }
   // Another process may have written the same record meanwhile: keep its entries too.
   std::lock_guard<std::mutex> write_lock(record_write_mutex_);
-  if (const std::optional<std::string> text = cache->readInstallRecord(file)) {
+  const std::optional<std::string> text = cache->readInstallRecord(file);
+  if (text) {
     Expected<InstallRecord> theirs = InstallRecord::decode(*text);
     if (theirs && theirs->identity == snapshot.identity) snapshot.merge(*theirs);
   }
-  (void)cache->writeInstallRecord(file, snapshot.encode());
+  std::string encoded = snapshot.encode();
+  if (text && *text == encoded) return;  // nothing new (a first-sight install of what it lists)
+  (void)cache->writeInstallRecord(file, encoded);
 }
 
 void Jit::considerSite(int function, int site, const RegionHeat& heat) {
@@ -1018,9 +1021,19 @@ void Jit::compileRange(const Request& request) {
   // On first sight a range the record says was tuned takes its parameters from the database now.
   const bool tune = request.tune || (request.first_sight && request.tuned_hint);
   const std::uint64_t codegens_before = engine_->codegens();
-  auto region =
-      compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)], records,
-                    snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times);
+  // On first sight the planning run comes from the last process that installed this range the
+  // same way, when it kept it for the same inputs (install_record.h), and is kept for the next.
+  std::optional<ReferenceRunStore> kept_run;
+  KernelCache* cache = engine_->kernelCache();
+  if (request.first_sight && cache != nullptr && !cache->directory().empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const FunctionRecord& entry = install_records_[static_cast<std::size_t>(function)];
+    if (!entry.file.empty())
+      kept_run.emplace(*cache, ReferenceRunStore::fileName(entry.record.identity, request.range));
+  }
+  auto region = compileRegion(*engine_, vm_.module(), fn, snapshot.range,
+                              *liveness_[static_cast<std::size_t>(function)], records, snapshot.compiles,
+                              tune ? options_.tuner : nullptr, &tuning, &times, kept_run ? &*kept_run : nullptr);
   if (!region && augmented && !compileCancelled()) {
     // The recorded shapes do not plan together with this run's operands (a record rebuilt from a
     // signature keeps this run's non-tensor operands): plan for what this process profiled.
@@ -1028,7 +1041,8 @@ void Jit::compileRange(const Request& request) {
     tuning.clear();
     times = RegionCompileTimes{};
     region = compileRegion(*engine_, vm_.module(), fn, snapshot.range, *liveness_[static_cast<std::size_t>(function)],
-                           records, snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times);
+                           records, snapshot.compiles, tune ? options_.tuner : nullptr, &tuning, &times,
+                           kept_run ? &*kept_run : nullptr);
   }
   if (compileCancelled()) {  // shutdown: drop whatever was compiled; no install, no failure recorded
     if (region) {
@@ -1175,8 +1189,9 @@ void Jit::compileRange(const Request& request) {
   if (request.first_sight) {
     // Process-wide count: another compile thread may have run codegen meanwhile (then it reads high).
     const std::uint64_t codegens = engine_->codegens() - codegens_before;
-    logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X} installed from the cache on first sight ({} LLVM codegens)",
-          snapshot.range.start_pc, codegens);
+    logAt(LogLevel::Info, "JIT",
+          "Region at PC=0x{:02X} installed from the cache on first sight ({} LLVM codegens; planning run {})",
+          snapshot.range.start_pc, codegens, times.reference_kept ? "kept by an earlier process" : "run");
   }
   std::vector<std::set<std::string>> sigs(records.size());
   for (std::size_t k = 0; k < records.size(); ++k) {

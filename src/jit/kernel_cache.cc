@@ -471,7 +471,7 @@ Status KernelCache::clear() {
   }
   if (kernels_dir_.empty()) return Status::ok();
   for (const DirEntry& file : listFiles(kernels_dir_)) {
-    if (!endsWith(file.name, kSuffix) && !isInstallRecordName(file.name) &&
+    if (!endsWith(file.name, kSuffix) && !isInstallRecordName(file.name) && !endsWith(file.name, kReferenceRunSuffix) &&
         file.name.find(".tmp.") == std::string::npos) {
       continue;
     }

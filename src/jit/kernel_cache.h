@@ -73,7 +73,8 @@ class KernelCache {
   // Drops an entry that proved unusable (code that does not load, a failed validation).
   void forget(const std::string& key, std::string_view why);
   KernelCacheStats stats() const;
-  // Removes every entry file and install record (and stale temporary files); the in-process map too.
+  // Removes every entry file, install record and kept reference run (and stale temporary files);
+  // the in-process map too.
   Status clear();
   // Copies every intact entry into `dir` (created); returns how many. Damaged ones are skipped
   // with a warning. Intact install records travel with them (not counted).

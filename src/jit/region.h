@@ -55,6 +55,7 @@ struct FusionRange {
 std::vector<FusionRange> fusionRanges(const Function& function, const Region& region);
 
 struct RegionPlan;  // region_plan.h
+class ReferenceRunStore;  // install_record.h
 
 // The state behind an installed region entry.
 class CompiledRegion {
@@ -90,6 +91,7 @@ struct RegionCompileTimes {
   double plan_ms = 0, codegen_ms = 0, validate_ms = 0;
   double plan_cpu_ms = 0, codegen_cpu_ms = 0, validate_cpu_ms = 0, tuning_cpu_ms = 0;
   double helper_cpu_ms = 0;  // of that, the helper threads' (beside the calling compile thread)
+  bool reference_kept = false;  // the planning run was an earlier process's, replayed
 };
 
 // CPU time of the calling thread (ms): a compile's own work, without its waits for a core (compile
@@ -107,11 +109,11 @@ bool runCompiledRegion(const void* state, std::span<Value> registers);
 // `compiles` = earlier compiles of this range (the matmul range policy widens with it). With a
 // tuner, each kernel's parameters are tuned (one outcome per tuned kernel in *tuning). The result is validated
 // against the reference kernels run op by op on fresh random inputs of the observed shapes.
-Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, const Module& module,
-                                                        const Function& function, const FusionRange& range,
-                                                        const Liveness& liveness,
-                                                        std::span<const std::vector<ProfileRecord>> records,
-                                                        int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
-                                                        RegionCompileTimes* times = nullptr);
+// `kept_run`: where an earlier process kept that reference run for the same inputs (replayed
+// instead of run, install_record.h), and where this one keeps it.
+Expected<std::unique_ptr<CompiledRegion>> compileRegion(
+    KernelBackend& engine, const Module& module, const Function& function, const FusionRange& range,
+    const Liveness& liveness, std::span<const std::vector<ProfileRecord>> records, int compiles, Tuner* tuner,
+    std::vector<TuneOutcome>* tuning, RegionCompileTimes* times = nullptr, const ReferenceRunStore* kept_run = nullptr);
 
 }  // namespace shapevm::jit

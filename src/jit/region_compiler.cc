@@ -20,6 +20,7 @@
 #include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
 #include "jit/conv_family.h"
+#include "jit/install_record.h"
 #include "jit/region_executor.h"
 #include "jit/region_inputs.h"
 #include "jit/region_plan.h"
@@ -365,10 +366,13 @@ enum class Replan { No, TunerWouldTime, ReferenceFailed, GuardsExclude };
 // the shapes the program runs now), a reference run that fails on the smaller shapes, or a step
 // kernel whose guard (from the records' ranges, which follow the newest shapes) does not admit
 // them, so the validation run cannot run it.
-Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
-    KernelBackend& engine, const Module& module, const Function& function, const FusionRange& range,
-    const Liveness& liveness, std::span<const std::vector<ProfileRecord>> records, int compiles, Tuner* tuner,
-    std::vector<TuneOutcome>* tuning, RegionCompileTimes* times, PlanningShapes shapes, Replan* replan) {
+Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine, const Module& module,
+                                                          const Function& function, const FusionRange& range,
+                                                          const Liveness& liveness,
+                                                          std::span<const std::vector<ProfileRecord>> records,
+                                                          int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
+                                                          RegionCompileTimes* times, PlanningShapes shapes,
+                                                          Replan* replan, const ReferenceRunStore* kept_run) {
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -411,9 +415,14 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
   SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, planningInputs(p, range, records, compiles, shapes));
   RegionExecutor reference(p, false);
   for (std::size_t i = 0; i < p.externals.size(); ++i) reference.setReal(p.externals[i], inputs[i]);
+  // An earlier process's run on these very inputs, when kept (install_record.h), replaces it.
+  const std::uint64_t inputs_key = kept_run != nullptr ? ReferenceRunStore::inputsKey(p, inputs) : 0;
+  std::optional<std::vector<std::vector<Value>>> known;
+  if (kept_run != nullptr) known = kept_run->load(inputs_key, p);
+  if (times != nullptr) times->reference_kept = known.has_value();
   // A range whose ops fail on random inputs of its shapes (integer division by zero, an index out
   // of range ...) cannot be planned or validated: not fusable, not a codegen failure.
-  if (Status run = referenceRun(p, reference); !run.isOk()) {
+  if (Status run = known ? referenceRun(p, reference, *known) : referenceRun(p, reference); !run.isOk()) {
     if (shapes == PlanningShapes::Smallest) *replan = Replan::ReferenceFailed;
     return makeError(ErrorCode::Unsupported, "the reference run on random inputs of the observed shapes failed: {}",
                      run.message());
@@ -552,6 +561,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(
       return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
     }
   }
+  if (kept_run != nullptr && !known) kept_run->keep(inputs_key, p, reference);
   // The step kernels' packings of the planning inputs (random weights) are of no use later.
   for (Step& step : p.steps) {
     if (step.kernel) step.kernel->packed.clear();
@@ -569,7 +579,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
                                                         const Liveness& liveness,
                                                         std::span<const std::vector<ProfileRecord>> records,
                                                         int compiles, Tuner* tuner, std::vector<TuneOutcome>* tuning,
-                                                        RegionCompileTimes* times) {
+                                                        RegionCompileTimes* times, const ReferenceRunStore* kept_run) {
   // Planned and validated on the smallest observed shapes when they differ from the newest: the
   // reference run and the validation run scale with them, and kernels, guards and tuning-database
   // keys come from the records' ranges, not from the planning shapes. Tuning that must time, or a
@@ -582,13 +592,13 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegion(KernelBackend& engine, c
     Replan replan = Replan::No;
     const std::size_t tuned_before = tuning != nullptr ? tuning->size() : 0;
     auto region = compileRegionOn(engine, module, function, range, liveness, records, compiles, tuner, tuning, times,
-                                  PlanningShapes::Smallest, &replan);
+                                  PlanningShapes::Smallest, &replan, kept_run);
     if (region || replan == Replan::No) return region;
     if (tuning != nullptr) tuning->resize(tuned_before);
   }
   Replan unused = Replan::No;
   return compileRegionOn(engine, module, function, range, liveness, records, compiles, tuner, tuning, times,
-                         PlanningShapes::Newest, &unused);
+                         PlanningShapes::Newest, &unused, kept_run);
 }
 
 }  // namespace shapevm::jit

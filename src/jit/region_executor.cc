@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "bytecode/scalar_ops.h"
+#include "jit/validate.h"
 #include "ops/kernel_util.h"
 #include "support/cpu_cores.h"
 #include "support/tunables.h"
@@ -251,9 +252,7 @@ Status RegionExecutor::poisonOutputs(const CompiledKernel& kernel, std::span<con
   std::vector<Shape> shapes(outs.size());
   SVM_RETURN_IF_ERROR(kernel.family->outputs(kernel.spec, inputs, dtypes, shapes));
   for (std::size_t o = 0; o < outs.size(); ++o) {
-    SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtypes[o], shapes[o]));
-    for (std::int64_t k = 0; k < t.numel(); ++k)
-      storeFromDouble(t.rawData(), dtypes[o], k, std::numeric_limits<double>::quiet_NaN());
+    SVM_ASSIGN_OR_RETURN(Tensor t, poisonedTensor(dtypes[o], shapes[o]));
     outs[o] = Value::fromTensor(std::move(t));
   }
   return Status::ok();
@@ -458,8 +457,12 @@ std::string opName(OpId op) {
 
 // Runs the range with the reference kernels, op by op (the interpreter's semantics): the
 // planning run that observes every value and the oracle of validation.
-Status referenceRun(const RegionPlan& plan, RegionExecutor& eval) {
+Status referenceRun(const RegionPlan& plan, RegionExecutor& eval, std::span<const std::vector<Value>> known) {
   for (const ROp& op : plan.ops) {
+    if (const auto o = static_cast<std::size_t>(&op - plan.ops.data()); o < known.size() && !known[o].empty()) {
+      for (std::size_t k = 0; k < op.out.size(); ++k) eval.setReal(op.out[k], known[o][k]);
+      continue;
+    }
     std::vector<const Value*> inputs;
     for (int in : op.in) inputs.push_back(in < 0 ? nullptr : &eval.realValue(in));
     std::vector<Value> outputs(op.out.size());

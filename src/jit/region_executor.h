@@ -118,6 +118,8 @@ std::string opName(OpId op);
 
 // Runs the range with the reference kernels, op by op (the interpreter's semantics): the
 // planning run that observes every value and the oracle of validation.
-Status referenceRun(const RegionPlan& plan, RegionExecutor& eval);
+// `known`, when given (one entry per op): an op with outputs there takes them instead of running
+// (a kept planning run, install_record.h: ReferenceRunStore).
+Status referenceRun(const RegionPlan& plan, RegionExecutor& eval, std::span<const std::vector<Value>> known = {});
 
 }  // namespace shapevm::jit

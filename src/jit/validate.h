@@ -36,6 +36,10 @@ struct Comparison {
 // Compares kernel outputs with reference outputs (same count, dtypes and shapes required).
 Comparison compareOutputs(std::span<const Value> expected, std::span<const Value> actual);
 
+// A fresh tensor filled with poison: NaN (floating dtypes), 0x5A bytes (integers), 2 (bool), so
+// an element a kernel leaves unwritten shows in the comparison.
+Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape);
+
 // Random inputs for `spec` with these concrete shapes (one per input; ignored for scalars), drawn
 // from the op's valid domain (positive for log/sqrt/rsqrt/pow bases), never all zeros.
 Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,

@@ -202,6 +202,80 @@ TEST_F(FirstSightTest, ASecondSessionInstallsTheRecordedO2RegionOnItsFirstRun) {
   EXPECT_TRUE(logged("installed from the cache on first sight"));
 }
 
+// The kept planning runs (<identity>-r<range>.svmv) in `dir`'s kernel cache.
+std::vector<std::string> keptRuns(const std::string& dir) {
+  std::vector<std::string> files;
+  if (!fs::exists(dir + "/kernels")) return files;
+  for (const auto& entry : fs::directory_iterator(dir + "/kernels")) {
+    if (entry.path().extension() == ".svmv") files.push_back(entry.path().string());
+  }
+  return files;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void writeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+void clearLog() {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  log_lines.clear();
+}
+
+TEST_F(FirstSightTest, ALaterSessionReplaysTheKeptPlanningRunAndStillValidates) {
+  ASSERT_TRUE(run(dir_, kDenseTanhProgram, 2, 4, /*eager=*/true, 8, 24, 17).correct);
+  EXPECT_TRUE(keptRuns(dir_).empty()) << "a first-sight install keeps its planning run, not a usual compile";
+  // The second session installs on first sight, running the reference, and keeps that run.
+  const Session second = run(dir_, kDenseTanhProgram, 2, 3, /*eager=*/false, 8, 24, 17);
+  ASSERT_TRUE(second.correct);
+  ASSERT_EQ(second.after_run[0].first_sight_installs, 1u);
+  EXPECT_TRUE(logged("planning run run)"));
+  const std::vector<std::string> kept = keptRuns(dir_);
+  ASSERT_EQ(kept.size(), 1u);
+
+  // The third replays it: same install, same results, no reference run.
+  clearLog();
+  const Session third = run(dir_, kDenseTanhProgram, 2, 3, /*eager=*/false, 8, 24, 17);
+  EXPECT_TRUE(third.correct);
+  ASSERT_EQ(third.after_run.size(), 3u);
+  EXPECT_EQ(third.after_run[0].first_sight_installs, 1u);
+  EXPECT_EQ(third.after_run[0].validation_failures, 0u);
+  EXPECT_EQ(third.after_run[0].codegen_count, 0u);
+  EXPECT_EQ(third.after_run[2].region_runs, 2u);
+  EXPECT_TRUE(logged("planning run kept by an earlier process"));
+
+  // Validation compares with the kept values: a kept run whose written-back contents are wrong
+  // (checksum made to match) makes the region disagree, and nothing wrong is installed.
+  const std::string good = readFile(kept[0]);
+  std::string wrong = good.substr(0, good.size() - 8);
+  for (std::size_t k = wrong.size() - 64; k < wrong.size(); ++k) wrong[k] = static_cast<char>(wrong[k] ^ 0x40);
+  const std::uint64_t sum = ReferenceRunStore::checksum(wrong);
+  wrong.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  writeFile(kept[0], wrong);
+  clearLog();
+  const Session misled = run(dir_, kDenseTanhProgram, 2, 3, /*eager=*/false, 8, 24, 17);
+  EXPECT_TRUE(misled.correct);
+  EXPECT_EQ(misled.after_run[0].validation_failures, 1u);
+  EXPECT_EQ(misled.after_run[0].fused_regions, 0u);
+  EXPECT_TRUE(logged("disagrees"));
+
+  // A damaged file (one byte flipped, or cut short) is ignored with a warning: the reference runs.
+  for (const std::string& damaged : {good.substr(0, good.size() / 2), std::string(good).replace(20, 1, "\x7f")}) {
+    writeFile(kept[0], damaged);
+    clearLog();
+    const Session after = run(dir_, kDenseTanhProgram, 2, 2, /*eager=*/false, 8, 24, 17);
+    EXPECT_TRUE(after.correct);
+    EXPECT_EQ(after.after_run[0].first_sight_installs, 1u);
+    EXPECT_EQ(after.after_run[0].validation_failures, 0u);
+    EXPECT_TRUE(logged("ignoring the kept reference run"));
+    EXPECT_TRUE(logged("planning run run)"));
+  }
+}
+
 TEST_F(FirstSightTest, DamagedOrForeignRecordsAreIgnoredWithAWarning) {
   ASSERT_TRUE(run(dir_, kAddTanhProgram, 1, 1, /*eager=*/true, 6).correct);
   const std::vector<std::string> files = records(dir_);
