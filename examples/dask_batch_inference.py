@@ -4,22 +4,27 @@
 # cell (examples/lstm_cell.py) on LocalClusters of worker processes, each run a fresh cluster:
 # cold (an empty cache) on W workers and on one, then warm (starting from one archive: the union of
 # the first repeat's two cold caches, so it covers the ranges one process meeting every shape
-# widens to), meeting the batches in an order of its own. Warm runs also go with each worker's
-# kernel_threads left at auto (every worker splitting its kernels across all the host's cores:
-# shapevm.dask's behaviour before it gave each worker its share) and, on one worker, with one
-# kernel thread. The runs are interleaved, --repeats times.
+# widens to) on W workers and on one with one kernel thread, meeting the batches in an order of
+# its own: "warm" loads the module as before (the JIT installs what the archive covers as it meets
+# it), "warm start" has each worker install what the archive's install records cover when it
+# loads the module, before its first call (--warm-start picks them; both where the build has it).
+# --thread-variants adds warm runs with each worker's kernel_threads left at auto (every worker
+# splitting its kernels across all the host's cores: shapevm.dask's behaviour before it gave each
+# worker its share) and on one worker with auto threads. The runs are interleaved, --repeats times.
 # It prints throughput (sequence steps per second, padding included) and its steady value (the
 # second half of --rounds map_model calls), and per worker: its time to the first compiled call and
-# to steady throughput, both from the cluster's start (the client's clock before LocalCluster())
-# and from the worker's first task (also in the worker process's CPU seconds, which a loaded host
-# stretches less); compiles, cache hits, kernel threads and CPU seconds; then the medians and
-# spreads over the repeats. --hot-at-once runs everything with warmup=0, hot_count=0, hot_ms=0.
-# Two lines give the issue's goals (docs/scale-out.md): GOAL, warm vs cold per worker from its first
-# task in worker CPU seconds (paired by repeat), and THROUGHPUT, W workers vs 1 projected for a
-# free core per worker from steady CPU per element (the wall-clock ratio on a host without a free
-# core per worker measures the share of the host each run got, not scaling).
+# to steady throughput (steady_point), both from the cluster's start (the client's clock before
+# LocalCluster()) and from the worker's first task (also in the worker process's CPU seconds,
+# which a loaded host stretches less); compiles, cache hits, kernel threads and CPU seconds; then
+# the medians and spreads over the repeats. --hot-at-once runs everything with warmup=0,
+# hot_count=0, hot_ms=0. Two lines per warm kind give the issue's goals (docs/scale-out.md):
+# GOAL, warm vs cold per worker from its first task in worker CPU seconds (paired by repeat), and
+# THROUGHPUT, W workers vs 1 projected for a free core per worker from steady CPU per element (the
+# wall-clock ratio on a host without a free core per worker measures the share of the host each
+# run got, not scaling).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 examples/dask_batch_inference.py [--sequences N]
-#        [--workers W] [--batch B] [--repeats R] [--rounds K] [--hot-at-once] [--json OUT.json]
+#        [--workers W] [--batch B] [--repeats R] [--rounds K] [--hot-at-once] [--warm-start both|on|off]
+#        [--thread-variants] [--json OUT.json]
 import argparse
 import inspect
 import json
@@ -124,11 +129,15 @@ def cpu_rate(win):
 
 def worker_figures(w, started):
     """One worker's times to its first compiled call and to steady throughput, from the cluster's
-    start and from its own first task (steady_point: wall-clock rates, 80%); the time to steady
-    throughput in worker CPU seconds also with the rates in worker CPU seconds, at 90%, and from
-    the worker plugin's setup (an archive's import included)."""
+    start and from its own first task. Steady throughput: steady_point with each call's rate in
+    the worker process's CPU seconds, 80%. On a loaded host the calls' wall-clock rates swing
+    several-fold from one compiled call to the next with the host's load, while their CPU rates
+    separate interpreted calls (about 3 M elements per CPU second here) from compiled ones (12-20)
+    clearly. The time to steady throughput in worker CPU seconds also with wall-clock rates, at
+    90%, and from the worker plugin's setup (an archive's import included): is the goal's figure
+    an artefact of its definition?"""
     calls = sorted(w["calls"])
-    steady = steady_point(calls, wall_rate, 0.8)
+    steady = steady_point(calls, cpu_rate, 0.8)
     steady_at = steady[0] if steady else None
     steady_cpu = steady[3] if steady else None
     first_task, first_compiled = w["first_task_at"], w["first_compiled_at"]
@@ -161,16 +170,16 @@ def worker_figures(w, started):
             # wall-clock figures above by whatever else runs; these much less).
             "first_compiled_from_task_cpu_s": nan_if_none(w["cpu_to_first_compiled_s"]),
             "steady_from_task_cpu_s": since(steady_cpu, w["first_task_cpu_s"]),
-            # The same point found other ways (is the goal's figure an artefact of its definition?).
-            "steady_cpu_rates_from_task_cpu_s": cpu_to(steady_point(calls, cpu_rate, 0.8), w["first_task_cpu_s"]),
-            "steady_90_from_task_cpu_s": cpu_to(steady_point(calls, wall_rate, 0.9), w["first_task_cpu_s"]),
+            # The same point found other ways.
+            "steady_wall_rates_from_task_cpu_s": cpu_to(steady_point(calls, wall_rate, 0.8), w["first_task_cpu_s"]),
+            "steady_90_from_task_cpu_s": cpu_to(steady_point(calls, cpu_rate, 0.9), w["first_task_cpu_s"]),
             "steady_from_setup_cpu_s": since(steady_cpu, w.get("setup_cpu_s")),
             "steady_cpu_s_per_melement": steady_cost}
 
 
 TIMES = ("first_task_from_start_s", "first_compiled_from_start_s", "first_compiled_from_task_s", "steady_from_start_s",
          "steady_from_task_s", "first_compiled_from_task_cpu_s", "steady_from_task_cpu_s",
-         "steady_cpu_rates_from_task_cpu_s", "steady_90_from_task_cpu_s", "steady_from_setup_cpu_s")
+         "steady_wall_rates_from_task_cpu_s", "steady_90_from_task_cpu_s", "steady_from_setup_cpu_s")
 
 
 def nan_if_none(value):
@@ -218,7 +227,8 @@ def summary(name, result):
             "cache_hits": stats["cache_hits"],
             "workers_cpu_s": stats["cpu_s"], "client_cpu_s": result["client_cpu_s"],
             "steady_cpu_s_per_melement": steady_cost, "load": result["load"], "workers": per_worker,
-            "calls": {addr: w["calls"] for addr, w in stats["workers"].items()}}
+            "calls": {addr: {"first_task_cpu_s": w["first_task_cpu_s"], "calls": w["calls"]}
+                      for addr, w in stats["workers"].items()}}
 
 
 def main():
@@ -337,8 +347,8 @@ def main():
               f"{fmt(paired(kind, 'first_compiled_from_task_cpu_s'))} (slowest); wall clock from the first task: "
               f"steady {fmt(paired(kind, 'steady_from_task_s_median_worker'))}, first compiled call "
               f"{fmt(paired(kind, 'first_compiled_from_task_s_median_worker'))} (median worker); steady found "
-              f"otherwise (median worker): rates in CPU s "
-              f"{fmt(paired(kind, 'steady_cpu_rates_from_task_cpu_s_median_worker'))}, within 90% "
+              f"otherwise (median worker): wall-clock rates "
+              f"{fmt(paired(kind, 'steady_wall_rates_from_task_cpu_s_median_worker'))}, within 90% "
               f"{fmt(paired(kind, 'steady_90_from_task_cpu_s_median_worker'))}, from the plugin's setup "
               f"{fmt(paired(kind, 'steady_from_setup_cpu_s_median_worker'))}")
     # The cluster-throughput goal (2 workers >= 1.7x one) needs a core per worker. On a shared 2-vCPU
