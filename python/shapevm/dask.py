@@ -362,7 +362,8 @@ class _Restorer:
             self.cluster = None
             return
         _LOG.warning("shapevm.dask: the cluster closed workers %s (a restart slower than "
-                     "distributed.deploy.lost-worker-timeout); asking it to start them again", sorted(map(str, missing)))
+                     "distributed.deploy.lost-worker-timeout); asking it to start them again",
+                     sorted(map(str, missing)))
         self.asked |= missing
         self.restored += len(missing)
         cluster.scale(len(cluster.worker_spec))  # the same count: starts the spec's workers that are not running
