@@ -8,10 +8,13 @@
 # Invariant: results come back in the items' order, equal to a single-process run; every failure
 # reaches the client as a PartitionError naming the partition, never as a hung cluster: a cluster
 # left without workers (all died, or their cluster manager closed them) fails the partitions still
-# waiting once no_workers_timeout has passed without a worker.
+# waiting once no_workers_timeout has passed without a worker. When the client owns its cluster (a
+# LocalCluster or another SpecCluster), workers the cluster closed are asked back, a bounded
+# number of times per call (restore_workers).
 import collections
 import hashlib
 import itertools
+import logging
 import math
 import os
 import threading
@@ -31,20 +34,24 @@ _COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0}  # setups: the 
 # Per worker process (time.time()): when its first partition started, and when a call of it first
 # ran a compiled kernel (None until then); the *_cpu entries: the process's CPU seconds then
 # (time.process_time(): every thread's, the compile thread's and the kernels' included).
-_TIMES = {"first_task": None, "first_compiled": None, "first_task_cpu": None, "first_compiled_cpu": None}
+# setup/setup_cpu: when the worker plugin's setup started (an archive's import, then the model's
+# warm start come after it).
+_TIMES = {"first_task": None, "first_compiled": None, "first_task_cpu": None, "first_compiled_cpu": None,
+          "setup": None, "setup_cpu": None}
 # Per worker process: the kernel_threads the plugin set (0 = auto) and why ("settings": the
 # caller's, "environment": SHAPEVM_KERNEL_THREADS, "share": the worker's share of the host).
 _THREADS = {"kernel_threads": None, "kernel_threads_from": None}
 # Per worker process: (start time.time(), seconds, input elements, the process's CPU seconds at
-# its start) of each call, the first _MAX_CALLS.
+# its start, the process's CPU seconds over it) of each call, the first _MAX_CALLS.
 _CALLS = []
 _MAX_CALLS = 100_000
 # How often map_model looks at the cluster's workers while it waits (seconds); the client's view
 # of them is itself refreshed every distributed.client.scheduler-info-interval (2 s).
 _POLL_S = 1.0
+_LOG = logging.getLogger("shapevm.dask")
 # cluster_stats reports these per worker, not summed.
 _PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "cpu_to_first_compiled_s", "started_at", "first_task_at",
-                    "first_task_cpu_s", "first_compiled_at",
+                    "first_task_cpu_s", "first_compiled_at", "setup_at", "setup_cpu_s",
                     "kernel_threads", "kernel_threads_from", "calls")
 
 
@@ -127,6 +134,9 @@ class ShapeVMWorkerPlugin(WorkerPlugin):
 
     def setup(self, worker):
         import shapevm
+        with _STATE_LOCK:
+            if _TIMES["setup"] is None:
+                _TIMES["setup"], _TIMES["setup_cpu"] = time.time(), time.process_time()
         cache_dir = self.cache_dir
         if cache_dir is None and self.archive is not None:
             cache_dir = os.path.join(worker.local_directory, "shapevm-cache")  # private, filled from the archive
@@ -201,7 +211,7 @@ def _run_partition(spec, chunk, index, first):
                     f"partition {index} (item {first + offset}): {type(err).__name__}: {err}") from None
             if len(_CALLS) < _MAX_CALLS:
                 elements = sum(int(np.size(v)) for v in item.values())
-                _CALLS.append((started, time.perf_counter() - clock, elements, cpu))
+                _CALLS.append((started, time.perf_counter() - clock, elements, cpu, time.process_time() - cpu))
             if _TIMES["first_compiled"] is None and _runs_compiled(loaded.stats()):
                 with _STATE_LOCK:
                     if _TIMES["first_compiled"] is None:
@@ -248,7 +258,8 @@ def _register(client, cache_dir, cache_archive, settings):
 
 
 def map_model(client, model_path, items, fn=None, params=None, *, partition_size=None, jit_level="O2",
-              wait=False, cache_dir=None, cache_archive=None, settings=None, no_workers_timeout=120.0):
+              wait=False, cache_dir=None, cache_archive=None, settings=None, no_workers_timeout=120.0,
+              restore_workers=4):
     """Runs `fn` of the ShapeVM module at `model_path` (.py, .svasm, .svm or .onnx, a path every
     worker can read) over `items`: a list of dicts {input name: numpy array} of any shapes the
     module accepts, or a dask Bag of them. `params`: an .npz of further named arguments (weights),
@@ -269,7 +280,12 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     LocalCluster (any SpecCluster) closes a worker's nanny for good when no worker of its name is
     back distributed.deploy.lost-worker-timeout (15 s) after a death: on a loaded host, where a
     restart takes seconds, repeated deaths can leave the cluster with no worker, and without this
-    timeout the call would wait forever."""
+    timeout the call would wait forever.
+    restore_workers: when the client owns its cluster (Client(LocalCluster(...)), any
+    SpecCluster), how many workers the cluster closed this way map_model may ask it to start again
+    during the call (it calls cluster.scale with the cluster's own worker count, which reopens the
+    closed ones); 0: never. A worker that dies at every start is asked back at most this often,
+    so the bound above still holds."""
     model_path = str(model_path)
     params = None if params is None else str(params)
     spec = {"model": model_path, "fn": fn, "params": params, "jit_level": jit_level, "wait": wait}
@@ -293,7 +309,8 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
         return client.submit(_run_partition, spec, chunks[index], index, starts[index],
                              key=f"shapevm-partition-{index}-{token}{attempt}", pure=False)
 
-    outcomes = _settle(client, [submit(index) for index in range(len(chunks))], no_workers_timeout)
+    restorer = _Restorer(client, restore_workers)
+    outcomes = _settle(client, [submit(index) for index in range(len(chunks))], no_workers_timeout, restorer)
     killed = [index for index, (state, _) in enumerate(outcomes) if state == "killed"]
     # A worker's death counts against every partition it was running or holding, so a partition
     # that only shared a worker with one that kills it may be failed too (or its task lost): each
@@ -304,7 +321,7 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     for index in retry:
         if any(state == "no-workers" for state, _ in outcomes):
             break
-        outcomes[index] = _settle(client, [submit(index, "r")], no_workers_timeout)[0]
+        outcomes[index] = _settle(client, [submit(index, "r")], no_workers_timeout, restorer)[0]
     failed = {index: value for index, (state, value) in enumerate(outcomes) if state != "ok"}
     results = []
     for index, (state, value) in enumerate(outcomes):
@@ -316,12 +333,49 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     return results
 
 
-def _settle(client, futures, no_workers_timeout=None):
+class _Restorer:
+    """Asks the client's own cluster (a SpecCluster: LocalCluster and most cluster managers) to start
+    again the workers it closed (in its spec, gone from its workers), at most `budget` workers over
+    the object's life; each missing worker is asked for once until it is back."""
+
+    def __init__(self, client, budget):
+        from distributed.deploy.spec import SpecCluster
+        cluster = getattr(client, "cluster", None)
+        self.cluster = cluster if isinstance(cluster, SpecCluster) and budget else None
+        self.budget = budget
+        self.asked = set()  # names asked for and not yet back
+        self.restored = 0
+
+    def check(self):
+        from distributed.core import Status
+        cluster = self.cluster
+        if cluster is None or cluster.status != Status.running:
+            return
+        spec, running = set(cluster.worker_spec), set(cluster.workers)  # set(dict): atomic under the GIL
+        self.asked &= spec - running
+        missing = spec - running - self.asked
+        if not missing:
+            return
+        if self.restored + len(missing) > self.budget:
+            _LOG.warning("shapevm.dask: the cluster closed workers %s; not asking for them again (restore_workers=%d "
+                         "used up in this call)", sorted(map(str, missing)), self.budget)
+            self.cluster = None
+            return
+        _LOG.warning("shapevm.dask: the cluster closed workers %s (a restart slower than "
+                     "distributed.deploy.lost-worker-timeout); asking it to start them again",
+                     sorted(map(str, missing)))
+        self.asked |= missing
+        self.restored += len(missing)
+        cluster.scale(len(cluster.worker_spec))  # the same count: starts the spec's workers that are not running
+
+
+def _settle(client, futures, no_workers_timeout=None, restorer=None):
     """Waits for every future; per future ("ok", its outputs), ("error", message), ("killed",
     message) when its workers died more often than Dask's allowed-failures, ("lost", message)
     when its task ended otherwise (cancelled by the scheduler as its worker went away), or
     ("no-workers", message) when it was still waiting after the cluster had no worker for
-    no_workers_timeout seconds (None: wait for workers forever)."""
+    no_workers_timeout seconds (None: wait for workers forever). restorer: a _Restorer checked at
+    every poll and once at the end."""
     from distributed import TimeoutError as DaskTimeoutError
     from distributed import wait
     from distributed.scheduler import KilledWorker
@@ -332,6 +386,8 @@ def _settle(client, futures, no_workers_timeout=None):
         pending = list(futures)
         workerless_since = None
         while pending:
+            if restorer is not None:
+                restorer.check()
             if no_workers_timeout is not None:
                 if client.scheduler_info().get("workers"):
                     workerless_since = None
@@ -345,6 +401,8 @@ def _settle(client, futures, no_workers_timeout=None):
             except (DaskTimeoutError, TimeoutError):
                 pass
             pending = [future for future in pending if not future.done()]
+        if restorer is not None:
+            restorer.check()  # a worker closed while the last partitions finished
         for future in futures:
             index = int(str(future.key).split("-")[2])
             if future in stranded:
@@ -412,6 +470,7 @@ def _worker_stats(calls=False):
                                     if times["first_compiled"] is not None else None),
             "started_at": _process_started_at(), "first_task_at": times["first_task"],
             "first_task_cpu_s": times["first_task_cpu"], "first_compiled_at": times["first_compiled"],
+            "setup_at": times["setup"], "setup_cpu_s": times["setup_cpu"],
             "cpu_to_first_compiled_s": (times["first_compiled_cpu"] - times["first_task_cpu"]
                                         if times["first_compiled_cpu"] is not None else None), **threads,
             **({"calls": [list(call) for call in _CALLS]} if calls else {})}
@@ -426,12 +485,13 @@ def cluster_stats(client, calls=False):
     from the start of its first partition, module load included, to the end of its first call
     after which compiled code was installed; None before); started_at (the process's start),
     first_task_at, first_compiled_at (time.time() on the worker's clock, None before) and
-    first_task_cpu_s (the process's CPU seconds when its first task started);
+    first_task_cpu_s (the process's CPU seconds when its first task started); setup_at and
+    setup_cpu_s (the same when the worker plugin's setup started);
     kernel_threads (0 = auto) and kernel_threads_from ("share", "settings" or "environment");
     cpu_to_first_compiled_s: the process's CPU seconds over to_first_compiled_s (the
     compile thread's included; what a loaded host does not stretch); with calls=True, calls:
-    [start time.time(), seconds, input elements, the process's CPU seconds at its start] of each
-    call."""
+    [start time.time(), seconds, input elements, the process's CPU seconds at its start, the
+    process's CPU seconds over the call] of each call."""
     per_worker = client.run(_worker_stats, calls)
     summed = {}
     for stats in per_worker.values():
