@@ -90,7 +90,7 @@ class CompiledRegion {
 struct RegionCompileTimes {
   double plan_ms = 0, codegen_ms = 0, validate_ms = 0;
   double plan_cpu_ms = 0, codegen_cpu_ms = 0, validate_cpu_ms = 0, tuning_cpu_ms = 0;
-  double helper_cpu_ms = 0;  // of that, the helper threads' (beside the calling compile thread)
+  double helper_cpu_ms = 0;     // of that, the helper threads' (beside the calling compile thread)
   bool reference_kept = false;  // the planning run was an earlier process's, replayed
 };
 
