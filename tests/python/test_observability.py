@@ -256,8 +256,10 @@ def _python_module():
     return shapevm
 
 
-def test_python_trace_shows_interpreter_and_compile_threads_overlapping(tmp_path):
+def test_python_trace_shows_interpreter_and_compile_threads_overlapping(tmp_path, monkeypatch):
     shapevm = _python_module()
+    # A private cache: a kernel another test left in the shared one would install without a compile.
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path / "cache"))
     before = shapevm.get_context()
     trace = tmp_path / "py.json"
     inputs = make_inputs(np.random.default_rng(3), 8, 4)
@@ -271,6 +273,8 @@ def test_python_trace_shows_interpreter_and_compile_threads_overlapping(tmp_path
             module.lstm_cell(*inputs.values())
             if module.stats()["kernels_installed"] >= 1:
                 after_install += 1
+        # The compile span closes after its install: a starved compile thread may not have closed it yet.
+        module.program.wait_idle()
         shapevm.set_context(trace=None)
         stats = module.stats()
         module.program.write_stats_json(str(tmp_path / "stats.json"))
