@@ -20,7 +20,9 @@ namespace {
 
 std::vector<double> valuesOf(const Tensor& t) {
   std::vector<double> out(static_cast<std::size_t>(t.numel()));
-  for (std::int64_t i = 0; i < t.numel(); ++i) out[static_cast<std::size_t>(i)] = loadAsDouble(t.rawData(), t.dtype(), i);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    out[static_cast<std::size_t>(i)] = loadAsDouble(t.rawData(), t.dtype(), i);
+  }
   return out;
 }
 
@@ -47,7 +49,8 @@ TEST(CliInputs, FillsArePinnedAcrossHosts) {
   // `--seed` reproduces a run's inputs on any host: these bits must not change silently
   // (docs/cli.md says what a seed produces).
   const Tensor t = draw(DType::Float32, Shape{4}, 1);
-  const std::vector<std::uint32_t> pinned = {0x3d59439e, 0x3fbca34f, 0xbf54cc76, 0xbd61d0ee};  // 0.0530, 1.4737, -0.8312, -0.0551
+  // The bits of 0.0530, 1.4737, -0.8312 and -0.0551.
+  const std::vector<std::uint32_t> pinned = {0x3d59439e, 0x3fbca34f, 0xbf54cc76, 0xbd61d0ee};
   for (std::size_t i = 0; i < pinned.size(); ++i) {
     EXPECT_EQ(std::bit_cast<std::uint32_t>(t.data<float>()[i]), pinned[i]) << i << ": " << t.data<float>()[i];
   }
@@ -81,7 +84,8 @@ TEST(CliInputs, EveryDtypeGetsAVariedNonZeroFill) {
     ASSERT_EQ(v.size(), f32.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
       // The float32 values, rounded to the dtype.
-      ASSERT_NEAR(v[i], f32[i], dtype == DType::Float64 ? 0.0 : std::abs(f32[i]) / 64 + 1e-3) << dtypeName(dtype) << " " << i;
+      ASSERT_NEAR(v[i], f32[i], dtype == DType::Float64 ? 0.0 : std::abs(f32[i]) / 64 + 1e-3)
+          << dtypeName(dtype) << " " << i;
     }
   }
   for (DType dtype : {DType::Int32, DType::Int64, DType::Bool}) {
