@@ -156,7 +156,8 @@ Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t see
   SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
   const std::int64_t n = t.numel();
   if (n == 0) return t;
-  // Seeds one apart would otherwise give the same splitmix64 stream one step apart.
+  // Mixed first: seeds 0x9E3779B97F4A7C15 apart (buildArguments steps --seed by it) would
+  // otherwise start the same splitmix64 stream one step apart.
   FastRandom random{FastRandom{seed}.next()};
   if (isFloating(dtype)) {
     const std::vector<float>& pool = normalPool();
