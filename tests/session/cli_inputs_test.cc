@@ -39,9 +39,11 @@ TEST(CliInputs, AFillIsAFunctionOfItsSeed) {
   // Neighbouring seeds (splitmix64 streams one step apart unless mixed) give unrelated fills.
   for (std::uint64_t other : {6ULL, 8ULL, 7ULL + 0x9E3779B97F4A7C15ULL}) {
     const std::vector<double> x = valuesOf(a), y = valuesOf(draw(DType::Float32, Shape{1000, 37}, other));
-    std::int64_t same = 0;
+    std::int64_t same = 0, shifted = 0;  // equal elements, and equal a run (509) apart
     for (std::size_t i = 0; i < x.size(); ++i) same += x[i] == y[i] ? 1 : 0;
+    for (std::size_t i = 0; i + 509 < x.size(); ++i) shifted += x[i + 509] == y[i] ? 1 : 0;
     EXPECT_LT(same, 1000) << "seed " << other;
+    EXPECT_LT(shifted, 1000) << "seed " << other;
   }
 }
 
