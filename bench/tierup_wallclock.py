@@ -10,7 +10,8 @@ and the same for the process's CPU time (user + system, all threads: on a machin
 work, wall time also counts waiting for a core; on one core the CPU ratio is the wall ratio an idle
 machine would give). Each O2 run also writes --stats-json, from which the table takes the compile
 threads' CPU (all installs, and the first region's install), the calls that ran before the first
-region was installed, and the tuning CPU.
+region was installed, and the tuning CPU. With two or more --iters, the marginal CPU of one more
+iteration per binary and level (the difference of the longest and shortest runs' medians).
 
 --installs measures single installs instead (the targets "O1 op kernel, cold, end to end" and "O2
 region, cold, untuned install"): `--jit-wait` runs at O1 and O2 with fresh caches, and per install
@@ -119,6 +120,16 @@ def run_pairs(args, bins, own_sets, iters):
                                    "o2_s": times[(label, "O2", n)], "o0_median_s": o0, "o2_median_s": o2,
                                    "o0_cpu_s": cpus[(label, "O0", n)], "o2_cpu_s": cpus[(label, "O2", n)],
                                    "o2_tierup": f2})
+    if len(iters) >= 2:
+        # The cost of one more iteration once tiered up: the CPU difference between the longest and
+        # the shortest runs over their iteration difference (start-up and compiles cancel out).
+        lo, hi = min(iters), max(iters)
+        print(f"marginal CPU per iteration, runs of {lo} vs {hi} iterations (medians):")
+        for label, _ in bins:
+            per = {lev: (med(cpus[(label, lev, hi)]) - med(cpus[(label, lev, lo)])) * 1000 / (hi - lo)
+                   for lev in ("O0", "O2")}
+            print(f"{label:<12} O0 {per['O0']:.2f} ms  O2 {per['O2']:.2f} ms  O0/O2 {per['O0'] / per['O2']:.2f}x")
+            doc.setdefault("marginal_cpu_ms", {})[label] = per
     return doc
 
 

@@ -46,7 +46,10 @@ using DrawnOnce = std::map<std::size_t, Tensor>;
 Expected<std::vector<Value>> buildArguments(const Function& fn, const InputPlan& plan, std::int64_t iteration,
                                             std::string* dims_label, DrawnOnce* drawn_once = nullptr);
 
-// Deterministic standard-normal / integer fill used for generated inputs.
+// The fill of a generated input, a function of (dtype, shape, seed) alone, identical on every host:
+// floating dtypes get approximately standard-normal values (Irwin-Hall sums of four uniforms,
+// within +-3.5) in runs of a fixed per-process pool at places drawn from `seed` (not the `randn`
+// op's values: this costs about a memcpy); integers get 0..7, bools 0/1. Never all zeros.
 Expected<Tensor> randomTensor(DType dtype, const Shape& shape, std::uint64_t seed);
 
 }  // namespace shapevm

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "jit/kernel_cache.h"
+#include "support/fast_random.h"
 
 namespace shapevm::jit {
 
@@ -145,25 +146,6 @@ constexpr std::int64_t kClipPeriod = 192;
 constexpr std::int64_t kPoolSize = 1 << 15;
 constexpr std::int64_t kChunk = 509;  // prime: chunk borders never line up with rows
 
-// splitmix64: a fast, well-mixed stream (validation draws millions of elements per kernel).
-struct FastRandom {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1).
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // About N(0, 1): the sum of four 16-bit uniforms (Irwin-Hall), centred and scaled; within +-3.5.
-  double normal() {
-    const std::uint64_t bits = next();
-    const double sum =
-        static_cast<double>((bits & 0xFFFF) + ((bits >> 16) & 0xFFFF) + ((bits >> 32) & 0xFFFF) + (bits >> 48));
-    return (sum - 2.0 * 65535.0) * (1.7320508075688772 / 65536.0);
-  }
-};
 }  // namespace
 
 Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
