@@ -324,12 +324,15 @@ TEST_F(FusionTest, EpilogueBiasLengthBakedInOrBroadcastKeepsResults) {
     for (std::int64_t n : {2, 13}) {
       SCOPED_TRACE(fmt::format("full first {} n={}", full_first, n));
       Report report;
-      ASSERT_TRUE(differential(module, "f", 7, [&](int run, std::mt19937& rng) {
-        const bool full = (run < 4) == full_first;
-        return std::vector<Value>{rnd(rng, DType::Float32, {n, 40}),
-                                  rnd(rng, DType::Float32, {40, 96}, Layout::Contiguous, 0.5),
-                                  rnd(rng, DType::Float32, {full ? std::int64_t{96} : std::int64_t{1}})};
-      }, &report));
+      ASSERT_TRUE(differential(
+          module, "f", 7,
+          [&](int run, std::mt19937& rng) {
+            const bool full = (run < 4) == full_first;
+            return std::vector<Value>{rnd(rng, DType::Float32, {n, 40}),
+                                      rnd(rng, DType::Float32, {40, 96}, Layout::Contiguous, 0.5),
+                                      rnd(rng, DType::Float32, {full ? std::int64_t{96} : std::int64_t{1}})};
+          },
+          &report));
       SCOPED_TRACE(report.installed());
       EXPECT_GE(report.stats.fused_regions, 1u);
       EXPECT_EQ(report.stats.validation_failures, 0u);
@@ -353,9 +356,12 @@ TEST_F(FusionTest, TwoOutputFusedKernelsEqualO0) {
   for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{3, 17}, {4, 256}, {1, 1}, {9, 301}}) {
     SCOPED_TRACE(fmt::format("{}x{}", rows, cols));
     Report report;
-    ASSERT_TRUE(differential(module, "f", 3, [&](int, std::mt19937& rng) {
-      return std::vector<Value>{rnd(rng, DType::Float32, {rows, cols}), rnd(rng, DType::Float32, {rows, cols})};
-    }, &report));
+    ASSERT_TRUE(differential(
+        module, "f", 3,
+        [&](int, std::mt19937& rng) {
+          return std::vector<Value>{rnd(rng, DType::Float32, {rows, cols}), rnd(rng, DType::Float32, {rows, cols})};
+        },
+        &report));
     expectServed(report);
     EXPECT_TRUE(report.describes("fused(")) << report.installed();
   }

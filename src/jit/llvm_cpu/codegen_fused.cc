@@ -337,9 +337,9 @@ class FusedEmitter {
   ir::ArgsView args_;
   const FusedProgram& p_;
   const KernelParams& params_;
-  llvm::MDNode* output_scope_ = nullptr;            // every output's scope (what leaves do not alias)
-  std::vector<llvm::MDNode*> output_scopes_;         // output o's scope
-  std::vector<llvm::MDNode*> output_noalias_;        // what output o does not alias: the others, in place
+  llvm::MDNode* output_scope_ = nullptr;       // every output's scope (what leaves do not alias)
+  std::vector<llvm::MDNode*> output_scopes_;   // output o's scope
+  std::vector<llvm::MDNode*> output_noalias_;  // what output o does not alias: the others, in place
   llvm::MDNode* in_place_scope_ = nullptr;
   llvm::MDNode* leaf_noalias_ = nullptr;
   std::vector<int> in_place_leaves_;

@@ -365,8 +365,7 @@ class MatmulEmitter {
                 // A static K within one block: every block is the first and the last, so the
                 // tiles carry neither C's reload nor a second store without the epilogue.
                 llvm::Value* first = one_k_block_ ? b_.getTrue() : b_.CreateICmpEQ(pc, i64(0));
-                llvm::Value* last =
-                    one_k_block_ ? b_.getTrue() : b_.CreateICmpSGE(b_.CreateAdd(pc, i64(plan_.kc)), k_);
+                llvm::Value* last = one_k_block_ ? b_.getTrue() : b_.CreateICmpSGE(b_.CreateAdd(pc, i64(plan_.kc)), k_);
                 llvm::Value* b_block = b_.CreateAdd(b_base_, b_.CreateMul(pc, b_row_));
                 llvm::Value* tail_panel = nullptr;
                 llvm::Value* fly_block = nullptr;  // i1: full panels are packed by their first tile
