@@ -142,6 +142,18 @@ Expected<KernelSpec> matmulStepSpec(const RegionPlan& p, const Step& step, const
     operand.dtype = t.dtype();
     operand.rank = t.rank();
     operand.contiguous = step.program && e >= step.matmul_leaves ? false : t.isContiguous();
+    // A dense epilogue operand as long as a static N (a bias row, a residual) keeps N static:
+    // the tiles load its lanes as vectors instead of choosing, per lane vector, between a vector
+    // and a broadcast at run time (a third of the epilogue kernel's IR). The step's guard checks
+    // it; a call with another length declines to the op-by-op run.
+    if (mm.op == OpId::MatMul && operand.contiguous && operand.rank >= 1 && spec.inputs[1].rank >= 2) {
+      const DimSpec& n = spec.inputs[1].dims[spec.inputs[1].rank - 1];
+      DimSpec& last = operand.dims[operand.rank - 1];
+      if (n.isStatic() && n.size > 1 && t.dim(t.rank() - 1) == n.size) {
+        static_cast<DimRange&>(last) = DimRange::exactly(n.size);
+        last.size = n.size;
+      }
+    }
     spec.inputs.push_back(operand);
   }
   spec.epilogue = step.epilogue;

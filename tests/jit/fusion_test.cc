@@ -307,6 +307,66 @@ TEST_F(FusionTest, MatmulResidualAddAndColumnBias) {
   }
 }
 
+// A bias as long as the product's rows is baked into the region's matmul kernel as that length
+// (vector loads in the tiles); one that turns into a broadcast [1] later fails the step's guard
+// and the range runs op by op (or recompiles), and one planned as [1] stays a broadcast: results
+// equal O0 in both orders, across the dot path (2 rows), whole tiles and a 1-row tail (13 rows).
+constexpr const char* kUntypedBias = R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor, w: Tensor, b: Tensor):
+    return ops.tanh(x @ w + b)
+)";
+
+TEST_F(FusionTest, EpilogueBiasLengthBakedInOrBroadcastKeepsResults) {
+  auto module = python(kUntypedBias);
+  for (bool full_first : {true, false}) {
+    for (std::int64_t n : {2, 13}) {
+      SCOPED_TRACE(fmt::format("full first {} n={}", full_first, n));
+      Report report;
+      ASSERT_TRUE(differential(
+          module, "f", 7,
+          [&](int run, std::mt19937& rng) {
+            const bool full = (run < 4) == full_first;
+            return std::vector<Value>{rnd(rng, DType::Float32, {n, 40}),
+                                      rnd(rng, DType::Float32, {40, 96}, Layout::Contiguous, 0.5),
+                                      rnd(rng, DType::Float32, {full ? std::int64_t{96} : std::int64_t{1}})};
+          },
+          &report));
+      SCOPED_TRACE(report.installed());
+      EXPECT_GE(report.stats.fused_regions, 1u);
+      EXPECT_EQ(report.stats.validation_failures, 0u);
+      EXPECT_EQ(report.stats.compile_failures, 0u);
+    }
+  }
+}
+
+// A fused kernel with two outputs (each its own alias scope: no run-time overlap check between
+// them), over extents with and without a vector remainder, equals O0.
+constexpr const char* kTwoOutputs = R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor, y: Tensor):
+    a = ops.sigmoid(x) * y
+    return a, ops.tanh(x + y) - a
+)";
+
+TEST_F(FusionTest, TwoOutputFusedKernelsEqualO0) {
+  auto module = python(kTwoOutputs);
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{3, 17}, {4, 256}, {1, 1}, {9, 301}}) {
+    SCOPED_TRACE(fmt::format("{}x{}", rows, cols));
+    Report report;
+    ASSERT_TRUE(differential(
+        module, "f", 3,
+        [&](int, std::mt19937& rng) {
+          return std::vector<Value>{rnd(rng, DType::Float32, {rows, cols}), rnd(rng, DType::Float32, {rows, cols})};
+        },
+        &report));
+    expectServed(report);
+    EXPECT_TRUE(report.describes("fused(")) << report.installed();
+  }
+}
+
 // Region inputs with unusual layouts (strided, transposed, negative steps): results always equal
 // O0 and the region must serve them (the planner once drew contiguous stand-ins; see the note).
 constexpr const char* kBugPlannerLayouts =

@@ -45,6 +45,7 @@ class MatmulEmitter {
         // M is a multiple of NR / MR (shares and blocks are whole panels and tiles, see emitPart).
         cols_whole_(dims_.n >= 0 && dims_.n % plan_.nr() == 0),
         rows_whole_(dims_.m >= 0 && dims_.m % plan_.mr == 0),
+        one_k_block_(dims_.k >= 0 && dims_.k <= plan_.kc),
         strided_c_(strided_c) {}
 
   // `part` is void(ptr args, i64 task, i64 tasks, ptr scratch).
@@ -361,8 +362,10 @@ class MatmulEmitter {
               b_, i64(0), k_loop_end_, plan_.kc,
               [&](llvm::Value* pc) {
                 llvm::Value* kc = smin(i64(plan_.kc), b_.CreateSub(k_, pc));
-                llvm::Value* first = b_.CreateICmpEQ(pc, i64(0));
-                llvm::Value* last = b_.CreateICmpSGE(b_.CreateAdd(pc, i64(plan_.kc)), k_);
+                // A static K within one block: every block is the first and the last, so the
+                // tiles carry neither C's reload nor a second store without the epilogue.
+                llvm::Value* first = one_k_block_ ? b_.getTrue() : b_.CreateICmpEQ(pc, i64(0));
+                llvm::Value* last = one_k_block_ ? b_.getTrue() : b_.CreateICmpSGE(b_.CreateAdd(pc, i64(plan_.kc)), k_);
                 llvm::Value* b_block = b_.CreateAdd(b_base_, b_.CreateMul(pc, b_row_));
                 llvm::Value* tail_panel = nullptr;
                 llvm::Value* fly_block = nullptr;  // i1: full panels are packed by their first tile
@@ -1410,6 +1413,7 @@ class MatmulEmitter {
   bool gate_;                              // gateEpilogue(): the tile rows end in the program
   bool cols_whole_;                        // every panel has NR columns: no partial-panel code
   bool rows_whole_;                        // every row block is whole MR-row tiles: no 1-row tiles
+  bool one_k_block_;                       // a static K <= KC: one K block, the first and the last
   bool strided_c_;                         // C's rows are strides[2] of its slot apart (emitMatmulKernel)
   std::int64_t hidden_ = 0;                // gate epilogue: H, the columns per block
   llvm::Value* args_ptr_ = nullptr;        // ... the kernel's args (for its gate function)
