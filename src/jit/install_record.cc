@@ -289,8 +289,8 @@ std::optional<std::vector<std::vector<Value>>> ReferenceRunStore::load(std::uint
   if (at != body.size()) return damaged("trailing bytes");
   std::shared_ptr<void> layouts;
   if (layout_bytes > 0) {
-    void* mapped = ::mmap(nullptr, layout_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                          -1, 0);
+    void* mapped =
+        ::mmap(nullptr, layout_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mapped == MAP_FAILED) return damaged("no memory for its layouts");
     layouts = std::shared_ptr<void>(mapped, [layout_bytes](void* p) { ::munmap(p, layout_bytes); });
   }

@@ -554,7 +554,8 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   if (data == MAP_FAILED) return nullptr;
-  return std::shared_ptr<const MappedFile>(new MappedFile(static_cast<char*>(data), static_cast<std::size_t>(info.st_size)));
+  return std::shared_ptr<const MappedFile>(
+      new MappedFile(static_cast<char*>(data), static_cast<std::size_t>(info.st_size)));
 }
 
 MappedFile::~MappedFile() {
