@@ -11,7 +11,8 @@ time.process_time) and wall time to that point, and the whole run's CPU and wall
 
 With --installs N it measures instead the first-sight install itself (issue 23, "warm install
 <= 10 ms"): N `shapevm run --jit-wait --jit-log` processes per build on its warm cache, builds
-interleaved, each reporting the compile-thread CPU ms of its first-sight region install (JIT log:
+interleaved (every build's cache filled with the first build's tuning database, so all install the same
+kernel choices), each reporting the compile-thread CPU ms of its first-sight region install (JIT log:
 "Installed fused region ... ms compile-thread CPU") and whether its planning run was kept by an
 earlier process; it prints the median, min and max per build.
 
@@ -97,8 +98,19 @@ def installs(builds, count):
         caches = {}
         for label, build in builds:  # fill the cache, then one warm process (it keeps its planning run)
             caches[label] = os.path.join(tmp, label)
+            if label != builds[0][0]:
+                # The first build's tuning database: every build installs the same kernel choices (on
+                # a loaded host the tuner's pick between near-equal candidates, e.g. oneDNN or the
+                # JIT matmul, changes from run to run, and a oneDNN step costs its primitive's
+                # creation in the validation run).
+                os.makedirs(caches[label])
+                shutil.copy(os.path.join(caches[builds[0][0]], "tuning.jsonl"), caches[label])
             cli(build, caches[label], 12, prime=True)
             install_cpu(build, caches[label])
+        for label, _ in builds:
+            with open(os.path.join(caches[label], "tuning.jsonl")) as db:
+                picks = [json.loads(line) for line in db if line.strip()]
+            print(f"{label}: tuned picks " + ", ".join(f"{p.get('signature', '?')[:40]} {p.get('impl', '?')}" for p in picks))
         runs = {label: [] for label, _ in builds}
         for _ in range(count):
             for label, build in builds:

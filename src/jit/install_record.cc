@@ -3,6 +3,8 @@
 // lines above it, so a truncated or edited file is recognised and ignored.
 #include "jit/install_record.h"
 
+#include <sys/mman.h>
+
 #include <charconv>
 #include <cstring>
 #include <set>
@@ -13,6 +15,7 @@
 #include "jit/region_executor.h"
 #include "jit/region_plan.h"
 #include "support/logging.h"
+#include "support/tunables.h"
 
 namespace shapevm::jit {
 
@@ -133,12 +136,20 @@ bool installRecordIntact(std::string_view text) {
 // ---- ReferenceRunStore ----
 // The file: the magic, the key, the op count, per op its output count and per output a kind
 // (0 run again, 1 layout, 2 layout and contents), for kinds 1 and 2 dtype, rank and extents, for
-// kind 2 the byte count and bytes; last a checksum of everything before it. Host byte order.
+// kind 2 the byte count, zero padding to a multiple of 64 bytes in the file, and the bytes; last a
+// checksum of everything before it. Host byte order.
 
 namespace {
 
-constexpr std::string_view kReferenceMagic = "SVMREF01";
+constexpr std::string_view kReferenceMagic = "SVMREF02";
 enum class Kept : std::uint8_t { Run = 0, Layout = 1, Contents = 2 };
+
+// Kept contents start at a multiple of 64 bytes in the file (zero padding before them): the
+// reader maps the file and uses them in place, aligned as the tensor allocator's memory is.
+constexpr std::size_t kContentsAlignment = 64;
+std::size_t alignedOffset(std::size_t at) {
+  return (at + kContentsAlignment - 1) / kContentsAlignment * kContentsAlignment;
+}
 
 // A 64-bit hash of `bytes`, 32 at a time in four independent lanes (megabytes of inputs and
 // outputs per region: not one long chain of multiplies).
@@ -202,9 +213,12 @@ std::uint64_t ReferenceRunStore::inputsKey(const RegionPlan& plan, std::span<con
 
 std::optional<std::vector<std::vector<Value>>> ReferenceRunStore::load(std::uint64_t key,
                                                                        const RegionPlan& plan) const {
-  const std::optional<std::string> text = cache_.readInstallRecord(file_);
-  if (!text) return std::nullopt;
-  const std::string_view data = *text;
+  // Mapped, not read: the kept contents become tensors over the file's pages (no copy, no fresh
+  // memory to fault in), and the layout-only outputs tensors over an untouched anonymous mapping
+  // (their bytes are never read), so this process's warm allocator blocks stay for validation.
+  const std::shared_ptr<const MappedFile> file = cache_.mapInstallRecord(file_);
+  if (!file) return std::nullopt;
+  const std::string_view data = file->bytes();
   auto damaged = [&](std::string_view why) -> std::optional<std::vector<std::vector<Value>>> {
     logAt(LogLevel::Warn, "JIT", "kernel cache: ignoring the kept reference run {}/{}: {}", cache_.directory(), file_,
           why);
@@ -222,40 +236,83 @@ std::optional<std::vector<std::vector<Value>>> ReferenceRunStore::load(std::uint
   std::uint32_t ops = 0;
   if (!take(body, at, kept_key) || !take(body, at, ops)) return damaged("truncated");
   if (kept_key != key || ops != plan.ops.size()) return std::nullopt;  // kept for other inputs
-  std::vector<std::vector<Value>> outputs(plan.ops.size());
+  // First the entries (checked), then the tensors over the file and the layout mapping.
+  struct Entry {
+    std::size_t op = 0;
+    DType dtype = DType::Float32;
+    Shape shape;
+    std::size_t bytes = 0;
+    std::size_t at = 0;  // the contents' offset in the file; 0: layout only
+  };
+  std::vector<Entry> entries;
+  std::size_t layout_bytes = 0;
+  const auto max_bytes = static_cast<std::uint64_t>(Tunables::get(Tunable::MaxTensorBytes));
   for (std::size_t o = 0; o < plan.ops.size(); ++o) {
     std::uint32_t count = 0;
     if (!take(body, at, count) || count != plan.ops[o].out.size()) return damaged("its ops do not match the plan");
+    bool runs = false, kept = false;
     for (std::uint32_t k = 0; k < count; ++k) {
       std::uint8_t kind = 0, dtype = 0, rank = 0;
       if (!take(body, at, kind) || kind > static_cast<std::uint8_t>(Kept::Contents)) return damaged("bad entry");
-      if (kind == static_cast<std::uint8_t>(Kept::Run)) {
-        if (!outputs[o].empty()) return damaged("an op both kept and run");
-        continue;
-      }
+      (kind == static_cast<std::uint8_t>(Kept::Run) ? runs : kept) = true;
+      if (runs && kept) return damaged("an op both kept and run");
+      if (kind == static_cast<std::uint8_t>(Kept::Run)) continue;
       if (!take(body, at, dtype) || !take(body, at, rank) || rank > kMaxRank || dtype >= kNumDTypes) {
         return damaged("bad layout");
       }
-      Shape shape;
+      Entry entry;
+      entry.op = o;
+      entry.dtype = static_cast<DType>(dtype);
+      std::uint64_t bytes = dtypeSize(entry.dtype);
       for (std::uint8_t d = 0; d < rank; ++d) {
         std::int64_t extent = 0;
         if (!take(body, at, extent) || extent < 0) return damaged("bad layout");
-        shape.push_back(extent);
+        entry.shape.push_back(extent);
+        if (extent != 0 && bytes > max_bytes / static_cast<std::uint64_t>(extent)) return damaged("bad layout");
+        bytes *= static_cast<std::uint64_t>(extent);
       }
-      Expected<Tensor> t = Tensor::empty(static_cast<DType>(dtype), shape);
-      if (!t) return damaged(t.status().message());
+      if (bytes > max_bytes) return damaged("bad layout");
+      entry.bytes = static_cast<std::size_t>(bytes);
       if (kind == static_cast<std::uint8_t>(Kept::Contents)) {
-        std::uint64_t bytes = 0;
-        const std::size_t want = static_cast<std::size_t>(t->numel()) * t->itemSize();
-        if (!take(body, at, bytes) || bytes != want || body.size() - at < want) return damaged("bad contents");
-        std::memcpy(t->rawData(), body.data() + at, want);
-        at += want;
+        std::uint64_t stored = 0;
+        if (!take(body, at, stored) || stored != bytes) return damaged("bad contents");
+        at = alignedOffset(at);
+        if (at > body.size() || body.size() - at < entry.bytes) return damaged("bad contents");
+        entry.at = at;
+        at += entry.bytes;
+      } else {
+        layout_bytes += alignedOffset(entry.bytes);
       }
-      if (outputs[o].size() != k) return damaged("an op both kept and run");
-      outputs[o].push_back(Value::fromTensor(std::move(*t)));
+      entries.push_back(std::move(entry));
     }
   }
   if (at != body.size()) return damaged("trailing bytes");
+  std::shared_ptr<void> layouts;
+  if (layout_bytes > 0) {
+    void* mapped =
+        ::mmap(nullptr, layout_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mapped == MAP_FAILED) return damaged("no memory for its layouts");
+    layouts = std::shared_ptr<void>(mapped, [layout_bytes](void* p) { ::munmap(p, layout_bytes); });
+  }
+  // Each tensor holds its mapping (a shared_ptr copy released with the tensor's storage).
+  const auto over = [](std::shared_ptr<const void> owner, char* bytes, const Entry& entry) {
+    auto* hold = new std::shared_ptr<const void>(std::move(owner));
+    return Tensor::wrap(
+        bytes, entry.dtype, entry.shape, contiguousStrides(entry.shape), entry.bytes,
+        [](void* context) { delete static_cast<std::shared_ptr<const void>*>(context); }, hold);
+  };
+  std::vector<std::vector<Value>> outputs(plan.ops.size());
+  std::size_t layout_at = 0;
+  for (const Entry& entry : entries) {
+    Tensor t;
+    if (entry.at != 0) {
+      t = over(file, file->data() + entry.at, entry);
+    } else {
+      t = over(layouts, static_cast<char*>(layouts.get()) + layout_at, entry);
+      layout_at += alignedOffset(entry.bytes);
+    }
+    outputs[entry.op].push_back(Value::fromTensor(std::move(t)));
+  }
   return outputs;
 }
 
@@ -292,6 +349,7 @@ void ReferenceRunStore::keep(std::uint64_t key, const RegionPlan& plan, const Re
       if (contents) {
         const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.itemSize();
         put(out, static_cast<std::uint64_t>(bytes));
+        out.resize(alignedOffset(out.size()), '\0');  // mapped by the reader: aligned as tensors are
         out.append(static_cast<const char*>(t.rawData()), bytes);
       }
     }

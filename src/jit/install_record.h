@@ -84,7 +84,9 @@ class ReferenceRunStore {
   // strides, offset and storage bytes.
   static std::uint64_t inputsKey(const RegionPlan& plan, std::span<const Value> inputs);
   // Per op of `plan`, the outputs the kept run gives (empty: run the op); nullopt when there is
-  // none for `key` (no file, another key or plan, or a damaged file: warned).
+  // none for `key` (no file, another key or plan, or a damaged file: warned). Kept contents are
+  // tensors over the mapped file (copy-on-write), layout-only outputs over an anonymous mapping
+  // that nothing touches: loading faults in no fresh memory.
   std::optional<std::vector<std::vector<Value>>> load(std::uint64_t key, const RegionPlan& plan) const;
   // Keeps `reference`'s run of `plan` (planned: its steps known) for `key`. Nothing is kept for a
   // plan it cannot replay: a non-tensor or strided op output, a written-back view, a statistic

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -536,6 +537,29 @@ std::optional<std::string> KernelCache::readInstallRecord(const std::string& nam
   Expected<std::string> data = readWhole(kernels_dir_ + "/" + name);
   if (!data) return std::nullopt;
   return std::move(*data);
+}
+
+std::shared_ptr<const MappedFile> KernelCache::mapInstallRecord(const std::string& name) const {
+  if (kernels_dir_.empty()) return nullptr;
+  return MappedFile::open(kernels_dir_ + "/" + name);
+}
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat info {};
+  void* data = MAP_FAILED;
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
+    data = ::mmap(nullptr, static_cast<std::size_t>(info.st_size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  }
+  ::close(fd);
+  if (data == MAP_FAILED) return nullptr;
+  return std::shared_ptr<const MappedFile>(
+      new MappedFile(static_cast<char*>(data), static_cast<std::size_t>(info.st_size)));
+}
+
+MappedFile::~MappedFile() {
+  ::munmap(data_, size_);
 }
 
 bool KernelCache::writeInstallRecord(const std::string& name, std::string_view text) {

@@ -36,6 +36,27 @@ struct CachedCode {
   std::string bytes;
 };
 
+// A file's bytes mapped copy-on-write (MAP_PRIVATE): read straight from the page cache (no copy,
+// no fresh anonymous pages to fault in); a write changes this process's pages only. Unmapped when
+// the last owner lets go. Files in the cache are only ever replaced by rename, never rewritten in
+// place, so the mapped bytes stay the file's whole life.
+class MappedFile {
+ public:
+  // nullptr when the file is absent, unreadable or empty.
+  static std::shared_ptr<const MappedFile> open(const std::string& path);
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+  std::string_view bytes() const { return {data_, size_}; }
+  // The mapping is private and writable: tensors over it may be handed out as ordinary tensors.
+  char* data() const { return data_; }
+
+ private:
+  MappedFile(char* data, std::size_t size) : data_(data), size_(size) {}
+  char* data_;
+  std::size_t size_;
+};
+
 struct KernelCacheStats {
   std::string directory;          // where the files are ("" = in memory only)
   std::uint64_t entries = 0;      // files on disk now
@@ -86,6 +107,8 @@ class KernelCache {
   // when absent or unreadable, or the cache is in memory only), and a whole-file write
   // (temporary file + rename; false when it failed, warned once per process).
   std::optional<std::string> readInstallRecord(const std::string& name) const;
+  // The file `name` mapped (MappedFile), nullptr as readInstallRecord's nullopt.
+  std::shared_ptr<const MappedFile> mapInstallRecord(const std::string& name) const;
   bool writeInstallRecord(const std::string& name, std::string_view text);
 
   // The file name of `key`'s entry ("<16 hex digits of its shape class>-<16 of the key>.svmk":

@@ -475,6 +475,30 @@ TEST_F(KernelCacheTest, EvictsLeastRecentlyUsedBeyondTheCap) {
   EXPECT_FALSE(reader.find("key 1").has_value()) << "least recently used";
 }
 
+// A kept planning run is mapped, not read (install_record.h): the mapping shows the file's bytes,
+// a write to it changes this process's copy only, and it outlives a replacement of the file.
+TEST_F(KernelCacheTest, MappedInstallRecordsShowTheFileAndAreCopyOnWrite) {
+  KernelCache cache(dir_);
+  EXPECT_EQ(cache.mapInstallRecord("absent.svmv"), nullptr);
+  std::mt19937_64 rng(11);
+  std::string bytes(70000, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  ASSERT_TRUE(cache.writeInstallRecord("run.svmv", bytes));
+  ASSERT_TRUE(cache.writeInstallRecord("empty.svmv", ""));
+  EXPECT_EQ(cache.mapInstallRecord("empty.svmv"), nullptr);
+  const std::shared_ptr<const MappedFile> mapped = cache.mapInstallRecord("run.svmv");
+  ASSERT_NE(mapped, nullptr);
+  ASSERT_EQ(mapped->bytes(), bytes);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(mapped->data()) % 64, 0u) << "contents at aligned offsets stay aligned";
+  mapped->data()[123] = static_cast<char>(~bytes[123]);
+  EXPECT_EQ(cache.readInstallRecord("run.svmv"), bytes) << "a write to the mapping never reaches the file";
+  std::string replaced = bytes;
+  replaced[5] = static_cast<char>(~replaced[5]);
+  ASSERT_TRUE(cache.writeInstallRecord("run.svmv", replaced));  // temporary file + rename
+  EXPECT_EQ(mapped->data()[5], bytes[5]) << "the mapping keeps the file it mapped";
+  EXPECT_EQ(cache.readInstallRecord("run.svmv"), replaced);
+}
+
 TEST_F(KernelCacheTest, FourConcurrentWriterProcesses) {
   const std::string payload(20000, 'p');
   std::vector<pid_t> children;
