@@ -3,7 +3,8 @@
 // (x·W_ihᵀ: [32·seq, 128] x [128, 1024]; h·W_hhᵀ: [32, 256] x [256, 1024], weights row-major
 // [1024, K] as in the cell), in the calling thread's CPU time, through both of oneDNN's f32 entry
 // points (the matmul primitive and dnnl_sgemm; either can be the faster on a host): the number the
-// "cell ≥ 3× eager" statement in BENCHMARKS.md rests on (issue 19; bench/cell_bound.py reads it). Built as build/bench/svm_bench_onednn_peak; run with
+// "cell ≥ 3× eager" statement in BENCHMARKS.md rests on (issue 19; bench/cell_bound.py reads it).
+// Built as build/bench/svm_bench_onednn_peak; run with
 //   OMP_NUM_THREADS=1 DNNL_VERBOSE=1 taskset -c 0 build/bench/svm_bench_onednn_peak
 // (DNNL_VERBOSE=1 prints the implementation oneDNN chose, e.g. brg:avx512_core.)
 #include <oneapi/dnnl/dnnl.hpp>
@@ -44,12 +45,9 @@ int main() {
     const char* what;
     long m, k, n;
   };
-  const Shape shapes[] = {{"x*W_ih^T seq 10", 320, 128, 1024},
-                          {"x*W_ih^T seq 20", 640, 128, 1024},
-                          {"x*W_ih^T seq 30", 960, 128, 1024},
-                          {"x*W_ih^T seq 120", 3840, 128, 1024},
-                          {"h*W_hh^T", 32, 256, 1024},
-                          {"square 1024", 1024, 1024, 1024}};
+  const Shape shapes[] = {{"x*W_ih^T seq 10", 320, 128, 1024}, {"x*W_ih^T seq 20", 640, 128, 1024},
+                          {"x*W_ih^T seq 30", 960, 128, 1024}, {"x*W_ih^T seq 120", 3840, 128, 1024},
+                          {"h*W_hh^T", 32, 256, 1024},         {"square 1024", 1024, 1024, 1024}};
   std::printf(
       "| shape | M x K x N | primitive µs/call | primitive GFLOP/s | sgemm µs/call | sgemm GFLOP/s | best GFLOP/s |\n"
       "|---|---|---:|---:|---:|---:|---:|\n");
@@ -87,8 +85,8 @@ int main() {
     std::sort(s_rounds.begin(), s_rounds.end());
     const double primitive_s = p_rounds[p_rounds.size() / 2];
     const double sgemm_s = s_rounds[s_rounds.size() / 2];
-    std::printf("| %s | %ld x %ld x %ld | %.1f | %.1f | %.1f | %.1f | %.1f |\n", s.what, s.m, s.k, s.n, primitive_s * 1e6,
-                flop / primitive_s * 1e-9, sgemm_s * 1e6, flop / sgemm_s * 1e-9,
+    std::printf("| %s | %ld x %ld x %ld | %.1f | %.1f | %.1f | %.1f | %.1f |\n", s.what, s.m, s.k, s.n,
+                primitive_s * 1e6, flop / primitive_s * 1e-9, sgemm_s * 1e6, flop / sgemm_s * 1e-9,
                 flop / std::min(primitive_s, sgemm_s) * 1e-9);
   }
   return 0;
