@@ -162,6 +162,10 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
     }
     return true;
   }
+  if (cost.calls == 0 && cost.early_calls > 0 && calls > cost.early_calls) {
+    cost.calls = cost.early_calls;  // the interval started before the sites were hot
+    cost.nanos = cost.early_nanos;
+  }
   if (cost.calls > 0 && calls >= cost.calls + InterpretedCost::kMinInterval) {
     const double interval = (total_ns - cost.nanos) / static_cast<double>(calls - cost.calls);
     cost.best_ns = cost.best_ns < 0.0 ? interval : std::min(cost.best_ns, interval);
@@ -176,6 +180,12 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
   return cost.best_ns < 10 * kCompiledLaunchNs && cost.intervals < InterpretedCost::kIntervals;
 }
 
+void startInterpretedCost(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime) {
+  if (cost.calls > 0 || cost.early_calls > 0 || sites.empty()) return;
+  cost.early_calls = runtime.slots[static_cast<std::size_t>(sites.front())].calls.load(std::memory_order_relaxed);
+  cost.early_nanos = sitesMilliseconds(sites, runtime) * 1e6;
+}
+
 int estimatedRegionKernels(const Function& function, const std::vector<int>& sites) {
   int contractions = 0;
   bool rest = false;
@@ -186,6 +196,10 @@ int estimatedRegionKernels(const Function& function, const std::vector<int>& sit
     rest = rest || !contraction;
   }
   return contractions + (rest ? 1 : 0);
+}
+
+double countedCompileCost(double cost_ms, int spare_cores) {
+  return spare_cores > 0 ? cost_ms * kSpareCoreCostFraction : cost_ms;
 }
 
 bool compilePaysOff(double interpreted_ms, double cost_ms) {

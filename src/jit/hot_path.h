@@ -62,6 +62,10 @@ struct InterpretedCost {
   static constexpr int kIntervals = 4;
   std::uint64_t calls = 0;  // the counters at the current interval's start (0: none yet)
   double nanos = 0.0;
+  // Counters noted before the sites were hot (startInterpretedCost): the first interval starts
+  // there. Not a verdict: `calls` stays 0 until cheaperInterpreted is asked.
+  std::uint64_t early_calls = 0;
+  double early_nanos = 0.0;
   double best_ns = -1.0;  // least interval mean so far (-1: none)
   int intervals = 0;      // intervals measured
 };
@@ -72,6 +76,9 @@ struct InterpretedCost {
 // hot_ms = 0 (compile whatever is hot, regardless of time) turns this off.
 bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime,
                         int level);
+// Notes the sites' counters (once, after the warm-up, while they are not hot yet) as the start of
+// the first interval cheaperInterpreted measures, so the run that makes them hot already ends one.
+void startInterpretedCost(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime);
 // Hot when executions >= hot_count and time >= hot_ms (tunables HotCount, HotMs).
 bool isHot(const RegionHeat& heat);
 
@@ -87,6 +94,14 @@ inline constexpr double kWarmCacheCostFraction = 0.1;
 // The kernels a fused range over these sites compiles into, estimated before planning: one per
 // contraction (matmul, conv: each a step of its own), one for everything else (fused).
 int estimatedRegionKernels(const Function& function, const std::vector<int>& sites);
+// With a spare core (the process may use a core that neither the interpreter nor a busy compile
+// thread holds) the compile runs beside the program, not in its time: what it still costs the
+// program is the sharing of the physical core (two vCPUs may be hyperthreads of one core), the
+// caches and memory bandwidth, counted as this fraction of its CPU.
+inline constexpr double kSpareCoreCostFraction = 0.25;
+// What of a compile's estimated `cost_ms` the program pays: all of it, or kSpareCoreCostFraction
+// of it when `spare_cores` > 0.
+double countedCompileCost(double cost_ms, int spare_cores);
 // True when `interpreted_ms` of interpreted time times kCompiledGain repays `cost_ms`.
 bool compilePaysOff(double interpreted_ms, double cost_ms);
 

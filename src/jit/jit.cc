@@ -103,8 +103,12 @@ Expected<std::unique_ptr<Jit>> Jit::attach(VirtualMachine& vm, JitOptions option
   }
   jit->loadInstallRecords();
   if (jit->level_ >= 1) {
+    // Tuning requests exist only at O2 with a tuner: they get their own, lower-priority thread
+    // (set before any worker starts: the compile threads read it).
+    jit->tune_worker_ = jit->level_ >= 2 && options.tuner != nullptr;
     const auto threads = static_cast<int>(Tunables::get(Tunable::CompileThreads));
-    for (int t = 0; t < threads; ++t) jit->workers_.emplace_back([raw = jit.get()] { raw->workerLoop(); });
+    for (int t = 0; t < threads; ++t) jit->workers_.emplace_back([raw = jit.get()] { raw->workerLoop(false); });
+    if (jit->tune_worker_) jit->workers_.emplace_back([raw = jit.get()] { raw->workerLoop(true); });
   }
   vm.options().observer = jit.get();
   return jit;
@@ -224,13 +228,36 @@ void Jit::scan(int function, int only_loop) {
   for (const Region& region : regions) {
     if (only_loop >= 0 && (region.kind != Region::Kind::Loop || region.loop != only_loop)) continue;
     const RegionHeat heat = measureRegion(region, runtime);
-    if (!isHot(heat)) continue;
     const int region_index = static_cast<int>(&region - regions.data());
+    if (!isHot(heat)) {
+      // O2: its cold ranges' and sites' interpreted-cost intervals (cheaperInterpreted) start
+      // now, after the warm-up, so the run that makes the region hot has one measured and may
+      // queue at once, instead of starting the first interval then and waiting kMinInterval runs.
+      if (level_ >= 2) startRegionIntervals(function, region_index);
+      continue;
+    }
     const std::vector<RangeState>& ranges = ranges_[static_cast<std::size_t>(function)];
     for (std::size_t r = 0; r < ranges.size(); ++r) {
       if (ranges[r].region == region_index) considerRange(function, static_cast<int>(r), heat);
     }
     for (int site : region.sites) considerSite(function, site, heat);
+  }
+}
+
+void Jit::startRegionIntervals(int function, int region) {
+  const FunctionRuntime& runtime = vm_.runtime(function);
+  const auto f = static_cast<std::size_t>(function);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (RangeState& state : ranges_[f]) {
+    if (state.region == region && state.phase == RangeState::Phase::Cold && state.compiles == 0) {
+      shapevm::jit::startInterpretedCost(state.interpreted, state.range.sites, runtime);
+    }
+  }
+  for (int site : regions_[f][static_cast<std::size_t>(region)].sites) {
+    SiteState& state = sites_[f][static_cast<std::size_t>(site)];
+    if (state.phase == SiteState::Phase::Cold && state.compiles == 0) {
+      shapevm::jit::startInterpretedCost(state.interpreted, {site}, runtime);
+    }
   }
 }
 
@@ -522,7 +549,7 @@ void Jit::considerSite(int function, int site, const RegionHeat& heat) {
   logAt(LogLevel::Info, "JIT", "Compile queued for PC=0x{:02X} ({}/{} in queue)", state.pc, queue_.size(),
         Tunables::get(Tunable::CompileQueue));
   lock.unlock();
-  queue_cv_.notify_one();
+  queue_cv_.notify_all();  // compile and tuning threads wait on it: wake the right kind
 }
 
 void Jit::logGuardMisses(int function, int site, SiteState& state) {
@@ -581,34 +608,46 @@ void Jit::waitIdle() {
   idle_cv_.wait(lock, [&] { return (queue_.empty() && in_flight_ == 0) || stopping_; });
 }
 
-void Jit::workerLoop() {
+// Two kinds of background thread share queue_: the compile thread(s) take first installs,
+// widenings and first-sight requests at compile_nice (just below the interpreter: the first
+// compiled call comes soon even on a busy host), the tuning thread takes Request::tune at
+// tune_nice under its duty cycle (bounded CPU), so a long tuning never holds a first install
+// back. Without a tuning thread (no tuner) the compile threads would take everything.
+void Jit::workerLoop(bool tuning) {
   const CompileCancelScope cancellable(&cancel_);
   // Below the interpreter's priority (support/thread_pool.h says why SCHED_BATCH + nice).
-  if (!lowerThreadPriority(static_cast<int>(Tunables::get(Tunable::CompileNice)))) {
-    logAt(LogLevel::Info, "JIT", "Cannot lower the compile thread's priority; it runs at the interpreter's");
+  if (!lowerThreadPriority(static_cast<int>(Tunables::get(tuning ? Tunable::TuneNice : Tunable::CompileNice)))) {
+    logAt(LogLevel::Info, "JIT", "Cannot lower the {} thread's priority; it runs at the interpreter's",
+          tuning ? "tuning" : "compile");
   }
-  // Tuning's duty cycle: after T ms of tuning, this thread starts no re-tune for T * (100 - p) / p ms.
+  // Tuning's duty cycle: after T ms of this thread's CPU on a tuning request, it starts no other
+  // one for T * (100 - p) / p ms.
   Clock::time_point retune_after = Clock::now();
   static std::atomic<int> next_worker{0};
-  trace::nameThread(fmt::format("jit compile {}", next_worker.fetch_add(1)));
+  trace::nameThread(tuning ? std::string("jit tune") : fmt::format("jit compile {}", next_worker.fetch_add(1)));
+  const bool takes_compiles = !tuning;
+  const bool takes_tunes = tuning || !tune_worker_;
   double idle_since_us = trace::nowUs();  // the "queued" span starts when this thread was free
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     auto next = queue_.end();
     while (!stopping_) {
-      next = Clock::now() >= retune_after
-                 ? queue_.begin()
-                 : std::find_if(queue_.begin(), queue_.end(), [](const Request& r) { return !r.tune; });
+      const bool may_tune = takes_tunes && Clock::now() >= retune_after;
+      next = std::find_if(queue_.begin(), queue_.end(),
+                          [&](const Request& r) { return r.tune ? may_tune : takes_compiles; });
       if (next != queue_.end()) break;
-      if (queue_.empty()) queue_cv_.wait(lock);
-      else queue_cv_.wait_until(lock, retune_after);
+      const bool paused_tune = takes_tunes && !may_tune && std::any_of(queue_.begin(), queue_.end(), [](const Request& r) {
+                                 return r.tune;
+                               });
+      if (paused_tune) queue_cv_.wait_until(lock, retune_after);
+      else queue_cv_.wait(lock);
     }
     if (stopping_) break;
     Request request = *next;
     queue_.erase(next);
     ++in_flight_;
-    const double tuned_before = stats_.tuning_ms;
     lock.unlock();
+    const double cpu_before = threadCpuMs();
     {
       const BusyCompileThread busy;  // kernel_threads=auto leaves this thread its core meanwhile
       const double queued_from = std::max(request.queued_us, idle_since_us);
@@ -623,10 +662,12 @@ void Jit::workerLoop() {
       }
     }
     idle_since_us = trace::nowUs();
+    if (request.tune) {
+      const double duty = static_cast<double>(Tunables::get(Tunable::TuneDutyPercent));
+      retune_after = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+                                        (threadCpuMs() - cpu_before) * (100.0 - duty) / duty));
+    }
     lock.lock();
-    const double duty = static_cast<double>(Tunables::get(Tunable::TuneDutyPercent));
-    retune_after = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
-                                      (stats_.tuning_ms - tuned_before) * (100.0 - duty) / duty));
     --in_flight_;
     idle_cv_.notify_all();
   }
@@ -978,7 +1019,7 @@ void Jit::considerRange(int function, int range, const RegionHeat& heat) {
   trace::instant("jit", tune ? "tune queued" : "compile queued",
                  trace::Args().addPc(state.range.start_pc).add("signature", signature).add("ops", ops));
   lock.unlock();
-  queue_cv_.notify_one();
+  queue_cv_.notify_all();  // compile and tuning threads wait on it: wake the right kind
 }
 
 void Jit::compileRange(const Request& request) {
@@ -1209,6 +1250,9 @@ bool Jit::payoffWaits() const {
 bool Jit::regionCompilePaysOff(int function, RangeState& state) {
   const auto prior_ms = static_cast<double>(Tunables::get(Tunable::CompilePayoffMs));
   if (!payoffWaits() || level_ < 2 || prior_ms <= 0 || Tunables::get(Tunable::HotMs) <= 0) return true;
+  // A core of this process's own that neither the interpreter nor a busy compile thread holds:
+  // the compile runs beside the program, and only a fraction of its cost is the program's.
+  const int spare_cores = availableCores() - 1 - busyCompileThreads();
   double per_kernel_ms = compile_ms_per_kernel_;
   if (per_kernel_ms < 0) {
     if (kernel_cache_warm_ < 0) {
@@ -1218,20 +1262,21 @@ bool Jit::regionCompilePaysOff(int function, RangeState& state) {
     per_kernel_ms = prior_ms * (kernel_cache_warm_ == 1 ? kWarmCacheCostFraction : 1.0);
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
-  const double cost_ms = per_kernel_ms * estimatedRegionKernels(fn, state.range.sites);
+  const double cost_ms = countedCompileCost(per_kernel_ms * estimatedRegionKernels(fn, state.range.sites), spare_cores);
+  const char* spare_note = spare_cores > 0 ? " (a quarter of it: a core is spare)" : "";
   const double ran_ms = sitesMilliseconds(state.range.sites, vm_.runtime(function));
   if (ran_ms <= 0) return true;  // not timed (profiling off): no evidence to wait on
   const bool pays = compilePaysOff(ran_ms, cost_ms);
   if (!pays && !state.deferred) {
     logAt(LogLevel::Info, "JIT",
           "Compiling the region at PC=0x{:02X} is deferred: {:.0f}ms interpreted x expected gain {:.0f}% < "
-          "estimated compile cost {:.0f}ms",
-          state.range.start_pc, ran_ms, kCompiledGain * 100, cost_ms);
+          "estimated compile cost {:.0f}ms{}",
+          state.range.start_pc, ran_ms, kCompiledGain * 100, cost_ms, spare_note);
   } else if (pays && state.deferred) {
     logAt(LogLevel::Info, "JIT",
           "Compiling the region at PC=0x{:02X} pays off now: {:.0f}ms interpreted x expected gain {:.0f}% >= "
-          "estimated compile cost {:.0f}ms",
-          state.range.start_pc, ran_ms, kCompiledGain * 100, cost_ms);
+          "estimated compile cost {:.0f}ms{}",
+          state.range.start_pc, ran_ms, kCompiledGain * 100, cost_ms, spare_note);
   }
   state.deferred = !pays;
   return pays;

@@ -2,7 +2,8 @@
 // The tiered JIT attached to one VirtualMachine. On the interpreter thread (afterRun/onLoopPoll,
 // cheap): after the warm-up runs, find hot regions (HotPathDetector), and queue one compile
 // request per hot site (O1: one kernel per op) or per site whose guards keep missing (a new
-// shape). On the compile thread(s): shape inference from the site's ProfileBuffer, codegen
+// shape). On the compile thread(s) (first installs, at compile_nice) and the tuning thread (O2's
+// tuned recompiles, at tune_nice under a duty cycle): shape inference from the site's ProfileBuffer, codegen
 // through the kernel backend (KernelBackend; today the LLVM CPU backend), validation against the reference kernel, then
 // RuntimePatchManager installs the kernel. Failures are logged with a reason from abort_reasons.def; the site backs off
 // (doubling) and is blacklisted after BlacklistAfter failures. Results never change: every fallback is the reference
@@ -189,8 +190,10 @@ class Jit final : public ExecutionObserver {
   // After an install: adds its signatures to the function's install record and writes the file.
   void recordInstall(int function, int index, bool range, int first_site, bool tuned,
                      std::vector<std::set<std::string>> sigs);
+  // O2, a region not hot yet: starts its cold ranges' and sites' InterpretedCost intervals.
+  void startRegionIntervals(int function, int region);
   void considerSite(int function, int site, const RegionHeat& heat);
-  void workerLoop();
+  void workerLoop(bool tuning);  // a compile thread (false) or the tuning thread (true)
   void compileSite(const Request& request);
   void considerRange(int function, int range, const RegionHeat& heat);
   void compileRange(const Request& request);
@@ -257,7 +260,8 @@ class Jit final : public ExecutionObserver {
   std::vector<std::pair<int, std::uint64_t>> settled_watch_;  // unsettled functions, their calls then
   int runs_to_settle_check_ = kSettleCheckRuns;
   std::atomic<std::uint64_t> settled_runs_{0};
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> workers_;  // the compile threads, then the tuning thread if any
+  bool tune_worker_ = false;           // a tuning thread takes Request::tune (set before workers start)
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
 };
 
