@@ -636,9 +636,8 @@ void Jit::workerLoop(bool tuning) {
       next = std::find_if(queue_.begin(), queue_.end(),
                           [&](const Request& r) { return r.tune ? may_tune : takes_compiles; });
       if (next != queue_.end()) break;
-      const bool paused_tune = takes_tunes && !may_tune && std::any_of(queue_.begin(), queue_.end(), [](const Request& r) {
-                                 return r.tune;
-                               });
+      const bool paused_tune = takes_tunes && !may_tune &&
+                               std::any_of(queue_.begin(), queue_.end(), [](const Request& r) { return r.tune; });
       if (paused_tune) queue_cv_.wait_until(lock, retune_after);
       else queue_cv_.wait(lock);
     }
@@ -664,8 +663,9 @@ void Jit::workerLoop(bool tuning) {
     idle_since_us = trace::nowUs();
     if (request.tune) {
       const double duty = static_cast<double>(Tunables::get(Tunable::TuneDutyPercent));
-      retune_after = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
-                                        (threadCpuMs() - cpu_before) * (100.0 - duty) / duty));
+      retune_after =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+                             (threadCpuMs() - cpu_before) * (100.0 - duty) / duty));
     }
     lock.lock();
     --in_flight_;

@@ -261,7 +261,7 @@ class Jit final : public ExecutionObserver {
   int runs_to_settle_check_ = kSettleCheckRuns;
   std::atomic<std::uint64_t> settled_runs_{0};
   std::vector<std::thread> workers_;  // the compile threads, then the tuning thread if any
-  bool tune_worker_ = false;           // a tuning thread takes Request::tune (set before workers start)
+  bool tune_worker_ = false;          // a tuning thread takes Request::tune (set before workers start)
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
 };
 

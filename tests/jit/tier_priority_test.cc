@@ -95,7 +95,7 @@ class TierPriorityTest : public ::testing::Test {
   JitOptions options() const {
     JitOptions out;
     out.level = 2;
-    out.first_sight = false;       // the thresholds, not an install record
+    out.first_sight = false;      // the thresholds, not an install record
     out.kernel_cache_dir = dir_;  // nothing kept by another test serves these compiles
     return out;
   }
@@ -109,11 +109,11 @@ class TierPriorityTest : public ::testing::Test {
     const std::vector<Value> in = inputs(seed);
     Value product = callOp("matmul", {in[0], in[1]}).value()[0];
     Value sum = callOp("add", {product, in[2]}).value()[0];
-    const Value want = callOp("tanh", {sum}).value()[0];
+    const std::vector<Value> want = {callOp("tanh", {sum}).value()[0]};
     auto got = vm.run(function, in);
     ASSERT_TRUE(got.hasValue()) << got.status().toString();
     ASSERT_EQ(got->size(), 1u);
-    EXPECT_TRUE(compareOutputs({want}, *got).ok) << "function " << function << ", seed " << seed;
+    EXPECT_TRUE(compareOutputs(want, *got).ok) << "function " << function << ", seed " << seed;
   }
 
   std::string dir_;
@@ -211,7 +211,7 @@ TEST_F(TierPriorityTest, TuningRunsOnItsOwnThreadAndNeverHoldsAFirstInstallBack)
   // Shutdown reaches the tuning thread too: the blocked tuning stops at its next cancellation point.
   (*jit)->cancel();
   EXPECT_TRUE((*jit)->waitStopped(std::chrono::seconds(30))) << "the tuning thread was not cancelled";
-  EXPECT_EQ(tuner.cancelled.load(), 1);
+  EXPECT_GE(tuner.cancelled.load(), 1);
   EXPECT_EQ((*jit)->stats().compiles_pending, 0u);
   tuner.release.store(true);
   runChecked(vm, 0, 9000);  // still right after the shutdown, on the untuned region
