@@ -22,6 +22,7 @@
 #include "bytecode/text_format.h"
 #include "bytecode/verifier.h"
 #include "jit/compile_cancel.h"
+#include "jit/hot_path.h"
 #include "jit/jit.h"
 #include "jit/validate.h"
 #include "ops/registry.h"
@@ -145,6 +146,18 @@ TEST_F(TierPriorityTest, ARangeQueuesOnTheRunThatMadeItHot) {
   EXPECT_EQ(stats.requests, 1u) << "one request: the range, not its ops one by one";
   runChecked(vm, 0, 1000);
   EXPECT_GT(vm.stats().compiled_calls, 0u);
+}
+
+// A region's first compile on a process with a spare core counts a quarter of its estimated cost
+// (it runs beside the program); on one core all of it.
+TEST(CompilePayoffTest, ASpareCoreCountsAQuarterOfTheCompileCost) {
+  EXPECT_DOUBLE_EQ(countedCompileCost(270.0, 0), 270.0);
+  EXPECT_DOUBLE_EQ(countedCompileCost(270.0, 1), 270.0 * kSpareCoreCostFraction);
+  EXPECT_DOUBLE_EQ(countedCompileCost(270.0, 3), 270.0 * kSpareCoreCostFraction);
+  // The reference cell: 3 kernels at the 90 ms prior, ~27 ms per interpreted call on an idle host.
+  EXPECT_FALSE(compilePaysOff(5 * 27.0, countedCompileCost(270.0, 0))) << "one core: still deferred after 5 calls";
+  EXPECT_TRUE(compilePaysOff(5 * 27.0, countedCompileCost(270.0, 1))) << "a spare core: compiled when hot";
+  EXPECT_FALSE(compilePaysOff(1.0, countedCompileCost(1e6, 1))) << "a huge estimate still waits";
 }
 
 // A tuner whose estimate says tuning pays off at once, and whose tune() records the calling
