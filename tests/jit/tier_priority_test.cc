@@ -214,7 +214,7 @@ TEST_F(TierPriorityTest, TuningRunsOnItsOwnThreadAndNeverHoldsAFirstInstallBack)
   for (int run = 0; run < 3000 && !g_installed; ++run) {
     runChecked(vm, 1, static_cast<std::uint32_t>(5000 + run));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    g_installed = (*jit)->rangeStates(1)[0].phase == Jit::RangeState::Phase::Installed;
+    g_installed = (*jit)->rangeStates(1)[0].compiles > 0;  // installed (its own tuning may be queued since)
   }
   EXPECT_TRUE(g_installed) << "a tuning in progress held g's first install back\n" << (*jit)->statsReport();
   EXPECT_EQ(tuner.cancelled.load(), 0);
