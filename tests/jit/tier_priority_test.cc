@@ -25,6 +25,7 @@
 #include "jit/hot_path.h"
 #include "jit/jit.h"
 #include "jit/validate.h"
+#include "jit_test_util.h"
 #include "ops/registry.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
@@ -34,37 +35,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Two functions with the same fusible range: x @ w + b, then tanh.
-constexpr const char* kProgram = R"(.module "prio"
-.func f
-  .param x : f32[?0,64]
-  .param w : f32[64,64]
-  .param b : f32[64]
-  .outputs 1
-  LoadTensor r0, x
-  LoadTensor r1, w
-  LoadTensor r2, b
-  CallOp matmul r3 = r0, r1 : f32[?0,64] x f32[64,64] -> f32[?0,64]
-  CallOp add r4 = r3, r2 : f32[?0,64] x f32[64] -> f32[?0,64]
-  CallOp tanh r5 = r4 : f32[?0,64] -> f32[?0,64]
-  StoreTensor r5, o0
-  Return
-.end
-.func g
-  .param x : f32[?0,64]
-  .param w : f32[64,64]
-  .param b : f32[64]
-  .outputs 1
-  LoadTensor r0, x
-  LoadTensor r1, w
-  LoadTensor r2, b
-  CallOp matmul r3 = r0, r1 : f32[?0,64] x f32[64,64] -> f32[?0,64]
-  CallOp add r4 = r3, r2 : f32[?0,64] x f32[64] -> f32[?0,64]
-  CallOp tanh r5 = r4 : f32[?0,64] -> f32[?0,64]
-  StoreTensor r5, o0
-  Return
-.end
-)";
+// Two functions f and g, each the dense layer with a tanh tail (one fusible range: x @ w + b, tanh).
+std::string twoDenseLayers() {
+  const std::string one = testing::kDenseTanhProgram;
+  std::string g = one.substr(one.find(".func f"));
+  g.replace(0, 7, ".func g");
+  return one + g;
+}
 
 Tensor randomTensor(const Shape& shape, std::uint32_t seed) {
   std::mt19937 engine(seed);
@@ -83,7 +60,7 @@ class TierPriorityTest : public ::testing::Test {
     dir_ = (fs::temp_directory_path() / fmt::format("svm-prio-{}-{}", ::getpid(), info->name())).string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    auto assembled = assemble(kProgram, "prio.svasm");
+    auto assembled = assemble(twoDenseLayers(), "prio.svasm");
     ASSERT_TRUE(assembled.hasValue()) << assembled.status().toString();
     ASSERT_TRUE(verifyModule(*assembled).isOk());
     module_ = std::make_shared<Module>(std::move(*assembled));
@@ -101,9 +78,9 @@ class TierPriorityTest : public ::testing::Test {
     return out;
   }
   static std::vector<Value> inputs(std::uint32_t seed) {
-    return {Value::fromTensor(randomTensor(Shape{512, 64}, seed)),
-            Value::fromTensor(randomTensor(Shape{64, 64}, seed + 1)),
-            Value::fromTensor(randomTensor(Shape{64}, seed + 2))};
+    return {Value::fromTensor(randomTensor(Shape{2048, 32}, seed)),
+            Value::fromTensor(randomTensor(Shape{32, 48}, seed + 1)),
+            Value::fromTensor(randomTensor(Shape{48}, seed + 2))};
   }
   // Runs `function` on fresh random inputs and checks the result against the reference kernels.
   void runChecked(VirtualMachine& vm, int function, std::uint32_t seed) {
