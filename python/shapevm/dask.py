@@ -30,14 +30,14 @@ __all__ = ["map_model", "cluster_stats", "PartitionError", "ShapeVMWorkerPlugin"
 PLUGIN_NAME = "shapevm"
 _STATE_LOCK = threading.Lock()
 _MODELS = {}  # per worker process: spec key -> (loaded module, function, params)
-_COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0}  # setups: the plugin's
+_COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0, "calls": 0}  # setups: the plugin's
 # Per worker process (time.time()): when its first partition started, and when a call of it first
 # ran a compiled kernel (None until then); the *_cpu entries: the process's CPU seconds then
 # (time.process_time(): every thread's, the compile thread's and the kernels' included).
 # setup/setup_cpu: when the worker plugin's setup started (an archive's import, then the model's
 # warm start come after it).
 _TIMES = {"first_task": None, "first_compiled": None, "first_task_cpu": None, "first_compiled_cpu": None,
-          "setup": None, "setup_cpu": None}
+          "setup": None, "setup_cpu": None, "first_compiled_launch_call": None}
 # Per worker process: the kernel_threads the plugin set (0 = auto) and why ("settings": the
 # caller's, "environment": SHAPEVM_KERNEL_THREADS, "share": the worker's share of the host).
 _THREADS = {"kernel_threads": None, "kernel_threads_from": None}
@@ -55,7 +55,7 @@ _LOG = logging.getLogger("shapevm.dask")
 # cluster_stats reports these per worker, not summed.
 _PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "cpu_to_first_compiled_s", "started_at", "first_task_at",
                     "first_task_cpu_s", "first_compiled_at", "setup_at", "setup_cpu_s",
-                    "kernel_threads", "kernel_threads_from", "calls", "warm_start")
+                    "kernel_threads", "kernel_threads_from", "calls", "warm_start", "first_compiled_launch_call")
 
 
 class PartitionError(RuntimeError):
@@ -223,6 +223,13 @@ def _run_partition(spec, chunk, index, first):
             if len(_CALLS) < _MAX_CALLS:
                 elements = sum(int(np.size(v)) for v in item.values())
                 _CALLS.append((started, time.perf_counter() - clock, elements, cpu, time.process_time() - cpu))
+            with _STATE_LOCK:
+                _COUNTS["calls"] += 1
+                calls_so_far = _COUNTS["calls"]
+            if _TIMES["first_compiled_launch_call"] is None and loaded.stats().get("launches_compiled", 0) > 0:
+                with _STATE_LOCK:
+                    if _TIMES["first_compiled_launch_call"] is None:
+                        _TIMES["first_compiled_launch_call"] = calls_so_far
             if _TIMES["first_compiled"] is None and _runs_compiled(loaded.stats()):
                 with _STATE_LOCK:
                     if _TIMES["first_compiled"] is None:
@@ -491,7 +498,7 @@ def _worker_stats(calls=False):
             "setup_at": times["setup"], "setup_cpu_s": times["setup_cpu"],
             "cpu_to_first_compiled_s": (times["first_compiled_cpu"] - times["first_task_cpu"]
                                         if times["first_compiled_cpu"] is not None else None), **threads,
-            "warm_start": warm or None,
+            "warm_start": warm or None, "first_compiled_launch_call": times["first_compiled_launch_call"],
             **({"calls": [list(call) for call in _CALLS]} if calls else {})}
 
 
@@ -508,7 +515,8 @@ def cluster_stats(client, calls=False):
     setup_cpu_s (the same when the worker plugin's setup started);
     kernel_threads (0 = auto) and kernel_threads_from ("share", "settings" or "environment");
     warm_start (map_model(warm_start=True); else None): installed, declined, failed, codegens,
-    wall_s and cpu_s of the worker's warm start, and its note;
+    wall_s and cpu_s of the worker's warm start, and its note; first_compiled_launch_call: the number
+    (1-based) of the worker's first call that ran a compiled kernel or region (None before);
     cpu_to_first_compiled_s: the process's CPU seconds over to_first_compiled_s (the
     compile thread's included; what a loaded host does not stretch); with calls=True, calls:
     [start time.time(), seconds, input elements, the process's CPU seconds at its start, the

@@ -20,7 +20,7 @@ import shapevm
 
 if getattr(shapevm, "_core", None) is None:
     pytest.skip("this build has no Python module", allow_module_level=True)
-if not shapevm.jit_available():
+if not shapevm._core.jit_available():
     pytest.skip("built without the JIT", allow_module_level=True)
 
 import pymodule_programs as progs  # noqa: E402
