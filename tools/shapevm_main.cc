@@ -154,7 +154,7 @@ struct RunFlags {
   std::string jit_level, dump;
   std::optional<std::int64_t> warmup, hot_count, hot_ms;
   bool jit_log = false, jit_wait = false;
-  bool warm_start = false;  // Session::warmStart before the first run
+  bool warm_start = false;                // Session::warmStart before the first run
   bool no_cache = false;                  // run/tune: neither read nor write the tuning database
   // `shapevm tune` only:
   bool tune = false;

@@ -140,12 +140,12 @@ struct WarmStartEntry {
 
 struct WarmStartResult {
   int installed = 0, declined = 0, failed = 0, skipped = 0;
-  std::uint64_t codegens = 0;        // summed over entries: 0 when the cache covered everything
+  std::uint64_t codegens = 0;  // summed over entries: 0 when the cache covered everything
   bool timed_out = false, cancelled = false;
-  double wall_ms = 0, cpu_ms = 0;    // cpu_ms: the compiles' CPU, their helper threads included
-  std::string note;                  // nothing to do (O0, no kernel cache, a cold cache): why
+  double wall_ms = 0, cpu_ms = 0;  // cpu_ms: the compiles' CPU, their helper threads included
+  std::string note;                // nothing to do (O0, no kernel cache, a cold cache): why
   std::vector<WarmStartEntry> entries;
-  std::string summary() const;       // one line: counts, codegens, time, the note
+  std::string summary() const;  // one line: counts, codegens, time, the note
 };
 
 class Session {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -441,7 +441,9 @@ bool addRecordedShapes(std::vector<ProfileRecord>& member, const std::set<std::s
 // shape beside them: a companion record ("<identity>-layouts.svmi", the same file format, so
 // `cache export/import` carry it and a damaged one is skipped), one layout line per site.
 namespace {
-std::string layoutsIdentity(const std::string& identity) { return identity + "-layouts"; }
+std::string layoutsIdentity(const std::string& identity) {
+  return identity + "-layouts";
+}
 
 // One record as one line: per operand "t <dtype> <dims> <strides>" or "s <kind> <scalar>", " ; "
 // between operands, "-" for an empty list.
@@ -455,9 +457,9 @@ std::string encodeLayout(const ProfileRecord& record) {
   for (std::size_t i = 0; i < record.inputs.size(); ++i) {
     const OperandProfile& operand = record.inputs[i];
     text += i ? " ; " : "";
-    text += operand.is_tensor ? fmt::format("t {} {} {}", dtypeShortName(operand.dtype), dims(operand.shape),
-                                            dims(operand.strides))
-                              : fmt::format("s {} {}", static_cast<int>(operand.kind), operand.scalar);
+    text += operand.is_tensor
+                ? fmt::format("t {} {} {}", dtypeShortName(operand.dtype), dims(operand.shape), dims(operand.strides))
+                : fmt::format("s {} {}", static_cast<int>(operand.kind), operand.scalar);
   }
   return text;
 }
@@ -552,8 +554,9 @@ std::optional<std::vector<ProfileRecord>> warmRecords(const ProfileRecord* layou
   if (sigs.empty()) return std::nullopt;
   std::optional<ProfileRecord> like;
   if (layout != nullptr && sigs.count(layout->toString()) != 0) like = *layout;
-  const bool tensors_only = layout != nullptr && std::all_of(layout->inputs.begin(), layout->inputs.end(),
-                                                             [](const OperandProfile& operand) { return operand.is_tensor; });
+  const bool tensors_only =
+      layout != nullptr && std::all_of(layout->inputs.begin(), layout->inputs.end(),
+                                       [](const OperandProfile& operand) { return operand.is_tensor; });
   if (!like && layout != nullptr && tensors_only) like = recordFromSignature(*layout, *sigs.begin());
   if (!like && layout == nullptr) like = layoutFromSignature(*sigs.begin());
   if (!like) return std::nullopt;
@@ -583,7 +586,8 @@ void Jit::recordLayouts(int function, std::span<const int> sites) {
   bool added = false;
   for (int site : sites) {
     if (mine.sites.count(site) != 0) continue;  // one layout per site: the first process's
-    const std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+    const std::vector<ProfileRecord> records =
+        vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
     const ProfileRecord* newest = newestRecord(records);
     if (newest == nullptr) continue;  // a warm-started install: nothing profiled yet
     InstallRecord::Entry layout;
@@ -649,12 +653,14 @@ void Jit::warmRange(int function, int range, const std::map<int, ProfileRecord>&
   }
   std::vector<std::vector<ProfileRecord>> records;
   for (std::size_t k = 0; k < fusion.sites.size(); ++k) {
-    std::optional<std::vector<ProfileRecord>> member = warmRecords(layoutAt(layouts, fusion.sites[k]), recorded.sigs[k]);
+    std::optional<std::vector<ProfileRecord>> member =
+        warmRecords(layoutAt(layouts, fusion.sites[k]), recorded.sigs[k]);
     if (!member) {
       item.outcome = Outcome::Declined;
-      item.reason = fmt::format("no operand layout kept for its op at site {} (a record from before warm start); "
-                                "first sight installs it after the first call",
-                                fusion.sites[k]);
+      item.reason = fmt::format(
+          "no operand layout kept for its op at site {} (a record from before warm start); "
+          "first sight installs it after the first call",
+          fusion.sites[k]);
       return;
     }
     records.push_back(std::move(*member));
@@ -723,8 +729,9 @@ void Jit::warmSite(int function, int site, const std::map<int, ProfileRecord>& l
     }
     if (!records) {
       item.outcome = Outcome::Declined;
-      item.reason = "no operand layout kept for it (a record from before warm start); first sight installs it "
-                    "after the first call";
+      item.reason =
+          "no operand layout kept for it (a record from before warm start); first sight installs it "
+          "after the first call";
       return;
     }
     member.push_back(std::move(*records));
@@ -767,8 +774,9 @@ WarmStartReport Jit::warmStart(std::chrono::milliseconds timeout, const std::ato
   } else if (cache == nullptr || cache->directory().empty()) {
     report.note = "the kernel cache is off: nothing to install";
   } else if (!any) {
-    report.note = fmt::format("no install record for this program in {} (a cold cache): the first calls tier up as usual",
-                              cache->directory());
+    report.note =
+        fmt::format("no install record for this program in {} (a cold cache): the first calls tier up as usual",
+                    cache->directory());
   }
   if (!report.note.empty()) {
     logAt(LogLevel::Info, "JIT", "Warm start: {}", report.note);
@@ -855,7 +863,9 @@ WarmStartReport Jit::warmStart(std::chrono::milliseconds timeout, const std::ato
   for (const WarmStartItem& item : report.items) installed += item.outcome == WarmStartItem::Outcome::Installed ? 1 : 0;
   logAt(LogLevel::Info, "JIT", "Warm start: {} of {} recorded sites and ranges installed in {:.1f}ms{}", installed,
         report.items.size(), report.wall_ms,
-        report.timed_out ? " (timed out)" : report.cancelled ? " (cancelled)" : "");
+        report.timed_out   ? " (timed out)"
+        : report.cancelled ? " (cancelled)"
+                           : "");
   return report;
 }
 
@@ -1120,8 +1130,8 @@ void Jit::compileSite(const Request& request) {
   // 1. Shape inference from the profile; on first sight the shapes the earlier process had met
   //    join it, so the spec (and its kernel-cache and tuning-database keys) is the one it installed.
   std::vector<ProfileRecord> records = request.warm_records != nullptr
-                                          ? request.warm_records->front()
-                                          : vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+                                           ? request.warm_records->front()
+                                           : vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
   if (request.first_sight && request.warm_records == nullptr) {
     std::set<std::string> recorded;
     {

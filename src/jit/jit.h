@@ -110,7 +110,7 @@ struct WarmStartItem {
   bool region = false;  // a fused range (else one op site's kernel)
   int pc = 0;           // the site's CallOp, a range's first CallOp
   Outcome outcome = Outcome::Skipped;
-  std::string reason;       // declined/failed/skipped: why; installed: what it installed
+  std::string reason;          // declined/failed/skipped: why; installed: what it installed
   std::uint64_t codegens = 0;  // LLVM code generations it ran (0: all code came from the kernel cache)
 };
 

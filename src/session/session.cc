@@ -438,10 +438,22 @@ Expected<WarmStartResult> Session::warmStart(const WarmStartOptions& options) {
     entry.codegens = item.codegens;
     out.codegens += item.codegens;
     switch (item.outcome) {
-      case Outcome::Installed: entry.outcome = "installed"; ++out.installed; break;
-      case Outcome::Declined: entry.outcome = "declined"; ++out.declined; break;
-      case Outcome::Failed: entry.outcome = "failed"; ++out.failed; break;
-      case Outcome::Skipped: entry.outcome = "skipped"; ++out.skipped; break;
+      case Outcome::Installed:
+        entry.outcome = "installed";
+        ++out.installed;
+        break;
+      case Outcome::Declined:
+        entry.outcome = "declined";
+        ++out.declined;
+        break;
+      case Outcome::Failed:
+        entry.outcome = "failed";
+        ++out.failed;
+        break;
+      case Outcome::Skipped:
+        entry.outcome = "skipped";
+        ++out.skipped;
+        break;
     }
   }
 #else
@@ -451,9 +463,10 @@ Expected<WarmStartResult> Session::warmStart(const WarmStartOptions& options) {
 }
 
 std::string WarmStartResult::summary() const {
-  std::string text = fmt::format("warm start: {} installed, {} declined, {} failed, {} skipped; {} LLVM codegens; "
-                                 "{:.1f} ms wall, {:.1f} ms compile CPU",
-                                 installed, declined, failed, skipped, codegens, wall_ms, cpu_ms);
+  std::string text = fmt::format(
+      "warm start: {} installed, {} declined, {} failed, {} skipped; {} LLVM codegens; "
+      "{:.1f} ms wall, {:.1f} ms compile CPU",
+      installed, declined, failed, skipped, codegens, wall_ms, cpu_ms);
   if (timed_out) text += " (timed out)";
   if (cancelled) text += " (cancelled)";
   if (!note.empty()) text += "; " + note;

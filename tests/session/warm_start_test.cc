@@ -132,7 +132,8 @@ TEST_F(WarmStartTest, TheFirstCallRunsCompiledWithZeroCodegenAtO2) {
   EXPECT_EQ(warm->codegens, 0u) << warm->summary();
   EXPECT_TRUE(warm->note.empty()) << warm->note;
   bool region = false;
-  for (const WarmStartEntry& entry : warm->entries) region = region || (entry.kind == "region" && entry.outcome == "installed");
+  for (const WarmStartEntry& entry : warm->entries)
+    region = region || (entry.kind == "region" && entry.outcome == "installed");
   EXPECT_TRUE(region) << warm->summary();
   for (const WarmStartEntry& entry : warm->entries) {
     std::printf("  %s %s pc=%d %s: %s\n", entry.function.c_str(), entry.kind.c_str(), entry.pc, entry.outcome.c_str(),
