@@ -548,24 +548,33 @@ std::optional<ProfileRecord> layoutFromSignature(std::string_view sig) {
 }
 
 // The profile records one recorded member (its signatures `sigs`) stands for, on `layout` (an
-// earlier process's newest record at the site); its own signature is the newest. nullopt when
-// they cannot be rebuilt (no layout and a non-tensor operand, or a layout that fits no signature).
-std::optional<std::vector<ProfileRecord>> warmRecords(const ProfileRecord* layout, const std::set<std::string>& sigs) {
+// earlier process's newest record at the site, rebuilt on a recorded signature when it is not one
+// of them); its own signature is the newest. Every signature joins when `all` or every operand is a
+// tensor (as on first sight: a rebuilt record keeps the layout's non-tensor operands, which need
+// not fit the other shapes). nullopt when they cannot be rebuilt (no layout and a non-tensor operand).
+std::optional<std::vector<ProfileRecord>> warmRecords(const ProfileRecord* layout, const std::set<std::string>& sigs,
+                                                      bool all) {
   if (sigs.empty()) return std::nullopt;
   std::optional<ProfileRecord> like;
-  if (layout != nullptr && sigs.count(layout->toString()) != 0) like = *layout;
-  const bool tensors_only =
-      layout != nullptr && std::all_of(layout->inputs.begin(), layout->inputs.end(),
-                                       [](const OperandProfile& operand) { return operand.is_tensor; });
-  if (!like && layout != nullptr && tensors_only) like = recordFromSignature(*layout, *sigs.begin());
-  if (!like && layout == nullptr) like = layoutFromSignature(*sigs.begin());
+  if (layout != nullptr) {
+    like = sigs.count(layout->toString()) != 0 ? std::optional<ProfileRecord>(*layout)
+                                                : recordFromSignature(*layout, *sigs.begin());
+  } else {
+    like = layoutFromSignature(*sigs.begin());
+  }
   if (!like) return std::nullopt;
   like->count = 1;
   like->last_seen = sigs.size() + 1;
   std::vector<ProfileRecord> out{*like};
-  // As on first sight (compileRange): other signatures join only where every operand is a tensor.
-  if (std::all_of(like->inputs.begin(), like->inputs.end(), [](const OperandProfile& o) { return o.is_tensor; })) {
+  const bool tensors_only =
+      std::all_of(like->inputs.begin(), like->inputs.end(), [](const OperandProfile& o) { return o.is_tensor; });
+  if (tensors_only) {
     addRecordedShapes(out, sigs);
+  } else if (all) {
+    for (const std::string& sig : sigs) {
+      if (sig == out.front().toString()) continue;
+      if (std::optional<ProfileRecord> seen = recordFromSignature(out.front(), sig)) out.push_back(std::move(*seen));
+    }
   }
   return out;
 }
@@ -628,6 +637,20 @@ const ProfileRecord* layoutAt(const std::map<int, ProfileRecord>& layouts, int s
   auto it = layouts.find(site);
   return it == layouts.end() ? nullptr : &it->second;
 }
+
+constexpr const char* kWarmStopped = "the warm start's timeout passed or it was cancelled";
+
+// After a warm compile that installed nothing: true (and `item` Failed, with why) when it failed to
+// compile or validate, judged by the JIT's failure counts before it.
+bool warmFailed(WarmStartItem& item, const JitStats& now, std::uint64_t validation_failures,
+                std::uint64_t compile_failures) {
+  if (now.validation_failures == validation_failures && now.compile_failures == compile_failures) return false;
+  item.outcome = WarmStartItem::Outcome::Failed;
+  item.reason = now.validation_failures > validation_failures
+                    ? "validation failed (the cached code was rejected; the log says why)"
+                    : "the compile failed (the log says why)";
+  return true;
+}
 }  // namespace
 
 void Jit::warmRange(int function, int range, const std::map<int, ProfileRecord>& layouts, WarmStartItem& item) {
@@ -651,54 +674,59 @@ void Jit::warmRange(int function, int range, const std::map<int, ProfileRecord>&
     item.reason = "the recorded range does not match this program's";
     return;
   }
-  std::vector<std::vector<ProfileRecord>> records;
-  for (std::size_t k = 0; k < fusion.sites.size(); ++k) {
-    std::optional<std::vector<ProfileRecord>> member =
-        warmRecords(layoutAt(layouts, fusion.sites[k]), recorded.sigs[k]);
-    if (!member) {
-      item.outcome = Outcome::Declined;
-      item.reason = fmt::format(
-          "no operand layout kept for its op at site {} (a record from before warm start); "
-          "first sight installs it after the first call",
-          fusion.sites[k]);
-      return;
+  // Every recorded shape first (a region planned for all of them); where a member's non-tensor
+  // operands do not fit them (not planned: the range stays Cold), the layouts' own shapes alone.
+  for (const bool all : {true, false}) {
+    std::vector<std::vector<ProfileRecord>> records;
+    bool widened = false;
+    for (std::size_t k = 0; k < fusion.sites.size(); ++k) {
+      std::optional<std::vector<ProfileRecord>> member =
+          warmRecords(layoutAt(layouts, fusion.sites[k]), recorded.sigs[k], all);
+      if (!member) {
+        item.outcome = Outcome::Declined;
+        item.reason = fmt::format(
+            "no operand layout kept for its op at site {} (a record from before warm start); "
+            "first sight installs it after the first call",
+            fusion.sites[k]);
+        return;
+      }
+      widened = widened || (all && member->size() > 1 && !member->front().inputs.empty() &&
+                            !std::all_of(member->front().inputs.begin(), member->front().inputs.end(),
+                                         [](const OperandProfile& o) { return o.is_tensor; }));
+      records.push_back(std::move(*member));
     }
-    records.push_back(std::move(*member));
-  }
-  std::uint64_t validation_failures = 0, compile_failures = 0;
-  {
+    std::uint64_t validation_failures = 0, compile_failures = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      RangeState& state = ranges_[f][static_cast<std::size_t>(range)];
+      if (state.phase != RangeState::Phase::Cold || state.compiles > 0) {
+        item.reason = "already installed or queued";
+        return;
+      }
+      state.phase = RangeState::Phase::Queued;
+      state.declines_at_request = state.declines->load(std::memory_order_relaxed);
+      validation_failures = stats_.validation_failures;
+      compile_failures = stats_.compile_failures;
+    }
+    Request request{function, fusion.sites[0], range, false, true, recorded.tuned};
+    request.warm_records = &records;
+    const std::uint64_t codegens = engine_->codegens();
+    compileRange(request);
+    item.codegens += engine_->codegens() - codegens;
     std::lock_guard<std::mutex> lock(mutex_);
     RangeState& state = ranges_[f][static_cast<std::size_t>(range)];
-    if (state.phase != RangeState::Phase::Cold || state.compiles > 0) {
-      item.reason = "already installed or queued";
-      return;
+    if (state.phase == RangeState::Phase::Installed) {
+      item.outcome = Outcome::Installed;
+      item.reason = state.description;
+    } else if (compileCancelled()) {
+      state.phase = RangeState::Phase::Cold;  // first sight takes it after the first call
+      item.reason = kWarmStopped;
+    } else if (!warmFailed(item, stats_, validation_failures, compile_failures)) {
+      item.outcome = Outcome::Declined;
+      item.reason = "not planned as recorded (the log says why); it takes the usual tier-up";
+      if (widened && state.phase == RangeState::Phase::Cold) continue;  // try the layouts' shapes alone
     }
-    state.phase = RangeState::Phase::Queued;
-    state.declines_at_request = state.declines->load(std::memory_order_relaxed);
-    validation_failures = stats_.validation_failures;
-    compile_failures = stats_.compile_failures;
-  }
-  Request request{function, fusion.sites[0], range, false, true, recorded.tuned};
-  request.warm_records = &records;
-  const std::uint64_t codegens = engine_->codegens();
-  compileRange(request);
-  item.codegens = engine_->codegens() - codegens;
-  std::lock_guard<std::mutex> lock(mutex_);
-  RangeState& state = ranges_[f][static_cast<std::size_t>(range)];
-  if (state.phase == RangeState::Phase::Installed) {
-    item.outcome = Outcome::Installed;
-    item.reason = state.description;
-  } else if (compileCancelled()) {
-    state.phase = RangeState::Phase::Cold;  // first sight takes it after the first call
-    item.reason = "the warm start's timeout passed or it was cancelled";
-  } else if (stats_.validation_failures > validation_failures || stats_.compile_failures > compile_failures) {
-    item.outcome = Outcome::Failed;
-    item.reason = stats_.validation_failures > validation_failures
-                      ? "validation failed (the cached code was rejected; the log says why)"
-                      : "the compile failed (the log says why)";
-  } else {
-    item.outcome = Outcome::Declined;
-    item.reason = "not planned as recorded (the log says why); it takes the usual tier-up";
+    return;
   }
 }
 
@@ -716,7 +744,7 @@ void Jit::warmSite(int function, int site, const std::map<int, ProfileRecord>& l
     return;
   }
   std::optional<std::vector<ProfileRecord>> records =
-      recorded.sigs.size() == 1 ? warmRecords(layoutAt(layouts, site), recorded.sigs[0]) : std::nullopt;
+      recorded.sigs.size() == 1 ? warmRecords(layoutAt(layouts, site), recorded.sigs[0], false) : std::nullopt;
   std::vector<std::vector<ProfileRecord>> member;
   std::uint64_t validation_failures = 0, compile_failures = 0;
   {
@@ -751,13 +779,8 @@ void Jit::warmSite(int function, int site, const std::map<int, ProfileRecord>& l
     item.reason = fmt::format("kernel for {}", member[0].front().toString());
   } else if (compileCancelled()) {
     if (state.phase == SiteState::Phase::Queued) state.phase = SiteState::Phase::Cold;
-    item.reason = "the warm start's timeout passed or it was cancelled";
-  } else if (stats_.validation_failures > validation_failures || stats_.compile_failures > compile_failures) {
-    item.outcome = Outcome::Failed;
-    item.reason = stats_.validation_failures > validation_failures
-                      ? "validation failed (the cached code was rejected; the log says why)"
-                      : "the compile failed (the log says why)";
-  } else {
+    item.reason = kWarmStopped;
+  } else if (!warmFailed(item, stats_, validation_failures, compile_failures)) {
     item.outcome = Outcome::Declined;
     item.reason = "no kernel for it at these shapes (the log says why)";
   }
@@ -830,7 +853,7 @@ WarmStartReport Jit::warmStart(std::chrono::milliseconds timeout, const std::ato
         item.function = function;
         item.region = true;
         if (stop.load(std::memory_order_relaxed)) {
-          item.reason = "the warm start's timeout passed or it was cancelled";
+          item.reason = kWarmStopped;
           continue;
         }
         warmRange(function, range, layouts, item);
@@ -839,7 +862,7 @@ WarmStartReport Jit::warmStart(std::chrono::milliseconds timeout, const std::ato
         WarmStartItem& item = report.items.emplace_back();
         item.function = function;
         if (stop.load(std::memory_order_relaxed)) {
-          item.reason = "the warm start's timeout passed or it was cancelled";
+          item.reason = kWarmStopped;
           continue;
         }
         warmSite(function, site, layouts, item);
