@@ -65,7 +65,7 @@ class WarmStartTest : public ::testing::Test {
 
   // An earlier process: the cell tiered up at `level` on a few shapes (every region hot at once,
   // each run waiting for its compiles), leaving kernels and install records in the directory.
-  void fillCache(const char* level) {
+  void fillCache(const char* level, std::vector<std::int64_t> dims = {4}) {
     for (const char* key : {"hot_count", "hot_ms", "warmup"}) ASSERT_TRUE(Session::setTunable(key, "0").isOk());
     {
       Session earlier(options(true));
@@ -73,7 +73,9 @@ class WarmStartTest : public ::testing::Test {
       ASSERT_TRUE(earlier.load(kCell).isOk());
       const FunctionInfo fn = earlier.functions()[0];
       std::mt19937_64 rng(3);
-      for (int r = 0; r < 4; ++r) ASSERT_TRUE(earlier.run(fn.index, randomArgs(fn, 4, rng)).hasValue());
+      for (int r = 0; r < 4; ++r) {
+        for (std::int64_t dim : dims) ASSERT_TRUE(earlier.run(fn.index, randomArgs(fn, dim, rng)).hasValue());
+      }
       earlier.waitIdle();
       ASSERT_GT(earlier.stats().kernels_installed, 0u);
     }
@@ -82,14 +84,14 @@ class WarmStartTest : public ::testing::Test {
 
   // `calls` calls of `session` (the cell) on fresh random inputs of the recorded shape, each
   // compared with O0; false at the first mismatch.
-  static bool matchesO0(Session& session, int calls, std::uint64_t seed) {
+  static bool matchesO0(Session& session, int calls, std::uint64_t seed, std::int64_t dim = 4) {
     Session reference;
     EXPECT_TRUE(reference.set("jit_level", "O0").isOk());
     EXPECT_TRUE(reference.load(kCell).isOk());
     const FunctionInfo fn = session.functions()[0];
     std::mt19937_64 rng(seed);
     for (int c = 0; c < calls; ++c) {
-      const std::vector<Value> args = randomArgs(fn, 4, rng);
+      const std::vector<Value> args = randomArgs(fn, dim, rng);
       auto got = session.run(fn.index, args);
       auto want = reference.run(fn.index, args);
       if (!got || !want || got->size() != want->size()) return false;
@@ -149,6 +151,29 @@ TEST_F(WarmStartTest, TheFirstCallRunsCompiledWithZeroCodegenAtO2) {
   EXPECT_GT(first.launches_compiled, 0u) << "call 1 ran interpreted after the warm start";
   EXPECT_EQ(first.codegen_count, 0u);
   ASSERT_TRUE(matchesO0(later, 3, 12));
+}
+
+TEST_F(WarmStartTest, ARegionRecordedForSeveralShapesServesEachFromItsFirstCall) {
+  // The earlier session widened its region over three shapes (recompiles after region declines):
+  // the warm start plans the range for every recorded shape at once, so no call of any of them
+  // runs an op interpreted, and no LLVM codegen runs.
+  fillCache("O2", {2, 9, 5});
+  Session later(options());
+  ASSERT_TRUE(later.set("jit_level", "O2").isOk());
+  ASSERT_TRUE(later.load(kCell).isOk());
+  auto warm = later.warmStart();
+  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
+  EXPECT_GT(warm->installed, 0) << warm->summary();
+  EXPECT_EQ(warm->codegens, 0u) << warm->summary();
+  std::uint64_t seed = 70;
+  for (std::int64_t dim : {5, 2, 9}) {
+    const SessionStats before = later.stats();
+    ASSERT_TRUE(matchesO0(later, 1, ++seed, dim));
+    const SessionStats after = later.stats();
+    EXPECT_GT(after.launches_compiled, before.launches_compiled) << "dim " << dim;
+    EXPECT_EQ(after.launches_interpreted, before.launches_interpreted) << "dim " << dim;
+  }
+  EXPECT_EQ(later.stats().codegen_count, 0u);
 }
 
 TEST_F(WarmStartTest, O1SitesInstallAndTheFirstCallRunsCompiled) {
