@@ -19,9 +19,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -120,6 +122,14 @@ struct WarmStartReport {
   bool timed_out = false, cancelled = false;
   double wall_ms = 0, cpu_ms = 0;  // the calling thread's (and a region's helper threads') CPU
 };
+
+namespace detail {
+// Shared by first sight (jit.cc) and the warm start (warm_start.cc). The profile record `sig`
+// (ProfileRecord::toString) stands for, built on `like` (same operand kinds and dtypes; nullopt
+// when it does not fit), and the recorded signatures a member's records lack added on its newest.
+std::optional<ProfileRecord> recordFromSignature(const ProfileRecord& like, std::string_view sig);
+bool addRecordedShapes(std::vector<ProfileRecord>& member, const std::set<std::string>& sigs);
+}  // namespace detail
 
 class Jit final : public ExecutionObserver {
  public:
