@@ -158,7 +158,7 @@ std::optional<std::vector<ProfileRecord>> warmRecords(const ProfileRecord* layou
   std::optional<ProfileRecord> like;
   if (layout != nullptr) {
     like = sigs.count(layout->toString()) != 0 ? std::optional<ProfileRecord>(*layout)
-                                                : recordFromSignature(*layout, *sigs.begin());
+                                               : recordFromSignature(*layout, *sigs.begin());
   } else {
     like = layoutFromSignature(*sigs.begin());
   }

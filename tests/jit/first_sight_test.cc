@@ -92,7 +92,8 @@ class FirstSightTest : public ::testing::Test {
       // Each record's operand layouts ("<identity>-layouts.svmi", kept for the warm start:
       // warm_start.cc) are not counted.
       const std::string name = entry.path().filename().string();
-      if (entry.path().extension() == ".svmi" && !name.ends_with("-layouts.svmi")) files.push_back(entry.path().string());
+      if (entry.path().extension() == ".svmi" && !name.ends_with("-layouts.svmi"))
+        files.push_back(entry.path().string());
     }
     return files;
   }
