@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,6 +104,18 @@ class WarmStartTest : public ::testing::Test {
     return true;
   }
 
+  // A later process: a session on this test's cache at `level`, the cell loaded and warm-started.
+  std::unique_ptr<Session> startWarm(const char* level, WarmStartResult& result, const WarmStartOptions& warm = {},
+                                     bool wait = false) const {
+    auto session = std::make_unique<Session>(options(wait));
+    EXPECT_TRUE(session->set("jit_level", level).isOk());
+    EXPECT_TRUE(session->load(kCell).isOk());
+    auto outcome = session->warmStart(warm);
+    EXPECT_TRUE(outcome.hasValue()) << outcome.status().toString();
+    if (outcome) result = *outcome;
+    return session;
+  }
+
   std::vector<fs::path> kernelFiles() const {
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir_ + "/kernels")) {
@@ -124,24 +137,22 @@ TEST_F(WarmStartTest, TheFirstCallRunsCompiledWithZeroCodegenAtO2) {
     ASSERT_TRUE(matchesO0(plain, 1, 10));
     EXPECT_EQ(plain.stats().launches_compiled, 0u);
   }
-  Session later(options());
-  ASSERT_TRUE(later.set("jit_level", "O2").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
-  auto warm = later.warmStart();
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_GT(warm->installed, 0) << warm->summary();
-  EXPECT_EQ(warm->failed, 0) << warm->summary();
-  EXPECT_EQ(warm->codegens, 0u) << warm->summary();
-  EXPECT_TRUE(warm->note.empty()) << warm->note;
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O2", result);
+  Session& later = *session;
+  EXPECT_GT(result.installed, 0) << result.summary();
+  EXPECT_EQ(result.failed, 0) << result.summary();
+  EXPECT_EQ(result.codegens, 0u) << result.summary();
+  EXPECT_TRUE(result.note.empty()) << result.note;
   bool region = false;
-  for (const WarmStartEntry& entry : warm->entries)
+  for (const WarmStartEntry& entry : result.entries)
     region = region || (entry.kind == "region" && entry.outcome == "installed");
-  EXPECT_TRUE(region) << warm->summary();
-  for (const WarmStartEntry& entry : warm->entries) {
+  EXPECT_TRUE(region) << result.summary();
+  for (const WarmStartEntry& entry : result.entries) {
     std::printf("  %s %s pc=%d %s: %s\n", entry.function.c_str(), entry.kind.c_str(), entry.pc, entry.outcome.c_str(),
                 entry.reason.c_str());
   }
-  std::printf("  %s\n", warm->summary().c_str());
+  std::printf("  %s\n", result.summary().c_str());
   const SessionStats installed = later.stats();
   EXPECT_EQ(installed.runs, 0u);
   EXPECT_GT(installed.kernels_installed, 0u);
@@ -158,13 +169,11 @@ TEST_F(WarmStartTest, ARegionRecordedForSeveralShapesServesEachFromItsFirstCall)
   // the warm start plans the range for every recorded shape at once, so no call of any of them
   // runs an op interpreted, and no LLVM codegen runs.
   fillCache("O2", {2, 9, 5});
-  Session later(options());
-  ASSERT_TRUE(later.set("jit_level", "O2").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
-  auto warm = later.warmStart();
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_GT(warm->installed, 0) << warm->summary();
-  EXPECT_EQ(warm->codegens, 0u) << warm->summary();
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O2", result);
+  Session& later = *session;
+  EXPECT_GT(result.installed, 0) << result.summary();
+  EXPECT_EQ(result.codegens, 0u) << result.summary();
   std::uint64_t seed = 70;
   for (std::int64_t dim : {5, 2, 9}) {
     const SessionStats before = later.stats();
@@ -178,14 +187,12 @@ TEST_F(WarmStartTest, ARegionRecordedForSeveralShapesServesEachFromItsFirstCall)
 
 TEST_F(WarmStartTest, O1SitesInstallAndTheFirstCallRunsCompiled) {
   fillCache("O1");
-  Session later(options());
-  ASSERT_TRUE(later.set("jit_level", "O1").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
-  auto warm = later.warmStart();
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_GT(warm->installed, 0) << warm->summary();
-  EXPECT_EQ(warm->codegens, 0u) << warm->summary();
-  for (const WarmStartEntry& entry : warm->entries) EXPECT_EQ(entry.kind, "site");
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O1", result);
+  Session& later = *session;
+  EXPECT_GT(result.installed, 0) << result.summary();
+  EXPECT_EQ(result.codegens, 0u) << result.summary();
+  for (const WarmStartEntry& entry : result.entries) EXPECT_EQ(entry.kind, "site");
   ASSERT_TRUE(matchesO0(later, 1, 21));
   EXPECT_GT(later.stats().launches_compiled, 0u);
   EXPECT_EQ(later.stats().codegen_count, 0u);
@@ -207,12 +214,10 @@ TEST_F(WarmStartTest, ACorruptedCacheEntryIsRejectedAndResultsStayRight) {
     data.seekp(middle);
     data.write(&byte, 1);
   }
-  Session later(options());
-  ASSERT_TRUE(later.set("jit_level", "O2").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
-  auto warm = later.warmStart();
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_GT(warm->codegens, 0u) << "a corrupted entry was used: " << warm->summary();
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O2", result);
+  Session& later = *session;
+  EXPECT_GT(result.codegens, 0u) << "a corrupted entry was used: " << result.summary();
   ASSERT_TRUE(matchesO0(later, 3, 31));
 }
 
@@ -221,14 +226,12 @@ TEST_F(WarmStartTest, AKernelThatFailsValidationIsNotInstalledAndResultsStayRigh
   // Every kernel's outputs corrupted after codegen (a cached kernel's too): validation must catch
   // each one, so nothing is installed and the calls run the reference kernels.
   ASSERT_TRUE(Session::setTunable("JitTestCorruptKernels", "1").isOk());
-  Session later(options());
-  ASSERT_TRUE(later.set("jit_level", "O1").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
-  auto warm = later.warmStart();
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_EQ(warm->installed, 0) << warm->summary();
-  EXPECT_GT(warm->failed, 0) << warm->summary();
-  for (const WarmStartEntry& entry : warm->entries) {
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O1", result);
+  Session& later = *session;
+  EXPECT_EQ(result.installed, 0) << result.summary();
+  EXPECT_GT(result.failed, 0) << result.summary();
+  for (const WarmStartEntry& entry : result.entries) {
     if (entry.outcome == "failed") {
       EXPECT_NE(entry.reason.find("validation"), std::string::npos) << entry.reason;
     }
@@ -237,15 +240,13 @@ TEST_F(WarmStartTest, AKernelThatFailsValidationIsNotInstalledAndResultsStayRigh
 }
 
 TEST_F(WarmStartTest, AnEmptyCacheIsANoOpWithANote) {
-  Session later(options());
-  ASSERT_TRUE(later.set("jit_level", "O2").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
-  auto warm = later.warmStart();
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_EQ(warm->installed, 0);
-  EXPECT_TRUE(warm->entries.empty());
-  EXPECT_NE(warm->note.find("no install record"), std::string::npos) << warm->note;
-  EXPECT_NE(warm->summary().find("no install record"), std::string::npos);
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O2", result);
+  Session& later = *session;
+  EXPECT_EQ(result.installed, 0);
+  EXPECT_TRUE(result.entries.empty());
+  EXPECT_NE(result.note.find("no install record"), std::string::npos) << result.note;
+  EXPECT_NE(result.summary().find("no install record"), std::string::npos);
   ASSERT_TRUE(matchesO0(later, 2, 51));
 }
 
@@ -266,18 +267,16 @@ TEST_F(WarmStartTest, AnotherProgramsRecordIsNotUsed) {
 
 TEST_F(WarmStartTest, ACancelledWarmStartInstallsNothingAndTierUpStillWorks) {
   fillCache("O2");
-  Session later(options(true));
-  ASSERT_TRUE(later.set("jit_level", "O2").isOk());
-  ASSERT_TRUE(later.load(kCell).isOk());
   std::atomic<bool> cancel{true};
   WarmStartOptions warm_options;
   warm_options.cancel = &cancel;
-  auto warm = later.warmStart(warm_options);
-  ASSERT_TRUE(warm.hasValue()) << warm.status().toString();
-  EXPECT_TRUE(warm->cancelled);
-  EXPECT_EQ(warm->installed, 0) << warm->summary();
-  EXPECT_FALSE(warm->entries.empty());
-  for (const WarmStartEntry& entry : warm->entries) EXPECT_EQ(entry.outcome, "skipped") << entry.reason;
+  WarmStartResult result;
+  const std::unique_ptr<Session> session = startWarm("O2", result, warm_options, true);
+  Session& later = *session;
+  EXPECT_TRUE(result.cancelled);
+  EXPECT_EQ(result.installed, 0) << result.summary();
+  EXPECT_FALSE(result.entries.empty());
+  for (const WarmStartEntry& entry : result.entries) EXPECT_EQ(entry.outcome, "skipped") << entry.reason;
   EXPECT_EQ(later.stats().kernels_installed, 0u);
   // What was skipped is left to first sight: installed after the first call, results right.
   ASSERT_TRUE(matchesO0(later, 3, 61));
