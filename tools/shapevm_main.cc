@@ -154,6 +154,7 @@ struct RunFlags {
   std::string jit_level, dump;
   std::optional<std::int64_t> warmup, hot_count, hot_ms;
   bool jit_log = false, jit_wait = false;
+  bool warm_start = false;                // Session::warmStart before the first run
   bool no_cache = false;                  // run/tune: neither read nor write the tuning database
   // `shapevm tune` only:
   bool tune = false;
@@ -377,6 +378,12 @@ int runCommand(RunFlags flags) {
   if (flags.hooks && flags.hooks->before_runs) {
     if (Status s = flags.hooks->before_runs(session, *function); !s.isOk()) return fail(s);
   }
+  if (flags.warm_start) {
+    // Before the first run: what the kernel cache's install records cover, installed now.
+    auto warm = session.warmStart();
+    if (!warm) return fail(warm.status());
+    if (!flags.quiet) fmt::print(stderr, "[INFO] {}\n", warm->summary());
+  }
   std::vector<double> latencies;
   std::map<std::string, std::vector<double>> by_label;
   std::vector<std::string> label_order;
@@ -553,6 +560,9 @@ void addRunOptions(CLI::App* cmd, RunFlags& flags) {
                 "AutoTuner candidate's time)");
   cmd->add_flag("--jit-wait", flags.jit_wait,
                 "wait for queued compiles after each run (reproducible tier-up for tests; the default never waits)");
+  cmd->add_flag("--warm-start", flags.warm_start,
+                "before the first run, install (on this thread, validated) every kernel and fused region the kernel "
+                "cache's install records list for this program; a cold cache is a no-op");
   cmd->add_option(
       "--dump", flags.dump,
       "after the runs, write the module (.svasm text or .svm binary) with the JIT's rewritten shape tokens");

@@ -24,6 +24,7 @@
 // A Session may be destroyed while its compiles are in flight (they are stopped first).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -121,6 +122,32 @@ struct CacheTransfer {
   int tuning_records = 0;  // tuning-database records the destination did not have
 };
 
+// Session::warmStart: a limit and a way to stop it from another thread.
+struct WarmStartOptions {
+  std::int64_t timeout_ms = 0;                // stop after this long (0 = no limit); the rest is left to first sight
+  const std::atomic<bool>* cancel = nullptr;  // set from another thread to stop early
+};
+
+// What Session::warmStart did with one site or fused range the install records list.
+struct WarmStartEntry {
+  std::string function;
+  std::string kind;     // "region" (a fused range) or "site" (one op's kernel)
+  int pc = 0;           // its (first) CallOp
+  std::string outcome;  // "installed", "declined" (cannot be rebuilt here), "failed" (compile or validation), "skipped"
+  std::string reason;   // why; for an installed one, what was installed
+  std::uint64_t codegens = 0;  // LLVM code generations it needed (0: the code came from the kernel cache)
+};
+
+struct WarmStartResult {
+  int installed = 0, declined = 0, failed = 0, skipped = 0;
+  std::uint64_t codegens = 0;  // summed over entries: 0 when the cache covered everything
+  bool timed_out = false, cancelled = false;
+  double wall_ms = 0, cpu_ms = 0;  // cpu_ms: the compiles' CPU, their helper threads included
+  std::string note;                // nothing to do (O0, no kernel cache, a cold cache): why
+  std::vector<WarmStartEntry> entries;
+  std::string summary() const;  // one line: counts, codegens, time, the note
+};
+
 class Session {
  public:
   explicit Session(SessionOptions options = {});
@@ -178,6 +205,13 @@ class Session {
   Expected<std::vector<Value>> run(int function, std::span<const Value> args);
   // Blocks until no compile is queued or running (no-op without a JIT).
   void waitIdle();
+  // Synchronous warm start, meant before the first call: installs every site and fused range the
+  // kernel cache's install records list for this program (what an earlier process or an imported
+  // `cache export` archive compiled), compiling on the calling thread from the cached code and
+  // tuning database; each install is validated as usual, and what is declined or fails (named in
+  // the result) is left to the usual tier-up. Nothing to do (O0, no cache, a cold cache) is an ok
+  // result with a note; the only error is no loaded program.
+  Expected<WarmStartResult> warmStart(const WarmStartOptions& options = {});
   SessionStats stats() const;
   // Every figure of stats() and `shapevm run --stats`, plus latency per argument shape, as one JSON
   // object whose keys docs/observability.md documents (Python's stats() returns the same keys).

@@ -30,17 +30,20 @@ __all__ = ["map_model", "cluster_stats", "PartitionError", "ShapeVMWorkerPlugin"
 PLUGIN_NAME = "shapevm"
 _STATE_LOCK = threading.Lock()
 _MODELS = {}  # per worker process: spec key -> (loaded module, function, params)
-_COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0}  # setups: the plugin's
+_COUNTS = {"setups": 0, "loads": 0, "partitions": 0, "items": 0, "calls": 0}  # setups: the plugin's
 # Per worker process (time.time()): when its first partition started, and when a call of it first
 # ran a compiled kernel (None until then); the *_cpu entries: the process's CPU seconds then
 # (time.process_time(): every thread's, the compile thread's and the kernels' included).
 # setup/setup_cpu: when the worker plugin's setup started (an archive's import, then the model's
 # warm start come after it).
 _TIMES = {"first_task": None, "first_compiled": None, "first_task_cpu": None, "first_compiled_cpu": None,
-          "setup": None, "setup_cpu": None}
+          "setup": None, "setup_cpu": None, "first_compiled_launch_call": None}
 # Per worker process: the kernel_threads the plugin set (0 = auto) and why ("settings": the
 # caller's, "environment": SHAPEVM_KERNEL_THREADS, "share": the worker's share of the host).
 _THREADS = {"kernel_threads": None, "kernel_threads_from": None}
+# Per worker process: what map_model(warm_start=True)'s warm start did (Module.warm_start's
+# counts, its wall seconds and the process's CPU seconds over it); empty without one.
+_WARM = {}
 # Per worker process: (start time.time(), seconds, input elements, the process's CPU seconds at
 # its start, the process's CPU seconds over it) of each call, the first _MAX_CALLS.
 _CALLS = []
@@ -52,7 +55,7 @@ _LOG = logging.getLogger("shapevm.dask")
 # cluster_stats reports these per worker, not summed.
 _PER_WORKER_ONLY = ("pid", "to_first_compiled_s", "cpu_to_first_compiled_s", "started_at", "first_task_at",
                     "first_task_cpu_s", "first_compiled_at", "setup_at", "setup_cpu_s",
-                    "kernel_threads", "kernel_threads_from", "calls")
+                    "kernel_threads", "kernel_threads_from", "calls", "warm_start", "first_compiled_launch_call")
 
 
 class PartitionError(RuntimeError):
@@ -172,6 +175,14 @@ def _model_for(spec):
         if key in _MODELS:
             return _MODELS[key]
         loaded = shapevm.load(spec["model"], jit_level=spec["jit_level"], wait=spec["wait"])
+        if spec.get("warm_start"):
+            # Before the first call: what the worker's cache (the imported archive) lists for the
+            # model is installed now, on this thread, not queued behind the first calls.
+            started = time.process_time()
+            result = loaded.warm_start()
+            _WARM.update(installed=result["installed"], declined=result["declined"], failed=result["failed"],
+                         codegens=result["codegens"], wall_s=result["wall_ms"] / 1000,
+                         cpu_s=time.process_time() - started, note=result["note"])
         if spec["fn"] is not None:
             function = loaded[spec["fn"]] if spec["fn"] in loaded.functions else getattr(loaded, spec["fn"])
         elif spec["model"].endswith(".onnx"):
@@ -212,6 +223,13 @@ def _run_partition(spec, chunk, index, first):
             if len(_CALLS) < _MAX_CALLS:
                 elements = sum(int(np.size(v)) for v in item.values())
                 _CALLS.append((started, time.perf_counter() - clock, elements, cpu, time.process_time() - cpu))
+            with _STATE_LOCK:
+                _COUNTS["calls"] += 1
+                calls_so_far = _COUNTS["calls"]
+            if _TIMES["first_compiled_launch_call"] is None and loaded.stats().get("launches_compiled", 0) > 0:
+                with _STATE_LOCK:
+                    if _TIMES["first_compiled_launch_call"] is None:
+                        _TIMES["first_compiled_launch_call"] = calls_so_far
             if _TIMES["first_compiled"] is None and _runs_compiled(loaded.stats()):
                 with _STATE_LOCK:
                     if _TIMES["first_compiled"] is None:
@@ -259,7 +277,7 @@ def _register(client, cache_dir, cache_archive, settings):
 
 def map_model(client, model_path, items, fn=None, params=None, *, partition_size=None, jit_level="O2",
               wait=False, cache_dir=None, cache_archive=None, settings=None, no_workers_timeout=120.0,
-              restore_workers=4):
+              restore_workers=4, warm_start=False):
     """Runs `fn` of the ShapeVM module at `model_path` (.py, .svasm, .svm or .onnx, a path every
     worker can read) over `items`: a list of dicts {input name: numpy array} of any shapes the
     module accepts, or a dask Bag of them. `params`: an .npz of further named arguments (weights),
@@ -285,10 +303,16 @@ def map_model(client, model_path, items, fn=None, params=None, *, partition_size
     SpecCluster), how many workers the cluster closed this way map_model may ask it to start again
     during the call (it calls cluster.scale with the cluster's own worker count, which reopens the
     closed ones); 0: never. A worker that dies at every start is asked back at most this often,
-    so the bound above still holds."""
+    so the bound above still holds.
+    warm_start: each worker warm-starts the module when it loads it, before its first call
+    (shapevm.load(..., warm_start=True)): every kernel and fused region its cache (the imported
+    cache_archive, or cache_dir) lists for the module is installed and validated then, so the
+    first call runs compiled instead of profiling interpreted and waiting for the background
+    compile thread. cluster_stats reports what it did per worker ("warm_start")."""
     model_path = str(model_path)
     params = None if params is None else str(params)
-    spec = {"model": model_path, "fn": fn, "params": params, "jit_level": jit_level, "wait": wait}
+    spec = {"model": model_path, "fn": fn, "params": params, "jit_level": jit_level, "wait": wait,
+            "warm_start": bool(warm_start)}
     info = _register(client, cache_dir, cache_archive, settings)
     try:
         import dask.bag as db
@@ -455,6 +479,7 @@ def _worker_stats(calls=False):
         counts = dict(_COUNTS)
         times = dict(_TIMES)
         threads = dict(_THREADS)
+        warm = dict(_WARM)
     cpu = psutil.Process().cpu_times()
     for loaded, _, _ in models:
         stats = loaded.stats()
@@ -473,6 +498,7 @@ def _worker_stats(calls=False):
             "setup_at": times["setup"], "setup_cpu_s": times["setup_cpu"],
             "cpu_to_first_compiled_s": (times["first_compiled_cpu"] - times["first_task_cpu"]
                                         if times["first_compiled_cpu"] is not None else None), **threads,
+            "warm_start": warm or None, "first_compiled_launch_call": times["first_compiled_launch_call"],
             **({"calls": [list(call) for call in _CALLS]} if calls else {})}
 
 
@@ -488,6 +514,9 @@ def cluster_stats(client, calls=False):
     first_task_cpu_s (the process's CPU seconds when its first task started); setup_at and
     setup_cpu_s (the same when the worker plugin's setup started);
     kernel_threads (0 = auto) and kernel_threads_from ("share", "settings" or "environment");
+    warm_start (map_model(warm_start=True); else None): installed, declined, failed, codegens,
+    wall_s and cpu_s of the worker's warm start, and its note; first_compiled_launch_call: the number
+    (1-based) of the worker's first call that ran a compiled kernel or region (None before);
     cpu_to_first_compiled_s: the process's CPU seconds over to_first_compiled_s (the
     compile thread's included; what a loaded host does not stretch); with calls=True, calls:
     [start time.time(), seconds, input elements, the process's CPU seconds at its start, the

@@ -25,6 +25,24 @@ def _new_program(jit_level=None, wait=False):
     return program
 
 
+def _timeout_ms(timeout):
+    """warm_start's timeout (seconds, None = no limit) in ms; a limit rounds to at least 1 ms."""
+    if timeout is None:
+        return 0
+    if not timeout >= 0:
+        raise ValueError(f"warm_start: timeout must be >= 0 seconds, got {timeout!r}")
+    return max(1, int(round(timeout * 1000)))
+
+
+def _warm_start(program, timeout=None):
+    """Session::warmStart: before the first call, installs (on this thread, each validated) every
+    kernel and fused region the kernel cache's install records list for `program`. Returns a dict:
+    installed, declined, failed, skipped, codegens, timed_out, cancelled, wall_ms, cpu_ms, note,
+    summary and entries (one dict per site or region: function, kind, pc, outcome, reason,
+    codegens). A cold or missing cache is a no-op with a note, never an error."""
+    return program.warm_start(_timeout_ms(timeout))
+
+
 def _level_text(level):
     return f"O{level}" if isinstance(level, int) and not isinstance(level, bool) else str(level)
 
@@ -68,7 +86,7 @@ def get_context():
 JitFunction = _core.Function  # what @jit returns: call it with numpy arrays and Python scalars
 
 
-def _compile_function(fn, jit_level, wait):
+def _compile_function(fn, jit_level, wait, warm_start=False):
     source, filename, entry = _source.function_program(fn)
     program = _new_program(jit_level, wait)
     try:
@@ -80,16 +98,20 @@ def _compile_function(fn, jit_level, wait):
     compiled._program = program  # keeps the Python wrapper (tracked weakly in _PROGRAMS) alive
     functools.update_wrapper(compiled, fn)
     compiled.source = source  # the text the frontend compiled (the user's lines, the rest blank)
+    if warm_start:
+        compiled.warm_start_result = _warm_start(program)
     return compiled
 
 
-def jit(fn=None, *, jit_level=None, wait=False):
+def jit(fn=None, *, jit_level=None, wait=False, warm_start=False):
     """Compiles `fn` with ShapeVM's frontend now (errors raise CompileError here). `jit_level`
     overrides the context's for this function; `wait=True` makes each call wait for the compiles
-    it triggered (reproducible tier-up)."""
+    it triggered (reproducible tier-up). `warm_start=True` installs what the kernel cache lists
+    for it now, before the first call (its result: `fn.warm_start_result`; or call
+    `fn.warm_start(timeout=None)` later, before the first call)."""
     if fn is None:
-        return lambda f: _compile_function(f, jit_level, wait)
-    return _compile_function(fn, jit_level, wait)
+        return lambda f: _compile_function(f, jit_level, wait, warm_start)
+    return _compile_function(fn, jit_level, wait, warm_start)
 
 
 # ---- Module ----
@@ -150,6 +172,11 @@ class Module:
     def wait_idle(self):
         self._shapevm_function().program.wait_idle()
 
+    def warm_start(self, timeout=None):
+        """Before this instance's first call: installs what the kernel cache lists for its program
+        (shapevm.load's warm_start says more). Returns the result dict."""
+        return _warm_start(self._shapevm_function().program, timeout)
+
 
 # ---- load ----
 
@@ -157,8 +184,9 @@ class LoadedModule:
     """A program file loaded with shapevm.load: its functions are attributes (`mod.f(a, b)`),
     methods also by their bare name when unique; `mod["Cell.construct"]` by full name."""
 
-    def __init__(self, path, jit_level=None, wait=False):
+    def __init__(self, path, jit_level=None, wait=False, warm_start=False):
         self.path = str(path)
+        self.warm_start_result = None
         self.program = _new_program(jit_level, wait)
         self.program.load(self.path)
         self._functions = {}
@@ -174,6 +202,8 @@ class LoadedModule:
             if len(short[bare]) == 1:
                 self._functions.setdefault(bare, fn)
         self.functions = [info["name"] for info in infos]
+        if warm_start:
+            self.warm_start()
 
     def __getattr__(self, name):
         functions = self.__dict__.get("_functions", {})
@@ -186,6 +216,16 @@ class LoadedModule:
 
     def stats(self):
         return self.program.stats()
+
+    def warm_start(self, timeout=None):
+        """Before the first call: installs, on this thread and each validated, every kernel and
+        fused region the kernel cache's install records list for this program (what an earlier
+        process or an imported `cache export` archive compiled), so the first call runs compiled.
+        `timeout` (seconds) leaves what is not done by then to the usual tier-up. Returns (and
+        keeps as `warm_start_result`) a dict: installed, declined, failed, skipped, codegens,
+        timed_out, cancelled, wall_ms, cpu_ms, note, summary, entries."""
+        self.warm_start_result = _warm_start(self.program, timeout)
+        return self.warm_start_result
 
 
 class OnnxModel(LoadedModule):
@@ -200,12 +240,13 @@ class OnnxModel(LoadedModule):
         return self._functions["main"](*args, **inputs)
 
 
-def load(path, *, jit_level=None, wait=False):
+def load(path, *, jit_level=None, wait=False, warm_start=False):
     """Loads a .py, .svasm or .svm program (its functions are attributes) or an .onnx model (an
-    OnnxModel: call it or run(**inputs))."""
+    OnnxModel: call it or run(**inputs)). `warm_start=True` runs `warm_start()` before returning:
+    what the kernel cache lists for the program is installed before the first call."""
     if str(path).endswith(".onnx"):
-        return OnnxModel(path, jit_level, wait)
-    return LoadedModule(path, jit_level, wait)
+        return OnnxModel(path, jit_level, wait, warm_start)
+    return LoadedModule(path, jit_level, wait, warm_start)
 
 
 # ---- the kernel cache as an archive (docs/scale-out.md) ----

@@ -393,7 +393,7 @@ void Jit::firstSight(int function) {
   if (queued) queue_cv_.notify_all();
 }
 
-namespace {
+namespace detail {
 // The profile record `sig` (ProfileRecord::toString) stands for, built on `like` (the site's
 // current record: same operand kinds and dtypes): its tensors get the signature's shapes
 // (contiguous strides where the shape differs). nullopt when `sig` does not fit `like`.
@@ -459,13 +459,20 @@ bool addRecordedShapes(std::vector<ProfileRecord>& member, const std::set<std::s
   }
   return added;
 }
-}  // namespace
+}  // namespace detail
+using detail::addRecordedShapes;
 
 void Jit::recordInstall(int function, int index, bool range, int first_site, bool tuned,
                         std::vector<std::set<std::string>> sigs) {
   KernelCache* cache = engine_->kernelCache();
   FunctionRecord& entry = install_records_[static_cast<std::size_t>(function)];
   if (cache == nullptr || entry.file.empty()) return;
+  if (range) {
+    recordLayouts(function, ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(index)].range.sites);
+  } else {
+    const int one[] = {index};
+    recordLayouts(function, one);
+  }
   InstallRecord::Entry added;
   added.first_site = first_site;
   added.tuned = tuned;
@@ -729,8 +736,10 @@ void Jit::compileSite(const Request& request) {
 
   // 1. Shape inference from the profile; on first sight the shapes the earlier process had met
   //    join it, so the spec (and its kernel-cache and tuning-database keys) is the one it installed.
-  std::vector<ProfileRecord> records = vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
-  if (request.first_sight) {
+  std::vector<ProfileRecord> records = request.warm_records != nullptr
+                                           ? request.warm_records->front()
+                                           : vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot();
+  if (request.first_sight && request.warm_records == nullptr) {
     std::set<std::string> recorded;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -1034,7 +1043,10 @@ void Jit::compileRange(const Request& request) {
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
   std::vector<std::vector<ProfileRecord>> records;
-  for (int site : snapshot.range.sites) records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(site)].snapshot());
+  if (request.warm_records != nullptr) records = *request.warm_records;  // warmStart: rebuilt, complete
+  for (std::size_t k = records.size(); k < snapshot.range.sites.size(); ++k) {
+    records.push_back(vm_.runtime(function).profiles[static_cast<std::size_t>(snapshot.range.sites[k])].snapshot());
+  }
   const std::vector<std::vector<ProfileRecord>> profiled = records;
   bool augmented = false;
   // Only where every member's operands are tensors: a record rebuilt from a signature keeps this
@@ -1044,7 +1056,7 @@ void Jit::compileRange(const Request& request) {
     return newest != nullptr && std::all_of(newest->inputs.begin(), newest->inputs.end(),
                                             [](const OperandProfile& operand) { return operand.is_tensor; });
   });
-  if (request.first_sight && tensors_only) {
+  if (request.first_sight && tensors_only && request.warm_records == nullptr) {
     // The shapes the earlier process had met join the profile, so the plan and its kernels are
     // the ones it installed (and kept in the kernel cache), not a narrower plan for one shape.
     InstallRecord::Entry recorded;

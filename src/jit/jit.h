@@ -17,11 +17,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -103,6 +106,32 @@ struct JitStats {
   std::array<std::uint64_t, kNumJitReasons> fallbacks{};  // executions/events per reason
 };
 
+// What Jit::warmStart did with one site or fused range of an install record.
+struct WarmStartItem {
+  enum class Outcome : std::uint8_t { Installed, Declined, Failed, Skipped };
+  int function = 0;
+  bool region = false;  // a fused range (else one op site's kernel)
+  int pc = 0;           // the site's CallOp, a range's first CallOp
+  Outcome outcome = Outcome::Skipped;
+  std::string reason;          // declined/failed/skipped: why; installed: what it installed
+  std::uint64_t codegens = 0;  // LLVM code generations it ran (0: all code came from the kernel cache)
+};
+
+struct WarmStartReport {
+  std::vector<WarmStartItem> items;
+  std::string note;  // set when there was nothing to do: why (no kernel cache, no record, O0)
+  bool timed_out = false, cancelled = false;
+  double wall_ms = 0, cpu_ms = 0;  // the calling thread's (and a region's helper threads') CPU
+};
+
+namespace detail {
+// Shared by first sight (jit.cc) and the warm start (warm_start.cc). The profile record `sig`
+// (ProfileRecord::toString) stands for, built on `like` (same operand kinds and dtypes; nullopt
+// when it does not fit), and the recorded signatures a member's records lack added on its newest.
+std::optional<ProfileRecord> recordFromSignature(const ProfileRecord& like, std::string_view sig);
+bool addRecordedShapes(std::vector<ProfileRecord>& member, const std::set<std::string>& sigs);
+}  // namespace detail
+
 class Jit final : public ExecutionObserver {
  public:
   // Attaches to `vm` (sets its observer). Level 0 attaches nothing that compiles but still
@@ -124,6 +153,14 @@ class Jit final : public ExecutionObserver {
   // After cancel(): true once no compile is running (false when `timeout` passed first, e.g. an
   // LLVM compile is still in progress; a process that is about to exit may abandon it then).
   bool waitStopped(std::chrono::milliseconds timeout);
+  // Synchronous warm start, before the first call (the VM must not be running): installs every
+  // site and fused range this function's install records list (install_record.h), compiling on
+  // the calling thread, from profile records rebuilt from the recorded signatures on the operand
+  // layouts an earlier process recorded. The kernel cache and the tuning database provide the
+  // code and parameters; validation is the usual. Stops between and inside compiles once
+  // `timeout` (0: none) has passed or `*cancel` is set; what is not installed then is left to
+  // first sight. Nothing to do (no cache, no record) is a report with a note, never an error.
+  WarmStartReport warmStart(std::chrono::milliseconds timeout, const std::atomic<bool>* cancel);
   int level() const { return level_; }
   JitStats stats() const;
   std::string statsReport() const;  // the block `shapevm run --stats` prints
@@ -182,11 +219,20 @@ class Jit final : public ExecutionObserver {
     bool first_sight = false;           // queued on first sight from an install record (install_record.h)
     bool tuned_hint = false;            // first sight: the record's range was installed tuned (database hits)
     double queued_us = trace::nowUs();  // the timeline's "queued" span (support/trace.h)
+    // warmStart: the profile records to compile from, per member site (instead of the profiles).
+    const std::vector<std::vector<ProfileRecord>>* warm_records = nullptr;
   };
   Jit(VirtualMachine& vm, JitOptions options);
   void scan(int function, int only_loop);
   void loadInstallRecords();      // attach: each function's record from the kernel cache's directory
   void firstSight(int function);  // queues what the function's install record covers and the profile matches
+  // The operand layouts (ProfileRecord in full: strides, non-tensor kinds) of the sites of an
+  // install, kept beside the install record for warmStart (one per site, the first seen).
+  void recordLayouts(int function, std::span<const int> sites);
+  std::map<int, ProfileRecord> loadLayouts(int function);
+  // warmStart's compile of one recorded range or site on the calling thread; fills `item`.
+  void warmRange(int function, int range, const std::map<int, ProfileRecord>& layouts, WarmStartItem& item);
+  void warmSite(int function, int site, const std::map<int, ProfileRecord>& layouts, WarmStartItem& item);
   // After an install: adds its signatures to the function's install record and writes the file.
   void recordInstall(int function, int index, bool range, int first_site, bool tuned,
                      std::vector<std::set<std::string>> sigs);

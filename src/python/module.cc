@@ -4,6 +4,7 @@
 // its functions with numpy arrays and Python scalars. Invariant: the GIL is released whenever
 // ShapeVM may block or run (load, run, stats, wait, close), and nothing ShapeVM calls back on its
 // own threads (log lines, array releases) takes the GIL: it queues and asks for a pending call.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -275,6 +276,32 @@ class Program {
     return status.isOk() ? std::string() : status.toString();
   }
 
+  // Session::warmStart's result as a dict (docs/python.md); `timeout_ms` 0 = no limit.
+  py::dict warmStart(std::int64_t timeout_ms) {
+    std::shared_ptr<Session> session = live();
+    Expected<WarmStartResult> result = WarmStartResult{};
+    {
+      py::gil_scoped_release release;
+      WarmStartOptions options;
+      options.timeout_ms = timeout_ms;
+      result = session->warmStart(options);
+    }
+    afterNative();
+    if (!result) raiseStatus(result.status(), Phase::Run);
+    py::list entries;
+    for (const WarmStartEntry& entry : result->entries) {
+      entries.append(py::dict(py::arg("function") = entry.function, py::arg("kind") = entry.kind,
+                              py::arg("pc") = entry.pc, py::arg("outcome") = entry.outcome,
+                              py::arg("reason") = entry.reason, py::arg("codegens") = entry.codegens));
+    }
+    return py::dict(py::arg("installed") = result->installed, py::arg("declined") = result->declined,
+                    py::arg("failed") = result->failed, py::arg("skipped") = result->skipped,
+                    py::arg("codegens") = result->codegens, py::arg("timed_out") = result->timed_out,
+                    py::arg("cancelled") = result->cancelled, py::arg("wall_ms") = result->wall_ms,
+                    py::arg("cpu_ms") = result->cpu_ms, py::arg("note") = result->note,
+                    py::arg("summary") = result->summary(), py::arg("entries") = entries);
+  }
+
   void waitIdle() {
     std::shared_ptr<Session> session = live();
     {
@@ -543,6 +570,8 @@ PYBIND11_MODULE(_core, m) {
       .def("get", &Program::get)
       .def("jit_status", &Program::jitStatus)
       .def("wait_idle", &Program::waitIdle)
+      .def("warm_start", &Program::warmStart, py::arg("timeout_ms") = 0,
+           "installs what the kernel cache's install records list for this program, before the first call")
       .def("save", &Program::save)
       .def("close", &Program::close)
       .def_property_readonly("closed", &Program::closed);
@@ -561,6 +590,16 @@ PYBIND11_MODULE(_core, m) {
       .def(
           "wait_idle", [](const Function& f) { f.program()->waitIdle(); },
           "blocks until its JIT has no compile queued or running")
+      .def(
+          "warm_start",
+          [](const Function& f, std::optional<double> timeout) {
+            if (timeout && !(*timeout >= 0)) throw py::value_error("warm_start: timeout must be >= 0 seconds");
+            // A timeout rounds to at least 1 ms: 0 would mean no limit.
+            return f.program()->warmStart(
+                timeout ? std::max<std::int64_t>(1, static_cast<std::int64_t>(*timeout * 1000.0 + 0.5)) : 0);
+          },
+          py::arg("timeout") = py::none(),
+          "installs what the kernel cache lists for its program before the first call (docs/python.md)")
       .def_property_readonly("program", &Function::program)
       .def_property_readonly("index", &Function::index);
   // Calls go straight to functionCall; the type never gets a __call__ attribute that would

@@ -5,6 +5,7 @@
 // under the Session's mutex, which run() holds).
 #include "shapevm/shapevm.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -408,6 +409,68 @@ void Session::waitIdle() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->jit) impl_->jit->waitIdle();
 #endif
+}
+
+Expected<WarmStartResult> Session::warmStart(const WarmStartOptions& options) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);  // no run meanwhile (run holds it)
+  SVM_RETURN_IF_ERROR(impl_->requireModule());
+  WarmStartResult out;
+#if SHAPEVM_HAVE_JIT
+  if (!impl_->jit) {
+    out.note = impl_->jit_status.isOk() ? std::string("jit_level is O0: nothing is compiled")
+                                        : "no JIT: " + impl_->jit_status.message();
+    return out;
+  }
+  const jit::WarmStartReport report =
+      impl_->jit->warmStart(std::chrono::milliseconds(std::max<std::int64_t>(options.timeout_ms, 0)), options.cancel);
+  out.note = report.note;
+  out.timed_out = report.timed_out;
+  out.cancelled = report.cancelled;
+  out.wall_ms = report.wall_ms;
+  out.cpu_ms = report.cpu_ms;
+  for (const jit::WarmStartItem& item : report.items) {
+    using Outcome = jit::WarmStartItem::Outcome;
+    WarmStartEntry& entry = out.entries.emplace_back();
+    entry.function = impl_->module->functions[static_cast<std::size_t>(item.function)].name;
+    entry.kind = item.region ? "region" : "site";
+    entry.pc = item.pc;
+    entry.reason = item.reason;
+    entry.codegens = item.codegens;
+    out.codegens += item.codegens;
+    switch (item.outcome) {
+      case Outcome::Installed:
+        entry.outcome = "installed";
+        ++out.installed;
+        break;
+      case Outcome::Declined:
+        entry.outcome = "declined";
+        ++out.declined;
+        break;
+      case Outcome::Failed:
+        entry.outcome = "failed";
+        ++out.failed;
+        break;
+      case Outcome::Skipped:
+        entry.outcome = "skipped";
+        ++out.skipped;
+        break;
+    }
+  }
+#else
+  out.note = "this ShapeVM was built without the JIT: nothing is compiled";
+#endif
+  return out;
+}
+
+std::string WarmStartResult::summary() const {
+  std::string text = fmt::format(
+      "warm start: {} installed, {} declined, {} failed, {} skipped; {} LLVM codegens; "
+      "{:.1f} ms wall, {:.1f} ms compile CPU",
+      installed, declined, failed, skipped, codegens, wall_ms, cpu_ms);
+  if (timed_out) text += " (timed out)";
+  if (cancelled) text += " (cancelled)";
+  if (!note.empty()) text += "; " + note;
+  return text;
 }
 
 SessionStats Session::stats() const {

@@ -299,3 +299,37 @@ def test_a_partition_that_kills_every_worker_is_a_named_error_and_the_rest_survi
     finally:
         client.close()
         local.close()
+
+
+def test_warm_start_installs_the_archive_before_each_workers_first_call(data, tmp_path, monkeypatch):
+    # An archive from one process that met every shape (every region hot at once), shipped to a
+    # cluster at the default tunables: with warm_start=True each worker installs what the archive's
+    # install records list when it loads the module, so its very first call runs compiled and it
+    # compiles nothing (at the defaults, tier-up alone would run the first calls interpreted).
+    source = tmp_path / "source-cache"
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(source))
+    before = shapevm.get_context()
+    shapevm.set_context(**SETTINGS)
+    try:
+        earlier = shapevm.load(MODEL, jit_level="O2", wait=True)
+        with np.load(data["params"]) as p:
+            for item in data["items"]:
+                earlier.dense(x=item["x"], w=p["w"], b=p["b"])
+        earlier.program.wait_idle()
+        earlier.program.close()
+    finally:
+        shapevm.set_context(**{k: before[k] for k in SETTINGS})
+    shapevm.export_cache(tmp_path / "archive", source)
+    local, client = cluster()
+    try:
+        results = svd.map_model(client, MODEL, data["items"], fn="dense", params=data["params"], partition_size=4,
+                                cache_archive=str(tmp_path / "archive"), warm_start=True)
+        check(results, data["expected"])
+        stats = svd.cluster_stats(client)
+        assert stats["compiles"] == 0, stats
+        for w in (w for w in stats["workers"].values() if w["partitions"]):
+            assert w["warm_start"]["installed"] > 0 and w["warm_start"]["codegens"] == 0, w["warm_start"]
+            assert w["first_compiled_launch_call"] == 1, w
+    finally:
+        client.close()
+        local.close()
