@@ -410,16 +410,6 @@ class Planner {
     const std::int64_t inner = p_.values[static_cast<std::size_t>(v)].inner_stride;
     return v != current && isReal(v) && (inner == 0 || inner == 1);
   }
-  // A binary epilogue op's other operand that is not real yet but at most a quarter of the
-  // product's size (a bias computed in the range, e.g. cast to a bfloat16 matmul's dtype) is made
-  // real by a step of its own before the matmul, so the epilogue reads it once per element; left
-  // unabsorbed, it and every op after it would go to a fused kernel that reads the product again.
-  bool realizeSmallOperand(int v, int current) {
-    if (v == current || v < 0 || isReal(v)) return false;
-    if (4 * p_.values[static_cast<std::size_t>(v)].shape.numel() > p_.values[static_cast<std::size_t>(current)].shape.numel())
-      return false;
-    return requireReal(v).isOk() && epilogueOperand(v, current);
-  }
   bool liveOut(int v) const {
     return std::any_of(p_.writeback.begin(), p_.writeback.end(), [&](const auto& w) { return w.second == v; });
   }
@@ -472,7 +462,7 @@ class Planner {
         }
       } else if (e.in.size() == 2) {
         const int other = e.in[static_cast<std::size_t>(1 - position)];
-        absorbable = epilogueOperand(other, current) || (mm.op == OpId::MatMul && realizeSmallOperand(other, current));
+        absorbable = epilogueOperand(other, current);
         steps.push_back(EpilogueStep{e.op, static_cast<int>(step.leaves.size()), position == 1});
         others.push_back(other);
       } else {
