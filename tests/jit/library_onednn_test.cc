@@ -486,7 +486,6 @@ TEST(OnednnLibrary, ATailWhosePrimitiveCannotBeCreatedFailsToCompile) {
   GTEST_SKIP() << "this CPU's oneDNN has float16 and bfloat16 matmuls";
 }
 
-
 // ---- dnnl_sgemm (library = 3, 4) ----
 
 // The sgemm candidate for a case: alone without an epilogue, with the tail otherwise.
@@ -520,7 +519,8 @@ TEST(OnednnLibrary, SgemmCandidatesMatchTheReference) {
     for (const Case& c : cases(f32, m, k, n, rng)) {
       expect(c, sgemmSpec(c), c.name != "A strided" || k == 1);
     }
-    const Case transposed{"A transposed", {operand(f32, Shape{m, k}, rng, Layout::Transposed), operand(f32, Shape{k, n}, rng)}, {}};
+    const Case transposed{
+        "A transposed", {operand(f32, Shape{m, k}, rng, Layout::Transposed), operand(f32, Shape{k, n}, rng)}, {}};
     expect(transposed, sgemmSpec(transposed), true);
   }
   const std::int64_t m = 7, k = 13, n = 5;
@@ -531,13 +531,17 @@ TEST(OnednnLibrary, SgemmCandidatesMatchTheReference) {
        true},
       {{"batched A and B, B's matrices transposed",
         {operand(f32, Shape{2, m, k}, rng),
-         Value::fromTensor(operand(f32, Shape{2, n, k}, rng).tensor().asStrided(Shape{2, k, n}, Shape{n * k, 1, k}, 0).value())},
+         Value::fromTensor(
+             operand(f32, Shape{2, n, k}, rng).tensor().asStrided(Shape{2, k, n}, Shape{n * k, 1, k}, 0).value())},
         {}},
        true},
-      {{"3-D transpose: refused", {operand(f32, Shape{2, m, k}, rng), operand(f32, Shape{2, k, n}, rng, Layout::Transposed)}, {}},
+      {{"3-D transpose: refused",
+        {operand(f32, Shape{2, m, k}, rng), operand(f32, Shape{2, k, n}, rng, Layout::Transposed)},
+        {}},
        false},
       {{"4-D broadcast batches, residual relu",
-        {operand(f32, Shape{2, 1, m, k}, rng), operand(f32, Shape{1, 3, k, n}, rng), operand(f32, Shape{2, 3, m, n}, rng)},
+        {operand(f32, Shape{2, 1, m, k}, rng), operand(f32, Shape{1, 3, k, n}, rng),
+         operand(f32, Shape{2, 3, m, n}, rng)},
         {{OpId::Add, 2, false}, {OpId::Relu, -1, false}}},
        true},
       // 32 matrices of 64^3: enough work for several tasks, so the stack is split across the pool.
@@ -559,10 +563,12 @@ TEST(OnednnLibrary, SgemmCandidatesMatchTheReference) {
 // a gate program included), never for 16-bit dtypes or with LibraryCandidates=0; names.
 TEST(OnednnLibrary, SgemmIsOfferedForFloat32AndNamed) {
   std::mt19937 rng(42);
-  const Case plain{"plain", {operand(DType::Float32, Shape{8, 16}, rng), operand(DType::Float32, Shape{16, 24}, rng)}, {}};
+  const Case plain{
+      "plain", {operand(DType::Float32, Shape{8, 16}, rng), operand(DType::Float32, Shape{16, 24}, rng)}, {}};
   Case relu = plain;
   relu.steps = {{OpId::Relu, -1, false}};
-  const Case bf16{"bf16", {operand(DType::BFloat16, Shape{8, 16}, rng), operand(DType::BFloat16, Shape{16, 24}, rng)}, {}};
+  const Case bf16{
+      "bf16", {operand(DType::BFloat16, Shape{8, 16}, rng), operand(DType::BFloat16, Shape{16, 24}, rng)}, {}};
   const GateCase g = gateCase(rng, Shape{5, 16}, false, false);
   const bool on = onednn::available();
   EXPECT_EQ(offers(librarySpec(plain), kSgemm), on);
@@ -602,7 +608,8 @@ TEST(OnednnLibrary, SgemmWithATailRunsTheGateProgramAndFallsBack) {
     EXPECT_TRUE(tail) << iteration.toString();
     EXPECT_NE(std::string(tail.message()).find("_onednn_sgemm_tail"), std::string::npos) << tail.message();
   }
-  const Case plain{"plain", {operand(DType::Float32, Shape{9, 31}, rng), transposedWeight(DType::Float32, 31, 20, rng)}, {}};
+  const Case plain{
+      "plain", {operand(DType::Float32, Shape{9, 31}, rng), transposedWeight(DType::Float32, 31, 20, rng)}, {}};
   const Case erf{"bias, erf",
                  {operand(DType::Float32, Shape{5, 11}, rng), transposedWeight(DType::Float32, 11, 18, rng),
                   operand(DType::Float32, Shape{18}, rng)},

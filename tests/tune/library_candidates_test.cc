@@ -243,8 +243,8 @@ TEST_F(LibraryCandidates, SgemmWinnersAreRecordedAndRunOffAgainstThePrimitive) {
   jit::KernelBackend& engine = jit::testing::sharedBackend();
   expectRecordedAndReadBack(MatmulSubspace({kSgemm, kTooManyAccumulators}), matmulExample(DType::Float32, 40, 56, 48),
                             kSgemm, "sgemm");
-  expectRecordedAndReadBack(MatmulSubspace({kSgemmTail, kTooManyAccumulators}),
-                            erfExample(DType::Float32, 24, 40, 37), kSgemmTail, "sgemm+tail");
+  expectRecordedAndReadBack(MatmulSubspace({kSgemmTail, kTooManyAccumulators}), erfExample(DType::Float32, 24, 40, 37),
+                            kSgemmTail, "sgemm+tail");
   MatmulSubspace family({KernelParams{}, kLibrary, kSgemm});
   Example e = matmulExample(DType::Float32, 64, 72, 80);
   AutoTuner tuner(options_);

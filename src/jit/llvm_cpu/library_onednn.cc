@@ -878,8 +878,8 @@ Status emitTail(const KernelSpec& spec, llvm::Function* part) {
 LibraryStats stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  return {c.primitives.size(), c.create_ms, c.calls.load(), c.run_failures.load(), c.tail_calls.load(),
-          c.sgemm_calls.load()};
+  return {c.primitives.size(),   c.create_ms,         c.calls.load(),
+          c.run_failures.load(), c.tail_calls.load(), c.sgemm_calls.load()};
 }
 
 void failExecutionsForTesting(bool fail) {
