@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import shapevm  # noqa: E402
+from cell_bound import cell_weights  # noqa: E402  (bench/)
 from op_overhead import cpu_model  # noqa: E402  (bench/)
 from python_module import ReferenceCell, per_call_us, torch_cell  # noqa: E402  (bench/)
 from shapevm import Tensor, ops  # noqa: E402
@@ -71,10 +72,7 @@ def main():
     seqs = [int(s) for s in args.seqs.split(",")]
     torch.set_num_threads(1)
     rng = np.random.default_rng(11)
-    weights = {"W_ih": rng.standard_normal((1024, 128), np.float32) * 0.1,
-               "W_hh": rng.standard_normal((1024, 256), np.float32) * 0.1,
-               "b_ih": rng.standard_normal(1024, np.float32) * 0.1,
-               "b_hh": rng.standard_normal(1024, np.float32) * 0.1}
+    weights = cell_weights(rng)
     tw32 = {k: torch.from_numpy(v) for k, v in weights.items()}
     tw16 = {k: v.to(torch.bfloat16) for k, v in tw32.items()}
     tw64 = {k: v.double() for k, v in tw32.items()}
