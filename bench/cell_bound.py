@@ -36,6 +36,14 @@ def flops(seq):
     return 2.0 * BATCH * seq * 128 * 1024, 2.0 * BATCH * 256 * 1024
 
 
+def cell_weights(rng):
+    """The reference cell's parameters (float32, N(0, 0.01)); bench/bf16_cell.py uses them too."""
+    return {"W_ih": rng.standard_normal((1024, 128), np.float32) * 0.1,
+            "W_hh": rng.standard_normal((1024, 256), np.float32) * 0.1,
+            "b_ih": rng.standard_normal(1024, np.float32) * 0.1,
+            "b_hh": rng.standard_normal(1024, np.float32) * 0.1}
+
+
 def onednn_rates(peak):
     """{row name: best float32 GFLOP/s} from one run of svm_bench_onednn_peak."""
     out = subprocess.run([str(peak)], capture_output=True, text=True, timeout=600, check=True).stdout
@@ -56,10 +64,7 @@ def main():
     seqs = [int(s) for s in args.seqs.split(",")]
     torch.set_num_threads(1)
     rng = np.random.default_rng(11)
-    weights = {"W_ih": rng.standard_normal((1024, 128), np.float32) * 0.1,
-               "W_hh": rng.standard_normal((1024, 256), np.float32) * 0.1,
-               "b_ih": rng.standard_normal(1024, np.float32) * 0.1,
-               "b_hh": rng.standard_normal(1024, np.float32) * 0.1}
+    weights = cell_weights(rng)
     tw = {k: torch.from_numpy(v) for k, v in weights.items()}
     with tempfile.TemporaryDirectory() as cache:
         os.environ["SHAPEVM_CACHE_DIR"] = cache

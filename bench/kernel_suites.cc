@@ -428,9 +428,9 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
                    {"bf16_pairs", used_pairs},
                    {"auto_gflops", auto_g},
                    {"auto_params", tuned.params.toString()},
-                   {"auto_impl", tuned.params.library != 0 ? "onednn"
-                                 : auto_pairs              ? "jit pairs"
-                                                           : "jit widening"},
+                   {"auto_impl", tuned.params.library != 0 ? std::string(tune::implName(tuned.params))
+                                 : auto_pairs              ? std::string("jit pairs")
+                                                           : std::string("jit widening")},
                    {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
                    {"host_default_after_tuning", host_default},
                    {"rel_l2", errors[0]},
@@ -445,9 +445,9 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
         "                    AutoTuner: {:6.1f} ({:.2f}x oneDNN; {:3.0f}% of the f32 FMA peak) [{}, {}]; the host's "
         "default variant is now {}\n",
         auto_g, auto_g / dnnl_g, 100.0 * auto_g / f32_peak, tuned.params.toString(),
-        tuned.params.library != 0 ? "onednn"
-        : auto_pairs              ? "pairs"
-                                  : "widening",
+        tuned.params.library != 0 ? tune::implName(tuned.params)
+        : auto_pairs              ? std::string_view("pairs")
+                                  : std::string_view("widening"),
         host_default);
     (void)engine.free(picked->handle);
     if (library) {
@@ -695,7 +695,19 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     if (library && !(relL2(library_out[0].tensor(), want) <= 1e-5)) {
       return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the library kernel gives wrong results", s.m, s.k, s.n);
     }
-    std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms, auto_ms, library_ms;
+    // oneDNN's dnnl_sgemm as the JIT's library candidate (impl=sgemm).
+    library_spec.params = jit::KernelParams{.library = 3};
+    auto library_sgemm = jit::compileKernel(engine, *family, library_spec);
+    std::vector<Value> library_sgemm_out(1);
+    auto runLibrarySgemm = [&] {
+      if (library_sgemm) (void)jit::invokeCompiled(**library_sgemm, inputs, library_sgemm_out);
+    };
+    runLibrarySgemm();
+    if (library_sgemm && !(relL2(library_sgemm_out[0].tensor(), want) <= 1e-5)) {
+      return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the sgemm library kernel gives wrong results", s.m, s.k,
+                       s.n);
+    }
+    std::vector<double> jit_ms, best_ms, ref_ms, sgemm_ms, prim_ms, auto_ms, library_ms, library_sgemm_ms;
     double peak = 0;
     const bool time_reference = flop <= 1e9;                       // the reference kernel takes seconds beyond this
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {  // interleaved rounds
@@ -706,12 +718,14 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
       sgemm_ms.push_back(medianCpuMs(repeats, runSgemm));
       prim_ms.push_back(medianCpuMs(repeats, runPrimitive));
       if (library) library_ms.push_back(medianCpuMs(repeats, runLibrary));
+      if (library_sgemm) library_sgemm_ms.push_back(medianCpuMs(repeats, runLibrarySgemm));
       if (time_reference) ref_ms.push_back(medianCpuMs(std::min(repeats, 5), runReference));
     }
     auto gflops = [&](const std::vector<double>& ms) { return flop / (summarizeLatency(ms).median * 1e6); };
     const double jit_g = gflops(jit_ms), best_g = gflops(best_ms), auto_g = gflops(auto_ms), sgemm_g = gflops(sgemm_ms),
                  prim_g = gflops(prim_ms), ref_g = time_reference ? gflops(ref_ms) : 0.0;
     const double library_g = library ? gflops(library_ms) : 0.0;
+    const double library_sgemm_g = library_sgemm ? gflops(library_sgemm_ms) : 0.0;
     // The default kernel with its B packed once and cached (the first call packs; a weight).
     SVM_RETURN_IF_ERROR(
         Tunables::set(Tunable::PackedWeightEntries, restore_entries.saved > 0 ? restore_entries.saved : 2));
@@ -780,8 +794,9 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
          {"jit_level", "O1"},
          {"auto_gflops", auto_g},
          {"auto_params", auto_outcome.params.toString()},
-         {"auto_impl", auto_outcome.params.library != 0 ? "onednn" : "jit"},
+         {"auto_impl", std::string(tune::implName(auto_outcome.params))},
          {"library_gflops", library ? json(library_g) : json(nullptr)},
+         {"library_sgemm_gflops", library_sgemm ? json(library_sgemm_g) : json(nullptr)},
          {"auto_vs_onednn_matmul", auto_g / prim_g},
          {"auto_tuning_ms", auto_outcome.tuning_ms},
          {"auto_timed", auto_outcome.timed},
@@ -810,6 +825,10 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     } else {
       fmt::print("                    library: n/a ({})\n", library.status().message());
     }
+    if (library_sgemm) {
+      fmt::print("                    library (oneDNN sgemm as a JIT candidate): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
+                 library_sgemm_g, 100.0 * library_sgemm_g / peak, library_sgemm_g / dnnl_g);
+    }
     if (cached_g > 0) {
       fmt::print(
           "                    JIT default with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
@@ -831,6 +850,7 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     (void)engine.free(tuned.kernel->handle);
     (void)engine.free(auto_kernel->handle);
     if (library) (void)engine.free((*library)->handle);
+    if (library_sgemm) (void)engine.free((*library_sgemm)->handle);
     overall_peak = std::max(overall_peak, peak);
   }
   fmt::print("FMA peak (one core, {}-lane FMA, best of 8..24 independent chains): {:.1f} GFLOP/s\n", lanes,

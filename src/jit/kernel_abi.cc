@@ -169,9 +169,10 @@ constexpr ParamField kParamFields[] = {
     {"vw", &KernelParams::vector_width}, {"unroll", &KernelParams::unroll},
     {"chunk", &KernelParams::chunk},   {"bf16dot", &KernelParams::bf16_dot},
 };
-// KernelParams::library is written by name: "impl=onednn", "impl=onednn+tail" (and "impl=jit", the
-// default, reads as 0); the index is the value.
-constexpr std::string_view kLibraryNames[] = {"impl=jit", "impl=onednn", "impl=onednn+tail"};
+// KernelParams::library is written by name: "impl=onednn", "impl=onednn+tail", "impl=sgemm",
+// "impl=sgemm+tail" (and "impl=jit", the default, reads as 0); the index is the value.
+constexpr std::string_view kLibraryNames[] = {"impl=jit", "impl=onednn", "impl=onednn+tail", "impl=sgemm",
+                                              "impl=sgemm+tail"};
 constexpr int kLibraryValues = static_cast<int>(std::size(kLibraryNames));
 }  // namespace
 

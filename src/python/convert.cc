@@ -293,7 +293,13 @@ py::object fromValue(Value value) {
   if (tensor.dtype() == DType::BFloat16) {  // numpy has no bfloat16: widen (exactly) to float32
     py::array_t<float> out(std::vector<py::ssize_t>(tensor.shape().begin(), tensor.shape().end()));
     float* data = out.mutable_data();
-    for (std::int64_t i = 0; i < tensor.numel(); ++i) data[i] = static_cast<float>(tensor.elementAsDouble(i));
+    const std::int64_t count = tensor.numel();
+    if (tensor.isContiguous()) {  // the bits shifted in place (a bf16 cell's h', c': a third of its time per element)
+      const std::uint16_t* bits = tensor.data<std::uint16_t>();
+      for (std::int64_t i = 0; i < count; ++i) data[i] = bf16ToFloat(bits[i]);
+    } else {
+      for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(tensor.elementAsDouble(i));
+    }
     return out;
   }
   // Writable when nothing else can see the bytes (a fresh result) or they are the caller's own

@@ -379,34 +379,51 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   }
   // 3. A library kernel against the generated ones (library_onednn.h): one sample each, taken
   // minutes apart on a loaded host, cannot tell them apart, and the library is the bar users
-  // compare with. The fastest generated candidate (after the default rule above) and the
-  // fastest library candidate are timed again side by side; the generated one wins only when
-  // its run-off median beats the library's by the noise margin.
+  // compare with. The fastest generated candidate (after the default rule above) and every
+  // library candidate (oneDNN's primitive, its sgemm) are timed again side by side; the fastest
+  // library one by run-off median is the bar, and the generated one wins only when its run-off
+  // median beats that by the noise margin.
   const Timed* generated = nullptr;
-  const Timed* library = nullptr;
+  std::vector<const Timed*> libraries;
   const Timed* fallback = nullptr;  // the default
   for (const Timed& candidate : timed) {
-    const Timed*& slot = candidate.params.library != 0 ? library : generated;
     if (candidate.params == space.front()) fallback = &candidate;
-    if (slot == nullptr || candidate.us < slot->us) slot = &candidate;
+    if (candidate.params.library != 0) {
+      libraries.push_back(&candidate);
+    } else if (generated == nullptr || candidate.us < generated->us) {
+      generated = &candidate;
+    }
   }
   if (generated != nullptr && fallback != nullptr && generated->us > fallback->us * (1.0 - kNoiseMargin))
     generated = fallback;
-  if (generated != nullptr && library != nullptr) {
+  if (generated != nullptr && !libraries.empty()) {
     const std::int64_t rounds = std::max<std::int64_t>(kMinRunOffRounds, repeats);
-    Expected<std::vector<double>> medians = runOff({generated, library}, examples, rounds, sample_us);
+    std::vector<const Timed*> contenders = {generated};
+    contenders.insert(contenders.end(), libraries.begin(), libraries.end());
+    Expected<std::vector<double>> medians = runOff(contenders, examples, rounds, sample_us);
     if (!medians) {
       for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
-      return medians.status();  // cancelled (both ran before)
+      return medians.status();  // cancelled (all ran before)
     }
-    const bool generated_wins = (*medians)[0] < (*medians)[1] * (1.0 - kNoiseMargin);
+    std::size_t fastest = 1;  // the library candidate with the lowest run-off median
+    for (std::size_t i = 2; i < contenders.size(); ++i) {
+      if ((*medians)[i] < (*medians)[fastest]) fastest = i;
+    }
+    const Timed* library = contenders[fastest];
+    const bool generated_wins = (*medians)[0] < (*medians)[fastest] * (1.0 - kNoiseMargin);
     best = generated_wins ? generated->params : library->params;
     // The record keeps the sweep's medians (one measurement for the winner, every other candidate
     // and the default); the run-off's own medians are in the report and the log.
     best_us = generated_wins ? generated->us : library->us;
-    report.runoff = RunOff{generated->params, library->params, (*medians)[0], (*medians)[1], static_cast<int>(rounds)};
-    logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds: {} {:.1f}us vs {} {:.1f}us; chose {}",
-          signature, rounds, generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[1],
+    report.runoff =
+        RunOff{generated->params, library->params, (*medians)[0], (*medians)[fastest], static_cast<int>(rounds)};
+    std::string others;
+    for (std::size_t i = 1; i < contenders.size(); ++i) {
+      if (i != fastest) others += fmt::format(", {} {:.1f}us", contenders[i]->params.toString(), (*medians)[i]);
+    }
+    logAt(LogLevel::Info, "JIT",
+          "Tuning {}: run-off over {} interleaved rounds: {} {:.1f}us vs {} {:.1f}us{}; chose {}", signature, rounds,
+          generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[fastest], others,
           best.toString());
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.

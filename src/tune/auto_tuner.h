@@ -12,8 +12,9 @@
 // Invariant: every candidate's code is removed from the engine before tune() returns (the JIT
 // compiles the winner's params again through its validated path); a candidate that fails to
 // compile, to run or to agree counts as infinitely slow; tune() never throws away the default.
-// A library candidate (KernelParams::library) and the fastest generated one are timed again in
-// interleaved rounds; the generated one wins only by beating the library's median by the margin.
+// The library candidates (KernelParams::library: oneDNN's primitive, its sgemm) and the fastest
+// generated one are timed again in interleaved rounds; the generated one wins only by beating the
+// fastest library median by the margin.
 // A bfloat16 matmul's default tile in the other variant (pairs <-> widening, the family's
 // KernelParams{.bf16_dot = +-1}) is kept and timed like a library candidate; the record names the
 // generated winner's variant and keeps both variants' times, and the geometric mean of those over
@@ -53,7 +54,8 @@ struct CandidateTiming {
   double cost_ms = 0;  // compiling and timing it
 };
 
-// The library-vs-generated run-off (auto_tuner.cc): both timed again in interleaved rounds.
+// The library-vs-generated run-off (auto_tuner.cc): all timed again in interleaved rounds;
+// `library` is the library candidate with the lowest median.
 struct RunOff {
   jit::KernelParams generated, library;
   double generated_us = 0, library_us = 0;  // medians over the rounds

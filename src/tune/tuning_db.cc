@@ -140,6 +140,8 @@ std::string_view implName(const jit::KernelParams& params) {
   switch (params.library) {
     case 0: return "jit";
     case 2: return "onednn+tail";
+    case 3: return "sgemm";
+    case 4: return "sgemm+tail";
     default: return "onednn";
   }
 }

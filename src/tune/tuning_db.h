@@ -70,8 +70,9 @@ struct TuningRecord {
 // A record of `key`'s kernel: its key and the key's parts (the rest left to fill in).
 TuningRecord recordOf(const KernelKey& key);
 
-// Which implementation `params` choose, as a record's "impl" field names it: "onednn" (a library
-// primitive, KernelParams::library) or "jit" (generated code). Older lines without it are read.
+// Which implementation `params` choose, as a record's "impl" field names it: "onednn",
+// "onednn+tail", "sgemm", "sgemm+tail" (KernelParams::library) or "jit" (generated code). Older
+// lines without it are read.
 std::string_view implName(const jit::KernelParams& params);
 
 class TuningDatabase {

@@ -8,6 +8,9 @@
 // oneDNN has no kernel for (bf16/f16 without AVX-512) must fail the compile with oneDNN's reason;
 // where it does, those cases are reported, not passed. The primitive with a generated tail
 // (library = 2, "impl=onednn+tail") for epilogues post-ops cannot express and for gate programs.
+// float32 through dnnl_sgemm (library = 3 "impl=sgemm", 4 "impl=sgemm+tail"): transposed and
+// strided operands mapped to transa/transb/lda/ldb or refused with the reason, batched stacks
+// (looped, or split across the kernel pool), the tail, gate programs and the fallback.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +28,8 @@ using namespace testing;  // jit_test_util.h
 
 const KernelParams kLibrary{.library = 1};
 const KernelParams kTail{.library = 2};
+const KernelParams kSgemm{.library = 3};
+const KernelParams kSgemmTail{.library = 4};
 
 struct Case {
   std::string name;
@@ -479,6 +484,152 @@ TEST(OnednnLibrary, ATailWhosePrimitiveCannotBeCreatedFailsToCompile) {
     return;
   }
   GTEST_SKIP() << "this CPU's oneDNN has float16 and bfloat16 matmuls";
+}
+
+// ---- dnnl_sgemm (library = 3, 4) ----
+
+// The sgemm candidate for a case: alone without an epilogue, with the tail otherwise.
+KernelSpec sgemmSpec(const Case& c, Dims dims = Dims::Static) {
+  KernelSpec spec = librarySpec(c, dims);
+  spec.params = c.steps.empty() ? kSgemm : kSgemmTail;
+  return spec;
+}
+
+// Every case of the primitive's list in float32 (the whole epilogue in the tail), A transposed
+// (transa 'T'), batched stacks with broadcast batch axes and one symbolic kernel. Operands whose
+// matrices have neither unit-stride rows nor columns (every other column; a 3-D transpose, whose
+// batch axis is the unit-stride one) are refused at the call with dnnl_sgemm's reason.
+TEST(OnednnLibrary, SgemmCandidatesMatchTheReference) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(41);
+  const DType f32 = DType::Float32;
+  const onednn::LibraryStats before = onednn::stats();
+  int ran = 0;
+  auto expect = [&](const Case& c, const KernelSpec& spec, bool created) {
+    bool made = false;
+    const ::testing::AssertionResult result = libraryMatches(c, spec, &made);
+    EXPECT_TRUE(result) << c.name;
+    EXPECT_EQ(made, created) << c.name << ": " << result.message();
+    if (!created) {
+      EXPECT_NE(std::string(result.message()).find("dnnl_sgemm"), std::string::npos) << result.message();
+    }
+    ran += made ? 1 : 0;
+  };
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 1}, {7, 13, 5}, {65, 129, 33}}) {
+    for (const Case& c : cases(f32, m, k, n, rng)) {
+      expect(c, sgemmSpec(c), c.name != "A strided" || k == 1);
+    }
+    const Case transposed{
+        "A transposed", {operand(f32, Shape{m, k}, rng, Layout::Transposed), operand(f32, Shape{k, n}, rng)}, {}};
+    expect(transposed, sgemmSpec(transposed), true);
+  }
+  const std::int64_t m = 7, k = 13, n = 5;
+  const std::vector<std::pair<Case, bool>> batched = {
+      {{"batched A, shared B, bias",
+        {operand(f32, Shape{3, m, k}, rng), operand(f32, Shape{k, n}, rng), operand(f32, Shape{n}, rng)},
+        {{OpId::Add, 2, false}}},
+       true},
+      {{"batched A and B, B's matrices transposed",
+        {operand(f32, Shape{2, m, k}, rng),
+         Value::fromTensor(
+             operand(f32, Shape{2, n, k}, rng).tensor().asStrided(Shape{2, k, n}, Shape{n * k, 1, k}, 0).value())},
+        {}},
+       true},
+      {{"3-D transpose: refused",
+        {operand(f32, Shape{2, m, k}, rng), operand(f32, Shape{2, k, n}, rng, Layout::Transposed)},
+        {}},
+       false},
+      {{"4-D broadcast batches, residual relu",
+        {operand(f32, Shape{2, 1, m, k}, rng), operand(f32, Shape{1, 3, k, n}, rng),
+         operand(f32, Shape{2, 3, m, n}, rng)},
+        {{OpId::Add, 2, false}, {OpId::Relu, -1, false}}},
+       true},
+      // 32 matrices of 64^3: enough work for several tasks, so the stack is split across the pool.
+      {{"a stack split across tasks", {operand(f32, Shape{32, 64, 64}, rng), operand(f32, Shape{32, 64, 64}, rng)}, {}},
+       true},
+  };
+  for (const auto& [c, created] : batched) expect(c, sgemmSpec(c), created);
+  Case odd{"symbolic", {}, {{OpId::Add, 2, false}, {OpId::Erf, -1, false}}};
+  KernelSpec symbolic;
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{3, 17, 9}, {130, 40, 70}}) {
+    odd.inputs = {operand(f32, Shape{m, k}, rng), operand(f32, Shape{k, n}, rng), operand(f32, Shape{n}, rng)};
+    if (symbolic.inputs.empty()) symbolic = sgemmSpec(odd, Dims::Symbolic);
+    expect(odd, symbolic, true);
+  }
+  EXPECT_EQ(onednn::stats().sgemm_calls, before.sgemm_calls + static_cast<std::uint64_t>(ran));
+}
+
+// Offered for float32 next to the primitive (alone without an epilogue, with a tail otherwise,
+// a gate program included), never for 16-bit dtypes or with LibraryCandidates=0; names.
+TEST(OnednnLibrary, SgemmIsOfferedForFloat32AndNamed) {
+  std::mt19937 rng(42);
+  const Case plain{
+      "plain", {operand(DType::Float32, Shape{8, 16}, rng), operand(DType::Float32, Shape{16, 24}, rng)}, {}};
+  Case relu = plain;
+  relu.steps = {{OpId::Relu, -1, false}};
+  const Case bf16{
+      "bf16", {operand(DType::BFloat16, Shape{8, 16}, rng), operand(DType::BFloat16, Shape{16, 24}, rng)}, {}};
+  const GateCase g = gateCase(rng, Shape{5, 16}, false, false);
+  const bool on = onednn::available();
+  EXPECT_EQ(offers(librarySpec(plain), kSgemm), on);
+  EXPECT_FALSE(offers(librarySpec(plain), kSgemmTail));
+  EXPECT_EQ(offers(librarySpec(relu), kSgemmTail), on);
+  EXPECT_EQ(offers(librarySpec(relu), kLibrary), on) << "the primitive stays";
+  EXPECT_FALSE(offers(librarySpec(relu), kSgemm)) << "sgemm has no post-ops";
+  EXPECT_EQ(offers(g.spec, kSgemmTail), on);
+  EXPECT_FALSE(offers(librarySpec(bf16), kSgemm));
+  KernelSpec refused = librarySpec(bf16);
+  refused.params = kSgemm;
+  if (on) {
+    EXPECT_NE(matmulFamily(OpId::MatMul)->supports(refused).message().find("float32"), std::string::npos);
+  }
+  const std::int64_t saved = Tunables::get(Tunable::LibraryCandidates);
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 0).isOk());
+  EXPECT_FALSE(offers(librarySpec(plain), kSgemm));
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, saved).isOk());
+  EXPECT_EQ(matmulFamily(OpId::MatMul)->symbolStem(sgemmSpec(plain)), "matmul_f32_M8_K16_N24_onednn_sgemm");
+  EXPECT_EQ(matmulFamily(OpId::MatMul)->symbolStem(sgemmSpec(relu)), "matmul_f32_M8_K16_N24_Relu_onednn_sgemm_tail");
+  EXPECT_TRUE(onednn::isLibrarySymbol("matmul_f32_M8_K16_N24_onednn_sgemm"));
+  EXPECT_EQ(KernelParams::parse("impl=sgemm").value(), kSgemm);
+  EXPECT_EQ(KernelParams::parse("impl=sgemm+tail").value(), kSgemmTail);
+  EXPECT_EQ(kSgemm.toString(), "impl=sgemm");
+  EXPECT_EQ(kSgemmTail.toString(), "impl=sgemm+tail");
+}
+
+// The gate program after sgemm (its product in the tail buffer), and sgemm refusing at run time:
+// the fallback loop writes the product and the tail still finishes it (plain, epilogue, gates).
+TEST(OnednnLibrary, SgemmWithATailRunsTheGateProgramAndFallsBack) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(43);
+  for (const auto& [iteration, broadcast_c, erf] :
+       {std::tuple<Shape, bool, bool>{Shape{13, 16}, false, false}, {Shape{3, 5, 32}, true, true}}) {
+    const GateCase g = gateCase(rng, iteration, broadcast_c, erf);
+    const ::testing::AssertionResult tail = gateMatches(g, kSgemmTail);
+    EXPECT_TRUE(tail) << iteration.toString();
+    EXPECT_NE(std::string(tail.message()).find("_onednn_sgemm_tail"), std::string::npos) << tail.message();
+  }
+  const Case plain{
+      "plain", {operand(DType::Float32, Shape{9, 31}, rng), transposedWeight(DType::Float32, 31, 20, rng)}, {}};
+  const Case erf{"bias, erf",
+                 {operand(DType::Float32, Shape{5, 11}, rng), transposedWeight(DType::Float32, 11, 18, rng),
+                  operand(DType::Float32, Shape{18}, rng)},
+                 {{OpId::Add, 2, false}, {OpId::Erf, -1, false}}};
+  const GateCase g = gateCase(rng, Shape{6, 16}, false, true);
+  const onednn::LibraryStats before = onednn::stats();
+  onednn::failExecutionsForTesting(true);
+  bool plain_made = false, erf_made = false;
+  const ::testing::AssertionResult plain_result = libraryMatches(plain, sgemmSpec(plain), &plain_made);
+  const ::testing::AssertionResult erf_result = libraryMatches(erf, sgemmSpec(erf), &erf_made);
+  const ::testing::AssertionResult gates = gateMatches(g, kSgemmTail);
+  onednn::failExecutionsForTesting(false);
+  EXPECT_TRUE(plain_result);
+  EXPECT_TRUE(plain_made);
+  EXPECT_TRUE(erf_result);
+  EXPECT_TRUE(erf_made);
+  EXPECT_TRUE(gates);
+  const onednn::LibraryStats after = onednn::stats();
+  EXPECT_EQ(after.run_failures, before.run_failures + 3);
+  EXPECT_EQ(after.sgemm_calls, before.sgemm_calls + 3);
 }
 
 }  // namespace

@@ -61,6 +61,11 @@ def bf16_roundtrip(x: Tensor[None]):
     return ops.cast(x, ops.bfloat16) * 2.0
 
 
+def bf16_dense_and_transposed(x: Tensor[None, None]):
+    y = ops.cast(x, ops.bfloat16) * 2.0
+    return y, ops.transpose(y)
+
+
 def poly(x: Tensor[None, None]):
     y = x * x
     y = y + 3.0 * x

@@ -126,6 +126,17 @@ def test_results_tuples_scalars_and_dtypes():
     np.testing.assert_allclose(bf, [2.0, 6.0, 2.0 / 3.0], rtol=1e-2)
 
 
+def test_bfloat16_outputs_widen_exactly_dense_or_strided():
+    # A dense bf16 result widens by shifting its bits, a strided one (the transpose) element by
+    # element: both are exactly the bf16 values.
+    x = np.random.default_rng(7).standard_normal((5, 7)).astype(np.float32)
+    dense, strided = shapevm.jit(progs.bf16_dense_and_transposed)(x)
+    want = shapevm.ops.round_bf16(x) * 2
+    assert dense.dtype == strided.dtype == np.float32
+    np.testing.assert_array_equal(dense, want)
+    np.testing.assert_array_equal(strided, want.T)
+
+
 def test_zero_copy_in_and_out():
     f = shapevm.jit(progs.identity)
     x = np.random.default_rng(2).random((6, 8)).astype(np.float32)

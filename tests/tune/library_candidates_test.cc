@@ -29,6 +29,8 @@ using testing::MatmulSubspace;
 
 const KernelParams kLibrary{.library = 1};
 const KernelParams kTail{.library = 2};
+const KernelParams kSgemm{.library = 3};
+const KernelParams kSgemmTail{.library = 4};
 const KernelParams kTooManyAccumulators{.mr = 16, .nr = 64};  // refused by the matmul family
 
 struct Example {
@@ -234,6 +236,33 @@ TEST_F(LibraryCandidates, ATailWhosePrimitiveCannotBeCreatedLoses) {
   GTEST_SKIP() << "this CPU's oneDNN has float16 and bfloat16 matmuls";
 }
 
+// dnnl_sgemm as a candidate (library = 3, 4): a winner is recorded as impl "sgemm" / "sgemm+tail"
+// and read back; next to the primitive and a generated kernel all three are run off, the
+// library bar is the faster library median, and the pick follows the medians.
+TEST_F(LibraryCandidates, SgemmWinnersAreRecordedAndRunOffAgainstThePrimitive) {
+  jit::KernelBackend& engine = jit::testing::sharedBackend();
+  expectRecordedAndReadBack(MatmulSubspace({kSgemm, kTooManyAccumulators}), matmulExample(DType::Float32, 40, 56, 48),
+                            kSgemm, "sgemm");
+  expectRecordedAndReadBack(MatmulSubspace({kSgemmTail, kTooManyAccumulators}), erfExample(DType::Float32, 24, 40, 37),
+                            kSgemmTail, "sgemm+tail");
+  MatmulSubspace family({KernelParams{}, kLibrary, kSgemm});
+  Example e = matmulExample(DType::Float32, 64, 72, 80);
+  AutoTuner tuner(options_);
+  auto outcome = tuner.tune(engine, family, e.spec, e.pointers);
+  ASSERT_TRUE(outcome.hasValue()) << outcome.status().toString();
+  const std::vector<TuneReport> reports = tuner.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  ASSERT_EQ(reports[0].timings.size(), 3u);
+  ASSERT_TRUE(reports[0].runoff.has_value());
+  const RunOff& runoff = *reports[0].runoff;
+  EXPECT_TRUE(runoff.library == kLibrary || runoff.library == kSgemm) << runoff.library.toString();
+  EXPECT_EQ(runoff.generated, KernelParams{});
+  const bool generated_wins = runoff.generated_us < runoff.library_us * 0.98;
+  EXPECT_EQ(outcome->params, generated_wins ? KernelParams{} : runoff.library)
+      << "run-off: " << runoff.library.toString() << " " << runoff.library_us << " us, generated "
+      << runoff.generated_us << " us";
+}
+
 TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   const Example e = matmulExample(DType::Float32, 4, 8, 16);
   const KernelKey key = kernelKey(*jit::familyFor(OpId::MatMul), e.spec, "cpu", "features");
@@ -246,6 +275,8 @@ TEST(TuningRecordImpl, TheImplFieldMustNameTheParams) {
   EXPECT_EQ(parsed->params, kLibrary);
   EXPECT_EQ(implName(KernelParams{}), "jit");
   EXPECT_EQ(implName(kTail), "onednn+tail");
+  EXPECT_EQ(implName(kSgemm), "sgemm");
+  EXPECT_EQ(implName(kSgemmTail), "sgemm+tail");
   // An edited impl (params still say onednn) is refused before the checksum is looked at.
   std::string edited = line;
   edited.replace(edited.find("\"impl\":\"onednn\""), 15, "\"impl\":\"jit\"");

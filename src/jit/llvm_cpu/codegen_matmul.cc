@@ -323,7 +323,7 @@ Status checkParams(const KernelParams& p) {
   }
   if (p.kc < 0 || p.kc > 4096 || p.mc < -1 || p.mc > 4096 || p.nc < -1 || p.nc > 16384 || p.k_unroll < 0 ||
       p.k_unroll > 8 || p.prefetch < -1 || p.prefetch > 64 || p.threads < 0 || p.threads > 64 || p.bf16_dot < -1 ||
-      p.bf16_dot > 1 || p.library < 0 || p.library > onednn::kPrimitiveAndTail) {
+      p.bf16_dot > 1 || p.library < 0 || p.library > onednn::kMaxLibrary) {
     return makeError(ErrorCode::Unsupported, "matmul parameters out of range: {}", p.toString());
   }
   if (p.library != 0 && !(p == KernelParams{.library = p.library})) {
@@ -719,7 +719,9 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     stem += "_N" + (b.rank == 1 ? std::string("vec") : text(dims.n));
     if (!a.contiguous) stem += "_Astrided";
     if (!b.contiguous) stem += "_Bstrided";
-    if (resolvePlan(spec).bf16_pairs) stem += "_bf16pairs";
+    // A library kernel has no bf16 variant: the host's verdict must not rename it (a cached one
+    // was dropped as defining another symbol once the verdict turned).
+    if (spec.params.library == 0 && resolvePlan(spec).bf16_pairs) stem += "_bf16pairs";
     for (const EpilogueStep& step : spec.epilogue) {
       stem += fmt::format("_{}{}{}", step.swapped ? "r" : "", opIdent(step.op),
                           step.operand >= 0 ? std::to_string(step.operand) : std::string());

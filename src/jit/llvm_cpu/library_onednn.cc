@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -160,12 +161,14 @@ struct Problem {
   };
   std::vector<Post> posts;  // the epilogue's leading steps that are post-ops (postOpSteps)
   int out_slot = 0;
-  bool temp = false;  // C is the thread's tail buffer (a gate program's product), dense
+  bool temp = false;   // C is the thread's tail buffer (a gate program's product), dense
+  bool sgemm = false;  // dnnl_sgemm per matrix (library = 3, 4), not the matmul primitive
   int threads = 1;
   std::string toString() const {
-    std::string key =
-        fmt::format("{} {}x{}x{} b{}:{}x{} a{} b{} c{}{} t{}", dtypeShortName(dtype), m, k, n, batch_rank, batch[0],
-                    batch[1], a.toString(), b.toString(), c.toString(), temp ? " tmp" : "", threads);
+    // The output's slot too: a tail's operands that are no post-ops leave the key alone but move it.
+    std::string key = fmt::format("{}{} {}x{}x{} b{}:{}x{} a{} b{} c{}{} o{} t{}", sgemm ? "sgemm " : "",
+                                  dtypeShortName(dtype), m, k, n, batch_rank, batch[0], batch[1], a.toString(),
+                                  b.toString(), c.toString(), temp ? " tmp" : "", out_slot, threads);
     for (const Post& post : posts) {
       key += fmt::format(" {}", opIdent(post.op));
       if (post.operand >= 0) key += fmt::format("[{}]", post.view.toString());
@@ -202,6 +205,7 @@ class Primitive {
   }
   // Runs on these operands into `dst`; false (with the reason) when oneDNN refuses.
   bool run(const KernelArgs& args, void* dst, std::string* reason) {
+    if (problem_.sgemm) return runSgemm(args, dst, reason);
     std::lock_guard<std::mutex> lock(mutex_);
     void* pointers[2 + kMaxKernelOperands];
     std::size_t count = 0;
@@ -232,7 +236,75 @@ class Primitive {
  private:
   explicit Primitive(Problem problem) : problem_(std::move(problem)) {}
 
+  // A row-major dnnl_sgemm operand: 'N' with its row stride as the leading dimension where its
+  // columns are unit-stride, 'T' with its column stride where its rows are; a matrix of one row or
+  // column takes either.
+  struct GemmOperand {
+    char trans = 'N';
+    std::int64_t ld = 1;
+  };
+  static Expected<GemmOperand> gemmOperand(const View& view, const char* what) {
+    const std::int64_t rows = view.dims[2], cols = view.dims[3];
+    const std::int64_t row_step = view.strides[2], col_step = view.strides[3];
+    if ((cols == 1 || col_step == 1) && (rows == 1 || row_step >= cols))
+      return GemmOperand{'N', rows == 1 ? std::max<std::int64_t>(cols, 1) : row_step};
+    if ((rows == 1 || row_step == 1) && (cols == 1 || col_step >= rows))
+      return GemmOperand{'T', cols == 1 ? std::max<std::int64_t>(rows, 1) : col_step};
+    return makeError(ErrorCode::Unsupported,
+                     "dnnl_sgemm: {} is {}x{} with strides {}, {}, neither rows nor columns unit-stride apart", what,
+                     rows, cols, row_step, col_step);
+  }
+
+  Status buildSgemm() {
+    if (problem_.dtype != DType::Float32 || !problem_.posts.empty())
+      return makeError(ErrorCode::Unsupported, "dnnl_sgemm: float32 without post-ops only");
+    SVM_ASSIGN_OR_RETURN(gemm_a_, gemmOperand(problem_.a, "A"));
+    SVM_ASSIGN_OR_RETURN(gemm_b_, gemmOperand(problem_.b, "B"));
+    SVM_ASSIGN_OR_RETURN(gemm_c_, gemmOperand(problem_.c, "the output"));
+    if (gemm_c_.trans != 'N') return makeError(ErrorCode::Unsupported, "dnnl_sgemm: the output's columns are strided");
+    return Status::ok();
+  }
+
+  // Each matrix of the stack is one dnnl_sgemm call: a stack of at least `threads` matrices split
+  // across the kernel pool's tasks (one OpenMP thread each), a smaller one in turn on `threads`.
+  bool runSgemm(const KernelArgs& args, void* dst, std::string* reason) const {
+    if (fail_for_testing_.load(std::memory_order_relaxed)) {
+      *reason = check(dnnl_runtime_error, "sgemm").message();
+      return false;
+    }
+    const Problem& p = problem_;
+    const auto* a = static_cast<const float*>(args.data[0]);
+    const auto* b = static_cast<const float*>(args.data[1]);
+    auto* c = static_cast<float*>(dst);
+    const std::int64_t batches = p.batch[0] * p.batch[1];
+    std::atomic<int> failed{dnnl_success};
+    auto matrices = [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        const std::int64_t b0 = i / p.batch[1], b1 = i % p.batch[1];
+        const dnnl_status_t status =
+            dnnl_sgemm(gemm_a_.trans, gemm_b_.trans, p.m, p.n, p.k, 1.f, a + p.a.at(b0, b1, 0, 0), gemm_a_.ld,
+                       b + p.b.at(b0, b1, 0, 0), gemm_b_.ld, 0.f, c + p.c.at(b0, b1, 0, 0), gemm_c_.ld);
+        if (status != dnnl_success) failed.store(status, std::memory_order_relaxed);
+      }
+    };
+    const int tasks = p.threads;
+    if (tasks > 1 && batches >= tasks) {
+      const std::int64_t share = (batches + tasks - 1) / tasks;
+      ThreadPool::global().run(tasks, [&](int task) {
+        const OmpThreads one(1);
+        matrices(std::min(batches, task * share), std::min(batches, (task + 1) * share));
+      });
+    } else {
+      const OmpThreads threads(tasks);
+      matrices(0, batches);
+    }
+    const int status = failed.load(std::memory_order_relaxed);
+    if (status != dnnl_success) *reason = check(static_cast<dnnl_status_t>(status), "sgemm").message();
+    return status == dnnl_success;
+  }
+
   Status build() {
+    if (problem_.sgemm) return buildSgemm();
     SVM_ASSIGN_OR_RETURN(dnnl_data_type_t type, dnnlType(problem_.dtype));
     SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create"));
@@ -298,6 +370,7 @@ class Primitive {
   }
 
   Problem problem_;
+  GemmOperand gemm_a_, gemm_b_, gemm_c_;  // sgemm: how A, B and C are passed
   std::mutex mutex_;  // one execution at a time (data handles are set per call)
   dnnl_engine_t engine_ = nullptr;
   dnnl_stream_t stream_ = nullptr;
@@ -312,7 +385,7 @@ struct Cache {
   std::mutex mutex;
   std::map<std::string, std::unique_ptr<Primitive>> primitives;
   std::map<std::string, std::string> failures;  // keys oneDNN could not create, with the reason
-  std::atomic<std::uint64_t> calls{0}, run_failures{0}, tail_calls{0};
+  std::atomic<std::uint64_t> calls{0}, run_failures{0}, tail_calls{0}, sgemm_calls{0};
   double create_ms = 0;
 };
 Cache& cache() {
@@ -358,7 +431,8 @@ Problem problemOf(const KernelSpec& spec) {
   Problem problem;
   problem.dtype = spec.inputs[0].dtype;
   problem.out_slot = static_cast<int>(spec.inputs.size());
-  problem.temp = spec.params.library == kPrimitiveAndTail && matmul::gateEpilogue(spec);
+  problem.temp = hasTail(spec.params) && matmul::gateEpilogue(spec);
+  problem.sgemm = isSgemm(spec.params);
   const std::size_t posts = postOpSteps(spec);
   for (std::size_t s = 0; s < posts; ++s) problem.posts.push_back({spec.epilogue[s].op, spec.epilogue[s].operand, {}});
   return problem;
@@ -425,6 +499,7 @@ void fallbackMatmul(const Problem& p, const KernelArgs& args, void* dst) {
 void execute(Primitive* primitive, const KernelArgs& args, void* dst) {
   Cache& c = cache();
   c.calls.fetch_add(1, std::memory_order_relaxed);
+  if (primitive->problem().sgemm) c.sgemm_calls.fetch_add(1, std::memory_order_relaxed);
   std::string reason;
   if (primitive->run(args, dst, &reason)) return;
   c.run_failures.fetch_add(1, std::memory_order_relaxed);
@@ -452,12 +527,18 @@ Status expressible(const KernelSpec& spec) {
   if (!a.is_tensor || !b.is_tensor || a.rank < 2 || b.rank < 2 || a.rank > kAxes || b.rank > kAxes)
     return no("operands are not matrices or stacks of up to two batch axes of them");
   if (a.dtype != b.dtype || !dnnlType(a.dtype)) return no("operands of different or unsupported dtypes");
+  if (isSgemm(spec.params) && a.dtype != DType::Float32) return no("dnnl_sgemm takes float32 operands only");
+  if (spec.params.library == kSgemmAndTail) {
+    if (spec.fused == nullptr && spec.epilogue.empty()) return no("no epilogue: no tail (impl=sgemm)");
+    return Status::ok();
+  }
   if (spec.params.library == kPrimitiveAndTail) {
     if (spec.fused == nullptr && postOpSteps(spec) == spec.epilogue.size())
       return no("post-ops express the whole epilogue: no tail (impl=onednn)");
     return Status::ok();
   }
   if (spec.fused != nullptr) return no("a gate epilogue program");
+  if (spec.params.library == kSgemm && !spec.epilogue.empty()) return no("dnnl_sgemm has no post-ops");
   for (const EpilogueStep& step : spec.epilogue) {
     if (std::string why = whyNoPostOp(spec, step); !why.empty()) return no(why);
   }
@@ -465,6 +546,7 @@ Status expressible(const KernelSpec& spec) {
 }
 
 std::size_t postOpSteps(const KernelSpec& spec) {
+  if (isSgemm(spec.params)) return 0;
   std::size_t steps = 0;
   while (steps < spec.epilogue.size() && whyNoPostOp(spec, spec.epilogue[steps]).empty()) ++steps;
   return steps;
@@ -472,12 +554,19 @@ std::size_t postOpSteps(const KernelSpec& spec) {
 
 std::vector<KernelParams> candidates(const KernelSpec& spec) {
   if (!available()) return {};
-  for (const int library : {kPrimitive, kPrimitiveAndTail}) {
-    KernelSpec candidate = spec;
-    candidate.params = {.library = library};
-    if (expressible(candidate).isOk()) return {candidate.params};
+  std::vector<KernelParams> found;
+  // The primitive (alone where it can be), then sgemm (alone where it can be).
+  for (const auto& pair : {std::pair{kPrimitive, kPrimitiveAndTail}, std::pair{kSgemm, kSgemmAndTail}}) {
+    for (const int library : {pair.first, pair.second}) {
+      KernelSpec candidate = spec;
+      candidate.params = {.library = library};
+      if (expressible(candidate).isOk()) {
+        found.push_back(candidate.params);
+        break;
+      }
+    }
   }
-  return {};
+  return found;
 }
 
 Status createFor(const KernelSpec& spec) {
@@ -535,7 +624,7 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
   // The tail reads the product dense: a gate program's in the tail buffer, else the output.
   const int out_rank = 2 + problem.batch_rank;
   std::int64_t c_strides[kAxes] = {0, 0, 0, 0};
-  const bool tail = spec.params.library == kPrimitiveAndTail;
+  const bool tail = hasTail(spec.params);
   for (int d = 0; d < out_rank; ++d) {
     const int axis = kAxes - out_rank + d;
     c_strides[axis] = problem.temp ? 0 : args.strides[problem.out_slot][d];
@@ -777,9 +866,9 @@ class TailEmitter {
 }  // namespace
 
 Status emitTail(const KernelSpec& spec, llvm::Function* part) {
-  if (spec.params.library != kPrimitiveAndTail || part == nullptr || part->arg_size() != 4 || part->empty() ||
+  if (!hasTail(spec.params) || part == nullptr || part->arg_size() != 4 || part->empty() ||
       !part->getEntryBlock().empty()) {
-    return makeError(ErrorCode::Internal, "oneDNN tail: not a library = 2 kernel's empty part function");
+    return makeError(ErrorCode::Internal, "oneDNN tail: not a library = 2 or 4 kernel's empty part function");
   }
   SVM_RETURN_IF_ERROR(expressible(spec));
   TailEmitter(spec, part).emit();
@@ -789,7 +878,8 @@ Status emitTail(const KernelSpec& spec, llvm::Function* part) {
 LibraryStats stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  return {c.primitives.size(), c.create_ms, c.calls.load(), c.run_failures.load(), c.tail_calls.load()};
+  return {c.primitives.size(),   c.create_ms,         c.calls.load(),
+          c.run_failures.load(), c.tail_calls.load(), c.sgemm_calls.load()};
 }
 
 void failExecutionsForTesting(bool fail) {

@@ -17,6 +17,12 @@
 // element by element) or, for a gate program, whose outputs are not the product, to the calling
 // thread's tail buffer (ir::threadBuffer: grown to the largest product that thread has run, kept
 // for the thread's life, never allocated per call; prepareCall sizes it).
+//
+// float32 matmuls also get dnnl_sgemm (library = 3, 4): the same cache entry, problem and
+// fallback, but each matrix of the stack is one row-major sgemm call (an operand whose rows or
+// columns are unit-stride maps to transa/transb 'N'/'T' and its lda/ldb; the output's columns
+// must be). A stack of at least kernel_threads matrices is split across the kernel pool's tasks,
+// one OpenMP thread each; a smaller one runs its matrices in turn on kernel_threads OpenMP threads.
 #pragma once
 
 #include <cstdint>
@@ -34,15 +40,30 @@ class Function;
 
 namespace shapevm::jit::onednn {
 
-// KernelParams::library: the primitive alone, or the primitive and a generated tail.
+// KernelParams::library: the primitive alone, or the primitive and a generated tail; float32
+// only, oneDNN's dnnl_sgemm alone ("impl=sgemm": no epilogue) or followed by a generated tail
+// that runs the whole epilogue ("impl=sgemm+tail": sgemm has no post-ops). sgemm is a separate
+// micro-kernel from the primitive's (on the Intel AMX host of BENCHMARKS.md 11–36% faster).
 inline constexpr int kPrimitive = 1;
 inline constexpr int kPrimitiveAndTail = 2;
+inline constexpr int kSgemm = 3;
+inline constexpr int kSgemmAndTail = 4;
+inline constexpr int kMaxLibrary = kSgemmAndTail;
+inline bool isSgemm(const KernelParams& params) {
+  return params.library == kSgemm || params.library == kSgemmAndTail;
+}
+inline bool hasTail(const KernelParams& params) {
+  return params.library == kPrimitiveAndTail || params.library == kSgemmAndTail;
+}
 
 // What a library kernel's symbol ends its stem with (codegen_matmul.cc) and how it is recognized.
 inline constexpr std::string_view kSymbolSuffix = "_onednn";
 inline constexpr std::string_view kTailSymbolSuffix = "_onednn_tail";
+inline constexpr std::string_view kSgemmSymbolSuffix = "_onednn_sgemm";
+inline constexpr std::string_view kSgemmTailSymbolSuffix = "_onednn_sgemm_tail";
 inline std::string_view symbolSuffix(const KernelParams& params) {
-  return params.library == kPrimitiveAndTail ? kTailSymbolSuffix : kSymbolSuffix;
+  if (isSgemm(params)) return hasTail(params) ? kSgemmTailSymbolSuffix : kSgemmSymbolSuffix;
+  return hasTail(params) ? kTailSymbolSuffix : kSymbolSuffix;
 }
 inline bool isLibrarySymbol(std::string_view symbol) {
   return symbol.find(kSymbolSuffix) != std::string_view::npos;
@@ -57,13 +78,14 @@ bool available();
 // create the primitive on this CPU is only known once prepared (createFor / prepareCall).
 Status expressible(const KernelSpec& spec);
 // The library candidates of a search space for `spec` (whatever its params): {library = 1} where
-// post-ops express the epilogue, else {library = 2} where a tail can finish it; none when
-// available() is false.
+// post-ops express the epilogue, else {library = 2} where a tail can finish it; for float32 also
+// {library = 3} without an epilogue, else {library = 4}; none when available() is false.
 std::vector<KernelParams> candidates(const KernelSpec& spec);
-// How many leading epilogue steps the primitive runs as post-ops (all of them for library = 1).
+// How many leading epilogue steps the primitive runs as post-ops (all of them for library = 1,
+// none for sgemm).
 std::size_t postOpSteps(const KernelSpec& spec);
 // Fills `part` (void(ptr args, i64 task, i64 tasks, ptr product), empty) with the tail of a
-// library = 2 kernel: this task's rows of the product (dense [rows, N] in the output dtype), the
+// library = 2 or 4 kernel: this task's rows of the product (dense [rows, N] in the output dtype), the
 // epilogue from postOpSteps() on, then the gate program into its outputs, or back into the
 // product (the output) without one.
 Status emitTail(const KernelSpec& spec, llvm::Function* part);
@@ -76,7 +98,7 @@ Status createFor(const KernelSpec& spec);
 Status prepareCall(const KernelSpec& spec, KernelArgs& args);
 // The task runner a library kernel calls (the matmul runner's signature; `part` is unused).
 void runLibraryMatmul(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
-// A library = 2 kernel's runner (prepareCall puts it in scalars[kScalarRunner]): the primitive
+// A library = 2 or 4 kernel's runner (prepareCall puts it in scalars[kScalarRunner]): the primitive
 // into the product, then `part` (the tail) on `tasks` threads of the kernel pool.
 void runLibraryTail(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
 
@@ -85,7 +107,8 @@ struct LibraryStats {
   double create_ms = 0;            // spent creating them
   std::uint64_t calls = 0;         // runLibraryMatmul calls
   std::uint64_t run_failures = 0;  // executions oneDNN refused (computed by the fallback loop)
-  std::uint64_t tail_calls = 0;    // of the calls, those a generated tail finished (library = 2)
+  std::uint64_t tail_calls = 0;    // of the calls, those a generated tail finished (library = 2, 4)
+  std::uint64_t sgemm_calls = 0;   // of the calls, those dnnl_sgemm computed (library = 3, 4)
 };
 LibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).

@@ -1494,8 +1494,8 @@ Status emitMatmulKernel(const KernelSpec& spec, llvm::Module& module, const std:
     b.CreateCall(runner_type, runner, {part, function->getArg(0), tasks, b.getInt64(0)});
     b.CreateRetVoid();
     b.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", part));
-    // With a generated tail (library = 2) the runner calls part for the rest of the epilogue.
-    if (spec.params.library == onednn::kPrimitiveAndTail) return onednn::emitTail(spec, part);
+    // With a generated tail (library = 2, 4) the runner calls part for the rest of the epilogue.
+    if (onednn::hasTail(spec.params)) return onednn::emitTail(spec, part);
     b.CreateRetVoid();
     return Status::ok();
   }
