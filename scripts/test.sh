@@ -26,10 +26,11 @@ case "$mode" in
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     build-tsan/tests/svm_support_tests --gtest_filter='ThreadPool*:CpuCoresTest*'
     # Shutdown: tuning cancelled mid-flight on the compile thread, a Session destroyed meanwhile;
-    # eight threads on one O2 Session and parallel Sessions while kernels install.
+    # eight threads on one O2 Session and parallel Sessions while kernels install; a warm start
+    # (its watchdog thread) and the tuning thread beside the compile thread.
     build-tsan/tests/svm_tune_tests --gtest_filter='AutoTunerTest.Shutdown*'
-    build-tsan/tests/svm_session_tests --gtest_filter='SessionTest.Destroyed*:SessionConcurrency.*'
-    build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*:SettledScan*:LaunchArgsCache*:FirstSight*' ;;
+    build-tsan/tests/svm_session_tests --gtest_filter='SessionTest.Destroyed*:SessionConcurrency.*:WarmStartTest.*'
+    build-tsan/tests/svm_jit_tests --gtest_filter='Tiering*:JitEngine*:ShapeInfer*:HotPath*:FusionTest.Lstm*:FusionTest.Declines*:FusionTest.MatmulRegionWithVarying*:*Thread*:PackedWeights*:SettledScan*:LaunchArgsCache*:FirstSight*:TierPriority*' ;;
   --release)
     # Every GoogleTest of the layer executables (labelled by folder); not pytest, conformance or bench.
     ctest --test-dir build-release --output-on-failure -j "$(nproc)" \
