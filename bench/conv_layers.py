@@ -59,7 +59,7 @@ def program_for(level):
 
 
 def library_kernels(program):
-    """The loaded kernels the JIT report names as oneDNN library kernels (conv ones start "conv")."""
+    """The loaded kernels the JIT report names as oneDNN library kernels (conv ones are named svm_conv...)."""
     for line in program.stats()["jit_report"].splitlines():
         if "library kernels (impl=onednn)" in line and ": " in line.split("loaded", 1)[-1]:
             return [k.strip() for k in line.split("loaded: ", 1)[1].split(",")]
@@ -140,7 +140,7 @@ def layers(args, folder):
             out = want.shape
             flops = 2.0 * out[0] * out[1] * out[2] * out[3] * (layer[0] // layer[5]) * layer[2] * layer[2]
             med = {k: statistics.median(v) for k, v in times.items()}
-            impl = "onednn" if any(k.startswith("conv") for k in library_kernels(programs["O2"])) else "jit"
+            impl = "onednn" if any("_conv" in k for k in library_kernels(programs["O2"])) else "jit"
             rows.append((name, batch, f"{layer[6]}x{layer[6]}", med, flops / med["O2"] / 1e6, impl))
         for program in programs.values():
             program.close()
@@ -184,7 +184,7 @@ def resnet_stream(args, folder):
         with torch.no_grad():
             eager.append(timed(lambda: module(xt), 1))
     stats = program.stats()
-    library = [k for k in library_kernels(program) if k.startswith("conv")]
+    library = [k for k in library_kernels(program) if "_conv" in k]
     program.close()
     per_pixel = [t / (int(s) * int(s)) for t, s in zip(svm, sides)]
     median_pp = statistics.median(per_pixel)

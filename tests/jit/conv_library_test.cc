@@ -63,6 +63,8 @@ TEST(ConvLibrary, CandidatesMatchTheReference) {
       {Shape{2, 5, 17}, 7, 1, 5, {{"pads", ints({2, 1})}, {"strides", ints({2})}}},               // 1-D
       {Shape{1, 3, 5, 6, 7}, 4, 1, 3, {{"pads", ints({1, 1, 1, 1, 1, 1})}}},                      // 3-D
       {Shape{2, 12, 6, 5}, 20, 1, 1, {}},                                                          // pointwise
+      {Shape{1, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},  // resnet's down-projection
+      {Shape{8, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},
       {Shape{1, 5, 8, 8}, 6, 1, 3, {{"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];

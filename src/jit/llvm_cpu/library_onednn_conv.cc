@@ -145,6 +145,7 @@ class Primitive {
       if (r.blocked != nullptr) dnnl_memory_destroy(r.blocked);
     }
     for (dnnl_memory_t memory : memories_) dnnl_memory_destroy(memory);
+    if (scratchpad_ != nullptr) dnnl_memory_destroy(scratchpad_);
     if (primitive_ != nullptr) dnnl_primitive_destroy(primitive_);
     if (pd_ != nullptr) dnnl_primitive_desc_destroy(pd_);
     if (stream_ != nullptr) dnnl_stream_destroy(stream_);
@@ -167,13 +168,15 @@ class Primitive {
       status = check(dnnl_memory_set_data_handle(memories_[i], pointers[i]), "memory_set_data_handle");
     if (status.isOk() && fail_for_testing.load(std::memory_order_relaxed))
       status = check(dnnl_runtime_error, "primitive_execute");
-    // Blocked: the calling thread's buffer holds the reordered tensors (never kept across calls:
-    // the weight is reordered afresh each time, as it may have changed).
+    // The calling thread's buffer holds the scratchpad and, blocked, the reordered tensors (never
+    // kept across calls: the weight is reordered afresh each time, as it may have changed).
     std::byte* buffer = nullptr;
     if (status.isOk() && blocked_bytes_ > 0) {
       buffer = static_cast<std::byte*>(ir::threadBuffer<BlockedTag>(blocked_bytes_, std::int64_t{1} << 16));
       if (buffer == nullptr) status = makeError(ErrorCode::Unsupported, "no memory for the reordered tensors");
     }
+    if (status.isOk() && scratchpad_ != nullptr)
+      status = check(dnnl_memory_set_data_handle(scratchpad_, buffer), "memory_set_data_handle");
     for (Reorder& r : reorders_) {
       if (!status.isOk()) break;
       status = check(dnnl_memory_set_data_handle(r.blocked, buffer + r.offset), "memory_set_data_handle");
@@ -301,6 +304,10 @@ class Primitive {
       ++index;
     }
     if (status.isOk()) status = check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "primitive_attr_set_post_ops");
+    // The scratchpad is the calling thread's buffer (run()), not oneDNN's process-wide one, which
+    // distinct primitives running at once on different threads would share.
+    if (status.isOk())
+      status = check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
     dnnl_dims_t strides = {}, dilates = {}, pad_l = {}, pad_r = {};
     for (int d = 0; d < p.spatial; ++d) {
       const auto i = static_cast<std::size_t>(d);
@@ -342,6 +349,12 @@ class Primitive {
       memories_.push_back(memory);
       exec_args_[i].memory = memory;
     }
+    if (const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd_, dnnl_query_scratchpad_md, 0);
+        scratch != nullptr && dnnl_memory_desc_get_size(scratch) > 0) {
+      SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&scratchpad_, scratch, engine_, DNNL_MEMORY_NONE), "memory_create"));
+      exec_args_.push_back({DNNL_ARG_SCRATCHPAD, scratchpad_});
+      blocked_bytes_ = (static_cast<std::int64_t>(dnnl_memory_desc_get_size(scratch)) + 63) / 64 * 64;
+    }
     if (p.blocked) {
       SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_query_src_md, descs[0], false));
       SVM_RETURN_IF_ERROR(blockedMemory(1, dnnl_query_weights_md, descs[1], false));
@@ -359,7 +372,8 @@ class Primitive {
   std::vector<dnnl_memory_t> memories_;  // the plain tensors, in exec_args_ order
   std::vector<dnnl_exec_arg_t> exec_args_;
   std::vector<Reorder> reorders_;  // blocked: src and weights into oneDNN's layouts, dst out of it
-  std::int64_t blocked_bytes_ = 0;  // the thread buffer the reordered tensors take
+  dnnl_memory_t scratchpad_ = nullptr;  // at the thread buffer's start
+  std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
 };
 std::atomic<bool> Primitive::fail_for_testing{false};
 
