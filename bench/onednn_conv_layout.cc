@@ -48,10 +48,10 @@ int main() {
   using namespace dnnl;
   using tag = memory::format_tag;
   using dt = memory::data_type;
-  const Layer layers[] = {{"stem 7x7/2", 3, 64, 7, 2, 3, 1, 112},     {"3x3 s1", 64, 64, 3, 1, 1, 1, 56},
-                          {"3x3 s2", 64, 128, 3, 2, 1, 1, 56},        {"3x3 s1 256", 256, 256, 3, 1, 1, 1, 14},
-                          {"3x3 s1 512", 512, 512, 3, 1, 1, 1, 7},    {"1x1 s1", 256, 64, 1, 1, 0, 1, 56},
-                          {"1x1 down /2", 64, 128, 1, 2, 0, 1, 56},   {"depthwise 3x3", 128, 128, 3, 1, 1, 128, 28}};
+  const Layer layers[] = {{"stem 7x7/2", 3, 64, 7, 2, 3, 1, 112},   {"3x3 s1", 64, 64, 3, 1, 1, 1, 56},
+                          {"3x3 s2", 64, 128, 3, 2, 1, 1, 56},      {"3x3 s1 256", 256, 256, 3, 1, 1, 1, 14},
+                          {"3x3 s1 512", 512, 512, 3, 1, 1, 1, 7},  {"1x1 s1", 256, 64, 1, 1, 0, 1, 56},
+                          {"1x1 down /2", 64, 128, 1, 2, 0, 1, 56}, {"depthwise 3x3", 128, 128, 3, 1, 1, 128, 28}};
   engine eng(engine::kind::cpu, 0);
   stream strm(eng);
   std::printf("| layer | batch | plain ms | any + reorders ms | any, reordered once ms | plain impl | any impl |\n");
@@ -86,12 +86,13 @@ int main() {
       memory src_b(any_pd.src_desc(), eng), w_b(any_pd.weights_desc(), eng), dst_b(any_pd.dst_desc(), eng);
       reorder src_in(src, src_b), w_in(w, w_b), dst_out(dst_b, dst);
       auto run_plain = [&] {
-        plain_conv.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
+        plain_conv.execute(strm,
+                           {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
         strm.wait();
       };
       auto run_blocked = [&] {
-        any_conv.execute(strm,
-                         {{DNNL_ARG_SRC, src_b}, {DNNL_ARG_WEIGHTS, w_b}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst_b}});
+        any_conv.execute(
+            strm, {{DNNL_ARG_SRC, src_b}, {DNNL_ARG_WEIGHTS, w_b}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst_b}});
         strm.wait();
       };
       auto run_reorders = [&] {

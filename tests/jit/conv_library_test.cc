@@ -58,11 +58,11 @@ TEST(ConvLibrary, CandidatesMatchTheReference) {
       {Shape{2, 6, 13, 10}, 9, 1, 3, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}},
       {Shape{1, 3, 23, 21}, 8, 1, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},
       {Shape{1, 4, 12, 14}, 6, 1, 3, {{"dilations", ints({2, 3})}, {"pads", ints({2, 1, 1, 2})}}},
-      {Shape{2, 16, 9, 7}, 16, 16, 3, {{"pads", ints({1, 1, 1, 1})}}},  // depthwise
+      {Shape{2, 16, 9, 7}, 16, 16, 3, {{"pads", ints({1, 1, 1, 1})}}},                            // depthwise
       {Shape{1, 8, 10, 9}, 12, 4, 3, {{"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 1})}}},  // grouped
       {Shape{2, 5, 17}, 7, 1, 5, {{"pads", ints({2, 1})}, {"strides", ints({2})}}},               // 1-D
       {Shape{1, 3, 5, 6, 7}, 4, 1, 3, {{"pads", ints({1, 1, 1, 1, 1, 1})}}},                      // 3-D
-      {Shape{2, 12, 6, 5}, 20, 1, 1, {}},                                                          // pointwise
+      {Shape{2, 12, 6, 5}, 20, 1, 1, {}},                                                         // pointwise
       {Shape{1, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},  // resnet's down-projection
       {Shape{8, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},
       {Shape{1, 5, 8, 8}, 6, 1, 3, {{"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}}};
@@ -144,8 +144,7 @@ TEST(ConvLibrary, EpiloguesArePostOps) {
   EXPECT_TRUE(epilogueMatches(convInputs(Shape{1, 5, 9, 11}, 7, 1, 3, true, rng), pads, {relu}, rng));
   EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 6, 13, 10}, 9, 1, 3, true, rng),
                               {{"strides", ints({1, 2})}, {"pads", ints({1, 1, 1, 1})}}, {residual, relu}, rng));
-  EXPECT_TRUE(
-      epilogueMatches(convInputs(Shape{2, 7, 8, 9}, 11, 1, 1, true, rng), {}, {{OpId::Silu, -1, false}}, rng));
+  EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 7, 8, 9}, 11, 1, 1, true, rng), {}, {{OpId::Silu, -1, false}}, rng));
   // ReLU6 as the importer writes Clip: maximum and minimum against one-element bounds.
   const Value zero = Value::fromTensor(Tensor::zeros(DType::Float32, Shape{}).value());
   Tensor six_tensor = Tensor::zeros(DType::Float32, Shape{1, 1, 1, 1}).value();
@@ -207,7 +206,9 @@ TEST(ConvLibrary, OfferedWithLibraryCandidates) {
 
 TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
   std::mt19937 rng(46);
-  const Attrs attrs = {{"pads", ints({1, 0, 2, 1})}, {"strides", ints({2, 1})}, {"dilations", ints({1, 2})},
+  const Attrs attrs = {{"pads", ints({1, 0, 2, 1})},
+                       {"strides", ints({2, 1})},
+                       {"dilations", ints({1, 2})},
                        {"groups", AttrValue::ofInt(2)}};
   const std::vector<Value> inputs = convInputs(Shape{2, 6, 11, 9}, 4, 2, 3, true, rng);
   const onednn_conv::ConvLibraryStats before = onednn_conv::stats();

@@ -601,12 +601,19 @@ TEST(ConvJit, AvgPoolMatchesTheReferenceBitForBit) {
         {"count_include_pad", yes}}},
       {Shape{2, 3, 7, 6}, {{"kernel", ints({3, 3})}, {"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}},
       {Shape{2, 3, 7, 6},
-       {{"kernel", ints({3, 3})}, {"auto_pad", AttrValue::ofInt(2)}, {"strides", ints({2, 2})}, {"count_include_pad", yes}}},
+       {{"kernel", ints({3, 3})},
+        {"auto_pad", AttrValue::ofInt(2)},
+        {"strides", ints({2, 2})},
+        {"count_include_pad", yes}}},
       {Shape{1, 2, 4, 5}, {{"kernel", ints({5, 5})}, {"pads", ints({2, 2, 2, 2})}}},
       {Shape{1, 2, 4, 5}, {{"kernel", ints({5, 5})}, {"pads", ints({2, 2, 2, 2})}, {"count_include_pad", yes}}},
       {Shape{2, 4, 19}, {{"kernel", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}}},
-      {Shape{2, 4, 19}, {{"kernel", ints({4})}, {"strides", ints({3})}, {"pads", ints({1, 2})}, {"ceil_mode", yes},
-                         {"count_include_pad", yes}}},
+      {Shape{2, 4, 19},
+       {{"kernel", ints({4})},
+        {"strides", ints({3})},
+        {"pads", ints({1, 2})},
+        {"ceil_mode", yes},
+        {"count_include_pad", yes}}},
       {Shape{1, 3, 5, 40}, {{"kernel", ints({1, 3})}, {"pads", ints({0, 1, 0, 1})}}},
       {Shape{2, 2, 8, 7}, {{"kernel", ints({2, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", yes}}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -617,7 +624,8 @@ TEST(ConvJit, AvgPoolMatchesTheReferenceBitForBit) {
   // Random values (not on a grid): the float32 sums' rounding as the reference's.
   const Value x = operand(DType::Float32, Shape{2, 3, 15, 17}, rng);
   EXPECT_TRUE(poolMatchesExactly(
-      poolSpec(x, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, false, "avg_pool"),
+      poolSpec(x, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, false,
+               "avg_pool"),
       {x}));
 }
 

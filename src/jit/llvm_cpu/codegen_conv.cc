@@ -1029,9 +1029,11 @@ void emitRunnerEntry(llvm::Module& module, const std::string& symbol, llvm::Func
   llvm::Type* ptr = llvm::PointerType::getUnqual(context);
   llvm::Value* runner = b.CreateIntToPtr(args.scalar(kScalarRunner), ptr);
   auto* runner_type = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, b.getInt64Ty(), b.getInt64Ty()}, false);
-  llvm::Value* part_value = part != nullptr ? static_cast<llvm::Value*>(part) : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context));
-  b.CreateCall(runner_type, runner,
-               {part_value, function->getArg(0), args.scalar(kScalarTasks), b.getInt64(static_cast<std::uint64_t>(scratch))});
+  llvm::Value* part_value = part != nullptr ? static_cast<llvm::Value*>(part)
+                                            : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context));
+  b.CreateCall(
+      runner_type, runner,
+      {part_value, function->getArg(0), args.scalar(kScalarTasks), b.getInt64(static_cast<std::uint64_t>(scratch))});
   b.CreateRetVoid();
 }
 
@@ -1064,9 +1066,9 @@ Status emitDenseWithNarrow(const KernelSpec& spec, llvm::Module& module, const s
         b, is_narrow, [&] { b.CreateCall(narrow_part, operands); }, [&] { b.CreateCall(wide_part, operands); });
     b.CreateRetVoid();
   }
-  emitRunnerEntry(module, symbol, tiles,
-                  std::max(matmul::scratchBytes(matmul::resolvePlan(wide)),
-                           matmul::scratchBytes(matmul::resolvePlan(narrow))));
+  emitRunnerEntry(
+      module, symbol, tiles,
+      std::max(matmul::scratchBytes(matmul::resolvePlan(wide)), matmul::scratchBytes(matmul::resolvePlan(narrow))));
   return Status::ok();
 }
 
@@ -1252,8 +1254,7 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
               llvm::Value* count = b.CreateMul(rows, axisCount(sx, loop.kw, wdt, args.scalar(kScalarPadRight)));
               llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
               llvm::Value* mean = b.CreateFDiv(b.CreateLoad(f32, at), b.CreateSIToFP(count, f32));
-              b.CreateStore(
-                  b.CreateSelect(b.CreateICmpSGT(count, i64(0)), mean, llvm::ConstantFP::getNaN(f32)), at);
+              b.CreateStore(b.CreateSelect(b.CreateICmpSGT(count, i64(0)), mean, llvm::ConstantFP::getNaN(f32)), at);
             },
             "divide", columns);
       },
@@ -1328,9 +1329,7 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
       const bool include_pad = spec.attrs[kAvgPoolIncludePad].i != 0;
       loop.start = [&] { return llvm::ConstantFP::get(f32, 0.0); };
       loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) { return b.CreateFAdd(acc, x); };
-      loop.finish = [&, include_pad](llvm::Value* out_plane) {
-        emitAvgDivisor(b, args, loop, include_pad, out_plane);
-      };
+      loop.finish = [&, include_pad](llvm::Value* out_plane) { emitAvgDivisor(b, args, loop, include_pad, out_plane); };
     }
     emitWindowLoop(b, function, args, 1, loop);
     b.CreateRetVoid();

@@ -46,11 +46,16 @@ struct PostOpKind {
 };
 // The epilogue ops a post-op expresses (the conv family's fusable ones that oneDNN has).
 constexpr PostOpKind kPostOps[] = {
-    {OpId::Relu, false, dnnl_eltwise_relu, 0.f},        {OpId::Tanh, false, dnnl_eltwise_tanh, 0.f},
-    {OpId::Sigmoid, false, dnnl_eltwise_logistic, 0.f}, {OpId::Silu, false, dnnl_eltwise_swish, 1.f},
-    {OpId::Gelu, false, dnnl_eltwise_gelu_erf, 0.f},    {OpId::Add, true, dnnl_binary_add, 0.f},
-    {OpId::Sub, true, dnnl_binary_sub, 0.f},            {OpId::Mul, true, dnnl_binary_mul, 0.f},
-    {OpId::Maximum, true, dnnl_binary_max, 0.f},        {OpId::Minimum, true, dnnl_binary_min, 0.f},
+    {OpId::Relu, false, dnnl_eltwise_relu, 0.f},
+    {OpId::Tanh, false, dnnl_eltwise_tanh, 0.f},
+    {OpId::Sigmoid, false, dnnl_eltwise_logistic, 0.f},
+    {OpId::Silu, false, dnnl_eltwise_swish, 1.f},
+    {OpId::Gelu, false, dnnl_eltwise_gelu_erf, 0.f},
+    {OpId::Add, true, dnnl_binary_add, 0.f},
+    {OpId::Sub, true, dnnl_binary_sub, 0.f},
+    {OpId::Mul, true, dnnl_binary_mul, 0.f},
+    {OpId::Maximum, true, dnnl_binary_max, 0.f},
+    {OpId::Minimum, true, dnnl_binary_min, 0.f},
 };
 
 const PostOpKind* postOpOf(OpId op) {
@@ -237,8 +242,8 @@ class Primitive {
     Reorder& added = reorders_.back();
     const dnnl_memory_desc_t* from = into_plain ? chosen : &plain_desc;
     const dnnl_memory_desc_t* to = into_plain ? &plain_desc : chosen;
-    SVM_RETURN_IF_ERROR(
-        check(dnnl_reorder_primitive_desc_create(&added.pd, from, engine_, to, engine_, nullptr), "reorder_desc_create"));
+    SVM_RETURN_IF_ERROR(check(dnnl_reorder_primitive_desc_create(&added.pd, from, engine_, to, engine_, nullptr),
+                              "reorder_desc_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&added.primitive, added.pd), "reorder_create"));
     exec_args_[index].memory = added.blocked;
     return Status::ok();
@@ -291,8 +296,8 @@ class Primitive {
       if (!status.isOk()) break;
       const PostOpKind* kind = postOpOf(post.op);
       if (!kind->binary) {
-        status = check(dnnl_post_ops_append_eltwise(post_ops, 1.f, kind->alg, kind->alpha, 0.f),
-                       "post_ops_append_eltwise");
+        status =
+            check(dnnl_post_ops_append_eltwise(post_ops, 1.f, kind->alg, kind->alpha, 0.f), "post_ops_append_eltwise");
       } else {
         dnnl_memory_desc_t desc;
         status = plain(&desc, post.scalar ? std::vector<std::int64_t>(static_cast<std::size_t>(rank), 1) : dst_dims);
@@ -328,10 +333,9 @@ class Primitive {
     }
     dnnl_convolution_desc_t desc;
     if (status.isOk()) {
-      status = check(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference,
-                                                                dnnl_convolution_direct, &conv_src, &conv_w,
-                                                                p.bias ? &bias_desc : nullptr, &conv_dst, strides,
-                                                                dilates, pad_l, pad_r),
+      status = check(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
+                                                                &conv_src, &conv_w, p.bias ? &bias_desc : nullptr,
+                                                                &conv_dst, strides, dilates, pad_l, pad_r),
                      "convolution_forward_desc_init");
     }
     if (status.isOk()) {
@@ -371,7 +375,7 @@ class Primitive {
   dnnl_primitive_t primitive_ = nullptr;
   std::vector<dnnl_memory_t> memories_;  // the plain tensors, in exec_args_ order
   std::vector<dnnl_exec_arg_t> exec_args_;
-  std::vector<Reorder> reorders_;  // blocked: src and weights into oneDNN's layouts, dst out of it
+  std::vector<Reorder> reorders_;       // blocked: src and weights into oneDNN's layouts, dst out of it
   dnnl_memory_t scratchpad_ = nullptr;  // at the thread buffer's start
   std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
 };
@@ -450,8 +454,8 @@ Expected<Problem> problemOf(const KernelSpec& spec, std::int64_t n, const std::v
   }
   p.bias = spec.inputs.size() > kBias && spec.inputs[kBias].is_tensor;
   for (const EpilogueStep& step : spec.epilogue) {
-    p.posts.push_back({step.op, step.operand,
-                       step.operand >= 0 && oneElement(spec.inputs[static_cast<std::size_t>(step.operand)])});
+    p.posts.push_back(
+        {step.op, step.operand, step.operand >= 0 && oneElement(spec.inputs[static_cast<std::size_t>(step.operand)])});
   }
   p.out_slot = static_cast<int>(spec.inputs.size());
   // As the generated dense conv sizes its tasks.
@@ -519,7 +523,8 @@ void fallbackConv(const Problem& p, const KernelArgs& args) {
         const std::int64_t at = (n * p.cout + co) * out_plane + i;
         auto v = static_cast<float>(sum);
         for (const Problem::Post& post : p.posts) {
-          const float other = post.operand < 0 ? 0.f : static_cast<const float*>(args.data[post.operand])[post.scalar ? 0 : at];
+          const float other =
+              post.operand < 0 ? 0.f : static_cast<const float*>(args.data[post.operand])[post.scalar ? 0 : at];
           v = applyStep(post.op, v, other);
         }
         out[at] = v;
@@ -553,7 +558,8 @@ Status expressible(const KernelSpec& spec) {
     return no("the channels do not fit the weight and groups");
   for (const EpilogueStep& step : spec.epilogue) {
     const PostOpKind* kind = postOpOf(step.op);
-    if (kind == nullptr || kind->binary != (step.operand >= 0)) return no(fmt::format("{} is no post-op", opIdent(step.op)));
+    if (kind == nullptr || kind->binary != (step.operand >= 0))
+      return no(fmt::format("{} is no post-op", opIdent(step.op)));
     if (step.swapped && step.op != OpId::Add && step.op != OpId::Mul && step.op != OpId::Maximum &&
         step.op != OpId::Minimum)
       return no(fmt::format("{} with the conv on the right", opIdent(step.op)));
