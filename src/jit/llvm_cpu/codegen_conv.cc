@@ -1133,21 +1133,18 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
                        matmulKernels().symbolStem(matmulSpecOf(spec)));
   }
 
-  // The generated kernel's candidates (the matmul's tiles; a depthwise conv has one), then
-  // oneDNN's primitive (LibraryCandidates=1) where it can compute the conv: timed against them
-  // by the AutoTuner, which records the winner's impl.
+  // The generated kernel's candidates (the matmul's tiles), then oneDNN's primitive
+  // (LibraryCandidates=1) where it can compute the conv: timed against them by the AutoTuner,
+  // which records the winner's impl. A depthwise conv has its generated kernel only: it beat the
+  // primitive with its reorders (BENCHMARKS.md, issue 21), and the run-off, which keeps the
+  // library unless the generated kernel wins by the noise margin, picked the slower one there.
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
-    std::vector<KernelParams> candidates;
-    if (!isDepthwise(spec)) {
-      candidates = matmulKernels().searchSpace(matmulSpecOf(spec));
-      std::erase_if(candidates, [](const KernelParams& p) { return p.library != 0; });
-    }
+    if (isDepthwise(spec)) return {};
+    std::vector<KernelParams> candidates = matmulKernels().searchSpace(matmulSpecOf(spec));
+    std::erase_if(candidates, [](const KernelParams& p) { return p.library != 0; });
     KernelSpec library = spec;
     library.params = {.library = 1};
-    if (onednn_conv::available() && supports(library).isOk()) {
-      if (candidates.empty()) candidates.push_back(KernelParams{});
-      candidates.push_back(library.params);
-    }
+    if (onednn_conv::available() && supports(library).isOk()) candidates.push_back(library.params);
     return candidates;
   }
 
