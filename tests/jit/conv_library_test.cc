@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <random>
 
+#include "conv_test_util.h"
 #include "jit/conv_family.h"
 #include "jit/llvm_cpu/library_onednn_conv.h"
 #include "jit_test_util.h"
@@ -97,62 +98,25 @@ TEST(ConvLibrary, OneKernelOverSeveralSizes) {
   EXPECT_EQ(after.calls, before.calls + 6);
 }
 
-// A conv with `steps` fused (operands from input 3 on, of the output's shape unless `given`),
-// against the reference conv, then each step op by op.
-::testing::AssertionResult epilogueMatches(const std::vector<Value>& own, const Attrs& attrs,
-                                           const std::vector<EpilogueStep>& steps, std::mt19937& rng,
-                                           const std::vector<Value>& given = {}) {
-  KernelSpec spec = librarySpec(own, attrs, false);
-  auto value = referenceOutputs(specFor("conv", own, attrs), own);
-  if (!value) return ::testing::AssertionFailure() << "reference conv: " << value.status().toString();
-  const Shape out = (*value)[0].tensor().shape();
-  std::vector<Value> inputs = own;
-  spec.epilogue = steps;
-  for (const EpilogueStep& step : steps) {
-    const std::string_view op = OpRegistry::global().schema(step.op).name;
-    if (step.operand < 0) {
-      value = callOp(op, {(*value)[0]}, {});
-      if (!value) return ::testing::AssertionFailure() << op << ": " << value.status().toString();
-      continue;
-    }
-    while (inputs.size() <= static_cast<std::size_t>(step.operand)) {
-      const std::size_t at = inputs.size() - own.size();
-      inputs.push_back(at < given.size() ? given[at] : operand(DType::Float32, out, rng));
-      spec.inputs.push_back(specFor("relu", {inputs.back()}).inputs[0]);
-    }
-    const Value& extra = inputs[static_cast<std::size_t>(step.operand)];
-    const Value current = (*value)[0];
-    value = callOp(op, step.swapped ? std::vector<Value>{extra, current} : std::vector<Value>{current, extra}, {});
-    if (!value) return ::testing::AssertionFailure() << op << ": " << value.status().toString();
-  }
-  if (Status supported = familyFor(OpId::Conv)->supports(spec); !supported.isOk())
-    return ::testing::AssertionFailure() << supported.toString();
-  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
-  if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
-  std::vector<Value> actual(1);
-  Status run = invokeCompiled(**kernel, pointersTo(inputs), actual);
-  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
-  if (!run.isOk()) return ::testing::AssertionFailure() << spec.signature() << ": " << run.toString();
-  Comparison comparison = compareOutputs(*value, actual);
-  if (!comparison.ok) return ::testing::AssertionFailure() << spec.signature() << ": " << comparison.reason;
-  return ::testing::AssertionSuccess();
-}
-
 TEST(ConvLibrary, EpiloguesArePostOps) {
   std::mt19937 rng(43);
   const EpilogueStep relu{OpId::Relu, -1, false}, residual{OpId::Add, 3, false};
   const Attrs pads = {{"pads", ints({1, 2, 2, 1})}};
-  EXPECT_TRUE(epilogueMatches(convInputs(Shape{1, 5, 9, 11}, 7, 1, 3, true, rng), pads, {relu}, rng));
+  EXPECT_TRUE(
+      epilogueMatches(convInputs(Shape{1, 5, 9, 11}, 7, 1, 3, true, rng), pads, {relu}, rng, false, {}, kLibrary));
   EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 6, 13, 10}, 9, 1, 3, true, rng),
-                              {{"strides", ints({1, 2})}, {"pads", ints({1, 1, 1, 1})}}, {residual, relu}, rng));
-  EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 7, 8, 9}, 11, 1, 1, true, rng), {}, {{OpId::Silu, -1, false}}, rng));
+                              {{"strides", ints({1, 2})}, {"pads", ints({1, 1, 1, 1})}}, {residual, relu}, rng, true,
+                              {}, kLibrary));
+  EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 7, 8, 9}, 11, 1, 1, true, rng), {}, {{OpId::Silu, -1, false}}, rng,
+                              false, {}, kLibrary));
   // ReLU6 as the importer writes Clip: maximum and minimum against one-element bounds.
   const Value zero = Value::fromTensor(Tensor::zeros(DType::Float32, Shape{}).value());
   Tensor six_tensor = Tensor::zeros(DType::Float32, Shape{1, 1, 1, 1}).value();
   six_tensor.data<float>()[0] = 0.5f;
   const Value six = Value::fromTensor(six_tensor);
   EXPECT_TRUE(epilogueMatches(convInputs(Shape{1, 8, 6, 6}, 8, 1, 3, true, rng), pads,
-                              {{OpId::Maximum, 3, false}, {OpId::Minimum, 4, false}}, rng, {zero, six}));
+                              {{OpId::Maximum, 3, false}, {OpId::Minimum, 4, false}}, rng, false, {zero, six},
+                              kLibrary));
 }
 
 // Epilogues oneDNN's post-ops cannot express: refused with the reason, never offered.
@@ -218,7 +182,7 @@ TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
   std::mt19937 epilogue_rng(47);
   const ::testing::AssertionResult with_epilogue =
       epilogueMatches(convInputs(Shape{1, 5, 7, 6}, 3, 1, 3, true, epilogue_rng), {{"pads", ints({1, 1, 1, 1})}},
-                      {{OpId::Add, 3, false}, {OpId::Relu, -1, false}}, epilogue_rng);
+                      {{OpId::Add, 3, false}, {OpId::Relu, -1, false}}, epilogue_rng, false, {}, kLibrary);
   onednn_conv::failExecutionsForTesting(false);
   EXPECT_TRUE(result);
   EXPECT_TRUE(with_epilogue);
