@@ -14,9 +14,12 @@
 # image sides drawn from 96-320: a first pass compiles, a second times ShapeVM O2 and torch image
 # by image (interleaved); it reports both totals, the spread of ShapeVM's per-pixel time and the
 # kernels installed for the whole stream.
+# --autotune: the O2 programs run the AutoTuner (tuning waited for at install, a fresh in-memory
+# tuning database), whose candidates include oneDNN's conv primitive (library_onednn_conv.h) with
+# --library 1; the table's "O2 impl" column names what it installed (onednn: the primitive).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
 #        [--resnet] [--images 16] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
-#        [--cpu-time]
+#        [--cpu-time] [--autotune] [--library 0|1]
 import argparse
 import os
 import statistics
@@ -47,6 +50,20 @@ LAYERS = {
 
 
 CLOCK = {"clock": time.perf_counter}
+OPTIONS = {"autotune": False}
+
+
+def program_for(level):
+    tune = OPTIONS["autotune"] and level == "O2"
+    return _core.Program(jit_level=level, jit_wait=True, autotune=tune, tuning_cache=False)
+
+
+def library_kernels(program):
+    """The loaded kernels the JIT report names as oneDNN library kernels (conv ones are named svm_conv...)."""
+    for line in program.stats()["jit_report"].splitlines():
+        if "library kernels (impl=onednn)" in line and ": " in line.split("loaded", 1)[-1]:
+            return [k.strip() for k in line.split("loaded: ", 1)[1].split(",")]
+    return []
 
 
 def timed(fn, calls):
@@ -90,8 +107,7 @@ def layers(args, folder):
             continue
         path = Path(folder) / "layer.onnx"
         module = export(layer, path)
-        programs = {level: _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
-                    for level in levels}
+        programs = {level: program_for(level) for level in levels}
         fns = {}
         for level, program in programs.items():
             program.load(str(path))
@@ -124,18 +140,19 @@ def layers(args, folder):
             out = want.shape
             flops = 2.0 * out[0] * out[1] * out[2] * out[3] * (layer[0] // layer[5]) * layer[2] * layer[2]
             med = {k: statistics.median(v) for k, v in times.items()}
-            rows.append((name, batch, f"{layer[6]}x{layer[6]}", med, flops / med["O2"] / 1e6))
+            impl = "onednn" if any("_conv" in k for k in library_kernels(programs["O2"])) else "jit"
+            rows.append((name, batch, f"{layer[6]}x{layer[6]}", med, flops / med["O2"] / 1e6, impl))
         for program in programs.values():
             program.close()
     sides = [*levels, "eager", "oneDNN", "oneDNN blocked"]
     print("| layer | batch | input | " + " | ".join(f"{side} ms" for side in sides) +
-          " | eager / O2 | oneDNN / O2 | best oneDNN / O2 | O2 GFLOP/s |")
-    print("|---|---:|---|" + "---:|" * (len(sides) + 4))
-    for name, batch, side, med, gflops in rows:
+          " | eager / O2 | oneDNN / O2 | best oneDNN / O2 | O2 GFLOP/s | O2 impl |")
+    print("|---|---:|---|" + "---:|" * (len(sides) + 4) + "---|")
+    for name, batch, side, med, gflops, impl in rows:
         best = min(med["oneDNN"], med["oneDNN blocked"])
         print(f"| {name} | {batch} | {side} | " + " | ".join(f"{med[s]:.2f}" for s in sides) +
               f" | {med['eager'] / med['O2']:.2f}x | {med['oneDNN'] / med['O2']:.2f}x | {best / med['O2']:.2f}x | "
-              f"{gflops:.1f} |")
+              f"{gflops:.1f} | {impl} |")
 
 
 def resnet_stream(args, folder):
@@ -150,7 +167,7 @@ def resnet_stream(args, folder):
                           dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}}, opset_version=14)
     sides = np.random.default_rng(21).integers(96, 321, size=args.images)
     images = [np.random.default_rng(int(s)).standard_normal((1, 3, int(s), int(s))).astype(np.float32) for s in sides]
-    program = _core.Program(jit_level="O2", jit_wait=True, autotune=False, tuning_cache=False)
+    program = program_for("O2")
     program.load(str(path))
     fn = _core.Function(program, 0, -1)
     for x in images:  # the first pass profiles and compiles
@@ -167,6 +184,7 @@ def resnet_stream(args, folder):
         with torch.no_grad():
             eager.append(timed(lambda: module(xt), 1))
     stats = program.stats()
+    library = [k for k in library_kernels(program) if "_conv" in k]
     program.close()
     per_pixel = [t / (int(s) * int(s)) for t, s in zip(svm, sides)]
     median_pp = statistics.median(per_pixel)
@@ -181,6 +199,7 @@ def resnet_stream(args, folder):
     print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
           f"fused regions {stats['fused_regions']}; launches compiled {stats['launches_compiled']} / interpreted "
           f"{stats['launches_interpreted']}")
+    print(f"- conv kernels installed as oneDNN's primitive: {len(library)}")
     print("\n".join(f"  {line}" for line in stats["jit_report"].splitlines() if "region" in line or "launches" in line))
 
 
@@ -197,7 +216,11 @@ def main():
                         help="the miss_recompile tunable for the stream (0: the default, 5 guard misses)")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time the calling thread's CPU time instead of wall time (a loaded host)")
+    parser.add_argument("--autotune", action="store_true", help="O2 runs the AutoTuner (oneDNN's conv among its candidates)")
+    parser.add_argument("--library", type=int, default=1, help="the library_candidates tunable (0: generated kernels only)")
     args = parser.parse_args()
+    OPTIONS["autotune"] = args.autotune
+    _core.set_tunable("library_candidates", str(args.library))
     if args.cpu_time:
         CLOCK["clock"] = time.thread_time
     torch.set_num_threads(1)

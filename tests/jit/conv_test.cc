@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "conv_test_util.h"
 #include "jit/conv_family.h"
 #include "jit_test_util.h"
 
@@ -26,16 +27,6 @@ std::vector<Value> convInputs(DType dtype, const Shape& x, std::int64_t cout, in
   if (bias == 1) inputs.push_back(operand(dtype, Shape{cout}, rng));
   if (bias == 2) inputs.push_back(Value{});
   return inputs;
-}
-
-// The spec for `inputs` with the batch and spatial dims dynamic (channels and the weight static).
-KernelSpec dynamicSpec(const std::vector<Value>& inputs, const Attrs& attrs = {}) {
-  KernelSpec spec = specFor("conv", inputs, attrs);
-  OperandSpec& x = spec.inputs[0];
-  for (int d = 0; d < x.rank; ++d) {
-    if (d != 1) x.dims[d] = DimSpec{};
-  }
-  return spec;
 }
 
 TEST(ConvJit, PointwiseConvsMatchTheReference) {
@@ -88,16 +79,18 @@ TEST(ConvJit, OneKernelOverSeveralSizes) {
   }
 }
 
-// The tuner's candidates (the matmul's, without library kernels): the first, the last and a few
-// between (each is a compile).
+// The tuner's candidates (the matmul's generated tiles, then oneDNN's primitive last): the first,
+// the last generated one and a few between (each is a compile); library_onednn_conv_test.cc checks
+// the library candidate.
 TEST(ConvJit, TuningCandidatesMatchTheReference) {
   std::mt19937 rng(24);
   const std::vector<Value> inputs = convInputs(DType::Float32, Shape{1, 32, 10, 12}, 48, 1, rng);
   const KernelSpec spec = sharedBackend().targetSpec(specFor("conv", inputs));
   const std::vector<KernelParams> candidates = familyFor(OpId::Conv)->searchSpace(spec);
   ASSERT_GE(candidates.size(), 2u);
-  for (const KernelParams& params : candidates) EXPECT_EQ(params.library, 0) << params.toString();
-  const std::size_t n = candidates.size();
+  std::size_t n = candidates.size();
+  if (candidates.back().library != 0) --n;  // LibraryCandidates=1: one, last
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(candidates[i].library, 0) << candidates[i].toString();
   std::vector<std::size_t> picked = {0, n / 3, 2 * n / 3, n - 1};
   picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
   for (std::size_t i : picked) {
@@ -186,52 +179,6 @@ TEST(ConvJit, SmallTilesAndOneKernelOverSeveralSizes) {
     sets.push_back({operand(DType::Float32, Shape{n, 64, h, w}, rng), params[1], params[2]});
   }
   EXPECT_TRUE(sameKernelMatches(dynamicSpec(sets[0], attrs), sets));
-}
-
-// A conv with a fused epilogue, against the reference conv and then each step op by op (what the
-// region planner hands a conv: bias, activations, a residual add). `steps` read inputs 3.. (the
-// operands, of the output's shape, after the bias; `given` replaces the first of them, e.g. by
-// one-element bounds).
-::testing::AssertionResult epilogueMatches(const std::vector<Value>& own, const Attrs& attrs,
-                                           const std::vector<EpilogueStep>& steps, std::mt19937& rng, bool dynamic,
-                                           const std::vector<Value>& given = {}) {
-  const KernelSpec conv = dynamic ? dynamicSpec(own, attrs) : specFor("conv", own, attrs);
-  auto value = referenceOutputs(conv, own);
-  if (!value) return ::testing::AssertionFailure() << "reference conv: " << value.status().toString();
-  const Shape out = (*value)[0].tensor().shape();
-  std::vector<Value> inputs = own;
-  KernelSpec spec = conv;
-  spec.epilogue = steps;
-  for (const EpilogueStep& step : steps) {
-    const std::string_view op = OpRegistry::global().schema(step.op).name;
-    if (step.operand < 0) {
-      value = callOp(op, {(*value)[0]}, {});
-      if (!value) return ::testing::AssertionFailure() << op << ": " << value.status().toString();
-      continue;
-    }
-    while (inputs.size() <= static_cast<std::size_t>(step.operand)) {
-      const std::size_t at = inputs.size() - own.size();
-      inputs.push_back(at < given.size() ? given[at] : operand(DType::Float32, out, rng));
-      OperandSpec extra = specFor("relu", {inputs.back()}).inputs[0];
-      for (int d = 0; d < extra.rank && dynamic && at >= given.size(); ++d) {
-        if (d != 1) extra.dims[d] = DimSpec{};
-      }
-      spec.inputs.push_back(extra);
-    }
-    const Value& extra = inputs[static_cast<std::size_t>(step.operand)];
-    const Value current = (*value)[0];
-    value = callOp(op, step.swapped ? std::vector<Value>{extra, current} : std::vector<Value>{current, extra}, {});
-    if (!value) return ::testing::AssertionFailure() << op << ": " << value.status().toString();
-  }
-  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
-  if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
-  std::vector<Value> actual(1);
-  Status run = invokeCompiled(**kernel, pointersTo(inputs), actual);
-  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
-  if (!run.isOk()) return ::testing::AssertionFailure() << spec.signature() << ": " << run.toString();
-  Comparison comparison = compareOutputs(*value, actual);
-  if (!comparison.ok) return ::testing::AssertionFailure() << spec.signature() << ": " << comparison.reason;
-  return ::testing::AssertionSuccess();
 }
 
 // The product tiles are written straight into the output (C's rows a run-time stride apart, the
@@ -442,11 +389,11 @@ TEST(ConvJit, SmallImagesShareATile) {
                               {{OpId::Maximum, 3, false}, {OpId::Add, 4, false}}, rng, false, {bound}));
 }
 
-// ---- max_pool (the window loop of depthwise convs, taking the max) ----
+// ---- max_pool and avg_pool (the window loop of depthwise convs, taking the max or the mean) ----
 
-// The spec of max_pool on `x`, static or with N, H and W dynamic.
-KernelSpec poolSpec(const Value& x, const Attrs& attrs, bool dynamic) {
-  KernelSpec spec = specFor("max_pool", {x}, attrs);
+// The spec of a pool (`op`) on `x`, static or with N, H and W dynamic.
+KernelSpec poolSpec(const Value& x, const Attrs& attrs, bool dynamic, std::string_view op = "max_pool") {
+  KernelSpec spec = specFor(op, {x}, attrs);
   for (int d = 0; d < spec.inputs[0].rank && dynamic; ++d) {
     if (d != 1) spec.inputs[0].dims[d] = DimSpec{};
   }
@@ -464,10 +411,11 @@ Value poolInput(const Shape& shape, std::mt19937& rng, bool nan) {
   return Value::fromTensor(x);
 }
 
-// One compiled max_pool against the reference on every input: the same bits (the kernel takes the
-// taps in the reference's order, so ties of +0 and -0 and NaN come out as there).
+// One compiled pool against the reference on every input: the same bits (the kernel takes the
+// taps in the reference's order, so ties of +0 and -0, NaN and avg_pool's float32 sums come out
+// as there).
 ::testing::AssertionResult poolMatchesExactly(const KernelSpec& spec, const std::vector<Value>& xs) {
-  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::MaxPool), spec);
+  auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
   if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
   ::testing::AssertionResult result = ::testing::AssertionSuccess();
   for (const Value& x : xs) {
@@ -550,7 +498,7 @@ TEST(ConvJit, MaxPoolSupport) {
   const KernelFamily* family = familyFor(OpId::MaxPool);
   ASSERT_NE(family, nullptr);
   EXPECT_EQ(family, convFamily(OpId::MaxPool));
-  EXPECT_EQ(familyFor(OpId::AvgPool), nullptr);
+  EXPECT_EQ(familyFor(OpId::GlobalAvgPool), nullptr);
   const Attrs attrs = {{"kernel", AttrValue::ofInts({3, 3})}};
   const Value x = poolInput(Shape{1, 2, 6, 6}, rng, false);
   EXPECT_TRUE(family->supports(specFor("max_pool", {x}, attrs)).isOk());
@@ -568,6 +516,98 @@ TEST(ConvJit, MaxPoolSupport) {
   std::vector<Value> out(1);
   EXPECT_FALSE(invokeCompiled(**kernel, pointersTo({strided}), out).isOk());
   EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
+// avg_pool: float32 sums in the reference's tap order, divided by the count the reference takes
+// (the taps inside the input, or with count_include_pad the window clipped to the padded input),
+// bit for bit: padding at every border (asymmetric), strides, ceil_mode windows that run past the
+// padded input, auto_pad, 1-D, a kernel as large as the padded input, and NaN inputs; static and
+// dynamic specs.
+TEST(ConvJit, AvgPoolMatchesTheReferenceBitForBit) {
+  std::mt19937 rng(37);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const AttrValue yes = AttrValue::ofBool(true);
+  struct Case {
+    Shape x;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {Shape{1, 3, 9, 11}, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {Shape{1, 3, 9, 11},
+       {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"count_include_pad", yes}}},
+      {Shape{2, 5, 10, 9}, {{"kernel", ints({2, 2})}, {"strides", ints({2, 2})}}},
+      {Shape{3, 4, 13, 12},
+       {{"kernel", ints({3, 2})}, {"strides", ints({2, 3})}, {"pads", ints({1, 0, 2, 1})}, {"ceil_mode", yes}}},
+      {Shape{3, 4, 13, 12},
+       {{"kernel", ints({3, 2})},
+        {"strides", ints({2, 3})},
+        {"pads", ints({1, 0, 2, 1})},
+        {"ceil_mode", yes},
+        {"count_include_pad", yes}}},
+      {Shape{2, 3, 7, 6}, {{"kernel", ints({3, 3})}, {"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}},
+      {Shape{2, 3, 7, 6},
+       {{"kernel", ints({3, 3})},
+        {"auto_pad", AttrValue::ofInt(2)},
+        {"strides", ints({2, 2})},
+        {"count_include_pad", yes}}},
+      {Shape{1, 2, 4, 5}, {{"kernel", ints({5, 5})}, {"pads", ints({2, 2, 2, 2})}}},
+      {Shape{1, 2, 4, 5}, {{"kernel", ints({5, 5})}, {"pads", ints({2, 2, 2, 2})}, {"count_include_pad", yes}}},
+      {Shape{2, 4, 19}, {{"kernel", ints({3})}, {"strides", ints({2})}, {"pads", ints({1, 2})}}},
+      {Shape{2, 4, 19},
+       {{"kernel", ints({4})},
+        {"strides", ints({3})},
+        {"pads", ints({1, 2})},
+        {"ceil_mode", yes},
+        {"count_include_pad", yes}}},
+      {Shape{1, 3, 5, 40}, {{"kernel", ints({1, 3})}, {"pads", ints({0, 1, 0, 1})}}},
+      {Shape{2, 2, 8, 7}, {{"kernel", ints({2, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", yes}}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const Value x = poolInput(c.x, rng, i % 4 == 3);
+    EXPECT_TRUE(poolMatchesExactly(poolSpec(x, c.attrs, i % 2 == 1, "avg_pool"), {x})) << "case " << i;
+  }
+  // Random values (not on a grid): the float32 sums' rounding as the reference's.
+  const Value x = operand(DType::Float32, Shape{2, 3, 15, 17}, rng);
+  EXPECT_TRUE(poolMatchesExactly(
+      poolSpec(x, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, false,
+               "avg_pool"),
+      {x}));
+}
+
+// One avg_pool kernel (dynamic N, H, W; the pads read per call) over several sizes.
+TEST(ConvJit, OneAvgPoolKernelOverSeveralSizes) {
+  std::mt19937 rng(38);
+  const Attrs attrs = {{"kernel", AttrValue::ofInts({3, 3})},
+                       {"strides", AttrValue::ofInts({2, 2})},
+                       {"pads", AttrValue::ofInts({1, 1, 1, 1})},
+                       {"count_include_pad", AttrValue::ofBool(true)},
+                       {"ceil_mode", AttrValue::ofBool(true)}};
+  std::vector<Value> xs;
+  for (const Shape& shape : {Shape{1, 3, 9, 11}, Shape{2, 3, 1, 1}, Shape{3, 3, 16, 7}, Shape{1, 3, 2, 30}}) {
+    xs.push_back(operand(DType::Float32, shape, rng));
+  }
+  EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true, "avg_pool"), xs));
+}
+
+TEST(ConvJit, AvgPoolSupport) {
+  std::mt19937 rng(39);
+  const KernelFamily* family = familyFor(OpId::AvgPool);
+  ASSERT_NE(family, nullptr);
+  EXPECT_EQ(family, convFamily(OpId::AvgPool));
+  EXPECT_NE(family, familyFor(OpId::MaxPool));
+  const Attrs attrs = {{"kernel", AttrValue::ofInts({2, 2})}};
+  const Value x = operand(DType::Float32, Shape{1, 2, 6, 6}, rng);
+  EXPECT_TRUE(family->supports(specFor("avg_pool", {x}, attrs)).isOk());
+  EXPECT_FALSE(family->supports(specFor("max_pool", {x}, attrs)).isOk()) << "each pool family takes its own op";
+  EXPECT_NE(family->symbolStem(specFor("avg_pool", {x}, attrs)).find("avg_pool_k2x2"), std::string::npos);
+  Attrs padded = attrs;
+  padded.push_back({"count_include_pad", AttrValue::ofBool(true)});
+  EXPECT_NE(family->symbolStem(specFor("avg_pool", {x}, attrs)), family->symbolStem(specFor("avg_pool", {x}, padded)));
+  const Value half = operand(DType::BFloat16, Shape{1, 2, 6, 6}, rng);
+  const Status declined = family->supports(specFor("avg_pool", {half}, attrs));
+  EXPECT_NE(declined.message().find("float32 1-D and 2-D"), std::string::npos) << declined.toString();
+  const Value volume = operand(DType::Float32, Shape{1, 2, 4, 4, 4}, rng);
+  EXPECT_FALSE(family->supports(specFor("avg_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());
 }
 
 }  // namespace

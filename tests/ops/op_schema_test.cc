@@ -480,8 +480,8 @@ TEST(OpSchema, EveryOpHasAKernelAShapeFunctionAndADecidedJitStatus) {
     if (jit.norm) {
       EXPECT_EQ(schema.cls, OpClass::Normalization);
     }
-    if (jit.conv) {  // conv, and max_pool's window loop
-      EXPECT_TRUE(schema.cls == OpClass::Contraction || schema.id == OpId::MaxPool);
+    if (jit.conv) {  // conv, and the pools' window loop
+      EXPECT_TRUE(schema.cls == OpClass::Contraction || schema.id == OpId::MaxPool || schema.id == OpId::AvgPool);
     }
     if (jit.reduce) {
       EXPECT_TRUE(schema.cls == OpClass::Reduction || schema.cls == OpClass::Normalization);

@@ -28,8 +28,11 @@
 // bottom padding) starts as the bias and adds each tap whose input row is inside over the columns
 // it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
 // the input) are scalars[0..1].
-// max_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop), each output
-// starting at -inf and taking a tap when it is greater or NaN, in the reference's tap order.
+// max_pool and avg_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop)
+// in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN;
+// avg_pool sums from 0, then divides each output by its window's count (the reference's bits).
+// The oneDNN candidate (KernelParams::library = 1, library_onednn_conv.h): a stub entry that calls
+// the primitive's runner, timed against the generated candidates by the AutoTuner.
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
@@ -44,6 +47,7 @@
 
 #include "jit/conv_family.h"
 #include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/library_onednn_conv.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/conv_geometry.h"
@@ -206,12 +210,14 @@ Status checkConv(const KernelSpec& spec) {
     }
   }
   const bool depthwise = isDepthwise(spec);
-  if (spec.attrs[kGroups].i != 1 && !depthwise) {
+  // oneDNN's primitive takes any groups and 3-D convs (onednn_conv::expressible checks them).
+  const bool library = spec.params.library != 0;
+  if (!library && spec.attrs[kGroups].i != 1 && !depthwise) {
     return makeError(ErrorCode::Unsupported,
                      "conv kernels take one group or a depthwise conv (groups={} stays interpreted)",
                      spec.attrs[kGroups].i);
   }
-  if (!x.dims[1].isStatic() || (!depthwise && x.dims[1].size != w.dims[1].size)) {
+  if (!x.dims[1].isStatic() || (!library && !depthwise && x.dims[1].size != w.dims[1].size)) {
     return makeError(ErrorCode::Unsupported, "conv kernels need the static {} input channels of the weight, got {}",
                      w.dims[1].size, x.toString());
   }
@@ -222,7 +228,7 @@ Status checkConv(const KernelSpec& spec) {
   }
   auto windows = forwardWindows("conv", unknown, windowAttrs(spec, kernel));
   if (!windows) return windows.status();
-  if ((depthwise || !isPointwise(spec)) && (x.rank > 4 || x.dtype != DType::Float32)) {
+  if (!library && (depthwise || !isPointwise(spec)) && (x.rank > 4 || x.dtype != DType::Float32)) {
     return makeError(ErrorCode::Unsupported,
                      "dense and depthwise conv kernels take float32 1-D and 2-D convs; {} stays interpreted",
                      spec.signature());
@@ -234,7 +240,16 @@ Status checkConv(const KernelSpec& spec) {
                        w.dims[0].size, b.toString());
     }
   }
-  if (spec.params.library != 0) return makeError(ErrorCode::Unsupported, "conv kernels have no library candidates");
+  if (library) {
+    if (!(spec.params == KernelParams{.library = 1})) {
+      return makeError(ErrorCode::Unsupported, "a conv library kernel takes no other parameters ({})",
+                       spec.params.toString());
+    }
+    if (!onednn_conv::available()) {
+      return makeError(ErrorCode::Unsupported, "conv library kernels are off (LibraryCandidates=0)");
+    }
+    SVM_RETURN_IF_ERROR(onednn_conv::expressible(spec));
+  }
   return checkEpilogue(spec);
 }
 
@@ -734,12 +749,15 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
 
 // ---- depthwise convs and max_pool: a direct loop over each plane ----
 
-constexpr int kScalarPadTop = 0, kScalarPadLeft = 1;
+constexpr int kScalarPadTop = 0, kScalarPadLeft = 1, kScalarPadBottom = 2, kScalarPadRight = 3;
 
-// The call's pads (auto_pad SAME depends on the input): scalars[0..1].
+// The call's pads (auto_pad SAME depends on the input): scalars[0..1] before, [2..3] after (only
+// avg_pool's divisor reads those).
 void setWindowPads(const std::vector<AxisWindow>& windows, KernelArgs& args) {
   args.scalars[kScalarPadTop] = windows.size() == 2 ? windows[0].pad_before : 0;
   args.scalars[kScalarPadLeft] = windows.back().pad_before;
+  args.scalars[kScalarPadBottom] = windows.size() == 2 ? windows[0].pad_after : 0;
+  args.scalars[kScalarPadRight] = windows.back().pad_after;
 }
 
 Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
@@ -764,6 +782,8 @@ struct WindowLoop {
   std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
   std::function<llvm::Value*()> start;
   std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
+  // When set: called once a plane's outputs are all stored, with the plane's output base pointer.
+  std::function<void(llvm::Value* out_plane)> finish;
 };
 
 // The window's geometry from a conv's or max_pool's attribute lists.
@@ -956,6 +976,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
             },
             "border", outer);
         ir::emitLoop(b, oy_lo, oy_hi, 1, innerRow, "oy", outer);
+        if (loop.finish) loop.finish(op);
       },
       "plane", outer);
 }
@@ -998,6 +1019,24 @@ Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::st
   return Status::ok();
 }
 
+// The exported entry `symbol` of a kernel run by its task runner: calls scalars[kScalarRunner]
+// with `part` (nullptr for a library kernel's), the args, scalars[kScalarTasks] and `scratch`.
+void emitRunnerEntry(llvm::Module& module, const std::string& symbol, llvm::Function* part, std::int64_t scratch) {
+  llvm::LLVMContext& context = module.getContext();
+  ir::Builder b(context);
+  llvm::Function* function = ir::beginKernel(module, symbol, b);
+  ir::ArgsView args(b, function->getArg(0));
+  llvm::Type* ptr = llvm::PointerType::getUnqual(context);
+  llvm::Value* runner = b.CreateIntToPtr(args.scalar(kScalarRunner), ptr);
+  auto* runner_type = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, b.getInt64Ty(), b.getInt64Ty()}, false);
+  llvm::Value* part_value = part != nullptr ? static_cast<llvm::Value*>(part)
+                                            : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context));
+  b.CreateCall(
+      runner_type, runner,
+      {part_value, function->getArg(0), args.scalar(kScalarTasks), b.getInt64(static_cast<std::uint64_t>(scratch))});
+  b.CreateRetVoid();
+}
+
 // A dense conv with the narrow kernel: both matmul parts (strided C), and the exported entry
 // calling the runner with a part that runs the narrow one on the tiles the runner marks
 // (kCountsSlot's shape[1]) and the wide one on the rest, with the larger of their scratches.
@@ -1027,18 +1066,9 @@ Status emitDenseWithNarrow(const KernelSpec& spec, llvm::Module& module, const s
         b, is_narrow, [&] { b.CreateCall(narrow_part, operands); }, [&] { b.CreateCall(wide_part, operands); });
     b.CreateRetVoid();
   }
-  ir::Builder b(context);
-  llvm::Function* function = ir::beginKernel(module, symbol, b);
-  ir::ArgsView args(b, function->getArg(0));
-  llvm::Type* ptr = llvm::PointerType::getUnqual(context);
-  llvm::Value* runner = b.CreateIntToPtr(args.scalar(kScalarRunner), ptr);
-  auto* runner_type = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, b.getInt64Ty(), b.getInt64Ty()}, false);
-  const std::int64_t scratch =
-      std::max(matmul::scratchBytes(matmul::resolvePlan(wide)), matmul::scratchBytes(matmul::resolvePlan(narrow)));
-  b.CreateCall(
-      runner_type, runner,
-      {tiles, function->getArg(0), args.scalar(kScalarTasks), b.getInt64(static_cast<std::uint64_t>(scratch))});
-  b.CreateRetVoid();
+  emitRunnerEntry(
+      module, symbol, tiles,
+      std::max(matmul::scratchBytes(matmul::resolvePlan(wide)), matmul::scratchBytes(matmul::resolvePlan(narrow))));
   return Status::ok();
 }
 
@@ -1048,7 +1078,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status supports(const KernelSpec& spec) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
-    if (isDepthwise(spec)) return Status::ok();
+    if (isDepthwise(spec) || spec.params.library != 0) return Status::ok();
     const KernelSpec mm = matmulSpecOf(spec);
     SVM_RETURN_IF_ERROR(matmulKernels().supports(mm));
     return hasNarrowTiles(spec, mm) ? matmulKernels().supports(narrowSpecOf(spec)) : Status::ok();
@@ -1082,6 +1112,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
       SVM_RETURN_IF_ERROR(checkExtra(spec.inputs[e], inputs[e]->tensor(), outputs[0].shape()));
     }
+    if (spec.params.library != 0) return onednn_conv::prepareCall(spec, inputs, outputs[0], args);
     if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
     return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
                              : prepareDense(spec, inputs, outputs[0], args);
@@ -1092,22 +1123,40 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     for (int d = 2; d < spec.inputs[kW].rank; ++d) {
       kernel += fmt::format("{}{}", kernel.empty() ? "" : "x", spec.inputs[kW].dims[d].size);
     }
+    // A library kernel's ends as the matmul's does (_onednn).
     if (isDepthwise(spec)) {
-      return fmt::format("conv{}_depthwise_c{}_{}", kernel, spec.inputs[kW].dims[0].size,
-                         dtypeName(spec.inputs[kX].dtype));
+      return fmt::format("conv{}_depthwise_c{}_{}{}", kernel, spec.inputs[kW].dims[0].size,
+                         dtypeName(spec.inputs[kX].dtype), spec.params.library != 0 ? "_onednn" : "");
     }
-    return fmt::format("conv{}_{}", kernel, matmulKernels().symbolStem(matmulSpecOf(spec)));
+    const std::int64_t groups = spec.attrs[kGroups].i;  // > 1: a library kernel's
+    return fmt::format("conv{}{}_{}", kernel, groups > 1 ? fmt::format("_g{}", groups) : std::string(),
+                       matmulKernels().symbolStem(matmulSpecOf(spec)));
   }
 
+  // The generated kernel's candidates (the matmul's tiles), then oneDNN's primitive
+  // (LibraryCandidates=1) where it can compute the conv: timed against them by the AutoTuner,
+  // which records the winner's impl. A depthwise conv has its generated kernel only: it beat the
+  // primitive with its reorders (BENCHMARKS.md, issue 21), and the run-off, which keeps the
+  // library unless the generated kernel wins by the noise margin, picked the slower one there.
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
     if (isDepthwise(spec)) return {};
     std::vector<KernelParams> candidates = matmulKernels().searchSpace(matmulSpecOf(spec));
     std::erase_if(candidates, [](const KernelParams& p) { return p.library != 0; });
+    KernelSpec library = spec;
+    library.params = {.library = 1};
+    if (onednn_conv::available() && supports(library).isOk()) candidates.push_back(library.params);
     return candidates;
   }
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
+    if (spec.params.library != 0) {
+      // The primitive of static shapes is created here: compile time, and one oneDNN cannot
+      // create fails the compile (the generated kernel is used instead).
+      SVM_RETURN_IF_ERROR(onednn_conv::createFor(spec));
+      emitRunnerEntry(module, symbol, nullptr, 0);
+      return Status::ok();
+    }
     if (isDepthwise(spec)) return emitDepthwise(spec, module, symbol);
     // A dense conv's tiles are written into the output in place: C's rows are the image's pixels apart.
     const KernelSpec mm = matmulSpecOf(spec);
@@ -1116,63 +1165,118 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
   }
 };
 
-// ---- max_pool: the window loop taking the max ----
+// ---- max_pool and avg_pool: the window loop taking the max or the sum ----
 
-// max_pool attributes in schema order (ops.def): kernel, strides, pads, dilations, ceil_mode, auto_pad.
-constexpr std::size_t kPoolKernel = 0, kPoolStrides = 1, kPoolPads = 2, kPoolDilations = 3, kPoolCeilMode = 4,
-                      kPoolAutoPad = 5;
+// Pool attributes in schema order (ops.def): max_pool: kernel, strides, pads, dilations,
+// ceil_mode, auto_pad; avg_pool: kernel, strides, pads, ceil_mode, count_include_pad, auto_pad.
+constexpr std::size_t kPoolKernel = 0, kPoolStrides = 1, kPoolPads = 2, kPoolAutoPad = 5;
+constexpr std::size_t kMaxPoolDilations = 3, kMaxPoolCeilMode = 4, kAvgPoolCeilMode = 3, kAvgPoolIncludePad = 4;
+
+std::string_view poolName(OpId op) {
+  return op == OpId::MaxPool ? "max_pool" : "avg_pool";
+}
 
 WindowAttrs poolWindowAttrs(const KernelSpec& spec) {
+  const bool max = spec.op == OpId::MaxPool;
   WindowAttrs window;
   window.kernel = spec.attrs[kPoolKernel].ints;
   window.strides = spec.attrs[kPoolStrides].ints;
   window.pads = spec.attrs[kPoolPads].ints;
-  window.dilations = spec.attrs[kPoolDilations].ints;
-  window.ceil_mode = spec.attrs[kPoolCeilMode].i != 0;
+  if (max) window.dilations = spec.attrs[kMaxPoolDilations].ints;
+  window.ceil_mode = spec.attrs[max ? kMaxPoolCeilMode : kAvgPoolCeilMode].i != 0;
   window.auto_pad = spec.attrs[kPoolAutoPad].i;
   return window;
 }
 
-// OK when `spec` is a max_pool this family compiles (float32, 1-D or 2-D, dense); else the reason.
-Status checkPool(const KernelSpec& spec) {
-  if (spec.op != OpId::MaxPool || spec.inputs.size() != 1 || spec.fused != nullptr || !spec.epilogue.empty() ||
+// OK when `spec` is a pool of `op` this family compiles (float32, 1-D or 2-D, dense); else the reason.
+Status checkPool(OpId op, const KernelSpec& spec) {
+  const std::string_view name = poolName(op);
+  if (spec.op != op || spec.inputs.size() != 1 || spec.fused != nullptr || !spec.epilogue.empty() ||
       spec.attrs.size() <= kPoolAutoPad) {
-    return makeError(ErrorCode::Unsupported, "max_pool kernels take one input and no epilogue");
+    return makeError(ErrorCode::Unsupported, "{} kernels take one input and no epilogue", name);
   }
   const OperandSpec& x = spec.inputs[0];
   if (!x.is_tensor || x.dtype != DType::Float32 || x.rank < 3 || x.rank > 4 ||
       spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
-    return makeError(ErrorCode::Unsupported, "max_pool kernels take float32 1-D and 2-D pools; {} stays interpreted",
+    return makeError(ErrorCode::Unsupported, "{} kernels take float32 1-D and 2-D pools; {} stays interpreted", name,
                      spec.signature());
   }
   const std::vector<std::int64_t> unknown(static_cast<std::size_t>(x.rank - 2), -1);
-  auto windows = forwardWindows("max_pool", unknown, poolWindowAttrs(spec));
+  auto windows = forwardWindows(name, unknown, poolWindowAttrs(spec));
   if (!windows) return windows.status();
-  if (spec.params.library != 0) return makeError(ErrorCode::Unsupported, "max_pool kernels have no library candidates");
+  if (spec.params.library != 0) return makeError(ErrorCode::Unsupported, "{} kernels have no library candidates", name);
   return Status::ok();
 }
 
 Expected<std::vector<AxisWindow>> poolWindows(const KernelSpec& spec, const Tensor& x) {
   std::vector<std::int64_t> in;
   for (int d = 2; d < x.rank(); ++d) in.push_back(x.dim(d));
-  return forwardWindows("max_pool", in, poolWindowAttrs(spec));
+  return forwardWindows(poolName(spec.op), in, poolWindowAttrs(spec));
 }
 
-// max_pool over each plane of a dense float32 [N, C, (H,) W]: the depthwise conv's window loop
-// (one kernel for any N, C, H and W; the pads are read per call), where each output starts at -inf
-// and a tap takes x when x > acc or x is NaN, in the reference kernel's tap order, so NaN
-// propagates and ties keep the first tap as there.
+// avg_pool's divisor pass over one plane's sums (WindowLoop::finish): each output divided by its
+// window's count as the reference counts it (the taps inside the input; with count_include_pad,
+// the window clipped to the padded input), a NaN where the count is not positive.
+void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
+                    llvm::Value* out_plane) {
+  llvm::Type* f32 = b.getFloatTy();
+  auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
+  const bool two_d = loop.spatial == 2;
+  const int rank = loop.spatial + 2;
+  llvm::Value* h = two_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* wdt = args.dim(0, rank - 1);
+  llvm::Value* ho = two_d ? args.dim(1, 2) : i64(1);
+  llvm::Value* wo = args.dim(1, rank - 1);
+  auto smin = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); };
+  auto smax = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y); };
+  // The count along one axis of the window starting at `start` (kernel k) over an input of `in`
+  // with `pad_after` after it.
+  auto axisCount = [&](llvm::Value* start, std::int64_t k, llvm::Value* in, llvm::Value* pad_after) {
+    llvm::Value* end = b.CreateAdd(start, i64(k));
+    if (include_pad) return b.CreateSub(smin(end, b.CreateAdd(in, pad_after)), start);
+    return smax(b.CreateSub(smin(end, in), smax(start, i64(0))), i64(0));
+  };
+  ir::LoopHints columns;
+  columns.no_unroll_after_vectorize = true;
+  ir::emitLoop(
+      b, i64(0), ho, 1,
+      [&](llvm::Value* oy) {
+        llvm::Value* sy = b.CreateSub(b.CreateMul(oy, i64(loop.sh)), args.scalar(kScalarPadTop));
+        llvm::Value* rows = two_d ? axisCount(sy, loop.kh, h, args.scalar(kScalarPadBottom)) : i64(1);
+        llvm::Value* orow = b.CreateInBoundsGEP(f32, out_plane, b.CreateMul(oy, wo));
+        ir::emitLoop(
+            b, i64(0), wo, 1,
+            [&](llvm::Value* ox) {
+              llvm::Value* sx = b.CreateSub(b.CreateMul(ox, i64(loop.sw)), args.scalar(kScalarPadLeft));
+              llvm::Value* count = b.CreateMul(rows, axisCount(sx, loop.kw, wdt, args.scalar(kScalarPadRight)));
+              llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
+              llvm::Value* mean = b.CreateFDiv(b.CreateLoad(f32, at), b.CreateSIToFP(count, f32));
+              b.CreateStore(b.CreateSelect(b.CreateICmpSGT(count, i64(0)), mean, llvm::ConstantFP::getNaN(f32)), at);
+            },
+            "divide", columns);
+      },
+      "divide_rows", ir::LoopHints::asEmitted());
+}
+
+// max_pool or avg_pool over each plane of a dense float32 [N, C, (H,) W]: the depthwise conv's
+// window loop (one kernel for any N, C, H and W; the pads are read per call), in the reference
+// kernel's tap order. max_pool: each output starts at -inf and a tap takes x when x > acc or x is
+// NaN, so NaN propagates and ties keep the first tap as there. avg_pool: each output starts at 0
+// and adds its taps (in float32, in that order, as the reference sums), then the divisor pass
+// divides by the window's count: the reference's bits.
 class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
-  std::string_view name() const override { return "max_pool"; }
+  explicit PoolFamily(OpId op) : op_(op) {}
 
-  Status supports(const KernelSpec& spec) const override { return checkPool(spec); }
+  std::string_view name() const override { return poolName(op_); }
+
+  Status supports(const KernelSpec& spec) const override { return checkPool(op_, spec); }
 
   Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
                  std::span<Shape> shapes) const override {
     if (inputs.size() != 1 || inputs[0] == nullptr || !inputs[0]->isTensor() ||
         inputs[0]->tensor().rank() != spec.inputs[0].rank) {
-      return makeError(ErrorCode::Unsupported, "max_pool kernel takes one tensor of rank {}", spec.inputs[0].rank);
+      return makeError(ErrorCode::Unsupported, "{} kernel takes one tensor of rank {}", name(), spec.inputs[0].rank);
     }
     const Tensor& x = inputs[0]->tensor();
     SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, poolWindows(spec, x));
@@ -1182,7 +1286,7 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
   Status prepare(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<const Tensor> outputs,
                  KernelArgs& args) const override {
     if (outputs.size() != 1 || !outputs[0].isContiguous() || !inputs[0]->tensor().isContiguous()) {
-      return makeError(ErrorCode::Unsupported, "max_pool kernel reads a dense input and writes one dense output");
+      return makeError(ErrorCode::Unsupported, "{} kernel reads a dense input and writes one dense output", name());
     }
     SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, poolWindows(spec, inputs[0]->tensor()));
     setWindowPads(windows, args);
@@ -1190,42 +1294,56 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
   }
 
   std::string symbolStem(const KernelSpec& spec) const override {
-    return fmt::format("max_pool_k{}_s{}_d{}_{}", fmt::join(spec.attrs[kPoolKernel].ints, "x"),
-                       fmt::join(spec.attrs[kPoolStrides].ints, "x"), fmt::join(spec.attrs[kPoolDilations].ints, "x"),
-                       KernelFamily::symbolStem(spec));
+    const std::string mode = op_ == OpId::MaxPool
+                                 ? fmt::format("d{}", fmt::join(spec.attrs[kMaxPoolDilations].ints, "x"))
+                                 : std::string(spec.attrs[kAvgPoolIncludePad].i != 0 ? "padded" : "inside");
+    return fmt::format("{}_k{}_s{}_{}_{}", name(), fmt::join(spec.attrs[kPoolKernel].ints, "x"),
+                       fmt::join(spec.attrs[kPoolStrides].ints, "x"), mode, KernelFamily::symbolStem(spec));
   }
 
   std::vector<KernelParams> searchSpace(const KernelSpec&) const override { return {}; }
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
-    SVM_RETURN_IF_ERROR(checkPool(spec));
+    SVM_RETURN_IF_ERROR(checkPool(op_, spec));
+    const bool max = op_ == OpId::MaxPool;
     const int spatial = spec.inputs[0].rank - 2;
     const std::vector<std::int64_t>& kernel = spec.attrs[kPoolKernel].ints;
     WindowLoop loop;
     setWindowShape(loop, spatial, kernel.front(), kernel.back(), spec.attrs[kPoolStrides].ints,
-                   spec.attrs[kPoolDilations].ints);
+                   max ? spec.attrs[kMaxPoolDilations].ints : std::vector<std::int64_t>{});
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
     ir::ArgsView args(b, function->getArg(0));
     llvm::Type* f32 = b.getFloatTy();
     loop.plane = [](llvm::Value*, const std::function<llvm::Value*(llvm::Instruction*)>&) {};
-    loop.start = [&] { return llvm::ConstantFP::getInfinity(f32, /*Negative=*/true); };
-    loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
-      llvm::Value* takes = b.CreateOr(b.CreateFCmpOGT(x, acc), b.CreateFCmpUNO(x, x));
-      return b.CreateSelect(takes, x, acc);
-    };
+    if (max) {
+      loop.start = [&] { return llvm::ConstantFP::getInfinity(f32, /*Negative=*/true); };
+      loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
+        llvm::Value* takes = b.CreateOr(b.CreateFCmpOGT(x, acc), b.CreateFCmpUNO(x, x));
+        return b.CreateSelect(takes, x, acc);
+      };
+    } else {
+      const bool include_pad = spec.attrs[kAvgPoolIncludePad].i != 0;
+      loop.start = [&] { return llvm::ConstantFP::get(f32, 0.0); };
+      loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) { return b.CreateFAdd(acc, x); };
+      loop.finish = [&, include_pad](llvm::Value* out_plane) { emitAvgDivisor(b, args, loop, include_pad, out_plane); };
+    }
     emitWindowLoop(b, function, args, 1, loop);
     b.CreateRetVoid();
     return Status::ok();
   }
+
+ private:
+  OpId op_;
 };
 
 }  // namespace
 
 const KernelFamily* convFamily(OpId op) {
   static const ConvFamily conv;
-  static const PoolFamily pool;
-  if (op == OpId::MaxPool) return &pool;
+  static const PoolFamily max_pool(OpId::MaxPool), avg_pool(OpId::AvgPool);
+  if (op == OpId::MaxPool) return &max_pool;
+  if (op == OpId::AvgPool) return &avg_pool;
   return op == OpId::Conv ? &conv : nullptr;
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+# Compiled avg_pool (issue 21; the conv family's window loop, src/jit/llvm_cpu/codegen_conv.cc)
+# against the reference kernel (O0) and torch eager, one thread, in the calling thread's CPU time:
+# torch.nn.AvgPool2d modules exported with torch.onnx.export (dynamic N/H/W), run at O0 and O2
+# (autotune off), checked against torch, then 7 interleaved rounds of 5 calls each; medians in ms.
+# Columns: O0, O2, torch, O0 / O2, torch / O2, and the O2 program's compiled launches.
+# Usage: PYTHONPATH=build/python /usr/bin/python3 bench/avg_pool_layers.py
+import os
+import statistics
+import tempfile
+import time
+import warnings
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from shapevm import _core  # noqa: E402
+for k, v in (("warmup", 0), ("hot_count", 0), ("hot_ms", 0), ("kernel_threads", 1)):
+    _core.set_tunable(k, str(v))
+torch.set_num_threads(1)
+print("| pool | input | O0 ms | O2 ms | torch ms | O0 / O2 | torch / O2 | O2 compiled launches |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+d = tempfile.mkdtemp()
+for name, mod, shape in (("avg 3x3/2 pad 1 (count_include_pad)", torch.nn.AvgPool2d(3, 2, 1), (1, 64, 112, 112)),
+                         ("avg 3x3/2 pad 1, exclude pad, ceil", torch.nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), (8, 64, 56, 56)),
+                         ("avg 2x2/2", torch.nn.AvgPool2d(2, 2), (8, 256, 28, 28))):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(mod, (torch.randn(*shape),), d + "/p.onnx", input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}}, opset_version=14)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    fns = {}
+    for level in ("O0", "O2"):
+        p = _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
+        p.load(d + "/p.onnx")
+        f = _core.Function(p, 0, -1)
+        for _ in range(8):
+            got = f(x=x)
+        want = mod(torch.from_numpy(x)).numpy()
+        assert np.array_equal(got, want) or np.max(np.abs(got - want)) < 1e-5, level
+        fns[level] = (p, f)
+    xt = torch.from_numpy(x)
+    times = {"O0": [], "O2": [], "torch": []}
+    for _ in range(7):
+        for level, (p, f) in fns.items():
+            t = time.thread_time(); [f(x=x) for _ in range(5)]; times[level].append((time.thread_time() - t) / 5e-3)
+        t = time.thread_time(); [mod(xt) for _ in range(5)]; times["torch"].append((time.thread_time() - t) / 5e-3)
+    m = {k: statistics.median(v) for k, v in times.items()}
+    print(f"| {name} | {shape} | {m['O0']:.3f} | {m['O2']:.3f} | {m['torch']:.3f} | {m['O0']/m['O2']:.1f}x | {m['torch']/m['O2']:.2f}x | {fns['O2'][0].stats()['launches_compiled']} |")

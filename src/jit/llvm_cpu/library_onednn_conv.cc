@@ -1,0 +1,627 @@
+// SPDX-License-Identifier: Apache-2.0
+// oneDNN convolution primitives for the conv family's library candidate (see
+// library_onednn_conv.h): the problem a call poses, the primitive cache, the runner and the
+// direct fallback loop.
+#include "jit/llvm_cpu/library_onednn_conv.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/library_onednn.h"
+#include "jit/llvm_cpu/matmul_plan.h"
+#include "ops/conv_geometry.h"
+#include "support/cpu_cores.h"
+#include "support/logging.h"
+
+namespace shapevm::jit::onednn_conv {
+
+namespace {
+
+// Primitives kept at most (one per call shape seen; never evicted: prepared calls point at them).
+constexpr std::size_t kMaxPrimitives = 512;
+// Conv attributes in schema order (ops.def) and its operands: x, w, the bias, then the
+// epilogue's operands (codegen_conv.cc).
+constexpr std::size_t kStrides = 0, kPads = 1, kDilations = 2, kGroups = 3, kAutoPad = 4;
+constexpr std::size_t kX = 0, kW = 1, kBias = 2;
+
+struct PostOpKind {
+  OpId op;
+  bool binary;
+  dnnl_alg_kind_t alg;
+  float alpha;
+};
+// The epilogue ops a post-op expresses (the conv family's fusable ones that oneDNN has).
+constexpr PostOpKind kPostOps[] = {
+    {OpId::Relu, false, dnnl_eltwise_relu, 0.f},
+    {OpId::Tanh, false, dnnl_eltwise_tanh, 0.f},
+    {OpId::Sigmoid, false, dnnl_eltwise_logistic, 0.f},
+    {OpId::Silu, false, dnnl_eltwise_swish, 1.f},
+    {OpId::Gelu, false, dnnl_eltwise_gelu_erf, 0.f},
+    {OpId::Add, true, dnnl_binary_add, 0.f},
+    {OpId::Sub, true, dnnl_binary_sub, 0.f},
+    {OpId::Mul, true, dnnl_binary_mul, 0.f},
+    {OpId::Maximum, true, dnnl_binary_max, 0.f},
+    {OpId::Minimum, true, dnnl_binary_min, 0.f},
+};
+
+const PostOpKind* postOpOf(OpId op) {
+  for (const PostOpKind& kind : kPostOps) {
+    if (kind.op == op) return &kind;
+  }
+  return nullptr;
+}
+
+Status check(dnnl_status_t status, const char* what) {
+  if (status == dnnl_success) return Status::ok();
+  return makeError(ErrorCode::Unsupported, "oneDNN {} failed (status {})", what, static_cast<int>(status));
+}
+
+// One element: every dim 1 (a scalar bound such as ReLU6's).
+bool oneElement(const OperandSpec& operand) {
+  for (int d = 0; d < operand.rank; ++d) {
+    if (!operand.dims[d].isStatic() || operand.dims[d].size != 1) return false;
+  }
+  return true;
+}
+
+// The conv a call poses: what the cache is keyed by (toString) and the runner reads.
+struct Problem {
+  int spatial = 2;
+  std::int64_t n = 0, cin = 0, cout = 0, groups = 1;
+  std::vector<std::int64_t> in, kernel, out, strides, dilations, pad_l, pad_r;
+  bool bias = false;
+  struct Post {
+    OpId op;
+    int operand = -1;  // binary: the KernelArgs slot of its operand
+    bool scalar = false;
+  };
+  std::vector<Post> posts;
+  int out_slot = 0;
+  int threads = 1;
+  bool blocked = false;  // oneDNN's layouts, the tensors reordered per call (see preferBlocked)
+  std::string toString() const {
+    std::string key = fmt::format("f32 n{} c{}->{} g{} in{} k{} out{} s{} d{} p{}/{}{} t{}{}", n, cin, cout, groups,
+                                  fmt::join(in, "x"), fmt::join(kernel, "x"), fmt::join(out, "x"),
+                                  fmt::join(strides, "x"), fmt::join(dilations, "x"), fmt::join(pad_l, "x"),
+                                  fmt::join(pad_r, "x"), bias ? " bias" : "", threads, blocked ? " blocked" : "");
+    for (const Post& post : posts) key += fmt::format(" {}{}", opIdent(post.op), post.scalar ? "[1]" : "");
+    return key;
+  }
+};
+
+// oneDNN's OpenMP threads for the calling thread held to `threads` for the scope, then restored
+// (libgomp is oneDNN's own dependency: looked up, not linked).
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) {
+    using Set = void (*)(int);
+    using Get = int (*)();
+    static const Set set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    static const Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (set == nullptr || get == nullptr || get() == threads) return;
+    restore_ = get();
+    set_ = set;
+    set_(threads);
+  }
+  ~ThreadScope() {
+    if (set_ != nullptr) set_(restore_);
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int restore_ = 1;
+};
+
+class Primitive {
+ public:
+  // A blocked problem oneDNN cannot create that way (a post-op its blocked kernels lack) is made
+  // on the plain layouts.
+  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem) {
+    auto self = std::unique_ptr<Primitive>(new Primitive(problem));
+    Status built = self->build();
+    if (!built.isOk() && problem.blocked) {
+      Problem plain = problem;
+      plain.blocked = false;
+      return create(plain);
+    }
+    SVM_RETURN_IF_ERROR(built);
+    return self;
+  }
+  ~Primitive() {
+    for (Reorder& r : reorders_) {
+      if (r.primitive != nullptr) dnnl_primitive_destroy(r.primitive);
+      if (r.pd != nullptr) dnnl_primitive_desc_destroy(r.pd);
+      if (r.blocked != nullptr) dnnl_memory_destroy(r.blocked);
+    }
+    for (dnnl_memory_t memory : memories_) dnnl_memory_destroy(memory);
+    if (scratchpad_ != nullptr) dnnl_memory_destroy(scratchpad_);
+    if (primitive_ != nullptr) dnnl_primitive_destroy(primitive_);
+    if (pd_ != nullptr) dnnl_primitive_desc_destroy(pd_);
+    if (stream_ != nullptr) dnnl_stream_destroy(stream_);
+    if (engine_ != nullptr) dnnl_engine_destroy(engine_);
+  }
+  Primitive(const Primitive&) = delete;
+  Primitive& operator=(const Primitive&) = delete;
+
+  // Runs on the call's operands; false (with the reason) when oneDNN refuses.
+  bool run(const KernelArgs& args, std::string* reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<void*> pointers = {args.data[kX], args.data[kW]};
+    if (problem_.bias) pointers.push_back(args.data[kBias]);
+    pointers.push_back(args.data[problem_.out_slot]);
+    for (const Problem::Post& post : problem_.posts) {
+      if (post.operand >= 0) pointers.push_back(args.data[post.operand]);
+    }
+    Status status = Status::ok();
+    for (std::size_t i = 0; i < pointers.size() && status.isOk(); ++i)
+      status = check(dnnl_memory_set_data_handle(memories_[i], pointers[i]), "memory_set_data_handle");
+    if (status.isOk() && fail_for_testing.load(std::memory_order_relaxed))
+      status = check(dnnl_runtime_error, "primitive_execute");
+    // The calling thread's buffer holds the scratchpad and, blocked, the reordered tensors (never
+    // kept across calls: the weight is reordered afresh each time, as it may have changed).
+    std::byte* buffer = nullptr;
+    if (status.isOk() && blocked_bytes_ > 0) {
+      buffer = static_cast<std::byte*>(ir::threadBuffer<BlockedTag>(blocked_bytes_, std::int64_t{1} << 16));
+      if (buffer == nullptr) status = makeError(ErrorCode::Unsupported, "no memory for the reordered tensors");
+    }
+    if (status.isOk() && scratchpad_ != nullptr)
+      status = check(dnnl_memory_set_data_handle(scratchpad_, buffer), "memory_set_data_handle");
+    for (Reorder& r : reorders_) {
+      if (!status.isOk()) break;
+      status = check(dnnl_memory_set_data_handle(r.blocked, buffer + r.offset), "memory_set_data_handle");
+    }
+    const ThreadScope threads(problem_.threads);
+    for (Reorder& r : reorders_) {
+      if (!status.isOk() || r.into_plain) continue;
+      status = execute(r.primitive, r.plain, r.blocked);
+    }
+    if (status.isOk()) {
+      status =
+          check(dnnl_primitive_execute(primitive_, stream_, static_cast<int>(exec_args_.size()), exec_args_.data()),
+                "primitive_execute");
+    }
+    for (Reorder& r : reorders_) {
+      if (!status.isOk() || !r.into_plain) continue;
+      status = execute(r.primitive, r.blocked, r.plain);
+    }
+    if (status.isOk()) status = check(dnnl_stream_wait(stream_), "stream_wait");
+    if (!status.isOk()) *reason = status.message();
+    return status.isOk();
+  }
+  const Problem& problem() const { return problem_; }
+  static std::atomic<bool> fail_for_testing;
+
+ private:
+  struct BlockedTag {};
+  // A tensor oneDNN wants in another layout than the plain one: the reorder between them, the
+  // blocked memory (its data at `offset` in the thread's buffer), which way it goes.
+  struct Reorder {
+    dnnl_primitive_desc_t pd = nullptr;
+    dnnl_primitive_t primitive = nullptr;
+    dnnl_memory_t plain = nullptr, blocked = nullptr;
+    std::int64_t offset = 0;
+    bool into_plain = false;  // the output: blocked -> plain after the conv
+  };
+
+  explicit Primitive(Problem problem) : problem_(std::move(problem)) {}
+
+  Status execute(dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
+    const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    return check(dnnl_primitive_execute(reorder, stream_, 2, args), "reorder execute");
+  }
+
+  // The conv's memory `arg` (exec_args_ index `index`, plain `plain_desc`) in the layout the
+  // primitive chose: when it differs, a reorder and a blocked memory that take its place.
+  Status blockedMemory(std::size_t index, dnnl_query_t query, const dnnl_memory_desc_t& plain_desc, bool into_plain) {
+    const dnnl_memory_desc_t* chosen = dnnl_primitive_desc_query_md(pd_, query, 0);
+    if (chosen == nullptr) return makeError(ErrorCode::Unsupported, "oneDNN conv: no memory descriptor to query");
+    if (dnnl_memory_desc_equal(chosen, &plain_desc) != 0) return Status::ok();
+    Reorder r;
+    r.plain = memories_[index];
+    r.into_plain = into_plain;
+    r.offset = blocked_bytes_;
+    blocked_bytes_ += (static_cast<std::int64_t>(dnnl_memory_desc_get_size(chosen)) + 63) / 64 * 64;
+    SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&r.blocked, chosen, engine_, DNNL_MEMORY_NONE), "memory_create"));
+    reorders_.push_back(r);  // owns r.blocked from here on (the destructor frees it)
+    Reorder& added = reorders_.back();
+    const dnnl_memory_desc_t* from = into_plain ? chosen : &plain_desc;
+    const dnnl_memory_desc_t* to = into_plain ? &plain_desc : chosen;
+    SVM_RETURN_IF_ERROR(check(dnnl_reorder_primitive_desc_create(&added.pd, from, engine_, to, engine_, nullptr),
+                              "reorder_desc_create"));
+    SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&added.primitive, added.pd), "reorder_create"));
+    exec_args_[index].memory = added.blocked;
+    return Status::ok();
+  }
+
+  Status build() {
+    const Problem& p = problem_;
+    SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create"));
+    SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create"));
+    // Plain layouts: [N, C, spatial...], the weight [Cout, Cin/g, k...] or, grouped, [g, Cout/g,
+    // Cin/g, k...] (the same bytes), the bias [Cout].
+    const int rank = p.spatial + 2;
+    auto plain = [](dnnl_memory_desc_t* desc, std::vector<std::int64_t> dims) {
+      dnnl_dims_t d = {}, steps = {};
+      std::int64_t dense = 1;
+      for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+        d[i] = dims[static_cast<std::size_t>(i)];
+        steps[i] = dense;
+        dense *= dims[static_cast<std::size_t>(i)];
+      }
+      return check(dnnl_memory_desc_init_by_strides(desc, static_cast<int>(dims.size()), d, dnnl_f32, steps),
+                   "memory_desc_init_by_strides");
+    };
+    std::vector<std::int64_t> src_dims = {p.n, p.cin}, dst_dims = {p.n, p.cout}, w_dims;
+    if (p.groups > 1) w_dims = {p.groups, p.cout / p.groups};
+    else w_dims = {p.cout};
+    w_dims.push_back(p.cin / p.groups);
+    src_dims.insert(src_dims.end(), p.in.begin(), p.in.end());
+    dst_dims.insert(dst_dims.end(), p.out.begin(), p.out.end());
+    w_dims.insert(w_dims.end(), p.kernel.begin(), p.kernel.end());
+    // Memories in execution order: src, weights, (bias), dst, then the binary post-ops' operands.
+    std::vector<dnnl_memory_desc_t> descs(3);
+    SVM_RETURN_IF_ERROR(plain(&descs[0], src_dims));
+    SVM_RETURN_IF_ERROR(plain(&descs[1], w_dims));
+    dnnl_memory_desc_t bias_desc{};
+    if (p.bias) SVM_RETURN_IF_ERROR(plain(&bias_desc, {p.cout}));
+    SVM_RETURN_IF_ERROR(plain(&descs[2], dst_dims));
+    exec_args_ = {{DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}};
+    if (p.bias) {
+      descs.insert(descs.begin() + 2, bias_desc);
+      exec_args_.insert(exec_args_.begin() + 2, {DNNL_ARG_BIAS, nullptr});
+    }
+
+    dnnl_post_ops_t post_ops = nullptr;
+    dnnl_primitive_attr_t attr = nullptr;
+    SVM_RETURN_IF_ERROR(check(dnnl_post_ops_create(&post_ops), "post_ops_create"));
+    Status status = check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+    int index = 0;
+    for (const Problem::Post& post : p.posts) {
+      if (!status.isOk()) break;
+      const PostOpKind* kind = postOpOf(post.op);
+      if (!kind->binary) {
+        status =
+            check(dnnl_post_ops_append_eltwise(post_ops, 1.f, kind->alg, kind->alpha, 0.f), "post_ops_append_eltwise");
+      } else {
+        dnnl_memory_desc_t desc;
+        status = plain(&desc, post.scalar ? std::vector<std::int64_t>(static_cast<std::size_t>(rank), 1) : dst_dims);
+        if (status.isOk())
+          status = check(dnnl_post_ops_append_binary(post_ops, kind->alg, &desc), "post_ops_append_binary");
+        descs.push_back(desc);
+        exec_args_.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, nullptr});
+      }
+      ++index;
+    }
+    if (status.isOk()) status = check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "primitive_attr_set_post_ops");
+    // The scratchpad is the calling thread's buffer (run()), not oneDNN's process-wide one, which
+    // distinct primitives running at once on different threads would share.
+    if (status.isOk())
+      status = check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    dnnl_dims_t strides = {}, dilates = {}, pad_l = {}, pad_r = {};
+    for (int d = 0; d < p.spatial; ++d) {
+      const auto i = static_cast<std::size_t>(d);
+      strides[d] = p.strides[i];
+      dilates[d] = p.dilations[i] - 1;  // oneDNN counts the gaps
+      pad_l[d] = p.pad_l[i];
+      pad_r[d] = p.pad_r[i];
+    }
+    // Blocked: src, weights and dst in the layouts oneDNN picks (format any).
+    const std::size_t dst = p.bias ? 3 : 2;
+    dnnl_memory_desc_t conv_src = descs[0], conv_w = descs[1], conv_dst = descs[dst];
+    if (p.blocked) {
+      for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
+        if (status.isOk())
+          status = check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnl_f32, dnnl_format_tag_any),
+                         "memory_desc_init_by_tag");
+      }
+    }
+    dnnl_convolution_desc_t desc;
+    if (status.isOk()) {
+      status = check(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
+                                                                &conv_src, &conv_w, p.bias ? &bias_desc : nullptr,
+                                                                &conv_dst, strides, dilates, pad_l, pad_r),
+                     "convolution_forward_desc_init");
+    }
+    if (status.isOk()) {
+      const ThreadScope threads(p.threads);  // an OpenMP build sizes its blocking for its threads
+      status = check(dnnl_primitive_desc_create(&pd_, &desc, attr, engine_, nullptr),
+                     "primitive_desc_create (no implementation for this conv, layout or CPU)");
+    }
+    dnnl_primitive_attr_destroy(attr);
+    dnnl_post_ops_destroy(post_ops);
+    SVM_RETURN_IF_ERROR(status);
+    SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&primitive_, pd_), "primitive_create"));
+    for (std::size_t i = 0; i < descs.size(); ++i) {
+      dnnl_memory_t memory = nullptr;
+      SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&memory, &descs[i], engine_, DNNL_MEMORY_NONE), "memory_create"));
+      memories_.push_back(memory);
+      exec_args_[i].memory = memory;
+    }
+    if (const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd_, dnnl_query_scratchpad_md, 0);
+        scratch != nullptr && dnnl_memory_desc_get_size(scratch) > 0) {
+      SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&scratchpad_, scratch, engine_, DNNL_MEMORY_NONE), "memory_create"));
+      exec_args_.push_back({DNNL_ARG_SCRATCHPAD, scratchpad_});
+      blocked_bytes_ = (static_cast<std::int64_t>(dnnl_memory_desc_get_size(scratch)) + 63) / 64 * 64;
+    }
+    if (p.blocked) {
+      SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_query_src_md, descs[0], false));
+      SVM_RETURN_IF_ERROR(blockedMemory(1, dnnl_query_weights_md, descs[1], false));
+      SVM_RETURN_IF_ERROR(blockedMemory(dst, dnnl_query_dst_md, descs[dst], true));
+    }
+    return Status::ok();
+  }
+
+  Problem problem_;
+  std::mutex mutex_;  // one execution at a time (data handles are set per call)
+  dnnl_engine_t engine_ = nullptr;
+  dnnl_stream_t stream_ = nullptr;
+  dnnl_primitive_desc_t pd_ = nullptr;
+  dnnl_primitive_t primitive_ = nullptr;
+  std::vector<dnnl_memory_t> memories_;  // the plain tensors, in exec_args_ order
+  std::vector<dnnl_exec_arg_t> exec_args_;
+  std::vector<Reorder> reorders_;       // blocked: src and weights into oneDNN's layouts, dst out of it
+  dnnl_memory_t scratchpad_ = nullptr;  // at the thread buffer's start
+  std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
+};
+std::atomic<bool> Primitive::fail_for_testing{false};
+
+struct Cache {
+  std::mutex mutex;
+  std::map<std::string, std::unique_ptr<Primitive>> primitives;
+  std::map<std::string, std::string> failures;  // keys oneDNN could not create, with the reason
+  std::atomic<std::uint64_t> calls{0}, run_failures{0};
+  double create_ms = 0;
+};
+Cache& cache() {
+  static Cache* cache = new Cache();  // never destroyed: kernels may run during static destruction
+  return *cache;
+}
+
+Expected<Primitive*> findOrCreate(const Problem& problem) {
+  const std::string key = problem.toString();
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (auto found = c.primitives.find(key); found != c.primitives.end()) return found->second.get();
+  if (auto failed = c.failures.find(key); failed != c.failures.end())
+    return makeError(ErrorCode::Unsupported, "{}", failed->second);
+  if (c.primitives.size() >= kMaxPrimitives)
+    return makeError(ErrorCode::Unsupported, "oneDNN conv: {} primitives cached already", kMaxPrimitives);
+  const auto start = std::chrono::steady_clock::now();
+  Expected<std::unique_ptr<Primitive>> created = Primitive::create(problem);
+  c.create_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!created) {
+    std::string reason = fmt::format("oneDNN conv {}: {}", key, created.status().message());
+    logAt(LogLevel::Info, "JIT", "{}; the generated conv kernel or the reference runs it", reason);
+    c.failures.emplace(key, reason);
+    return makeError(ErrorCode::Unsupported, "{}", reason);
+  }
+  Primitive* primitive = created->get();
+  c.primitives.emplace(key, std::move(*created));
+  return primitive;
+}
+
+// Whether the primitive runs on oneDNN's own layouts, the input and the weight reordered into them
+// and the output out of them on every call, rather than on the plain tensors: for a conv with a
+// spatial kernel. Measured one thread, on this session's Intel host (bench/onednn_conv_layout.cc,
+// BENCHMARKS.md issue 21): on plain NCHW tensors oneDNN 2.6 has only its im2col + GEMM
+// implementation, 1.1-2.0x the time of its blocked brgconv kernels with the reorders at the 3x3
+// and 7x7 layers (depthwise 6.5x, 512 channels at 7x7 0.9x), while for 1x1 convs the plain GEMM is
+// 1.3-2.6x faster than the blocked kernel with its reorders.
+bool preferBlocked(const Problem& p) {
+  return std::any_of(p.kernel.begin(), p.kernel.end(), [](std::int64_t k) { return k > 1; });
+}
+
+// The problem of `spec` over these extents (x's spatial ones, n); an error when the windows are invalid.
+Expected<Problem> problemOf(const KernelSpec& spec, std::int64_t n, const std::vector<std::int64_t>& in) {
+  Problem p;
+  const OperandSpec& w = spec.inputs[kW];
+  p.spatial = w.rank - 2;
+  p.n = n;
+  p.cin = spec.inputs[kX].dims[1].size;
+  p.cout = w.dims[0].size;
+  p.groups = spec.attrs[kGroups].i;
+  p.in = in;
+  for (int d = 2; d < w.rank; ++d) p.kernel.push_back(w.dims[d].size);
+  WindowAttrs window;
+  window.kernel = p.kernel;
+  window.strides = spec.attrs[kStrides].ints;
+  window.pads = spec.attrs[kPads].ints;
+  window.dilations = spec.attrs[kDilations].ints;
+  window.auto_pad = spec.attrs[kAutoPad].i;
+  SVM_ASSIGN_OR_RETURN(std::vector<AxisWindow> windows, forwardWindows("conv", in, window));
+  for (const AxisWindow& a : windows) {
+    p.out.push_back(a.out);
+    p.strides.push_back(a.stride);
+    p.dilations.push_back(a.dilation);
+    p.pad_l.push_back(a.pad_before);
+    p.pad_r.push_back(a.pad_after);
+  }
+  p.bias = spec.inputs.size() > kBias && spec.inputs[kBias].is_tensor;
+  for (const EpilogueStep& step : spec.epilogue) {
+    p.posts.push_back(
+        {step.op, step.operand, step.operand >= 0 && oneElement(spec.inputs[static_cast<std::size_t>(step.operand)])});
+  }
+  p.out_slot = static_cast<int>(spec.inputs.size());
+  // As the generated dense conv sizes its tasks.
+  std::int64_t pixels = 1, k = p.cin / p.groups;
+  for (std::size_t d = 0; d < p.out.size(); ++d) {
+    pixels *= p.out[d];
+    k *= p.kernel[d];
+  }
+  p.threads = n * pixels * p.cout * k >= matmul::kMinParallelWork ? std::max(1, kernelThreads()) : 1;
+  p.blocked = preferBlocked(p);
+  return p;
+}
+
+float applyStep(OpId op, float v, float x) {
+  switch (op) {
+    case OpId::Relu: return v > 0 ? v : 0;
+    case OpId::Tanh: return std::tanh(v);
+    case OpId::Sigmoid: return 1.f / (1.f + std::exp(-v));
+    case OpId::Silu: return v / (1.f + std::exp(-v));
+    case OpId::Gelu: return 0.5f * v * std::erfc(-v * 0.70710678f);
+    case OpId::Add: return v + x;
+    case OpId::Sub: return v - x;
+    case OpId::Mul: return v * x;
+    case OpId::Maximum: return std::max(v, x);
+    case OpId::Minimum: return std::min(v, x);
+    default: return v;
+  }
+}
+
+// What the primitive computes, as a direct loop (double sums): the fallback when oneDNN refuses
+// at run time.
+void fallbackConv(const Problem& p, const KernelArgs& args) {
+  const auto* x = static_cast<const float*>(args.data[kX]);
+  const auto* w = static_cast<const float*>(args.data[kW]);
+  const auto* bias = p.bias ? static_cast<const float*>(args.data[kBias]) : nullptr;
+  auto* out = static_cast<float*>(args.data[p.out_slot]);
+  // Every spatial rank as 3-D with leading unit axes.
+  std::int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, o[3] = {1, 1, 1}, s[3] = {1, 1, 1}, dl[3] = {1, 1, 1},
+               pl[3] = {0, 0, 0};
+  for (int d = 0; d < p.spatial; ++d) {
+    const int a = 3 - p.spatial + d;
+    const auto i = static_cast<std::size_t>(d);
+    in[a] = p.in[i], k[a] = p.kernel[i], o[a] = p.out[i], s[a] = p.strides[i], dl[a] = p.dilations[i];
+    pl[a] = p.pad_l[i];
+  }
+  const std::int64_t cin_g = p.cin / p.groups, cout_g = p.cout / p.groups;
+  const std::int64_t in_plane = in[0] * in[1] * in[2], out_plane = o[0] * o[1] * o[2], taps = k[0] * k[1] * k[2];
+  for (std::int64_t n = 0; n < p.n; ++n) {
+    for (std::int64_t co = 0; co < p.cout; ++co) {
+      const std::int64_t g = co / cout_g;
+      for (std::int64_t i = 0; i < out_plane; ++i) {
+        const std::int64_t oz = i / (o[1] * o[2]), oy = i / o[2] % o[1], ox = i % o[2];
+        double sum = bias != nullptr ? bias[co] : 0.0;
+        for (std::int64_t ci = 0; ci < cin_g; ++ci) {
+          const float* plane = x + (n * p.cin + g * cin_g + ci) * in_plane;
+          const float* taps_w = w + (co * cin_g + ci) * taps;
+          for (std::int64_t t = 0; t < taps; ++t) {
+            const std::int64_t iz = oz * s[0] - pl[0] + t / (k[1] * k[2]) * dl[0];
+            const std::int64_t iy = oy * s[1] - pl[1] + t / k[2] % k[1] * dl[1];
+            const std::int64_t ix = ox * s[2] - pl[2] + t % k[2] * dl[2];
+            if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1] || ix < 0 || ix >= in[2]) continue;
+            sum += static_cast<double>(taps_w[t]) * plane[(iz * in[1] + iy) * in[2] + ix];
+          }
+        }
+        const std::int64_t at = (n * p.cout + co) * out_plane + i;
+        auto v = static_cast<float>(sum);
+        for (const Problem::Post& post : p.posts) {
+          const float other =
+              post.operand < 0 ? 0.f : static_cast<const float*>(args.data[post.operand])[post.scalar ? 0 : at];
+          v = applyStep(post.op, v, other);
+        }
+        out[at] = v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool available() {
+  return onednn::available();
+}
+
+Status expressible(const KernelSpec& spec) {
+  auto no = [&](std::string_view why) {
+    return makeError(ErrorCode::Unsupported, "no oneDNN conv for {}: {}", spec.signature(), why);
+  };
+  if (spec.op != OpId::Conv || spec.inputs.size() < 2 || spec.attrs.size() <= kAutoPad || spec.fused != nullptr)
+    return no("not a conv kernel's spec");
+  const OperandSpec& x = spec.inputs[kX];
+  const OperandSpec& w = spec.inputs[kW];
+  if (x.dtype != DType::Float32 || w.dtype != DType::Float32 || x.rank < 3 || x.rank > 5 || w.rank != x.rank)
+    return no("float32 1-D to 3-D convs only");
+  if (!x.dims[1].isStatic()) return no("dynamic input channels");
+  for (int d = 0; d < w.rank; ++d) {
+    if (!w.dims[d].isStatic()) return no("a dynamic weight dim");
+  }
+  const std::int64_t groups = spec.attrs[kGroups].i;
+  if (groups < 1 || x.dims[1].size != w.dims[1].size * groups || w.dims[0].size % groups != 0)
+    return no("the channels do not fit the weight and groups");
+  for (const EpilogueStep& step : spec.epilogue) {
+    const PostOpKind* kind = postOpOf(step.op);
+    if (kind == nullptr || kind->binary != (step.operand >= 0))
+      return no(fmt::format("{} is no post-op", opIdent(step.op)));
+    if (step.swapped && step.op != OpId::Add && step.op != OpId::Mul && step.op != OpId::Maximum &&
+        step.op != OpId::Minimum)
+      return no(fmt::format("{} with the conv on the right", opIdent(step.op)));
+    if (step.operand >= 0 && spec.inputs[static_cast<std::size_t>(step.operand)].dtype != DType::Float32)
+      return no("an epilogue operand that is not float32");
+  }
+  return Status::ok();
+}
+
+Status createFor(const KernelSpec& spec) {
+  SVM_RETURN_IF_ERROR(expressible(spec));
+  const OperandSpec& x = spec.inputs[kX];
+  std::vector<std::int64_t> in;
+  for (int d = 0; d < x.rank; ++d) {
+    if (!x.dims[d].isStatic()) return Status::ok();  // at the first call
+    if (d >= 2) in.push_back(x.dims[d].size);
+  }
+  SVM_ASSIGN_OR_RETURN(Problem problem, problemOf(spec, x.dims[0].size, in));
+  return findOrCreate(problem).takeStatus();
+}
+
+Status prepareCall(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out, KernelArgs& args) {
+  const Tensor& x = inputs[kX]->tensor();
+  std::vector<std::int64_t> in;
+  for (int d = 2; d < x.rank(); ++d) in.push_back(x.dim(d));
+  SVM_ASSIGN_OR_RETURN(Problem problem, problemOf(spec, x.dim(0), in));
+  if (problem.n == 0 || out.numel() == 0) return makeError(ErrorCode::Unsupported, "oneDNN conv: an empty tensor");
+  SVM_ASSIGN_OR_RETURN(Primitive * primitive, findOrCreate(problem));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] != nullptr && inputs[i]->isTensor())
+      args.data[i] = const_cast<void*>(static_cast<const void*>(inputs[i]->tensor().rawData()));
+  }
+  args.data[problem.out_slot] = const_cast<void*>(static_cast<const void*>(out.rawData()));
+  args.scalars[matmul::kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryConv));
+  args.scalars[matmul::kScalarTasks] = problem.threads;
+  args.scalars[matmul::kScalarLibrary] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(primitive));
+  return Status::ok();
+}
+
+void runLibraryConv(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks*/, std::int64_t /*scratch_bytes*/) {
+  auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args->scalars[matmul::kScalarLibrary]));
+  Cache& c = cache();
+  c.calls.fetch_add(1, std::memory_order_relaxed);
+  std::string reason;
+  if (primitive->run(*args, &reason)) return;
+  c.run_failures.fetch_add(1, std::memory_order_relaxed);
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    logAt(LogLevel::Warn, "JIT", "oneDNN conv {} failed at run time ({}); computed by the fallback loop",
+          primitive->problem().toString(), reason);
+  });
+  fallbackConv(primitive->problem(), *args);
+}
+
+ConvLibraryStats stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return {c.primitives.size(), c.create_ms, c.calls.load(), c.run_failures.load()};
+}
+
+void failExecutionsForTesting(bool fail) {
+  Primitive::fail_for_testing.store(fail, std::memory_order_relaxed);
+}
+
+}  // namespace shapevm::jit::onednn_conv

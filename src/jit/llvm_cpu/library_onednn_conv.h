@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// oneDNN convolution primitives as the conv family's library candidate (KernelParams::library = 1,
+// "impl=onednn"): a float32 1-D/2-D/3-D conv (any kernel, stride, dilation, padding, groups) of
+// dense NCHW tensors as ShapeVM stores them, with the bias as the primitive's and the fused
+// epilogue (activations, a residual add, scalar bounds) as post-ops. The compiled kernel is a stub
+// that calls runLibraryConv() with the primitive prepareCall() found in a process-wide cache keyed
+// by the call's exact shapes and attributes (created once per key; a conv with static extents has
+// it created by the compile, so it counts as compile time). The tensors stay in their plain
+// layout: oneDNN reads the weight where it is, so a weight that changes between calls is read
+// afresh (no reordered copy is cached). Invariant: a primitive that cannot be created is an error
+// (the candidate fails to compile, or the call is declined to the reference kernel); one that
+// fails at run time falls back to a direct loop over the same operands, logged once with the
+// reason.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "jit/kernel_abi.h"
+#include "shapevm/status.h"
+#include "shapevm/value.h"
+
+namespace shapevm::jit::onednn_conv {
+
+// Library convs on: oneDNN is built in and the LibraryCandidates tunable is 1.
+bool available();
+// OK when the primitive can compute `spec` (a conv of float32 x, w and bias, whose epilogue
+// steps are all post-ops: eltwise activations, binary ops on an operand of the output's shape or
+// of one element); else the reason. Whether oneDNN creates it on this CPU is known once prepared.
+Status expressible(const KernelSpec& spec);
+// Creates (or finds) the primitive of a spec whose dims are all static: the compile's share. An
+// error when oneDNN cannot create it; OK without creating anything when some dim is dynamic.
+Status createFor(const KernelSpec& spec);
+// prepare(): the primitive for this call's tensors (found or created) in scalars[kScalarLibrary],
+// the runner in scalars[kScalarRunner]; an error when oneDNN cannot create it.
+Status prepareCall(const KernelSpec& spec, std::span<const Value* const> inputs, const Tensor& out, KernelArgs& args);
+// The task runner the library kernel calls (the matmul runner's signature; `part` is unused).
+void runLibraryConv(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
+
+struct ConvLibraryStats {
+  std::uint64_t primitives = 0;    // created (cache entries)
+  double create_ms = 0;            // spent creating them
+  std::uint64_t calls = 0;         // runLibraryConv calls
+  std::uint64_t run_failures = 0;  // executions oneDNN refused (computed by the fallback loop)
+};
+ConvLibraryStats stats();
+// Tests: make every execution fail as oneDNN would at run time (exercises the fallback).
+void failExecutionsForTesting(bool fail);
+
+}  // namespace shapevm::jit::onednn_conv

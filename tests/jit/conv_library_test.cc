@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+// oneDNN's convolution primitive as the conv family's library candidate
+// (jit/llvm_cpu/library_onednn_conv.h, KernelParams::library = 1, "impl=onednn"): against the
+// reference conv on random data across odd sizes, strides, asymmetric padding, dilations, groups
+// (depthwise and grouped), 1-D and 3-D, with and without a bias; one kernel over several batch
+// and spatial extents (a primitive per shape, reused); fused epilogues as post-ops (bias, ReLU,
+// a residual add, ReLU6's one-element bounds, SiLU); epilogues post-ops cannot express refused
+// and never offered; the LibraryCandidates tunable; an execution oneDNN refuses computed by the
+// fallback loop.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "conv_test_util.h"
+#include "jit/conv_family.h"
+#include "jit/llvm_cpu/library_onednn_conv.h"
+#include "jit_test_util.h"
+#include "support/tunables.h"
+
+namespace shapevm::jit {
+namespace {
+
+using namespace testing;  // jit_test_util.h
+
+const KernelParams kLibrary{.library = 1};
+
+AttrValue ints(std::vector<std::int64_t> v) {
+  return AttrValue::ofInts(std::move(v));
+}
+
+// x [N, C, spatial...], w [cout, C / groups, kernel...], and a bias when `bias`.
+std::vector<Value> convInputs(const Shape& x, std::int64_t cout, std::int64_t groups, std::int64_t kernel, bool bias,
+                              std::mt19937& rng) {
+  Shape w{cout, x[1] / groups};
+  for (int d = 2; d < x.rank(); ++d) w.push_back(kernel);
+  std::vector<Value> inputs{operand(DType::Float32, x, rng), operand(DType::Float32, w, rng)};
+  if (bias) inputs.push_back(operand(DType::Float32, Shape{cout}, rng));
+  return inputs;
+}
+
+KernelSpec librarySpec(const std::vector<Value>& inputs, const Attrs& attrs, bool dynamic) {
+  KernelSpec spec = specFor("conv", inputs, attrs);
+  for (int d = 0; d < spec.inputs[0].rank && dynamic; ++d) {
+    if (d != 1) spec.inputs[0].dims[d] = DimSpec{};
+  }
+  spec.params = kLibrary;
+  return spec;
+}
+
+TEST(ConvLibrary, CandidatesMatchTheReference) {
+  std::mt19937 rng(41);
+  struct Case {
+    Shape x;
+    std::int64_t cout, groups, kernel;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {Shape{1, 3, 9, 11}, 5, 1, 3, {{"pads", ints({1, 1, 1, 1})}}},
+      {Shape{2, 6, 13, 10}, 9, 1, 3, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}},
+      {Shape{1, 3, 23, 21}, 8, 1, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},
+      {Shape{1, 4, 12, 14}, 6, 1, 3, {{"dilations", ints({2, 3})}, {"pads", ints({2, 1, 1, 2})}}},
+      {Shape{2, 16, 9, 7}, 16, 16, 3, {{"pads", ints({1, 1, 1, 1})}}},                            // depthwise
+      {Shape{1, 8, 10, 9}, 12, 4, 3, {{"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 1})}}},  // grouped
+      {Shape{2, 5, 17}, 7, 1, 5, {{"pads", ints({2, 1})}, {"strides", ints({2})}}},               // 1-D
+      {Shape{1, 3, 5, 6, 7}, 4, 1, 3, {{"pads", ints({1, 1, 1, 1, 1, 1})}}},                      // 3-D
+      {Shape{2, 12, 6, 5}, 20, 1, 1, {}},                                                         // pointwise
+      {Shape{1, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},  // resnet's down-projection
+      {Shape{8, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},
+      {Shape{1, 5, 8, 8}, 6, 1, 3, {{"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
+    const std::vector<Value> inputs = convInputs(c.x, c.cout, c.groups, c.kernel, i % 3 != 2, rng);
+    const KernelSpec spec = librarySpec(inputs, attrs, i % 2 == 1);
+    ASSERT_TRUE(familyFor(OpId::Conv)->supports(spec).isOk())
+        << "case " << i << ": " << familyFor(OpId::Conv)->supports(spec).toString();
+    EXPECT_TRUE(matchesReference(spec, inputs)) << "case " << i << " " << c.x.toString();
+    EXPECT_NE(familyFor(OpId::Conv)->symbolStem(spec).find("_onednn"), std::string::npos);
+  }
+}
+
+// One kernel over several batches and image sizes: a primitive per shape, made once and reused.
+TEST(ConvLibrary, OneKernelOverSeveralSizes) {
+  std::mt19937 rng(42);
+  const Attrs attrs = {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}};
+  const std::vector<Value> params = convInputs(Shape{1, 8, 5, 5}, 12, 1, 3, true, rng);
+  std::vector<std::vector<Value>> sets;
+  for (const Shape& shape : {Shape{1, 8, 9, 11}, Shape{3, 8, 4, 4}, Shape{1, 8, 1, 1}, Shape{2, 8, 16, 7}}) {
+    sets.push_back({operand(DType::Float32, shape, rng), params[1], params[2]});
+  }
+  const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+  EXPECT_TRUE(sameKernelMatches(librarySpec(sets[0], attrs, true), sets));
+  EXPECT_TRUE(sameKernelMatches(librarySpec(sets[0], attrs, true), {sets[1], sets[3]}));
+  const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
+  EXPECT_EQ(after.primitives, before.primitives + 4) << "one per shape, the second kernel reuses them";
+  EXPECT_EQ(after.calls, before.calls + 6);
+}
+
+TEST(ConvLibrary, EpiloguesArePostOps) {
+  std::mt19937 rng(43);
+  const EpilogueStep relu{OpId::Relu, -1, false}, residual{OpId::Add, 3, false};
+  const Attrs pads = {{"pads", ints({1, 2, 2, 1})}};
+  EXPECT_TRUE(
+      epilogueMatches(convInputs(Shape{1, 5, 9, 11}, 7, 1, 3, true, rng), pads, {relu}, rng, false, {}, kLibrary));
+  EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 6, 13, 10}, 9, 1, 3, true, rng),
+                              {{"strides", ints({1, 2})}, {"pads", ints({1, 1, 1, 1})}}, {residual, relu}, rng, true,
+                              {}, kLibrary));
+  EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 7, 8, 9}, 11, 1, 1, true, rng), {}, {{OpId::Silu, -1, false}}, rng,
+                              false, {}, kLibrary));
+  // ReLU6 as the importer writes Clip: maximum and minimum against one-element bounds.
+  const Value zero = Value::fromTensor(Tensor::zeros(DType::Float32, Shape{}).value());
+  Tensor six_tensor = Tensor::zeros(DType::Float32, Shape{1, 1, 1, 1}).value();
+  six_tensor.data<float>()[0] = 0.5f;
+  const Value six = Value::fromTensor(six_tensor);
+  EXPECT_TRUE(epilogueMatches(convInputs(Shape{1, 8, 6, 6}, 8, 1, 3, true, rng), pads,
+                              {{OpId::Maximum, 3, false}, {OpId::Minimum, 4, false}}, rng, false, {zero, six},
+                              kLibrary));
+}
+
+// Epilogues oneDNN's post-ops cannot express: refused with the reason, never offered.
+TEST(ConvLibrary, InexpressibleSpecsAreRefusedAndNeverOffered) {
+  std::mt19937 rng(44);
+  const KernelFamily* family = familyFor(OpId::Conv);
+  const std::vector<Value> inputs = convInputs(Shape{1, 4, 6, 7}, 6, 1, 3, true, rng);
+  KernelSpec spec = specFor("conv", inputs);
+  spec.inputs.push_back(specFor("relu", {operand(DType::Float32, Shape{1, 6, 4, 5}, rng)}).inputs[0]);
+  spec.epilogue = {{OpId::Sub, 3, true}};  // x - conv: the conv on the right
+  spec = sharedBackend().targetSpec(spec);
+  for (const KernelParams& params : family->searchSpace(spec)) EXPECT_EQ(params.library, 0) << params.toString();
+  spec.params = kLibrary;
+  const Status refused = family->supports(spec);
+  EXPECT_NE(refused.message().find("no oneDNN conv"), std::string::npos) << refused.toString();
+  spec.epilogue = {{OpId::Sub, 3, false}, {OpId::Exp, -1, false}};
+  EXPECT_NE(family->supports(spec).message().find("is no post-op"), std::string::npos);
+  // Float16 stays with the generated kernel.
+  const std::vector<Value> half = {operand(DType::Float16, Shape{1, 4, 6, 7}, rng),
+                                   operand(DType::Float16, Shape{6, 4, 1, 1}, rng)};
+  KernelSpec half_spec = specFor("conv", half);
+  half_spec.params = kLibrary;
+  EXPECT_FALSE(family->supports(half_spec).isOk());
+}
+
+// The candidate is offered last, after the generated ones, only with LibraryCandidates=1; a
+// depthwise conv keeps its generated kernel (no candidates: not tuned).
+TEST(ConvLibrary, OfferedWithLibraryCandidates) {
+  std::mt19937 rng(45);
+  const KernelFamily* family = familyFor(OpId::Conv);
+  const std::vector<Value> dense = convInputs(Shape{1, 8, 9, 9}, 16, 1, 3, true, rng);
+  const std::vector<Value> depthwise = convInputs(Shape{1, 8, 9, 9}, 8, 8, 3, true, rng);
+  const KernelSpec dense_spec = sharedBackend().targetSpec(specFor("conv", dense, {{"pads", ints({1, 1, 1, 1})}}));
+  const KernelSpec depthwise_spec =
+      sharedBackend().targetSpec(specFor("conv", depthwise, {{"groups", AttrValue::ofInt(8)}}));
+  const std::int64_t saved = Tunables::get(Tunable::LibraryCandidates);
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 1).isOk());
+  const std::vector<KernelParams> space = family->searchSpace(dense_spec);
+  ASSERT_GE(space.size(), 2u);
+  EXPECT_EQ(space.front(), KernelParams{});
+  EXPECT_EQ(space.back(), kLibrary);
+  EXPECT_EQ(std::count(space.begin(), space.end(), kLibrary), 1);
+  EXPECT_TRUE(family->searchSpace(depthwise_spec).empty());
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, 0).isOk());
+  for (const KernelParams& params : family->searchSpace(dense_spec)) EXPECT_EQ(params.library, 0);
+  EXPECT_TRUE(family->searchSpace(depthwise_spec).empty());
+  KernelSpec off = dense_spec;
+  off.params = kLibrary;
+  EXPECT_NE(family->supports(off).message().find("LibraryCandidates=0"), std::string::npos);
+  ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, saved).isOk());
+}
+
+TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
+  std::mt19937 rng(46);
+  const Attrs attrs = {{"pads", ints({1, 0, 2, 1})},
+                       {"strides", ints({2, 1})},
+                       {"dilations", ints({1, 2})},
+                       {"groups", AttrValue::ofInt(2)}};
+  const std::vector<Value> inputs = convInputs(Shape{2, 6, 11, 9}, 4, 2, 3, true, rng);
+  const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+  onednn_conv::failExecutionsForTesting(true);
+  const ::testing::AssertionResult result = matchesReference(librarySpec(inputs, attrs, false), inputs);
+  std::mt19937 epilogue_rng(47);
+  const ::testing::AssertionResult with_epilogue =
+      epilogueMatches(convInputs(Shape{1, 5, 7, 6}, 3, 1, 3, true, epilogue_rng), {{"pads", ints({1, 1, 1, 1})}},
+                      {{OpId::Add, 3, false}, {OpId::Relu, -1, false}}, epilogue_rng, false, {}, kLibrary);
+  onednn_conv::failExecutionsForTesting(false);
+  EXPECT_TRUE(result);
+  EXPECT_TRUE(with_epilogue);
+  const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
+  EXPECT_EQ(after.run_failures, before.run_failures + 2);
+  EXPECT_EQ(after.calls, before.calls + 2);
+}
+
+}  // namespace
+}  // namespace shapevm::jit

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+# Issue 21 at O2 with the AutoTuner on: a conv block (3x3 conv + bias + ReLU, a residual add, a
+# strided 3x3 conv) and an AveragePool, exported with torch.onnx.export with dynamic batch and
+# image size, against torch over several sizes. The tuner times oneDNN's conv primitive
+# (library_onednn_conv.h, impl=onednn) against the generated kernels and installs whichever wins
+# (by timing, so either may run; both must match torch); avg_pool runs compiled (count_include_pad
+# and not, ceil_mode).
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from shapevm import _core  # noqa: E402
+
+
+class Block(torch.nn.Module):
+    def __init__(self, include_pad):
+        super().__init__()
+        self.a = torch.nn.Conv2d(32, 32, 3, padding=1)
+        self.b = torch.nn.Conv2d(32, 48, 3, stride=2, padding=1)
+        self.pool = torch.nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=not include_pad,
+                                       count_include_pad=include_pad)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x)) + x
+        return self.pool(torch.relu(self.b(y)))
+
+
+@pytest.mark.parametrize("include_pad", [True, False])
+def test_tuned_conv_block_and_avg_pool_match_torch(tmp_path, include_pad):
+    torch.manual_seed(21)
+    module = Block(include_pad).eval()
+    path = tmp_path / "block.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.randn(1, 32, 16, 16),), str(path), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}}, opset_version=14)
+    saved = {key: _core.get_tunable(key) for key in ("tune_budget_ms", "library_candidates")}
+    for key, value in (("warmup", 0), ("hot_count", 0), ("hot_ms", 0), ("tune_budget_ms", 200),
+                       ("library_candidates", 1)):
+        _core.set_tunable(key, str(value))
+    try:
+        program = _core.Program(jit_level="O2", jit_wait=True, autotune=True, tuning_cache=False)
+        program.load(str(path))
+        fn = _core.Function(program, 0, -1)
+        rng = np.random.default_rng(21)
+        for n, h, w in ((1, 16, 16), (2, 13, 19), (1, 9, 7), (3, 24, 20)):
+            x = rng.standard_normal((n, 32, h, w)).astype(np.float32)
+            with torch.no_grad():
+                want = module(torch.from_numpy(x)).numpy()
+            for _ in range(3):  # profiled, compiled and tuned, then compiled
+                got = fn(x=x)
+                err = np.linalg.norm(got - want) / np.linalg.norm(want)
+                assert err < 1e-4, f"{n}x{h}x{w}: relative L2 {err:.2e}"
+        stats = program.stats()
+        program.close()
+    finally:
+        for key, value in saved.items():
+            _core.set_tunable(key, str(value))
+    assert stats["launches_compiled"] > 0, stats["jit_report"]
