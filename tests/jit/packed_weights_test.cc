@@ -416,3 +416,49 @@ TEST_F(PackedWeights, ValidationRunsTheCachedPathAndEmptiesTheCache) {
 
 }  // namespace
 }  // namespace shapevm::jit
+
+namespace shapevm::jit {
+namespace {
+
+using namespace testing;  // jit_test_util.h
+
+// Validation keeps its large buffers (inputs, outputs) for later rounds and kernels. A B whose
+// packing the kernel caches is still held by the cache when its round ends, so it is never kept:
+// the next round's B (same shape, and so the same cache key were it the same storage) is packed
+// afresh, never served the stale packing. Every validation packs once per shape set and reads the
+// cached packing once; kept buffers serve the later validations; a corrupted kernel still fails.
+TEST_F(PackedWeights, KeptValidationBuffersNeverServeAStalePacking) {
+  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, Tunables::info(Tunable::PackedWeightMinElements)
+                                                                  .default_value)
+                  .isOk());
+  std::mt19937 rng(11);
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{384, 128}, rng), operand(DType::Float32, Shape{128, 1024}, rng)};
+  CompiledKernel& kernel = compile(specFor("matmul", inputs, {}, Dims::Symbolic));
+  // Two shape sets with the same B: the second round's B would take the first's buffer if kept.
+  const std::vector<std::vector<Shape>> shapes = {{Shape{384, 128}, Shape{128, 1024}}, {Shape{256, 128}, Shape{128, 1024}}};
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const PackedOperandCache::Stats before = kernel.packed.stats();
+    const ValidationBufferStats buffers_before = validationBufferStats();
+    const Status status = validateKernel(kernel, shapes, seed);
+    ASSERT_TRUE(status.isOk()) << "validation " << seed << ": " << status.toString();
+    const PackedOperandCache::Stats after = kernel.packed.stats();
+    EXPECT_EQ(after.packs - before.packs, 2u) << "validation " << seed;
+    EXPECT_EQ(after.hits - before.hits, 1u) << "validation " << seed;
+    EXPECT_EQ(after.entries, 0u);
+    if (seed > 1) {
+      // C of both rounds and of the second pass come from kept buffers, and nothing large is fresh.
+      EXPECT_GE(validationBufferStats().reused - buffers_before.reused, 3u) << "validation " << seed;
+      EXPECT_EQ(validationBufferStats().fresh, buffers_before.fresh) << "validation " << seed;
+    }
+  }
+  for (const std::int64_t row : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{100}}) {
+    kernel.corrupt_outputs = true;
+    kernel.corrupt_row = row;
+    EXPECT_FALSE(validateKernel(kernel, shapes, 7).isOk()) << "corrupted row " << row;
+  }
+  kernel.corrupt_outputs = false;
+  EXPECT_LE(validationBufferStats().kept_bytes, std::size_t{48} << 20);
+}
+
+}  // namespace
+}  // namespace shapevm::jit
