@@ -210,8 +210,7 @@ class KeptBuffers {
     }
     const auto base = reinterpret_cast<std::uintptr_t>(buffer->storage()->data());
     const std::uintptr_t skip = alignedStart(base) - base;
-    const std::int64_t offset =
-        skip + need <= buffer->storage()->nbytes() ? static_cast<std::int64_t>(skip / item) : 0;
+    const std::int64_t offset = skip + need <= buffer->storage()->nbytes() ? static_cast<std::int64_t>(skip / item) : 0;
     // The view outlives `buffer`: it is then its storage's only holder, as a fresh tensor is.
     return buffer->asStrided(shape, contiguousStrides(shape), offset);
   }
@@ -219,8 +218,7 @@ class KeptBuffers {
   // Keeps `t`'s storage for later takes when `t` holds it alone and it is large; else drops `t`.
   // Smaller kept buffers make room for a larger one up to kKeptBytes in all.
   void give(Tensor t) {
-    if (!t.defined() || !t.isSoleOwner() || t.storage()->nbytes() < kKeepAbove ||
-        t.storage()->nbytes() > kKeptBytes) {
+    if (!t.defined() || !t.isSoleOwner() || t.storage()->nbytes() < kKeepAbove || t.storage()->nbytes() > kKeptBytes) {
       return;
     }
     std::vector<Tensor> dropped;  // freed outside the lock
@@ -251,7 +249,9 @@ class KeptBuffers {
   static constexpr std::size_t kKeepAbove = std::size_t{256} << 10;
   static constexpr std::size_t kKeptBytes = std::size_t{48} << 20;
   static constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
-  static std::uintptr_t alignedStart(std::uintptr_t base) { return (base + kHugePage - 1) / kHugePage * kHugePage; }
+  static std::uintptr_t alignedStart(std::uintptr_t base) {
+    return (base + kHugePage - 1) / kHugePage * kHugePage;
+  }
 
   std::mutex mutex_;
   std::vector<Tensor> kept_;  // each its storage's only holder
@@ -275,12 +275,14 @@ bool drawnOnKeptBuffer(const KernelSpec& spec, std::size_t input) {
 
 }  // namespace
 
-ValidationBufferStats validationBufferStats() { return KeptBuffers::global().stats(); }
+ValidationBufferStats validationBufferStats() {
+  return KeptBuffers::global().stats();
+}
 
 namespace {
 // randomInputs(), on kept buffers where `keep` and drawnOnKeptBuffer() say so.
 Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                       std::span<const bool> positive, bool keep) {
+                                        std::span<const bool> positive, bool keep) {
   std::mt19937_64 generator(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {

@@ -242,7 +242,9 @@ Status unsqueezeKernel(OpContext& ctx) {
   const Tensor x = inputTensor(ctx, 0);
   const std::vector<std::int64_t>& axes = ctx.attrs[0].ints;
   const std::size_t out_rank_size = static_cast<std::size_t>(x.rank()) + axes.size();
-  SVM_RETURN_IF_ERROR(checkRank(out_rank_size, [&] { return fmt::format("unsqueeze of {} at axes {}", x.shape().toString(), formatInts(axes)); }));
+  SVM_RETURN_IF_ERROR(checkRank(out_rank_size, [&] {
+    return fmt::format("unsqueeze of {} at axes {}", x.shape().toString(), formatInts(axes));
+  }));
   const int out_rank = static_cast<int>(out_rank_size);
   bool inserted[kMaxRank] = {};
   for (std::int64_t entry : axes) {
@@ -503,7 +505,8 @@ Status gatherKernel(OpContext& ctx) {
   if (!isInteger(indices.dtype())) {
     return makeError(ErrorCode::DTypeMismatch, "indices must be int32 or int64, got {}", dtypeName(indices.dtype()));
   }
-  SVM_RETURN_IF_ERROR(checkRank(static_cast<std::size_t>(x.rank() - 1 + indices.rank()), [] { return "gather result"; }));
+  SVM_RETURN_IF_ERROR(
+      checkRank(static_cast<std::size_t>(x.rank() - 1 + indices.rank()), [] { return "gather result"; }));
   std::vector<std::int64_t> positions(static_cast<std::size_t>(indices.numel()));
   {
     SVM_ASSIGN_OR_RETURN(Tensor flat, indices.contiguous());

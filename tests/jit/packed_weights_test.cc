@@ -428,14 +428,16 @@ using namespace testing;  // jit_test_util.h
 // afresh, never served the stale packing. Every validation packs once per shape set and reads the
 // cached packing once; kept buffers serve the later validations; a corrupted kernel still fails.
 TEST_F(PackedWeights, KeptValidationBuffersNeverServeAStalePacking) {
-  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, Tunables::info(Tunable::PackedWeightMinElements)
-                                                                  .default_value)
-                  .isOk());
+  ASSERT_TRUE(
+      Tunables::set(Tunable::PackedWeightMinElements, Tunables::info(Tunable::PackedWeightMinElements).default_value)
+          .isOk());
   std::mt19937 rng(11);
-  std::vector<Value> inputs = {operand(DType::Float32, Shape{384, 128}, rng), operand(DType::Float32, Shape{128, 1024}, rng)};
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{384, 128}, rng),
+                               operand(DType::Float32, Shape{128, 1024}, rng)};
   CompiledKernel& kernel = compile(specFor("matmul", inputs, {}, Dims::Symbolic));
   // Two shape sets with the same B: the second round's B would take the first's buffer if kept.
-  const std::vector<std::vector<Shape>> shapes = {{Shape{384, 128}, Shape{128, 1024}}, {Shape{256, 128}, Shape{128, 1024}}};
+  const std::vector<std::vector<Shape>> shapes = {{Shape{384, 128}, Shape{128, 1024}},
+                                                  {Shape{256, 128}, Shape{128, 1024}}};
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     const PackedOperandCache::Stats before = kernel.packed.stats();
     const ValidationBufferStats buffers_before = validationBufferStats();
