@@ -2,15 +2,11 @@
 // Kernel validation against the reference kernels (see validate.h).
 #include "jit/validate.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <numeric>
-#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -152,137 +148,8 @@ constexpr std::int64_t kChunk = 509;  // prime: chunk borders never line up with
 
 }  // namespace
 
-namespace {
-
-// Validation's large buffers (inputs, poisoned outputs, whole reference outputs), kept for the
-// next rounds and the next kernels. Fresh memory is faulted in page by page on first touch (~2.5
-// us per 4 KiB page on this VM): that was most of an O1 kernel's validation (a [32, 30, 1024] add:
-// ~16 MB over its three shape sets). A kept buffer is filled afresh (random inputs, the poison)
-// before every use, so no value carries over; fresh ones start 2 MiB aligned and are advised to
-// use transparent huge pages (one fault per 2 MiB where the host allows it).
-// Safety: a buffer is kept only while it is the sole holder of its storage (Tensor::isSoleOwner)
-// when given back, and handed out as the sole holder again. A matmul kernel's packing cache
-// (PackedOperandCache) holds a reference to every B it caches, so a B whose packing is cached is
-// never kept, and a kept buffer is never a cached B: the cache can never serve a packing of bytes
-// that a later round rewrote at the same address (a stale hit). validateRuns() empties the
-// kernel's cache when it ends; those B buffers then go back to the allocator.
-class KeptBuffers {
- public:
-  static KeptBuffers& global() {
-    static auto* kept = new KeptBuffers();  // never destroyed: validation may run during exit
-    return *kept;
-  }
-
-  // A contiguous tensor of `dtype` and `shape` (contents undefined); below kKeepAbove bytes a
-  // plain Tensor::empty.
-  Expected<Tensor> take(DType dtype, const Shape& shape) {
-    const std::int64_t elements = shape.numel();
-    const std::size_t item = dtypeSize(dtype);
-    const std::size_t need = elements > 0 ? static_cast<std::size_t>(elements) * item : 0;
-    if (need < kKeepAbove) return Tensor::empty(dtype, shape);
-    std::optional<Tensor> buffer;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto best = kept_.end();
-      for (auto it = kept_.begin(); it != kept_.end(); ++it) {
-        if (it->dtype() != dtype || it->storage()->nbytes() < need) continue;
-        if (best == kept_.end() || it->storage()->nbytes() < best->storage()->nbytes()) best = it;
-      }
-      if (best != kept_.end()) {
-        buffer = std::move(*best);
-        kept_.erase(best);
-        kept_bytes_ -= buffer->storage()->nbytes();
-        ++stats_.reused;
-      } else {
-        ++stats_.fresh;
-      }
-    }
-    if (!buffer) {
-      // Room for a start on a 2 MiB boundary, advised before anything touches it.
-      const std::size_t bytes = (need + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
-      SVM_ASSIGN_OR_RETURN(Tensor fresh, Tensor::empty(dtype, Shape{static_cast<std::int64_t>(bytes / item)}));
-#ifdef MADV_HUGEPAGE
-      const auto base = reinterpret_cast<std::uintptr_t>(fresh.storage()->data());
-      const std::uintptr_t from = alignedStart(base), to = (base + bytes) / kHugePage * kHugePage;
-      if (to > from) (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);
-#endif
-      buffer = std::move(fresh);
-    }
-    const auto base = reinterpret_cast<std::uintptr_t>(buffer->storage()->data());
-    const std::uintptr_t skip = alignedStart(base) - base;
-    const std::int64_t offset = skip + need <= buffer->storage()->nbytes() ? static_cast<std::int64_t>(skip / item) : 0;
-    // The view outlives `buffer`: it is then its storage's only holder, as a fresh tensor is.
-    return buffer->asStrided(shape, contiguousStrides(shape), offset);
-  }
-
-  // Keeps `t`'s storage for later takes when `t` holds it alone and it is large; else drops `t`.
-  // Smaller kept buffers make room for a larger one up to kKeptBytes in all.
-  void give(Tensor t) {
-    if (!t.defined() || !t.isSoleOwner() || t.storage()->nbytes() < kKeepAbove || t.storage()->nbytes() > kKeptBytes) {
-      return;
-    }
-    std::vector<Tensor> dropped;  // freed outside the lock
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t bytes = t.storage()->nbytes();
-    while (kept_bytes_ + bytes > kKeptBytes) {
-      auto smallest = std::min_element(kept_.begin(), kept_.end(), [](const Tensor& a, const Tensor& b) {
-        return a.storage()->nbytes() < b.storage()->nbytes();
-      });
-      if (smallest == kept_.end() || smallest->storage()->nbytes() >= bytes) return;
-      kept_bytes_ -= smallest->storage()->nbytes();
-      dropped.push_back(std::move(*smallest));
-      kept_.erase(smallest);
-    }
-    kept_bytes_ += bytes;
-    kept_.push_back(std::move(t));
-  }
-
-  ValidationBufferStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ValidationBufferStats stats = stats_;
-    stats.kept_buffers = kept_.size();
-    stats.kept_bytes = kept_bytes_;
-    return stats;
-  }
-
- private:
-  static constexpr std::size_t kKeepAbove = std::size_t{256} << 10;
-  static constexpr std::size_t kKeptBytes = std::size_t{48} << 20;
-  static constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
-  static std::uintptr_t alignedStart(std::uintptr_t base) {
-    return (base + kHugePage - 1) / kHugePage * kHugePage;
-  }
-
-  std::mutex mutex_;
-  std::vector<Tensor> kept_;  // each its storage's only holder
-  std::size_t kept_bytes_ = 0;
-  ValidationBufferStats stats_;
-};
-
-// Gives every tensor among `values` back to the kept buffers (see KeptBuffers::give).
-void giveBack(std::vector<Value>& values) {
-  for (Value& value : values) {
-    if (value.isTensor()) KeptBuffers::global().give(value.takeTensor());
-  }
-}
-
-// Whether validation draws input `input` of `spec` on a kept buffer: not a contraction's B, which
-// the kernel's packing cache holds (it could not be kept afterwards, and would take a kept buffer
-// from the inputs and outputs that can).
-bool drawnOnKeptBuffer(const KernelSpec& spec, std::size_t input) {
-  return !(input == 1 && OpRegistry::global().schema(spec.op).cls == OpClass::Contraction);
-}
-
-}  // namespace
-
-ValidationBufferStats validationBufferStats() {
-  return KeptBuffers::global().stats();
-}
-
-namespace {
-// randomInputs(), on kept buffers where `keep` and drawnOnKeptBuffer() say so.
-Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                        std::span<const bool> positive, bool keep) {
+Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
+                                          std::span<const bool> positive) {
   std::mt19937_64 generator(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -307,8 +174,7 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
       continue;
     }
     if (i >= shapes.size()) return makeError(ErrorCode::Internal, "no shape for input {}", i);
-    SVM_ASSIGN_OR_RETURN(Tensor t, keep && drawnOnKeptBuffer(spec, i) ? KeptBuffers::global().take(in.dtype, shapes[i])
-                                                                      : Tensor::empty(in.dtype, shapes[i]));
+    SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(in.dtype, shapes[i]));
     const Domain domain = in.dtype == DType::Bool                 ? Domain::Bool
                           : i < positive.size() && positive[i] ? Domain::Positive
                                                                : domainFor(spec.op, i);
@@ -353,12 +219,6 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
     values.push_back(Value::fromTensor(std::move(t)));
   }
   return values;
-}
-}  // namespace
-
-Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                          std::span<const bool> positive) {
-  return drawInputs(spec, shapes, seed, positive, false);
 }
 
 namespace {
@@ -450,10 +310,8 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
   return sets;
 }
 
-namespace {
-// Fills `t` with the poison (see poisonedTensor).
-void poison(Tensor& t) {
-  const DType dtype = t.dtype();
+Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape) {
+  SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
   const std::int64_t n = t.numel();
   if (dtype == DType::Float32) {
     std::fill_n(t.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
@@ -463,18 +321,6 @@ void poison(Tensor& t) {
     std::memset(t.rawData(), 0x5A, static_cast<std::size_t>(n) * t.itemSize());
     if (dtype == DType::Bool) std::memset(t.rawData(), 2, static_cast<std::size_t>(n));  // neither false nor true
   }
-}
-
-Expected<Tensor> keptPoisonedTensor(DType dtype, const Shape& shape) {
-  SVM_ASSIGN_OR_RETURN(Tensor t, KeptBuffers::global().take(dtype, shape));
-  poison(t);
-  return t;
-}
-}  // namespace
-
-Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape) {
-  SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
-  poison(t);
   return t;
 }
 
@@ -826,20 +672,7 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
   for (const std::vector<Shape>& shapes : shape_sets) {
     const bool observed_set = round == 0;
     const bool check_packing = round == packing_set;
-    // Inputs, reference and kernel outputs on kept buffers, given back when the round ends (a
-    // buffer something else still holds, e.g. a B in the kernel's packing cache, is not kept).
-    std::vector<Value> inputs, expected, actual;
-    struct GiveBackAtEnd {
-      std::vector<Value>& inputs;
-      std::vector<Value>& expected;
-      std::vector<Value>& actual;
-      ~GiveBackAtEnd() {
-        giveBack(actual);
-        giveBack(expected);
-        giveBack(inputs);
-      }
-    } give_back{inputs, expected, actual};
-    SVM_ASSIGN_OR_RETURN(inputs, drawInputs(kernel.spec, shapes, seed + round++, {}, true));
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, randomInputs(kernel.spec, shapes, seed + round++));
     std::vector<const Value*> pointers;
     for (const Value& v : inputs) pointers.push_back(v.isNone() ? nullptr : &v);  // None = an omitted input
     std::string described = describeInputs(pointers);
@@ -868,7 +701,7 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
       }
     }
     // Reference first: an input combination the op itself rejects is not a validation case.
-    expected.assign(num_outputs, Value());
+    std::vector<Value> expected(num_outputs);
     if (!rows.empty()) {
       SVM_ASSIGN_OR_RETURN(bool sampled,
                            sampledReference(kernel, pointers, row_indexed, out_shapes[0], rows, expected));
@@ -876,11 +709,6 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     }
     if (rows.empty()) {
       expected.assign(num_outputs, Value());
-      for (std::size_t o = 0; o < num_outputs && shaped; ++o) {
-        // Written in place by the reference (outputBuffer) when it gives this dtype and shape.
-        SVM_ASSIGN_OR_RETURN(Tensor buffer, KeptBuffers::global().take(dtypes[o], out_shapes[o]));
-        expected[o] = Value::fromTensor(std::move(buffer));
-      }
       if (!kernel.family->reference(kernel.spec, pointers, expected).isOk()) continue;
       for (std::size_t o = 0; o < num_outputs; ++o) {
         if (!expected[o].isTensor()) continue;
@@ -890,9 +718,9 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     }
     ++compared;
     // Poisoned output buffers of the reference's shapes, handed to the kernel for in-place use.
-    actual.assign(num_outputs, Value());
+    std::vector<Value> actual(num_outputs);
     for (std::size_t o = 0; o < actual.size(); ++o) {
-      SVM_ASSIGN_OR_RETURN(Tensor buffer, keptPoisonedTensor(dtypes[o], out_shapes[o]));
+      SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
       actual[o] = Value::fromTensor(std::move(buffer));
     }
     // A call that packed an operand for the kernel's cache runs again: the second one reads the
@@ -903,9 +731,8 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
         // Reading the packing is checked by every first pass (it packs, then reads); the reuse of a
         // cached packing once, on the observed shapes.
         if (kernel.packed.stats().packs == packs || !check_packing) break;
-        giveBack(actual);
         for (std::size_t o = 0; o < actual.size(); ++o) {
-          SVM_ASSIGN_OR_RETURN(Tensor buffer, keptPoisonedTensor(dtypes[o], out_shapes[o]));
+          SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
           actual[o] = Value::fromTensor(std::move(buffer));
         }
       }

@@ -55,18 +55,6 @@ bool needsPositiveInput(OpId op, std::size_t input);
 // another dim's extent, or whose extent a static dim also has, keeps its own.
 std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::span<const Shape> observed);
 
-// Validation's large buffers (inputs, outputs; 256 KiB and more) are kept across rounds and
-// kernels (up to 48 MiB), so validating a kernel seldom faults in fresh pages; a kept buffer is
-// refilled before every use, and one that anything else still holds (a B in a packing cache) is
-// never kept. Counts of buffers taken: reused from the kept ones, or fresh; and what is kept now.
-struct ValidationBufferStats {
-  std::uint64_t reused = 0;
-  std::uint64_t fresh = 0;
-  std::size_t kept_buffers = 0;
-  std::size_t kept_bytes = 0;
-};
-ValidationBufferStats validationBufferStats();
-
 // Runs `kernel` and the reference kernel (on sampled rows, see above) on random inputs for every
 // shape set; OK or the first failure with its reason (shapes included). On the smallest set, a
 // call that packed an operand into the kernel's cache (PackedOperandCache) runs twice, so the
