@@ -26,13 +26,19 @@ bool isPresent(const OpContext& ctx, std::size_t index) {
 
 std::string formatInts(std::span<const std::int64_t> values) {
   std::string text = "[";
-  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) text += ',';
+    text += std::to_string(values[i]);
+  }
   return text + "]";
 }
 
-Status checkRank(std::size_t rank, const std::string& what) {
+// `describe()` names what has the rank; it is called only on the error path (reshape runs every
+// iteration, and formatting its target shape cost more than the rest of the op).
+template <typename Describe>
+Status checkRank(std::size_t rank, const Describe& describe) {
   if (rank > static_cast<std::size_t>(kMaxRank)) {
-    return makeError(ErrorCode::Unsupported, "{} has rank {}, above the maximum rank {}", what, rank, kMaxRank);
+    return makeError(ErrorCode::Unsupported, "{} has rank {}, above the maximum rank {}", describe(), rank, kMaxRank);
   }
   return Status::ok();
 }
@@ -117,7 +123,7 @@ void fillContiguous(const Tensor& out, double value) {
 Status reshapeKernel(OpContext& ctx) {
   const Tensor x = inputTensor(ctx, 0);
   SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> dims, ctx.inputs[1]->toInts("shape"));
-  SVM_RETURN_IF_ERROR(checkRank(dims.size(), "target shape " + formatInts(dims)));
+  SVM_RETURN_IF_ERROR(checkRank(dims.size(), [&] { return "target shape " + formatInts(dims); }));
   int inferred = -1;
   std::int64_t known = 1;
   bool overflow = false;
@@ -236,7 +242,9 @@ Status unsqueezeKernel(OpContext& ctx) {
   const Tensor x = inputTensor(ctx, 0);
   const std::vector<std::int64_t>& axes = ctx.attrs[0].ints;
   const std::size_t out_rank_size = static_cast<std::size_t>(x.rank()) + axes.size();
-  SVM_RETURN_IF_ERROR(checkRank(out_rank_size, fmt::format("unsqueeze of {} at axes {}", x.shape().toString(), formatInts(axes))));
+  SVM_RETURN_IF_ERROR(checkRank(out_rank_size, [&] {
+    return fmt::format("unsqueeze of {} at axes {}", x.shape().toString(), formatInts(axes));
+  }));
   const int out_rank = static_cast<int>(out_rank_size);
   bool inserted[kMaxRank] = {};
   for (std::int64_t entry : axes) {
@@ -370,7 +378,7 @@ Status stackKernel(OpContext& ctx) {
                        i, tensors[i].shape().toString(), first.shape().toString());
     }
   }
-  SVM_RETURN_IF_ERROR(checkRank(static_cast<std::size_t>(first.rank()) + 1, "stacked result"));
+  SVM_RETURN_IF_ERROR(checkRank(static_cast<std::size_t>(first.rank()) + 1, [] { return "stacked result"; }));
   SVM_ASSIGN_OR_RETURN(int axis, normalizeAxis("stack", ctx.attrs[0].i, first.rank() + 1));
   Shape shape;
   for (int d = 0; d < first.rank() + 1; ++d) {
@@ -497,7 +505,8 @@ Status gatherKernel(OpContext& ctx) {
   if (!isInteger(indices.dtype())) {
     return makeError(ErrorCode::DTypeMismatch, "indices must be int32 or int64, got {}", dtypeName(indices.dtype()));
   }
-  SVM_RETURN_IF_ERROR(checkRank(static_cast<std::size_t>(x.rank() - 1 + indices.rank()), "gather result"));
+  SVM_RETURN_IF_ERROR(
+      checkRank(static_cast<std::size_t>(x.rank() - 1 + indices.rank()), [] { return "gather result"; }));
   std::vector<std::int64_t> positions(static_cast<std::size_t>(indices.numel()));
   {
     SVM_ASSIGN_OR_RETURN(Tensor flat, indices.contiguous());
@@ -539,7 +548,7 @@ Status gatherKernel(OpContext& ctx) {
 Status broadcastToKernel(OpContext& ctx) {
   const Tensor x = inputTensor(ctx, 0);
   SVM_ASSIGN_OR_RETURN(std::vector<std::int64_t> dims, ctx.inputs[1]->toInts("shape"));
-  SVM_RETURN_IF_ERROR(checkRank(dims.size(), "target shape " + formatInts(dims)));
+  SVM_RETURN_IF_ERROR(checkRank(dims.size(), [&] { return "target shape " + formatInts(dims); }));
   const int out_rank = static_cast<int>(dims.size());
   if (out_rank < x.rank()) {
     return makeError(ErrorCode::ShapeMismatch, "cannot broadcast {} to {}: the target has lower rank",

@@ -14,6 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
 #include "jit/llvm_cpu/library_onednn.h"
 #include "jit_test_util.h"
 #include "support/thread_pool.h"
@@ -293,6 +296,43 @@ TEST(MatmulJit, RangeKernelAtTheEndsAndOddSizes) {
           transposed_b ? transposedWeight(DType::Float32, k, n, rng) : operand(DType::Float32, Shape{k, n}, rng)};
       EXPECT_TRUE(matchesReference(specFor("matmul", inputs), inputs)) << m << "x" << k << "x" << n;
     }
+  }
+}
+
+// x @ W.T with M a range: A's rows and B's columns are contiguous along K, so a call with fewer
+// than MR rows (6 for a dynamic M) takes the dot-product path. A range whose low end has MR rows
+// never does, and its kernel carries no dot-product code (fewer basic blocks before the IR
+// passes); both kernels agree with the reference at their range ends and inside.
+TEST(MatmulJit, ARangeThatCannotTakeTheDotPathEmitsNoDotPath) {
+  std::mt19937 rng(29);
+  const Value w = transposedWeight(DType::Float32, 96, 1024, rng);
+  auto inputsAt = [&](std::int64_t m) { return std::vector<Value>{operand(DType::Float32, Shape{m, 96}, rng), w}; };
+  auto rangeSpec = [&](std::int64_t lo) {
+    KernelSpec spec = specFor("matmul", inputsAt(lo));
+    spec.inputs[0].dims[0].size = -1;
+    static_cast<DimRange&>(spec.inputs[0].dims[0]) = DimRange::between(lo, 200);
+    return sharedLlvmBackend().targetSpec(spec);
+  };
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  ASSERT_NE(family, nullptr);
+  const auto* emitter = dynamic_cast<const LlvmKernelEmitter*>(family);
+  ASSERT_NE(emitter, nullptr);
+  auto blocks = [&](const KernelSpec& spec) {
+    llvm::LLVMContext context;
+    llvm::Module module("range", context);
+    const Status status = emitter->emit(spec, module, "svm_test_range");
+    EXPECT_TRUE(status.isOk()) << status.toString();
+    std::size_t count = 0;
+    for (const llvm::Function& function : module) count += function.size();
+    return count;
+  };
+  const KernelSpec may_dot = rangeSpec(5), never_dot = rangeSpec(6);
+  EXPECT_LT(blocks(never_dot), blocks(may_dot));
+  for (const KernelSpec& spec : {may_dot, never_dot}) {
+    const std::int64_t lo = spec.inputs[0].dims[0].lo;
+    std::vector<std::vector<Value>> sets;
+    for (std::int64_t m : {lo, lo + 1, std::int64_t{97}, std::int64_t{200}}) sets.push_back(inputsAt(m));
+    EXPECT_TRUE(sameKernelMatches(spec, sets)) << "M in " << lo << "..200";
   }
 }
 

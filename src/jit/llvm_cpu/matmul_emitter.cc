@@ -137,6 +137,17 @@ class MatmulEmitter {
     llvm::Value* dot_layout = b_.CreateAnd(b_.CreateICmpEQ(a_col_, i64(1)), b_.CreateICmpEQ(b_row_, i64(1)));
     llvm::Value* use_dot =
         b_.CreateAnd(dot_layout, b_.CreateOr(b_.CreateICmpSLT(m_, mr), b_.CreateICmpSLT(n_, i64(kLanes))));
+    // A range whose low ends have MR rows and 16 columns never takes it (the range matmul of the
+    // reference cell, M in 256..1024): not emitted.
+    auto least = [](const OperandSpec& operand, int axis) {
+      if (axis < 0) return std::int64_t{1};  // a vector's missing M or N
+      const DimSpec& dim = operand.dims[axis];
+      return dim.isStatic() ? dim.size : dim.lo;
+    };
+    if (least(a_spec_, a_spec_.rank >= 2 ? a_spec_.rank - 2 : -1) >= plan_.mr &&
+        least(b_spec_, b_spec_.rank >= 2 ? b_spec_.rank - 1 : -1) >= std::int64_t{kLanes}) {
+      use_dot = b_.getFalse();
+    }
     if (gate_) use_dot = b_.getFalse();  // the gate epilogue runs on whole tiles only
     auto* never_dot = llvm::dyn_cast<llvm::ConstantInt>(use_dot);
     if (packable_ && (never_dot == nullptr || !never_dot->isZero())) {
