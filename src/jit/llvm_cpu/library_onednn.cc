@@ -28,6 +28,7 @@
 #include "jit/fusion.h"
 #include "jit/llvm_cpu/codegen_math.h"
 #include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/library_cache.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
@@ -382,11 +383,8 @@ class Primitive {
 std::atomic<bool> Primitive::fail_for_testing_{false};
 
 struct Cache {
-  std::mutex mutex;
-  std::map<std::string, std::unique_ptr<Primitive>> primitives;
-  std::map<std::string, std::string> failures;  // keys oneDNN could not create, with the reason
+  library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN matmul", kMaxPrimitives};
   std::atomic<std::uint64_t> calls{0}, run_failures{0}, tail_calls{0}, sgemm_calls{0};
-  double create_ms = 0;
 };
 Cache& cache() {
   static Cache* cache = new Cache();  // never destroyed: kernels may run during static destruction
@@ -394,25 +392,7 @@ Cache& cache() {
 }
 
 Expected<Primitive*> findOrCreate(const Problem& problem) {
-  const std::string key = problem.toString();
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  if (auto found = c.primitives.find(key); found != c.primitives.end()) return found->second.get();
-  if (auto failed = c.failures.find(key); failed != c.failures.end())
-    return makeError(ErrorCode::Unsupported, "{}", failed->second);
-  if (c.primitives.size() >= kMaxPrimitives)
-    return makeError(ErrorCode::Unsupported, "oneDNN matmul: {} primitives cached already", kMaxPrimitives);
-  const auto start = std::chrono::steady_clock::now();
-  Expected<std::unique_ptr<Primitive>> created = Primitive::create(problem);
-  c.create_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!created) {
-    std::string reason = fmt::format("oneDNN matmul {}: {}", key, created.status().message());
-    c.failures.emplace(key, reason);
-    return makeError(ErrorCode::Unsupported, "{}", reason);
-  }
-  Primitive* primitive = created->get();
-  c.primitives.emplace(key, std::move(*created));
-  return primitive;
+  return cache().primitives.findOrCreate(problem);
 }
 
 // Why `step` of `spec` is no post-op; empty when it is one.
@@ -877,8 +857,8 @@ Status emitTail(const KernelSpec& spec, llvm::Function* part) {
 
 LibraryStats stats() {
   Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  return {c.primitives.size(),   c.create_ms,         c.calls.load(),
+  const auto totals = c.primitives.totals();
+  return {totals.primitives,     totals.create_ms,    c.calls.load(),
           c.run_failures.load(), c.tail_calls.load(), c.sgemm_calls.load()};
 }
 

@@ -21,6 +21,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "jit/llvm_cpu/codegen_util.h"
+#include "jit/llvm_cpu/library_cache.h"
 #include "jit/llvm_cpu/library_onednn.h"
 #include "jit/llvm_cpu/matmul_plan.h"
 #include "ops/conv_geometry.h"
@@ -382,11 +383,8 @@ class Primitive {
 std::atomic<bool> Primitive::fail_for_testing{false};
 
 struct Cache {
-  std::mutex mutex;
-  std::map<std::string, std::unique_ptr<Primitive>> primitives;
-  std::map<std::string, std::string> failures;  // keys oneDNN could not create, with the reason
+  library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN conv", kMaxPrimitives};
   std::atomic<std::uint64_t> calls{0}, run_failures{0};
-  double create_ms = 0;
 };
 Cache& cache() {
   static Cache* cache = new Cache();  // never destroyed: kernels may run during static destruction
@@ -394,26 +392,9 @@ Cache& cache() {
 }
 
 Expected<Primitive*> findOrCreate(const Problem& problem) {
-  const std::string key = problem.toString();
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  if (auto found = c.primitives.find(key); found != c.primitives.end()) return found->second.get();
-  if (auto failed = c.failures.find(key); failed != c.failures.end())
-    return makeError(ErrorCode::Unsupported, "{}", failed->second);
-  if (c.primitives.size() >= kMaxPrimitives)
-    return makeError(ErrorCode::Unsupported, "oneDNN conv: {} primitives cached already", kMaxPrimitives);
-  const auto start = std::chrono::steady_clock::now();
-  Expected<std::unique_ptr<Primitive>> created = Primitive::create(problem);
-  c.create_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!created) {
-    std::string reason = fmt::format("oneDNN conv {}: {}", key, created.status().message());
+  return cache().primitives.findOrCreate(problem, [](const std::string& reason) {
     logAt(LogLevel::Info, "JIT", "{}; the generated conv kernel or the reference runs it", reason);
-    c.failures.emplace(key, reason);
-    return makeError(ErrorCode::Unsupported, "{}", reason);
-  }
-  Primitive* primitive = created->get();
-  c.primitives.emplace(key, std::move(*created));
-  return primitive;
+  });
 }
 
 // Whether the primitive runs on oneDNN's own layouts, the input and the weight reordered into them
@@ -616,8 +597,8 @@ void runLibraryConv(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks
 
 ConvLibraryStats stats() {
   Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  return {c.primitives.size(), c.create_ms, c.calls.load(), c.run_failures.load()};
+  const auto totals = c.primitives.totals();
+  return {totals.primitives, totals.create_ms, c.calls.load(), c.run_failures.load()};
 }
 
 void failExecutionsForTesting(bool fail) {

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// The process-wide cache of a library family's primitives (library_onednn.cc's matmuls,
+// library_onednn_conv.cc's convs): one primitive per problem key (its text), created once, never
+// destroyed (kernels may run during static destruction), at most `max` of them. A key oneDNN
+// could not create is remembered with its reason, so a kernel that meets it again fails at once.
+// The family's call counters stay its own (atomics beside the cache).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "shapevm/status.h"
+
+namespace shapevm::jit::library {
+
+template <typename Problem, typename Primitive>
+class PrimitiveCache {
+ public:
+  struct Totals {
+    std::size_t primitives = 0;
+    double create_ms = 0;
+  };
+
+  // `what` names the family in errors ("oneDNN matmul").
+  PrimitiveCache(std::string_view what, std::size_t max) : what_(what), max_(max) {}
+
+  // The primitive for `problem` (Primitive::create(problem) on a miss); the reason when oneDNN
+  // cannot create it, or the cache is full. `on_failure(reason)` runs once per key oneDNN could
+  // not create (under the cache's lock).
+  template <typename OnFailure>
+  Expected<Primitive*> findOrCreate(const Problem& problem, OnFailure&& on_failure) {
+    const std::string key = problem.toString();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto found = primitives_.find(key); found != primitives_.end()) return found->second.get();
+    if (auto failed = failures_.find(key); failed != failures_.end()) {
+      return makeError(ErrorCode::Unsupported, "{}", failed->second);
+    }
+    if (primitives_.size() >= max_) {
+      return makeError(ErrorCode::Unsupported, "{}: {} primitives cached already", what_, max_);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Expected<std::unique_ptr<Primitive>> created = Primitive::create(problem);
+    create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!created) {
+      std::string reason = fmt::format("{} {}: {}", what_, key, created.status().message());
+      on_failure(reason);
+      failures_.emplace(key, reason);
+      return makeError(ErrorCode::Unsupported, "{}", reason);
+    }
+    Primitive* primitive = created->get();
+    primitives_.emplace(key, std::move(*created));
+    return primitive;
+  }
+  Expected<Primitive*> findOrCreate(const Problem& problem) {
+    return findOrCreate(problem, [](const std::string&) {});
+  }
+
+  Totals totals() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {primitives_.size(), create_ms_};
+  }
+
+ private:
+  std::string what_;
+  std::size_t max_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Primitive>> primitives_;
+  std::map<std::string, std::string> failures_;  // keys oneDNN could not create, with the reason
+  double create_ms_ = 0;
+};
+
+}  // namespace shapevm::jit::library
