@@ -156,7 +156,7 @@ TEST_F(TieringTest, WarmupRunsAreRespectedEvenWhenTheRegionIsHot) {
 
 TEST_F(TieringTest, SlowCompilesNeverStallTheInterpreter) {
   eagerTierUp();
-  ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 400).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 1000).isOk());
   auto module = load(kProgram);
   VirtualMachine vm(module);
   auto jit = Jit::attach(vm);
@@ -171,7 +171,9 @@ TEST_F(TieringTest, SlowCompilesNeverStallTheInterpreter) {
     auto out = vm.run(0, in);
     ASSERT_TRUE(out.hasValue());
     expectSame(want, (*out)[0]);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100)) << "a run waited for the compiler";
+    // A run that waited for the compiler would take most of its 1 s delay; the margin below it
+    // absorbs a loaded host descheduling this thread (a run itself takes microseconds).
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500)) << "a run waited for the compiler";
     ++interpreted_runs;
   }
   EXPECT_EQ(vm.stats().compiled_calls, 0u) << "the kernel cannot be ready before the delay";
