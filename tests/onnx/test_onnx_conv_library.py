@@ -11,6 +11,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+shapevm = pytest.importorskip("shapevm")
+if not hasattr(shapevm, "load"):
+    pytest.skip("the shapevm Python module is not built", allow_module_level=True)
 from shapevm import _core  # noqa: E402
 
 
