@@ -3,8 +3,11 @@
 // library_onednn_conv.cc's convs): one primitive per problem key (its text), created once, never
 // destroyed (kernels may run during static destruction), at most `max` of them. A key oneDNN
 // could not create is remembered with its reason, so a kernel that meets it again fails at once.
-// The family's call counters stay its own (atomics beside the cache).
+// The family's call counters stay its own (atomics beside the cache). Also OmpThreads, which both
+// families hold around a primitive's execution.
 #pragma once
+
+#include <dlfcn.h>
 
 #include <chrono>
 #include <cstddef>
@@ -74,6 +77,31 @@ class PrimitiveCache {
   std::map<std::string, std::unique_ptr<Primitive>> primitives_;
   std::map<std::string, std::string> failures_;  // keys oneDNN could not create, with the reason
   double create_ms_ = 0;
+};
+
+// oneDNN's OpenMP threads for the calling thread (its nthreads ICV) held to the kernel's task
+// count for the scope, then restored (other OpenMP users on this thread, e.g. torch in the Python
+// module, keep theirs). libgomp is oneDNN's own dependency: looked up, not linked.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int threads) {
+    static const auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    static const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (set == nullptr || get == nullptr) return;
+    saved_ = get();
+    if (saved_ == threads) return;
+    set_ = set;
+    set_(threads);
+  }
+  ~OmpThreads() {
+    if (set_ != nullptr) set_(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int saved_ = 1;
 };
 
 }  // namespace shapevm::jit::library

@@ -4,8 +4,6 @@
 // library = 2 kernel's generated tail.
 #include "jit/llvm_cpu/library_onednn.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -93,31 +91,6 @@ Status check(dnnl_status_t status, const char* what) {
   if (status == dnnl_success) return Status::ok();
   return makeError(ErrorCode::Unsupported, "oneDNN {} failed (status {})", what, static_cast<int>(status));
 }
-
-// oneDNN's OpenMP threads for the calling thread (its nthreads ICV) held to the kernel's task
-// count for the scope, then restored (other OpenMP users on this thread, e.g. torch in the Python
-// module, keep theirs). libgomp is oneDNN's own dependency: looked up, not linked.
-class OmpThreads {
- public:
-  explicit OmpThreads(int threads) {
-    static const auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    static const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    if (set == nullptr || get == nullptr) return;
-    saved_ = get();
-    if (saved_ == threads) return;
-    set_ = set;
-    set_(threads);
-  }
-  ~OmpThreads() {
-    if (set_ != nullptr) set_(saved_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  void (*set_)(int) = nullptr;
-  int saved_ = 1;
-};
 
 // Axes of the canonical [batch0, batch1, rows, cols] views (matmul_plan.h) a problem is kept in.
 constexpr int kAxes = matmul::kMaxBatchRank + 2;
@@ -222,7 +195,7 @@ class Primitive {
     if (status.isOk() && fail_for_testing_.load(std::memory_order_relaxed))
       status = check(dnnl_runtime_error, "primitive_execute");
     if (status.isOk()) {
-      const OmpThreads threads(problem_.threads);
+      const library::OmpThreads threads(problem_.threads);
       status =
           check(dnnl_primitive_execute(primitive_, stream_, static_cast<int>(exec_args_.size()), exec_args_.data()),
                 "primitive_execute");
@@ -292,11 +265,11 @@ class Primitive {
     if (tasks > 1 && batches >= tasks) {
       const std::int64_t share = (batches + tasks - 1) / tasks;
       ThreadPool::global().run(tasks, [&](int task) {
-        const OmpThreads one(1);
+        const library::OmpThreads one(1);
         matrices(std::min(batches, task * share), std::min(batches, (task + 1) * share));
       });
     } else {
-      const OmpThreads threads(tasks);
+      const library::OmpThreads threads(tasks);
       matrices(0, batches);
     }
     const int status = failed.load(std::memory_order_relaxed);
@@ -353,7 +326,7 @@ class Primitive {
     if (status.isOk())
       status = check(dnnl_matmul_desc_init(&desc, &descs[0], &descs[1], nullptr, &descs[2]), "matmul_desc_init");
     if (status.isOk()) {
-      const OmpThreads threads(problem_.threads);  // an OpenMP build sizes its blocking for its threads
+      const library::OmpThreads threads(problem_.threads);  // an OpenMP build sizes its blocking for its threads
       status = check(dnnl_primitive_desc_create(&pd_, &desc, attr, engine_, nullptr),
                      "primitive_desc_create (no implementation for this dtype, layout or CPU)");
     }

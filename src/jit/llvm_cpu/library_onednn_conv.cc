@@ -4,8 +4,6 @@
 // direct fallback loop.
 #include "jit/llvm_cpu/library_onednn_conv.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -104,31 +102,6 @@ struct Problem {
   }
 };
 
-// oneDNN's OpenMP threads for the calling thread held to `threads` for the scope, then restored
-// (libgomp is oneDNN's own dependency: looked up, not linked).
-class ThreadScope {
- public:
-  explicit ThreadScope(int threads) {
-    using Set = void (*)(int);
-    using Get = int (*)();
-    static const Set set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    static const Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    if (set == nullptr || get == nullptr || get() == threads) return;
-    restore_ = get();
-    set_ = set;
-    set_(threads);
-  }
-  ~ThreadScope() {
-    if (set_ != nullptr) set_(restore_);
-  }
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-
- private:
-  void (*set_)(int) = nullptr;
-  int restore_ = 1;
-};
-
 class Primitive {
  public:
   // A blocked problem oneDNN cannot create that way (a post-op its blocked kernels lack) is made
@@ -187,7 +160,7 @@ class Primitive {
       if (!status.isOk()) break;
       status = check(dnnl_memory_set_data_handle(r.blocked, buffer + r.offset), "memory_set_data_handle");
     }
-    const ThreadScope threads(problem_.threads);
+    const library::OmpThreads threads(problem_.threads);
     for (Reorder& r : reorders_) {
       if (!status.isOk() || r.into_plain) continue;
       status = execute(r.primitive, r.plain, r.blocked);
@@ -340,7 +313,7 @@ class Primitive {
                      "convolution_forward_desc_init");
     }
     if (status.isOk()) {
-      const ThreadScope threads(p.threads);  // an OpenMP build sizes its blocking for its threads
+      const library::OmpThreads threads(p.threads);  // an OpenMP build sizes its blocking for its threads
       status = check(dnnl_primitive_desc_create(&pd_, &desc, attr, engine_, nullptr),
                      "primitive_desc_create (no implementation for this conv, layout or CPU)");
     }
