@@ -12,29 +12,18 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <unordered_map>
 #include <vector>
 
+#include "cpu_timing.h"
+
 namespace {
 
-double threadSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using shapevm::bench::medianCallSeconds;
 
-// Median over `rounds` of the per-call time of `calls` back-to-back runs of `call`, in ms.
 template <typename Call>
 double medianMs(const Call& call, int calls, int rounds) {
-  std::vector<double> times;
-  for (int r = 0; r < rounds; ++r) {
-    const double start = threadSeconds();
-    for (int c = 0; c < calls; ++c) call();
-    times.push_back((threadSeconds() - start) / calls * 1e3);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return medianCallSeconds(call, calls, rounds) * 1e3;
 }
 
 struct Layer {

@@ -11,30 +11,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <unordered_map>
 #include <vector>
 
+#include "cpu_timing.h"
+
 namespace {
 
-double threadSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-// Median over `rounds` of the per-call time of `calls` back-to-back runs of `call`.
-template <typename Call>
-double medianCallSeconds(const Call& call, int calls, int rounds) {
-  std::vector<double> times;
-  for (int r = 0; r < rounds; ++r) {
-    const double start = threadSeconds();
-    for (int c = 0; c < calls; ++c) call();
-    times.push_back((threadSeconds() - start) / calls);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using shapevm::bench::medianCallSeconds;
 
 }  // namespace
 
