@@ -295,6 +295,8 @@ def main():
     # the archive covers as it meets it) and "warm start" (the archive, and the worker installs what
     # its install records cover when it loads the module, before its first call).
     kinds = {"both": ("warm", "warm start"), "on": ("warm start",), "off": ("warm",)}[args.warm_start]
+    if args.thread_variants and "warm" not in kinds:
+        kinds = ("warm",) + kinds  # the thread variants are compared with the plain warm runs
     # name -> workers, cold or warm, settings (None: shapevm.dask's default, each worker its share),
     # warm start (None: map_model's default).
     configs = [(f"cold, {w}", args.workers, "cold", None, None), ("cold, 1 worker", 1, "cold", None, None)]
