@@ -35,8 +35,10 @@ int cacheCommand(const std::string& action, const std::string& dir, const std::s
     fmt::print("kernel cache: {}\n", s.directory);
     fmt::print("  {} kernels, {:.2f} MiB of {} MiB (cache_max_mb)\n", s.entries, s.bytes / 1048576.0,
                s.cap_bytes >> 20);
-    fmt::print("  {} install records (what earlier processes installed, for first-sight installs)\n",
-               s.install_records);
+    fmt::print(
+        "  {} install records (what earlier processes installed, for first-sight installs and warm starts), "
+        "{} with operand layouts\n",
+        s.install_records, s.layout_records);
     fmt::print("tuning database: {} ({} records)\n", tuning, db.size());
     return 0;
   }

@@ -50,6 +50,13 @@ struct InstallRecord {
   void merge(const InstallRecord& other);
   // The file name of the record for `identity` ("<identity>.svmi").
   static std::string fileName(const std::string& identity) { return identity + std::string(kInstallRecordSuffix); }
+  // The identity of the operand-layout companion of `identity`'s record (warm_start.cc): the same
+  // file format beside it, "<identity>-layouts.svmi".
+  static std::string layoutsIdentity(const std::string& identity) { return identity + std::string(kLayoutsTag); }
+  static bool isLayoutsFileName(std::string_view name) {
+    return name.ends_with(std::string(kLayoutsTag) + std::string(kInstallRecordSuffix));
+  }
+  static constexpr std::string_view kLayoutsTag = "-layouts";
   // The file's text and back; decode names what is wrong (bad syntax, checksum, truncation).
   std::string encode() const;
   static Expected<InstallRecord> decode(std::string_view text);

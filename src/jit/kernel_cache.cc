@@ -453,7 +453,9 @@ KernelCacheStats KernelCache::stats() const {
   out.cap_bytes = capBytes();
   if (!kernels_dir_.empty()) {
     for (const DirEntry& file : listFiles(kernels_dir_)) {
-      if (isInstallRecordName(file.name)) ++out.install_records;
+      if (isInstallRecordName(file.name)) {
+        ++(InstallRecord::isLayoutsFileName(file.name) ? out.layout_records : out.install_records);
+      }
       if (!isEntryName(file.name)) continue;
       ++out.entries;
       out.bytes += file.size;

@@ -71,6 +71,7 @@ struct KernelCacheStats {
   std::uint64_t write_failures = 0;  // files that could not be written (read-only, full ...)
   std::uint64_t evictions = 0;       // files removed to stay under the cap
   std::uint64_t install_records = 0;  // install records on disk now (install_record.h)
+  std::uint64_t layout_records = 0;   // their operand-layout companions (warm_start.cc)
 };
 
 class KernelCache {

@@ -41,10 +41,6 @@ using detail::recordFromSignature;
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::string layoutsIdentity(const std::string& identity) {
-  return identity + "-layouts";
-}
-
 // One record as one line: per operand "t <dtype> <dims> <strides>" or "s <kind> <scalar>", " ; "
 // between operands, "-" for an empty list.
 std::string encodeLayout(const ProfileRecord& record) {
@@ -184,7 +180,7 @@ void Jit::recordLayouts(int function, std::span<const int> sites) {
   KernelCache* cache = engine_->kernelCache();
   const FunctionRecord& entry = install_records_[static_cast<std::size_t>(function)];
   InstallRecord mine;
-  mine.identity = layoutsIdentity(entry.record.identity);
+  mine.identity = InstallRecord::layoutsIdentity(entry.record.identity);
   const std::string file = InstallRecord::fileName(mine.identity);
   std::lock_guard<std::mutex> write_lock(record_write_mutex_);
   const std::optional<std::string> text = cache->readInstallRecord(file);
@@ -211,7 +207,8 @@ void Jit::recordLayouts(int function, std::span<const int> sites) {
 std::map<int, ProfileRecord> Jit::loadLayouts(int function) {
   std::map<int, ProfileRecord> layouts;
   KernelCache* cache = engine_->kernelCache();
-  const std::string identity = layoutsIdentity(install_records_[static_cast<std::size_t>(function)].record.identity);
+  const std::string identity =
+      InstallRecord::layoutsIdentity(install_records_[static_cast<std::size_t>(function)].record.identity);
   const std::optional<std::string> text = cache->readInstallRecord(InstallRecord::fileName(identity));
   if (!text) return layouts;
   Expected<InstallRecord> decoded = InstallRecord::decode(*text);
