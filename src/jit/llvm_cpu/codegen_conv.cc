@@ -1072,6 +1072,13 @@ Status emitDenseWithNarrow(const KernelSpec& spec, llvm::Module& module, const s
   return Status::ok();
 }
 
+// A library kernel's generated counterpart: the same conv at the family's default parameters.
+KernelSpec generatedSpecOf(const KernelSpec& spec) {
+  KernelSpec generated = spec;
+  generated.params = {};
+  return generated;
+}
+
 class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "conv"; }
@@ -1112,10 +1119,33 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
       SVM_RETURN_IF_ERROR(checkExtra(spec.inputs[e], inputs[e]->tensor(), outputs[0].shape()));
     }
-    if (spec.params.library != 0) return onednn_conv::prepareCall(spec, inputs, outputs[0], args);
+    if (spec.params.library != 0) {
+      Status library = onednn_conv::prepareCall(spec, inputs, outputs[0], args);
+      // A primitive oneDNN cannot create for this call's shapes (logged by its cache): the
+      // generated kernel the library kernel also holds runs it, else the reference kernel.
+      if (library.isOk() || !holdsGenerated(spec)) return library;
+      std::memset(args.scalars, 0, sizeof(args.scalars));
+      return prepare(generatedSpecOf(spec), inputs, outputs, args);
+    }
     if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
     return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
                              : prepareDense(spec, inputs, outputs[0], args);
+  }
+
+  // Whether a library kernel also holds the generated kernel (a dense or pointwise conv the
+  // generated family computes: its entry calls the runner in the arguments as the library's does).
+  bool holdsGenerated(const KernelSpec& spec) const {
+    const KernelSpec generated = generatedSpecOf(spec);
+    return !isDepthwise(generated) && supports(generated).isOk();
+  }
+
+  // A library kernel's weight when its primitive reorders it (onednn_conv::packedWeight).
+  PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
+    return spec.params.library != 0 ? onednn_conv::packedWeight(args) : PackedOperand{};
+  }
+
+  void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const override {
+    if (spec.params.library != 0) onednn_conv::usePackedWeight(args, buffer, mode);
   }
 
   std::string symbolStem(const KernelSpec& spec) const override {
@@ -1152,8 +1182,11 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     SVM_RETURN_IF_ERROR(checkConv(spec));
     if (spec.params.library != 0) {
       // The primitive of static shapes is created here: compile time, and one oneDNN cannot
-      // create fails the compile (the generated kernel is used instead).
+      // create fails the compile (the generated kernel is used instead). The entry calls the
+      // runner prepare() names: the library's, or for a call whose primitive oneDNN cannot create
+      // the generated kernel's, emitted beside it where the generated family computes the conv.
       SVM_RETURN_IF_ERROR(onednn_conv::createFor(spec));
+      if (holdsGenerated(spec)) return emit(generatedSpecOf(spec), module, symbol);
       emitRunnerEntry(module, symbol, nullptr, 0);
       return Status::ok();
     }
