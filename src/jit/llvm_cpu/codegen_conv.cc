@@ -778,6 +778,7 @@ std::int64_t attrAt(const std::vector<std::int64_t>& values, int d, int n, std::
 // start() and takes its taps in (ky, kx) order: acc = combine(acc, x, ky * kw + kx).
 struct WindowLoop {
   int spatial = 2;
+  DType dtype = DType::Float32;  // of x and the output (float16/bfloat16 computed in float32)
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
   std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
   std::function<llvm::Value*()> start;
@@ -812,6 +813,8 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
   const int rank = loop.spatial + 2;
   const std::int64_t kh = loop.kh, kw = loop.kw, sh = loop.sh, sw = loop.sw, dh = loop.dh, dw = loop.dw;
   llvm::Type* f32 = b.getFloatTy();
+  llvm::Type* elem = ir::elementType(context, loop.dtype);  // x's and the output's
+  const bool narrow = loop.dtype != DType::Float32;
   auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
   llvm::Value* x = args.data(0);
   llvm::Value* out = args.data(out_slot);
@@ -861,6 +864,18 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
     access->setMetadata(llvm::LLVMContext::MD_noalias, output_scope);
     return access;
   };
+  // Element access in float32: float16/bfloat16 widened on load and rounded on store (exact for
+  // max_pool, whose outputs are input values), without the scope metadata.
+  auto loadX = [&](llvm::Value* at) {
+    return narrow ? ir::loadCompute(b, loop.dtype, at) : notOutput(b.CreateLoad(f32, at));
+  };
+  auto loadOut = [&](llvm::Value* at) {
+    return narrow ? ir::loadCompute(b, loop.dtype, at) : inOutput(b.CreateLoad(f32, at));
+  };
+  auto store = [&](llvm::Value* value, llvm::Value* at) {
+    if (narrow) ir::storeCompute(b, loop.dtype, value, at);
+    else inOutput(b.CreateStore(value, at));
+  };
   const ir::LoopHints outer = ir::LoopHints::asEmitted();
   ir::LoopHints columns;  // vectorized, not interleaved: the border rows' loops (few rows)
   columns.no_unroll_after_vectorize = true;
@@ -870,16 +885,15 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
   ir::emitLoop(
       b, i64(0), planes, 1,
       [&](llvm::Value* plane) {
-        llvm::Value* xp = b.CreateInBoundsGEP(f32, x, b.CreateMul(plane, in_plane));
-        llvm::Value* op = b.CreateInBoundsGEP(f32, out, b.CreateMul(plane, out_plane));
+        llvm::Value* xp = b.CreateInBoundsGEP(elem, x, b.CreateMul(plane, in_plane));
+        llvm::Value* op = b.CreateInBoundsGEP(elem, out, b.CreateMul(plane, out_plane));
         loop.plane(plane, notOutput);
         // A border row (some ky tap row outside the input): the row starts as start(), then each
         // tap inside takes its columns [lo, hi).
         auto borderRow = [&](llvm::Value* oy) {
-          llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+          llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
           ir::emitLoop(
-              b, i64(0), wo, 1,
-              [&](llvm::Value* ox) { inOutput(b.CreateStore(loop.start(), b.CreateInBoundsGEP(f32, orow, ox))); },
+              b, i64(0), wo, 1, [&](llvm::Value* ox) { store(loop.start(), b.CreateInBoundsGEP(elem, orow, ox)); },
               "init", columns);
           for (std::int64_t ky = 0; ky < kh; ++ky) {
             llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
@@ -887,17 +901,16 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
             ir::emitIfElse(
                 b, inside,
                 [&] {
-                  llvm::Value* xrow = b.CreateGEP(f32, xp, b.CreateMul(iy, wdt));
+                  llvm::Value* xrow = b.CreateGEP(elem, xp, b.CreateMul(iy, wdt));
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     const std::size_t k = static_cast<std::size_t>(kx);
                     ir::emitLoop(
                         b, lo[k], hi[k], 1,
                         [&](llvm::Value* ox) {
-                          llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
+                          llvm::Value* at = b.CreateInBoundsGEP(elem, orow, ox);
                           llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
-                          llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
-                          llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
-                          inOutput(b.CreateStore(loop.combine(acc, xv, ky * kw + kx), at));
+                          llvm::Value* xv = loadX(b.CreateGEP(elem, xrow, column));
+                          store(loop.combine(loadOut(at), xv, ky * kw + kx), at);
                         },
                         "tap", columns);
                   }
@@ -909,11 +922,11 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
         // register and is stored once; the border columns [0, lo_all) and [hi_all, wo) test each
         // tap's column, the columns between read every tap unchecked.
         auto innerRow = [&](llvm::Value* oy) {
-          llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+          llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
           std::vector<llvm::Value*> xrows;
           for (std::int64_t ky = 0; ky < kh; ++ky) {
             llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-            xrows.push_back(b.CreateGEP(f32, xp, b.CreateMul(iy, wdt)));
+            xrows.push_back(b.CreateGEP(elem, xp, b.CreateMul(iy, wdt)));
           }
           auto borderColumns = [&](llvm::Value* from, llvm::Value* to) {
             ir::emitLoop(
@@ -934,8 +947,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                       llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
                       b.CreateCondBr(inside[k], load, join);
                       b.SetInsertPoint(load);
-                      llvm::Value* xv = notOutput(
-                          b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column[k])));
+                      llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(ky)], column[k]));
                       llvm::Value* taken = loop.combine(acc, xv, ky * kw + kx);
                       llvm::BasicBlock* loaded = b.GetInsertBlock();
                       b.CreateBr(join);
@@ -946,7 +958,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                       acc = merged;
                     }
                   }
-                  inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
+                  store(acc, b.CreateInBoundsGEP(elem, orow, ox));
                 },
                 "edge", outer);
           };
@@ -958,12 +970,11 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                 for (std::int64_t ky = 0; ky < kh; ++ky) {
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]);
-                    llvm::Value* xv =
-                        notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column)));
+                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(ky)], column));
                     acc = loop.combine(acc, xv, ky * kw + kx);
                   }
                 }
-                inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
+                store(acc, b.CreateInBoundsGEP(elem, orow, ox));
               },
               "taps", inner);
           borderColumns(hi_all, wo);
@@ -1221,7 +1232,8 @@ WindowAttrs poolWindowAttrs(const KernelSpec& spec) {
   return window;
 }
 
-// OK when `spec` is a pool of `op` this family compiles (float32, 1-D or 2-D, dense); else the reason.
+// OK when `spec` is a pool of `op` this family compiles (1-D or 2-D, dense; float32, and for
+// max_pool float16 and bfloat16 too, whose max is exact in float32); else the reason.
 Status checkPool(OpId op, const KernelSpec& spec) {
   const std::string_view name = poolName(op);
   if (spec.op != op || spec.inputs.size() != 1 || spec.fused != nullptr || !spec.epilogue.empty() ||
@@ -1229,10 +1241,14 @@ Status checkPool(OpId op, const KernelSpec& spec) {
     return makeError(ErrorCode::Unsupported, "{} kernels take one input and no epilogue", name);
   }
   const OperandSpec& x = spec.inputs[0];
-  if (!x.is_tensor || x.dtype != DType::Float32 || x.rank < 3 || x.rank > 4 ||
+  const bool dtype_ok = x.dtype == DType::Float32 ||
+                       (op == OpId::MaxPool && (x.dtype == DType::Float16 || x.dtype == DType::BFloat16));
+  if (!x.is_tensor || !dtype_ok || x.rank < 3 || x.rank > 4 ||
       spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
-    return makeError(ErrorCode::Unsupported, "{} kernels take float32 1-D and 2-D pools; {} stays interpreted", name,
-                     spec.signature());
+    return makeError(ErrorCode::Unsupported,
+                     "{} kernels take 1-D and 2-D pools of float32 (max_pool: float16/bfloat16 too); {} stays "
+                     "interpreted",
+                     name, spec.signature());
   }
   const std::vector<std::int64_t> unknown(static_cast<std::size_t>(x.rank - 2), -1);
   auto windows = forwardWindows(name, unknown, poolWindowAttrs(spec));
@@ -1342,6 +1358,7 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
     const int spatial = spec.inputs[0].rank - 2;
     const std::vector<std::int64_t>& kernel = spec.attrs[kPoolKernel].ints;
     WindowLoop loop;
+    loop.dtype = spec.inputs[0].dtype;
     setWindowShape(loop, spatial, kernel.front(), kernel.back(), spec.attrs[kPoolStrides].ints,
                    max ? spec.attrs[kMaxPoolDilations].ints : std::vector<std::int64_t>{});
     ir::Builder b(module.getContext());
