@@ -1241,8 +1241,8 @@ Status checkPool(OpId op, const KernelSpec& spec) {
     return makeError(ErrorCode::Unsupported, "{} kernels take one input and no epilogue", name);
   }
   const OperandSpec& x = spec.inputs[0];
-  const bool dtype_ok = x.dtype == DType::Float32 ||
-                       (op == OpId::MaxPool && (x.dtype == DType::Float16 || x.dtype == DType::BFloat16));
+  const bool dtype_ok =
+      x.dtype == DType::Float32 || (op == OpId::MaxPool && (x.dtype == DType::Float16 || x.dtype == DType::BFloat16));
   if (!x.is_tensor || !dtype_ok || x.rank < 3 || x.rank > 4 ||
       spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
     return makeError(ErrorCode::Unsupported,

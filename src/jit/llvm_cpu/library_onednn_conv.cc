@@ -217,8 +217,8 @@ class Primitive {
   std::int64_t packedBytes() {
     const Reorder* weight = weightReorder();
     if (weight == nullptr || weight_layout_ == 0) return 0;
-    return kPackedHeader + static_cast<std::int64_t>(dnnl_memory_desc_get_size(
-                               dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0)));
+    return kPackedHeader + static_cast<std::int64_t>(
+                               dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0)));
   }
   static std::atomic<bool> fail_for_testing;
   static std::atomic<std::uint64_t> weight_reorders;  // per-call weight reorders (no packed weight)
@@ -408,7 +408,8 @@ class Primitive {
     if (p.blocked) {
       SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_query_src_md, descs[0], false));
       SVM_RETURN_IF_ERROR(blockedMemory(1, dnnl_query_weights_md, descs[1], false));
-      if (weightReorder() != nullptr) weight_layout_ = layoutId(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0));
+      if (weightReorder() != nullptr)
+        weight_layout_ = layoutId(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0));
       SVM_RETURN_IF_ERROR(blockedMemory(dst, dnnl_query_dst_md, descs[dst], true));
     }
     return Status::ok();
@@ -661,7 +662,8 @@ ConvLibraryStats stats() {
 
 PackedOperand packedWeight(const KernelArgs& args) {
   // A call the generated kernel runs (its primitive could not be created) has another runner.
-  if (args.scalars[matmul::kScalarRunner] != static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryConv)))
+  if (args.scalars[matmul::kScalarRunner] !=
+      static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryConv)))
     return {};
   auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args.scalars[matmul::kScalarLibrary]));
   const std::int64_t bytes = primitive != nullptr ? primitive->packedBytes() : 0;
