@@ -5,6 +5,8 @@
 # torch.nn.AvgPool2d modules exported with torch.onnx.export (dynamic N/H/W), run at O0 and O2
 # (autotune off), checked against torch, then 7 interleaved rounds of 5 calls each; medians in ms.
 # Columns: O0, O2, torch, O0 / O2, torch / O2, and the O2 program's compiled launches.
+# Then max_pool on float16 (an ONNX MaxPool over a float16 input, dynamic N/H/W; torch's CPU
+# max_pool2d has no float16, so its column is float32 max_pool2d on the same values), the same rounds.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/avg_pool_layers.py
 import os
 import statistics
@@ -46,5 +48,42 @@ for name, mod, shape in (("avg 3x3/2 pad 1 (count_include_pad)", torch.nn.AvgPoo
         for level, (p, f) in fns.items():
             t = time.thread_time(); [f(x=x) for _ in range(5)]; times[level].append((time.thread_time() - t) / 5e-3)
         t = time.thread_time(); [mod(xt) for _ in range(5)]; times["torch"].append((time.thread_time() - t) / 5e-3)
+    m = {k: statistics.median(v) for k, v in times.items()}
+    print(f"| {name} | {shape} | {m['O0']:.3f} | {m['O2']:.3f} | {m['torch']:.3f} | {m['O0']/m['O2']:.1f}x | {m['torch']/m['O2']:.2f}x | {fns['O2'][0].stats()['launches_compiled']} |")
+
+
+def half_max_pool(shape, kernel, stride, pad):
+    """An ONNX MaxPool of a float16 input with dynamic N/H/W (the exporter has no float16 CPU path)."""
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["b", shape[1], "h", "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4)
+    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 14)])
+    with open(d + "/h.onnx", "wb") as f:
+        f.write(model.SerializeToString())
+
+
+for name, shape, (kernel, stride, pad) in (("max 3x3/2 pad 1, float16", (1, 64, 112, 112), (3, 2, 1)),
+                                           ("max 3x3/2 pad 1, float16", (8, 64, 56, 56), (3, 2, 1)),
+                                           ("max 2x2/2, float16", (8, 256, 28, 28), (2, 2, 0))):
+    half_max_pool(shape, kernel, stride, pad)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float16)
+    xt = torch.from_numpy(x).float()
+    want = torch.nn.functional.max_pool2d(xt, kernel, stride, pad).half().numpy()
+    fns = {}
+    for level in ("O0", "O2"):
+        p = _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
+        p.load(d + "/h.onnx")
+        f = _core.Function(p, 0, -1)
+        for _ in range(8):
+            got = f(x=x)
+        assert np.array_equal(got, want), level
+        fns[level] = (p, f)
+    times = {"O0": [], "O2": [], "torch": []}
+    for _ in range(7):
+        for level, (p, f) in fns.items():
+            t = time.thread_time(); [f(x=x) for _ in range(5)]; times[level].append((time.thread_time() - t) / 5e-3)
+        t = time.thread_time(); [torch.nn.functional.max_pool2d(xt, kernel, stride, pad) for _ in range(5)]
+        times["torch"].append((time.thread_time() - t) / 5e-3)
     m = {k: statistics.median(v) for k, v in times.items()}
     print(f"| {name} | {shape} | {m['O0']:.3f} | {m['O2']:.3f} | {m['torch']:.3f} | {m['O0']/m['O2']:.1f}x | {m['torch']/m['O2']:.2f}x | {fns['O2'][0].stats()['launches_compiled']} |")
