@@ -574,15 +574,22 @@ TEST(ConvJit, AvgPoolMatchesTheReferenceBitForBit) {
       {Shape{2, 2, 8, 7}, {{"kernel", ints({2, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", yes}}}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    const Value x = poolInput(c.x, rng, i % 4 == 3);
-    EXPECT_TRUE(poolMatchesExactly(poolSpec(x, c.attrs, i % 2 == 1, "avg_pool"), {x})) << "case " << i;
+    for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+      const Value x = poolInput(c.x, rng, i % 4 == 3, dtype);
+      EXPECT_TRUE(poolMatchesExactly(poolSpec(x, c.attrs, i % 2 == 1, "avg_pool"), {x}))
+          << "case " << i << " " << dtypeName(dtype);
+    }
   }
-  // Random values (not on a grid): the float32 sums' rounding as the reference's.
-  const Value x = operand(DType::Float32, Shape{2, 3, 15, 17}, rng);
-  EXPECT_TRUE(poolMatchesExactly(
-      poolSpec(x, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, false,
-               "avg_pool"),
-      {x}));
+  // Random values (not on a grid): the float32 sums' and means' rounding as the reference's
+  // (float16/bfloat16: one rounding of the float32 mean).
+  for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+    const Value x = operand(dtype, Shape{2, 3, 15, 17}, rng);
+    EXPECT_TRUE(poolMatchesExactly(
+        poolSpec(x, {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, false,
+                 "avg_pool"),
+        {x}))
+        << dtypeName(dtype);
+  }
 }
 
 // One avg_pool kernel (dynamic N, H, W; the pads read per call) over several sizes.
@@ -593,11 +600,13 @@ TEST(ConvJit, OneAvgPoolKernelOverSeveralSizes) {
                        {"pads", AttrValue::ofInts({1, 1, 1, 1})},
                        {"count_include_pad", AttrValue::ofBool(true)},
                        {"ceil_mode", AttrValue::ofBool(true)}};
-  std::vector<Value> xs;
-  for (const Shape& shape : {Shape{1, 3, 9, 11}, Shape{2, 3, 1, 1}, Shape{3, 3, 16, 7}, Shape{1, 3, 2, 30}}) {
-    xs.push_back(operand(DType::Float32, shape, rng));
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    std::vector<Value> xs;
+    for (const Shape& shape : {Shape{1, 3, 9, 11}, Shape{2, 3, 1, 1}, Shape{3, 3, 16, 7}, Shape{1, 3, 2, 30}}) {
+      xs.push_back(operand(dtype, shape, rng));
+    }
+    EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true, "avg_pool"), xs)) << dtypeName(dtype);
   }
-  EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true, "avg_pool"), xs));
 }
 
 TEST(ConvJit, AvgPoolSupport) {
@@ -615,7 +624,9 @@ TEST(ConvJit, AvgPoolSupport) {
   padded.push_back({"count_include_pad", AttrValue::ofBool(true)});
   EXPECT_NE(family->symbolStem(specFor("avg_pool", {x}, attrs)), family->symbolStem(specFor("avg_pool", {x}, padded)));
   const Value half = operand(DType::BFloat16, Shape{1, 2, 6, 6}, rng);
-  const Status declined = family->supports(specFor("avg_pool", {half}, attrs));
+  EXPECT_TRUE(family->supports(specFor("avg_pool", {half}, attrs)).isOk());
+  const Value wide = operand(DType::Float64, Shape{1, 2, 6, 6}, rng);
+  const Status declined = family->supports(specFor("avg_pool", {wide}, attrs));
   EXPECT_NE(declined.message().find("pools of float32"), std::string::npos) << declined.toString();
   const Value volume = operand(DType::Float32, Shape{1, 2, 4, 4, 4}, rng);
   EXPECT_FALSE(family->supports(specFor("avg_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());

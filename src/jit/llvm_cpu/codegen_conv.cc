@@ -785,6 +785,9 @@ struct WindowLoop {
   std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
   // When set: called once a plane's outputs are all stored, with the plane's output base pointer.
   std::function<void(llvm::Value* out_plane)> finish;
+  // When set: each output is result(acc, oy, ox) of its taps, every output kept in a register
+  // until stored (the border rows too, which otherwise accumulate in the output).
+  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* oy, llvm::Value* ox)> result;
 };
 
 // The window's geometry from a conv's or max_pool's attribute lists.
@@ -890,7 +893,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
         loop.plane(plane, notOutput);
         // A border row (some ky tap row outside the input): the row starts as start(), then each
         // tap inside takes its columns [lo, hi).
-        auto borderRow = [&](llvm::Value* oy) {
+        std::function<void(llvm::Value*)> borderRow = [&](llvm::Value* oy) {
           llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
           ir::emitLoop(
               b, i64(0), wo, 1, [&](llvm::Value* ox) { store(loop.start(), b.CreateInBoundsGEP(elem, orow, ox)); },
@@ -918,49 +921,73 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                 [] {});
           }
         };
+        // The rows of output row oy's ky taps (pointers; a row outside the input is never read)
+        // and, with `checked`, whether each is inside.
+        auto tapRows = [&](llvm::Value* oy, std::vector<llvm::Value*>& xrows, std::vector<llvm::Value*>* inside) {
+          for (std::int64_t ky = 0; ky < kh; ++ky) {
+            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
+            xrows.push_back(b.CreateGEP(elem, xp, b.CreateMul(iy, wdt)));
+            if (inside != nullptr) inside->push_back(b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h)));
+          }
+        };
+        // Output columns [from, to) of row oy (at orow), each taking its taps in a register and
+        // stored once: a tap is read when its column (and, given `rows_inside`, its row) is
+        // inside the input.
+        auto checkedColumns = [&](llvm::Value* oy, llvm::Value* orow, const std::vector<llvm::Value*>& xrows,
+                                  const std::vector<llvm::Value*>& rows_inside, llvm::Value* from, llvm::Value* to) {
+          ir::emitLoop(
+              b, from, to, 1,
+              [&](llvm::Value* ox) {
+                std::vector<llvm::Value*> column, inside;
+                for (std::int64_t kx = 0; kx < kw; ++kx) {
+                  column.push_back(b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]));
+                  inside.push_back(
+                      b.CreateAnd(b.CreateICmpSGE(column.back(), i64(0)), b.CreateICmpSLT(column.back(), wdt)));
+                }
+                llvm::Value* acc = loop.start();
+                for (std::int64_t ky = 0; ky < kh; ++ky) {
+                  for (std::int64_t kx = 0; kx < kw; ++kx) {
+                    const std::size_t k = static_cast<std::size_t>(kx);
+                    llvm::Value* taps = rows_inside.empty()
+                                            ? inside[k]
+                                            : b.CreateAnd(rows_inside[static_cast<std::size_t>(ky)], inside[k]);
+                    llvm::BasicBlock* before = b.GetInsertBlock();
+                    llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "win.col", function);
+                    llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
+                    b.CreateCondBr(taps, load, join);
+                    b.SetInsertPoint(load);
+                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(ky)], column[k]));
+                    llvm::Value* taken = loop.combine(acc, xv, ky * kw + kx);
+                    llvm::BasicBlock* loaded = b.GetInsertBlock();
+                    b.CreateBr(join);
+                    b.SetInsertPoint(join);
+                    llvm::PHINode* merged = b.CreatePHI(f32, 2);
+                    merged->addIncoming(acc, before);
+                    merged->addIncoming(taken, loaded);
+                    acc = merged;
+                  }
+                }
+                store(loop.result ? loop.result(acc, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
+              },
+              "edge", outer);
+        };
+        if (loop.result) {
+          // Every output in a register (none accumulated in the output), then result().
+          borderRow = [&](llvm::Value* oy) {
+            std::vector<llvm::Value*> xrows, inside;
+            tapRows(oy, xrows, &inside);
+            checkedColumns(oy, b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo)), xrows, inside, i64(0), wo);
+          };
+        }
         // An inner row (every ky tap row inside): each output column takes all kh * kw taps in a
         // register and is stored once; the border columns [0, lo_all) and [hi_all, wo) test each
         // tap's column, the columns between read every tap unchecked.
         auto innerRow = [&](llvm::Value* oy) {
           llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
           std::vector<llvm::Value*> xrows;
-          for (std::int64_t ky = 0; ky < kh; ++ky) {
-            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-            xrows.push_back(b.CreateGEP(elem, xp, b.CreateMul(iy, wdt)));
-          }
+          tapRows(oy, xrows, nullptr);
           auto borderColumns = [&](llvm::Value* from, llvm::Value* to) {
-            ir::emitLoop(
-                b, from, to, 1,
-                [&](llvm::Value* ox) {
-                  std::vector<llvm::Value*> column, inside;
-                  for (std::int64_t kx = 0; kx < kw; ++kx) {
-                    column.push_back(b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]));
-                    inside.push_back(
-                        b.CreateAnd(b.CreateICmpSGE(column.back(), i64(0)), b.CreateICmpSLT(column.back(), wdt)));
-                  }
-                  llvm::Value* acc = loop.start();
-                  for (std::int64_t ky = 0; ky < kh; ++ky) {
-                    for (std::int64_t kx = 0; kx < kw; ++kx) {
-                      const std::size_t k = static_cast<std::size_t>(kx);
-                      llvm::BasicBlock* before = b.GetInsertBlock();
-                      llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "win.col", function);
-                      llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
-                      b.CreateCondBr(inside[k], load, join);
-                      b.SetInsertPoint(load);
-                      llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(ky)], column[k]));
-                      llvm::Value* taken = loop.combine(acc, xv, ky * kw + kx);
-                      llvm::BasicBlock* loaded = b.GetInsertBlock();
-                      b.CreateBr(join);
-                      b.SetInsertPoint(join);
-                      llvm::PHINode* merged = b.CreatePHI(f32, 2);
-                      merged->addIncoming(acc, before);
-                      merged->addIncoming(taken, loaded);
-                      acc = merged;
-                    }
-                  }
-                  store(acc, b.CreateInBoundsGEP(elem, orow, ox));
-                },
-                "edge", outer);
+            checkedColumns(oy, orow, xrows, {}, from, to);
           };
           borderColumns(i64(0), lo_all);
           ir::emitLoop(
@@ -974,7 +1001,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                     acc = loop.combine(acc, xv, ky * kw + kx);
                   }
                 }
-                store(acc, b.CreateInBoundsGEP(elem, orow, ox));
+                store(loop.result ? loop.result(acc, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
               },
               "taps", inner);
           borderColumns(hi_all, wo);
@@ -1232,8 +1259,8 @@ WindowAttrs poolWindowAttrs(const KernelSpec& spec) {
   return window;
 }
 
-// OK when `spec` is a pool of `op` this family compiles (1-D or 2-D, dense; float32, and for
-// max_pool float16 and bfloat16 too, whose max is exact in float32); else the reason.
+// OK when `spec` is a pool of `op` this family compiles (1-D or 2-D, dense; float32, float16 or
+// bfloat16, computed in float32 and rounded once per output); else the reason.
 Status checkPool(OpId op, const KernelSpec& spec) {
   const std::string_view name = poolName(op);
   if (spec.op != op || spec.inputs.size() != 1 || spec.fused != nullptr || !spec.epilogue.empty() ||
@@ -1241,14 +1268,12 @@ Status checkPool(OpId op, const KernelSpec& spec) {
     return makeError(ErrorCode::Unsupported, "{} kernels take one input and no epilogue", name);
   }
   const OperandSpec& x = spec.inputs[0];
-  const bool dtype_ok =
-      x.dtype == DType::Float32 || (op == OpId::MaxPool && (x.dtype == DType::Float16 || x.dtype == DType::BFloat16));
+  const bool dtype_ok = x.dtype == DType::Float32 || x.dtype == DType::Float16 || x.dtype == DType::BFloat16;
   if (!x.is_tensor || !dtype_ok || x.rank < 3 || x.rank > 4 ||
       spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
     return makeError(ErrorCode::Unsupported,
-                     "{} kernels take 1-D and 2-D pools of float32 (max_pool: float16/bfloat16 too); {} stays "
-                     "interpreted",
-                     name, spec.signature());
+                     "{} kernels take 1-D and 2-D pools of float32, float16 or bfloat16; {} stays interpreted", name,
+                     spec.signature());
   }
   const std::vector<std::int64_t> unknown(static_cast<std::size_t>(x.rank - 2), -1);
   auto windows = forwardWindows(name, unknown, poolWindowAttrs(spec));
@@ -1263,9 +1288,42 @@ Expected<std::vector<AxisWindow>> poolWindows(const KernelSpec& spec, const Tens
   return forwardWindows(poolName(spec.op), in, poolWindowAttrs(spec));
 }
 
-// avg_pool's divisor pass over one plane's sums (WindowLoop::finish): each output divided by its
-// window's count as the reference counts it (the taps inside the input; with count_include_pad,
-// the window clipped to the padded input), a NaN where the count is not positive.
+// avg_pool's count along one axis as the reference takes it, of the window starting at `start`
+// (kernel k) over an input of `in` with `pad_after` after it: the taps inside the input, or with
+// count_include_pad the window clipped to the padded input.
+llvm::Value* avgAxisCount(ir::Builder& b, bool include_pad, llvm::Value* start, std::int64_t k, llvm::Value* in,
+                          llvm::Value* pad_after) {
+  auto smin = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); };
+  auto smax = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y); };
+  llvm::Value* end = b.CreateAdd(start, ir::constI64(b, k));
+  if (include_pad) return b.CreateSub(smin(end, b.CreateAdd(in, pad_after)), start);
+  return smax(b.CreateSub(smin(end, in), smax(start, ir::constI64(b, 0))), ir::constI64(b, 0));
+}
+
+// `sum` divided by its window's count (a NaN where the count is not positive).
+llvm::Value* avgOf(ir::Builder& b, llvm::Value* sum, llvm::Value* count) {
+  llvm::Type* f32 = b.getFloatTy();
+  llvm::Value* mean = b.CreateFDiv(sum, b.CreateSIToFP(count, f32));
+  return b.CreateSelect(b.CreateICmpSGT(count, ir::constI64(b, 0)), mean, llvm::ConstantFP::getNaN(f32));
+}
+
+// avg_pool's mean of output (oy, ox) from its sum (WindowLoop::result, float16/bfloat16: rounded
+// once on store, as the reference rounds its float32 mean).
+llvm::Value* emitAvgResult(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
+                           llvm::Value* sum, llvm::Value* oy, llvm::Value* ox) {
+  const int rank = loop.spatial + 2;
+  llvm::Value* rows = ir::constI64(b, 1);
+  if (loop.spatial == 2) {
+    llvm::Value* sy = b.CreateSub(b.CreateMul(oy, ir::constI64(b, loop.sh)), args.scalar(kScalarPadTop));
+    rows = avgAxisCount(b, include_pad, sy, loop.kh, args.dim(0, 2), args.scalar(kScalarPadBottom));
+  }
+  llvm::Value* sx = b.CreateSub(b.CreateMul(ox, ir::constI64(b, loop.sw)), args.scalar(kScalarPadLeft));
+  llvm::Value* columns = avgAxisCount(b, include_pad, sx, loop.kw, args.dim(0, rank - 1), args.scalar(kScalarPadRight));
+  return avgOf(b, sum, b.CreateMul(rows, columns));
+}
+
+// avg_pool's divisor pass over one plane's sums (WindowLoop::finish, float32): each output
+// divided by its window's count (avgAxisCount, avgOf).
 void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
                     llvm::Value* out_plane) {
   llvm::Type* f32 = b.getFloatTy();
@@ -1276,14 +1334,8 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
   llvm::Value* wdt = args.dim(0, rank - 1);
   llvm::Value* ho = two_d ? args.dim(1, 2) : i64(1);
   llvm::Value* wo = args.dim(1, rank - 1);
-  auto smin = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); };
-  auto smax = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y); };
-  // The count along one axis of the window starting at `start` (kernel k) over an input of `in`
-  // with `pad_after` after it.
   auto axisCount = [&](llvm::Value* start, std::int64_t k, llvm::Value* in, llvm::Value* pad_after) {
-    llvm::Value* end = b.CreateAdd(start, i64(k));
-    if (include_pad) return b.CreateSub(smin(end, b.CreateAdd(in, pad_after)), start);
-    return smax(b.CreateSub(smin(end, in), smax(start, i64(0))), i64(0));
+    return avgAxisCount(b, include_pad, start, k, in, pad_after);
   };
   ir::LoopHints columns;
   columns.no_unroll_after_vectorize = true;
@@ -1299,20 +1351,20 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
               llvm::Value* sx = b.CreateSub(b.CreateMul(ox, i64(loop.sw)), args.scalar(kScalarPadLeft));
               llvm::Value* count = b.CreateMul(rows, axisCount(sx, loop.kw, wdt, args.scalar(kScalarPadRight)));
               llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
-              llvm::Value* mean = b.CreateFDiv(b.CreateLoad(f32, at), b.CreateSIToFP(count, f32));
-              b.CreateStore(b.CreateSelect(b.CreateICmpSGT(count, i64(0)), mean, llvm::ConstantFP::getNaN(f32)), at);
+              b.CreateStore(avgOf(b, b.CreateLoad(f32, at), count), at);
             },
             "divide", columns);
       },
       "divide_rows", ir::LoopHints::asEmitted());
 }
 
-// max_pool or avg_pool over each plane of a dense float32 [N, C, (H,) W]: the depthwise conv's
-// window loop (one kernel for any N, C, H and W; the pads are read per call), in the reference
-// kernel's tap order. max_pool: each output starts at -inf and a tap takes x when x > acc or x is
-// NaN, so NaN propagates and ties keep the first tap as there. avg_pool: each output starts at 0
-// and adds its taps (in float32, in that order, as the reference sums), then the divisor pass
-// divides by the window's count: the reference's bits.
+// max_pool or avg_pool over each plane of a dense [N, C, (H,) W] (float32, float16 or bfloat16,
+// computed in float32): the depthwise conv's window loop (one kernel for any N, C, H and W; the
+// pads are read per call), in the reference kernel's tap order. max_pool: each output starts at
+// -inf and a tap takes x when x > acc or x is NaN, so NaN propagates and ties keep the first tap
+// as there. avg_pool: each output starts at 0 and adds its taps (in float32, in that order, as
+// the reference sums), then is divided by the window's count (float32: a divisor pass over the
+// plane; float16/bfloat16: before its one rounding store): the reference's bits.
 class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   explicit PoolFamily(OpId op) : op_(op) {}
@@ -1376,7 +1428,15 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
       const bool include_pad = spec.attrs[kAvgPoolIncludePad].i != 0;
       loop.start = [&] { return llvm::ConstantFP::get(f32, 0.0); };
       loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) { return b.CreateFAdd(acc, x); };
-      loop.finish = [&, include_pad](llvm::Value* out_plane) { emitAvgDivisor(b, args, loop, include_pad, out_plane); };
+      if (loop.dtype == DType::Float32) {
+        loop.finish = [&, include_pad](llvm::Value* out_plane) {
+          emitAvgDivisor(b, args, loop, include_pad, out_plane);
+        };
+      } else {
+        loop.result = [&, include_pad](llvm::Value* sum, llvm::Value* oy, llvm::Value* ox) {
+          return emitAvgResult(b, args, loop, include_pad, sum, oy, ox);
+        };
+      }
     }
     emitWindowLoop(b, function, args, 1, loop);
     b.CreateRetVoid();
