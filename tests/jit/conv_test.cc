@@ -518,7 +518,7 @@ TEST(ConvJit, MaxPoolSupport) {
   const Status declined = family->supports(specFor("max_pool", {wide}, attrs));
   EXPECT_NE(declined.message().find("pools of float32"), std::string::npos) << declined.toString();
   const Value volume = operand(DType::Float32, Shape{1, 2, 4, 4, 4}, rng);
-  EXPECT_FALSE(family->supports(specFor("max_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());
+  EXPECT_TRUE(family->supports(specFor("max_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());
   // A strided input declines the call (the reference kernel runs it).
   KernelSpec spec = poolSpec(x, attrs, true);
   auto kernel = compileKernel(sharedBackend(), *family, spec);
@@ -593,6 +593,65 @@ TEST(ConvJit, AvgPoolMatchesTheReferenceBitForBit) {
 }
 
 // One avg_pool kernel (dynamic N, H, W; the pads read per call) over several sizes.
+// 3-D max_pool and avg_pool (CT volumes): odd sizes, strides, pads at every border of all three
+// axes, ceil_mode, dilations (max), count_include_pad (avg), float32 / float16 / bfloat16, static
+// and with N, D, H, W dynamic; the reference's bits.
+TEST(ConvJit, ThreeDPoolsMatchTheReferenceBitForBit) {
+  std::mt19937 rng(39);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const AttrValue yes = AttrValue::ofBool(true);
+  struct Case {
+    std::string_view op;
+    Shape x;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {"max_pool",
+       Shape{1, 3, 5, 9, 11},
+       {{"kernel", ints({3, 3, 3})}, {"strides", ints({2, 2, 2})}, {"pads", ints({1, 1, 1, 1, 1, 1})}}},
+      {"max_pool",
+       Shape{2, 2, 7, 6, 9},
+       {{"kernel", ints({2, 3, 2})},
+        {"strides", ints({2, 1, 3})},
+        {"pads", ints({1, 0, 1, 0, 2, 1})},
+        {"dilations", ints({2, 1, 2})},
+        {"ceil_mode", yes}}},
+      {"max_pool", Shape{1, 2, 3, 4, 5}, {{"kernel", ints({3, 3, 3})}, {"auto_pad", AttrValue::ofInt(1)}}},
+      {"avg_pool",
+       Shape{1, 3, 5, 9, 11},
+       {{"kernel", ints({3, 3, 3})}, {"strides", ints({2, 2, 2})}, {"pads", ints({1, 1, 1, 1, 1, 1})}}},
+      {"avg_pool",
+       Shape{2, 2, 7, 6, 9},
+       {{"kernel", ints({2, 3, 4})},
+        {"strides", ints({2, 1, 3})},
+        {"pads", ints({1, 0, 2, 0, 2, 1})},
+        {"ceil_mode", yes},
+        {"count_include_pad", yes}}},
+      {"avg_pool",
+       Shape{1, 2, 6, 4, 5},
+       {{"kernel", ints({3, 2, 3})}, {"pads", ints({2, 1, 0, 1, 0, 2})}, {"ceil_mode", yes}}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+      const Value x = i % 3 == 0 ? operand(dtype, c.x, rng) : poolInput(c.x, rng, i % 3 == 1, dtype);
+      EXPECT_TRUE(poolMatchesExactly(poolSpec(x, c.attrs, (i + static_cast<std::size_t>(dtype)) % 2 == 1, c.op), {x}))
+          << "case " << i << " " << dtypeName(dtype);
+    }
+  }
+  // One kernel over several volumes (N, D, H, W dynamic; the depth pads read per call).
+  for (std::string_view op : {"max_pool", "avg_pool"}) {
+    const Attrs attrs = {{"kernel", ints({3, 3, 3})},
+                         {"strides", ints({2, 2, 2})},
+                         {"pads", ints({1, 1, 1, 1, 1, 1})},
+                         {"ceil_mode", yes}};
+    std::vector<Value> xs;
+    for (const Shape& shape : {Shape{1, 2, 5, 6, 7}, Shape{2, 2, 1, 1, 1}, Shape{1, 2, 9, 3, 12}}) {
+      xs.push_back(operand(DType::Float32, shape, rng));
+    }
+    EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true, op), xs)) << op;
+  }
+}
+
 TEST(ConvJit, OneAvgPoolKernelOverSeveralSizes) {
   std::mt19937 rng(38);
   const Attrs attrs = {{"kernel", AttrValue::ofInts({3, 3})},
@@ -629,7 +688,7 @@ TEST(ConvJit, AvgPoolSupport) {
   const Status declined = family->supports(specFor("avg_pool", {wide}, attrs));
   EXPECT_NE(declined.message().find("pools of float32"), std::string::npos) << declined.toString();
   const Value volume = operand(DType::Float32, Shape{1, 2, 4, 4, 4}, rng);
-  EXPECT_FALSE(family->supports(specFor("avg_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());
+  EXPECT_TRUE(family->supports(specFor("avg_pool", {volume}, {{"kernel", AttrValue::ofInts({2, 2, 2})}})).isOk());
 }
 
 }  // namespace

@@ -750,14 +750,21 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
 // ---- depthwise convs and max_pool: a direct loop over each plane ----
 
 constexpr int kScalarPadTop = 0, kScalarPadLeft = 1, kScalarPadBottom = 2, kScalarPadRight = 3;
+// A 3-D pool's depth pads (before, after) in this operand slot's shape (its operands are x and the output).
+constexpr int kPoolDepthSlot = 2;
 
 // The call's pads (auto_pad SAME depends on the input): scalars[0..1] before, [2..3] after (only
-// avg_pool's divisor reads those).
+// avg_pool's divisor reads those); a 3-D pool's depth pads in kPoolDepthSlot's shape.
 void setWindowPads(const std::vector<AxisWindow>& windows, KernelArgs& args) {
-  args.scalars[kScalarPadTop] = windows.size() == 2 ? windows[0].pad_before : 0;
+  const std::size_t n = windows.size();
+  args.scalars[kScalarPadTop] = n >= 2 ? windows[n - 2].pad_before : 0;
   args.scalars[kScalarPadLeft] = windows.back().pad_before;
-  args.scalars[kScalarPadBottom] = windows.size() == 2 ? windows[0].pad_after : 0;
+  args.scalars[kScalarPadBottom] = n >= 2 ? windows[n - 2].pad_after : 0;
   args.scalars[kScalarPadRight] = windows.back().pad_after;
+  if (n == 3) {
+    args.shape[kPoolDepthSlot][0] = windows[0].pad_before;
+    args.shape[kPoolDepthSlot][1] = windows[0].pad_after;
+  }
 }
 
 Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
@@ -780,26 +787,31 @@ struct WindowLoop {
   int spatial = 2;
   DType dtype = DType::Float32;  // of x and the output (float16/bfloat16 computed in float32)
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  std::int64_t kd = 1, sd = 1, dd = 1;  // 3-D (pools): the depth axis
   std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
   std::function<llvm::Value*()> start;
   std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
-  // When set: called once a plane's outputs are all stored, with the plane's output base pointer.
-  std::function<void(llvm::Value* out_plane)> finish;
-  // When set: each output is result(acc, oy, ox) of its taps, every output kept in a register
+  // When set: called once a plane's outputs are all stored, with the plane's output base pointer
+  // and its output depth (3-D; else 0).
+  std::function<void(llvm::Value* out_plane, llvm::Value* od)> finish;
+  // When set: each output is result(acc, od, oy, ox) of its taps, every output kept in a register
   // until stored (the border rows too, which otherwise accumulate in the output).
-  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* oy, llvm::Value* ox)> result;
+  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* od, llvm::Value* oy, llvm::Value* ox)> result;
 };
 
-// The window's geometry from a conv's or max_pool's attribute lists.
-void setWindowShape(WindowLoop& loop, int spatial, std::int64_t kh, std::int64_t kw,
-                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations) {
+// The window's geometry from a conv's or pool's kernel (one extent per spatial axis) and attribute lists.
+void setWindowShape(WindowLoop& loop, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
+                    const std::vector<std::int64_t>& dilations) {
+  const int spatial = static_cast<int>(kernel.size());
   loop.spatial = spatial;
-  loop.kh = spatial == 2 ? kh : 1;
-  loop.kw = kw;
-  loop.sh = spatial == 2 ? attrAt(strides, 0, 2, 1) : 1;
-  loop.sw = attrAt(strides, spatial - 1, spatial, 1);
-  loop.dh = spatial == 2 ? attrAt(dilations, 0, 2, 1) : 1;
-  loop.dw = attrAt(dilations, spatial - 1, spatial, 1);
+  auto axis = [&](int d, std::int64_t& k, std::int64_t& s, std::int64_t& dilation) {
+    k = kernel[static_cast<std::size_t>(d)];
+    s = attrAt(strides, d, spatial, 1);
+    dilation = attrAt(dilations, d, spatial, 1);
+  };
+  axis(spatial - 1, loop.kw, loop.sw, loop.dw);
+  if (spatial >= 2) axis(spatial - 2, loop.kh, loop.sh, loop.dh);
+  if (spatial == 3) axis(0, loop.kd, loop.sd, loop.dd);
 }
 
 // The loop nest of a kernel begun with ir::beginKernel (builder `b`, `function`, its `args`; the
@@ -812,19 +824,25 @@ void setWindowShape(WindowLoop& loop, int spatial, std::int64_t kh, std::int64_t
 void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args, int out_slot,
                     const WindowLoop& loop) {
   llvm::LLVMContext& context = b.getContext();
-  const bool two_d = loop.spatial == 2;
+  const bool two_d = loop.spatial >= 2;  // an H axis
+  const bool three_d = loop.spatial == 3;
   const int rank = loop.spatial + 2;
   const std::int64_t kh = loop.kh, kw = loop.kw, sh = loop.sh, sw = loop.sw, dh = loop.dh, dw = loop.dw;
+  const std::int64_t kd = loop.kd, sd = loop.sd, dd = loop.dd;
+  const std::int64_t tap_rows = kd * kh;  // 3-D: row (kd, ky) is tap row kd * kh + ky
   llvm::Type* f32 = b.getFloatTy();
   llvm::Type* elem = ir::elementType(context, loop.dtype);  // x's and the output's
   const bool narrow = loop.dtype != DType::Float32;
   auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
   llvm::Value* x = args.data(0);
   llvm::Value* out = args.data(out_slot);
-  llvm::Value* planes = b.CreateMul(args.dim(0, 0), args.dim(0, 1));
-  llvm::Value* h = two_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* depth = three_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* depth_out = three_d ? args.dim(out_slot, 2) : i64(1);
+  // One plane per output depth slice of each [N, C] volume.
+  llvm::Value* planes = b.CreateMul(b.CreateMul(args.dim(0, 0), args.dim(0, 1)), depth_out);
+  llvm::Value* h = two_d ? args.dim(0, rank - 2) : i64(1);
   llvm::Value* wdt = args.dim(0, rank - 1);
-  llvm::Value* ho = two_d ? args.dim(out_slot, 2) : i64(1);
+  llvm::Value* ho = two_d ? args.dim(out_slot, rank - 2) : i64(1);
   llvm::Value* wo = args.dim(out_slot, rank - 1);
   llvm::Value* ph = args.scalar(kScalarPadTop);
   llvm::Value* pw = args.scalar(kScalarPadLeft);
@@ -888,8 +906,26 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
   ir::emitLoop(
       b, i64(0), planes, 1,
       [&](llvm::Value* plane) {
-        llvm::Value* xp = b.CreateInBoundsGEP(elem, x, b.CreateMul(plane, in_plane));
         llvm::Value* op = b.CreateInBoundsGEP(elem, out, b.CreateMul(plane, out_plane));
+        // The input slice of each kd tap (2-D: the plane) and whether it is inside the input.
+        llvm::Value* od = i64(0);
+        std::vector<llvm::Value*> slices, depth_inside;
+        llvm::Value* all_depth = b.getTrue();
+        if (three_d) {
+          od = b.CreateURem(plane, depth_out);
+          llvm::Value* volume =
+              b.CreateInBoundsGEP(elem, x, b.CreateMul(b.CreateUDiv(plane, depth_out), b.CreateMul(depth, in_plane)));
+          for (std::int64_t z = 0; z < kd; ++z) {
+            llvm::Value* id =
+                b.CreateAdd(b.CreateSub(b.CreateMul(od, i64(sd)), args.dim(kPoolDepthSlot, 0)), i64(z * dd));
+            slices.push_back(b.CreateGEP(elem, volume, b.CreateMul(id, in_plane)));
+            depth_inside.push_back(b.CreateAnd(b.CreateICmpSGE(id, i64(0)), b.CreateICmpSLT(id, depth)));
+            all_depth = b.CreateAnd(all_depth, depth_inside.back());
+          }
+        } else {
+          slices.push_back(b.CreateInBoundsGEP(elem, x, b.CreateMul(plane, in_plane)));
+          depth_inside.push_back(b.getTrue());
+        }
         loop.plane(plane, notOutput);
         // A border row (some ky tap row outside the input): the row starts as start(), then each
         // tap inside takes its columns [lo, hi).
@@ -898,13 +934,16 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
           ir::emitLoop(
               b, i64(0), wo, 1, [&](llvm::Value* ox) { store(loop.start(), b.CreateInBoundsGEP(elem, orow, ox)); },
               "init", columns);
-          for (std::int64_t ky = 0; ky < kh; ++ky) {
+          for (std::int64_t t = 0; t < tap_rows; ++t) {
+            const std::int64_t ky = t % kh;
+            const auto z = static_cast<std::size_t>(t / kh);
             llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-            llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
+            llvm::Value* inside =
+                b.CreateAnd(depth_inside[z], b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h)));
             ir::emitIfElse(
                 b, inside,
                 [&] {
-                  llvm::Value* xrow = b.CreateGEP(elem, xp, b.CreateMul(iy, wdt));
+                  llvm::Value* xrow = b.CreateGEP(elem, slices[z], b.CreateMul(iy, wdt));
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     const std::size_t k = static_cast<std::size_t>(kx);
                     ir::emitLoop(
@@ -913,7 +952,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                           llvm::Value* at = b.CreateInBoundsGEP(elem, orow, ox);
                           llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
                           llvm::Value* xv = loadX(b.CreateGEP(elem, xrow, column));
-                          store(loop.combine(loadOut(at), xv, ky * kw + kx), at);
+                          store(loop.combine(loadOut(at), xv, t * kw + kx), at);
                         },
                         "tap", columns);
                   }
@@ -924,10 +963,14 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
         // The rows of output row oy's ky taps (pointers; a row outside the input is never read)
         // and, with `checked`, whether each is inside.
         auto tapRows = [&](llvm::Value* oy, std::vector<llvm::Value*>& xrows, std::vector<llvm::Value*>* inside) {
-          for (std::int64_t ky = 0; ky < kh; ++ky) {
-            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-            xrows.push_back(b.CreateGEP(elem, xp, b.CreateMul(iy, wdt)));
-            if (inside != nullptr) inside->push_back(b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h)));
+          for (std::int64_t t = 0; t < tap_rows; ++t) {
+            const auto z = static_cast<std::size_t>(t / kh);
+            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(t % kh * dh));
+            xrows.push_back(b.CreateGEP(elem, slices[z], b.CreateMul(iy, wdt)));
+            if (inside != nullptr) {
+              inside->push_back(
+                  b.CreateAnd(depth_inside[z], b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h))));
+            }
           }
         };
         // Output columns [from, to) of row oy (at orow), each taking its taps in a register and
@@ -945,19 +988,19 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                       b.CreateAnd(b.CreateICmpSGE(column.back(), i64(0)), b.CreateICmpSLT(column.back(), wdt)));
                 }
                 llvm::Value* acc = loop.start();
-                for (std::int64_t ky = 0; ky < kh; ++ky) {
+                for (std::int64_t t = 0; t < tap_rows; ++t) {
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     const std::size_t k = static_cast<std::size_t>(kx);
                     llvm::Value* taps = rows_inside.empty()
                                             ? inside[k]
-                                            : b.CreateAnd(rows_inside[static_cast<std::size_t>(ky)], inside[k]);
+                                            : b.CreateAnd(rows_inside[static_cast<std::size_t>(t)], inside[k]);
                     llvm::BasicBlock* before = b.GetInsertBlock();
                     llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "win.col", function);
                     llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
                     b.CreateCondBr(taps, load, join);
                     b.SetInsertPoint(load);
-                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(ky)], column[k]));
-                    llvm::Value* taken = loop.combine(acc, xv, ky * kw + kx);
+                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column[k]));
+                    llvm::Value* taken = loop.combine(acc, xv, t * kw + kx);
                     llvm::BasicBlock* loaded = b.GetInsertBlock();
                     b.CreateBr(join);
                     b.SetInsertPoint(join);
@@ -967,7 +1010,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                     acc = merged;
                   }
                 }
-                store(loop.result ? loop.result(acc, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
+                store(loop.result ? loop.result(acc, od, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
               },
               "edge", outer);
         };
@@ -994,27 +1037,30 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
               b, lo_all, hi_all, 1,
               [&](llvm::Value* ox) {
                 llvm::Value* acc = loop.start();
-                for (std::int64_t ky = 0; ky < kh; ++ky) {
+                for (std::int64_t t = 0; t < tap_rows; ++t) {
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]);
-                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(ky)], column));
-                    acc = loop.combine(acc, xv, ky * kw + kx);
+                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column));
+                    acc = loop.combine(acc, xv, t * kw + kx);
                   }
                 }
-                store(loop.result ? loop.result(acc, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
+                store(loop.result ? loop.result(acc, od, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
               },
               "taps", inner);
           borderColumns(hi_all, wo);
         };
-        // The border rows in one loop (one copy of their code): [0, oy_lo), then [oy_hi, ho).
+        // The border rows in one loop (one copy of their code): [0, oy_lo), then [oy_hi, ho); a
+        // 3-D slice with a kd tap outside the input has border rows only.
+        llvm::Value* row_lo = three_d ? b.CreateSelect(all_depth, oy_lo, ho) : oy_lo;
+        llvm::Value* row_hi = three_d ? b.CreateSelect(all_depth, oy_hi, ho) : oy_hi;
         ir::emitLoop(
-            b, i64(0), b.CreateAdd(oy_lo, b.CreateSub(ho, oy_hi)), 1,
+            b, i64(0), b.CreateAdd(row_lo, b.CreateSub(ho, row_hi)), 1,
             [&](llvm::Value* r) {
-              borderRow(b.CreateSelect(b.CreateICmpSLT(r, oy_lo), r, b.CreateAdd(oy_hi, b.CreateSub(r, oy_lo))));
+              borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
             },
             "border", outer);
-        ir::emitLoop(b, oy_lo, oy_hi, 1, innerRow, "oy", outer);
-        if (loop.finish) loop.finish(op);
+        ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
+        if (loop.finish) loop.finish(op, od);
       },
       "plane", outer);
 }
@@ -1022,13 +1068,12 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
 // A depthwise conv: each plane's channel c = plane % C reads its kh * kw weights and its bias
 // once; a tap is acc + w[c, t] * x (fused multiply-add).
 Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
-  const OperandSpec& xs = spec.inputs[kX];
   const OperandSpec& ws = spec.inputs[kW];
-  const int spatial = xs.rank - 2;
   const std::int64_t channels = ws.dims[0].size;
   WindowLoop loop;
-  setWindowShape(loop, spatial, spatial == 2 ? ws.dims[2].size : 1, ws.dims[xs.rank - 1].size,
-                 spec.attrs[kStrides].ints, spec.attrs[kDilations].ints);
+  std::vector<std::int64_t> kernel;
+  for (int d = 2; d < ws.rank; ++d) kernel.push_back(ws.dims[d].size);
+  setWindowShape(loop, kernel, spec.attrs[kStrides].ints, spec.attrs[kDilations].ints);
   const std::int64_t taps_count = loop.kh * loop.kw;
   ir::Builder b(module.getContext());
   llvm::Function* function = ir::beginKernel(module, symbol, b);
@@ -1259,7 +1304,7 @@ WindowAttrs poolWindowAttrs(const KernelSpec& spec) {
   return window;
 }
 
-// OK when `spec` is a pool of `op` this family compiles (1-D or 2-D, dense; float32, float16 or
+// OK when `spec` is a pool of `op` this family compiles (1-D to 3-D, dense; float32, float16 or
 // bfloat16, computed in float32 and rounded once per output); else the reason.
 Status checkPool(OpId op, const KernelSpec& spec) {
   const std::string_view name = poolName(op);
@@ -1269,10 +1314,10 @@ Status checkPool(OpId op, const KernelSpec& spec) {
   }
   const OperandSpec& x = spec.inputs[0];
   const bool dtype_ok = x.dtype == DType::Float32 || x.dtype == DType::Float16 || x.dtype == DType::BFloat16;
-  if (!x.is_tensor || !dtype_ok || x.rank < 3 || x.rank > 4 ||
+  if (!x.is_tensor || !dtype_ok || x.rank < 3 || x.rank > 5 ||
       spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
     return makeError(ErrorCode::Unsupported,
-                     "{} kernels take 1-D and 2-D pools of float32, float16 or bfloat16; {} stays interpreted", name,
+                     "{} kernels take 1-D to 3-D pools of float32, float16 or bfloat16; {} stays interpreted", name,
                      spec.signature());
   }
   const std::vector<std::int64_t> unknown(static_cast<std::size_t>(x.rank - 2), -1);
@@ -1307,15 +1352,24 @@ llvm::Value* avgOf(ir::Builder& b, llvm::Value* sum, llvm::Value* count) {
   return b.CreateSelect(b.CreateICmpSGT(count, ir::constI64(b, 0)), mean, llvm::ConstantFP::getNaN(f32));
 }
 
-// avg_pool's mean of output (oy, ox) from its sum (WindowLoop::result, float16/bfloat16: rounded
+// A 3-D avg_pool's count along the depth axis for output depth `od` (else 1).
+llvm::Value* avgDepthCount(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
+                           llvm::Value* od) {
+  if (loop.spatial != 3) return ir::constI64(b, 1);
+  llvm::Value* sz = b.CreateSub(b.CreateMul(od, ir::constI64(b, loop.sd)), args.dim(kPoolDepthSlot, 0));
+  return avgAxisCount(b, include_pad, sz, loop.kd, args.dim(0, 2), args.dim(kPoolDepthSlot, 1));
+}
+
+// avg_pool's mean of output (od, oy, ox) from its sum (WindowLoop::result, float16/bfloat16: rounded
 // once on store, as the reference rounds its float32 mean).
 llvm::Value* emitAvgResult(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
-                           llvm::Value* sum, llvm::Value* oy, llvm::Value* ox) {
+                           llvm::Value* sum, llvm::Value* od, llvm::Value* oy, llvm::Value* ox) {
   const int rank = loop.spatial + 2;
-  llvm::Value* rows = ir::constI64(b, 1);
-  if (loop.spatial == 2) {
+  llvm::Value* rows = avgDepthCount(b, args, loop, include_pad, od);
+  if (loop.spatial >= 2) {
     llvm::Value* sy = b.CreateSub(b.CreateMul(oy, ir::constI64(b, loop.sh)), args.scalar(kScalarPadTop));
-    rows = avgAxisCount(b, include_pad, sy, loop.kh, args.dim(0, 2), args.scalar(kScalarPadBottom));
+    rows = b.CreateMul(rows,
+                       avgAxisCount(b, include_pad, sy, loop.kh, args.dim(0, rank - 2), args.scalar(kScalarPadBottom)));
   }
   llvm::Value* sx = b.CreateSub(b.CreateMul(ox, ir::constI64(b, loop.sw)), args.scalar(kScalarPadLeft));
   llvm::Value* columns = avgAxisCount(b, include_pad, sx, loop.kw, args.dim(0, rank - 1), args.scalar(kScalarPadRight));
@@ -1325,14 +1379,15 @@ llvm::Value* emitAvgResult(ir::Builder& b, ir::ArgsView& args, const WindowLoop&
 // avg_pool's divisor pass over one plane's sums (WindowLoop::finish, float32): each output
 // divided by its window's count (avgAxisCount, avgOf).
 void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
-                    llvm::Value* out_plane) {
+                    llvm::Value* out_plane, llvm::Value* od) {
   llvm::Type* f32 = b.getFloatTy();
   auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
-  const bool two_d = loop.spatial == 2;
+  const bool two_d = loop.spatial >= 2;
   const int rank = loop.spatial + 2;
-  llvm::Value* h = two_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* h = two_d ? args.dim(0, rank - 2) : i64(1);
   llvm::Value* wdt = args.dim(0, rank - 1);
-  llvm::Value* ho = two_d ? args.dim(1, 2) : i64(1);
+  llvm::Value* ho = two_d ? args.dim(1, rank - 2) : i64(1);
+  llvm::Value* depth_count = avgDepthCount(b, args, loop, include_pad, od);
   llvm::Value* wo = args.dim(1, rank - 1);
   auto axisCount = [&](llvm::Value* start, std::int64_t k, llvm::Value* in, llvm::Value* pad_after) {
     return avgAxisCount(b, include_pad, start, k, in, pad_after);
@@ -1343,7 +1398,8 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
       b, i64(0), ho, 1,
       [&](llvm::Value* oy) {
         llvm::Value* sy = b.CreateSub(b.CreateMul(oy, i64(loop.sh)), args.scalar(kScalarPadTop));
-        llvm::Value* rows = two_d ? axisCount(sy, loop.kh, h, args.scalar(kScalarPadBottom)) : i64(1);
+        llvm::Value* rows =
+            b.CreateMul(depth_count, two_d ? axisCount(sy, loop.kh, h, args.scalar(kScalarPadBottom)) : i64(1));
         llvm::Value* orow = b.CreateInBoundsGEP(f32, out_plane, b.CreateMul(oy, wo));
         ir::emitLoop(
             b, i64(0), wo, 1,
@@ -1407,11 +1463,9 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(checkPool(op_, spec));
     const bool max = op_ == OpId::MaxPool;
-    const int spatial = spec.inputs[0].rank - 2;
-    const std::vector<std::int64_t>& kernel = spec.attrs[kPoolKernel].ints;
     WindowLoop loop;
     loop.dtype = spec.inputs[0].dtype;
-    setWindowShape(loop, spatial, kernel.front(), kernel.back(), spec.attrs[kPoolStrides].ints,
+    setWindowShape(loop, spec.attrs[kPoolKernel].ints, spec.attrs[kPoolStrides].ints,
                    max ? spec.attrs[kMaxPoolDilations].ints : std::vector<std::int64_t>{});
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
@@ -1429,12 +1483,12 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
       loop.start = [&] { return llvm::ConstantFP::get(f32, 0.0); };
       loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) { return b.CreateFAdd(acc, x); };
       if (loop.dtype == DType::Float32) {
-        loop.finish = [&, include_pad](llvm::Value* out_plane) {
-          emitAvgDivisor(b, args, loop, include_pad, out_plane);
+        loop.finish = [&, include_pad](llvm::Value* out_plane, llvm::Value* od) {
+          emitAvgDivisor(b, args, loop, include_pad, out_plane, od);
         };
       } else {
-        loop.result = [&, include_pad](llvm::Value* sum, llvm::Value* oy, llvm::Value* ox) {
-          return emitAvgResult(b, args, loop, include_pad, sum, oy, ox);
+        loop.result = [&, include_pad](llvm::Value* sum, llvm::Value* od, llvm::Value* oy, llvm::Value* ox) {
+          return emitAvgResult(b, args, loop, include_pad, sum, od, oy, ox);
         };
       }
     }
