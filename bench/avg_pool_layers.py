@@ -5,8 +5,9 @@
 # torch.nn.AvgPool2d modules exported with torch.onnx.export (dynamic N/H/W), run at O0 and O2
 # (autotune off), checked against torch, then 7 interleaved rounds of 5 calls each; medians in ms.
 # Columns: O0, O2, torch, O0 / O2, torch / O2, and the O2 program's compiled launches.
-# Then max_pool on float16 (an ONNX MaxPool over a float16 input, dynamic N/H/W; torch's CPU
-# max_pool2d has no float16, so its column is float32 max_pool2d on the same values), the same rounds.
+# Then max_pool and avg_pool on float16 and in 3-D (ONNX MaxPool/AveragePool models, dynamic N and
+# spatial dims; torch's CPU pools have no float16, so its column is float32 on the same values),
+# the same rounds.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/avg_pool_layers.py
 import os
 import statistics
@@ -52,12 +53,16 @@ for name, mod, shape in (("avg 3x3/2 pad 1 (count_include_pad)", torch.nn.AvgPoo
     print(f"| {name} | {shape} | {m['O0']:.3f} | {m['O2']:.3f} | {m['torch']:.3f} | {m['O0']/m['O2']:.1f}x | {m['torch']/m['O2']:.2f}x | {fns['O2'][0].stats()['launches_compiled']} |")
 
 
-def half_pool(op, shape, kernel, stride, pad):
-    """An ONNX MaxPool/AveragePool of a float16 input with dynamic N/H/W (the exporter has no float16 CPU path)."""
+def onnx_pool(op, shape, kernel, stride, pad, dtype):
+    """An ONNX MaxPool/AveragePool over an input of `dtype` (float16: the exporter has no float16 CPU
+    path) with dynamic N and spatial dims; 2-D or 3-D as `shape`."""
     from onnx import TensorProto, helper
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["b", shape[1], "h", "w"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)
-    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[kernel] * 2, strides=[stride] * 2, pads=[pad] * 4)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    spatial = len(shape) - 2
+    x = helper.make_tensor_value_info("x", elem, ["b", shape[1]] + [f"s{i}" for i in range(spatial)])
+    y = helper.make_tensor_value_info("y", elem, None)
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[kernel] * spatial, strides=[stride] * spatial,
+                            pads=[pad] * (2 * spatial))
     model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 14)])
     with open(d + "/h.onnx", "wb") as f:
         f.write(model.SerializeToString())
@@ -67,14 +72,23 @@ for name, shape, (kernel, stride, pad) in (("max 3x3/2 pad 1, float16", (1, 64, 
                                            ("max 3x3/2 pad 1, float16", (8, 64, 56, 56), (3, 2, 1)),
                                            ("max 2x2/2, float16", (8, 256, 28, 28), (2, 2, 0)),
                                            ("avg 3x3/2 pad 1 (excluding pads), float16", (1, 64, 112, 112), (3, 2, 1)),
-                                           ("avg 2x2/2, float16", (8, 256, 28, 28), (2, 2, 0))):
+                                           ("avg 2x2/2, float16", (8, 256, 28, 28), (2, 2, 0)),
+                                           ("max 3x3x3/2 pad 1, 3-D", (1, 32, 24, 64, 64), (3, 2, 1)),
+                                           ("avg 3x3x3/2 pad 1 (excluding pads), 3-D", (1, 32, 24, 64, 64), (3, 2, 1)),
+                                           ("avg 2x2x2/2, 3-D float16", (2, 32, 16, 48, 48), (2, 2, 0))):
     avg = name.startswith("avg")
-    pool = (lambda t: torch.nn.functional.avg_pool2d(t, kernel, stride, pad, count_include_pad=False)) if avg else \
-        (lambda t: torch.nn.functional.max_pool2d(t, kernel, stride, pad))
-    half_pool("AveragePool" if avg else "MaxPool", shape, kernel, stride, pad)
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float16)
+    dtype = np.float16 if "float16" in name else np.float32
+    tf = torch.nn.functional
+    if len(shape) == 5:
+        pool = (lambda t: tf.avg_pool3d(t, kernel, stride, pad, count_include_pad=False)) if avg else \
+            (lambda t: tf.max_pool3d(t, kernel, stride, pad))
+    else:
+        pool = (lambda t: tf.avg_pool2d(t, kernel, stride, pad, count_include_pad=False)) if avg else \
+            (lambda t: tf.max_pool2d(t, kernel, stride, pad))
+    onnx_pool("AveragePool" if avg else "MaxPool", shape, kernel, stride, pad, dtype)
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     xt = torch.from_numpy(x).float()
-    want = pool(xt).half().numpy()
+    want = pool(xt).numpy().astype(dtype)
     fns = {}
     for level in ("O0", "O2"):
         p = _core.Program(jit_level=level, jit_wait=True, autotune=False, tuning_cache=False)
