@@ -11,14 +11,14 @@
 # oneDNN's blocked layouts) back to back; the table gives medians over rounds and the ratios
 # (peer time / ShapeVM time: above 1 = ShapeVM faster).
 # --resnet: torchvision resnet18 (random weights, dynamic batch/H/W) at batch 1 over a stream of
-# image sides drawn from 96-320: a first pass compiles, a second times ShapeVM O2 and torch image
-# by image (interleaved); it reports both totals, the spread of ShapeVM's per-pixel time and the
-# kernels installed for the whole stream.
+# image sides drawn from 96-320: a first pass compiles, --passes more time ShapeVM O2 and torch
+# image by image (interleaved; per-image medians over the passes); it reports both totals, the
+# spread of ShapeVM's (and torch's) per-pixel time and the kernels installed for the whole stream.
 # --autotune: the O2 programs run the AutoTuner (tuning waited for at install, a fresh in-memory
 # tuning database), whose candidates include oneDNN's conv primitive (library_onednn_conv.h) with
 # --library 1; the table's "O2 impl" column names what it installed (onednn: the primitive).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
-#        [--resnet] [--images 16] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
+#        [--resnet] [--images 16] [--passes 1] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
 #        [--cpu-time] [--autotune] [--library 0|1]
 import argparse
 import os
@@ -177,23 +177,28 @@ def resnet_stream(args, folder):
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 1e-4, f"resnet18 side {x.shape[2]}: relative L2 {err:.2e}"
     compiled_after_first = program.stats()["kernels_installed"]
-    svm, eager = [], []
-    for x in images:
-        xt = torch.from_numpy(x)
-        svm.append(timed(lambda: fn(x=x), 1))
-        with torch.no_grad():
-            eager.append(timed(lambda: module(xt), 1))
+    svm_runs, eager_runs = [[] for _ in images], [[] for _ in images]
+    for _ in range(args.passes):  # each image: ShapeVM then torch, back to back
+        for i, x in enumerate(images):
+            xt = torch.from_numpy(x)
+            svm_runs[i].append(timed(lambda: fn(x=x), 1))
+            with torch.no_grad():
+                eager_runs[i].append(timed(lambda: module(xt), 1))
+    svm = [statistics.median(r) for r in svm_runs]
+    eager = [statistics.median(r) for r in eager_runs]
     stats = program.stats()
     library = [k for k in library_kernels(program) if "_conv" in k]
     program.close()
     per_pixel = [t / (int(s) * int(s)) for t, s in zip(svm, sides)]
     median_pp = statistics.median(per_pixel)
+    eager_pp = [t / (int(s) * int(s)) for t, s in zip(eager, sides)]
     print(f"\nresnet18, batch 1, {len(images)} images, sides {min(sides)}-{max(sides)} "
           f"({', '.join(str(int(s)) for s in sides)}):")
-    print(f"- second pass: ShapeVM O2 {sum(svm):.1f} ms, torch eager {sum(eager):.1f} ms, "
+    print(f"- timed passes ({args.passes}, per-image medians): ShapeVM O2 {sum(svm):.1f} ms, torch eager {sum(eager):.1f} ms, "
           f"eager / ShapeVM {sum(eager) / sum(svm):.2f}x (median per image {statistics.median(eager) / statistics.median(svm):.2f}x)")
     print(f"- ShapeVM per-pixel time: max / median {max(per_pixel) / median_pp:.2f} "
-          f"(min / median {min(per_pixel) / median_pp:.2f}); per side, ShapeVM / median and eager / ShapeVM: " +
+          f"(min / median {min(per_pixel) / median_pp:.2f}; torch eager's max / median "
+          f"{max(eager_pp) / statistics.median(eager_pp):.2f}); per side, ShapeVM / median and eager / ShapeVM: " +
           ", ".join(f"{int(s)}: {pp / median_pp:.2f} {e / t:.2f}x"
                     for s, pp, t, e in sorted(zip(sides, per_pixel, svm, eager))))
     print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
@@ -209,6 +214,7 @@ def main():
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--resnet", action="store_true", help="also run resnet18 over a multi-scale stream")
     parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--passes", type=int, default=1, help="timed passes over the stream (per-image medians)")
     parser.add_argument("--no-layers", action="store_true")
     parser.add_argument("--levels", default="O0,O2", help="ShapeVM levels timed per layer (O2 is required)")
     parser.add_argument("--only", default="", help="comma-separated layer names (default: all)")

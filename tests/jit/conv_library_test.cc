@@ -5,8 +5,9 @@
 // (depthwise and grouped), 1-D and 3-D, with and without a bias; one kernel over several batch
 // and spatial extents (a primitive per shape, reused); fused epilogues as post-ops (bias, ReLU,
 // a residual add, ReLU6's one-element bounds, SiLU); epilogues post-ops cannot express refused
-// and never offered; the LibraryCandidates tunable; an execution oneDNN refuses computed by the
-// fallback loop.
+// and never offered; the LibraryCandidates tunable; a reordered weight packed once per tensor
+// (never one in external memory); a primitive that cannot be created for a new shape runs the
+// generated kernel; an execution oneDNN refuses computed by the fallback loop.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,6 +168,97 @@ TEST(ConvLibrary, OfferedWithLibraryCandidates) {
   off.params = kLibrary;
   EXPECT_NE(family->supports(off).message().find("LibraryCandidates=0"), std::string::npos);
   ASSERT_TRUE(Tunables::set(Tunable::LibraryCandidates, saved).isOk());
+}
+
+// A weight the primitive reorders into oneDNN's layout is packed once per kernel and read from the
+// packing while the same tensor comes back, over several image sizes; another weight tensor gets
+// its own packing; a weight in external memory (e.g. a numpy array, which its owner may change in
+// place) is reordered on every call, so a change between calls is seen.
+TEST(ConvLibrary, AReorderedWeightIsPackedOnceAndReused) {
+  const std::int64_t min_elements = Tunables::get(Tunable::PackedWeightMinElements);
+  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, 1).isOk());
+  std::mt19937 rng(48);
+  const Attrs attrs = {{"pads", ints({1, 0, 2, 1})}, {"groups", AttrValue::ofInt(1)}};
+  const std::vector<Value> params = convInputs(Shape{1, 32, 5, 5}, 64, 1, 3, true, rng);
+  const std::vector<Value> other = convInputs(Shape{1, 32, 5, 5}, 64, 1, 3, true, rng);
+  std::vector<std::vector<Value>> sets;
+  for (const Shape& shape : {Shape{1, 32, 9, 11}, Shape{2, 32, 13, 7}, Shape{1, 32, 9, 11}, Shape{1, 32, 17, 16}}) {
+    sets.push_back({operand(DType::Float32, shape, rng), params[1], params[2]});
+  }
+  sets.push_back({sets[0][0], other[1], other[2]});
+  sets.push_back({sets[1][0], params[1], params[2]});
+  const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+  EXPECT_TRUE(sameKernelMatches(librarySpec(sets[0], attrs, true), sets));
+  const onednn_conv::ConvLibraryStats packed = onednn_conv::stats();
+  EXPECT_EQ(packed.calls, before.calls + sets.size() + 2) << "each weight tensor packed once by the kernel";
+  EXPECT_LT(packed.weight_reorders, before.weight_reorders + sets.size()) << "calls read the packed weight";
+
+  // The same weight's bytes in external memory, changed between two calls.
+  const Tensor& w = params[1].tensor();
+  std::vector<float> bytes(w.data<float>(), w.data<float>() + w.numel());
+  Tensor wrapped = Tensor::wrap(bytes.data(), DType::Float32, w.shape(), w.strides(), bytes.size() * sizeof(float),
+                                nullptr, nullptr);
+  const std::vector<Value> external = {sets[0][0], Value::fromTensor(wrapped), params[2]};
+  const KernelSpec spec = librarySpec(external, attrs, true);
+  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  for (int round = 0; round < 2; ++round) {
+    auto expected = referenceOutputs(spec, external);
+    ASSERT_TRUE(expected.hasValue());
+    std::vector<Value> actual(1);
+    ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(external), actual).isOk());
+    const Comparison comparison = compareOutputs(*expected, actual);
+    EXPECT_TRUE(comparison.ok) << "round " << round << ": " << comparison.reason;
+    for (float& v : bytes) v = -2.f * v + 0.25f;  // the owner changes the weight in place
+  }
+  EXPECT_EQ((*kernel)->packed.stats().packs, 0u) << "external memory is never packed";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, min_elements).isOk());
+}
+
+// A call whose primitive oneDNN cannot create (a new shape after install) runs on the generated
+// kernel the library kernel holds (dense and pointwise convs), not the reference kernel; a
+// grouped conv, which has no generated kernel, declines the call.
+TEST(ConvLibrary, APrimitiveThatCannotBeCreatedFallsBackToTheGeneratedKernel) {
+  std::mt19937 rng(49);
+  struct Case {
+    std::int64_t cout, groups, kernel;
+    Attrs attrs;
+    bool generated;
+  };
+  const std::vector<Case> cases = {
+      {12, 1, 3, {{"pads", ints({1, 0, 2, 1})}, {"strides", ints({2, 1})}}, true},  // dense
+      {7, 1, 1, {}, true},                                                          // pointwise
+      {12, 4, 3, {{"pads", ints({1, 1, 1, 1})}}, false}};                           // grouped
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
+    const std::vector<Value> first = convInputs(Shape{1, 8, 9, 11}, c.cout, c.groups, c.kernel, true, rng);
+    const std::vector<Value> later = {operand(DType::Float32, Shape{2, 8, 13, 6}, rng), first[1], first[2]};
+    const KernelSpec spec = librarySpec(first, attrs, true);
+    auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
+    ASSERT_TRUE(kernel.hasValue()) << "case " << i << ": " << kernel.status().toString();
+    const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+    for (int call = 0; call < 2; ++call) {
+      const std::vector<Value>& inputs = call == 0 ? first : later;
+      onednn_conv::failCreationsForTesting(call == 1);
+      std::vector<Value> actual(1);
+      const Status run = invokeCompiled(**kernel, pointersTo(inputs), actual);
+      onednn_conv::failCreationsForTesting(false);
+      if (call == 1 && !c.generated) {
+        EXPECT_FALSE(run.isOk()) << "case " << i << ": no generated kernel, the call declines";
+        continue;
+      }
+      ASSERT_TRUE(run.isOk()) << "case " << i << " call " << call << ": " << run.toString();
+      auto expected = referenceOutputs(spec, inputs);
+      ASSERT_TRUE(expected.hasValue());
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << "case " << i << " call " << call << ": " << comparison.reason;
+    }
+    EXPECT_EQ(onednn_conv::stats().calls, before.calls + 1) << "case " << i << ": only the first call ran oneDNN";
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
 }
 
 TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {

@@ -750,14 +750,21 @@ Status prepareDense(const KernelSpec& spec, std::span<const Value* const> inputs
 // ---- depthwise convs and max_pool: a direct loop over each plane ----
 
 constexpr int kScalarPadTop = 0, kScalarPadLeft = 1, kScalarPadBottom = 2, kScalarPadRight = 3;
+// A 3-D pool's depth pads (before, after) in this operand slot's shape (its operands are x and the output).
+constexpr int kPoolDepthSlot = 2;
 
 // The call's pads (auto_pad SAME depends on the input): scalars[0..1] before, [2..3] after (only
-// avg_pool's divisor reads those).
+// avg_pool's divisor reads those); a 3-D pool's depth pads in kPoolDepthSlot's shape.
 void setWindowPads(const std::vector<AxisWindow>& windows, KernelArgs& args) {
-  args.scalars[kScalarPadTop] = windows.size() == 2 ? windows[0].pad_before : 0;
+  const std::size_t n = windows.size();
+  args.scalars[kScalarPadTop] = n >= 2 ? windows[n - 2].pad_before : 0;
   args.scalars[kScalarPadLeft] = windows.back().pad_before;
-  args.scalars[kScalarPadBottom] = windows.size() == 2 ? windows[0].pad_after : 0;
+  args.scalars[kScalarPadBottom] = n >= 2 ? windows[n - 2].pad_after : 0;
   args.scalars[kScalarPadRight] = windows.back().pad_after;
+  if (n == 3) {
+    args.shape[kPoolDepthSlot][0] = windows[0].pad_before;
+    args.shape[kPoolDepthSlot][1] = windows[0].pad_after;
+  }
 }
 
 Status prepareDepthwise(const KernelSpec& spec, std::span<const Value* const> inputs, KernelArgs& args) {
@@ -778,24 +785,33 @@ std::int64_t attrAt(const std::vector<std::int64_t>& values, int d, int n, std::
 // start() and takes its taps in (ky, kx) order: acc = combine(acc, x, ky * kw + kx).
 struct WindowLoop {
   int spatial = 2;
+  DType dtype = DType::Float32;  // of x and the output (float16/bfloat16 computed in float32)
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  std::int64_t kd = 1, sd = 1, dd = 1;  // 3-D (pools): the depth axis
   std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
   std::function<llvm::Value*()> start;
   std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
-  // When set: called once a plane's outputs are all stored, with the plane's output base pointer.
-  std::function<void(llvm::Value* out_plane)> finish;
+  // When set: called once a plane's outputs are all stored, with the plane's output base pointer
+  // and its output depth (3-D; else 0).
+  std::function<void(llvm::Value* out_plane, llvm::Value* od)> finish;
+  // When set: each output is result(acc, od, oy, ox) of its taps, every output kept in a register
+  // until stored (the border rows too, which otherwise accumulate in the output).
+  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* od, llvm::Value* oy, llvm::Value* ox)> result;
 };
 
-// The window's geometry from a conv's or max_pool's attribute lists.
-void setWindowShape(WindowLoop& loop, int spatial, std::int64_t kh, std::int64_t kw,
-                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations) {
+// The window's geometry from a conv's or pool's kernel (one extent per spatial axis) and attribute lists.
+void setWindowShape(WindowLoop& loop, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
+                    const std::vector<std::int64_t>& dilations) {
+  const int spatial = static_cast<int>(kernel.size());
   loop.spatial = spatial;
-  loop.kh = spatial == 2 ? kh : 1;
-  loop.kw = kw;
-  loop.sh = spatial == 2 ? attrAt(strides, 0, 2, 1) : 1;
-  loop.sw = attrAt(strides, spatial - 1, spatial, 1);
-  loop.dh = spatial == 2 ? attrAt(dilations, 0, 2, 1) : 1;
-  loop.dw = attrAt(dilations, spatial - 1, spatial, 1);
+  auto axis = [&](int d, std::int64_t& k, std::int64_t& s, std::int64_t& dilation) {
+    k = kernel[static_cast<std::size_t>(d)];
+    s = attrAt(strides, d, spatial, 1);
+    dilation = attrAt(dilations, d, spatial, 1);
+  };
+  axis(spatial - 1, loop.kw, loop.sw, loop.dw);
+  if (spatial >= 2) axis(spatial - 2, loop.kh, loop.sh, loop.dh);
+  if (spatial == 3) axis(0, loop.kd, loop.sd, loop.dd);
 }
 
 // The loop nest of a kernel begun with ir::beginKernel (builder `b`, `function`, its `args`; the
@@ -808,17 +824,25 @@ void setWindowShape(WindowLoop& loop, int spatial, std::int64_t kh, std::int64_t
 void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args, int out_slot,
                     const WindowLoop& loop) {
   llvm::LLVMContext& context = b.getContext();
-  const bool two_d = loop.spatial == 2;
+  const bool two_d = loop.spatial >= 2;  // an H axis
+  const bool three_d = loop.spatial == 3;
   const int rank = loop.spatial + 2;
   const std::int64_t kh = loop.kh, kw = loop.kw, sh = loop.sh, sw = loop.sw, dh = loop.dh, dw = loop.dw;
+  const std::int64_t kd = loop.kd, sd = loop.sd, dd = loop.dd;
+  const std::int64_t tap_rows = kd * kh;  // 3-D: row (kd, ky) is tap row kd * kh + ky
   llvm::Type* f32 = b.getFloatTy();
+  llvm::Type* elem = ir::elementType(context, loop.dtype);  // x's and the output's
+  const bool narrow = loop.dtype != DType::Float32;
   auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
   llvm::Value* x = args.data(0);
   llvm::Value* out = args.data(out_slot);
-  llvm::Value* planes = b.CreateMul(args.dim(0, 0), args.dim(0, 1));
-  llvm::Value* h = two_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* depth = three_d ? args.dim(0, 2) : i64(1);
+  llvm::Value* depth_out = three_d ? args.dim(out_slot, 2) : i64(1);
+  // One plane per output depth slice of each [N, C] volume.
+  llvm::Value* planes = b.CreateMul(b.CreateMul(args.dim(0, 0), args.dim(0, 1)), depth_out);
+  llvm::Value* h = two_d ? args.dim(0, rank - 2) : i64(1);
   llvm::Value* wdt = args.dim(0, rank - 1);
-  llvm::Value* ho = two_d ? args.dim(out_slot, 2) : i64(1);
+  llvm::Value* ho = two_d ? args.dim(out_slot, rank - 2) : i64(1);
   llvm::Value* wo = args.dim(out_slot, rank - 1);
   llvm::Value* ph = args.scalar(kScalarPadTop);
   llvm::Value* pw = args.scalar(kScalarPadLeft);
@@ -861,6 +885,18 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
     access->setMetadata(llvm::LLVMContext::MD_noalias, output_scope);
     return access;
   };
+  // Element access in float32: float16/bfloat16 widened on load and rounded on store (exact for
+  // max_pool, whose outputs are input values), without the scope metadata.
+  auto loadX = [&](llvm::Value* at) {
+    return narrow ? ir::loadCompute(b, loop.dtype, at) : notOutput(b.CreateLoad(f32, at));
+  };
+  auto loadOut = [&](llvm::Value* at) {
+    return narrow ? ir::loadCompute(b, loop.dtype, at) : inOutput(b.CreateLoad(f32, at));
+  };
+  auto store = [&](llvm::Value* value, llvm::Value* at) {
+    if (narrow) ir::storeCompute(b, loop.dtype, value, at);
+    else inOutput(b.CreateStore(value, at));
+  };
   const ir::LoopHints outer = ir::LoopHints::asEmitted();
   ir::LoopHints columns;  // vectorized, not interleaved: the border rows' loops (few rows)
   columns.no_unroll_after_vectorize = true;
@@ -870,34 +906,53 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
   ir::emitLoop(
       b, i64(0), planes, 1,
       [&](llvm::Value* plane) {
-        llvm::Value* xp = b.CreateInBoundsGEP(f32, x, b.CreateMul(plane, in_plane));
-        llvm::Value* op = b.CreateInBoundsGEP(f32, out, b.CreateMul(plane, out_plane));
+        llvm::Value* op = b.CreateInBoundsGEP(elem, out, b.CreateMul(plane, out_plane));
+        // The input slice of each kd tap (2-D: the plane) and whether it is inside the input.
+        llvm::Value* od = i64(0);
+        std::vector<llvm::Value*> slices, depth_inside;
+        llvm::Value* all_depth = b.getTrue();
+        if (three_d) {
+          od = b.CreateURem(plane, depth_out);
+          llvm::Value* volume =
+              b.CreateInBoundsGEP(elem, x, b.CreateMul(b.CreateUDiv(plane, depth_out), b.CreateMul(depth, in_plane)));
+          for (std::int64_t z = 0; z < kd; ++z) {
+            llvm::Value* id =
+                b.CreateAdd(b.CreateSub(b.CreateMul(od, i64(sd)), args.dim(kPoolDepthSlot, 0)), i64(z * dd));
+            slices.push_back(b.CreateGEP(elem, volume, b.CreateMul(id, in_plane)));
+            depth_inside.push_back(b.CreateAnd(b.CreateICmpSGE(id, i64(0)), b.CreateICmpSLT(id, depth)));
+            all_depth = b.CreateAnd(all_depth, depth_inside.back());
+          }
+        } else {
+          slices.push_back(b.CreateInBoundsGEP(elem, x, b.CreateMul(plane, in_plane)));
+          depth_inside.push_back(b.getTrue());
+        }
         loop.plane(plane, notOutput);
         // A border row (some ky tap row outside the input): the row starts as start(), then each
         // tap inside takes its columns [lo, hi).
-        auto borderRow = [&](llvm::Value* oy) {
-          llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+        std::function<void(llvm::Value*)> borderRow = [&](llvm::Value* oy) {
+          llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
           ir::emitLoop(
-              b, i64(0), wo, 1,
-              [&](llvm::Value* ox) { inOutput(b.CreateStore(loop.start(), b.CreateInBoundsGEP(f32, orow, ox))); },
+              b, i64(0), wo, 1, [&](llvm::Value* ox) { store(loop.start(), b.CreateInBoundsGEP(elem, orow, ox)); },
               "init", columns);
-          for (std::int64_t ky = 0; ky < kh; ++ky) {
+          for (std::int64_t t = 0; t < tap_rows; ++t) {
+            const std::int64_t ky = t % kh;
+            const auto z = static_cast<std::size_t>(t / kh);
             llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-            llvm::Value* inside = b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h));
+            llvm::Value* inside =
+                b.CreateAnd(depth_inside[z], b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h)));
             ir::emitIfElse(
                 b, inside,
                 [&] {
-                  llvm::Value* xrow = b.CreateGEP(f32, xp, b.CreateMul(iy, wdt));
+                  llvm::Value* xrow = b.CreateGEP(elem, slices[z], b.CreateMul(iy, wdt));
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     const std::size_t k = static_cast<std::size_t>(kx);
                     ir::emitLoop(
                         b, lo[k], hi[k], 1,
                         [&](llvm::Value* ox) {
-                          llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
+                          llvm::Value* at = b.CreateInBoundsGEP(elem, orow, ox);
                           llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
-                          llvm::Value* xv = notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrow, column)));
-                          llvm::Value* acc = inOutput(b.CreateLoad(f32, at));
-                          inOutput(b.CreateStore(loop.combine(acc, xv, ky * kw + kx), at));
+                          llvm::Value* xv = loadX(b.CreateGEP(elem, xrow, column));
+                          store(loop.combine(loadOut(at), xv, t * kw + kx), at);
                         },
                         "tap", columns);
                   }
@@ -905,78 +960,107 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                 [] {});
           }
         };
+        // The rows of output row oy's ky taps (pointers; a row outside the input is never read)
+        // and, with `checked`, whether each is inside.
+        auto tapRows = [&](llvm::Value* oy, std::vector<llvm::Value*>& xrows, std::vector<llvm::Value*>* inside) {
+          for (std::int64_t t = 0; t < tap_rows; ++t) {
+            const auto z = static_cast<std::size_t>(t / kh);
+            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(t % kh * dh));
+            xrows.push_back(b.CreateGEP(elem, slices[z], b.CreateMul(iy, wdt)));
+            if (inside != nullptr) {
+              inside->push_back(
+                  b.CreateAnd(depth_inside[z], b.CreateAnd(b.CreateICmpSGE(iy, i64(0)), b.CreateICmpSLT(iy, h))));
+            }
+          }
+        };
+        // Output columns [from, to) of row oy (at orow), each taking its taps in a register and
+        // stored once: a tap is read when its column (and, given `rows_inside`, its row) is
+        // inside the input.
+        auto checkedColumns = [&](llvm::Value* oy, llvm::Value* orow, const std::vector<llvm::Value*>& xrows,
+                                  const std::vector<llvm::Value*>& rows_inside, llvm::Value* from, llvm::Value* to) {
+          ir::emitLoop(
+              b, from, to, 1,
+              [&](llvm::Value* ox) {
+                std::vector<llvm::Value*> column, inside;
+                for (std::int64_t kx = 0; kx < kw; ++kx) {
+                  column.push_back(b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]));
+                  inside.push_back(
+                      b.CreateAnd(b.CreateICmpSGE(column.back(), i64(0)), b.CreateICmpSLT(column.back(), wdt)));
+                }
+                llvm::Value* acc = loop.start();
+                for (std::int64_t t = 0; t < tap_rows; ++t) {
+                  for (std::int64_t kx = 0; kx < kw; ++kx) {
+                    const std::size_t k = static_cast<std::size_t>(kx);
+                    llvm::Value* taps = rows_inside.empty()
+                                            ? inside[k]
+                                            : b.CreateAnd(rows_inside[static_cast<std::size_t>(t)], inside[k]);
+                    llvm::BasicBlock* before = b.GetInsertBlock();
+                    llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "win.col", function);
+                    llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
+                    b.CreateCondBr(taps, load, join);
+                    b.SetInsertPoint(load);
+                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column[k]));
+                    llvm::Value* taken = loop.combine(acc, xv, t * kw + kx);
+                    llvm::BasicBlock* loaded = b.GetInsertBlock();
+                    b.CreateBr(join);
+                    b.SetInsertPoint(join);
+                    llvm::PHINode* merged = b.CreatePHI(f32, 2);
+                    merged->addIncoming(acc, before);
+                    merged->addIncoming(taken, loaded);
+                    acc = merged;
+                  }
+                }
+                store(loop.result ? loop.result(acc, od, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
+              },
+              "edge", outer);
+        };
+        if (loop.result) {
+          // Every output in a register (none accumulated in the output), then result().
+          borderRow = [&](llvm::Value* oy) {
+            std::vector<llvm::Value*> xrows, inside;
+            tapRows(oy, xrows, &inside);
+            checkedColumns(oy, b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo)), xrows, inside, i64(0), wo);
+          };
+        }
         // An inner row (every ky tap row inside): each output column takes all kh * kw taps in a
         // register and is stored once; the border columns [0, lo_all) and [hi_all, wo) test each
         // tap's column, the columns between read every tap unchecked.
         auto innerRow = [&](llvm::Value* oy) {
-          llvm::Value* orow = b.CreateInBoundsGEP(f32, op, b.CreateMul(oy, wo));
+          llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
           std::vector<llvm::Value*> xrows;
-          for (std::int64_t ky = 0; ky < kh; ++ky) {
-            llvm::Value* iy = b.CreateAdd(b.CreateSub(b.CreateMul(oy, i64(sh)), ph), i64(ky * dh));
-            xrows.push_back(b.CreateGEP(f32, xp, b.CreateMul(iy, wdt)));
-          }
+          tapRows(oy, xrows, nullptr);
           auto borderColumns = [&](llvm::Value* from, llvm::Value* to) {
-            ir::emitLoop(
-                b, from, to, 1,
-                [&](llvm::Value* ox) {
-                  std::vector<llvm::Value*> column, inside;
-                  for (std::int64_t kx = 0; kx < kw; ++kx) {
-                    column.push_back(b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]));
-                    inside.push_back(
-                        b.CreateAnd(b.CreateICmpSGE(column.back(), i64(0)), b.CreateICmpSLT(column.back(), wdt)));
-                  }
-                  llvm::Value* acc = loop.start();
-                  for (std::int64_t ky = 0; ky < kh; ++ky) {
-                    for (std::int64_t kx = 0; kx < kw; ++kx) {
-                      const std::size_t k = static_cast<std::size_t>(kx);
-                      llvm::BasicBlock* before = b.GetInsertBlock();
-                      llvm::BasicBlock* load = llvm::BasicBlock::Create(context, "win.col", function);
-                      llvm::BasicBlock* join = llvm::BasicBlock::Create(context, "win.col.join", function);
-                      b.CreateCondBr(inside[k], load, join);
-                      b.SetInsertPoint(load);
-                      llvm::Value* xv = notOutput(
-                          b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column[k])));
-                      llvm::Value* taken = loop.combine(acc, xv, ky * kw + kx);
-                      llvm::BasicBlock* loaded = b.GetInsertBlock();
-                      b.CreateBr(join);
-                      b.SetInsertPoint(join);
-                      llvm::PHINode* merged = b.CreatePHI(f32, 2);
-                      merged->addIncoming(acc, before);
-                      merged->addIncoming(taken, loaded);
-                      acc = merged;
-                    }
-                  }
-                  inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
-                },
-                "edge", outer);
+            checkedColumns(oy, orow, xrows, {}, from, to);
           };
           borderColumns(i64(0), lo_all);
           ir::emitLoop(
               b, lo_all, hi_all, 1,
               [&](llvm::Value* ox) {
                 llvm::Value* acc = loop.start();
-                for (std::int64_t ky = 0; ky < kh; ++ky) {
+                for (std::int64_t t = 0; t < tap_rows; ++t) {
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]);
-                    llvm::Value* xv =
-                        notOutput(b.CreateLoad(f32, b.CreateGEP(f32, xrows[static_cast<std::size_t>(ky)], column)));
-                    acc = loop.combine(acc, xv, ky * kw + kx);
+                    llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column));
+                    acc = loop.combine(acc, xv, t * kw + kx);
                   }
                 }
-                inOutput(b.CreateStore(acc, b.CreateInBoundsGEP(f32, orow, ox)));
+                store(loop.result ? loop.result(acc, od, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
               },
               "taps", inner);
           borderColumns(hi_all, wo);
         };
-        // The border rows in one loop (one copy of their code): [0, oy_lo), then [oy_hi, ho).
+        // The border rows in one loop (one copy of their code): [0, oy_lo), then [oy_hi, ho); a
+        // 3-D slice with a kd tap outside the input has border rows only.
+        llvm::Value* row_lo = three_d ? b.CreateSelect(all_depth, oy_lo, ho) : oy_lo;
+        llvm::Value* row_hi = three_d ? b.CreateSelect(all_depth, oy_hi, ho) : oy_hi;
         ir::emitLoop(
-            b, i64(0), b.CreateAdd(oy_lo, b.CreateSub(ho, oy_hi)), 1,
+            b, i64(0), b.CreateAdd(row_lo, b.CreateSub(ho, row_hi)), 1,
             [&](llvm::Value* r) {
-              borderRow(b.CreateSelect(b.CreateICmpSLT(r, oy_lo), r, b.CreateAdd(oy_hi, b.CreateSub(r, oy_lo))));
+              borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
             },
             "border", outer);
-        ir::emitLoop(b, oy_lo, oy_hi, 1, innerRow, "oy", outer);
-        if (loop.finish) loop.finish(op);
+        ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
+        if (loop.finish) loop.finish(op, od);
       },
       "plane", outer);
 }
@@ -984,13 +1068,12 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
 // A depthwise conv: each plane's channel c = plane % C reads its kh * kw weights and its bias
 // once; a tap is acc + w[c, t] * x (fused multiply-add).
 Status emitDepthwise(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) {
-  const OperandSpec& xs = spec.inputs[kX];
   const OperandSpec& ws = spec.inputs[kW];
-  const int spatial = xs.rank - 2;
   const std::int64_t channels = ws.dims[0].size;
   WindowLoop loop;
-  setWindowShape(loop, spatial, spatial == 2 ? ws.dims[2].size : 1, ws.dims[xs.rank - 1].size,
-                 spec.attrs[kStrides].ints, spec.attrs[kDilations].ints);
+  std::vector<std::int64_t> kernel;
+  for (int d = 2; d < ws.rank; ++d) kernel.push_back(ws.dims[d].size);
+  setWindowShape(loop, kernel, spec.attrs[kStrides].ints, spec.attrs[kDilations].ints);
   const std::int64_t taps_count = loop.kh * loop.kw;
   ir::Builder b(module.getContext());
   llvm::Function* function = ir::beginKernel(module, symbol, b);
@@ -1072,6 +1155,13 @@ Status emitDenseWithNarrow(const KernelSpec& spec, llvm::Module& module, const s
   return Status::ok();
 }
 
+// A library kernel's generated counterpart: the same conv at the family's default parameters.
+KernelSpec generatedSpecOf(const KernelSpec& spec) {
+  KernelSpec generated = spec;
+  generated.params = {};
+  return generated;
+}
+
 class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   std::string_view name() const override { return "conv"; }
@@ -1112,10 +1202,33 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
       SVM_RETURN_IF_ERROR(checkExtra(spec.inputs[e], inputs[e]->tensor(), outputs[0].shape()));
     }
-    if (spec.params.library != 0) return onednn_conv::prepareCall(spec, inputs, outputs[0], args);
+    if (spec.params.library != 0) {
+      Status library = onednn_conv::prepareCall(spec, inputs, outputs[0], args);
+      // A primitive oneDNN cannot create for this call's shapes (logged by its cache): the
+      // generated kernel the library kernel also holds runs it, else the reference kernel.
+      if (library.isOk() || !holdsGenerated(spec)) return library;
+      std::memset(args.scalars, 0, sizeof(args.scalars));
+      return prepare(generatedSpecOf(spec), inputs, outputs, args);
+    }
     if (isDepthwise(spec)) return prepareDepthwise(spec, inputs, args);
     return isPointwise(spec) ? preparePointwise(spec, inputs, outputs[0], args)
                              : prepareDense(spec, inputs, outputs[0], args);
+  }
+
+  // Whether a library kernel also holds the generated kernel (a dense or pointwise conv the
+  // generated family computes: its entry calls the runner in the arguments as the library's does).
+  bool holdsGenerated(const KernelSpec& spec) const {
+    const KernelSpec generated = generatedSpecOf(spec);
+    return !isDepthwise(generated) && supports(generated).isOk();
+  }
+
+  // A library kernel's weight when its primitive reorders it (onednn_conv::packedWeight).
+  PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
+    return spec.params.library != 0 ? onednn_conv::packedWeight(args) : PackedOperand{};
+  }
+
+  void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const override {
+    if (spec.params.library != 0) onednn_conv::usePackedWeight(args, buffer, mode);
   }
 
   std::string symbolStem(const KernelSpec& spec) const override {
@@ -1152,8 +1265,11 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     SVM_RETURN_IF_ERROR(checkConv(spec));
     if (spec.params.library != 0) {
       // The primitive of static shapes is created here: compile time, and one oneDNN cannot
-      // create fails the compile (the generated kernel is used instead).
+      // create fails the compile (the generated kernel is used instead). The entry calls the
+      // runner prepare() names: the library's, or for a call whose primitive oneDNN cannot create
+      // the generated kernel's, emitted beside it where the generated family computes the conv.
       SVM_RETURN_IF_ERROR(onednn_conv::createFor(spec));
+      if (holdsGenerated(spec)) return emit(generatedSpecOf(spec), module, symbol);
       emitRunnerEntry(module, symbol, nullptr, 0);
       return Status::ok();
     }
@@ -1188,7 +1304,8 @@ WindowAttrs poolWindowAttrs(const KernelSpec& spec) {
   return window;
 }
 
-// OK when `spec` is a pool of `op` this family compiles (float32, 1-D or 2-D, dense); else the reason.
+// OK when `spec` is a pool of `op` this family compiles (1-D to 3-D, dense; float32, float16 or
+// bfloat16, computed in float32 and rounded once per output); else the reason.
 Status checkPool(OpId op, const KernelSpec& spec) {
   const std::string_view name = poolName(op);
   if (spec.op != op || spec.inputs.size() != 1 || spec.fused != nullptr || !spec.epilogue.empty() ||
@@ -1196,9 +1313,11 @@ Status checkPool(OpId op, const KernelSpec& spec) {
     return makeError(ErrorCode::Unsupported, "{} kernels take one input and no epilogue", name);
   }
   const OperandSpec& x = spec.inputs[0];
-  if (!x.is_tensor || x.dtype != DType::Float32 || x.rank < 3 || x.rank > 4 ||
+  const bool dtype_ok = x.dtype == DType::Float32 || x.dtype == DType::Float16 || x.dtype == DType::BFloat16;
+  if (!x.is_tensor || !dtype_ok || x.rank < 3 || x.rank > 5 ||
       spec.attrs[kPoolKernel].ints.size() != static_cast<std::size_t>(x.rank - 2)) {
-    return makeError(ErrorCode::Unsupported, "{} kernels take float32 1-D and 2-D pools; {} stays interpreted", name,
+    return makeError(ErrorCode::Unsupported,
+                     "{} kernels take 1-D to 3-D pools of float32, float16 or bfloat16; {} stays interpreted", name,
                      spec.signature());
   }
   const std::vector<std::int64_t> unknown(static_cast<std::size_t>(x.rank - 2), -1);
@@ -1214,27 +1333,64 @@ Expected<std::vector<AxisWindow>> poolWindows(const KernelSpec& spec, const Tens
   return forwardWindows(poolName(spec.op), in, poolWindowAttrs(spec));
 }
 
-// avg_pool's divisor pass over one plane's sums (WindowLoop::finish): each output divided by its
-// window's count as the reference counts it (the taps inside the input; with count_include_pad,
-// the window clipped to the padded input), a NaN where the count is not positive.
-void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
-                    llvm::Value* out_plane) {
-  llvm::Type* f32 = b.getFloatTy();
-  auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
-  const bool two_d = loop.spatial == 2;
-  const int rank = loop.spatial + 2;
-  llvm::Value* h = two_d ? args.dim(0, 2) : i64(1);
-  llvm::Value* wdt = args.dim(0, rank - 1);
-  llvm::Value* ho = two_d ? args.dim(1, 2) : i64(1);
-  llvm::Value* wo = args.dim(1, rank - 1);
+// avg_pool's count along one axis as the reference takes it, of the window starting at `start`
+// (kernel k) over an input of `in` with `pad_after` after it: the taps inside the input, or with
+// count_include_pad the window clipped to the padded input.
+llvm::Value* avgAxisCount(ir::Builder& b, bool include_pad, llvm::Value* start, std::int64_t k, llvm::Value* in,
+                          llvm::Value* pad_after) {
   auto smin = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, x, y); };
   auto smax = [&](llvm::Value* x, llvm::Value* y) { return b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, x, y); };
-  // The count along one axis of the window starting at `start` (kernel k) over an input of `in`
-  // with `pad_after` after it.
+  llvm::Value* end = b.CreateAdd(start, ir::constI64(b, k));
+  if (include_pad) return b.CreateSub(smin(end, b.CreateAdd(in, pad_after)), start);
+  return smax(b.CreateSub(smin(end, in), smax(start, ir::constI64(b, 0))), ir::constI64(b, 0));
+}
+
+// `sum` divided by its window's count (a NaN where the count is not positive).
+llvm::Value* avgOf(ir::Builder& b, llvm::Value* sum, llvm::Value* count) {
+  llvm::Type* f32 = b.getFloatTy();
+  llvm::Value* mean = b.CreateFDiv(sum, b.CreateSIToFP(count, f32));
+  return b.CreateSelect(b.CreateICmpSGT(count, ir::constI64(b, 0)), mean, llvm::ConstantFP::getNaN(f32));
+}
+
+// A 3-D avg_pool's count along the depth axis for output depth `od` (else 1).
+llvm::Value* avgDepthCount(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
+                           llvm::Value* od) {
+  if (loop.spatial != 3) return ir::constI64(b, 1);
+  llvm::Value* sz = b.CreateSub(b.CreateMul(od, ir::constI64(b, loop.sd)), args.dim(kPoolDepthSlot, 0));
+  return avgAxisCount(b, include_pad, sz, loop.kd, args.dim(0, 2), args.dim(kPoolDepthSlot, 1));
+}
+
+// avg_pool's mean of output (od, oy, ox) from its sum (WindowLoop::result, float16/bfloat16: rounded
+// once on store, as the reference rounds its float32 mean).
+llvm::Value* emitAvgResult(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
+                           llvm::Value* sum, llvm::Value* od, llvm::Value* oy, llvm::Value* ox) {
+  const int rank = loop.spatial + 2;
+  llvm::Value* rows = avgDepthCount(b, args, loop, include_pad, od);
+  if (loop.spatial >= 2) {
+    llvm::Value* sy = b.CreateSub(b.CreateMul(oy, ir::constI64(b, loop.sh)), args.scalar(kScalarPadTop));
+    rows = b.CreateMul(rows,
+                       avgAxisCount(b, include_pad, sy, loop.kh, args.dim(0, rank - 2), args.scalar(kScalarPadBottom)));
+  }
+  llvm::Value* sx = b.CreateSub(b.CreateMul(ox, ir::constI64(b, loop.sw)), args.scalar(kScalarPadLeft));
+  llvm::Value* columns = avgAxisCount(b, include_pad, sx, loop.kw, args.dim(0, rank - 1), args.scalar(kScalarPadRight));
+  return avgOf(b, sum, b.CreateMul(rows, columns));
+}
+
+// avg_pool's divisor pass over one plane's sums (WindowLoop::finish, float32): each output
+// divided by its window's count (avgAxisCount, avgOf).
+void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, bool include_pad,
+                    llvm::Value* out_plane, llvm::Value* od) {
+  llvm::Type* f32 = b.getFloatTy();
+  auto i64 = [&](std::int64_t v) { return ir::constI64(b, v); };
+  const bool two_d = loop.spatial >= 2;
+  const int rank = loop.spatial + 2;
+  llvm::Value* h = two_d ? args.dim(0, rank - 2) : i64(1);
+  llvm::Value* wdt = args.dim(0, rank - 1);
+  llvm::Value* ho = two_d ? args.dim(1, rank - 2) : i64(1);
+  llvm::Value* depth_count = avgDepthCount(b, args, loop, include_pad, od);
+  llvm::Value* wo = args.dim(1, rank - 1);
   auto axisCount = [&](llvm::Value* start, std::int64_t k, llvm::Value* in, llvm::Value* pad_after) {
-    llvm::Value* end = b.CreateAdd(start, i64(k));
-    if (include_pad) return b.CreateSub(smin(end, b.CreateAdd(in, pad_after)), start);
-    return smax(b.CreateSub(smin(end, in), smax(start, i64(0))), i64(0));
+    return avgAxisCount(b, include_pad, start, k, in, pad_after);
   };
   ir::LoopHints columns;
   columns.no_unroll_after_vectorize = true;
@@ -1242,7 +1398,8 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
       b, i64(0), ho, 1,
       [&](llvm::Value* oy) {
         llvm::Value* sy = b.CreateSub(b.CreateMul(oy, i64(loop.sh)), args.scalar(kScalarPadTop));
-        llvm::Value* rows = two_d ? axisCount(sy, loop.kh, h, args.scalar(kScalarPadBottom)) : i64(1);
+        llvm::Value* rows =
+            b.CreateMul(depth_count, two_d ? axisCount(sy, loop.kh, h, args.scalar(kScalarPadBottom)) : i64(1));
         llvm::Value* orow = b.CreateInBoundsGEP(f32, out_plane, b.CreateMul(oy, wo));
         ir::emitLoop(
             b, i64(0), wo, 1,
@@ -1250,20 +1407,20 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
               llvm::Value* sx = b.CreateSub(b.CreateMul(ox, i64(loop.sw)), args.scalar(kScalarPadLeft));
               llvm::Value* count = b.CreateMul(rows, axisCount(sx, loop.kw, wdt, args.scalar(kScalarPadRight)));
               llvm::Value* at = b.CreateInBoundsGEP(f32, orow, ox);
-              llvm::Value* mean = b.CreateFDiv(b.CreateLoad(f32, at), b.CreateSIToFP(count, f32));
-              b.CreateStore(b.CreateSelect(b.CreateICmpSGT(count, i64(0)), mean, llvm::ConstantFP::getNaN(f32)), at);
+              b.CreateStore(avgOf(b, b.CreateLoad(f32, at), count), at);
             },
             "divide", columns);
       },
       "divide_rows", ir::LoopHints::asEmitted());
 }
 
-// max_pool or avg_pool over each plane of a dense float32 [N, C, (H,) W]: the depthwise conv's
-// window loop (one kernel for any N, C, H and W; the pads are read per call), in the reference
-// kernel's tap order. max_pool: each output starts at -inf and a tap takes x when x > acc or x is
-// NaN, so NaN propagates and ties keep the first tap as there. avg_pool: each output starts at 0
-// and adds its taps (in float32, in that order, as the reference sums), then the divisor pass
-// divides by the window's count: the reference's bits.
+// max_pool or avg_pool over each plane of a dense [N, C, (H,) W] (float32, float16 or bfloat16,
+// computed in float32): the depthwise conv's window loop (one kernel for any N, C, H and W; the
+// pads are read per call), in the reference kernel's tap order. max_pool: each output starts at
+// -inf and a tap takes x when x > acc or x is NaN, so NaN propagates and ties keep the first tap
+// as there. avg_pool: each output starts at 0 and adds its taps (in float32, in that order, as
+// the reference sums), then is divided by the window's count (float32: a divisor pass over the
+// plane; float16/bfloat16: before its one rounding store): the reference's bits.
 class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   explicit PoolFamily(OpId op) : op_(op) {}
@@ -1306,10 +1463,9 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(checkPool(op_, spec));
     const bool max = op_ == OpId::MaxPool;
-    const int spatial = spec.inputs[0].rank - 2;
-    const std::vector<std::int64_t>& kernel = spec.attrs[kPoolKernel].ints;
     WindowLoop loop;
-    setWindowShape(loop, spatial, kernel.front(), kernel.back(), spec.attrs[kPoolStrides].ints,
+    loop.dtype = spec.inputs[0].dtype;
+    setWindowShape(loop, spec.attrs[kPoolKernel].ints, spec.attrs[kPoolStrides].ints,
                    max ? spec.attrs[kMaxPoolDilations].ints : std::vector<std::int64_t>{});
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
@@ -1326,7 +1482,15 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
       const bool include_pad = spec.attrs[kAvgPoolIncludePad].i != 0;
       loop.start = [&] { return llvm::ConstantFP::get(f32, 0.0); };
       loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) { return b.CreateFAdd(acc, x); };
-      loop.finish = [&, include_pad](llvm::Value* out_plane) { emitAvgDivisor(b, args, loop, include_pad, out_plane); };
+      if (loop.dtype == DType::Float32) {
+        loop.finish = [&, include_pad](llvm::Value* out_plane, llvm::Value* od) {
+          emitAvgDivisor(b, args, loop, include_pad, out_plane, od);
+        };
+      } else {
+        loop.result = [&, include_pad](llvm::Value* sum, llvm::Value* od, llvm::Value* oy, llvm::Value* ox) {
+          return emitAvgResult(b, args, loop, include_pad, sum, od, oy, ox);
+        };
+      }
     }
     emitWindowLoop(b, function, args, 1, loop);
     b.CreateRetVoid();

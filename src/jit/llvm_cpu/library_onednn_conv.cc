@@ -102,6 +102,28 @@ struct Problem {
   }
 };
 
+// A packed weight (the conv family's packed operand, cached on the kernel while the same weight
+// tensor comes back: PackedOperandCache) is a header naming the layout it was reordered into
+// (layoutId), then the weight in that layout. Its address is in scalars[kScalarPacked], the low
+// bit set for PackMode::PackOnly (the buffer is 64-byte aligned).
+constexpr int kScalarPacked = matmul::kScalarPackOnly;  // scalars[kScalarLibrary] holds the primitive
+constexpr std::int64_t kPackedHeader = 64;
+constexpr std::uintptr_t kPackOnlyTag = 1;
+
+// A process-wide number (from 1) for each distinct blocked weight layout primitives chose: a
+// packed weight is read only by a primitive whose weight layout it names, since one kernel's
+// primitives for other image sizes may choose another.
+std::int64_t layoutId(const dnnl_memory_desc_t* desc) {
+  static std::mutex mutex;
+  static auto* layouts = new std::vector<dnnl_memory_desc_t>();  // never destroyed, as the cache
+  std::lock_guard<std::mutex> lock(mutex);
+  for (std::size_t i = 0; i < layouts->size(); ++i) {
+    if (dnnl_memory_desc_equal(&(*layouts)[i], desc) != 0) return static_cast<std::int64_t>(i) + 1;
+  }
+  layouts->push_back(*desc);
+  return static_cast<std::int64_t>(layouts->size());
+}
+
 class Primitive {
  public:
   // A blocked problem oneDNN cannot create that way (a post-op its blocked kernels lack) is made
@@ -133,9 +155,18 @@ class Primitive {
   Primitive(const Primitive&) = delete;
   Primitive& operator=(const Primitive&) = delete;
 
-  // Runs on the call's operands; false (with the reason) when oneDNN refuses.
+  // Runs on the call's operands; false (with the reason) when oneDNN refuses. With a packed
+  // weight (scalars[kScalarPacked]): PackOnly reorders the weight into it and computes nothing
+  // (false when oneDNN refuses: the header then names no layout); Read takes the weight from it
+  // when its header names this primitive's weight layout, else reorders the weight as usual.
   bool run(const KernelArgs& args, std::string* reason) {
     std::lock_guard<std::mutex> lock(mutex_);
+    const auto tagged = static_cast<std::uintptr_t>(args.scalars[kScalarPacked]);
+    auto* packed = reinterpret_cast<std::byte*>(tagged & ~std::uintptr_t{kPackedHeader - 1});
+    Reorder* weight = weightReorder();
+    if (packed != nullptr && (tagged & kPackOnlyTag) != 0) return pack(args, packed, reason);
+    const bool packed_weight = packed != nullptr && weight != nullptr && weight_layout_ != 0 &&
+                               *reinterpret_cast<const std::int64_t*>(packed) == weight_layout_;
     std::vector<void*> pointers = {args.data[kX], args.data[kW]};
     if (problem_.bias) pointers.push_back(args.data[kBias]);
     pointers.push_back(args.data[problem_.out_slot]);
@@ -147,8 +178,8 @@ class Primitive {
       status = check(dnnl_memory_set_data_handle(memories_[i], pointers[i]), "memory_set_data_handle");
     if (status.isOk() && fail_for_testing.load(std::memory_order_relaxed))
       status = check(dnnl_runtime_error, "primitive_execute");
-    // The calling thread's buffer holds the scratchpad and, blocked, the reordered tensors (never
-    // kept across calls: the weight is reordered afresh each time, as it may have changed).
+    // The calling thread's buffer holds the scratchpad and, blocked, the reordered tensors (the
+    // weight's unless a packed copy of it serves).
     std::byte* buffer = nullptr;
     if (status.isOk() && blocked_bytes_ > 0) {
       buffer = static_cast<std::byte*>(ir::threadBuffer<BlockedTag>(blocked_bytes_, std::int64_t{1} << 16));
@@ -158,13 +189,15 @@ class Primitive {
       status = check(dnnl_memory_set_data_handle(scratchpad_, buffer), "memory_set_data_handle");
     for (Reorder& r : reorders_) {
       if (!status.isOk()) break;
-      status = check(dnnl_memory_set_data_handle(r.blocked, buffer + r.offset), "memory_set_data_handle");
+      std::byte* data = packed_weight && &r == weight ? packed + kPackedHeader : buffer + r.offset;
+      status = check(dnnl_memory_set_data_handle(r.blocked, data), "memory_set_data_handle");
     }
     const library::OmpThreads threads(problem_.threads);
     for (Reorder& r : reorders_) {
-      if (!status.isOk() || r.into_plain) continue;
+      if (!status.isOk() || r.into_plain || (packed_weight && &r == weight)) continue;
       status = execute(r.primitive, r.plain, r.blocked);
     }
+    if (status.isOk() && weight != nullptr && !packed_weight) weight_reorders.fetch_add(1, std::memory_order_relaxed);
     if (status.isOk()) {
       status =
           check(dnnl_primitive_execute(primitive_, stream_, static_cast<int>(exec_args_.size()), exec_args_.data()),
@@ -179,7 +212,16 @@ class Primitive {
     return status.isOk();
   }
   const Problem& problem() const { return problem_; }
+  // The bytes a packed weight takes (its header, then the weight in the primitive's layout); 0
+  // when the primitive reads the weight where it is.
+  std::int64_t packedBytes() {
+    const Reorder* weight = weightReorder();
+    if (weight == nullptr || weight_layout_ == 0) return 0;
+    return kPackedHeader + static_cast<std::int64_t>(
+                               dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0)));
+  }
   static std::atomic<bool> fail_for_testing;
+  static std::atomic<std::uint64_t> weight_reorders;  // per-call weight reorders (no packed weight)
 
  private:
   struct BlockedTag {};
@@ -194,6 +236,36 @@ class Primitive {
   };
 
   explicit Primitive(Problem problem) : problem_(std::move(problem)) {}
+
+  Reorder* weightReorder() {
+    for (Reorder& r : reorders_) {
+      if (r.plain == memories_[kW]) return &r;
+    }
+    return nullptr;
+  }
+
+  // PackOnly: the weight reordered into `packed` after its header, which then names the layout
+  // (0 when there is nothing to pack or oneDNN refuses).
+  bool pack(const KernelArgs& args, std::byte* packed, std::string* reason) {
+    auto* header = reinterpret_cast<std::int64_t*>(packed);
+    *header = 0;
+    Reorder* weight = weightReorder();
+    if (weight == nullptr || weight_layout_ == 0) return true;
+    Status status = check(dnnl_memory_set_data_handle(weight->plain, args.data[kW]), "memory_set_data_handle");
+    if (status.isOk())
+      status = check(dnnl_memory_set_data_handle(weight->blocked, packed + kPackedHeader), "memory_set_data_handle");
+    if (status.isOk()) {
+      const library::OmpThreads threads(problem_.threads);
+      status = execute(weight->primitive, weight->plain, weight->blocked);
+    }
+    if (status.isOk()) status = check(dnnl_stream_wait(stream_), "stream_wait");
+    if (!status.isOk()) {
+      *reason = status.message();
+      return false;
+    }
+    *header = weight_layout_;
+    return true;
+  }
 
   Status execute(dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
     const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
@@ -336,6 +408,8 @@ class Primitive {
     if (p.blocked) {
       SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_query_src_md, descs[0], false));
       SVM_RETURN_IF_ERROR(blockedMemory(1, dnnl_query_weights_md, descs[1], false));
+      if (weightReorder() != nullptr)
+        weight_layout_ = layoutId(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0));
       SVM_RETURN_IF_ERROR(blockedMemory(dst, dnnl_query_dst_md, descs[dst], true));
     }
     return Status::ok();
@@ -352,8 +426,10 @@ class Primitive {
   std::vector<Reorder> reorders_;       // blocked: src and weights into oneDNN's layouts, dst out of it
   dnnl_memory_t scratchpad_ = nullptr;  // at the thread buffer's start
   std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
+  std::int64_t weight_layout_ = 0;      // layoutId() of the reordered weight's layout (0: not reordered)
 };
 std::atomic<bool> Primitive::fail_for_testing{false};
+std::atomic<std::uint64_t> Primitive::weight_reorders{0};
 
 struct Cache {
   library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN conv", kMaxPrimitives};
@@ -364,7 +440,11 @@ Cache& cache() {
   return *cache;
 }
 
+std::atomic<bool> fail_creations_for_testing{false};
+
 Expected<Primitive*> findOrCreate(const Problem& problem) {
+  if (fail_creations_for_testing.load(std::memory_order_relaxed))
+    return makeError(ErrorCode::Unsupported, "oneDNN conv {}: creation failed (testing)", problem.toString());
   return cache().primitives.findOrCreate(problem, [](const std::string& reason) {
     logAt(LogLevel::Info, "JIT", "{}; the generated conv kernel or the reference runs it", reason);
   });
@@ -560,6 +640,11 @@ void runLibraryConv(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks
   std::string reason;
   if (primitive->run(*args, &reason)) return;
   c.run_failures.fetch_add(1, std::memory_order_relaxed);
+  if ((static_cast<std::uintptr_t>(args->scalars[kScalarPacked]) & kPackOnlyTag) != 0) {
+    logAt(LogLevel::Info, "JIT", "oneDNN conv {}: packing the weight failed ({}); it is reordered per call",
+          primitive->problem().toString(), reason);
+    return;  // the header names no layout: calls reorder the weight themselves
+  }
   static std::once_flag once;
   std::call_once(once, [&] {
     logAt(LogLevel::Warn, "JIT", "oneDNN conv {} failed at run time ({}); computed by the fallback loop",
@@ -571,11 +656,32 @@ void runLibraryConv(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks
 ConvLibraryStats stats() {
   Cache& c = cache();
   const auto totals = c.primitives.totals();
-  return {totals.primitives, totals.create_ms, c.calls.load(), c.run_failures.load()};
+  return {totals.primitives, totals.create_ms, c.calls.load(), c.run_failures.load(),
+          Primitive::weight_reorders.load(std::memory_order_relaxed)};
+}
+
+PackedOperand packedWeight(const KernelArgs& args) {
+  // A call the generated kernel runs (its primitive could not be created) has another runner.
+  if (args.scalars[matmul::kScalarRunner] !=
+      static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryConv)))
+    return {};
+  auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args.scalars[matmul::kScalarLibrary]));
+  const std::int64_t bytes = primitive != nullptr ? primitive->packedBytes() : 0;
+  if (bytes <= 0) return {};
+  return {static_cast<int>(kW), bytes};
+}
+
+void usePackedWeight(KernelArgs& args, void* buffer, PackMode mode) {
+  args.scalars[kScalarPacked] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(buffer) |
+                                                          (mode == PackMode::PackOnly ? kPackOnlyTag : 0));
 }
 
 void failExecutionsForTesting(bool fail) {
   Primitive::fail_for_testing.store(fail, std::memory_order_relaxed);
+}
+
+void failCreationsForTesting(bool fail) {
+  fail_creations_for_testing.store(fail, std::memory_order_relaxed);
 }
 
 }  // namespace shapevm::jit::onednn_conv

@@ -6,11 +6,12 @@
 // that calls runLibraryConv() with the primitive prepareCall() found in a process-wide cache keyed
 // by the call's exact shapes and attributes (created once per key; a conv with static extents has
 // it created by the compile, so it counts as compile time). The tensors stay in their plain
-// layout: oneDNN reads the weight where it is, so a weight that changes between calls is read
-// afresh (no reordered copy is cached). Invariant: a primitive that cannot be created is an error
-// (the candidate fails to compile, or the call is declined to the reference kernel); one that
-// fails at run time falls back to a direct loop over the same operands, logged once with the
-// reason.
+// layout: oneDNN reads the weight where it is or, for its blocked kernels, from a reordered copy
+// that the kernel's packed-operand cache keeps while the same (immutable) weight tensor comes
+// back. Invariant: a primitive that cannot be created is an error (the candidate fails to
+// compile, or the call runs on the generated kernel the library kernel holds beside its stub,
+// else on the reference kernel); one that fails at run time falls back to a direct loop over the
+// same operands, logged once with the reason.
 #pragma once
 
 #include <cstdint>
@@ -37,14 +38,24 @@ Status prepareCall(const KernelSpec& spec, std::span<const Value* const> inputs,
 // The task runner the library kernel calls (the matmul runner's signature; `part` is unused).
 void runLibraryConv(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
 
+// The weight of a call whose primitive reorders it into oneDNN's layout, as the kernel's packed
+// operand (KernelFamily::packedOperand; prepareCall() ran): the runtime reorders it once
+// (PackMode::PackOnly) and later calls with the same weight tensor read the reordered copy
+// (PackMode::Read) instead of reordering it afresh. None when the primitive reads it in place.
+PackedOperand packedWeight(const KernelArgs& args);
+void usePackedWeight(KernelArgs& args, void* buffer, PackMode mode);
+
 struct ConvLibraryStats {
-  std::uint64_t primitives = 0;    // created (cache entries)
-  double create_ms = 0;            // spent creating them
-  std::uint64_t calls = 0;         // runLibraryConv calls
-  std::uint64_t run_failures = 0;  // executions oneDNN refused (computed by the fallback loop)
+  std::uint64_t primitives = 0;       // created (cache entries)
+  double create_ms = 0;               // spent creating them
+  std::uint64_t calls = 0;            // runLibraryConv calls
+  std::uint64_t run_failures = 0;     // executions oneDNN refused (computed by the fallback loop)
+  std::uint64_t weight_reorders = 0;  // calls that reordered their weight (no packed copy of it)
 };
 ConvLibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).
 void failExecutionsForTesting(bool fail);
+// Tests: make every primitive lookup fail as a creation oneDNN refuses would.
+void failCreationsForTesting(bool fail);
 
 }  // namespace shapevm::jit::onednn_conv
