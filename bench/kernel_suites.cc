@@ -422,30 +422,30 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     };
     const bool auto_pairs = picked->handle.symbol.find("bf16pairs") != std::string::npos;
     const char* host_default = jit::bf16VariantName(jit::bf16Default(engine.capabilities().target));
-    out.push_back({{"m", m},
-                   {"k", k},
-                   {"n", n},
-                   {"jit_gflops", pairs_g},
-                   {"jit_widening_gflops", wide_g},
-                   {"onednn_matmul_gflops", primitive ? json(dnnl_g) : json(nullptr)},
-                   {"jit_packed_once_gflops", once_g},
-                   {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
-                   {"f32_peak_gflops", f32_peak},
-                   {"bf16_pairs", used_pairs},
-                   {"auto_gflops", auto_g},
-                   {"auto_params", tuned.params.toString()},
-                   {"auto_impl", tuned.params.library != 0 ? std::string(tune::implName(tuned.params))
-                                 : auto_pairs              ? std::string("jit pairs")
-                                                           : std::string("jit widening")},
-                   {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
-                   {"auto_vs_onednn_per_round", primitive ? json(vsOnednnPerRound(auto_ms)) : json(nullptr)},
-                   {"library_vs_onednn_per_round",
-                    primitive && library ? json(vsOnednnPerRound(library_ms)) : json(nullptr)},
-                   {"jit_vs_onednn_per_round", primitive ? json(vsOnednnPerRound(pairs_ms)) : json(nullptr)},
-                   {"host_default_after_tuning", host_default},
-                   {"rel_l2", errors[0]},
-                   {"rel_l2_widening", errors[1]},
-                   {"rel_l2_onednn", primitive ? json(errors[2]) : json(nullptr)}});
+    out.push_back(
+        {{"m", m},
+         {"k", k},
+         {"n", n},
+         {"jit_gflops", pairs_g},
+         {"jit_widening_gflops", wide_g},
+         {"onednn_matmul_gflops", primitive ? json(dnnl_g) : json(nullptr)},
+         {"jit_packed_once_gflops", once_g},
+         {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
+         {"f32_peak_gflops", f32_peak},
+         {"bf16_pairs", used_pairs},
+         {"auto_gflops", auto_g},
+         {"auto_params", tuned.params.toString()},
+         {"auto_impl", tuned.params.library != 0 ? std::string(tune::implName(tuned.params))
+                       : auto_pairs              ? std::string("jit pairs")
+                                                 : std::string("jit widening")},
+         {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
+         {"auto_vs_onednn_per_round", primitive ? json(vsOnednnPerRound(auto_ms)) : json(nullptr)},
+         {"library_vs_onednn_per_round", primitive && library ? json(vsOnednnPerRound(library_ms)) : json(nullptr)},
+         {"jit_vs_onednn_per_round", primitive ? json(vsOnednnPerRound(pairs_ms)) : json(nullptr)},
+         {"host_default_after_tuning", host_default},
+         {"rel_l2", errors[0]},
+         {"rel_l2_widening", errors[1]},
+         {"rel_l2_onednn", primitive ? json(errors[2]) : json(nullptr)}});
     fmt::print(
         "matmul bf16 {:>4}x{:>4}x{:>4}: JIT {:6.1f} ({}; {:.2f}x widening {:6.1f}, {:.2f}x oneDNN {:6.1f}; "
         "{:3.0f}% of the f32 FMA peak); B packed once {:6.1f} ({:.2f}x oneDNN)\n",

@@ -369,17 +369,17 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     // Past the budget only library candidates (and the bfloat16 twin) are still timed: like the
     // default, they are the bar (a kernel that takes 100 ms a call on a loaded host leaves room
     // for no other candidate).
-    if (i > 0 && spent_ms() >= static_cast<double>(budget_ms) &&
-        candidates[static_cast<std::size_t>(i)].library == 0 && !bf16Twin(candidates[static_cast<std::size_t>(i)]))
+    if (i > 0 && spent_ms() >= static_cast<double>(budget_ms) && candidates[static_cast<std::size_t>(i)].library == 0 &&
+        !bf16Twin(candidates[static_cast<std::size_t>(i)]))
       continue;
     jit::KernelSpec candidate_spec = spec;
     candidate_spec.params = candidates[static_cast<std::size_t>(i)];
     const std::string params_text = candidate_spec.params.toString();
     const Clock::time_point candidate_start = Clock::now();
     auto kernel = jit::compileKernel(engine, family, candidate_spec);
-    Expected<Measurement> measured = kernel ? measure(timing, candidate_spec.params, **kernel, examples, baseline,
-                                                      repeats, sample_us)
-                                            : Expected<Measurement>(kernel.status());
+    Expected<Measurement> measured =
+        kernel ? measure(timing, candidate_spec.params, **kernel, examples, baseline, repeats, sample_us)
+               : Expected<Measurement>(kernel.status());
     if (kernel) handles.push_back((*kernel)->handle);
     if (measured) timed.push_back(Timed{candidate_spec.params, std::move(*kernel), measured->median_us});
     report.timings.push_back(CandidateTiming{candidate_spec.params,
@@ -456,18 +456,16 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     // The record keeps the sweep's medians (one measurement for the winner, every other candidate
     // and the default); the run-off's own medians are in the report and the log.
     best_us = generated_wins ? generated->us : library->us;
-    report.runoff =
-        RunOff{generated->params, library->params, (*medians)[0], (*medians)[fastest], static_cast<int>(rounds),
-               timing.one_thread};
+    report.runoff = RunOff{generated->params,   library->params,          (*medians)[0],
+                           (*medians)[fastest], static_cast<int>(rounds), timing.one_thread};
     std::string others;
     for (std::size_t i = 1; i < contenders.size(); ++i) {
       if (i != fastest) others += fmt::format(", {} {:.1f}us", contenders[i]->params.toString(), (*medians)[i]);
     }
     logAt(LogLevel::Info, "JIT",
-          "Tuning {}: run-off over {} interleaved rounds ({}): {} {:.1f}us vs {} {:.1f}us{}; chose {}", signature, rounds,
-          timing.one_thread ? "thread CPU time, median" : "wall time, fastest",
-          generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[fastest], others,
-          best.toString());
+          "Tuning {}: run-off over {} interleaved rounds ({}): {} {:.1f}us vs {} {:.1f}us{}; chose {}", signature,
+          rounds, timing.one_thread ? "thread CPU time, median" : "wall time, fastest", generated->params.toString(),
+          (*medians)[0], library->params.toString(), (*medians)[fastest], others, best.toString());
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
   // The two variants are timed again side by side (a run-off, as for the library above): the

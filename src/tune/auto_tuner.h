@@ -43,8 +43,8 @@ namespace shapevm::tune {
 
 // Reads one timed sample: runs `run` (`calls` back-to-back calls of the candidate `params`) and
 // returns microseconds per call. `one_thread`: the candidate runs on the calling thread only.
-using SampleTimer = std::function<Expected<double>(const jit::KernelParams& params, std::int64_t calls,
-                                                   bool one_thread, const std::function<Status()>& run)>;
+using SampleTimer = std::function<Expected<double>(const jit::KernelParams& params, std::int64_t calls, bool one_thread,
+                                                   const std::function<Status()>& run)>;
 
 // The default timer: the calling thread's CPU time when `one_thread`, else the steady clock.
 Expected<double> timeSample(const jit::KernelParams& params, std::int64_t calls, bool one_thread,
