@@ -125,7 +125,8 @@ TEST(MatmulBlocking, CandidatesFitTheCachesTheyWereSizedFor) {
 
 // Where A's rows read in place would not stay in L2 between B panels (M x KC floats over half of
 // L2), or all of K is one K block of more than 64 rows, the default packs A and B in blocks (BLIS)
-// sized from L2 and L3; elsewhere it reads A in place as before. Parameters that name a block keep their meaning (A in place unless they give mc).
+// sized from L2 and L3; elsewhere it reads A in place as before. Parameters that name a block
+// keep their meaning (A in place unless they give mc).
 TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   const KernelTarget spr = avx512(48 * kKiB, 2 * kMiB, 52 * kMiB), zen5 = avx512(48 * kKiB, 1 * kMiB, 16 * kMiB);
   const matmul::Plan big = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, spr));
