@@ -414,28 +414,38 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     const double once_g = cache_hit ? gflops(once_ms) : 0.0;
     const bool used_pairs = pairs->handle.symbol.find("bf16pairs") != std::string::npos;
     const double auto_g = gflops(auto_ms);
+    // Each kernel against oneDNN's primitive of its own round, then the median (see matmulSuite).
+    auto vsOnednnPerRound = [&](const std::vector<double>& ms) {
+      std::vector<double> ratios;
+      for (std::size_t r = 0; r < ms.size() && r < dnnl_ms.size(); ++r) ratios.push_back(dnnl_ms[r] / ms[r]);
+      return ratios.empty() ? std::numeric_limits<double>::quiet_NaN() : summarizeLatency(ratios).median;
+    };
     const bool auto_pairs = picked->handle.symbol.find("bf16pairs") != std::string::npos;
     const char* host_default = jit::bf16VariantName(jit::bf16Default(engine.capabilities().target));
-    out.push_back({{"m", m},
-                   {"k", k},
-                   {"n", n},
-                   {"jit_gflops", pairs_g},
-                   {"jit_widening_gflops", wide_g},
-                   {"onednn_matmul_gflops", primitive ? json(dnnl_g) : json(nullptr)},
-                   {"jit_packed_once_gflops", once_g},
-                   {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
-                   {"f32_peak_gflops", f32_peak},
-                   {"bf16_pairs", used_pairs},
-                   {"auto_gflops", auto_g},
-                   {"auto_params", tuned.params.toString()},
-                   {"auto_impl", tuned.params.library != 0 ? std::string(tune::implName(tuned.params))
-                                 : auto_pairs              ? std::string("jit pairs")
-                                                           : std::string("jit widening")},
-                   {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
-                   {"host_default_after_tuning", host_default},
-                   {"rel_l2", errors[0]},
-                   {"rel_l2_widening", errors[1]},
-                   {"rel_l2_onednn", primitive ? json(errors[2]) : json(nullptr)}});
+    out.push_back(
+        {{"m", m},
+         {"k", k},
+         {"n", n},
+         {"jit_gflops", pairs_g},
+         {"jit_widening_gflops", wide_g},
+         {"onednn_matmul_gflops", primitive ? json(dnnl_g) : json(nullptr)},
+         {"jit_packed_once_gflops", once_g},
+         {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
+         {"f32_peak_gflops", f32_peak},
+         {"bf16_pairs", used_pairs},
+         {"auto_gflops", auto_g},
+         {"auto_params", tuned.params.toString()},
+         {"auto_impl", tuned.params.library != 0 ? std::string(tune::implName(tuned.params))
+                       : auto_pairs              ? std::string("jit pairs")
+                                                 : std::string("jit widening")},
+         {"auto_vs_onednn_matmul", primitive ? json(auto_g / dnnl_g) : json(nullptr)},
+         {"auto_vs_onednn_per_round", primitive ? json(vsOnednnPerRound(auto_ms)) : json(nullptr)},
+         {"library_vs_onednn_per_round", primitive && library ? json(vsOnednnPerRound(library_ms)) : json(nullptr)},
+         {"jit_vs_onednn_per_round", primitive ? json(vsOnednnPerRound(pairs_ms)) : json(nullptr)},
+         {"host_default_after_tuning", host_default},
+         {"rel_l2", errors[0]},
+         {"rel_l2_widening", errors[1]},
+         {"rel_l2_onednn", primitive ? json(errors[2]) : json(nullptr)}});
     fmt::print(
         "matmul bf16 {:>4}x{:>4}x{:>4}: JIT {:6.1f} ({}; {:.2f}x widening {:6.1f}, {:.2f}x oneDNN {:6.1f}; "
         "{:3.0f}% of the f32 FMA peak); B packed once {:6.1f} ({:.2f}x oneDNN)\n",
@@ -451,8 +461,10 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
         host_default);
     (void)engine.free(picked->handle);
     if (library) {
-      fmt::print("                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:.2f}x oneDNN)\n",
-                 gflops(library_ms), gflops(library_ms) / dnnl_g);
+      fmt::print(
+          "                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:.2f}x oneDNN); median of "
+          "per-round ratios: library {:.2f}x, AutoTuner {:.2f}x\n",
+          gflops(library_ms), gflops(library_ms) / dnnl_g, vsOnednnPerRound(library_ms), vsOnednnPerRound(auto_ms));
       (void)engine.free((*library)->handle);
     } else {
       fmt::print("                    library: n/a ({})\n", library.status().message());
@@ -740,6 +752,13 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     SVM_RETURN_IF_ERROR(Tunables::set(Tunable::PackedWeightEntries, 0));
     const double cached_g = cache_hit ? gflops(cached_ms) : 0.0;
     const double dnnl_g = std::max(sgemm_g, prim_g);
+    // The same ratio round by round (each kernel against the faster oneDNN call of its own round,
+    // timed within a second of it), then the median: the host's load moves between rounds.
+    auto vsOnednnPerRound = [&](const std::vector<double>& ms) {
+      std::vector<double> ratios;
+      for (std::size_t r = 0; r < ms.size(); ++r) ratios.push_back(std::min(sgemm_ms[r], prim_ms[r]) / ms[r]);
+      return summarizeLatency(ratios).median;
+    };
     // The clock drifts and other processes share the core: % of peak uses the best peak seen so far.
     overall_peak = std::max(overall_peak, peak);
     peak = overall_peak;
@@ -798,6 +817,12 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
          {"library_gflops", library ? json(library_g) : json(nullptr)},
          {"library_sgemm_gflops", library_sgemm ? json(library_sgemm_g) : json(nullptr)},
          {"auto_vs_onednn_matmul", auto_g / prim_g},
+         {"auto_vs_onednn_per_round", vsOnednnPerRound(auto_ms)},
+         {"jit_vs_onednn_per_round", vsOnednnPerRound(jit_ms)},
+         {"jit_best_vs_onednn_per_round", vsOnednnPerRound(best_ms)},
+         {"library_vs_onednn_per_round", library ? json(vsOnednnPerRound(library_ms)) : json(nullptr)},
+         {"library_sgemm_vs_onednn_per_round",
+          library_sgemm ? json(vsOnednnPerRound(library_sgemm_ms)) : json(nullptr)},
          {"auto_tuning_ms", auto_outcome.tuning_ms},
          {"auto_timed", auto_outcome.timed},
          {"auto_failed", auto_outcome.failed},
@@ -837,8 +862,9 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     if (const std::vector<tune::TuneReport> reports = auto_tuner.reports();
         !reports.empty() && reports.back().runoff.has_value()) {
       const tune::RunOff& runoff = *reports.back().runoff;
-      fmt::print("                    AutoTuner run-off ({} rounds): {} {:.1f} us vs {} {:.1f} us\n", runoff.rounds,
-                 runoff.generated.toString(), runoff.generated_us, runoff.library.toString(), runoff.library_us);
+      fmt::print("                    AutoTuner run-off ({} rounds, {}): {} {:.1f} us vs {} {:.1f} us\n", runoff.rounds,
+                 runoff.cpu_clock ? "thread CPU, median" : "wall, fastest", runoff.generated.toString(),
+                 runoff.generated_us, runoff.library.toString(), runoff.library_us);
     }
     fmt::print(
         "                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "
@@ -846,6 +872,11 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
         Tunables::get(Tunable::TuneBudgetMs), auto_outcome.timed, auto_outcome.candidates, auto_outcome.tuning_ms,
         auto_g, auto_g / best_g, auto_g / jit_g, auto_g / dnnl_g, 100.0 * auto_g / peak,
         auto_outcome.params.toString());
+    fmt::print(
+        "                    vs oneDNN, median of per-round ratios: JIT default {:.2f}x, best {:.2f}x, library "
+        "{:.2f}x, sgemm {:.2f}x, AutoTuner {:.2f}x\n",
+        vsOnednnPerRound(jit_ms), vsOnednnPerRound(best_ms), library ? vsOnednnPerRound(library_ms) : 0.0,
+        library_sgemm ? vsOnednnPerRound(library_sgemm_ms) : 0.0, vsOnednnPerRound(auto_ms));
     (void)engine.free(kernel->handle);
     (void)engine.free(tuned.kernel->handle);
     (void)engine.free(auto_kernel->handle);

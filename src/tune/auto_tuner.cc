@@ -14,7 +14,9 @@
 
 #include "jit/compile_cancel.h"
 #include "jit/compiled_kernel.h"
+#include "jit/region.h"
 #include "jit/validate.h"
+#include "support/cpu_cores.h"
 #include "support/logging.h"
 #include "support/trace.h"
 #include "support/tunables.h"
@@ -70,7 +72,7 @@ void publishBf16Verdicts(const std::vector<TuningRecord>& records) {
 }
 
 struct Measurement {
-  double median_us = 0;
+  double median_us = 0;  // the samples' summary (Timing::summary): a median, or the fastest on the wall clock
 };
 
 double medianOf(std::vector<double> samples) {
@@ -78,16 +80,36 @@ double medianOf(std::vector<double> samples) {
   return samples[samples.size() / 2];
 }
 
-// Microseconds per call over `calls` back-to-back calls (outputs reused, as on the compiled path).
-Expected<double> sampleUs(const jit::CompiledKernel& kernel, std::span<const Value* const> examples,
-                          std::vector<Value>& outputs, std::int64_t calls) {
-  const Clock::time_point start = Clock::now();
-  for (std::int64_t c = 0; c < calls; ++c) {
-    // Shutdown cancels within one call (a relaxed load per call: nothing next to a kernel call).
-    if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
-    SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+// How one tune() reads time: the timer, and whether every candidate runs on the calling thread.
+struct Timing {
+  SampleTimer timer;
+  bool one_thread = false;
+  // On the calling thread's CPU clock a preempted sample reads the kernel's own work, so the
+  // median of the samples; on the wall clock preemption only ever adds time, so the fastest.
+  double summary(std::vector<double> samples) const {
+    return one_thread ? medianOf(std::move(samples)) : *std::min_element(samples.begin(), samples.end());
   }
-  return usSince(start) / static_cast<double>(calls);
+};
+
+// Whether each of `candidates` runs on the calling thread only (no kernel pool, one OpenMP thread
+// for a library kernel): its threads, or KernelThreads now, are one.
+bool runsOnOneThread(const std::vector<jit::KernelParams>& candidates) {
+  const int pool = kernelThreads();
+  return std::all_of(candidates.begin(), candidates.end(),
+                     [&](const jit::KernelParams& p) { return (p.threads > 0 ? p.threads : pool) == 1; });
+}
+
+// Microseconds per call over `calls` back-to-back calls (outputs reused, as on the compiled path).
+Expected<double> sampleUs(const Timing& timing, const jit::KernelParams& params, const jit::CompiledKernel& kernel,
+                          std::span<const Value* const> examples, std::vector<Value>& outputs, std::int64_t calls) {
+  return timing.timer(params, calls, timing.one_thread, [&]() -> Status {
+    for (std::int64_t c = 0; c < calls; ++c) {
+      // Shutdown cancels within one call (a relaxed load per call: nothing next to a kernel call).
+      if (jit::compileCancelled()) return makeError(ErrorCode::JitError, "{}", jit::kCompileCancelledMessage);
+      SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
+    }
+    return Status::ok();
+  });
 }
 
 std::int64_t callsPerSample(double one_us, std::int64_t sample_us) {
@@ -96,10 +118,12 @@ std::int64_t callsPerSample(double one_us, std::int64_t sample_us) {
       kMaxCallsPerSample);
 }
 
-// Runs `kernel` on the examples: a warm-up call checked against `baseline` (set by the first
-// candidate that runs), then `repeats` samples of enough calls to last `sample_us` each.
-Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const Value* const> examples,
-                              std::vector<Value>& baseline, std::int64_t repeats, std::int64_t sample_us) {
+// Runs `kernel` (compiled for `params`) on the examples: a warm-up call checked against `baseline`
+// (set by the first candidate that runs), then `repeats` samples of enough calls to last
+// `sample_us` each.
+Expected<Measurement> measure(const Timing& timing, const jit::KernelParams& params, const jit::CompiledKernel& kernel,
+                              std::span<const Value* const> examples, std::vector<Value>& baseline,
+                              std::int64_t repeats, std::int64_t sample_us) {
   std::vector<Value> outputs(static_cast<std::size_t>(kernel.num_outputs));
   SVM_RETURN_IF_ERROR(jit::invokeCompiled(kernel, examples, outputs));
   if (baseline.empty()) {
@@ -113,14 +137,14 @@ Expected<Measurement> measure(const jit::CompiledKernel& kernel, std::span<const
     }
   }
   // Calibrate: one call (outputs are reused from here on, as on the compiled path).
-  SVM_ASSIGN_OR_RETURN(const double one_us, sampleUs(kernel, examples, outputs, 1));
+  SVM_ASSIGN_OR_RETURN(const double one_us, sampleUs(timing, params, kernel, examples, outputs, 1));
   const std::int64_t calls = callsPerSample(one_us, sample_us);
   std::vector<double> samples;
   for (std::int64_t r = 0; r < repeats; ++r) {
-    SVM_ASSIGN_OR_RETURN(const double us, sampleUs(kernel, examples, outputs, calls));
+    SVM_ASSIGN_OR_RETURN(const double us, sampleUs(timing, params, kernel, examples, outputs, calls));
     samples.push_back(us);
   }
-  return Measurement{medianOf(std::move(samples))};
+  return Measurement{timing.summary(std::move(samples))};
 }
 
 // A bfloat16 matmul's default tile in both variants (0: not timed) and the winner's variant.
@@ -139,8 +163,8 @@ struct Timed {
 
 // The run-off: the contenders timed again in `rounds` interleaved rounds (the order alternating
 // per round, so neither always runs right after a stall), one warm-up call and one sample of
-// ~sample_us each per round; the medians per contender.
-Expected<std::vector<double>> runOff(const std::vector<const Timed*>& contenders,
+// ~sample_us each per round; each contender's samples summarized (Timing::summary).
+Expected<std::vector<double>> runOff(const Timing& timing, const std::vector<const Timed*>& contenders,
                                      std::span<const Value* const> examples, std::int64_t rounds,
                                      std::int64_t sample_us) {
   std::vector<std::vector<Value>> outputs;
@@ -155,17 +179,28 @@ Expected<std::vector<double>> runOff(const std::vector<const Timed*>& contenders
       const std::size_t i = r % 2 == 0 ? j : contenders.size() - 1 - j;
       // An untimed call first: the sample times the kernel warm (its operands and buffers in the
       // caches), as the sweep and a hot call site do, not right after the other contender evicted them.
-      SVM_RETURN_IF_ERROR(sampleUs(*contenders[i]->kernel, examples, outputs[i], 1).takeStatus());
-      SVM_ASSIGN_OR_RETURN(const double us, sampleUs(*contenders[i]->kernel, examples, outputs[i], calls[i]));
+      const Timed& contender = *contenders[i];
+      SVM_RETURN_IF_ERROR(jit::invokeCompiled(*contender.kernel, examples, outputs[i]));
+      SVM_ASSIGN_OR_RETURN(const double us,
+                           sampleUs(timing, contender.params, *contender.kernel, examples, outputs[i], calls[i]));
       samples[i].push_back(us);
     }
   }
-  std::vector<double> medians;
-  for (std::vector<double>& list : samples) medians.push_back(medianOf(std::move(list)));
-  return medians;
+  std::vector<double> summaries;
+  for (std::vector<double>& list : samples) summaries.push_back(timing.summary(std::move(list)));
+  return summaries;
 }
 
 }  // namespace
+
+Expected<double> timeSample(const jit::KernelParams& /*params*/, std::int64_t calls, bool one_thread,
+                            const std::function<Status()>& run) {
+  const double cpu_start = one_thread ? jit::threadCpuMs() : 0.0;
+  const Clock::time_point start = Clock::now();
+  SVM_RETURN_IF_ERROR(run());
+  const double us = one_thread ? (jit::threadCpuMs() - cpu_start) * 1000.0 : usSince(start);
+  return us / static_cast<double>(calls);
+}
 
 AutoTuner::AutoTuner(AutoTunerOptions options) : options_(std::move(options)) {
   use_database_ = options_.use_database && Tunables::get(Tunable::TuneCache) != 0;
@@ -312,6 +347,11 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   const std::int64_t sample_us = setting(options_.sample_us, Tunable::TuneSampleUs);
   const std::vector<jit::KernelParams> candidates = order(space, key, point, &report.ranked_by_predictor);
   const int to_time = static_cast<int>(candidates.size());
+  const Timing timing{options_.timer ? options_.timer : SampleTimer(timeSample), runsOnOneThread(candidates)};
+  // The budget is spent on the samples' clock: on one thread this thread's CPU time (compiling and
+  // timing), so a loaded host's preemptions do not cut the sweep short after a few candidates.
+  const double cpu_start_ms = jit::threadCpuMs();
+  auto spent_ms = [&] { return timing.one_thread ? jit::threadCpuMs() - cpu_start_ms : usSince(start) / 1000.0; };
 
   std::vector<jit::KernelHandle> handles;
   std::vector<Timed> timed;
@@ -329,16 +369,17 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     // Past the budget only library candidates (and the bfloat16 twin) are still timed: like the
     // default, they are the bar (a kernel that takes 100 ms a call on a loaded host leaves room
     // for no other candidate).
-    if (i > 0 && usSince(start) / 1000.0 >= static_cast<double>(budget_ms) &&
-        candidates[static_cast<std::size_t>(i)].library == 0 && !bf16Twin(candidates[static_cast<std::size_t>(i)]))
+    if (i > 0 && spent_ms() >= static_cast<double>(budget_ms) && candidates[static_cast<std::size_t>(i)].library == 0 &&
+        !bf16Twin(candidates[static_cast<std::size_t>(i)]))
       continue;
     jit::KernelSpec candidate_spec = spec;
     candidate_spec.params = candidates[static_cast<std::size_t>(i)];
     const std::string params_text = candidate_spec.params.toString();
     const Clock::time_point candidate_start = Clock::now();
     auto kernel = jit::compileKernel(engine, family, candidate_spec);
-    Expected<Measurement> measured = kernel ? measure(**kernel, examples, baseline, repeats, sample_us)
-                                            : Expected<Measurement>(kernel.status());
+    Expected<Measurement> measured =
+        kernel ? measure(timing, candidate_spec.params, **kernel, examples, baseline, repeats, sample_us)
+               : Expected<Measurement>(kernel.status());
     if (kernel) handles.push_back((*kernel)->handle);
     if (measured) timed.push_back(Timed{candidate_spec.params, std::move(*kernel), measured->median_us});
     report.timings.push_back(CandidateTiming{candidate_spec.params,
@@ -400,7 +441,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     const std::int64_t rounds = std::max<std::int64_t>(kMinRunOffRounds, repeats);
     std::vector<const Timed*> contenders = {generated};
     contenders.insert(contenders.end(), libraries.begin(), libraries.end());
-    Expected<std::vector<double>> medians = runOff(contenders, examples, rounds, sample_us);
+    Expected<std::vector<double>> medians = runOff(timing, contenders, examples, rounds, sample_us);
     if (!medians) {
       for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
       return medians.status();  // cancelled (all ran before)
@@ -415,16 +456,16 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     // The record keeps the sweep's medians (one measurement for the winner, every other candidate
     // and the default); the run-off's own medians are in the report and the log.
     best_us = generated_wins ? generated->us : library->us;
-    report.runoff =
-        RunOff{generated->params, library->params, (*medians)[0], (*medians)[fastest], static_cast<int>(rounds)};
+    report.runoff = RunOff{generated->params,   library->params,          (*medians)[0],
+                           (*medians)[fastest], static_cast<int>(rounds), timing.one_thread};
     std::string others;
     for (std::size_t i = 1; i < contenders.size(); ++i) {
       if (i != fastest) others += fmt::format(", {} {:.1f}us", contenders[i]->params.toString(), (*medians)[i]);
     }
     logAt(LogLevel::Info, "JIT",
-          "Tuning {}: run-off over {} interleaved rounds: {} {:.1f}us vs {} {:.1f}us{}; chose {}", signature, rounds,
-          generated->params.toString(), (*medians)[0], library->params.toString(), (*medians)[fastest], others,
-          best.toString());
+          "Tuning {}: run-off over {} interleaved rounds ({}): {} {:.1f}us vs {} {:.1f}us{}; chose {}", signature,
+          rounds, timing.one_thread ? "thread CPU time, median" : "wall time, fastest", generated->params.toString(),
+          (*medians)[0], library->params.toString(), (*medians)[fastest], others, best.toString());
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
   // The two variants are timed again side by side (a run-off, as for the library above): the
@@ -443,7 +484,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   if (bf16_default != nullptr && bf16_twin != nullptr &&
       runsBf16Pairs(*bf16_default->kernel) != runsBf16Pairs(*bf16_twin->kernel)) {
     const std::int64_t rounds = std::max<std::int64_t>(kMinRunOffRounds, repeats);
-    Expected<std::vector<double>> medians = runOff({bf16_default, bf16_twin}, examples, rounds, sample_us);
+    Expected<std::vector<double>> medians = runOff(timing, {bf16_default, bf16_twin}, examples, rounds, sample_us);
     if (!medians) {
       for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
       return medians.status();

@@ -2,8 +2,9 @@
 // AutoTuner: the JIT's Tuner (jit/tuner.h). For a kernel it first asks the tuning database; on a
 // miss it compiles the family's searchSpace() candidates one by one in the calling (compile)
 // thread, runs each on scratch copies of the example inputs (a warm-up call whose outputs must
-// agree with the first candidate that ran, then the median of TuneRepeats timed samples), stops
-// starting new candidates once TuneBudgetMs is spent, and appends the winner to the database.
+// agree with the first candidate that ran, then TuneRepeats timed samples, summarized as the
+// clock below says), stops starting new candidates once TuneBudgetMs is spent (on that clock), and
+// appends the winner to the database.
 // The learned predictor (predictor.h) ranks the candidates from the database's history of the
 // kernel's family on this host and only its top TuneTopK are timed (the default always first);
 // without history every candidate is timed; TuneCandidates > 0 caps the count. Library candidates
@@ -14,7 +15,12 @@
 // compile, to run or to agree counts as infinitely slow; tune() never throws away the default.
 // The library candidates (KernelParams::library: oneDNN's primitive, its sgemm) and the fastest
 // generated one are timed again in interleaved rounds; the generated one wins only by beating the
-// fastest library median by the margin.
+// fastest library time by the margin.
+// The clock: where every candidate runs on the calling thread only (KernelThreads / the candidates'
+// threads say one), that thread's CPU time and the median of the samples; a preempted sample then
+// reads the kernel's own work, not the other processes' time on the core. Otherwise the wall
+// clock and the fastest sample (preemption only ever adds to it). AutoTunerOptions::timer replaces
+// the clock (tests script the times).
 // A bfloat16 matmul's default tile in the other variant (pairs <-> widening, the family's
 // KernelParams{.bf16_dot = +-1}) is kept and timed like a library candidate; the record names the
 // generated winner's variant and keeps both variants' times, and the geometric mean of those over
@@ -35,6 +41,15 @@
 
 namespace shapevm::tune {
 
+// Reads one timed sample: runs `run` (`calls` back-to-back calls of the candidate `params`) and
+// returns microseconds per call. `one_thread`: the candidate runs on the calling thread only.
+using SampleTimer = std::function<Expected<double>(const jit::KernelParams& params, std::int64_t calls, bool one_thread,
+                                                   const std::function<Status()>& run)>;
+
+// The default timer: the calling thread's CPU time when `one_thread`, else the steady clock.
+Expected<double> timeSample(const jit::KernelParams& params, std::int64_t calls, bool one_thread,
+                            const std::function<Status()>& run);
+
 struct AutoTunerOptions {
   bool use_database = true;      // read and append the tuning database (false: --no-cache)
   std::string database_path;     // "" = defaultCacheDir() + "/tuning.jsonl"
@@ -45,6 +60,7 @@ struct AutoTunerOptions {
   std::int64_t sample_us = -1;
   std::int64_t max_candidates = -1;
   std::int64_t top_k = -1;  // TuneTopK
+  SampleTimer timer;        // empty: timeSample
 };
 
 // One candidate as tune() timed it (the predictor's evaluation reads these).
@@ -58,14 +74,15 @@ struct CandidateTiming {
 // `library` is the library candidate with the lowest median.
 struct RunOff {
   jit::KernelParams generated, library;
-  double generated_us = 0, library_us = 0;  // medians over the rounds
+  double generated_us = 0, library_us = 0;  // over the rounds: the median (CPU time) or fastest (wall)
   int rounds = 0;
+  bool cpu_clock = false;  // the calling thread's CPU time (every candidate on one thread), else wall
 };
 
 // A bfloat16 matmul's default tile timed again in both variants, interleaved (auto_tuner.cc): the
 // times its tuning record keeps and the host's verdict reads (jit/bf16_variant.h).
 struct Bf16RunOff {
-  double pairs_us = 0, widening_us = 0;  // medians over the rounds
+  double pairs_us = 0, widening_us = 0;  // over the rounds, as RunOff's
   int rounds = 0;
 };
 

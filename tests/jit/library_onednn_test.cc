@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "jit/fusion.h"
 #include "jit/llvm_cpu/library_onednn.h"
@@ -166,6 +167,53 @@ TEST(OnednnLibrary, CandidatesMatchTheReference) {
       std::cout << "[ NOTE     ] oneDNN creates no " << dtypeName(dtype) << " matmul on this CPU (" << refused
                 << " cases refused with its reason, " << created << " ran)\n";
     }
+  }
+}
+
+// Each primitive's scratchpad is the calling thread's own buffer, not oneDNN's process-wide one:
+// distinct primitives (bf16 on AMX and f32 with a transposed B need a scratchpad) running at once
+// on two threads, over and over, each still matches the reference every time.
+TEST(OnednnLibrary, DistinctPrimitivesRunAtOnceOnTwoThreads) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(37);
+  const KernelFamily* family = matmulFamily(OpId::MatMul);
+  struct Job {
+    Case c;
+    std::unique_ptr<CompiledKernel> kernel;
+    std::vector<Value> want;
+    int mismatches = 0;
+    std::string failure;
+  };
+  std::vector<Job> jobs;
+  for (DType dtype : {DType::BFloat16, DType::Float32}) {
+    for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{96, 200, 72}, {64, 520, 40}}) {
+      Case c{"scratch", {operand(dtype, Shape{m, k}, rng), transposedWeight(dtype, k, n, rng)}, {}};
+      auto kernel = compileKernel(sharedBackend(), *family, librarySpec(c));
+      if (!kernel) continue;  // no bf16 primitive on this CPU: the f32 ones still run
+      auto want = reference(c);
+      ASSERT_TRUE(want.hasValue()) << want.status().toString();
+      jobs.push_back(Job{std::move(c), std::move(*kernel), std::move(*want)});
+    }
+  }
+  ASSERT_GE(jobs.size(), 2u);
+  // Two threads, each running every other job in turn.
+  auto work = [&](std::size_t first) {
+    for (int round = 0; round < 40; ++round) {
+      for (std::size_t j = first; j < jobs.size(); j += 2) {
+        Job& job = jobs[j];
+        std::vector<Value> actual(1);
+        Status run = invokeCompiled(*job.kernel, pointersTo(job.c.inputs), actual);
+        Comparison comparison = run.isOk() ? compareOutputs(job.want, actual) : Comparison{false, 0.0, run.toString()};
+        if (!comparison.ok && job.mismatches++ == 0) job.failure = comparison.reason;
+      }
+    }
+  };
+  std::thread other(work, 1);
+  work(0);
+  other.join();
+  for (Job& job : jobs) {
+    EXPECT_EQ(job.mismatches, 0) << job.kernel->spec.signature() << ": " << job.failure;
+    EXPECT_TRUE(sharedBackend().free(job.kernel->handle).isOk());
   }
 }
 

@@ -124,8 +124,9 @@ TEST(MatmulBlocking, CandidatesFitTheCachesTheyWereSizedFor) {
 }
 
 // Where A's rows read in place would not stay in L2 between B panels (M x KC floats over half of
-// L2), the default packs A and B in blocks (BLIS) sized from L2 and L3; elsewhere it reads A in
-// place as before. Parameters that name a block keep their meaning (A in place unless they give mc).
+// L2), or all of K is one K block of more than 64 rows, the default packs A and B in blocks (BLIS)
+// sized from L2 and L3; elsewhere it reads A in place as before. Parameters that name a block
+// keep their meaning (A in place unless they give mc).
 TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   const KernelTarget spr = avx512(48 * kKiB, 2 * kMiB, 52 * kMiB), zen5 = avx512(48 * kKiB, 1 * kMiB, 16 * kMiB);
   const matmul::Plan big = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, spr));
@@ -139,10 +140,19 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   const matmul::Plan zen = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, zen5));
   EXPECT_EQ(zen.kc, 256);
   EXPECT_EQ(zen.mc, 252);
-  // A that stays in L2, few rows, one panel: A read in place, B one panel at a time.
-  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{256, 256, 256},
-                         {640, 128, 1024},
+  // All of K in one K block, more than 64 rows: blocked too, the blocks sized for that K block.
+  const matmul::Plan one_block = matmul::resolvePlan(matmulSpec(640, 128, 1024, spr));
+  EXPECT_EQ(one_block.kc, 128);
+  EXPECT_EQ(one_block.mc, 1020);  // 1020 x 128 floats in a quarter of 2 MiB (1024 rows at most)
+  EXPECT_EQ(one_block.nc, 8192);  // 128 x 8192 floats: 4 MiB
+  const matmul::Plan cube = matmul::resolvePlan(matmulSpec(256, 256, 256, spr));
+  EXPECT_EQ(cube.kc, 256);
+  EXPECT_EQ(cube.mc, 510);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(100, 40, 1024, spr)).kc, 48);  // K rounded up to 16
+  // A that stays in L2 over several K blocks, few rows, one panel: A read in place, B one panel at a time.
+  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{256, 1024, 256},
                          {32, 768, 4096},
+                         {32, 128, 1024},
                          {4096, 512, 64}}) {
     const matmul::Plan plan = matmul::resolvePlan(matmulSpec(m, k, n, spr));
     EXPECT_EQ(plan.mc, 0) << m << "x" << k << "x" << n;

@@ -247,10 +247,20 @@ Plan defaultPlan(const KernelSpec& spec) {
   // 3840x128x1024 0.70x -> 0.98x; compiled for haswell 0.69x -> 0.80x and 0.59x -> 0.78x. Not
   // for bfloat16/float16 operands (the pair dot products read A in place), gate epilogues (one B
   // block spans every column), batches (the conv family's pointwise kernels) or run-time sizes.
+  // With AVX-512, more than 64 rows and all of K in one K block (K <= kc), the same blocks even
+  // where A's rows would stay in L2, sized for the K block used (K rounded up to 16, not the
+  // model's kc): A is then packed once per call and each of its tiles read from L1. Measured on an
+  // Intel host (2 MiB L2; process CPU time, 11 interleaved rounds, the median of the per-round
+  // ratios to the faster of oneDNN's sgemm and matmul; BENCHMARKS.md, issue 25): 256^3 0.78x ->
+  // 0.82x, 320x128x1024 0.84x -> 0.93x, 640x128x1024 0.77x -> 0.89x; 3840x128x1024, blocked
+  // before with blocks for K 512, 0.85x -> 0.87x.
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
+  const bool one_k_block = targetHasAvx512(spec) && !small_m && dims.k > 0 && dims.k <= plan.kc;
   if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 && b.rank == 2 && dims.m >= 0 &&
-      dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) && !aBlockStaysInL2(dims, caches, plan.kc)) {
+      dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
+      (one_k_block || !aBlockStaysInL2(dims, caches, plan.kc))) {
+    if (one_k_block) plan.kc = static_cast<int>(std::min<std::int64_t>(plan.kc, (dims.k + 15) / 16 * 16));
     plan.mc = mcForL2(caches, plan.mr, plan.kc, 4);
     plan.nc = ncForL3(caches, static_cast<int>(plan.nr()), plan.kc, 4);
     plan.prefetch = 0;

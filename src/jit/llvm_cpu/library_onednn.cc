@@ -172,6 +172,7 @@ class Primitive {
   }
   ~Primitive() {
     for (dnnl_memory_t memory : memories_) dnnl_memory_destroy(memory);
+    if (scratchpad_ != nullptr) dnnl_memory_destroy(scratchpad_);
     if (primitive_ != nullptr) dnnl_primitive_destroy(primitive_);
     if (pd_ != nullptr) dnnl_primitive_desc_destroy(pd_);
     if (stream_ != nullptr) dnnl_stream_destroy(stream_);
@@ -192,6 +193,12 @@ class Primitive {
     Status status = Status::ok();
     for (std::size_t i = 0; i < count && status.isOk(); ++i)
       status = check(dnnl_memory_set_data_handle(memories_[i], pointers[i]), "memory_set_data_handle");
+    if (status.isOk() && scratchpad_ != nullptr) {
+      // The calling thread's buffer (its own, not the tail's product buffer).
+      void* buffer = ir::threadBuffer<ScratchpadTag>(scratchpad_bytes_, std::int64_t{1} << 16);
+      status = buffer != nullptr ? check(dnnl_memory_set_data_handle(scratchpad_, buffer), "memory_set_data_handle")
+                                 : makeError(ErrorCode::Unsupported, "no memory for oneDNN's scratchpad");
+    }
     if (status.isOk() && fail_for_testing_.load(std::memory_order_relaxed))
       status = check(dnnl_runtime_error, "primitive_execute");
     if (status.isOk()) {
@@ -322,6 +329,11 @@ class Primitive {
       ++index;
     }
     if (status.isOk()) status = check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "primitive_attr_set_post_ops");
+    // The scratchpad is the calling thread's buffer (run()), not oneDNN's process-wide one, which
+    // distinct primitives running at once on different threads would share (the conv primitive's
+    // crashed that way beside torch: library_onednn_conv.cc).
+    if (status.isOk())
+      status = check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
     dnnl_matmul_desc_t desc;
     if (status.isOk())
       status = check(dnnl_matmul_desc_init(&desc, &descs[0], &descs[1], nullptr, &descs[2]), "matmul_desc_init");
@@ -340,9 +352,16 @@ class Primitive {
       memories_.push_back(memory);
       exec_args_[i].memory = memory;
     }
+    if (const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd_, dnnl_query_scratchpad_md, 0);
+        scratch != nullptr && dnnl_memory_desc_get_size(scratch) > 0) {
+      SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&scratchpad_, scratch, engine_, DNNL_MEMORY_NONE), "memory_create"));
+      exec_args_.push_back({DNNL_ARG_SCRATCHPAD, scratchpad_});
+      scratchpad_bytes_ = static_cast<std::int64_t>(dnnl_memory_desc_get_size(scratch));
+    }
     return Status::ok();
   }
 
+  struct ScratchpadTag {};
   Problem problem_;
   GemmOperand gemm_a_, gemm_b_, gemm_c_;  // sgemm: how A, B and C are passed
   std::mutex mutex_;  // one execution at a time (data handles are set per call)
@@ -352,6 +371,8 @@ class Primitive {
   dnnl_primitive_t primitive_ = nullptr;
   std::vector<dnnl_memory_t> memories_;
   std::vector<dnnl_exec_arg_t> exec_args_;
+  dnnl_memory_t scratchpad_ = nullptr;  // its data: the calling thread's ScratchpadTag buffer
+  std::int64_t scratchpad_bytes_ = 0;
 };
 std::atomic<bool> Primitive::fail_for_testing_{false};
 
