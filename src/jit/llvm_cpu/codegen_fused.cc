@@ -6,7 +6,8 @@
 // vectorizer widens; -1 = any) is baked in and checked by the region runtime before each call.
 // Outputs are fresh contiguous buffers; an in-place store writes over its leaf's own element
 // (read in the same iteration). The element math is codegen_math's, rounded to the program dtype
-// after every op, so float16/bfloat16 results match the reference op by op.
+// after every op in float16 (results match the reference op by op); a bfloat16 program rounds
+// only what it stores (codegen_math.h), within validation's tolerance of the reference.
 // A reduction program (fusion.h) loops over its kept axes and accumulates the DAG's value over
 // the trailing reduced axes into one output element each (sums in double, reassociation allowed
 // so the vectorizer keeps partial sums; max/min with llvm.maximum/minimum, NaN propagating); its
@@ -471,6 +472,10 @@ class FusedFamily final : public KernelFamily, public LlvmKernelEmitter {
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
+    // The loop vectorizer's default width is LLVM's preferred 256 bits on AVX-512 cores; these
+    // loops are compute-bound transcendentals, which run faster 16 lanes at a time.
+    const int bits = targetOf(spec).vector_bits;
+    if (bits > 256) function->addFnAttr("prefer-vector-width", std::to_string(bits));
     FusedEmitter(b, function->getArg(0), *spec.fused, spec.params).run();
     return Status::ok();
   }

@@ -130,6 +130,16 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     : nodes_(program.nodes.size(), nullptr),
       leaves_(static_cast<std::size_t>(program.numLeaves()), nullptr),
       load_leaf_(std::move(load_leaf)) {
+  // bfloat16: float32's exponent range, so an intermediate kept in float32 differs from its
+  // rounded value by the rounding alone (no overflow or underflow the reference would see): only
+  // what is stored (outputs, in-place values) is rounded, once. float16 rounds every op.
+  std::vector<bool> stored(program.nodes.size(), program.dtype != DType::BFloat16);
+  for (int ref : program.outputs) {
+    if (ref >= 0) stored[static_cast<std::size_t>(ref)] = true;
+  }
+  for (const auto& [leaf, ref] : program.in_place) {
+    if (ref >= 0) stored[static_cast<std::size_t>(ref)] = true;
+  }
   for (std::size_t n = 0; n < program.nodes.size(); ++n) {
     const FusedProgram::Node& node = program.nodes[n];
     if (node.constant) {
@@ -140,7 +150,7 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     llvm::Value* a = operand(node.a);
     llvm::Value* value =
         node.unary() ? unaryOp(b, node.op, program.dtype, a) : binaryOp(b, node.op, program.dtype, a, operand(node.b));
-    nodes_[n] = node.rounded ? roundTo(b, value, program.dtype) : value;
+    nodes_[n] = node.rounded && stored[n] ? roundTo(b, value, program.dtype) : value;
   }
 }
 
