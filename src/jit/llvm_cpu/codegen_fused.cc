@@ -6,8 +6,8 @@
 // vectorizer widens; -1 = any) is baked in and checked by the region runtime before each call.
 // Outputs are fresh contiguous buffers; an in-place store writes over its leaf's own element
 // (read in the same iteration). The element math is codegen_math's, rounded to the program dtype
-// after every op in float16 (results match the reference op by op); a bfloat16 program rounds
-// only what it stores (codegen_math.h), within validation's tolerance of the reference.
+// after every op in float16 (results match the reference op by op); a bfloat16 program keeps
+// some intermediates in float32 (codegen_math.h), within validation's tolerance of the reference.
 // A reduction program (fusion.h) loops over its kept axes and accumulates the DAG's value over
 // the trailing reduced axes into one output element each (sums in double, reassociation allowed
 // so the vectorizer keeps partial sums; max/min with llvm.maximum/minimum, NaN propagating); its
