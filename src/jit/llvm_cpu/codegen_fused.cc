@@ -158,6 +158,15 @@ class FusedEmitter {
 
  private:
   bool reducing() const { return p_.reduce != FusedProgram::Reduce::None; }
+  int transcendentals() const {
+    int count = 0;
+    for (const FusedProgram::Node& node : p_.nodes) {
+      count += !node.constant && (node.op == OpId::Exp || node.op == OpId::Log || node.op == OpId::Tanh ||
+                                  node.op == OpId::Sigmoid || node.op == OpId::Silu || node.op == OpId::Gelu ||
+                                  node.op == OpId::Erf);
+    }
+    return count;
+  }
   bool sums() const { return p_.reduce == FusedProgram::Reduce::Sum || p_.reduce == FusedProgram::Reduce::Mean; }
 
   // Every leaf's offset moved `i` steps along axis d.
@@ -266,6 +275,12 @@ class FusedEmitter {
     hints.no_unroll_after_vectorize = true;
     if (params_.vector_width > 0) hints.vectorize_width = params_.vector_width;
     if (params_.unroll > 0) hints.interleave_count = params_.unroll;
+    // The default candidate of an elementwise program with several transcendentals (the LSTM
+    // gates: 3 sigmoids, 2 tanh) interleaves 4 vectors: their long dependency chains leave the
+    // core idle at one (the tuner's vw=16 unroll=4 on the gates: 322 µs against 455 at the
+    // vectorizer's own choice, BENCHMARKS.md). Reductions keep the vectorizer's choice.
+    if (params_.vector_width == 0 && params_.unroll == 0 && !reducing() && transcendentals() >= 2)
+      hints.interleave_count = 4;
     const std::size_t inner_axis = static_cast<std::size_t>(p_.rank - 1);
     ir::emitLoop(
         b_, ir::constI64(b_, 0), dims_[inner_axis], 1,
