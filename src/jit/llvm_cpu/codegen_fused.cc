@@ -161,9 +161,9 @@ class FusedEmitter {
   int transcendentals() const {
     int count = 0;
     for (const FusedProgram::Node& node : p_.nodes) {
-      count += !node.constant && (node.op == OpId::Exp || node.op == OpId::Log || node.op == OpId::Tanh ||
-                                  node.op == OpId::Sigmoid || node.op == OpId::Silu || node.op == OpId::Gelu ||
-                                  node.op == OpId::Erf);
+      count += !node.constant &&
+               (node.op == OpId::Exp || node.op == OpId::Log || node.op == OpId::Tanh || node.op == OpId::Sigmoid ||
+                node.op == OpId::Silu || node.op == OpId::Gelu || node.op == OpId::Erf);
     }
     return count;
   }
