@@ -6,7 +6,8 @@
 // vectorizer widens; -1 = any) is baked in and checked by the region runtime before each call.
 // Outputs are fresh contiguous buffers; an in-place store writes over its leaf's own element
 // (read in the same iteration). The element math is codegen_math's, rounded to the program dtype
-// after every op, so float16/bfloat16 results match the reference op by op.
+// after every op in float16 (results match the reference op by op); a bfloat16 program keeps
+// some intermediates in float32 (codegen_math.h), within validation's tolerance of the reference.
 // A reduction program (fusion.h) loops over its kept axes and accumulates the DAG's value over
 // the trailing reduced axes into one output element each (sums in double, reassociation allowed
 // so the vectorizer keeps partial sums; max/min with llvm.maximum/minimum, NaN propagating); its
@@ -157,6 +158,15 @@ class FusedEmitter {
 
  private:
   bool reducing() const { return p_.reduce != FusedProgram::Reduce::None; }
+  int transcendentals() const {
+    int count = 0;
+    for (const FusedProgram::Node& node : p_.nodes) {
+      count += !node.constant &&
+               (node.op == OpId::Exp || node.op == OpId::Log || node.op == OpId::Tanh || node.op == OpId::Sigmoid ||
+                node.op == OpId::Silu || node.op == OpId::Gelu || node.op == OpId::Erf);
+    }
+    return count;
+  }
   bool sums() const { return p_.reduce == FusedProgram::Reduce::Sum || p_.reduce == FusedProgram::Reduce::Mean; }
 
   // Every leaf's offset moved `i` steps along axis d.
@@ -265,6 +275,12 @@ class FusedEmitter {
     hints.no_unroll_after_vectorize = true;
     if (params_.vector_width > 0) hints.vectorize_width = params_.vector_width;
     if (params_.unroll > 0) hints.interleave_count = params_.unroll;
+    // The default candidate of an elementwise program with several transcendentals (the LSTM
+    // gates: 3 sigmoids, 2 tanh) interleaves 4 vectors: their long dependency chains leave the
+    // core idle at one (the tuner's vw=16 unroll=4 on the gates: 322 µs against 455 at the
+    // vectorizer's own choice, BENCHMARKS.md). Reductions keep the vectorizer's choice.
+    if (params_.vector_width == 0 && params_.unroll == 0 && !reducing() && transcendentals() >= 2)
+      hints.interleave_count = 4;
     const std::size_t inner_axis = static_cast<std::size_t>(p_.rank - 1);
     ir::emitLoop(
         b_, ir::constI64(b_, 0), dims_[inner_axis], 1,
@@ -471,6 +487,10 @@ class FusedFamily final : public KernelFamily, public LlvmKernelEmitter {
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
+    // The loop vectorizer's default width is LLVM's preferred 256 bits on AVX-512 cores; these
+    // loops are compute-bound transcendentals, which run faster 16 lanes at a time.
+    const int bits = targetOf(spec).vector_bits;
+    if (bits > 256) function->addFnAttr("prefer-vector-width", std::to_string(bits));
     FusedEmitter(b, function->getArg(0), *spec.fused, spec.params).run();
     return Status::ok();
   }

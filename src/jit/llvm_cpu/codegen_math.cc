@@ -130,6 +130,40 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     : nodes_(program.nodes.size(), nullptr),
       leaves_(static_cast<std::size_t>(program.numLeaves()), nullptr),
       load_leaf_(std::move(load_leaf)) {
+  // bfloat16 (float32's exponent range: keeping a value in float32 changes it by its rounding
+  // alone, never by an overflow or underflow the reference sees): a node that is not stored, and
+  // from which every path to the stored values passes only ops that do not amplify an operand's
+  // error (products, quotients, sigmoid, tanh, selections), stays in float32. A path through an
+  // add, subtract, exp, log or a reduction keeps every node on it rounded as the reference's op
+  // is: with cancellation, even a one-ulp difference upstream could move the result far from the
+  // op-by-op reference, on data validation never draws. In the LSTM gates: the output gate's
+  // add and sigmoid and tanh(c') (3 of 13 roundings).
+  const std::size_t count = program.nodes.size();
+  std::vector<bool> rounds(count, true);
+  if (program.dtype == DType::BFloat16) {
+    std::vector<bool> stored(count, false), clean(count, true);  // clean: every path onward is benign
+    for (int ref : program.outputs) {
+      if (ref >= 0) stored[static_cast<std::size_t>(ref)] = true;
+    }
+    for (const auto& [leaf, ref] : program.in_place) {
+      if (ref >= 0) stored[static_cast<std::size_t>(ref)] = true;
+    }
+    if (program.reduce != FusedProgram::Reduce::None && !program.outputs.empty() && program.outputs[0] >= 0) {
+      clean[static_cast<std::size_t>(program.outputs[0])] = false;
+    }
+    // Nodes come in dependency order: a node's readers follow it, so they are final first.
+    for (std::size_t n = count; n-- > 0;) {
+      const FusedProgram::Node& node = program.nodes[n];
+      if (node.constant) continue;
+      const bool benign = node.op == OpId::Mul || node.op == OpId::Div || node.op == OpId::Sigmoid ||
+                          node.op == OpId::Tanh || node.op == OpId::Relu || node.op == OpId::Neg ||
+                          node.op == OpId::Abs || node.op == OpId::Maximum || node.op == OpId::Minimum;
+      for (int ref : {node.a, node.unary() ? -1 : node.b}) {
+        if (ref >= 0 && !(benign && clean[n])) clean[static_cast<std::size_t>(ref)] = false;
+      }
+    }
+    for (std::size_t n = 0; n < count; ++n) rounds[n] = stored[n] || !clean[n];
+  }
   for (std::size_t n = 0; n < program.nodes.size(); ++n) {
     const FusedProgram::Node& node = program.nodes[n];
     if (node.constant) {
@@ -140,7 +174,7 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     llvm::Value* a = operand(node.a);
     llvm::Value* value =
         node.unary() ? unaryOp(b, node.op, program.dtype, a) : binaryOp(b, node.op, program.dtype, a, operand(node.b));
-    nodes_[n] = node.rounded ? roundTo(b, value, program.dtype) : value;
+    nodes_[n] = node.rounded && rounds[n] ? roundTo(b, value, program.dtype) : value;
   }
 }
 

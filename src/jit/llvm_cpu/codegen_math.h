@@ -4,7 +4,10 @@
 // form (float32 for f32/f16/bf16, double for f64, the integer type for ints, i8 for bool). Every op
 // works on scalars; on vectors all but pow and rsqrt (they widen to a scalar double).
 // Invariant: one op's semantics live here once; a generator that fuses several ops rounds each
-// intermediate with roundTo() so results match the reference op by op.
+// float16 intermediate with roundTo() so results match the reference op by op; a bfloat16
+// program (FusedValues) keeps in float32 the intermediates whose every path to a stored value
+// passes only products, quotients, sigmoid, tanh and selections (no error amplification on any
+// data), so it stays within validation's bfloat16 tolerance of the op-by-op reference.
 #pragma once
 
 #include <functional>
@@ -28,7 +31,8 @@ llvm::Value* roundTo(Builder& b, llvm::Value* value, DType dtype);
 llvm::Value* castTo(Builder& b, llvm::Value* value, DType from, DType to);
 
 // One evaluation of a FusedProgram's nodes, emitted in order (each rounded where the program
-// says), on scalars or on vectors of `lanes`: constants are splat, leaf l is `load_leaf(l)`, asked
+// says; in a bfloat16 program not those it keeps in float32, see above), on scalars or on
+// vectors of `lanes`: constants are splat, leaf l is `load_leaf(l)`, asked
 // once, on its first use. The fused family and the matmul gate epilogue both compute programs so.
 class FusedValues {
  public:

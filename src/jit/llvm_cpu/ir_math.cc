@@ -12,6 +12,7 @@
 #include "jit/llvm_cpu/ir_math.h"
 
 #include <limits>
+#include <utility>
 
 #include <llvm/IR/Intrinsics.h>
 
@@ -81,6 +82,23 @@ llvm::Value* copysign(Builder& b, llvm::Value* magnitude, llvm::Value* sign) {
   return b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, magnitude, sign);
 }
 
+// 1 / den for a den the caller knows is finite and nonzero (NaN may pass through). The divide is
+// marked `arcp ninf`, so on float32 vectors LLVM emits the target's reciprocal estimate and one
+// Newton step (vrcp14ps or, on 8 lanes and AVX2, the 12-bit vrcpps) instead of vdivps, whose
+// throughput bounds the sigmoid/tanh kernels; a second Newton step here makes the result the
+// correctly rounded one or next to it (exact where it is a power of two: sigmoid(0) = 0.5,
+// saturation to 1). Scalar divides stay exact divides (LLVM keeps them).
+llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
+  llvm::Value* one = llvm::ConstantFP::get(den->getType(), 1.0);
+  auto* estimate = llvm::cast<llvm::Instruction>(b.CreateFDiv(one, den));
+  llvm::FastMathFlags flags;
+  flags.setAllowReciprocal();
+  flags.setNoInfs();
+  estimate->setFastMathFlags(flags);
+  llvm::Value* error = exactFma(b, b.CreateFNeg(den), estimate, one);
+  return exactFma(b, estimate, error, estimate);
+}
+
 // NaN in, the same NaN out (selects and clamps above would have turned it into a number).
 llvm::Value* keepNaN(Builder& b, llvm::Value* x, llvm::Value* result) {
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
@@ -125,22 +143,32 @@ struct ExpParts {
   llvm::Value* s2;
 };
 
+// The reduction: p = e^r and the integer n (in an int vector) with x = n*ln2 + r.
+std::pair<llvm::Value*, llvm::Value*> expReduce(Builder& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  llvm::Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(x, splat(type, 1.4426950408889634)));
+  // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
+  llvm::Value* r = fma(b, n, splat(type, -0.693359375), x);
+  r = fma(b, n, splat(type, 2.12194440e-4), r);
+  return {horner(b, kExpCoefficients, r), b.CreateFPToSI(n, intTypeLike(b, type))};
+}
+
 ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = false) {
   llvm::Type* type = x->getType();
-  llvm::Type* int_type = intTypeLike(b, type);
   // Beyond these e^x is +inf / 0 in float32; clamping keeps n inside the two-step scale's range.
   llvm::Value* clamped = b.CreateMaxNum(x, splat(type, lowest));
   if (!nonpositive) clamped = b.CreateMinNum(clamped, splat(type, 89.0));
-  llvm::Value* n =
-      b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(clamped, splat(type, 1.4426950408889634)));
-  // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
-  llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
-  r = fma(b, n, splat(type, 2.12194440e-4), r);
-  llvm::Value* p = horner(b, kExpCoefficients, r);
+  const auto [p, n_int] = expReduce(b, clamped);
   // 2^n = 2^(n/2) * 2^(n - n/2): each half stays a normal float for n in [-173, 128].
-  llvm::Value* n_int = b.CreateFPToSI(n, int_type);
-  llvm::Value* half = b.CreateAShr(n_int, llvm::ConstantInt::get(int_type, 1));
+  llvm::Value* half = b.CreateAShr(n_int, llvm::ConstantInt::get(n_int->getType(), 1));
   return ExpParts{p, pow2(b, half), pow2(b, b.CreateSub(n_int, half))};
+}
+
+// e^x for an x the caller keeps in [0, 87] (no clamp, no NaN handling): a normal result, so one
+// power-of-two scale.
+llvm::Value* expNormal(Builder& b, llvm::Value* x) {
+  const auto [p, n_int] = expReduce(b, x);
+  return b.CreateFMul(p, pow2(b, n_int));
 }
 
 // factor * e^x from its parts: ((factor * p) * s1) * s2, one rounding into the denormal range.
@@ -222,9 +250,11 @@ llvm::Value* tanhF(Builder& b, llvm::Value* x) {
   llvm::Value* s = b.CreateFMul(x, x);
   // copysign keeps tanh(-0) = -0 (the fma would give +0).
   llvm::Value* small = copysign(b, fma(b, b.CreateFMul(x, s), horner(b, kTanhCoefficients, s), x), x);
-  llvm::Value* e = expF(b, b.CreateFMul(a, splat(type, 2.0)));
+  // tanh(9.1) rounds to 1 in float32; the clamp keeps e^{2|x|} finite for the divide (and NaN
+  // becomes a number here, put back by keepNaN).
+  llvm::Value* e = expNormal(b, b.CreateFMul(b.CreateMinNum(a, splat(type, 9.1)), splat(type, 2.0)));
   llvm::Value* one = splat(type, 1.0);
-  llvm::Value* large = b.CreateFSub(one, b.CreateFDiv(splat(type, 2.0), b.CreateFAdd(e, one)));
+  llvm::Value* large = b.CreateFSub(one, b.CreateFMul(splat(type, 2.0), reciprocalFinite(b, b.CreateFAdd(e, one))));
   large = copysign(b, large, x);
   return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(a, splat(type, 0.625)), small, large));
 }
@@ -239,7 +269,7 @@ llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
   llvm::Value* one = splat(type, 1.0);
   const ExpParts parts = expParts(b, b.CreateFNeg(fabs(b, x)), -120.0, /*nonpositive=*/true);
   llvm::Value* e = scaleBy(b, parts, nullptr);
-  llvm::Value* s = b.CreateFDiv(one, b.CreateFAdd(one, e));
+  llvm::Value* s = reciprocalFinite(b, b.CreateFAdd(one, e));  // 1 + e in [1, 2]
   if (factor == nullptr) return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), s, b.CreateFMul(e, s));
   llvm::Value* scaled_s = b.CreateFMul(factor, s);
   return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), scaled_s, scaleBy(b, parts, scaled_s));
