@@ -377,7 +377,7 @@ std::int64_t firstPoisoned(const Tensor& t) {
   if (t.dtype() == DType::Float32 && t.isContiguous()) {
     // Blocks without an early exit, then the element in the first block that has one. The test is
     // on the bits (exponent all ones, mantissa nonzero): an integer compare and OR the compiler
-    // vectorizes (a float self-compare into a bool it did not: ~4x slower, a fifth of validating a
+    // vectorizes (a float self-compare into a bool it did not: ~3x slower, a fifth of validating a
     // large elementwise kernel).
     constexpr std::int64_t kBlock = 1024;
     const float* data = t.data<float>();
