@@ -145,11 +145,32 @@ constexpr std::int64_t kClipPeriod = 192;
 // Large float32 inputs are filled from a pool of this many draws, kChunk elements at a time.
 constexpr std::int64_t kPoolSize = 1 << 15;
 constexpr std::int64_t kChunk = 509;  // prime: chunk borders never line up with rows
+// Validation draws one pool per kernel; every normal float32 input above this many elements, in
+// every shape set, is made of its chunks (other inputs are drawn as above).
+constexpr std::int64_t kSharedPoolAbove = 4 * kChunk;
+
+// `n` draws of random.normal() as float32: the values it would give, in its order, and `random`
+// left where n calls would leave it. Draw k's splitmix64 state is the start plus (k + 1) times the
+// increment, so no draw waits for the one before (a loop the compiler vectorizes).
+void fillNormal(FastRandom& random, float* out, std::int64_t n) {
+  constexpr std::uint64_t kIncrement = 0x9E3779B97F4A7C15ULL;
+  const std::uint64_t start = random.state;
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::uint64_t z = start + static_cast<std::uint64_t>(k + 1) * kIncrement;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const double sum = static_cast<double>((z & 0xFFFF) + ((z >> 16) & 0xFFFF) + ((z >> 32) & 0xFFFF) + (z >> 48));
+    out[k] = static_cast<float>((sum - 2.0 * 65535.0) * (1.7320508075688772 / 65536.0));
+  }
+  random.state = start + static_cast<std::uint64_t>(n) * kIncrement;
+}
 
 }  // namespace
 
-Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                          std::span<const bool> positive) {
+namespace {
+Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
+                                        std::span<const bool> positive, std::vector<float>* shared_pool) {
   std::mt19937_64 generator(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -189,22 +210,41 @@ Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<cons
       return domain == Domain::Positive ? 0.1 + 2.9 * random.uniform() : random.normal();
     };
     bool any_nonzero = false;
-    if (in.dtype == DType::Float32 && n > 2 * kPoolSize) {
-      // Large float32 inputs: chunks of a fresh pool of draws, each chunk from a random place in
-      // the pool (memcpy speed; no two rows alike), so validating a big kernel stays cheap.
-      std::vector<float> pool(kPoolSize + kChunk);
-      for (float& v : pool) v = static_cast<float>(draw());
+    // Normal float32 draws in bulk (the values draw() gives, faster).
+    const bool normal = in.dtype == DType::Float32 && domain == Domain::Normal;
+    // Chunks of a pool of draws, each chunk from a random place in the pool (memcpy speed; no two
+    // rows alike), so validating a big kernel stays cheap.
+    const auto fromPool = [&](std::span<const float> pool) {
       float* data = t.data<float>();
+      const auto places = static_cast<std::uint64_t>(pool.size()) - kChunk;
       for (std::int64_t k = 0; k < n; k += kChunk) {
-        const std::size_t from = static_cast<std::size_t>(random.next() % kPoolSize);
+        const std::size_t from = static_cast<std::size_t>(random.next() % places);
         std::memcpy(data + k, pool.data() + from, static_cast<std::size_t>(std::min<std::int64_t>(kChunk, n - k)) * 4);
       }
       for (std::int64_t k = 0; k < n && !any_nonzero; ++k) any_nonzero = data[k] != 0.0f;
       if (!any_nonzero) data[n - 1] = 1.0f;  // never all zeros
+    };
+    if (normal && shared_pool != nullptr && n > kSharedPoolAbove) {
+      if (shared_pool->empty()) {  // drawn on first use
+        shared_pool->resize(kPoolSize + kChunk);
+        FastRandom pool_random{generator()};
+        fillNormal(pool_random, shared_pool->data(), static_cast<std::int64_t>(shared_pool->size()));
+      }
+      fromPool(*shared_pool);
+    } else if (in.dtype == DType::Float32 && n > 2 * kPoolSize) {
+      // A large input of its own domain: a fresh pool.
+      std::vector<float> pool(kPoolSize + kChunk);
+      if (normal) {
+        fillNormal(random, pool.data(), static_cast<std::int64_t>(pool.size()));
+      } else {
+        for (float& v : pool) v = static_cast<float>(draw());
+      }
+      fromPool(pool);
     } else if (in.dtype == DType::Float32) {
       float* data = t.data<float>();
+      if (normal) fillNormal(random, data, n);
       for (std::int64_t k = 0; k < n; ++k) {
-        data[k] = static_cast<float>(draw());
+        if (!normal) data[k] = static_cast<float>(draw());
         any_nonzero = any_nonzero || data[k] != 0.0f;
       }
       if (n > 0 && !any_nonzero) data[n - 1] = 1.0f;  // never all zeros
@@ -219,6 +259,12 @@ Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<cons
     values.push_back(Value::fromTensor(std::move(t)));
   }
   return values;
+}
+}  // namespace
+
+Expected<std::vector<Value>> randomInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
+                                          std::span<const bool> positive) {
+  return drawInputs(spec, shapes, seed, positive, nullptr);
 }
 
 namespace {
@@ -316,12 +362,52 @@ Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape) {
   if (dtype == DType::Float32) {
     std::fill_n(t.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
   } else if (isFloating(dtype)) {
-    for (std::int64_t k = 0; k < n; ++k) storeFromDouble(t.rawData(), dtype, k, std::numeric_limits<double>::quiet_NaN());
+    // All-ones bits are a NaN in every other floating dtype too (exponent all ones, payload
+    // nonzero): one memset instead of a conversion per element.
+    std::memset(t.rawData(), 0xFF, static_cast<std::size_t>(n) * t.itemSize());
   } else {
     std::memset(t.rawData(), 0x5A, static_cast<std::size_t>(n) * t.itemSize());
     if (dtype == DType::Bool) std::memset(t.rawData(), 2, static_cast<std::size_t>(n));  // neither false nor true
   }
   return t;
+}
+
+std::int64_t firstPoisoned(const Tensor& t) {
+  const std::int64_t n = t.numel();
+  if (t.dtype() == DType::Float32 && t.isContiguous()) {
+    // Blocks without an early exit, then the element in the first block that has one. The test is
+    // on the bits (exponent all ones, mantissa nonzero): an integer compare and OR the compiler
+    // vectorizes (a float self-compare into a bool it did not: ~3x slower, a fifth of validating a
+    // large elementwise kernel).
+    constexpr std::int64_t kBlock = 1024;
+    const float* data = t.data<float>();
+    for (std::int64_t k = 0; k < n; k += kBlock) {
+      const std::int64_t end = std::min(n, k + kBlock);
+      std::uint32_t any = 0;
+      for (std::int64_t j = k; j < end; ++j) {
+        std::uint32_t bits;
+        std::memcpy(&bits, data + j, sizeof(bits));
+        any |= static_cast<std::uint32_t>((bits & 0x7FFFFFFFu) > 0x7F800000u);
+      }
+      if (any == 0) continue;
+      for (std::int64_t j = k; j < end; ++j) {
+        if (std::isnan(data[j])) return j;
+      }
+    }
+    return -1;
+  }
+  if (isFloating(t.dtype())) {
+    for (std::int64_t k = 0; k < n; ++k) {
+      if (std::isnan(t.elementAsDouble(k))) return k;
+    }
+  }
+  if (t.dtype() == DType::Bool && t.isContiguous()) {
+    const auto* data = static_cast<const unsigned char*>(t.rawData());
+    for (std::int64_t k = 0; k < n; ++k) {
+      if (data[k] > 1) return k;
+    }
+  }
+  return -1;  // integer poison bytes may be valid values: compared on the sampled rows only
 }
 
 namespace {
@@ -455,39 +541,6 @@ Expected<Tensor> gatherSample(const Tensor& t, const Shape& out, const Sample& s
     std::memcpy(static_cast<char*>(gathered.rawData()) + k * slice_bytes, dense.rawData(), slice_bytes);
   }
   return gathered;
-}
-
-// The first element of `t` the kernel left unwritten (still the poison), or -1.
-std::int64_t firstPoisoned(const Tensor& t) {
-  const std::int64_t n = t.numel();
-  if (t.dtype() == DType::Float32 && t.isContiguous()) {
-    // Blocks without an early exit (the compiler vectorizes the unordered compare), then the
-    // element in the first block that has one.
-    constexpr std::int64_t kBlock = 1024;
-    const float* data = t.data<float>();
-    for (std::int64_t k = 0; k < n; k += kBlock) {
-      const std::int64_t end = std::min(n, k + kBlock);
-      bool any = false;
-      for (std::int64_t j = k; j < end; ++j) any |= data[j] != data[j];  // NaN only
-      if (!any) continue;
-      for (std::int64_t j = k; j < end; ++j) {
-        if (std::isnan(data[j])) return j;
-      }
-    }
-    return -1;
-  }
-  if (isFloating(t.dtype())) {
-    for (std::int64_t k = 0; k < n; ++k) {
-      if (std::isnan(t.elementAsDouble(k))) return k;
-    }
-  }
-  if (t.dtype() == DType::Bool && t.isContiguous()) {
-    const auto* data = static_cast<const unsigned char*>(t.rawData());
-    for (std::int64_t k = 0; k < n; ++k) {
-      if (data[k] > 1) return k;
-    }
-  }
-  return -1;  // integer poison bytes may be valid values: compared on the sampled rows only
 }
 
 // The rows the reference computes for a set of `rows` output rows: the first and last (range
@@ -667,12 +720,14 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
   for (std::size_t k = 1; k < shape_sets.size(); ++k) {
     if (elements(shape_sets[k]) < elements(shape_sets[packing_set])) packing_set = k;
   }
+  // One pool of draws for every set's large normal inputs (each set's chunks at other places).
+  std::vector<float> pool;
   std::uint64_t round = 0;
   int compared = 0;
   for (const std::vector<Shape>& shapes : shape_sets) {
     const bool observed_set = round == 0;
     const bool check_packing = round == packing_set;
-    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, randomInputs(kernel.spec, shapes, seed + round++));
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, drawInputs(kernel.spec, shapes, seed + round++, {}, &pool));
     std::vector<const Value*> pointers;
     for (const Value& v : inputs) pointers.push_back(v.isNone() ? nullptr : &v);  // None = an omitted input
     std::string described = describeInputs(pointers);

@@ -36,9 +36,12 @@ struct Comparison {
 // Compares kernel outputs with reference outputs (same count, dtypes and shapes required).
 Comparison compareOutputs(std::span<const Value> expected, std::span<const Value> actual);
 
-// A fresh tensor filled with poison: NaN (floating dtypes), 0x5A bytes (integers), 2 (bool), so
-// an element a kernel leaves unwritten shows in the comparison.
+// A fresh tensor filled with poison: NaN (float32: the quiet NaN; other floating dtypes: all bits set), 0x5A bytes
+// (integers), 2 (bool), so an element a kernel leaves unwritten shows in the comparison.
 Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape);
+// The first element (in row-major order) of `t` still the poison: a NaN of any kind (floating
+// dtypes), a byte above 1 (bool); -1 when none. Integer poison may be a valid value: never found.
+std::int64_t firstPoisoned(const Tensor& t);
 
 // Random inputs for `spec` with these concrete shapes (one per input; ignored for scalars), drawn
 // from the op's valid domain (positive for log/sqrt/rsqrt/pow bases), never all zeros.

@@ -5,6 +5,9 @@
 // on every seed.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "jit/validate.h"
@@ -155,6 +158,52 @@ TEST(ValidationFaults, EveryFaultClassIsCaughtOnClippedShapes) {
     rejectedOnEverySeed(**ew, spec, narrow, 101);
     EXPECT_TRUE(sharedBackend().free((*ew)->handle).isOk());
   }
+}
+
+TEST(ValidationPoison, EveryFloatingDtypeIsPoisonedAndEveryNaNIsFound) {
+  // Outputs start as NaN in every element (one memset of all-ones bits); the scan for an element
+  // the kernel left unwritten finds any NaN, at any place (block borders, the last element), and
+  // never an infinity or a finite value.
+  for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64}) {
+    auto poisoned = poisonedTensor(dtype, Shape{3, 517});
+    ASSERT_TRUE(poisoned.hasValue());
+    for (std::int64_t k = 0; k < poisoned->numel(); ++k) ASSERT_TRUE(std::isnan(poisoned->elementAsDouble(k))) << k;
+    EXPECT_EQ(firstPoisoned(*poisoned), 0) << dtypeName(dtype);
+  }
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal;
+  const std::int64_t n = 5000;
+  for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+    auto t = Tensor::empty(dtype, Shape{n});
+    ASSERT_TRUE(t.hasValue());
+    for (std::int64_t k = 0; k < n; ++k) storeFromDouble(t->rawData(), dtype, k, normal(rng));
+    storeFromDouble(t->rawData(), dtype, 7, std::numeric_limits<double>::infinity());
+    storeFromDouble(t->rawData(), dtype, 2047, -std::numeric_limits<double>::infinity());
+    EXPECT_EQ(firstPoisoned(*t), -1) << dtypeName(dtype);
+    for (std::int64_t at : {std::int64_t{0}, std::int64_t{1023}, std::int64_t{1024}, std::int64_t{3333}, n - 1}) {
+      const double before = t->elementAsDouble(at);
+      storeFromDouble(t->rawData(), dtype, at, std::numeric_limits<double>::quiet_NaN());
+      EXPECT_EQ(firstPoisoned(*t), at) << dtypeName(dtype);
+      storeFromDouble(t->rawData(), dtype, at, before);
+    }
+  }
+  // float32 NaNs of every sign, quiet or signaling, any payload; the first of two is found.
+  auto t = Tensor::empty(DType::Float32, Shape{n});
+  ASSERT_TRUE(t.hasValue());
+  for (std::int64_t k = 0; k < n; ++k) t->data<float>()[k] = static_cast<float>(normal(rng));
+  for (std::uint32_t bits : {0x7FC00000u, 0xFFFFFFFFu, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu}) {
+    const std::int64_t at = static_cast<std::int64_t>(rng() % static_cast<std::uint32_t>(n - 1));
+    float nan;
+    std::memcpy(&nan, &bits, sizeof(nan));
+    const float before = t->data<float>()[at], after = t->data<float>()[at + 1];
+    t->data<float>()[at] = nan;
+    t->data<float>()[at + 1] = nan;
+    EXPECT_EQ(firstPoisoned(*t), at) << std::hex << bits;
+    t->data<float>()[at] = before;
+    EXPECT_EQ(firstPoisoned(*t), at + 1) << std::hex << bits;
+    t->data<float>()[at + 1] = after;
+  }
+  EXPECT_EQ(firstPoisoned(*t), -1);
 }
 
 TEST(ValidationFaults, RankThreeElementwiseIsSampledByLinesAndStillCaught) {
