@@ -24,6 +24,7 @@
 #endif
 #include "session/session_access.h"
 #include "session/stats_report.h"
+#include "support/logging.h"
 #include "support/trace.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
@@ -211,6 +212,7 @@ struct Session::Impl {
       jit = std::move(*attached);
     } else {
       jit_status = std::move(attached).status();
+      logAt(LogLevel::Warn, "JIT", "no JIT, the program runs interpreted: {}", jit_status.message());
     }
 #endif
   }

@@ -296,3 +296,38 @@ def test_python_trace_shows_interpreter_and_compile_threads_overlapping(tmp_path
     assert runs and compiles, (len(runs), len(compiles))
     overlapping = [r for r in runs for c in compiles if r[0] < c[1] and c[0] < r[1]]
     assert overlapping, f"no run overlaps a compile: runs {runs[:5]}..., compiles {compiles}"
+
+
+PERF_FROM_PYTHON = """
+import sys
+import numpy as np
+import shapevm
+from shapevm import Tensor, ops
+shapevm.set_context(jit_level="O1", jit_perf=1, warmup=0, hot_count=0, hot_ms=0)
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"))
+x = np.random.default_rng(5).standard_normal((48, 40)).astype(np.float32)
+y = doubled_tanh(x)
+doubled_tanh.wait_idle()
+for _ in range(3):
+    y = doubled_tanh(x)
+assert np.allclose(y, np.tanh(2 * x), atol=1e-6)
+print(doubled_tanh.stats()["launches_compiled"])
+"""
+
+
+def test_jit_perf_from_python_keeps_the_jit_and_writes_a_jitdump(tmp_path):
+    """jit_perf=1 in a Python process (LLVM loaded privately by the extension) used to fail the
+    JIT's creation, so everything ran interpreted without a word; now kernels compile and the
+    jitdump is written."""
+    shapevm = _python_module()
+    source = tmp_path / "fn.py"
+    source.write_text("from shapevm import Tensor, ops\n\n@shapevm.jit\n"
+                      "def doubled_tanh(x: Tensor[None, None]):\n    return ops.tanh(x * 2.0)\n")
+    env = dict(os.environ, PYTHONPATH=str(os.path.dirname(shapevm.__path__[0])), JITDUMPDIR=str(tmp_path),
+               SHAPEVM_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.run(["/usr/bin/python3", "-c", PERF_FROM_PYTHON, str(source)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert int(run.stdout.split()[-1]) > 0, run.stderr[-3000:]
+    assert "no JIT" not in run.stderr and "no perf jitdump" not in run.stderr, run.stderr[-3000:]
+    assert list(tmp_path.rglob("jit-*.dump")), sorted(str(p) for p in tmp_path.rglob("*"))

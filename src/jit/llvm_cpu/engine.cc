@@ -5,6 +5,7 @@
 // pooled, one per concurrent codegen), one JITDylib per kernel version.
 #include "jit/llvm_cpu/engine.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/Orc/TargetProcess/JITLoaderPerf.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -42,6 +44,7 @@
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/X86TargetParser.h>
 
+#include "support/logging.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -388,11 +391,24 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
     }
   }
   if (options.perf_support) {
+    // The plugin looks LLVM's perf registration functions up among the process's global symbols;
+    // a process that loaded LLVM privately (the Python extension: RTLD_LOCAL) has them only in
+    // the library's own scope, so that library is promoted to global scope first.
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&llvm_orc_registerJITLoaderPerfStart), &info) != 0 &&
+        info.dli_fname != nullptr) {
+      (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+    }
     auto& object_layer = static_cast<llvm::orc::ObjectLinkingLayer&>(impl->jit->getObjLinkingLayer());
     auto plugin = llvm::orc::PerfSupportPlugin::Create(impl->jit->getExecutionSession().getExecutorProcessControl(),
                                                        impl->jit->getMainJITDylib(), true, true);
-    if (!plugin) return llvmError(plugin.takeError(), "cannot enable perf jitdump support");
-    object_layer.addPlugin(std::move(*plugin));
+    if (plugin) {
+      object_layer.addPlugin(std::move(*plugin));
+    } else {
+      // Profiling support is an extra: kernels still compile, without a jitdump.
+      logAt(LogLevel::Warn, "JIT", "jit_perf: no perf jitdump ({}); compiled kernels run without one",
+            llvm::toString(plugin.takeError()));
+    }
   }
   return std::unique_ptr<JitEngine>(new JitEngine(std::move(impl)));
 }
