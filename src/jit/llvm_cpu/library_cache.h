@@ -4,20 +4,25 @@
 // destroyed (kernels may run during static destruction), at most `max` of them. A key oneDNN
 // could not create is remembered with its reason, so a kernel that meets it again fails at once.
 // The family's call counters stay its own (atomics beside the cache). Also OmpThreads, which both
-// families hold around a primitive's execution.
+// families hold around a primitive's execution, and what both do once oneDNN has a primitive
+// descriptor (createPrimitive).
 #pragma once
 
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "shapevm/status.h"
 
@@ -103,5 +108,34 @@ class OmpThreads {
   void (*set_)(int) = nullptr;
   int saved_ = 1;
 };
+
+// A oneDNN call's status as ours.
+inline Status check(dnnl_status_t status, const char* what) {
+  if (status == dnnl_success) return Status::ok();
+  return makeError(ErrorCode::Unsupported, "oneDNN {} failed (status {})", what, static_cast<int>(status));
+}
+
+// Once oneDNN has the primitive descriptor `pd`: the primitive, one memory object per operand
+// descriptor (no data yet: a call sets its handle; `args[i]` binds memories[i]), and, when the
+// primitive needs one, the memory of its user-mode scratchpad, bound as DNNL_ARG_SCRATCHPAD (the
+// calling thread's buffer is its handle per call: oneDNN's process-wide scratchpad would be shared
+// by distinct primitives running at once). The scratchpad's size in bytes (0: none).
+inline Expected<std::int64_t> createPrimitive(dnnl_engine_t engine, const_dnnl_primitive_desc_t pd,
+                                              std::span<const dnnl_memory_desc_t> descs, dnnl_primitive_t& primitive,
+                                              std::vector<dnnl_memory_t>& memories, std::vector<dnnl_exec_arg_t>& args,
+                                              dnnl_memory_t& scratchpad) {
+  SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&primitive, pd), "primitive_create"));
+  for (std::size_t i = 0; i < descs.size(); ++i) {
+    dnnl_memory_t memory = nullptr;
+    SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&memory, &descs[i], engine, DNNL_MEMORY_NONE), "memory_create"));
+    memories.push_back(memory);
+    args[i].memory = memory;
+  }
+  const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (scratch == nullptr || dnnl_memory_desc_get_size(scratch) == 0) return std::int64_t{0};
+  SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&scratchpad, scratch, engine, DNNL_MEMORY_NONE), "memory_create"));
+  args.push_back({DNNL_ARG_SCRATCHPAD, scratchpad});
+  return static_cast<std::int64_t>(dnnl_memory_desc_get_size(scratch));
+}
 
 }  // namespace shapevm::jit::library

@@ -64,10 +64,7 @@ const PostOpKind* postOpOf(OpId op) {
   return nullptr;
 }
 
-Status check(dnnl_status_t status, const char* what) {
-  if (status == dnnl_success) return Status::ok();
-  return makeError(ErrorCode::Unsupported, "oneDNN {} failed (status {})", what, static_cast<int>(status));
-}
+using library::check;
 
 // One element: every dim 1 (a scalar bound such as ReLU6's).
 bool oneElement(const OperandSpec& operand) {
@@ -392,19 +389,9 @@ class Primitive {
     dnnl_primitive_attr_destroy(attr);
     dnnl_post_ops_destroy(post_ops);
     SVM_RETURN_IF_ERROR(status);
-    SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&primitive_, pd_), "primitive_create"));
-    for (std::size_t i = 0; i < descs.size(); ++i) {
-      dnnl_memory_t memory = nullptr;
-      SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&memory, &descs[i], engine_, DNNL_MEMORY_NONE), "memory_create"));
-      memories_.push_back(memory);
-      exec_args_[i].memory = memory;
-    }
-    if (const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd_, dnnl_query_scratchpad_md, 0);
-        scratch != nullptr && dnnl_memory_desc_get_size(scratch) > 0) {
-      SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&scratchpad_, scratch, engine_, DNNL_MEMORY_NONE), "memory_create"));
-      exec_args_.push_back({DNNL_ARG_SCRATCHPAD, scratchpad_});
-      blocked_bytes_ = (static_cast<std::int64_t>(dnnl_memory_desc_get_size(scratch)) + 63) / 64 * 64;
-    }
+    SVM_ASSIGN_OR_RETURN(const std::int64_t scratch_bytes,
+                         library::createPrimitive(engine_, pd_, descs, primitive_, memories_, exec_args_, scratchpad_));
+    blocked_bytes_ = (scratch_bytes + 63) / 64 * 64;
     if (p.blocked) {
       SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_query_src_md, descs[0], false));
       SVM_RETURN_IF_ERROR(blockedMemory(1, dnnl_query_weights_md, descs[1], false));
