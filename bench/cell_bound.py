@@ -160,6 +160,7 @@ def main():
                 times[seq]["L"].append(per_call_us(linears, (), calls, sink))
             rates.append(onednn_rates(args.peak))
         launches = cell.stats()
+        libraries = {name: library_kernels(m) for name, m in [("cell", cell)] + list(parts.items())[:2]}
     print(f"Host: {cpu_model()}; one thread; thread CPU time; {args.rounds} interleaved rounds, medians.")
     print(f"ShapeVM cell: {launches['launches_compiled']} compiled, {launches['launches_interpreted']} interpreted"
           " launches in all.\n")
@@ -180,7 +181,18 @@ def main():
               f"**{e / ideal:.2f}×** | {s:.0f} | {e / s:.2f}× |")
     if parts:
         print_parts(seqs, times, rates)
+        print("\nLibrary kernels each Module's tuner kept (the rest are generated):")
+        for name, line in libraries.items():
+            print(f"- {name}: {line}")
     return 0
+
+
+def library_kernels(module):
+    """The jit report's line naming the Module's oneDNN kernels (after its colon)."""
+    for line in module.stats()["jit_report"].splitlines():
+        if "library kernels" in line:
+            return line.split("): ", 1)[-1]
+    return "none"
 
 
 def print_parts(seqs, times, rates):
