@@ -23,12 +23,17 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 @pytest.fixture(scope="module")
 def cell_bound(tmp_path_factory):
+    saved = os.environ.get("SHAPEVM_CACHE_DIR")
     os.environ["SHAPEVM_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     sys.path.insert(0, str(BENCH))
     try:
         yield importlib.import_module("cell_bound")
     finally:
         sys.path.remove(str(BENCH))
+        if saved is None:
+            os.environ.pop("SHAPEVM_CACHE_DIR", None)
+        else:
+            os.environ["SHAPEVM_CACHE_DIR"] = saved
 
 
 def reference64(w, x, h, c):
