@@ -683,22 +683,29 @@ TEST(OnednnLibrary, SgemmWithATailRunsTheGateProgramAndFallsBack) {
 
 // ---- B packed once (onednn::packedB) ----
 
+// A tunable set for the scope, then restored.
+class ScopedTunable {
+ public:
+  ScopedTunable(Tunable tunable, std::int64_t value) : tunable_(tunable), saved_(Tunables::get(tunable)) {
+    EXPECT_TRUE(Tunables::set(tunable, value).isOk());
+  }
+  ~ScopedTunable() { (void)Tunables::set(tunable_, saved_); }
+  ScopedTunable(const ScopedTunable&) = delete;
+  ScopedTunable& operator=(const ScopedTunable&) = delete;
+
+ private:
+  Tunable tunable_;
+  std::int64_t saved_;
+};
+
 // A primitive's B that is a weight (owned, the same tensor call after call) is reordered once into
 // oneDNN's layout and read packed by later calls, in float32 and bfloat16; a new weight tensor
 // is packed afresh (the old packing is never read for it), and external memory changed in place
 // between calls is never packed. Results match the reference throughout.
 TEST(OnednnLibrary, APackedBIsReadUntilTheWeightChanges) {
   if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
-  struct Restore {
-    std::int64_t entries = Tunables::get(Tunable::PackedWeightEntries);
-    std::int64_t min_elements = Tunables::get(Tunable::PackedWeightMinElements);
-    ~Restore() {
-      (void)Tunables::set(Tunable::PackedWeightEntries, entries);
-      (void)Tunables::set(Tunable::PackedWeightMinElements, min_elements);
-    }
-  } restore;
-  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightEntries, 2).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, 1024).isOk());
+  const ScopedTunable entries(Tunable::PackedWeightEntries, 2);
+  const ScopedTunable min_elements(Tunable::PackedWeightMinElements, 1024);
   std::mt19937 rng(71);
   const std::int64_t m = 37, k = 96, n = 80;
   for (const DType dtype : {DType::Float32, DType::BFloat16}) {
