@@ -704,6 +704,9 @@ class ScopedTunable {
 // between calls is never packed. Results match the reference throughout.
 TEST(OnednnLibrary, APackedBIsReadUntilTheWeightChanges) {
   if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  // Run alone (as ctest runs it) the cache is empty; after other tests it may hold too many.
+  if (onednn::stats().primitives + 8 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no packed-B primitives are made";
   const ScopedTunable entries(Tunable::PackedWeightEntries, 2);
   const ScopedTunable min_elements(Tunable::PackedWeightMinElements, 1024);
   std::mt19937 rng(71);

@@ -38,9 +38,6 @@ namespace shapevm::jit::onednn {
 
 namespace {
 
-// Primitives kept at most (one per shape bucket seen; never evicted: prepared calls point at them).
-constexpr std::size_t kMaxPrimitives = 512;
-
 // One epilogue step as a oneDNN post-op: an eltwise algorithm (alpha, beta) or a binary one.
 struct PostOpKind {
   OpId op;
@@ -223,7 +220,7 @@ class Primitive {
 
   // The same problem with B in the layout oneDNN chose for it (Problem::packed_b), made on the
   // first ask: a single-matrix B of a primitive (not sgemm) whose chosen layout is not B's own.
-  // nullptr otherwise, or when oneDNN cannot make it.
+  // nullptr otherwise, when oneDNN cannot make it, or once the cache is half full.
   Primitive* packedTwin();
   // packedTwin() if it was made already (never makes it).
   Primitive* packedTwinIfMade() const { return twin_.load(std::memory_order_acquire); }
@@ -485,6 +482,9 @@ Expected<Primitive*> findRecent(const Problem& problem) {
 Primitive* Primitive::packedTwin() {
   std::call_once(twin_once_, [&] {
     if (problem_.sgemm || problem_.packed_b || problem_.batch_rank != 0) return;
+    // Half the cache stays for plain primitives: a kernel called on many shapes (every M of a
+    // dynamic dim) must not run out of them because each also got a twin.
+    if (cache().primitives.totals().primitives >= kMaxPrimitives / 2) return;
     Problem packed = problem_;
     packed.packed_b = true;
     auto found = findOrCreate(packed);

@@ -29,6 +29,7 @@
 // one OpenMP thread each; a smaller one runs its matrices in turn on kernel_threads OpenMP threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -53,6 +54,9 @@ inline constexpr int kPrimitiveAndTail = 2;
 inline constexpr int kSgemm = 3;
 inline constexpr int kSgemmAndTail = 4;
 inline constexpr int kMaxLibrary = kSgemmAndTail;
+// Primitives kept at most (one per shape bucket seen; never evicted: prepared calls point at
+// them). Packed-B twins (packedB) are made only while the cache is under half full.
+inline constexpr std::size_t kMaxPrimitives = 512;
 inline bool isSgemm(const KernelParams& params) {
   return params.library == kSgemm || params.library == kSgemmAndTail;
 }
