@@ -29,22 +29,27 @@
 namespace shapevm::bench {
 namespace {
 
-// The one-thread matmul rows time in this process's CPU time, not on the steady clock: on a
-// shared, loaded host (load 10-25 on 2 vCPUs) a kernel's wall time includes whatever time other
-// processes held the core, its CPU time does not. Both sides of every ratio use this clock; the
-// two-thread rows stay on the steady clock (their workers' CPU time would add up).
-double processCpuMs() {
+// The one-thread matmul rows time in the calling thread's CPU time, not on the steady clock: on
+// a shared, loaded host (load 10-25 on 2 vCPUs) a kernel's wall time includes whatever time other
+// processes held the core, its CPU time does not. Every one-thread row runs on the calling thread
+// (KernelThreads=1, OpenMP held to one thread), so its thread's clock is the whole cost; the
+// process's clock also counted this process's other threads (OpenMP threads spinning after the
+// two-thread rows, the thread pool's workers, the JIT's compile threads), whichever row they
+// overlapped (issue 25: the bf16 "pick vs oneDNN" row swung 0.64-1.00x while the same primitive's
+// library row read 0.94x). Both sides of every ratio use this clock; the two-thread rows stay on
+// the steady clock (their workers' CPU time would add up).
+double threadCpuMs() {
   timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 template <typename F>
 double medianCpuMs(int repeats, F&& f) {
   std::vector<double> ms;
   for (int r = 0; r < repeats; ++r) {
-    const double start = processCpuMs();
+    const double start = threadCpuMs();
     f();
-    ms.push_back(processCpuMs() - start);
+    ms.push_back(threadCpuMs() - start);
   }
   return summarizeLatency(ms).median;
 }
@@ -150,7 +155,7 @@ Expected<TunedMatmul> tuneMatmul(jit::LlvmCpuBackend& engine, const jit::KernelF
 // SHAPEVM_BENCH_MATMUL_COMPARE="default;mr=4 nr=64 kc=128;onednn": instead of the suite, each
 // shape's listed float32 kernels (KernelParams text) against oneDNN, for deciding a default by
 // measurement on a loaded host. Interleaved rounds (SHAPEVM_BENCH_ROUNDS, default 11) in an order
-// rotated every round, one thread, process CPU time; per kernel the median of its per-round ratio
+// rotated every round, one thread, thread CPU time; per kernel the median of its per-round ratio
 // to oneDNN (the faster of sgemm and the matmul primitive in that round) and the range of those
 // ratios. "oneDNN again" is a second primitive for the same shape: its ratio is the noise floor.
 // SHAPEVM_BENCH_MATMUL_DTYPE=bf16|f16 times bfloat16/float16 operands and output instead; the bar is
@@ -267,7 +272,7 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
     };
     const double dnnl_ms = narrow ? summarizeLatency(ms[prim]).median
                                   : std::min(summarizeLatency(ms[sgemm]).median, summarizeLatency(ms[prim]).median);
-    fmt::print("matmul {} {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, process CPU time)\n", dtypeName(dtype),
+    fmt::print("matmul {} {}x{}x{}: oneDNN {:.1f} GFLOP/s ({} rounds x {} calls, thread CPU time)\n", dtypeName(dtype),
                m, k, n, flop / (dnnl_ms * 1e6), rounds, repeats);
     auto row = [&](const std::string& name, std::size_t i) {
       const std::vector<double> r = ratios(i);
@@ -378,11 +383,24 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
       (void)jit::invokeCompiled(*packed_once, inputs, once_out);
       (void)Tunables::set(Tunable::PackedWeightEntries, saved);
     };
+    // The library kernel with its B packed once into oneDNN's layout (onednn::packedB), as for a
+    // weight: its own packed-operand cache, kept between these calls only.
+    auto runLibraryOnce = [&] {
+      const std::int64_t saved = Tunables::get(Tunable::PackedWeightEntries);
+      (void)Tunables::set(Tunable::PackedWeightEntries, 2);
+      if (library) (void)jit::invokeCompiled(**library, inputs, library_out);
+      (void)Tunables::set(Tunable::PackedWeightEntries, saved);
+    };
     runPairs();
     runWide();
     runDnnl();
     runOnce();
     runOnce();
+    runLibraryOnce();
+    if (library && !(relL2(library_out[0].tensor(), want[0].tensor()) <= 1e-2)) {
+      return makeError(ErrorCode::Internal,
+                       "bf16 matmul {}x{}x{}: the library kernel with B packed once: wrong results", m, k, n);
+    }
     // Each output rounds to bfloat16 (2^-9 relative), so 1e-2 in L2 means every kernel computes
     // the product, in whatever order it sums.
     const double errors[] = {
@@ -399,12 +417,13 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
     const bool cache_hit = packed_once->packed.stats().hits > 0;
     const double flop = 2.0 * static_cast<double>(m * k * n);
     const int repeats = std::max(3, static_cast<int>(std::min<double>(flags.quick ? 10 : 40, 3e9 / flop)));
-    std::vector<double> pairs_ms, wide_ms, dnnl_ms, once_ms, library_ms, auto_ms;
+    std::vector<double> pairs_ms, wide_ms, dnnl_ms, once_ms, library_ms, library_once_ms, auto_ms;
     for (int round = 0; round < (flags.quick ? 3 : 5); ++round) {
       pairs_ms.push_back(medianCpuMs(repeats, runPairs));
       wide_ms.push_back(medianCpuMs(repeats, runWide));
       if (primitive) dnnl_ms.push_back(medianCpuMs(repeats, runDnnl));
       if (library) library_ms.push_back(medianCpuMs(repeats, runLibrary));
+      if (library) library_once_ms.push_back(medianCpuMs(repeats, runLibraryOnce));
       once_ms.push_back(medianCpuMs(repeats, runOnce));
       auto_ms.push_back(medianCpuMs(repeats, runAuto));
     }
@@ -431,6 +450,9 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
          {"onednn_matmul_gflops", primitive ? json(dnnl_g) : json(nullptr)},
          {"jit_packed_once_gflops", once_g},
          {"library_gflops", library ? json(gflops(library_ms)) : json(nullptr)},
+         {"library_packed_once_gflops", library ? json(gflops(library_once_ms)) : json(nullptr)},
+         {"library_packed_once_vs_onednn_per_round",
+          primitive && library ? json(vsOnednnPerRound(library_once_ms)) : json(nullptr)},
          {"f32_peak_gflops", f32_peak},
          {"bf16_pairs", used_pairs},
          {"auto_gflops", auto_g},
@@ -465,6 +487,10 @@ Status bf16MatmulRows(const BenchFlags& flags, jit::LlvmCpuBackend& engine, cons
           "                    library (oneDNN primitive as a JIT candidate): {:6.1f} ({:.2f}x oneDNN); median of "
           "per-round ratios: library {:.2f}x, AutoTuner {:.2f}x\n",
           gflops(library_ms), gflops(library_ms) / dnnl_g, vsOnednnPerRound(library_ms), vsOnednnPerRound(auto_ms));
+      fmt::print(
+          "                    library with B packed once (cached weight): {:6.1f} ({:.2f}x oneDNN; per round "
+          "{:.2f}x)\n",
+          gflops(library_once_ms), gflops(library_once_ms) / dnnl_g, vsOnednnPerRound(library_once_ms));
       (void)engine.free((*library)->handle);
     } else {
       fmt::print("                    library: n/a ({})\n", library.status().message());
@@ -749,8 +775,24 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     }
     const bool cache_hit = kernel->packed.stats().hits > 0;
     kernel->packed.clear();
+    // The primitive candidate with its B packed once into oneDNN's layout (onednn::packedB), as
+    // for a weight: the direct calls above copy B on every call.
+    std::vector<double> library_packed_ms;
+    bool library_hit = false;
+    if (library) {
+      runLibrary();
+      for (int round = 0; round < (flags.quick ? 2 : 3); ++round)
+        library_packed_ms.push_back(medianCpuMs(repeats, runLibrary));
+      if (!(relL2(library_out[0].tensor(), want) <= 1e-5)) {
+        return makeError(ErrorCode::Internal, "matmul {}x{}x{}: the library kernel with B packed once: wrong results",
+                         s.m, s.k, s.n);
+      }
+      library_hit = (*library)->packed.stats().hits > 0;
+      (*library)->packed.clear();
+    }
     SVM_RETURN_IF_ERROR(Tunables::set(Tunable::PackedWeightEntries, 0));
     const double cached_g = cache_hit ? gflops(cached_ms) : 0.0;
+    const double library_packed_g = library_hit ? gflops(library_packed_ms) : 0.0;
     const double dnnl_g = std::max(sgemm_g, prim_g);
     // The same ratio round by round (each kernel against the faster oneDNN call of its own round,
     // timed within a second of it), then the median: the host's load moves between rounds.
@@ -832,7 +874,8 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
          {"auto_vs_best", auto_g / best_g},
          {"auto_vs_default", auto_g / jit_g},
          {"auto_own_speedup", auto_outcome.best_us > 0 ? auto_outcome.default_us / auto_outcome.best_us : 0.0},
-         {"jit_packed_once_gflops", cached_g}});
+         {"jit_packed_once_gflops", cached_g},
+         {"library_packed_once_gflops", library_packed_g}});
     fmt::print(
         "matmul {:>4}x{:>4}x{:>4}: JIT default {:6.1f} ({:3.0f}%, {:.2f}x)  best {:6.1f} ({:3.0f}%, {:.2f}x) [{}]\n",
         s.m, s.k, s.n, jit_g, 100.0 * jit_g / peak, jit_g / dnnl_g, best_g, 100.0 * best_g / peak, best_g / dnnl_g,
@@ -858,6 +901,12 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
       fmt::print(
           "                    JIT default with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x oneDNN)\n",
           cached_g, 100.0 * cached_g / peak, cached_g / dnnl_g);
+    }
+    if (library_packed_g > 0) {
+      fmt::print(
+          "                    library primitive with B packed once (cached weight): {:6.1f} ({:3.0f}%, {:.2f}x "
+          "oneDNN)\n",
+          library_packed_g, 100.0 * library_packed_g / peak, library_packed_g / dnnl_g);
     }
     if (const std::vector<tune::TuneReport> reports = auto_tuner.reports();
         !reports.empty() && reports.back().runoff.has_value()) {

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -678,6 +679,97 @@ TEST(OnednnLibrary, SgemmWithATailRunsTheGateProgramAndFallsBack) {
   const onednn::LibraryStats after = onednn::stats();
   EXPECT_EQ(after.run_failures, before.run_failures + 3);
   EXPECT_EQ(after.sgemm_calls, before.sgemm_calls + 3);
+}
+
+// ---- B packed once (onednn::packedB) ----
+
+// A tunable set for the scope, then restored.
+class ScopedTunable {
+ public:
+  ScopedTunable(Tunable tunable, std::int64_t value) : tunable_(tunable), saved_(Tunables::get(tunable)) {
+    EXPECT_TRUE(Tunables::set(tunable, value).isOk());
+  }
+  ~ScopedTunable() { (void)Tunables::set(tunable_, saved_); }
+  ScopedTunable(const ScopedTunable&) = delete;
+  ScopedTunable& operator=(const ScopedTunable&) = delete;
+
+ private:
+  Tunable tunable_;
+  std::int64_t saved_;
+};
+
+// A primitive's B that is a weight (owned, the same tensor call after call) is reordered once into
+// oneDNN's layout and read packed by later calls, in float32 and bfloat16; a new weight tensor
+// is packed afresh (the old packing is never read for it), and external memory changed in place
+// between calls is never packed. Results match the reference throughout.
+TEST(OnednnLibrary, APackedBIsReadUntilTheWeightChanges) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  // Run alone (as ctest runs it) the cache is empty; after other tests it may hold too many.
+  if (onednn::stats().primitives + 8 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no packed-B primitives are made";
+  const ScopedTunable entries(Tunable::PackedWeightEntries, 2);
+  const ScopedTunable min_elements(Tunable::PackedWeightMinElements, 1024);
+  std::mt19937 rng(71);
+  const std::int64_t m = 37, k = 96, n = 80;
+  for (const DType dtype : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtypeName(dtype));
+    const Value a = operand(dtype, Shape{m, k}, rng);
+    const Value bias = operand(dtype, Shape{n}, rng);
+    const std::vector<EpilogueStep> steps = {{OpId::Add, 2, false}, {OpId::Relu, -1, false}};
+    const Case first{"W.T", {a, transposedWeight(dtype, k, n, rng), bias}, steps};
+    const Case other{"another W.T", {a, transposedWeight(dtype, k, n, rng), bias}, steps};
+    auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), librarySpec(first));
+    if (!kernel && kernel.status().message().find("oneDNN") != std::string::npos) {
+      EXPECT_NE(dtype, DType::Float32) << kernel.status().toString();
+      continue;  // no bf16 primitive on this CPU
+    }
+    ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+    auto run = [&](const Case& c) {
+      std::vector<Value> actual(1);
+      ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(c.inputs), actual).isOk());
+      auto expected = reference(c);
+      ASSERT_TRUE(expected.hasValue());
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << c.name << ": " << comparison.reason;
+    };
+    const onednn::LibraryStats before = onednn::stats();
+    run(first);
+    run(first);
+    run(first);
+    const onednn::LibraryStats packed = onednn::stats();
+    if (packed.b_packs == before.b_packs) {
+      // oneDNN reads this B where it is (its chosen layout is B's own): nothing to pack.
+      EXPECT_FALSE(__builtin_cpu_supports("avx512f")) << "an AVX-512 host's primitive chooses a blocked B";
+      EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+      continue;
+    }
+    EXPECT_EQ(packed.b_packs, before.b_packs + 1) << "one packing for three calls";
+    EXPECT_EQ(packed.packed_calls, before.packed_calls + 3);
+    EXPECT_EQ(packed.calls, before.calls + 3) << "packing computes nothing";
+    run(other);  // a new weight: packed afresh
+    run(first);  // still cached
+    const onednn::LibraryStats changed = onednn::stats();
+    EXPECT_EQ(changed.b_packs, packed.b_packs + 1);
+    EXPECT_EQ(changed.packed_calls, packed.packed_calls + 2);
+    EXPECT_EQ((*kernel)->packed.stats().packs, 2u);
+
+    // External memory changed in place between calls: read where it is, every call.
+    const Tensor& w = first.inputs[1].tensor();
+    std::vector<std::byte> bytes(static_cast<std::size_t>(w.storage()->nbytes()));
+    std::memcpy(bytes.data(), w.storage()->data(), bytes.size());
+    Tensor wrapped = Tensor::wrap(bytes.data(), dtype, w.shape(), w.strides(), bytes.size(), nullptr, nullptr);
+    const Case external{"external W.T", {a, Value::fromTensor(wrapped), bias}, steps};
+    const std::uint64_t packs = (*kernel)->packed.stats().packs;
+    run(external);
+    const Case changed_external{"external W.T changed", {a, Value::fromTensor(wrapped), bias}, steps};
+    const Tensor& new_w = other.inputs[1].tensor();  // the same layout: the owner writes its values
+    ASSERT_EQ(new_w.storage()->nbytes(), bytes.size());
+    std::memcpy(bytes.data(), new_w.storage()->data(), bytes.size());
+    run(changed_external);
+    EXPECT_EQ((*kernel)->packed.stats().packs, packs) << "external memory is never packed";
+    EXPECT_EQ(onednn::stats().packed_calls, changed.packed_calls);
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
 }
 
 }  // namespace

@@ -685,10 +685,12 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     return fusedFamily()->reference(program_spec, leaves, outputs);
   }
 
-  // B, when the kernel would pack it (a 2-D B, not read in place, not the dot-product path).
+  // B, when the kernel would pack it (a 2-D B, not read in place, not the dot-product path); a
+  // library kernel's B in the layout its oneDNN primitive chose (onednn::packedB).
   PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
+    if (spec.params.library != 0) return onednn::packedB(spec, args);
     const Plan plan = resolvePlan(spec);
-    if (spec.inputs.size() < 2 || spec.params.library != 0 || !packableB(spec, plan)) return {};
+    if (spec.inputs.size() < 2 || !packableB(spec, plan)) return {};
     const int sa = slotA(spec), sb = slotB(spec);
     const std::int64_t m = args.shape[sa][2], k = args.shape[sb][2], n = args.shape[sb][3];
     // The dot-product path reads B in place (the strides as matrixStrides() bakes them in).
@@ -699,7 +701,8 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     return {1, k * n_pad * static_cast<std::int64_t>(sizeof(float))};
   }
 
-  void usePacked(const KernelSpec&, KernelArgs& args, void* buffer, PackMode mode) const override {
+  void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const override {
+    if (spec.params.library != 0) return onednn::usePackedB(args, buffer, mode);
     args.scalars[kScalarPackedB] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(buffer));
     args.scalars[kScalarPackOnly] = mode == PackMode::PackOnly ? 1 : 0;
   }

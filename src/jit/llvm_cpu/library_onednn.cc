@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,9 +37,6 @@
 namespace shapevm::jit::onednn {
 
 namespace {
-
-// Primitives kept at most (one per shape bucket seen; never evicted: prepared calls point at them).
-constexpr std::size_t kMaxPrimitives = 512;
 
 // One epilogue step as a oneDNN post-op: an eltwise algorithm (alpha, beta) or a binary one.
 struct PostOpKind {
@@ -104,6 +102,7 @@ struct View {
   std::int64_t at(std::int64_t b0, std::int64_t b1, std::int64_t row, std::int64_t col) const {
     return b0 * strides[0] + b1 * strides[1] + row * strides[2] + col * strides[3];
   }
+  bool operator==(const View&) const = default;
 };
 
 // A view whose dims follow its strides: the full output size along an axis it steps along, 1 where
@@ -129,23 +128,27 @@ struct Problem {
     OpId op;
     int operand = -1;  // binary: the KernelArgs slot of its operand
     View view;         // broadcast to the output
+    bool operator==(const Post&) const = default;
   };
   std::vector<Post> posts;  // the epilogue's leading steps that are post-ops (postOpSteps)
   int out_slot = 0;
   bool temp = false;   // C is the thread's tail buffer (a gate program's product), dense
   bool sgemm = false;  // dnnl_sgemm per matrix (library = 3, 4), not the matmul primitive
+  bool packed_b = false;  // B in the layout oneDNN chooses (a packed copy), not where it is
   int threads = 1;
   std::string toString() const {
     // The output's slot too: a tail's operands that are no post-ops leave the key alone but move it.
-    std::string key = fmt::format("{}{} {}x{}x{} b{}:{}x{} a{} b{} c{}{} o{} t{}", sgemm ? "sgemm " : "",
-                                  dtypeShortName(dtype), m, k, n, batch_rank, batch[0], batch[1], a.toString(),
-                                  b.toString(), c.toString(), temp ? " tmp" : "", out_slot, threads);
+    std::string key =
+        fmt::format("{}{} {}x{}x{} b{}:{}x{} a{} b{}{} c{}{} o{} t{}", sgemm ? "sgemm " : "", dtypeShortName(dtype), m,
+                    k, n, batch_rank, batch[0], batch[1], a.toString(), b.toString(), packed_b ? " packed" : "",
+                    c.toString(), temp ? " tmp" : "", out_slot, threads);
     for (const Post& post : posts) {
       key += fmt::format(" {}", opIdent(post.op));
       if (post.operand >= 0) key += fmt::format("[{}]", post.view.toString());
     }
     return key;
   }
+  bool operator==(const Problem&) const = default;
   // The output's dims over the canonical axes.
   void outDims(std::int64_t dims[kAxes]) const { dims[0] = batch[0], dims[1] = batch[1], dims[2] = m, dims[3] = n; }
 };
@@ -168,6 +171,9 @@ class Primitive {
     return self;
   }
   ~Primitive() {
+    if (reorder_ != nullptr) dnnl_primitive_destroy(reorder_);
+    if (reorder_pd_ != nullptr) dnnl_primitive_desc_destroy(reorder_pd_);
+    if (plain_b_ != nullptr) dnnl_memory_destroy(plain_b_);
     for (dnnl_memory_t memory : memories_) dnnl_memory_destroy(memory);
     if (scratchpad_ != nullptr) dnnl_memory_destroy(scratchpad_);
     if (primitive_ != nullptr) dnnl_primitive_destroy(primitive_);
@@ -175,14 +181,15 @@ class Primitive {
     if (stream_ != nullptr) dnnl_stream_destroy(stream_);
     if (engine_ != nullptr) dnnl_engine_destroy(engine_);
   }
-  // Runs on these operands into `dst`; false (with the reason) when oneDNN refuses.
-  bool run(const KernelArgs& args, void* dst, std::string* reason) {
+  // Runs on these operands into `dst`, B read from `packed_b` (a packed-B primitive's, in its
+  // layout) when given; false (with the reason) when oneDNN refuses.
+  bool run(const KernelArgs& args, void* dst, const void* packed_b, std::string* reason) {
     if (problem_.sgemm) return runSgemm(args, dst, reason);
     std::lock_guard<std::mutex> lock(mutex_);
     void* pointers[2 + kMaxKernelOperands];
     std::size_t count = 0;
     pointers[count++] = args.data[0];
-    pointers[count++] = args.data[1];
+    pointers[count++] = packed_b != nullptr ? const_cast<void*>(packed_b) : args.data[1];
     pointers[count++] = dst;
     for (const Problem::Post& post : problem_.posts) {
       if (post.operand >= 0) pointers[count++] = args.data[post.operand];
@@ -211,8 +218,64 @@ class Primitive {
   const Problem& problem() const { return problem_; }
   static std::atomic<bool> fail_for_testing_;
 
+  // The same problem with B in the layout oneDNN chose for it (Problem::packed_b), made on the
+  // first ask: a single-matrix B of a primitive (not sgemm) whose chosen layout is not B's own.
+  // nullptr otherwise, when oneDNN cannot make it, or once the cache is half full.
+  Primitive* packedTwin();
+  // packedTwin() if it was made already (never makes it).
+  Primitive* packedTwinIfMade() const { return twin_.load(std::memory_order_acquire); }
+  // A packed-B primitive's packed B: a header (the layout's memory descriptor), then B in it.
+  static constexpr std::int64_t kPackedHeader = static_cast<std::int64_t>((sizeof(dnnl_memory_desc_t) + 63) / 64 * 64);
+  std::int64_t packedBytes() const { return kPackedHeader + weights_bytes_; }
+  // True when `packed` holds B in this packed-B primitive's layout (pack() succeeded for it).
+  bool reads(const std::byte* packed) const {
+    dnnl_memory_desc_t header;
+    std::memcpy(&header, packed, sizeof(header));
+    return dnnl_memory_desc_equal(&header, &weights_md_) != 0;
+  }
+  // A packed-B primitive: the call's B reordered into `packed` after its header, which then names
+  // the layout (left naming none when oneDNN refuses: calls then read B where it is).
+  bool pack(const KernelArgs& args, std::byte* packed, std::string* reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::memset(packed, 0, static_cast<std::size_t>(kPackedHeader));
+    Status status = check(dnnl_memory_set_data_handle(plain_b_, args.data[1]), "memory_set_data_handle");
+    if (status.isOk())
+      status = check(dnnl_memory_set_data_handle(memories_[1], packed + kPackedHeader), "memory_set_data_handle");
+    if (status.isOk() && fail_for_testing_.load(std::memory_order_relaxed))
+      status = check(dnnl_runtime_error, "reorder execute");
+    if (status.isOk()) {
+      const library::OmpThreads threads(problem_.threads);
+      const dnnl_exec_arg_t reorder_args[2] = {{DNNL_ARG_FROM, plain_b_}, {DNNL_ARG_TO, memories_[1]}};
+      status = check(dnnl_primitive_execute(reorder_, stream_, 2, reorder_args), "reorder execute");
+    }
+    if (status.isOk()) status = check(dnnl_stream_wait(stream_), "stream_wait");
+    if (!status.isOk()) {
+      *reason = status.message();
+      return false;
+    }
+    std::memcpy(packed, &weights_md_, sizeof(weights_md_));
+    return true;
+  }
+
  private:
   explicit Primitive(Problem problem) : problem_(std::move(problem)) {}
+
+  // A packed-B problem: B's descriptor becomes the layout the primitive chose (an error when that
+  // is B's own: nothing to pack), with the reorder into it from B where the call has it.
+  Status chooseWeightsLayout(std::vector<dnnl_memory_desc_t>& descs, const dnnl_memory_desc_t& plain_b) {
+    const dnnl_memory_desc_t* chosen = dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0);
+    if (chosen == nullptr) return makeError(ErrorCode::Unsupported, "no weights memory descriptor to query");
+    if (dnnl_memory_desc_equal(chosen, &plain_b) != 0)
+      return makeError(ErrorCode::Unsupported, "B is in the primitive's layout already: nothing to pack");
+    weights_md_ = *chosen;
+    descs[1] = *chosen;
+    weights_bytes_ = static_cast<std::int64_t>(dnnl_memory_desc_get_size(chosen));
+    SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&plain_b_, &plain_b, engine_, DNNL_MEMORY_NONE), "memory_create"));
+    SVM_RETURN_IF_ERROR(
+        check(dnnl_reorder_primitive_desc_create(&reorder_pd_, &plain_b, engine_, chosen, engine_, nullptr),
+              "reorder_desc_create"));
+    return check(dnnl_primitive_create(&reorder_, reorder_pd_), "reorder_create");
+  }
 
   // A row-major dnnl_sgemm operand: 'N' with its row stride as the leading dimension where its
   // columns are unit-stride, 'T' with its column stride where its rows are; a matrix of one row or
@@ -298,9 +361,17 @@ class Primitive {
       return check(dnnl_memory_desc_init_by_strides(desc, rank, dims, type, steps), "memory_desc_init_by_strides");
     };
     std::vector<dnnl_memory_desc_t> descs(3);
+    dnnl_memory_desc_t plain_b;
     SVM_RETURN_IF_ERROR(md(&descs[0], problem_.a));
-    SVM_RETURN_IF_ERROR(md(&descs[1], problem_.b));
+    SVM_RETURN_IF_ERROR(md(&plain_b, problem_.b));
     SVM_RETURN_IF_ERROR(md(&descs[2], problem_.c));
+    descs[1] = plain_b;
+    if (problem_.packed_b) {
+      dnnl_dims_t dims = {};
+      for (int d = 0; d < rank; ++d) dims[d] = problem_.b.dims[kAxes - rank + d];
+      SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(&descs[1], rank, dims, type, dnnl_format_tag_any),
+                                "memory_desc_init_by_tag"));
+    }
     exec_args_ = {{DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}};
 
     dnnl_post_ops_t post_ops = nullptr;
@@ -342,6 +413,7 @@ class Primitive {
     dnnl_primitive_attr_destroy(attr);
     dnnl_post_ops_destroy(post_ops);
     SVM_RETURN_IF_ERROR(status);
+    if (problem_.packed_b) SVM_RETURN_IF_ERROR(chooseWeightsLayout(descs, plain_b));
     SVM_ASSIGN_OR_RETURN(scratchpad_bytes_,
                          library::createPrimitive(engine_, pd_, descs, primitive_, memories_, exec_args_, scratchpad_));
     return Status::ok();
@@ -359,12 +431,21 @@ class Primitive {
   std::vector<dnnl_exec_arg_t> exec_args_;
   dnnl_memory_t scratchpad_ = nullptr;  // its data: the calling thread's ScratchpadTag buffer
   std::int64_t scratchpad_bytes_ = 0;
+  // A packed-B problem: the layout chosen for B, its size, and the reorder into it from B.
+  dnnl_memory_desc_t weights_md_{};
+  std::int64_t weights_bytes_ = 0;
+  dnnl_primitive_desc_t reorder_pd_ = nullptr;
+  dnnl_primitive_t reorder_ = nullptr;
+  dnnl_memory_t plain_b_ = nullptr;  // B where the call has it (its handle set per pack)
+  // A plain problem: its packed-B twin (packedTwin()).
+  std::once_flag twin_once_;
+  std::atomic<Primitive*> twin_{nullptr};
 };
 std::atomic<bool> Primitive::fail_for_testing_{false};
 
 struct Cache {
   library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN matmul", kMaxPrimitives};
-  std::atomic<std::uint64_t> calls{0}, run_failures{0}, tail_calls{0}, sgemm_calls{0};
+  std::atomic<std::uint64_t> calls{0}, run_failures{0}, tail_calls{0}, sgemm_calls{0}, b_packs{0}, packed_calls{0};
 };
 Cache& cache() {
   static Cache* cache = new Cache();  // never destroyed: kernels may run during static destruction
@@ -373,6 +454,43 @@ Cache& cache() {
 
 Expected<Primitive*> findOrCreate(const Problem& problem) {
   return cache().primitives.findOrCreate(problem);
+}
+
+// findOrCreate() through the calling thread's last few problems: a call that repeats one (a
+// kernel called again on the same shapes) skips formatting the key and the cache's lock.
+Expected<Primitive*> findRecent(const Problem& problem) {
+  struct Recent {
+    Problem problem;
+    Primitive* primitive = nullptr;
+  };
+  constexpr std::size_t kRecent = 4;
+  thread_local std::vector<Recent> recent;
+  thread_local std::size_t next = 0;
+  for (const Recent& r : recent) {
+    if (r.problem == problem) return r.primitive;
+  }
+  SVM_ASSIGN_OR_RETURN(Primitive * primitive, findOrCreate(problem));
+  if (recent.size() < kRecent) {
+    recent.push_back({problem, primitive});
+  } else {
+    recent[next] = {problem, primitive};
+    next = (next + 1) % kRecent;
+  }
+  return primitive;
+}
+
+Primitive* Primitive::packedTwin() {
+  std::call_once(twin_once_, [&] {
+    if (problem_.sgemm || problem_.packed_b || problem_.batch_rank != 0) return;
+    // Half the cache stays for plain primitives: a kernel called on many shapes (every M of a
+    // dynamic dim) must not run out of them because each also got a twin.
+    if (cache().primitives.totals().primitives >= kMaxPrimitives / 2) return;
+    Problem packed = problem_;
+    packed.packed_b = true;
+    auto found = findOrCreate(packed);
+    if (found) twin_.store(*found, std::memory_order_release);
+  });
+  return twin_.load(std::memory_order_acquire);
 }
 
 // Why `step` of `spec` is no post-op; empty when it is one.
@@ -455,13 +573,44 @@ void fallbackMatmul(const Problem& p, const KernelArgs& args, void* dst) {
   }
 }
 
+// A packed B (usePackedB) is in scalars[kScalarPacked], the low bit set for PackMode::PackOnly
+// (the buffer is 64-byte aligned); scalars[kScalarLibrary] holds the primitive.
+constexpr int kScalarPacked = matmul::kScalarPackOnly;
+constexpr std::uintptr_t kPackOnlyTag = 1;
+const std::byte* packedBuffer(const KernelArgs& args) {
+  return reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(args.scalars[kScalarPacked]) & ~kPackOnlyTag);
+}
+
+// A PackMode::PackOnly call: B reordered into the packed buffer by the primitive's packed-B twin,
+// nothing computed (true). False for any other call.
+bool packOnly(Primitive* primitive, const KernelArgs& args) {
+  if ((static_cast<std::uintptr_t>(args.scalars[kScalarPacked]) & kPackOnlyTag) == 0) return false;
+  Primitive* twin = primitive->packedTwinIfMade();
+  auto* packed = const_cast<std::byte*>(packedBuffer(args));
+  std::string reason;
+  if (twin != nullptr && packed != nullptr && twin->pack(args, packed, &reason)) {
+    cache().b_packs.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    logAt(LogLevel::Info, "JIT", "oneDNN matmul {}: packing B failed ({}); calls read B where it is",
+          primitive->problem().toString(), reason.empty() ? "no packed-B primitive" : reason);
+  }
+  return true;
+}
+
 // The primitive on `args` into `dst`; the fallback loop when oneDNN refuses (logged once).
 void execute(Primitive* primitive, const KernelArgs& args, void* dst) {
   Cache& c = cache();
   c.calls.fetch_add(1, std::memory_order_relaxed);
   if (primitive->problem().sgemm) c.sgemm_calls.fetch_add(1, std::memory_order_relaxed);
   std::string reason;
-  if (primitive->run(args, dst, &reason)) return;
+  // B packed for this primitive's packed-B twin (usePackedB, PackMode::Read): the twin reads it.
+  const std::byte* packed = packedBuffer(args);
+  if (Primitive* twin = primitive->packedTwinIfMade(); twin != nullptr && packed != nullptr && twin->reads(packed)) {
+    c.packed_calls.fetch_add(1, std::memory_order_relaxed);
+    if (twin->run(args, dst, packed + Primitive::kPackedHeader, &reason)) return;
+  } else if (primitive->run(args, dst, nullptr, &reason)) {
+    return;
+  }
   c.run_failures.fetch_add(1, std::memory_order_relaxed);
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -562,7 +711,10 @@ Status createFor(const KernelSpec& spec) {
     }
     post.view = viewOf(out_dims, strides);
   }
-  return findOrCreate(problem).takeStatus();
+  SVM_ASSIGN_OR_RETURN(Primitive * primitive, findOrCreate(problem));
+  // Its packed-B twin too (packedB): compile time, not the first call's.
+  if (Tunables::get(Tunable::PackedWeightEntries) > 0) (void)primitive->packedTwin();
+  return Status::ok();
 }
 
 Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
@@ -614,7 +766,7 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
       });
     }
   }
-  SVM_ASSIGN_OR_RETURN(Primitive * primitive, findOrCreate(problem));
+  SVM_ASSIGN_OR_RETURN(Primitive * primitive, findRecent(problem));
   args.scalars[matmul::kScalarLibrary] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(primitive));
   if (tail) {
     // The kernel usually runs on this thread right after prepare() (invokeCompiled): its tail
@@ -629,11 +781,13 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
 
 void runLibraryMatmul(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks*/, std::int64_t /*scratch_bytes*/) {
   auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args->scalars[matmul::kScalarLibrary]));
+  if (packOnly(primitive, *args)) return;
   execute(primitive, *args, args->data[primitive->problem().out_slot]);
 }
 
 void runLibraryTail(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t /*scratch_bytes*/) {
   auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args->scalars[matmul::kScalarLibrary]));
+  if (packOnly(primitive, *args)) return;
   const Problem& problem = primitive->problem();
   void* product = problem.temp ? tailBuffer(productBytes(problem)) : args->data[problem.out_slot];
   std::vector<std::byte> spill;  // prepared on another thread whose buffer this one lacks, and none to be had
@@ -838,8 +992,30 @@ Status emitTail(const KernelSpec& spec, llvm::Function* part) {
 LibraryStats stats() {
   Cache& c = cache();
   const auto totals = c.primitives.totals();
-  return {totals.primitives,     totals.create_ms,    c.calls.load(),
-          c.run_failures.load(), c.tail_calls.load(), c.sgemm_calls.load()};
+  return {totals.primitives,   totals.create_ms,     c.calls.load(),   c.run_failures.load(),
+          c.tail_calls.load(), c.sgemm_calls.load(), c.b_packs.load(), c.packed_calls.load()};
+}
+
+PackedOperand packedB(const KernelSpec& spec, const KernelArgs& args) {
+  if (spec.params.library == 0 || isSgemm(spec.params) || Tunables::get(Tunable::PackedWeightEntries) <= 0) return {};
+  // A call the generated kernel runs has another runner.
+  const auto runner = static_cast<std::uintptr_t>(args.scalars[matmul::kScalarRunner]);
+  if (runner != reinterpret_cast<std::uintptr_t>(&runLibraryMatmul) &&
+      runner != reinterpret_cast<std::uintptr_t>(&runLibraryTail))
+    return {};
+  auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args.scalars[matmul::kScalarLibrary]));
+  // As PackedOperandCache::admits would (no twin made for a B it never packs).
+  if (primitive == nullptr ||
+      primitive->problem().k * primitive->problem().n < Tunables::get(Tunable::PackedWeightMinElements))
+    return {};
+  Primitive* twin = primitive->packedTwin();
+  if (twin == nullptr) return {};
+  return {1, twin->packedBytes()};
+}
+
+void usePackedB(KernelArgs& args, void* buffer, PackMode mode) {
+  args.scalars[kScalarPacked] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(buffer) |
+                                                          (mode == PackMode::PackOnly ? kPackOnlyTag : 0));
 }
 
 void failExecutionsForTesting(bool fail) {

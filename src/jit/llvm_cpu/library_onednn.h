@@ -8,6 +8,10 @@
 // the static shapes' primitive, so it counts as compile time). Invariant: a primitive that cannot
 // be created is an error (the candidate fails, the generated kernel is used); one that fails at
 // run time falls back to a scalar loop over the same operands, logged once with the reason.
+// A primitive's B that is a weight (the kernel's packed operand, packedB) is reordered once into
+// the layout oneDNN chose for it and read from that copy by a second primitive made for it, while
+// the same B tensor comes back; every other B (external memory, a new tensor per call) is read
+// where it is, as before.
 //
 // Where the epilogue is not all post-ops (an op oneDNN has none for, a gate program such as the
 // LSTM cell's gates), KernelParams::library = 2 ("impl=onednn+tail") is one candidate of two
@@ -25,6 +29,7 @@
 // one OpenMP thread each; a smaller one runs its matrices in turn on kernel_threads OpenMP threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -49,6 +54,9 @@ inline constexpr int kPrimitiveAndTail = 2;
 inline constexpr int kSgemm = 3;
 inline constexpr int kSgemmAndTail = 4;
 inline constexpr int kMaxLibrary = kSgemmAndTail;
+// Primitives kept at most (one per shape bucket seen; never evicted: prepared calls point at
+// them). Packed-B twins (packedB) are made only while the cache is under half full.
+inline constexpr std::size_t kMaxPrimitives = 512;
 inline bool isSgemm(const KernelParams& params) {
   return params.library == kSgemm || params.library == kSgemmAndTail;
 }
@@ -102,6 +110,15 @@ void runLibraryMatmul(void* part, const KernelArgs* args, std::int64_t tasks, st
 // into the product, then `part` (the tail) on `tasks` threads of the kernel pool.
 void runLibraryTail(void* part, const KernelArgs* args, std::int64_t tasks, std::int64_t scratch_bytes);
 
+// B as the kernel's packed operand (KernelFamily::packedOperand; prepareCall() ran) for a
+// primitive (library = 1, 2) of a single-matrix B whose chosen layout is not B's own: the runtime
+// reorders B once into that layout (PackMode::PackOnly: nothing computed) and later calls with the
+// same B tensor read the packed copy (PackMode::Read) through the primitive made for it, instead
+// of oneDNN copying B on every call. The packed copy names its layout, so a primitive for other
+// rows that chose another reads B where it is. None for sgemm, batched B, or packing off.
+PackedOperand packedB(const KernelSpec& spec, const KernelArgs& args);
+void usePackedB(KernelArgs& args, void* buffer, PackMode mode);
+
 struct LibraryStats {
   std::uint64_t primitives = 0;    // created (cache entries)
   double create_ms = 0;            // spent creating them
@@ -109,6 +126,8 @@ struct LibraryStats {
   std::uint64_t run_failures = 0;  // executions oneDNN refused (computed by the fallback loop)
   std::uint64_t tail_calls = 0;    // of the calls, those a generated tail finished (library = 2, 4)
   std::uint64_t sgemm_calls = 0;   // of the calls, those dnnl_sgemm computed (library = 3, 4)
+  std::uint64_t b_packs = 0;       // B reordered into a packed copy (PackMode::PackOnly calls)
+  std::uint64_t packed_calls = 0;  // of the calls, those that read a packed B
 };
 LibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).

@@ -146,8 +146,10 @@ std::string LlvmCpuBackend::statsReport() const {
                                  symbols.empty() ? "" : ": ", fmt::join(symbols, ", "));
   text += fmt::format(
       "jit: oneDNN (process-wide, tuning included): {} primitives created in {:.1f} ms, {} calls ({} finished by a "
-      "generated tail, impl=onednn+tail), {} failed at run time (computed by the fallback loop)\n",
-      library.primitives, library.create_ms, library.calls, library.tail_calls, library.run_failures);
+      "generated tail, impl=onednn+tail; {} read a weight packed once, in {} packings), {} failed at run time "
+      "(computed by the fallback loop)\n",
+      library.primitives, library.create_ms, library.calls, library.tail_calls, library.packed_calls, library.b_packs,
+      library.run_failures);
   return text;
 }
 
