@@ -29,6 +29,7 @@
 #include "ops/kernel_util.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
+#include "support/thread_pool.h"
 #include "support/trace.h"
 #include "support/tunables.h"
 
@@ -360,8 +361,10 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
   std::vector<std::thread> threads;
   std::vector<double> cpu_ms(helpers, 0.0);
   const std::atomic<bool>* cancel = detail::compile_cancel_flag;
+  const bool lowered = threadPriorityLowered();
   for (std::size_t h = 0; h < helpers; ++h) {
-    threads.emplace_back([&work, &cpu = cpu_ms[h], cancel] {
+    threads.emplace_back([&work, &cpu = cpu_ms[h], cancel, lowered] {
+      if (lowered) (void)lowerThreadPriority(0);  // already lowered (inherited): marks it so (allocator)
       const double start = threadCpuMs();
       const CompileCancelScope scope(cancel);
       const BusyCompileThread busy;
