@@ -526,7 +526,7 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
   for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
     for (int level = 1; level <= 2; ++level) {
       if (only != nullptr && fmt::format("{}:{}", variant, level) != only) continue;
-      std::vector<std::pair<std::int64_t, CallCost>> during;  // (seq, cost) of calls while compiling
+      std::vector<std::pair<std::int64_t, CallCost>> during;        // (seq, cost) of calls while compiling
       std::map<std::int64_t, std::vector<double>> o0_wall, o0_cpu;  // per seq
       std::vector<double> steady;
       double first = 0, after_new_shape = 0;
@@ -564,10 +564,13 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           o0_wall[seq].push_back(o0_cost.wall_ms);
           o0_cpu[seq].push_back(o0_cost.cpu_ms);
           if (print_calls) {
-            for (const auto& [what, c] : {std::pair{fmt::format("O{}", level), cost}, std::pair{std::string("O0"), o0_cost}}) {
-              fmt::print("  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} ms\n",
-                         variant, what, start_index, i, seq, compiling && what != "O0" ? " (compiling)" : "", c.wall_ms,
-                         c.cpu_ms, c.wait_ms, c.others_cpu_ms);
+            for (const auto& [what, c] :
+                 {std::pair{fmt::format("O{}", level), cost}, std::pair{std::string("O0"), o0_cost}}) {
+              fmt::print(
+                  "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
+                  "ms\n",
+                  variant, what, start_index, i, seq, compiling && what != "O0" ? " (compiling)" : "", c.wall_ms,
+                  c.cpu_ms, c.wait_ms, c.others_cpu_ms);
             }
           }
         }
