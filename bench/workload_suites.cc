@@ -2,8 +2,12 @@
 // The reference workload's suites: lstm_cell / lstm_loop at O0/O1/O2 against the measured FMA
 // floor (with compile latency, tuning-database hits and a two-thread O2 row), cold costs (first
 // call, latency while compiles are in flight at O1 and O2 against O0) and memory (VM context, JIT with its kernels).
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -459,92 +463,179 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
 
 // ---- cold costs: first call, first call after a new shape, latency while compiles are in flight ----
 
+// What one call cost its thread: wall time, the thread's CPU, the time it sat runnable waiting for
+// a core (the scheduler's run delay, /proc/thread-self/schedstat), and the CPU the process's other
+// threads (compile threads, their helpers, kernel-pool workers) used meanwhile.
+struct CallCost {
+  double wall_ms = 0, cpu_ms = 0, wait_ms = 0, others_cpu_ms = 0;
+};
+
+class CallMeter {
+ public:
+  CallMeter()
+      : start_(Clock::now()),
+        cpu_(cpuMs(CLOCK_THREAD_CPUTIME_ID)),
+        process_(cpuMs(CLOCK_PROCESS_CPUTIME_ID)),
+        wait_(runDelayMs()) {}
+  CallCost stop() const {
+    CallCost c;
+    c.wall_ms = msSince(start_);
+    c.cpu_ms = cpuMs(CLOCK_THREAD_CPUTIME_ID) - cpu_;
+    c.wait_ms = runDelayMs() - wait_;
+    c.others_cpu_ms = std::max(0.0, cpuMs(CLOCK_PROCESS_CPUTIME_ID) - process_ - c.cpu_ms);
+    return c;
+  }
+
+ private:
+  static double cpuMs(clockid_t clock) {
+    timespec ts{};
+    clock_gettime(clock, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+  }
+  // The thread's time runnable but not running (schedstat's second field, ns); 0 without the file.
+  static double runDelayMs() {
+    std::FILE* file = std::fopen("/proc/thread-self/schedstat", "r");
+    if (file == nullptr) return 0;
+    unsigned long long run = 0, delay = 0;
+    const int read = std::fscanf(file, "%llu %llu", &run, &delay);
+    std::fclose(file);
+    return read == 2 ? static_cast<double>(delay) * 1e-6 : 0;
+  }
+  Clock::time_point start_;
+  double cpu_, process_, wait_;
+};
+
+// Fewer calls while compiling than this, and the printed "p99" is simply the slowest call.
+constexpr std::size_t kFewCalls = 20;
+
 // At O1 and at O2 (fresh tuning database: its background re-tunes run while the program does), per
 // variant: each call of the JIT instance is followed by the same call on an O0 instance (same
 // shape, same inputs), so "while compiling" latencies are compared with O0's median of the same
-// shape measured in the same rounds.
+// shape measured in the same rounds. A compile is in flight for only a few calls, so the full suite
+// repeats the whole measurement from a fresh start (new instances, empty caches) and pools the calls.
+// Beside wall time, each call's CPU (over O0's CPU median of the same shape) and its wait for a core
+// say whether a slow call did more work or lost its core. SHAPEVM_BENCH_COLD_CALLS=1 prints every
+// call; SHAPEVM_BENCH_COLD_ONLY=lstm_cell:2 measures that variant and level only.
 Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
                  json& timeline) {
+  const bool print_calls = std::getenv("SHAPEVM_BENCH_COLD_CALLS") != nullptr;
+  const char* only = std::getenv("SHAPEVM_BENCH_COLD_ONLY");
+  const int starts = flags.quick ? 1 : 4;
+  const int runs = flags.quick ? 40 : 120;
+  const std::int64_t cycle[] = {10, 20, 30};
   for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
     for (int level = 1; level <= 2; ++level) {
-      // A fresh folder per measurement: the compiled-kernel cache lives next to the tuning database,
-      // and a kernel from it would make the run warm, not cold.
-      const std::string cache_dir = fmt::format("{}/cold/{}/O{}", tmp_dir, variant, level);
-      std::error_code ignored;
-      std::filesystem::remove_all(cache_dir, ignored);
-      const Clock::time_point t0 = Clock::now();
-      SVM_ASSIGN_OR_RETURN(Instance o0, makeInstance(flags, variant, 0));
-      SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, cache_dir + "/tuning.jsonl"));
-      const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
-      std::vector<double> during, steady, during_ratio;
-      std::map<std::int64_t, std::vector<double>> interpreted;  // O0, per seq
-      std::vector<std::pair<std::int64_t, double>> during_by_seq;
-      double first = 0;
-      const std::int64_t cycle[] = {10, 20, 30};
-      const int runs = flags.quick ? 40 : 120;
-      for (int i = 0; i < runs; ++i) {
-        const std::int64_t seq = cycle[i % 3];
-        auto args = workloadArgs(fn, weights, 32, seq, 11);
-        const Clock::time_point start = Clock::now();
-        if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
-        const double ms = msSince(start);
-        if (i == 0) first = ms;
-        const jit::JitStats stats = instance.jit()->stats();
-        const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
-        if (compiling) during_by_seq.emplace_back(seq, ms);
-        if (variant == "lstm_cell" && level == 1 && timeline.size() < 400) {
-          timeline.push_back({{"thread", "interpreter"},
-                              {"name", fmt::format("run seq={}", seq)},
-                              {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()},
-                              {"dur_ms", ms}});
+      if (only != nullptr && fmt::format("{}:{}", variant, level) != only) continue;
+      std::vector<std::pair<std::int64_t, CallCost>> during;        // (seq, cost) of calls while compiling
+      std::map<std::int64_t, std::vector<double>> o0_wall, o0_cpu;  // per seq
+      std::vector<double> steady;
+      double first = 0, after_new_shape = 0;
+      for (int start_index = 0; start_index < starts; ++start_index) {
+        // A fresh folder per start: the compiled-kernel cache lives next to the tuning database,
+        // and a kernel from it would make the run warm, not cold.
+        const std::string cache_dir = fmt::format("{}/cold/{}/O{}/{}", tmp_dir, variant, level, start_index);
+        std::error_code ignored;
+        std::filesystem::remove_all(cache_dir, ignored);
+        const Clock::time_point t0 = Clock::now();
+        SVM_ASSIGN_OR_RETURN(Instance o0, makeInstance(flags, variant, 0));
+        SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, cache_dir + "/tuning.jsonl"));
+        const Function& fn = instance.module->functions[static_cast<std::size_t>(instance.function)];
+        const bool record_timeline = variant == "lstm_cell" && level == 1 && start_index == 0;
+        for (int i = 0; i < runs; ++i) {
+          const std::int64_t seq = cycle[i % 3];
+          auto args = workloadArgs(fn, weights, 32, seq, 11);
+          const Clock::time_point start = Clock::now();
+          const CallMeter meter;
+          if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
+          const CallCost cost = meter.stop();
+          if (i == 0 && start_index == 0) first = cost.wall_ms;
+          const jit::JitStats stats = instance.jit()->stats();
+          const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
+          if (compiling) during.emplace_back(seq, cost);
+          if (record_timeline && timeline.size() < 400) {
+            timeline.push_back({{"thread", "interpreter"},
+                                {"name", fmt::format("run seq={}", seq)},
+                                {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()},
+                                {"dur_ms", cost.wall_ms}});
+          }
+          const CallMeter o0_meter;
+          if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
+          const CallCost o0_cost = o0_meter.stop();
+          o0_wall[seq].push_back(o0_cost.wall_ms);
+          o0_cpu[seq].push_back(o0_cost.cpu_ms);
+          if (print_calls) {
+            for (const auto& [what, c] :
+                 {std::pair{fmt::format("O{}", level), cost}, std::pair{std::string("O0"), o0_cost}}) {
+              fmt::print(
+                  "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
+                  "ms\n",
+                  variant, what, start_index, i, seq, compiling && what != "O0" ? " (compiling)" : "", c.wall_ms,
+                  c.cpu_ms, c.wait_ms, c.others_cpu_ms);
+            }
+          }
         }
-        const Clock::time_point o0_start = Clock::now();
-        if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
-        interpreted[seq].push_back(msSince(o0_start));
-      }
-      std::map<std::int64_t, double> o0_median;
-      for (const auto& [seq, ms] : interpreted) o0_median[seq] = summarizeLatency(ms).median;
-      for (const auto& [seq, ms] : during_by_seq) {
-        during.push_back(ms);
-        during_ratio.push_back(ms / o0_median[seq]);
-      }
-      instance.jit()->waitIdle();
-      for (int i = 0; i < 30; ++i) {
-        auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
-        const Clock::time_point start = Clock::now();
-        if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
-        if (cycle[i % 3] == 20) steady.push_back(msSince(start));
-      }
-      // A shape never seen: interpreted (guard miss) at first.
-      auto fresh = workloadArgs(fn, weights, 32, 77, 12);
-      const Clock::time_point start = Clock::now();
-      if (auto ran = instance.session->run(instance.function, fresh); !ran) return ran.status();
-      const double after_new_shape = msSince(start);
-      if (variant == "lstm_cell" && level == 1) {
-        for (const jit::CompileEvent& e : instance.jit()->stats().events) {
-          timeline.push_back({{"thread", "compile"},
-                              {"name", e.signature},
-                              {"start_ms", e.start_ms},
-                              {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
+        instance.jit()->waitIdle();
+        for (int i = 0; i < 30; ++i) {
+          auto args = workloadArgs(fn, weights, 32, cycle[i % 3], 11);
+          const Clock::time_point start = Clock::now();
+          if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
+          if (cycle[i % 3] == 20) steady.push_back(msSince(start));
+        }
+        if (start_index == 0) {
+          // A shape never seen: interpreted (guard miss) at first.
+          auto fresh = workloadArgs(fn, weights, 32, 77, 12);
+          const Clock::time_point start = Clock::now();
+          if (auto ran = instance.session->run(instance.function, fresh); !ran) return ran.status();
+          after_new_shape = msSince(start);
+        }
+        if (record_timeline) {
+          for (const jit::CompileEvent& e : instance.jit()->stats().events) {
+            timeline.push_back({{"thread", "compile"},
+                                {"name", e.signature},
+                                {"start_ms", e.start_ms},
+                                {"dur_ms", e.shape_infer_ms + e.codegen_ms + e.validate_patch_ms}});
+          }
         }
       }
-      LatencySummary d = summarizeLatency(during), s = summarizeLatency(steady);
-      const double p99_ratio = during_ratio.empty() ? 0.0 : summarizeLatency(during_ratio).p99;
+      std::map<std::int64_t, double> wall_median, cpu_median;
+      for (const auto& [seq, ms] : o0_wall) wall_median[seq] = summarizeLatency(ms).median;
+      for (const auto& [seq, ms] : o0_cpu) cpu_median[seq] = summarizeLatency(ms).median;
+      std::vector<double> wall, wall_ratio, cpu_ratio, wait;
+      for (const auto& [seq, cost] : during) {
+        wall.push_back(cost.wall_ms);
+        wall_ratio.push_back(cost.wall_ms / wall_median[seq]);
+        cpu_ratio.push_back(cost.cpu_ms / cpu_median[seq]);
+        wait.push_back(cost.wait_ms);
+      }
+      const LatencySummary d = summarizeLatency(wall), s = summarizeLatency(steady);
+      const LatencySummary ratio = summarizeLatency(wall_ratio), cpu = summarizeLatency(cpu_ratio);
+      const LatencySummary waited = summarizeLatency(wait);
+      const bool few = during.size() < kFewCalls;
       out.push_back({{"variant", variant},
                      {"level", fmt::format("O{}", level)},
+                     {"fresh_starts", starts},
                      {"first_call_ms", first},
                      {"first_after_new_shape_ms", after_new_shape},
                      {"p50_during_compile_ms", d.median},
                      {"p99_during_compile_ms", d.p99},
                      {"runs_during_compile", during.size()},
-                     {"p99_during_compile_over_o0_median", p99_ratio},
-                     {"p50_o0_ms", o0_median[20]},
+                     {"few_runs_during_compile", few},
+                     {"p50_during_compile_over_o0_median", ratio.median},
+                     {"p99_during_compile_over_o0_median", ratio.p99},
+                     {"cpu_during_compile_over_o0_cpu_median_p50", cpu.median},
+                     {"cpu_during_compile_over_o0_cpu_median_max", cpu.high},
+                     {"wait_for_core_during_compile_p50_ms", waited.median},
+                     {"wait_for_core_during_compile_max_ms", waited.high},
+                     {"p50_o0_ms", wall_median[20]},
                      {"p50_steady_ms", s.median}});
       fmt::print(
-          "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling p50 {:.2f} / p99 "
-          "{:.2f} ms ({} runs; p99 / O0 median of the same seq {:.2f}), O0 p50 {:.2f} ms, steady p50 {:.2f} ms "
-          "(seq 20)\n",
-          variant, level, first, after_new_shape, d.median, d.p99, during.size(), p99_ratio, o0_median[20], s.median);
+          "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling ({} runs, {} fresh "
+          "start{}{}) p50 {:.2f} / p99 {:.2f} ms, over the O0 median of the same seq p50 {:.2f} / p99 {:.2f}; their "
+          "CPU over O0's p50 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; O0 p50 {:.2f} ms, "
+          "steady p50 {:.2f} ms (seq 20)\n",
+          variant, level, first, after_new_shape, during.size(), starts, starts == 1 ? "" : "s",
+          few ? fmt::format("; under {}: p99 is the slowest call", kFewCalls) : "", d.median, d.p99, ratio.median,
+          ratio.p99, cpu.median, cpu.high, waited.median, waited.high, wall_median[20], s.median);
     }
   }
   return Status::ok();

@@ -140,7 +140,10 @@ void Jit::afterRun(VirtualMachine& vm, int) {
     runs_to_settle_check_ = expired ? 1 : kSettleCheckRuns;  // a re-timed verdict may settle at once
   }
   for (std::size_t f = 0; f < regions_.size(); ++f) scan(static_cast<int>(f), -1);
-  if (options_.wait_for_compiles) waitIdle();
+  if (options_.wait_for_compiles) {
+    const ProgramThreadBlocked blocked;  // its core is the compile's meanwhile (helper threads may take it)
+    waitIdle();
+  }
   patches_->reclaim();
   if (--runs_to_settle_check_ <= 0) {
     runs_to_settle_check_ = kSettleCheckRuns;

@@ -29,6 +29,7 @@
 #include "ops/kernel_util.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
+#include "support/thread_pool.h"
 #include "support/trace.h"
 #include "support/tunables.h"
 
@@ -325,9 +326,11 @@ struct KernelJob {
 };
 
 // Compiles `jobs` (compileKernel each), results in job order. The calling compile thread takes
-// jobs in turn with up to region_compile_helpers helper threads, one per core free now: this
-// process's cores less the busy compile threads. Helpers inherit this thread's lowered priority and
-// SCHED_BATCH policy (so they take what the interpreter leaves), count as busy compile threads
+// jobs in turn with up to region_compile_helpers helper threads, one per spare core: a core that
+// neither a busy compile thread (this one included) nor a thread running a program holds
+// (spareCores()), so a helper never takes a core from the interpreter; a helper that finds the
+// cores overcommitted (a program started meanwhile) takes no further job. Helpers inherit this
+// thread's lowered priority and SCHED_BATCH policy, count as busy compile threads
 // (kernel_threads=auto leaves them their cores) and stop on this thread's cancel flag. LLVM
 // compiles in parallel (JitEngine); links take turns. `helper_cpu_ms` gets the helpers' CPU time.
 std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBackend& engine,
@@ -339,8 +342,10 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
     results.emplace_back(makeError(ErrorCode::Internal, "kernel of step {} was not compiled", jobs[j].step));
   }
   std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t j = next.fetch_add(1); j < jobs.size(); j = next.fetch_add(1)) {
+  auto work = [&](bool helper) {
+    // A helper counts itself among the busy compile threads: below zero, it took a core from someone.
+    const auto claim = [&] { return helper && spareCores() < 0 ? jobs.size() : next.fetch_add(1); };
+    for (std::size_t j = claim(); j < jobs.size(); j = claim()) {
       const double start = threadCpuMs();
       results[j] = compileKernel(engine, *jobs[j].family, jobs[j].spec);
       logAt(LogLevel::Debug, "JIT", "Region step {}: {} kernel {} in {:.1f}ms CPU{}", jobs[j].step,
@@ -348,23 +353,26 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
             results[j] && (*results[j])->from_cache ? " (from the kernel cache)" : "");
     }
   };
-  const std::int64_t free_cores = availableCores() - std::max(1, busyCompileThreads());
+  // The calling thread compiles too, marked busy or not (a warm start runs on the program's thread).
+  const std::int64_t free_cores = spareCores() - (busyCompileThreads() == 0 ? 1 : 0);
   const std::int64_t wanted =
       std::min({free_cores, Tunables::get(Tunable::RegionCompileHelpers), static_cast<std::int64_t>(jobs.size()) - 1});
   const auto helpers = static_cast<std::size_t>(std::max<std::int64_t>(0, wanted));
   std::vector<std::thread> threads;
   std::vector<double> cpu_ms(helpers, 0.0);
   const std::atomic<bool>* cancel = detail::compile_cancel_flag;
+  const bool lowered = threadPriorityLowered();
   for (std::size_t h = 0; h < helpers; ++h) {
-    threads.emplace_back([&work, &cpu = cpu_ms[h], cancel] {
+    threads.emplace_back([&work, &cpu = cpu_ms[h], cancel, lowered] {
+      if (lowered) (void)lowerThreadPriority(0);  // already lowered (inherited): marks it so (allocator)
       const double start = threadCpuMs();
       const CompileCancelScope scope(cancel);
       const BusyCompileThread busy;
-      work();
+      work(true);
       cpu = threadCpuMs() - start;
     });
   }
-  work();
+  work(false);
   for (std::thread& thread : threads) thread.join();
   for (double ms : cpu_ms) helper_cpu_ms += ms;
   return results;

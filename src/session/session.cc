@@ -24,6 +24,7 @@
 #endif
 #include "session/session_access.h"
 #include "session/stats_report.h"
+#include "support/cpu_cores.h"
 #include "support/logging.h"
 #include "support/trace.h"
 #include "support/tunables.h"
@@ -400,6 +401,7 @@ Expected<std::vector<Value>> Session::run(int function, std::span<const Value> a
   }
   ++impl_->runs;
   const auto start = std::chrono::steady_clock::now();
+  const BusyProgramThread program;  // a compile's helper threads leave this thread's core alone
   auto result = impl_->vm->run(function, args);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (result) impl_->latency.add(impl_->module->functions[static_cast<std::size_t>(function)], args, ms);

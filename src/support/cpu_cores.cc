@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +22,18 @@ namespace shapevm {
 namespace {
 
 std::atomic<int> busy_compile_threads{0};
+std::atomic<int> busy_program_threads{0};
+// When the last program run ended (steady clock, ns); a program running calls back to back keeps
+// its core between them. A ProgramThreadBlocked scope clears it (that thread's core is free).
+constexpr std::int64_t kNoRecentEnd = std::numeric_limits<std::int64_t>::min() / 2;
+std::atomic<std::int64_t> last_program_end_ns{kNoRecentEnd};
+thread_local int t_program_depth = 0;         // BusyProgramThread scopes open on this thread
+thread_local bool t_program_blocked = false;  // a ProgramThreadBlocked scope took it off the count
+
+std::int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\n' || text.front() == '\t')) text.remove_prefix(1);
@@ -157,6 +172,35 @@ BusyCompileThread::~BusyCompileThread() {
 }
 int busyCompileThreads() {
   return busy_compile_threads.load(std::memory_order_relaxed);
+}
+
+BusyProgramThread::BusyProgramThread() {
+  if (t_program_depth++ == 0 && !t_program_blocked) busy_program_threads.fetch_add(1, std::memory_order_relaxed);
+}
+BusyProgramThread::~BusyProgramThread() {
+  if (--t_program_depth > 0 || t_program_blocked) return;
+  last_program_end_ns.store(steadyNs(), std::memory_order_relaxed);
+  busy_program_threads.fetch_sub(1, std::memory_order_relaxed);
+}
+ProgramThreadBlocked::ProgramThreadBlocked() : counted_(t_program_depth > 0 && !t_program_blocked) {
+  if (!counted_) return;
+  t_program_blocked = true;
+  last_program_end_ns.store(kNoRecentEnd, std::memory_order_relaxed);
+  busy_program_threads.fetch_sub(1, std::memory_order_relaxed);
+}
+ProgramThreadBlocked::~ProgramThreadBlocked() {
+  if (!counted_) return;
+  t_program_blocked = false;
+  busy_program_threads.fetch_add(1, std::memory_order_relaxed);
+}
+int busyProgramThreads() {
+  return busy_program_threads.load(std::memory_order_relaxed);
+}
+
+int spareCores() {
+  const std::int64_t since_end = steadyNs() - last_program_end_ns.load(std::memory_order_relaxed);
+  const bool recent = since_end < std::chrono::duration_cast<std::chrono::nanoseconds>(kProgramPause).count();
+  return availableCores() - busyCompileThreads() - std::max(busyProgramThreads(), recent ? 1 : 0);
 }
 
 }  // namespace shapevm

@@ -3,7 +3,9 @@
 // system allocation so "allocations per run" is measurable. Thread-safe (one spin lock: the
 // critical sections are a few loads and stores, and an uncontended pthread mutex costs more
 // than the rest of an op's allocation; the
-// interpreter and the compile thread both allocate).
+// interpreter and the compile thread both allocate). A lowered thread (JIT compile and tuning:
+// support/thread_pool.h) neither takes nor keeps cached blocks: the program's next call never pays
+// a system allocation for a block a compile holds, and a compile's odd sizes never fill the cache.
 #include <cstdlib>
 #include <map>
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "shapevm/tensor.h"
+#include "support/thread_pool.h"
 #include "support/tunables.h"
 
 namespace shapevm {
@@ -78,11 +81,12 @@ Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capa
   }
   std::size_t size = sizeClass(nbytes);
   Impl& state = impl();
+  const bool cached = !threadPriorityLowered();
   {
     std::lock_guard<SpinLock> lock(state.mutex);
     ++state.stats.requests;
     std::vector<void*>& list = state.listFor(size);
-    if (!list.empty()) {
+    if (cached && !list.empty()) {
       void* ptr = list.back();
       list.pop_back();
       state.stats.cached_bytes -= static_cast<std::int64_t>(size);
@@ -117,11 +121,12 @@ void CachingAllocator::free(void* ptr, std::size_t capacity) {
   if (ptr == nullptr) return;
   Impl& state = impl();
   bool keep = false;
+  const bool cached = !threadPriorityLowered();
   {
     std::lock_guard<SpinLock> lock(state.mutex);
     state.stats.live_bytes -= static_cast<std::int64_t>(capacity);
     auto limit = Tunables::get(Tunable::AllocatorCacheBytes);
-    if (state.stats.cached_bytes + static_cast<std::int64_t>(capacity) <= limit) {
+    if (cached && state.stats.cached_bytes + static_cast<std::int64_t>(capacity) <= limit) {
       state.listFor(capacity).push_back(ptr);
       state.stats.cached_bytes += static_cast<std::int64_t>(capacity);
       keep = true;

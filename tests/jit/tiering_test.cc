@@ -4,8 +4,9 @@
 // compiles that never stall the interpreter, guards and ranges, the recompile cap, the patch
 // table growing from 1 to 2 entries, validation catching corrupted kernels with back-off and
 // blacklisting, token rewriting, several threads running while the compile thread patches, and
-// O2 tuning deferred until the time spent in the code repays its estimated cost, and the compile
-// thread running below the interpreter's priority.
+// O2 tuning deferred until the time spent in the code repays its estimated cost, the compile
+// thread running below the interpreter's priority, and a program waiting for its compiles holding
+// no core the compile could use.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -22,6 +23,7 @@
 #include "jit/jit.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
+#include "support/cpu_cores.h"
 #include "support/tunables.h"
 #include "vm/vm.h"
 
@@ -549,12 +551,16 @@ class PriorityRecordingTuner final : public Tuner {
                              std::span<const Value* const>) override {
     policy = sched_getscheduler(0);
     nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+    program_threads = busyProgramThreads();
+    compile_threads = busyCompileThreads();
+    kernel_threads = kernelThreads();
     calls.fetch_add(1);
     return makeError(ErrorCode::Unsupported, "recording only");
   }
   std::atomic<int> calls{0};
   std::atomic<int> policy{-1};
   std::atomic<int> nice{0};
+  std::atomic<int> program_threads{-1}, compile_threads{-1}, kernel_threads{-1};  // as the compile saw them
 };
 
 TEST_F(TieringTest, TheCompileThreadRunsBelowTheInterpretersPriority) {
@@ -587,15 +593,23 @@ TEST_F(TieringTest, TheCompileThreadRunsBelowTheInterpretersPriority) {
                                  Value::fromTensor(random(DType::Float32, Shape{32, 48}, 4))};
   const Tensor want = callOp("matmul", {in[0], in[1]}).value()[0].tensor();
   for (int run = 0; run < 12 && tuner.calls.load() == 0; ++run) {
+    const BusyProgramThread program;  // as Session::run marks the program's thread
     auto out = vm.run(0, in);
     ASSERT_TRUE(out.hasValue()) << out.status().toString();
     expectSame(want, (*out)[0], 1e-4);
+    EXPECT_EQ(busyProgramThreads(), 1) << "the program thread counts again once its wait is over";
   }
   ASSERT_GT(tuner.calls.load(), 0) << "the O2 JIT never asked the tuner";
   EXPECT_EQ(sched_getscheduler(0), caller_policy) << "the interpreter thread is left alone";
   EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))), caller_nice);
   EXPECT_EQ(tuner.policy.load(), SCHED_BATCH);
   EXPECT_EQ(tuner.nice.load(), std::min(19, caller_nice + 6));
+  // The program waiting for its compiles (wait_for_compiles) holds no core meanwhile, so a region's
+  // helper threads may take it; the compile thread counts as busy, and kernels leave it its core.
+  EXPECT_EQ(busyProgramThreads(), 0);
+  EXPECT_EQ(tuner.program_threads.load(), 0) << "the waiting program was counted as holding a core";
+  EXPECT_GE(tuner.compile_threads.load(), 1);
+  EXPECT_EQ(tuner.kernel_threads.load(), std::max(1, availableCores() - tuner.compile_threads.load()));
 }
 
 }  // namespace

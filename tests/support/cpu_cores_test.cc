@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Core counting (support/cpu_cores.h): cgroup v1/v2 quota text parses to cores rounded up (none
 // for "max", -1 or garbage); kernel_threads accepts "auto" (0) and then follows the available
-// cores minus the busy compile threads; a fixed value wins; and this binary re-executed under
-// `taskset -c 0` resolves kernel_threads=auto to exactly 1.
+// cores minus the busy compile threads; a fixed value wins; spare cores for a compile's helper
+// threads leave busy compile threads and threads running a program their cores; and this binary
+// re-executed under `taskset -c 0` resolves kernel_threads=auto to exactly 1.
 #include "support/cpu_cores.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "support/tunables.h"
 
@@ -56,6 +58,50 @@ TEST_F(CpuCoresTest, AutoIsTheDefaultAndFollowsCoresMinusBusyCompileThreads) {
   }
   EXPECT_EQ(busyCompileThreads(), 0);
   EXPECT_EQ(kernelThreads(), cores);
+}
+
+// A compile's helper threads take only spare cores: those neither a busy compile thread nor a
+// thread running a program holds. A program thread waiting for the JIT leaves its core free.
+TEST_F(CpuCoresTest, SpareCoresLeaveProgramAndCompileThreadsTheirCores) {
+  const int cores = availableCores();
+  ASSERT_EQ(busyProgramThreads(), 0);
+  {
+    const ProgramThreadBlocked outside;  // no program scope: changes nothing
+    EXPECT_EQ(busyProgramThreads(), 0);
+  }
+  {
+    const BusyProgramThread program;
+    EXPECT_EQ(busyProgramThreads(), 1);
+    EXPECT_EQ(spareCores(), cores - 1);
+    {
+      const BusyProgramThread nested;  // one thread counts once
+      EXPECT_EQ(busyProgramThreads(), 1);
+    }
+    EXPECT_EQ(busyProgramThreads(), 1);
+    const BusyCompileThread compile;
+    EXPECT_EQ(spareCores(), cores - 2);
+    EXPECT_EQ(kernelThreads(), std::max(1, cores - 1));  // kernels leave the compile thread its core
+    {
+      const ProgramThreadBlocked blocked;
+      EXPECT_EQ(busyProgramThreads(), 0);
+      EXPECT_EQ(spareCores(), cores - 1) << "a program waiting for the JIT holds no core";
+    }
+    EXPECT_EQ(busyProgramThreads(), 1);
+    // Another thread running a program counts too.
+    int spare_with_two = 0, programs_with_two = 0;
+    std::thread([&] {
+      const BusyProgramThread other;
+      programs_with_two = busyProgramThreads();
+      spare_with_two = spareCores();
+    }).join();
+    EXPECT_EQ(programs_with_two, 2);
+    EXPECT_EQ(spare_with_two, cores - 3);
+  }
+  EXPECT_EQ(busyProgramThreads(), 0);
+  // The run that just ended still holds its core for kProgramPause (calls back to back), and
+  // never more than one core.
+  EXPECT_GE(spareCores(), cores - 1);
+  EXPECT_LE(spareCores(), cores);
 }
 
 // Run as the child below: prints what kernel_threads=auto resolves to.

@@ -80,6 +80,28 @@ TEST(ThreadPriority, LoweredThreadRunsBatchAtHigherNice) {
   EXPECT_EQ(threadPriority().nice, caller.nice);  // the caller is left alone
 }
 
+// A region compile's helper threads are plain threads started by the lowered compile thread: they
+// must inherit its SCHED_BATCH policy and nice value (Linux keeps both per thread and copies them
+// to a new thread), or they would compete with the interpreter at its own priority.
+TEST(ThreadPriority, ThreadsStartedByALoweredThreadAreLoweredToo) {
+  const Priority normal = threadPriority();
+  Priority lowered, helper;
+  bool helper_flag = true;
+  std::thread([&] {
+    ASSERT_TRUE(lowerThreadPriority(4));
+    lowered = threadPriority();
+    std::thread([&] {
+      helper = threadPriority();
+      helper_flag = threadPriorityLowered();
+    }).join();
+  }).join();
+  EXPECT_EQ(lowered.policy, SCHED_BATCH);
+  EXPECT_EQ(lowered.nice, std::min(19, normal.nice + 4));
+  EXPECT_EQ(helper.policy, SCHED_BATCH);
+  EXPECT_EQ(helper.nice, lowered.nice);
+  EXPECT_FALSE(helper_flag) << "the flag is per thread: only lowerThreadPriority() sets it";
+}
+
 // Pool workers first asked for by a lowered thread (a compile thread validating a split kernel)
 // run at the caller's, not the lowered thread's, priority: the program's kernels use them.
 TEST(ThreadPriority, PoolWorkersStartedFromALoweredThreadRunAtNormalPriority) {

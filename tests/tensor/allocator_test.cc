@@ -2,7 +2,8 @@
 // CachingAllocator: 64-byte aligned blocks of a size class that covers the request with
 // bounded waste, freed blocks reused without a system allocation, exact live/peak/cached
 // accounting, trim(), the AllocatorCacheBytes and MaxTensorBytes limits, and consistent stats
-// when two threads allocate and free at once. Tests measure deltas of the process-wide stats.
+// when two threads allocate and free at once, and a lowered (JIT) thread that neither takes nor
+// keeps cached blocks. Tests measure deltas of the process-wide stats.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "shapevm/tensor.h"
+#include "support/thread_pool.h"
 #include "support/tunables.h"
 
 namespace shapevm {
@@ -170,6 +172,39 @@ TEST_F(AllocatorTest, FreedBlocksAreReusedWithoutASystemAllocation) {
   EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations + 2);
   allocator().free(second, capacity2);
   allocator().free(third, capacity3);
+}
+
+// A compile thread (lowered) allocating while the program holds cached blocks: it takes none of
+// them (the program's next call would pay a system allocation) and keeps none of its own.
+TEST_F(AllocatorTest, LoweredThreadNeitherTakesNorKeepsCachedBlocks) {
+  std::size_t capacity = 0;
+  void* program_block = take(3 * 1024 * 1024 + 12345, &capacity);
+  allocator().free(program_block, capacity);
+  const AllocatorStats s0 = allocator().stats();
+  ASSERT_EQ(s0.cached_bytes, static_cast<std::int64_t>(capacity));
+  void* compile_block = nullptr;
+  std::size_t compile_capacity = 0;
+  AllocatorStats while_held, after_free;
+  std::thread([&] {
+    ASSERT_TRUE(lowerThreadPriority(2));
+    compile_block = take(3 * 1024 * 1024 + 12345, &compile_capacity);
+    while_held = allocator().stats();
+    std::memset(compile_block, 0x5a, compile_capacity);  // usable memory
+    allocator().free(compile_block, compile_capacity);
+    after_free = allocator().stats();
+  }).join();
+  ASSERT_NE(compile_block, nullptr);
+  EXPECT_EQ(compile_capacity, capacity);
+  EXPECT_NE(compile_block, program_block) << "the program's cached block went to the compile thread";
+  EXPECT_EQ(while_held.system_allocations, s0.system_allocations + 1);
+  EXPECT_EQ(while_held.cached_bytes, s0.cached_bytes);
+  EXPECT_EQ(after_free.cached_bytes, s0.cached_bytes) << "the compile thread's block was kept";
+  EXPECT_EQ(after_free.live_bytes, s0.live_bytes);
+  // The program still finds its block.
+  std::size_t again = 0;
+  EXPECT_EQ(take(3 * 1024 * 1024 + 12345, &again), program_block);
+  EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations + 1);
+  allocator().free(program_block, again);
 }
 
 TEST_F(AllocatorTest, TensorsReuseCachedStorage) {
