@@ -16,10 +16,13 @@ iteration per binary and level (the difference of the longest and shortest runs'
 --installs measures single installs instead (the targets "O1 op kernel, cold, end to end" and "O2
 region, cold, untuned install"): `--jit-wait` runs at O1 and O2 with fresh caches, and per install
 the wall time queued and compiling and the CPU of every thread that worked on it, split into shape
-inference/planning, codegen, validation+patch and tuning.
+inference/planning, codegen, validation+patch and tuning. --per-kernel adds a table per kernel
+signature (median and worst; the targets "every O1 kernel under 30 ms" and "every validation
+under 5 ms").
 
 Usage: /usr/bin/python3 bench/tierup_wallclock.py [--bin LABEL=PATH[@KEY=VALUE,...] ...] [--iters 60,300]
                                                    [--rounds 5] [--set KEY=VALUE ...] [--json FILE] [--installs]
+                                                   [--per-kernel]
 A binary's `@KEY=VALUE,...` suffix sets tunables for its runs only, so one build can be its own peer
 (e.g. `--bin after=build/tools/shapevm --bin before=build/tools/shapevm@compile_payoff_ms=0`).
 """
@@ -168,7 +171,33 @@ def run_installs(args, bins, own_sets):
               f"{m['codegen_cpu_ms']:>8.1f} {m['validation_patch_cpu_ms']:>11.1f} {m['tuning_cpu_ms']:>7.1f} "
               f"{m['wall_ms']:>8.1f} {m['queued_ms']:>9.1f}   max {worst:.1f}")
         out.append({"binary": label, "what": what, "medians": m, "max_cpu_ms": worst, "installs": events})
+    if args.per_kernel:
+        print_per_kernel(rows, [label for label, _ in bins])
     return {"rounds": args.rounds, "sets": args.set, "installs": out}
+
+
+def print_per_kernel(rows, labels):
+    """Per O1 kernel and per O2 region: median and worst CPU, codegen and validation+patch of every
+    binary, compiled installs only (an install whose codegen took under 1 ms reused code compiled
+    earlier in the process; its validation is listed all the same)."""
+    what_rows = sorted({what for _, what in rows if what != "O2 region, tuned"})
+    print(f"{'what':<28} {'kernel':<44} {'binary':<8} {'n':>3} {'CPU med/max':>13} {'codegen med/max':>16} "
+          f"{'valid med/max':>14}")
+    for what in what_rows:
+        signatures = sorted({e["signature"] for label in labels for e in rows.get((label, what), [])})
+        for sig in signatures:
+            for label in labels:
+                events = [e for e in rows.get((label, what), []) if e["signature"] == sig]
+                if not events:
+                    continue
+                compiled = [e for e in events if e["codegen_cpu_ms"] >= 1.0] or events
+
+                def mm(key, es):
+                    vals = [e[key] for e in es]
+                    return f"{med(vals):.1f}/{max(vals):.1f}"
+
+                print(f"{what:<28} {sig[:44]:<44} {label:<8} {len(events):>3} {mm('cpu_ms', compiled):>13} "
+                      f"{mm('codegen_cpu_ms', compiled):>16} {mm('validation_patch_cpu_ms', events):>14}")
 
 
 def main(argv=None):
@@ -178,6 +207,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE passed to every run as --set")
     ap.add_argument("--installs", action="store_true", help="per-install figures from --jit-wait runs at O1 and O2")
+    ap.add_argument("--per-kernel", action="store_true",
+                    help="with --installs: median and worst CPU, codegen and validation per kernel signature")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     bins = [b.split("=", 1) for b in args.bin] or [["this", str(ROOT / "build" / "tools" / "shapevm")]]

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "jit/clip_period.h"
 #include "jit/kernel_cache.h"
 #include "support/fast_random.h"
 
@@ -138,10 +139,42 @@ Domain domainFor(OpId op, std::size_t input) {
 
 bool needsPositiveInput(OpId op, std::size_t input) { return domainFor(op, input) == Domain::Positive; }
 
+std::int64_t clipPeriodOf(const KernelFamily& family, const KernelSpec& spec, std::size_t input, int axis) {
+  const auto* periods = dynamic_cast<const ClipPeriods*>(&family);
+  return periods != nullptr ? periods->clipPeriod(spec, input, axis) : kDefaultClipPeriod;
+}
+
+std::int64_t rowMajorClipPeriod(const KernelSpec& spec, std::size_t input, int axis) {
+  if (input >= spec.inputs.size() || !spec.inputs[input].is_tensor) return kDefaultClipPeriod;
+  int rank = 0;
+  for (const OperandSpec& in : spec.inputs) rank = std::max(rank, in.is_tensor ? in.rank : 0);
+  const int at = axis + rank - spec.inputs[input].rank;  // the output axis (inputs align at the last one)
+  if (axis < 0 || axis >= spec.inputs[input].rank || at <= 0 || at >= rank - 1) return kDefaultClipPeriod;
+  // The output's extent on every later axis: static in every input that has it (1 or the extent).
+  std::int64_t later = 1;
+  for (int a = at + 1; a < rank; ++a) {
+    std::int64_t extent = 1;
+    for (const OperandSpec& in : spec.inputs) {
+      const int d = a - (rank - in.rank);
+      if (!in.is_tensor || d < 0) continue;
+      if (!in.dims[d].isStatic()) return kDefaultClipPeriod;
+      extent = std::max(extent, in.dims[d].size);
+    }
+    later *= extent;
+  }
+  if (later <= 0) return kDefaultClipPeriod;
+  const std::int64_t block =
+      std::lcm(kFlatLoopBlock, std::int64_t{std::max(1, spec.params.vector_width)} * std::max(1, spec.params.unroll));
+  return block / std::gcd(block, later);
+}
+
 namespace {
-// Dynamic dims are validated at clipped sizes with the same residue modulo this period, which
-// every register tile (matmul rows 4/6/8/12/16, vector widths and unrolls up to 64) divides.
-constexpr std::int64_t kClipPeriod = 192;
+// Dynamic dims are validated at clipped sizes with the same residue modulo their family's clip
+// period (clip_period.h; by default kDefaultClipPeriod, which every register tile and
+// vector width times unroll up to 64 divides). A dim of a shorter period is clipped from above its
+// low end, so the clipped set and the low end's set run two extents (code that took the low end
+// for a static size still fails), and from at least 2 (an extent of 1 broadcasts).
+constexpr std::int64_t kMinShortClip = 2;
 // Large float32 inputs are filled from a pool of this many draws, kChunk elements at a time.
 constexpr std::int64_t kPoolSize = 1 << 15;
 constexpr std::int64_t kChunk = 509;  // prime: chunk borders never line up with rows
@@ -272,11 +305,14 @@ namespace {
 struct ExtentClass {
   std::int64_t extent = 0;
   std::int64_t lo = 0, hi = INT64_MAX, divisor = 1;  // the tightest bounds over the class
+  std::int64_t period = 1;                           // the lcm of its dims' clip periods
   std::vector<std::pair<std::size_t, int>> dims;     // (input, axis)
 };
 
 std::vector<ExtentClass> extentClasses(const KernelSpec& spec, std::span<const Shape> observed) {
   std::vector<ExtentClass> classes;
+  // A fused region's or an unknown op's paths: the default period.
+  const KernelFamily* family = spec.fused ? nullptr : familyFor(spec.op);
   for (std::size_t i = 0; i < spec.inputs.size() && i < observed.size(); ++i) {
     const OperandSpec& in = spec.inputs[i];
     for (int d = 0; d < in.rank && d < observed[i].rank(); ++d) {
@@ -285,12 +321,15 @@ std::vector<ExtentClass> extentClasses(const KernelSpec& spec, std::span<const S
       const std::int64_t extent = observed[i][d];
       auto it = std::find_if(classes.begin(), classes.end(), [&](const ExtentClass& c) { return c.extent == extent; });
       if (it == classes.end()) {
-        classes.push_back(ExtentClass{extent, 0, INT64_MAX, 1, {}});
+        classes.push_back(ExtentClass{extent, 0, INT64_MAX, 1, 1, {}});
         it = classes.end() - 1;
       }
       it->lo = std::max(it->lo, dim.lo);
       it->hi = std::min(it->hi, dim.hi);
       if (dim.divisor > 1) it->divisor = std::lcm(it->divisor, dim.divisor);
+      const std::int64_t period = family != nullptr ? clipPeriodOf(*family, spec, i, d) : kDefaultClipPeriod;
+      it->period =
+          std::min(kDefaultClipPeriod, std::lcm(it->period, std::clamp<std::int64_t>(period, 1, kDefaultClipPeriod)));
       it->dims.emplace_back(i, d);
     }
   }
@@ -298,11 +337,16 @@ std::vector<ExtentClass> extentClasses(const KernelSpec& spec, std::span<const S
 }
 
 // `extent` clipped to a small size that takes the same tiling and remainder paths: the smallest
-// size >= max(lo, kClipPeriod) congruent to it modulo kClipPeriod (times the class's divisor).
-// Never above `extent`, never below the class's low end, a multiple of its divisor.
+// size >= max(lo, period) congruent to it modulo the period (the class's clip period times its
+// divisor). A period shorter than kDefaultClipPeriod clips from max(period, kMinShortClip, lo + 1)
+// instead. Never above `extent`, never below the class's low end, a multiple of its divisor.
 std::int64_t clippedExtent(const ExtentClass& c, std::int64_t extent) {
-  const std::int64_t period = std::lcm(kClipPeriod, std::max<std::int64_t>(1, c.divisor));
-  const std::int64_t floor = std::max(c.lo, period);
+  const std::int64_t period = std::lcm(c.period, std::max<std::int64_t>(1, c.divisor));
+  std::int64_t floor = std::max(c.lo, period);
+  if (c.period < kDefaultClipPeriod) {
+    const std::int64_t divisor = std::max<std::int64_t>(1, c.divisor);
+    floor = (std::max({period, kMinShortClip, c.lo + 1}) + divisor - 1) / divisor * divisor;
+  }
   if (extent <= floor) return extent;
   return floor + (extent - floor) % period;
 }
@@ -649,6 +693,7 @@ struct Elements {
   }
   // Row i times w (w.size() == cols), four partial sums (no one long chain of dependent adds).
   double rowDot(std::int64_t i, std::span<const double> w) const {
+    if (f32 != nullptr && col_stride == 1) return dense(f32 + i * row_stride, w);
     double sums[4] = {0, 0, 0, 0};
     const std::int64_t n = static_cast<std::int64_t>(w.size());
     std::int64_t j = 0;
@@ -656,6 +701,18 @@ struct Elements {
       for (int u = 0; u < 4; ++u) sums[u] += (*this)(i, j + u) * w[static_cast<std::size_t>(j + u)];
     }
     for (; j < n; ++j) sums[0] += (*this)(i, j) * w[static_cast<std::size_t>(j)];
+    return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+  }
+  // The same sums over contiguous float32 values (no index arithmetic per element: the sampled
+  // matmul's projection reads every element of A, B and C once per pass).
+  static double dense(const float* x, std::span<const double> w) {
+    double sums[4] = {0, 0, 0, 0};
+    const std::size_t n = w.size();
+    std::size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (std::size_t u = 0; u < 4; ++u) sums[u] += static_cast<double>(x[j + u]) * w[j + u];
+    }
+    for (; j < n; ++j) sums[0] += static_cast<double>(x[j]) * w[j];
     return (sums[0] + sums[1]) + (sums[2] + sums[3]);
   }
 };
@@ -676,6 +733,11 @@ Comparison projectedProduct(const Tensor& a, const Tensor& b, const Tensor& c, s
   } else {
     for (std::int64_t j = 0; j < n; ++j) {
       const double vj = v[static_cast<std::size_t>(j)];
+      if (b_at.f32 != nullptr && b_at.row_stride == 1) {  // a column of W.T: a row of W
+        const float* column = b_at.f32 + j * b_at.col_stride;
+        for (std::int64_t p = 0; p < k; ++p) bv[static_cast<std::size_t>(p)] += static_cast<double>(column[p]) * vj;
+        continue;
+      }
       for (std::int64_t p = 0; p < k; ++p) bv[static_cast<std::size_t>(p)] += b_at(p, j) * vj;
     }
   }
@@ -702,6 +764,19 @@ Comparison projectedProduct(const Tensor& a, const Tensor& b, const Tensor& c, s
                     tolerance, dtypeName(c.dtype()));
   }
   return result;
+}
+
+// True when every output of `a` is a contiguous tensor with the dtype, shape and bytes of `b`'s.
+bool sameBits(std::span<const Value> a, std::span<const Value> b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t o = 0; o < a.size(); ++o) {
+    if (!a[o].isTensor() || !b[o].isTensor()) return false;
+    const Tensor& x = a[o].tensor();
+    const Tensor& y = b[o].tensor();
+    if (x.dtype() != y.dtype() || x.shape() != y.shape() || !x.isContiguous() || !y.isContiguous()) return false;
+    if (std::memcmp(x.rawData(), y.rawData(), static_cast<std::size_t>(x.numel()) * x.itemSize()) != 0) return false;
+  }
+  return true;
 }
 
 Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed) {
@@ -781,11 +856,13 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     // A call that packed an operand for the kernel's cache runs again: the second one reads the
     // cached packing, and both must match.
     const std::uint64_t packs = kernel.packed.stats().packs;
+    std::vector<Value> validated;  // the first pass's outputs, once they passed
     for (int pass = 0; pass < 2; ++pass) {
       if (pass == 1) {
         // Reading the packing is checked by every first pass (it packs, then reads); the reuse of a
         // cached packing once, on the observed shapes.
         if (kernel.packed.stats().packs == packs || !check_packing) break;
+        validated = actual;
         for (std::size_t o = 0; o < actual.size(); ++o) {
           SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
           actual[o] = Value::fromTensor(std::move(buffer));
@@ -793,6 +870,9 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
       }
       Status run = invokeCompiled(kernel, pointers, actual);
       if (!run.isOk()) return run.withContext(fmt::format("validation run on {}", described));
+      // The same call again, reading the cached packing: bit for bit the first pass's outputs (no
+      // poison left, every value checked) pass as they are; any difference is checked in full.
+      if (pass == 1 && sameBits(validated, actual)) break;
       const char* packed_note = pass == 1 ? " (packed operand cached)" : "";
       Comparison comparison;
       if (rows.empty()) {

@@ -5,7 +5,8 @@
 // wrote fails; NaN never passes. Tolerances are relative L2 error per output dtype.
 // Cheap by construction (<= a few ms per kernel): dynamic dims run at clipped sizes (same
 // residue modulo 192 as the observed size or the range's high end, so the same register-tile and
-// vector remainders; the low end exactly), and large outputs are sampled: a 2-D matmul's
+// vector remainders; the low end exactly; a shorter period where the family declares its paths
+// repeat sooner, clip_period.h: the elementwise family's middle axes), and large outputs are sampled: a 2-D matmul's
 // reference computes the first, the last and strided rows, and every row is checked through a
 // random projection (C v against A (B v)); an elementwise op's output is sampled only above 2^14
 // elements: by rows at rank <= 2, by lines along the last axis at rank >= 3 (the corner lines of
@@ -52,7 +53,8 @@ bool needsPositiveInput(OpId op, std::size_t input);
 
 // The concrete input shapes to validate a spec on: `observed` (one shape list taken from the
 // profile) with every dynamic dim clipped (above max(its low end, 192): the smallest size
-// from there congruent to it modulo 192, times its divisor), plus, for every ranged dynamic dim,
+// from there congruent to it modulo 192, times its divisor; with a shorter family clip period p:
+// above max(p, 2, its low end + 1), modulo p), plus, for every ranged dynamic dim,
 // those shapes moved to the range's low end and to its high end clipped the same way. Dims of
 // other inputs with the same observed extent move with it; a dim whose clipped size would equal
 // another dim's extent, or whose extent a static dim also has, keeps its own.

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "jit/clip_period.h"
 #include "jit/validate.h"
 #include "jit_test_util.h"
 #include "support/tunables.h"
@@ -106,6 +107,44 @@ TEST(ValidationShapes, ClippingNeverMergesTwoDynamicDims) {
     EXPECT_LE(shapes[1][1], 600);
     EXPECT_TRUE(shapes[0][0] == 320 || shapes[1][1] == 512) << "one dim moved at a time";
   }
+}
+
+TEST(ValidationShapes, ElementwiseMiddleAxesClipToTheirFamilysPeriod) {
+  // The LSTM's Add:(32,8..32,1024)x(32,1,1024): seq is a middle axis with 1024 static elements
+  // after it, so every extent takes the same paths (period 1). The observed 20 and the high end 32
+  // run at 9 (above the low end: two extents), the low end at 8 exactly.
+  std::mt19937 rng(8);
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{32, 20, 1024}, rng),
+                               operand(DType::Float32, Shape{32, 1, 1024}, rng)};
+  KernelSpec add = specFor("add", inputs);
+  add.inputs[0].dims[1] = DimSpec{{8, 32, 1}, -1};
+  EXPECT_EQ(clipPeriodOf(*familyFor(add.op), add, 0, 1), 1);
+  EXPECT_EQ(clipPeriodOf(*familyFor(add.op), add, 0, 0), kDefaultClipPeriod) << "static, but axis 0 keeps the default";
+  auto sets = validationShapes(add, std::vector<Shape>{Shape{32, 20, 1024}, Shape{32, 1, 1024}});
+  ASSERT_EQ(sets.size(), 2u);
+  EXPECT_EQ(sets[0][0], (Shape{32, 9, 1024}));
+  EXPECT_EQ(sets[1][0], (Shape{32, 8, 1024}));
+  for (const auto& shapes : sets) EXPECT_EQ(shapes[1], (Shape{32, 1, 1024})) << "static dims never move";
+
+  // 100 elements after the axis: the flat loop's remainder modulo 256 repeats every 64 rows.
+  inputs = {operand(DType::Float32, Shape{4, 250, 100}, rng)};
+  KernelSpec tanh = specFor("tanh", inputs);
+  tanh.inputs[0].dims[1] = DimSpec{{2, 300, 1}, -1};
+  EXPECT_EQ(clipPeriodOf(*familyFor(tanh.op), tanh, 0, 1), 64);
+  sets = validationShapes(tanh, std::vector<Shape>{Shape{4, 250, 100}});
+  std::vector<std::int64_t> extents;
+  for (const auto& shapes : sets) extents.push_back(shapes[0][1]);
+  EXPECT_EQ(extents, (std::vector<std::int64_t>{64 + (250 - 64) % 64, 2, 64 + (300 - 64) % 64}));
+
+  // A dynamic axis after it, or the dim on axis 0 (the rows split across tasks) or the last axis
+  // (the vectorized one): the default period.
+  tanh.inputs[0].dims[2] = DimSpec{{1, 4096, 1}, -1};
+  EXPECT_EQ(clipPeriodOf(*familyFor(tanh.op), tanh, 0, 1), kDefaultClipPeriod);
+  EXPECT_EQ(clipPeriodOf(*familyFor(tanh.op), tanh, 0, 2), kDefaultClipPeriod);
+  EXPECT_EQ(clipPeriodOf(*familyFor(tanh.op), tanh, 0, 0), kDefaultClipPeriod);
+  // Other families keep the default.
+  const KernelSpec mm = rowRangedMatmul(960, 128, 1024, 256, 1024);
+  EXPECT_EQ(clipPeriodOf(*familyFor(mm.op), mm, 0, 0), kDefaultClipPeriod);
 }
 
 // `kernel` corrupted at output row `row` is rejected on every seed; returns how many rejections
@@ -221,7 +260,7 @@ TEST(ValidationFaults, RankThreeElementwiseIsSampledByLinesAndStillCaught) {
   auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
   ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
   const std::vector<Shape> observed = {Shape{32, 20, 1024}, Shape{32, 1, 1024}};
-  ASSERT_GE(validationShapes(spec, observed).size(), 2u);
+  ASSERT_GE(validationShapes(spec, observed).size(), 2u) << "the low end and one more extent";
   ASSERT_TRUE(validateKernel(**kernel, validationShapes(spec, observed), 1).isOk());
   for (std::int64_t row : {std::int64_t{0}, std::int64_t{-1}}) rejectedOnEverySeed(**kernel, spec, observed, row);
   (*kernel)->corrupt_outputs = true;

@@ -37,6 +37,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
 
+#include "jit/clip_period.h"
 #include "jit/kernel_abi.h"
 #include "jit/llvm_cpu/codegen_math.h"
 #include "jit/llvm_cpu/codegen_util.h"
@@ -712,13 +713,18 @@ struct PlanOfSpec final : LaunchPlan {
   Plan plan;
 };
 
-class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter {
+class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter, public ClipPeriods {
  public:
   std::string_view name() const override { return "elementwise"; }
 
   Status supports(const KernelSpec& spec) const override {
     Plan plan;
     return makePlan(spec, plan);
+  }
+
+  // A flat loop over the output, or outer loops (never unrolled) around a vectorized innermost one.
+  std::int64_t clipPeriod(const KernelSpec& spec, std::size_t input, int axis) const override {
+    return rowMajorClipPeriod(spec, input, axis);
   }
 
   // The plan, made once per compiled kernel: outputs() and prepare() read it on every launch.
