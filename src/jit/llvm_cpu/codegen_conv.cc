@@ -29,7 +29,8 @@
 // it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
 // the input) are scalars[0..1].
 // max_pool and avg_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop)
-// in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN;
+// in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN
+// (a plane without a NaN, found by a scan first, takes the greater only: one max per tap);
 // avg_pool sums from 0, then divides each output by its window's count (the reference's bits).
 // The oneDNN candidate (KernelParams::library = 1, library_onednn_conv.h): a stub entry that calls
 // the primitive's runner, timed against the generated candidates by the AutoTuner.
@@ -791,6 +792,10 @@ struct WindowLoop {
   std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
   std::function<llvm::Value*()> start;
   std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
+  // When set: a cheaper combine, the same as combine() while no tap is NaN (max_pool: the max
+  // without its NaN test). Each plane first scans the input it reads for a NaN and runs its
+  // outputs with fast_combine() when there is none, else with combine().
+  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> fast_combine;
   // When set: called once a plane's outputs are all stored, with the plane's output base pointer
   // and its output depth (3-D; else 0).
   std::function<void(llvm::Value* out_plane, llvm::Value* od)> finish;
@@ -927,6 +932,8 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
           depth_inside.push_back(b.getTrue());
         }
         loop.plane(plane, notOutput);
+        // The combine the rows below emit (switched per copy of them, see fast_combine).
+        const std::function<llvm::Value*(llvm::Value*, llvm::Value*, std::int64_t)>* combine = &loop.combine;
         // A border row (some ky tap row outside the input): the row starts as start(), then each
         // tap inside takes its columns [lo, hi).
         std::function<void(llvm::Value*)> borderRow = [&](llvm::Value* oy) {
@@ -952,7 +959,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                           llvm::Value* at = b.CreateInBoundsGEP(elem, orow, ox);
                           llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
                           llvm::Value* xv = loadX(b.CreateGEP(elem, xrow, column));
-                          store(loop.combine(loadOut(at), xv, t * kw + kx), at);
+                          store((*combine)(loadOut(at), xv, t * kw + kx), at);
                         },
                         "tap", columns);
                   }
@@ -1000,7 +1007,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                     b.CreateCondBr(taps, load, join);
                     b.SetInsertPoint(load);
                     llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column[k]));
-                    llvm::Value* taken = loop.combine(acc, xv, t * kw + kx);
+                    llvm::Value* taken = (*combine)(acc, xv, t * kw + kx);
                     llvm::BasicBlock* loaded = b.GetInsertBlock();
                     b.CreateBr(join);
                     b.SetInsertPoint(join);
@@ -1041,7 +1048,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]);
                     llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column));
-                    acc = loop.combine(acc, xv, t * kw + kx);
+                    acc = (*combine)(acc, xv, t * kw + kx);
                   }
                 }
                 store(loop.result ? loop.result(acc, od, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
@@ -1053,13 +1060,42 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
         // 3-D slice with a kd tap outside the input has border rows only.
         llvm::Value* row_lo = three_d ? b.CreateSelect(all_depth, oy_lo, ho) : oy_lo;
         llvm::Value* row_hi = three_d ? b.CreateSelect(all_depth, oy_hi, ho) : oy_hi;
-        ir::emitLoop(
-            b, i64(0), b.CreateAdd(row_lo, b.CreateSub(ho, row_hi)), 1,
-            [&](llvm::Value* r) {
-              borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
-            },
-            "border", outer);
-        ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
+        auto rows = [&] {
+          ir::emitLoop(
+              b, i64(0), b.CreateAdd(row_lo, b.CreateSub(ho, row_hi)), 1,
+              [&](llvm::Value* r) {
+                borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
+              },
+              "border", outer);
+          ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
+        };
+        if (!loop.fast_combine) {
+          rows();
+        } else {
+          // Whether a slice this plane reads holds a NaN (an or-reduction the vectorizer widens).
+          llvm::Type* i32 = b.getInt32Ty();
+          llvm::AllocaInst* seen = ir::entryAlloca(b, i32, "nan_seen");
+          b.CreateStore(b.getInt32(0), seen);
+          for (std::size_t z = 0; z < slices.size(); ++z) {
+            ir::emitIfElse(
+                b, depth_inside[z],
+                [&] {
+                  ir::emitLoop(
+                      b, i64(0), in_plane, 1,
+                      [&](llvm::Value* i) {
+                        llvm::Value* v = loadX(b.CreateGEP(elem, slices[z], i));
+                        llvm::Value* nan = b.CreateZExt(b.CreateFCmpUNO(v, v), i32);
+                        b.CreateStore(b.CreateOr(b.CreateLoad(i32, seen), nan), seen);
+                      },
+                      "nan_scan", inner);
+                },
+                [] {});
+          }
+          ir::emitIfElse(b, b.CreateICmpNE(b.CreateLoad(i32, seen), b.getInt32(0)), rows, [&] {
+            combine = &loop.fast_combine;
+            rows();
+          });
+        }
         if (loop.finish) loop.finish(op, od);
       },
       "plane", outer);
@@ -1418,9 +1454,9 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
 // computed in float32): the depthwise conv's window loop (one kernel for any N, C, H and W; the
 // pads are read per call), in the reference kernel's tap order. max_pool: each output starts at
 // -inf and a tap takes x when x > acc or x is NaN, so NaN propagates and ties keep the first tap
-// as there. avg_pool: each output starts at 0 and adds its taps (in float32, in that order, as
-// the reference sums), then is divided by the window's count (float32: a divisor pass over the
-// plane; float16/bfloat16: before its one rounding store): the reference's bits.
+// as there; a plane whose input holds no NaN (a scan first) drops the NaN test. avg_pool: each output starts at 0 and
+// adds its taps (in float32, in that order, as the reference sums), then is divided by the window's count (float32: a
+// divisor pass over the plane; float16/bfloat16: before its one rounding store): the reference's bits.
 class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   explicit PoolFamily(OpId op) : op_(op) {}
@@ -1477,6 +1513,10 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
       loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
         llvm::Value* takes = b.CreateOr(b.CreateFCmpOGT(x, acc), b.CreateFCmpUNO(x, x));
         return b.CreateSelect(takes, x, acc);
+      };
+      // Without a NaN tap: x when greater (one vmaxps on x86), ties keeping the first tap as above.
+      loop.fast_combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
+        return b.CreateSelect(b.CreateFCmpOGT(x, acc), x, acc);
       };
     } else {
       const bool include_pad = spec.attrs[kAvgPoolIncludePad].i != 0;
