@@ -49,14 +49,32 @@ KernelSpec librarySpec(const std::vector<Value>& inputs, const Attrs& attrs, boo
   return spec;
 }
 
+// A conv of the library tests: x, the weight's cout, groups and kernel side, the window attributes.
+struct LibraryCase {
+  Shape x;
+  std::int64_t cout, groups, kernel;
+  Attrs attrs;
+};
+
+// Each case in `dtype` (a bias on two of three, every other one with dynamic N and spatial dims)
+// through the library candidate against the reference.
+void expectLibraryMatches(const std::vector<LibraryCase>& cases, DType dtype, std::mt19937& rng) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const LibraryCase& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
+    const std::vector<Value> inputs = convInputs(c.x, c.cout, c.groups, c.kernel, i % 3 != 2, rng, dtype);
+    const KernelSpec spec = librarySpec(inputs, attrs, i % 2 == 1);
+    ASSERT_TRUE(familyFor(OpId::Conv)->supports(spec).isOk())
+        << "case " << i << ": " << familyFor(OpId::Conv)->supports(spec).toString();
+    EXPECT_TRUE(matchesReference(spec, inputs)) << dtypeName(dtype) << " case " << i << " " << c.x.toString();
+    EXPECT_NE(familyFor(OpId::Conv)->symbolStem(spec).find("_onednn"), std::string::npos);
+  }
+}
+
 TEST(ConvLibrary, CandidatesMatchTheReference) {
   std::mt19937 rng(41);
-  struct Case {
-    Shape x;
-    std::int64_t cout, groups, kernel;
-    Attrs attrs;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<LibraryCase> cases = {
       {Shape{1, 3, 9, 11}, 5, 1, 3, {{"pads", ints({1, 1, 1, 1})}}},
       {Shape{2, 6, 13, 10}, 9, 1, 3, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}},
       {Shape{1, 3, 23, 21}, 8, 1, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},
@@ -69,17 +87,7 @@ TEST(ConvLibrary, CandidatesMatchTheReference) {
       {Shape{1, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},  // resnet's down-projection
       {Shape{8, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},
       {Shape{1, 5, 8, 8}, 6, 1, 3, {{"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}}};
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    Attrs attrs = c.attrs;
-    attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
-    const std::vector<Value> inputs = convInputs(c.x, c.cout, c.groups, c.kernel, i % 3 != 2, rng);
-    const KernelSpec spec = librarySpec(inputs, attrs, i % 2 == 1);
-    ASSERT_TRUE(familyFor(OpId::Conv)->supports(spec).isOk())
-        << "case " << i << ": " << familyFor(OpId::Conv)->supports(spec).toString();
-    EXPECT_TRUE(matchesReference(spec, inputs)) << "case " << i << " " << c.x.toString();
-    EXPECT_NE(familyFor(OpId::Conv)->symbolStem(spec).find("_onednn"), std::string::npos);
-  }
+  expectLibraryMatches(cases, DType::Float32, rng);
 }
 
 // One kernel over several batches and image sizes: a primitive per shape, made once and reused.
@@ -147,16 +155,12 @@ TEST(ConvLibrary, InexpressibleSpecsAreRefusedAndNeverOffered) {
 // candidate is refused with that reason) through the primitive (AMX on hosts that have it),
 // against the reference within the dtype's tolerance: odd sizes, pads at every border, strides,
 // dilations, groups, 1x1, 1-D and 3-D, one kernel over several sizes, activation post-ops, and
-// the fallback loop that computes a refused execution in the 16-bit dtype.
+// the fallback loop that computes a refused execution in the 16-bit dtype. Such a conv runs on
+// the primitive at the default parameters too.
 TEST(ConvLibrary, SixteenBitConvsMatchTheReference) {
   std::mt19937 rng(50);
   const KernelFamily* family = familyFor(OpId::Conv);
-  struct Case {
-    Shape x;
-    std::int64_t cout, groups, kernel;
-    Attrs attrs;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<LibraryCase> cases = {
       {Shape{1, 16, 9, 11}, 32, 1, 3, {{"pads", ints({1, 0, 2, 1})}}},
       {Shape{2, 6, 13, 10}, 9, 1, 3, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}},
       {Shape{1, 3, 23, 21}, 8, 1, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},  // a stem
@@ -173,14 +177,14 @@ TEST(ConvLibrary, SixteenBitConvsMatchTheReference) {
       continue;
     }
     ASSERT_TRUE(offered.isOk()) << offered.toString();
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-      const Case& c = cases[i];
-      Attrs attrs = c.attrs;
-      attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
-      const std::vector<Value> inputs = convInputs(c.x, c.cout, c.groups, c.kernel, i % 3 != 2, rng, dtype);
-      EXPECT_TRUE(matchesReference(librarySpec(inputs, attrs, i % 2 == 1), inputs))
-          << dtypeName(dtype) << " case " << i << " " << c.x.toString();
-    }
+    expectLibraryMatches(cases, dtype, rng);
+    // At the default parameters too (the generated kernels compute no 16-bit conv with a spatial
+    // kernel), untuned: no candidates.
+    KernelSpec plain = librarySpec(probe, cases[0].attrs, true);
+    plain.params = {};
+    EXPECT_NE(family->symbolStem(plain).find("_onednn"), std::string::npos);
+    EXPECT_TRUE(family->searchSpace(plain).empty());
+    EXPECT_TRUE(matchesReference(plain, probe)) << dtypeName(dtype);
     // One kernel over several sizes.
     const Attrs attrs = {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}};
     const std::vector<Value> params = convInputs(Shape{1, 8, 5, 5}, 12, 1, 3, true, rng, dtype);

@@ -29,11 +29,12 @@
 // it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
 // the input) are scalars[0..1].
 // max_pool and avg_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop)
-// in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN
-// (a plane without a NaN, found by a scan first, takes the greater only: one max per tap);
+// in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN;
 // avg_pool sums from 0, then divides each output by its window's count (the reference's bits).
 // The oneDNN candidate (KernelParams::library = 1, library_onednn_conv.h): a stub entry that calls
-// the primitive's runner, timed against the generated candidates by the AutoTuner.
+// the primitive's runner, timed against the generated candidates by the AutoTuner. A float16 or
+// bfloat16 conv the generated kernels do not compute (all but pointwise ones) runs on it at the
+// default parameters too (libraryByDefault), untuned.
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
@@ -186,6 +187,24 @@ Status checkEpilogue(const KernelSpec& spec) {
   return Status::ok();
 }
 
+// A float16/bfloat16 conv the generated kernels do not compute (a spatial kernel or strides: only
+// pointwise 16-bit convs have one) at the default parameters: oneDNN's primitive runs it where it
+// can (LibraryCandidates=1, onednn_conv::expressible), else it stays interpreted.
+bool libraryByDefault(const KernelSpec& spec) {
+  if (!(spec.params == KernelParams{}) || spec.op != OpId::Conv || spec.inputs.size() < 2 ||
+      spec.attrs.size() <= kAutoPad)
+    return false;
+  const OperandSpec& x = spec.inputs[kX];
+  const OperandSpec& w = spec.inputs[kW];
+  if (x.dtype == DType::Float32 || w.dtype != x.dtype || w.rank != x.rank || w.rank < 3) return false;
+  return (isDepthwise(spec) || !isPointwise(spec)) && onednn_conv::available() && onednn_conv::expressible(spec).isOk();
+}
+
+// Whether `spec`'s kernel is oneDNN's primitive (the library candidate, or libraryByDefault).
+bool onLibrary(const KernelSpec& spec) {
+  return spec.params.library != 0 || libraryByDefault(spec);
+}
+
 // OK when `spec` is a conv this family compiles; else the reason.
 Status checkConv(const KernelSpec& spec) {
   if (spec.op != OpId::Conv) return makeError(ErrorCode::Unsupported, "the conv family compiles conv only");
@@ -212,7 +231,7 @@ Status checkConv(const KernelSpec& spec) {
   }
   const bool depthwise = isDepthwise(spec);
   // oneDNN's primitive takes any groups and 3-D convs (onednn_conv::expressible checks them).
-  const bool library = spec.params.library != 0;
+  const bool library = onLibrary(spec);
   if (!library && spec.attrs[kGroups].i != 1 && !depthwise) {
     return makeError(ErrorCode::Unsupported,
                      "conv kernels take one group or a depthwise conv (groups={} stays interpreted)",
@@ -242,7 +261,7 @@ Status checkConv(const KernelSpec& spec) {
     }
   }
   if (library) {
-    if (!(spec.params == KernelParams{.library = 1})) {
+    if (!(spec.params == KernelParams{.library = 1}) && !libraryByDefault(spec)) {
       return makeError(ErrorCode::Unsupported, "a conv library kernel takes no other parameters ({})",
                        spec.params.toString());
     }
@@ -792,10 +811,6 @@ struct WindowLoop {
   std::function<void(llvm::Value* plane, const std::function<llvm::Value*(llvm::Instruction*)>& not_output)> plane;
   std::function<llvm::Value*()> start;
   std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> combine;
-  // When set: a cheaper combine, the same as combine() while no tap is NaN (max_pool: the max
-  // without its NaN test). Each plane first scans the input it reads for a NaN and runs its
-  // outputs with fast_combine() when there is none, else with combine().
-  std::function<llvm::Value*(llvm::Value* acc, llvm::Value* x, std::int64_t tap)> fast_combine;
   // When set: called once a plane's outputs are all stored, with the plane's output base pointer
   // and its output depth (3-D; else 0).
   std::function<void(llvm::Value* out_plane, llvm::Value* od)> finish;
@@ -932,8 +947,6 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
           depth_inside.push_back(b.getTrue());
         }
         loop.plane(plane, notOutput);
-        // The combine the rows below emit (switched per copy of them, see fast_combine).
-        const std::function<llvm::Value*(llvm::Value*, llvm::Value*, std::int64_t)>* combine = &loop.combine;
         // A border row (some ky tap row outside the input): the row starts as start(), then each
         // tap inside takes its columns [lo, hi).
         std::function<void(llvm::Value*)> borderRow = [&](llvm::Value* oy) {
@@ -959,7 +972,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                           llvm::Value* at = b.CreateInBoundsGEP(elem, orow, ox);
                           llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[k]);
                           llvm::Value* xv = loadX(b.CreateGEP(elem, xrow, column));
-                          store((*combine)(loadOut(at), xv, t * kw + kx), at);
+                          store(loop.combine(loadOut(at), xv, t * kw + kx), at);
                         },
                         "tap", columns);
                   }
@@ -1007,7 +1020,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                     b.CreateCondBr(taps, load, join);
                     b.SetInsertPoint(load);
                     llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column[k]));
-                    llvm::Value* taken = (*combine)(acc, xv, t * kw + kx);
+                    llvm::Value* taken = loop.combine(acc, xv, t * kw + kx);
                     llvm::BasicBlock* loaded = b.GetInsertBlock();
                     b.CreateBr(join);
                     b.SetInsertPoint(join);
@@ -1048,7 +1061,7 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
                   for (std::int64_t kx = 0; kx < kw; ++kx) {
                     llvm::Value* column = b.CreateAdd(b.CreateMul(ox, i64(sw)), x_off[static_cast<std::size_t>(kx)]);
                     llvm::Value* xv = loadX(b.CreateGEP(elem, xrows[static_cast<std::size_t>(t)], column));
-                    acc = (*combine)(acc, xv, t * kw + kx);
+                    acc = loop.combine(acc, xv, t * kw + kx);
                   }
                 }
                 store(loop.result ? loop.result(acc, od, oy, ox) : acc, b.CreateInBoundsGEP(elem, orow, ox));
@@ -1060,42 +1073,13 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
         // 3-D slice with a kd tap outside the input has border rows only.
         llvm::Value* row_lo = three_d ? b.CreateSelect(all_depth, oy_lo, ho) : oy_lo;
         llvm::Value* row_hi = three_d ? b.CreateSelect(all_depth, oy_hi, ho) : oy_hi;
-        auto rows = [&] {
-          ir::emitLoop(
-              b, i64(0), b.CreateAdd(row_lo, b.CreateSub(ho, row_hi)), 1,
-              [&](llvm::Value* r) {
-                borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
-              },
-              "border", outer);
-          ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
-        };
-        if (!loop.fast_combine) {
-          rows();
-        } else {
-          // Whether a slice this plane reads holds a NaN (an or-reduction the vectorizer widens).
-          llvm::Type* i32 = b.getInt32Ty();
-          llvm::AllocaInst* seen = ir::entryAlloca(b, i32, "nan_seen");
-          b.CreateStore(b.getInt32(0), seen);
-          for (std::size_t z = 0; z < slices.size(); ++z) {
-            ir::emitIfElse(
-                b, depth_inside[z],
-                [&] {
-                  ir::emitLoop(
-                      b, i64(0), in_plane, 1,
-                      [&](llvm::Value* i) {
-                        llvm::Value* v = loadX(b.CreateGEP(elem, slices[z], i));
-                        llvm::Value* nan = b.CreateZExt(b.CreateFCmpUNO(v, v), i32);
-                        b.CreateStore(b.CreateOr(b.CreateLoad(i32, seen), nan), seen);
-                      },
-                      "nan_scan", inner);
-                },
-                [] {});
-          }
-          ir::emitIfElse(b, b.CreateICmpNE(b.CreateLoad(i32, seen), b.getInt32(0)), rows, [&] {
-            combine = &loop.fast_combine;
-            rows();
-          });
-        }
+        ir::emitLoop(
+            b, i64(0), b.CreateAdd(row_lo, b.CreateSub(ho, row_hi)), 1,
+            [&](llvm::Value* r) {
+              borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
+            },
+            "border", outer);
+        ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
         if (loop.finish) loop.finish(op, od);
       },
       "plane", outer);
@@ -1204,7 +1188,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status supports(const KernelSpec& spec) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
-    if (isDepthwise(spec) || spec.params.library != 0) return Status::ok();
+    if (isDepthwise(spec) || onLibrary(spec)) return Status::ok();
     const KernelSpec mm = matmulSpecOf(spec);
     SVM_RETURN_IF_ERROR(matmulKernels().supports(mm));
     return hasNarrowTiles(spec, mm) ? matmulKernels().supports(narrowSpecOf(spec)) : Status::ok();
@@ -1238,7 +1222,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
       SVM_RETURN_IF_ERROR(checkExtra(spec.inputs[e], inputs[e]->tensor(), outputs[0].shape()));
     }
-    if (spec.params.library != 0) {
+    if (onLibrary(spec)) {
       Status library = onednn_conv::prepareCall(spec, inputs, outputs[0], args);
       // A primitive oneDNN cannot create for this call's shapes (logged by its cache): the
       // generated kernel the library kernel also holds runs it, else the reference kernel.
@@ -1255,16 +1239,16 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
   // generated family computes: its entry calls the runner in the arguments as the library's does).
   bool holdsGenerated(const KernelSpec& spec) const {
     const KernelSpec generated = generatedSpecOf(spec);
-    return !isDepthwise(generated) && supports(generated).isOk();
+    return !isDepthwise(generated) && !libraryByDefault(generated) && supports(generated).isOk();
   }
 
   // A library kernel's weight when its primitive reorders it (onednn_conv::packedWeight).
   PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
-    return spec.params.library != 0 ? onednn_conv::packedWeight(args) : PackedOperand{};
+    return onLibrary(spec) ? onednn_conv::packedWeight(args) : PackedOperand{};
   }
 
   void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const override {
-    if (spec.params.library != 0) onednn_conv::usePackedWeight(args, buffer, mode);
+    if (onLibrary(spec)) onednn_conv::usePackedWeight(args, buffer, mode);
   }
 
   std::string symbolStem(const KernelSpec& spec) const override {
@@ -1275,20 +1259,23 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     // A library kernel's ends as the matmul's does (_onednn).
     if (isDepthwise(spec)) {
       return fmt::format("conv{}_depthwise_c{}_{}{}", kernel, spec.inputs[kW].dims[0].size,
-                         dtypeName(spec.inputs[kX].dtype), spec.params.library != 0 ? "_onednn" : "");
+                         dtypeName(spec.inputs[kX].dtype), onLibrary(spec) ? "_onednn" : "");
     }
     const std::int64_t groups = spec.attrs[kGroups].i;  // > 1: a library kernel's
+    KernelSpec named = spec;
+    if (libraryByDefault(spec)) named.params = {.library = 1};
     return fmt::format("conv{}{}_{}", kernel, groups > 1 ? fmt::format("_g{}", groups) : std::string(),
-                       matmulKernels().symbolStem(matmulSpecOf(spec)));
+                       matmulKernels().symbolStem(matmulSpecOf(named)));
   }
 
   // The generated kernel's candidates (the matmul's tiles), then oneDNN's primitive
   // (LibraryCandidates=1) where it can compute the conv: timed against them by the AutoTuner,
   // which records the winner's impl. A depthwise conv has its generated kernel only: it beat the
   // primitive with its reorders (BENCHMARKS.md, issue 21), and the run-off, which keeps the
-  // library unless the generated kernel wins by the noise margin, picked the slower one there.
+  // library unless the generated kernel wins by the noise margin, picked the slower one there. A
+  // 16-bit conv on the library by default has nothing generated to time it against.
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
-    if (isDepthwise(spec)) return {};
+    if (isDepthwise(spec) || libraryByDefault(spec)) return {};
     std::vector<KernelParams> candidates = matmulKernels().searchSpace(matmulSpecOf(spec));
     std::erase_if(candidates, [](const KernelParams& p) { return p.library != 0; });
     KernelSpec library = spec;
@@ -1299,7 +1286,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
-    if (spec.params.library != 0) {
+    if (onLibrary(spec)) {
       // The primitive of static shapes is created here: compile time, and one oneDNN cannot
       // create fails the compile (the generated kernel is used instead). The entry calls the
       // runner prepare() names: the library's, or for a call whose primitive oneDNN cannot create
@@ -1454,9 +1441,9 @@ void emitAvgDivisor(ir::Builder& b, ir::ArgsView& args, const WindowLoop& loop, 
 // computed in float32): the depthwise conv's window loop (one kernel for any N, C, H and W; the
 // pads are read per call), in the reference kernel's tap order. max_pool: each output starts at
 // -inf and a tap takes x when x > acc or x is NaN, so NaN propagates and ties keep the first tap
-// as there; a plane whose input holds no NaN (a scan first) drops the NaN test. avg_pool: each output starts at 0 and
-// adds its taps (in float32, in that order, as the reference sums), then is divided by the window's count (float32: a
-// divisor pass over the plane; float16/bfloat16: before its one rounding store): the reference's bits.
+// as there. avg_pool: each output starts at 0 and adds its taps (in float32, in that order, as
+// the reference sums), then is divided by the window's count (float32: a divisor pass over the
+// plane; float16/bfloat16: before its one rounding store): the reference's bits.
 class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
  public:
   explicit PoolFamily(OpId op) : op_(op) {}
@@ -1513,10 +1500,6 @@ class PoolFamily final : public KernelFamily, public LlvmKernelEmitter {
       loop.combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
         llvm::Value* takes = b.CreateOr(b.CreateFCmpOGT(x, acc), b.CreateFCmpUNO(x, x));
         return b.CreateSelect(takes, x, acc);
-      };
-      // Without a NaN tap: x when greater (one vmaxps on x86), ties keeping the first tap as above.
-      loop.fast_combine = [&](llvm::Value* acc, llvm::Value* x, std::int64_t) {
-        return b.CreateSelect(b.CreateFCmpOGT(x, acc), x, acc);
       };
     } else {
       const bool include_pad = spec.attrs[kAvgPoolIncludePad].i != 0;
