@@ -510,11 +510,11 @@ TEST(ConvJit, OneMaxPoolKernelOverSeveralSizes) {
   }
 }
 
-// The compiled max_pool scans each plane's input for a NaN and, without one, takes the max alone:
-// planes with NaNs (distinct payloads, both signs, at the plane's corners, an edge and inside)
+// Planes with NaNs (distinct payloads, both signs, at the plane's corners, an edge and inside)
 // and planes without any in one call, 2-D (every third [n, c] plane) and 3-D (every third depth
-// slice, so that some output slices read one and others none), match the reference's bits:
-// the last NaN tap's payload, +0/-0 ties kept as the first tap, windows of -inf only.
+// slice, so that some output slices read one and others none): the compiled max_pool matches the
+// reference's bits, the last NaN tap's payload, +0/-0 ties kept as the first tap, windows of
+// -inf only (a kernel that treats planes with and without a NaN apart must keep them so).
 TEST(ConvJit, MaxPoolPlanesWithAndWithoutNaNMatchBitForBit) {
   std::mt19937 rng(36);
   auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
