@@ -720,7 +720,8 @@ PackedOperand packedWeight(const KernelArgs& args) {
   auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args.scalars[matmul::kScalarLibrary]));
   const std::int64_t bytes = primitive != nullptr ? primitive->packedBytes() : 0;
   if (bytes <= 0) return {};
-  return {static_cast<int>(kW), bytes};
+  // Any size: the stem's 7x7 weight (9,408 elements) would be reordered by a pass of its own per call.
+  return {static_cast<int>(kW), bytes, /*any_size=*/true};
 }
 
 void usePackedWeight(KernelArgs& args, void* buffer, PackMode mode) {
