@@ -5,9 +5,9 @@
 # torch.nn.AvgPool2d modules exported with torch.onnx.export (dynamic N/H/W), run at O0 and O2
 # (autotune off), checked against torch, then 7 interleaved rounds of 5 calls each; medians in ms.
 # Columns: O0, O2, torch, O0 / O2, torch / O2, and the O2 program's compiled launches.
-# Then max_pool and avg_pool on float16 and in 3-D (ONNX MaxPool/AveragePool models, dynamic N and
-# spatial dims; torch's CPU pools have no float16, so its column is float32 on the same values),
-# the same rounds.
+# Then max_pool in float32 and float16, avg_pool in float16, and both in 3-D (ONNX
+# MaxPool/AveragePool models, dynamic N and spatial dims; torch's CPU pools have no float16, so
+# its column is float32 on the same values), the same rounds.
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/avg_pool_layers.py
 import os
 import statistics
@@ -77,7 +77,10 @@ def onnx_pool(op, shape, kernel, stride, pad, dtype):
         f.write(model.SerializeToString())
 
 
-for name, shape, (kernel, stride, pad) in (("max 3x3/2 pad 1, float16", (1, 64, 112, 112), (3, 2, 1)),
+for name, shape, (kernel, stride, pad) in (("max 3x3/2 pad 1 (resnet's)", (1, 64, 112, 112), (3, 2, 1)),
+                                           ("max 3x3/2 pad 1", (8, 64, 56, 56), (3, 2, 1)),
+                                           ("max 2x2/2", (8, 256, 28, 28), (2, 2, 0)),
+                                           ("max 3x3/2 pad 1, float16", (1, 64, 112, 112), (3, 2, 1)),
                                            ("max 3x3/2 pad 1, float16", (8, 64, 56, 56), (3, 2, 1)),
                                            ("max 2x2/2, float16", (8, 256, 28, 28), (2, 2, 0)),
                                            ("avg 3x3/2 pad 1 (excluding pads), float16", (1, 64, 112, 112), (3, 2, 1)),

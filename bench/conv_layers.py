@@ -19,7 +19,9 @@
 # --library 1; the table's "O2 impl" column names what it installed (onednn: the primitive).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
 #        [--resnet] [--images 16] [--passes 1] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
-#        [--cpu-time] [--autotune] [--library 0|1]
+#        [--cpu-time] [--autotune] [--library 0|1] [--dtype float32|bfloat16]
+# --dtype bfloat16: each layer's conv in bfloat16 between float32 casts (the library candidate runs
+# oneDNN's AMX kernels), against torch eager's bfloat16 conv; no oneDNN columns.
 import argparse
 import os
 import statistics
@@ -50,7 +52,21 @@ LAYERS = {
 
 
 CLOCK = {"clock": time.perf_counter}
-OPTIONS = {"autotune": False}
+OPTIONS = {"autotune": False, "dtype": "float32"}
+# relative L2 against torch's float32 (bfloat16: against its own bfloat16 conv)
+TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}
+
+
+class Bf16Conv(torch.nn.Module):
+    """A conv in bfloat16 between float32 casts (--dtype bfloat16): the ONNX graph casts x, the conv's
+    initializers are bfloat16, the output is cast back."""
+
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv.to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.conv(x.to(torch.bfloat16)).to(torch.float32)
 
 
 def program_for(level):
@@ -77,6 +93,8 @@ def export(layer, path):
     cin, cout, k, s, p, g, side = layer
     torch.manual_seed(0)
     module = torch.nn.Conv2d(cin, cout, k, stride=s, padding=p, groups=g).eval()
+    if OPTIONS["dtype"] == "bfloat16":
+        module = Bf16Conv(module).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (torch.randn(1, cin, side, side),), str(path), input_names=["x"],
@@ -91,6 +109,8 @@ def onednn_peers(module, layer, xt):
     import torch.utils.mkldnn as mkldnn
 
     _, _, _, s, p, g, _ = layer
+    if OPTIONS["dtype"] == "bfloat16":  # torch's own bfloat16 conv (its bundled oneDNN), casts included
+        return {}
     weight, bias = module.weight.detach(), module.bias.detach()
     blocked, xb = mkldnn.to_mkldnn(module), xt.to_mkldnn()
     return {
@@ -122,14 +142,14 @@ def layers(args, folder):
                     got = run()
                     got = (got.to_dense() if got.is_mkldnn else got).numpy()
                     err = np.linalg.norm(got - want) / np.linalg.norm(want)
-                    assert err < 1e-4, f"{name} batch {batch} {peer}: relative L2 {err:.2e}"
+                    assert err < TOLERANCE[OPTIONS["dtype"]], f"{name} batch {batch} {peer}: relative L2 {err:.2e}"
             for level, fn in fns.items():
                 # Profile, compile (waited for), run compiled; batch 8 after batch 1 misses the
                 # first kernel's guard miss_recompile (5) times before the wider one compiles.
                 for _ in range(8):
                     got = fn(x=x)
                 err = np.linalg.norm(got - want) / np.linalg.norm(want)
-                assert err < 1e-4, f"{name} batch {batch} {level}: relative L2 {err:.2e}"
+                assert err < TOLERANCE[OPTIONS["dtype"]], f"{name} batch {batch} {level}: relative L2 {err:.2e}"
             times = {side: [] for side in (*levels, *peers)}
             for _ in range(args.rounds):  # interleaved: every side sees the same machine state
                 for level, fn in fns.items():
@@ -145,6 +165,14 @@ def layers(args, folder):
         for program in programs.values():
             program.close()
     sides = [*levels, "eager", "oneDNN", "oneDNN blocked"]
+    if OPTIONS["dtype"] == "bfloat16":
+        sides = [*levels, "eager"]
+        print("| layer | batch | input | " + " | ".join(f"{side} ms" for side in sides) + " | eager / O2 | O2 impl |")
+        print("|---|---:|---|" + "---:|" * (len(sides) + 1) + "---|")
+        for name, batch, side, med, _, impl in rows:
+            print(f"| {name} | {batch} | {side} | " + " | ".join(f"{med[s]:.2f}" for s in sides) +
+                  f" | {med['eager'] / med['O2']:.2f}x | {impl} |")
+        return
     print("| layer | batch | input | " + " | ".join(f"{side} ms" for side in sides) +
           " | eager / O2 | oneDNN / O2 | best oneDNN / O2 | O2 GFLOP/s | O2 impl |")
     print("|---|---:|---|" + "---:|" * (len(sides) + 4) + "---|")
@@ -224,8 +252,11 @@ def main():
                         help="time the calling thread's CPU time instead of wall time (a loaded host)")
     parser.add_argument("--autotune", action="store_true", help="O2 runs the AutoTuner (oneDNN's conv among its candidates)")
     parser.add_argument("--library", type=int, default=1, help="the library_candidates tunable (0: generated kernels only)")
+    parser.add_argument("--dtype", default="float32", choices=sorted(TOLERANCE),
+                        help="the layers' conv dtype (bfloat16: between float32 casts, against torch's bfloat16 conv)")
     args = parser.parse_args()
     OPTIONS["autotune"] = args.autotune
+    OPTIONS["dtype"] = args.dtype
     _core.set_tunable("library_candidates", str(args.library))
     if args.cpu_time:
         CLOCK["clock"] = time.thread_time

@@ -38,7 +38,7 @@ Tensor packedOperandFor(const CompiledKernel& kernel, std::span<const Value* con
   const PackedOperand operand = kernel.family->packedOperand(kernel.spec, args);
   if (operand.input < 0 || operand.bytes <= 0 || static_cast<std::size_t>(operand.input) >= inputs.size()) return {};
   const Value* value = inputs[static_cast<std::size_t>(operand.input)];
-  if (value == nullptr || !value->isTensor() || !kernel.packed.admits(value->tensor())) return {};
+  if (value == nullptr || !value->isTensor() || !kernel.packed.admits(value->tensor(), operand.any_size)) return {};
   const Tensor& source = value->tensor();
   Tensor packed = kernel.packed.find(source);
   if (!packed.defined()) {
@@ -129,8 +129,9 @@ void rememberArgs(const CompiledKernel& kernel, std::span<const Value* const> in
 
 }  // namespace
 
-bool PackedOperandCache::admits(const Tensor& operand) const {
-  if (operand.storage()->isExternal() || operand.numel() < Tunables::get(Tunable::PackedWeightMinElements) ||
+bool PackedOperandCache::admits(const Tensor& operand, bool any_size) const {
+  if (operand.storage()->isExternal() ||
+      (!any_size && operand.numel() < Tunables::get(Tunable::PackedWeightMinElements)) ||
       Tunables::get(Tunable::PackedWeightEntries) <= 0) {
     return false;
   }

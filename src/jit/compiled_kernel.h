@@ -38,9 +38,9 @@ class PackedOperandCache {
     bool gave_up = false;     // PackedWeightMaxUnused unused packings in a row: no more caching
   };
   // True when `operand` may be packed once and cached: not adopted memory, at least
-  // PackedWeightMinElements elements, caching on (PackedWeightEntries > 0), and this kernel has
-  // not given up (B changing every call).
-  bool admits(const Tensor& operand) const;
+  // PackedWeightMinElements elements (unless `any_size`: PackedOperand::any_size), caching on
+  // (PackedWeightEntries > 0), and this kernel has not given up (B changing every call).
+  bool admits(const Tensor& operand, bool any_size = false) const;
   // The cached packing of exactly `operand` (counted as a hit), else an undefined Tensor.
   Tensor find(const Tensor& operand);
   // Caches `packed` for `operand` (counted as a pack), replacing the least recently used entry.

@@ -150,6 +150,9 @@ KernelSpec symbolicSpec(KernelSpec spec);
 struct PackedOperand {
   int input = -1;          // the packable input of this call; -1: none (the kernel packs as usual)
   std::int64_t bytes = 0;  // size of its packed form (a 64-byte aligned buffer)
+  // Cached whatever its size: packing it costs a separate pass per call (the conv's weight
+  // reorder), not a share of the kernel's own packing as the matmul's B (PackedWeightMinElements).
+  bool any_size = false;
 };
 enum class PackMode : std::uint8_t {
   Read,      // the call reads the packed operand from the buffer instead of packing it

@@ -32,11 +32,11 @@ AttrValue ints(std::vector<std::int64_t> v) {
 
 // x [N, C, spatial...], w [cout, C / groups, kernel...], and a bias when `bias`.
 std::vector<Value> convInputs(const Shape& x, std::int64_t cout, std::int64_t groups, std::int64_t kernel, bool bias,
-                              std::mt19937& rng) {
+                              std::mt19937& rng, DType dtype = DType::Float32) {
   Shape w{cout, x[1] / groups};
   for (int d = 2; d < x.rank(); ++d) w.push_back(kernel);
-  std::vector<Value> inputs{operand(DType::Float32, x, rng), operand(DType::Float32, w, rng)};
-  if (bias) inputs.push_back(operand(DType::Float32, Shape{cout}, rng));
+  std::vector<Value> inputs{operand(dtype, x, rng), operand(dtype, w, rng)};
+  if (bias) inputs.push_back(operand(dtype, Shape{cout}, rng));
   return inputs;
 }
 
@@ -49,14 +49,32 @@ KernelSpec librarySpec(const std::vector<Value>& inputs, const Attrs& attrs, boo
   return spec;
 }
 
+// A conv of the library tests: x, the weight's cout, groups and kernel side, the window attributes.
+struct LibraryCase {
+  Shape x;
+  std::int64_t cout, groups, kernel;
+  Attrs attrs;
+};
+
+// Each case in `dtype` (a bias on two of three, every other one with dynamic N and spatial dims)
+// through the library candidate against the reference.
+void expectLibraryMatches(const std::vector<LibraryCase>& cases, DType dtype, std::mt19937& rng) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const LibraryCase& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
+    const std::vector<Value> inputs = convInputs(c.x, c.cout, c.groups, c.kernel, i % 3 != 2, rng, dtype);
+    const KernelSpec spec = librarySpec(inputs, attrs, i % 2 == 1);
+    ASSERT_TRUE(familyFor(OpId::Conv)->supports(spec).isOk())
+        << "case " << i << ": " << familyFor(OpId::Conv)->supports(spec).toString();
+    EXPECT_TRUE(matchesReference(spec, inputs)) << dtypeName(dtype) << " case " << i << " " << c.x.toString();
+    EXPECT_NE(familyFor(OpId::Conv)->symbolStem(spec).find("_onednn"), std::string::npos);
+  }
+}
+
 TEST(ConvLibrary, CandidatesMatchTheReference) {
   std::mt19937 rng(41);
-  struct Case {
-    Shape x;
-    std::int64_t cout, groups, kernel;
-    Attrs attrs;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<LibraryCase> cases = {
       {Shape{1, 3, 9, 11}, 5, 1, 3, {{"pads", ints({1, 1, 1, 1})}}},
       {Shape{2, 6, 13, 10}, 9, 1, 3, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}},
       {Shape{1, 3, 23, 21}, 8, 1, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},
@@ -69,17 +87,7 @@ TEST(ConvLibrary, CandidatesMatchTheReference) {
       {Shape{1, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},  // resnet's down-projection
       {Shape{8, 64, 56, 56}, 128, 1, 1, {{"strides", ints({2, 2})}}},
       {Shape{1, 5, 8, 8}, 6, 1, 3, {{"auto_pad", AttrValue::ofInt(1)}, {"strides", ints({2, 2})}}}};
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    Attrs attrs = c.attrs;
-    attrs.push_back({"groups", AttrValue::ofInt(c.groups)});
-    const std::vector<Value> inputs = convInputs(c.x, c.cout, c.groups, c.kernel, i % 3 != 2, rng);
-    const KernelSpec spec = librarySpec(inputs, attrs, i % 2 == 1);
-    ASSERT_TRUE(familyFor(OpId::Conv)->supports(spec).isOk())
-        << "case " << i << ": " << familyFor(OpId::Conv)->supports(spec).toString();
-    EXPECT_TRUE(matchesReference(spec, inputs)) << "case " << i << " " << c.x.toString();
-    EXPECT_NE(familyFor(OpId::Conv)->symbolStem(spec).find("_onednn"), std::string::npos);
-  }
+  expectLibraryMatches(cases, DType::Float32, rng);
 }
 
 // One kernel over several batches and image sizes: a primitive per shape, made once and reused.
@@ -96,7 +104,7 @@ TEST(ConvLibrary, OneKernelOverSeveralSizes) {
   EXPECT_TRUE(sameKernelMatches(librarySpec(sets[0], attrs, true), {sets[1], sets[3]}));
   const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
   EXPECT_EQ(after.primitives, before.primitives + 4) << "one per shape, the second kernel reuses them";
-  EXPECT_EQ(after.calls, before.calls + 6);
+  EXPECT_EQ(after.calls, before.calls + 6 + 2) << "six convs, and each kernel packs its weight once";
 }
 
 TEST(ConvLibrary, EpiloguesArePostOps) {
@@ -135,12 +143,73 @@ TEST(ConvLibrary, InexpressibleSpecsAreRefusedAndNeverOffered) {
   EXPECT_NE(refused.message().find("no oneDNN conv"), std::string::npos) << refused.toString();
   spec.epilogue = {{OpId::Sub, 3, false}, {OpId::Exp, -1, false}};
   EXPECT_NE(family->supports(spec).message().find("is no post-op"), std::string::npos);
-  // Float16 stays with the generated kernel.
-  const std::vector<Value> half = {operand(DType::Float16, Shape{1, 4, 6, 7}, rng),
-                                   operand(DType::Float16, Shape{6, 4, 1, 1}, rng)};
-  KernelSpec half_spec = specFor("conv", half);
-  half_spec.params = kLibrary;
-  EXPECT_FALSE(family->supports(half_spec).isOk());
+  // x and w of different dtypes.
+  const std::vector<Value> mixed = {operand(DType::BFloat16, Shape{1, 4, 6, 7}, rng),
+                                    operand(DType::Float32, Shape{6, 4, 1, 1}, rng)};
+  KernelSpec mixed_spec = specFor("conv", mixed);
+  mixed_spec.params = kLibrary;
+  EXPECT_FALSE(family->supports(mixed_spec).isOk());
+}
+
+// bfloat16 convs (and float16 ones where this oneDNN has them; 2.6 has none on CPU, and then the
+// candidate is refused with that reason) through the primitive (AMX on hosts that have it),
+// against the reference within the dtype's tolerance: odd sizes, pads at every border, strides,
+// dilations, groups, 1x1, 1-D and 3-D, one kernel over several sizes, activation post-ops, and
+// the fallback loop that computes a refused execution in the 16-bit dtype. Such a conv runs on
+// the primitive at the default parameters too.
+TEST(ConvLibrary, SixteenBitConvsMatchTheReference) {
+  std::mt19937 rng(50);
+  const KernelFamily* family = familyFor(OpId::Conv);
+  const std::vector<LibraryCase> cases = {
+      {Shape{1, 16, 9, 11}, 32, 1, 3, {{"pads", ints({1, 0, 2, 1})}}},
+      {Shape{2, 6, 13, 10}, 9, 1, 3, {{"pads", ints({2, 1, 0, 2})}, {"strides", ints({1, 2})}}},
+      {Shape{1, 3, 23, 21}, 8, 1, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}},  // a stem
+      {Shape{1, 4, 12, 14}, 6, 1, 3, {{"dilations", ints({2, 3})}, {"pads", ints({2, 1, 1, 2})}}},
+      {Shape{1, 8, 10, 9}, 12, 4, 3, {{"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 1})}}},  // grouped
+      {Shape{2, 32, 7, 5}, 48, 1, 1, {}},                                                         // pointwise
+      {Shape{2, 5, 17}, 7, 1, 5, {{"pads", ints({2, 1})}, {"strides", ints({2})}}},               // 1-D
+      {Shape{1, 3, 5, 6, 7}, 4, 1, 3, {{"pads", ints({1, 1, 1, 1, 1, 1})}}}};                     // 3-D
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    std::vector<Value> probe = convInputs(cases[0].x, cases[0].cout, 1, 3, true, rng, dtype);
+    const Status offered = family->supports(librarySpec(probe, cases[0].attrs, false));
+    if (dtype == DType::Float16 && !offered.isOk()) {
+      EXPECT_NE(offered.message().find("no float16 conv"), std::string::npos) << offered.toString();
+      continue;
+    }
+    ASSERT_TRUE(offered.isOk()) << offered.toString();
+    expectLibraryMatches(cases, dtype, rng);
+    // At the default parameters too (the generated kernels compute no 16-bit conv with a spatial
+    // kernel), untuned: no candidates.
+    KernelSpec plain = librarySpec(probe, cases[0].attrs, true);
+    plain.params = {};
+    EXPECT_NE(family->symbolStem(plain).find("_onednn"), std::string::npos);
+    EXPECT_TRUE(family->searchSpace(plain).empty());
+    EXPECT_TRUE(matchesReference(plain, probe)) << dtypeName(dtype);
+    // One kernel over several sizes.
+    const Attrs attrs = {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}};
+    const std::vector<Value> params = convInputs(Shape{1, 8, 5, 5}, 12, 1, 3, true, rng, dtype);
+    std::vector<std::vector<Value>> sets;
+    for (const Shape& shape : {Shape{1, 8, 9, 11}, Shape{3, 8, 4, 4}, Shape{2, 8, 16, 7}}) {
+      sets.push_back({operand(dtype, shape, rng), params[1], params[2]});
+    }
+    EXPECT_TRUE(sameKernelMatches(librarySpec(sets[0], attrs, true), sets)) << dtypeName(dtype);
+    // Activations as post-ops.
+    EXPECT_TRUE(epilogueMatches(convInputs(Shape{1, 5, 9, 11}, 7, 1, 3, true, rng, dtype),
+                                {{"pads", ints({1, 2, 2, 1})}}, {{OpId::Relu, -1, false}}, rng, false, {}, kLibrary))
+        << dtypeName(dtype);
+    EXPECT_TRUE(epilogueMatches(convInputs(Shape{2, 7, 8, 9}, 11, 1, 1, true, rng, dtype), {},
+                                {{OpId::Silu, -1, false}}, rng, true, {}, kLibrary))
+        << dtypeName(dtype);
+    // An execution oneDNN refuses: the fallback loop reads and writes the 16-bit dtype.
+    const std::vector<Value> refused = convInputs(Shape{2, 6, 11, 9}, 4, 2, 3, true, rng, dtype);
+    const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+    onednn_conv::failExecutionsForTesting(true);
+    const ::testing::AssertionResult fallback = matchesReference(
+        librarySpec(refused, {{"pads", ints({1, 0, 2, 1})}, {"groups", AttrValue::ofInt(2)}}, false), refused);
+    onednn_conv::failExecutionsForTesting(false);
+    EXPECT_TRUE(fallback) << dtypeName(dtype);
+    EXPECT_EQ(onednn_conv::stats().run_failures, before.run_failures + 1);
+  }
 }
 
 // The candidate is offered last, after the generated ones, only with LibraryCandidates=1; a
@@ -174,9 +243,11 @@ TEST(ConvLibrary, OfferedWithLibraryCandidates) {
 // packing while the same tensor comes back, over several image sizes; another weight tensor gets
 // its own packing; a weight in external memory (e.g. a numpy array, which its owner may change in
 // place) is reordered on every call, so a change between calls is seen.
+// A conv weight is packed whatever its size: the matmul's PackedWeightMinElements floor (set above
+// every weight here) does not apply (the stem's 9,408-element weight was reordered per call).
 TEST(ConvLibrary, AReorderedWeightIsPackedOnceAndReused) {
   const std::int64_t min_elements = Tunables::get(Tunable::PackedWeightMinElements);
-  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, 1).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::PackedWeightMinElements, std::int64_t{1} << 40).isOk());
   std::mt19937 rng(48);
   const Attrs attrs = {{"pads", ints({1, 0, 2, 1})}, {"groups", AttrValue::ofInt(1)}};
   const std::vector<Value> params = convInputs(Shape{1, 32, 5, 5}, 64, 1, 3, true, rng);
@@ -256,7 +327,8 @@ TEST(ConvLibrary, APrimitiveThatCannotBeCreatedFallsBackToTheGeneratedKernel) {
       const Comparison comparison = compareOutputs(*expected, actual);
       EXPECT_TRUE(comparison.ok) << "case " << i << " call " << call << ": " << comparison.reason;
     }
-    EXPECT_EQ(onednn_conv::stats().calls, before.calls + 1) << "case " << i << ": only the first call ran oneDNN";
+    EXPECT_EQ(onednn_conv::stats().calls, before.calls + 1 + (*kernel)->packed.stats().packs)
+        << "case " << i << ": only the first call ran oneDNN (and the packing of its weight)";
     EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
   }
 }

@@ -5,8 +5,11 @@
 // that split rows, with and without a bias, one kernel over several batch and spatial extents
 // (dynamic dims), every tuning candidate, fused epilogues — and the convs it leaves to the reference.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "conv_test_util.h"
@@ -401,13 +404,18 @@ KernelSpec poolSpec(const Value& x, const Attrs& attrs, bool dynamic, std::strin
 }
 
 // `x` with values on a coarse grid (ties, +0 and -0) and, when `nan`, a few NaNs; float32, or
-// those values as float16 / bfloat16.
-Value poolInput(const Shape& shape, std::mt19937& rng, bool nan, DType dtype = DType::Float32) {
+// those values as float16 / bfloat16. `bits_at(i)`, when given, sets element i to those float32
+// bits (NaNs with payloads, infinities) where it returns some.
+Value poolInput(const Shape& shape, std::mt19937& rng, bool nan, DType dtype = DType::Float32,
+                const std::function<std::optional<std::uint32_t>(std::int64_t)>& bits_at = {}) {
   Tensor x = randomTensor(DType::Float32, shape, rng, Layout::Contiguous, 1.0);
   float* data = x.data<float>();
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     data[i] = std::round(data[i] * 2.0f) / 2.0f;
     if (nan && i % 13 == 5) data[i] = std::numeric_limits<float>::quiet_NaN();
+    if (bits_at) {
+      if (const std::optional<std::uint32_t> bits = bits_at(i)) data[i] = std::bit_cast<float>(*bits);
+    }
   }
   if (dtype == DType::Float32) return Value::fromTensor(x);
   Tensor narrow = Tensor::empty(dtype, shape).value();
@@ -499,6 +507,43 @@ TEST(ConvJit, OneMaxPoolKernelOverSeveralSizes) {
       xs.push_back(poolInput(shape, rng, false));
     }
     EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true), xs));
+  }
+}
+
+// Planes with NaNs (distinct payloads, both signs, at the plane's corners, an edge and inside)
+// and planes without any in one call, 2-D (every third [n, c] plane) and 3-D (every third depth
+// slice, so that some output slices read one and others none): the compiled max_pool matches the
+// reference's bits, the last NaN tap's payload, +0/-0 ties kept as the first tap, windows of
+// -inf only (a kernel that treats planes with and without a NaN apart must keep them so).
+TEST(ConvJit, MaxPoolPlanesWithAndWithoutNaNMatchBitForBit) {
+  std::mt19937 rng(36);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const std::uint32_t payloads[] = {0x7fc10000u, 0xffc30000u, 0x7fe50000u, 0xff840000u};
+  for (const Shape& shape : {Shape{2, 3, 9, 11}, Shape{1, 4, 7, 6, 9}}) {
+    const std::int64_t h = shape[shape.rank() - 2], w = shape[shape.rank() - 1], plane = h * w;
+    auto nan_at = [&](std::int64_t i) -> std::optional<std::uint32_t> {
+      const std::int64_t p = i / plane, at = i % plane;
+      if (p % 3 == 2 && at < 2 * w) return 0xff800000u;  // -inf: output row 0's windows hold nothing else
+      if (p % 3 != 1) return std::nullopt;
+      const bool corner = at == 0 || at == w - 1 || at == plane - w || at == plane - 1;
+      const bool inside = at == (h / 2) * w + w / 2 || at == (h / 2) * w + w / 2 + 1 || at == w * 3;
+      if (!corner && !inside) return std::nullopt;
+      return payloads[static_cast<std::size_t>(at + p) % 4];
+    };
+    const int spatial = shape.rank() - 2;
+    const std::vector<Attrs> window = {
+        {{"kernel", ints(std::vector<std::int64_t>(spatial, 3))},
+         {"strides", ints(std::vector<std::int64_t>(spatial, 2))},
+         {"pads", ints(std::vector<std::int64_t>(2 * spatial, 1))}},
+        {{"kernel", ints(std::vector<std::int64_t>(spatial, 2))}, {"ceil_mode", AttrValue::ofBool(true)}}};
+    for (const Attrs& attrs : window) {
+      for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
+        const Value x = poolInput(shape, rng, false, dtype, nan_at);
+        const std::vector<Value> xs = {x, poolInput(shape, rng, false, dtype)};
+        EXPECT_TRUE(poolMatchesExactly(poolSpec(x, attrs, dtype != DType::Float16), xs))
+            << shape.toString() << " " << dtypeName(dtype);
+      }
+    }
   }
 }
 

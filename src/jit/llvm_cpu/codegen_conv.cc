@@ -32,7 +32,9 @@
 // in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN;
 // avg_pool sums from 0, then divides each output by its window's count (the reference's bits).
 // The oneDNN candidate (KernelParams::library = 1, library_onednn_conv.h): a stub entry that calls
-// the primitive's runner, timed against the generated candidates by the AutoTuner.
+// the primitive's runner, timed against the generated candidates by the AutoTuner. A float16 or
+// bfloat16 conv the generated kernels do not compute (all but pointwise ones) runs on it at the
+// default parameters too (libraryByDefault), untuned.
 // Static Cin/Cout/kernel sizes are baked in; N and the spatial extents are guarded as the conv
 // spec's dims (ranges); pads (and a dense conv's strides and dilations) are resolved per call.
 #include <algorithm>
@@ -185,6 +187,24 @@ Status checkEpilogue(const KernelSpec& spec) {
   return Status::ok();
 }
 
+// A float16/bfloat16 conv the generated kernels do not compute (a spatial kernel or strides: only
+// pointwise 16-bit convs have one) at the default parameters: oneDNN's primitive runs it where it
+// can (LibraryCandidates=1, onednn_conv::expressible), else it stays interpreted.
+bool libraryByDefault(const KernelSpec& spec) {
+  if (!(spec.params == KernelParams{}) || spec.op != OpId::Conv || spec.inputs.size() < 2 ||
+      spec.attrs.size() <= kAutoPad)
+    return false;
+  const OperandSpec& x = spec.inputs[kX];
+  const OperandSpec& w = spec.inputs[kW];
+  if (x.dtype == DType::Float32 || w.dtype != x.dtype || w.rank != x.rank || w.rank < 3) return false;
+  return (isDepthwise(spec) || !isPointwise(spec)) && onednn_conv::available() && onednn_conv::expressible(spec).isOk();
+}
+
+// Whether `spec`'s kernel is oneDNN's primitive (the library candidate, or libraryByDefault).
+bool onLibrary(const KernelSpec& spec) {
+  return spec.params.library != 0 || libraryByDefault(spec);
+}
+
 // OK when `spec` is a conv this family compiles; else the reason.
 Status checkConv(const KernelSpec& spec) {
   if (spec.op != OpId::Conv) return makeError(ErrorCode::Unsupported, "the conv family compiles conv only");
@@ -211,7 +231,7 @@ Status checkConv(const KernelSpec& spec) {
   }
   const bool depthwise = isDepthwise(spec);
   // oneDNN's primitive takes any groups and 3-D convs (onednn_conv::expressible checks them).
-  const bool library = spec.params.library != 0;
+  const bool library = onLibrary(spec);
   if (!library && spec.attrs[kGroups].i != 1 && !depthwise) {
     return makeError(ErrorCode::Unsupported,
                      "conv kernels take one group or a depthwise conv (groups={} stays interpreted)",
@@ -241,7 +261,7 @@ Status checkConv(const KernelSpec& spec) {
     }
   }
   if (library) {
-    if (!(spec.params == KernelParams{.library = 1})) {
+    if (!(spec.params == KernelParams{.library = 1}) && !libraryByDefault(spec)) {
       return makeError(ErrorCode::Unsupported, "a conv library kernel takes no other parameters ({})",
                        spec.params.toString());
     }
@@ -1168,7 +1188,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status supports(const KernelSpec& spec) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
-    if (isDepthwise(spec) || spec.params.library != 0) return Status::ok();
+    if (isDepthwise(spec) || onLibrary(spec)) return Status::ok();
     const KernelSpec mm = matmulSpecOf(spec);
     SVM_RETURN_IF_ERROR(matmulKernels().supports(mm));
     return hasNarrowTiles(spec, mm) ? matmulKernels().supports(narrowSpecOf(spec)) : Status::ok();
@@ -1202,7 +1222,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     for (std::size_t e = kFirstExtra; e < spec.inputs.size(); ++e) {
       SVM_RETURN_IF_ERROR(checkExtra(spec.inputs[e], inputs[e]->tensor(), outputs[0].shape()));
     }
-    if (spec.params.library != 0) {
+    if (onLibrary(spec)) {
       Status library = onednn_conv::prepareCall(spec, inputs, outputs[0], args);
       // A primitive oneDNN cannot create for this call's shapes (logged by its cache): the
       // generated kernel the library kernel also holds runs it, else the reference kernel.
@@ -1219,16 +1239,16 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
   // generated family computes: its entry calls the runner in the arguments as the library's does).
   bool holdsGenerated(const KernelSpec& spec) const {
     const KernelSpec generated = generatedSpecOf(spec);
-    return !isDepthwise(generated) && supports(generated).isOk();
+    return !isDepthwise(generated) && !libraryByDefault(generated) && supports(generated).isOk();
   }
 
   // A library kernel's weight when its primitive reorders it (onednn_conv::packedWeight).
   PackedOperand packedOperand(const KernelSpec& spec, const KernelArgs& args) const override {
-    return spec.params.library != 0 ? onednn_conv::packedWeight(args) : PackedOperand{};
+    return onLibrary(spec) ? onednn_conv::packedWeight(args) : PackedOperand{};
   }
 
   void usePacked(const KernelSpec& spec, KernelArgs& args, void* buffer, PackMode mode) const override {
-    if (spec.params.library != 0) onednn_conv::usePackedWeight(args, buffer, mode);
+    if (onLibrary(spec)) onednn_conv::usePackedWeight(args, buffer, mode);
   }
 
   std::string symbolStem(const KernelSpec& spec) const override {
@@ -1239,20 +1259,23 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
     // A library kernel's ends as the matmul's does (_onednn).
     if (isDepthwise(spec)) {
       return fmt::format("conv{}_depthwise_c{}_{}{}", kernel, spec.inputs[kW].dims[0].size,
-                         dtypeName(spec.inputs[kX].dtype), spec.params.library != 0 ? "_onednn" : "");
+                         dtypeName(spec.inputs[kX].dtype), onLibrary(spec) ? "_onednn" : "");
     }
     const std::int64_t groups = spec.attrs[kGroups].i;  // > 1: a library kernel's
+    KernelSpec named = spec;
+    if (libraryByDefault(spec)) named.params = {.library = 1};
     return fmt::format("conv{}{}_{}", kernel, groups > 1 ? fmt::format("_g{}", groups) : std::string(),
-                       matmulKernels().symbolStem(matmulSpecOf(spec)));
+                       matmulKernels().symbolStem(matmulSpecOf(named)));
   }
 
   // The generated kernel's candidates (the matmul's tiles), then oneDNN's primitive
   // (LibraryCandidates=1) where it can compute the conv: timed against them by the AutoTuner,
   // which records the winner's impl. A depthwise conv has its generated kernel only: it beat the
   // primitive with its reorders (BENCHMARKS.md, issue 21), and the run-off, which keeps the
-  // library unless the generated kernel wins by the noise margin, picked the slower one there.
+  // library unless the generated kernel wins by the noise margin, picked the slower one there. A
+  // 16-bit conv on the library by default has nothing generated to time it against.
   std::vector<KernelParams> searchSpace(const KernelSpec& spec) const override {
-    if (isDepthwise(spec)) return {};
+    if (isDepthwise(spec) || libraryByDefault(spec)) return {};
     std::vector<KernelParams> candidates = matmulKernels().searchSpace(matmulSpecOf(spec));
     std::erase_if(candidates, [](const KernelParams& p) { return p.library != 0; });
     KernelSpec library = spec;
@@ -1263,7 +1286,7 @@ class ConvFamily final : public KernelFamily, public LlvmKernelEmitter {
 
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(checkConv(spec));
-    if (spec.params.library != 0) {
+    if (onLibrary(spec)) {
       // The primitive of static shapes is created here: compile time, and one oneDNN cannot
       // create fails the compile (the generated kernel is used instead). The entry calls the
       // runner prepare() names: the library's, or for a call whose primitive oneDNN cannot create

@@ -74,8 +74,34 @@ bool oneElement(const OperandSpec& operand) {
   return true;
 }
 
+// oneDNN's data type of a float dtype the candidate takes.
+dnnl_data_type_t dnnlType(DType dtype) {
+  switch (dtype) {
+    case DType::BFloat16: return dnnl_bf16;
+    case DType::Float16: return dnnl_f16;
+    default: return dnnl_f32;
+  }
+}
+
+// Element i of `data` (float32, float16 or bfloat16) as float32, and `v` stored there rounded once.
+float loadAt(const void* data, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::BFloat16: return bf16ToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::Float16: return halfToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    default: return static_cast<const float*>(data)[i];
+  }
+}
+void storeAt(void* data, DType dtype, std::int64_t i, float v) {
+  switch (dtype) {
+    case DType::BFloat16: static_cast<std::uint16_t*>(data)[i] = floatToBf16(v); break;
+    case DType::Float16: static_cast<std::uint16_t*>(data)[i] = floatToHalf(v); break;
+    default: static_cast<float*>(data)[i] = v; break;
+  }
+}
+
 // The conv a call poses: what the cache is keyed by (toString) and the runner reads.
 struct Problem {
+  DType dtype = DType::Float32;  // of x, w, the bias and the output
   int spatial = 2;
   std::int64_t n = 0, cin = 0, cout = 0, groups = 1;
   std::vector<std::int64_t> in, kernel, out, strides, dilations, pad_l, pad_r;
@@ -84,17 +110,21 @@ struct Problem {
     OpId op;
     int operand = -1;  // binary: the KernelArgs slot of its operand
     bool scalar = false;
+    DType dtype = DType::Float32;  // binary: its operand's (float32 or the conv's dtype)
   };
   std::vector<Post> posts;
   int out_slot = 0;
   int threads = 1;
   bool blocked = false;  // oneDNN's layouts, the tensors reordered per call (see preferBlocked)
   std::string toString() const {
-    std::string key = fmt::format("f32 n{} c{}->{} g{} in{} k{} out{} s{} d{} p{}/{}{} t{}{}", n, cin, cout, groups,
-                                  fmt::join(in, "x"), fmt::join(kernel, "x"), fmt::join(out, "x"),
+    std::string key = fmt::format("{} n{} c{}->{} g{} in{} k{} out{} s{} d{} p{}/{}{} t{}{}", dtypeName(dtype), n, cin,
+                                  cout, groups, fmt::join(in, "x"), fmt::join(kernel, "x"), fmt::join(out, "x"),
                                   fmt::join(strides, "x"), fmt::join(dilations, "x"), fmt::join(pad_l, "x"),
                                   fmt::join(pad_r, "x"), bias ? " bias" : "", threads, blocked ? " blocked" : "");
-    for (const Post& post : posts) key += fmt::format(" {}{}", opIdent(post.op), post.scalar ? "[1]" : "");
+    for (const Post& post : posts) {
+      key += fmt::format(" {}{}{}", opIdent(post.op), post.scalar ? "[1]" : "",
+                         post.operand >= 0 && post.dtype != DType::Float32 ? dtypeName(post.dtype) : "");
+    }
     return key;
   }
 };
@@ -299,7 +329,7 @@ class Primitive {
     // Plain layouts: [N, C, spatial...], the weight [Cout, Cin/g, k...] or, grouped, [g, Cout/g,
     // Cin/g, k...] (the same bytes), the bias [Cout].
     const int rank = p.spatial + 2;
-    auto plain = [](dnnl_memory_desc_t* desc, std::vector<std::int64_t> dims) {
+    auto plain = [](dnnl_memory_desc_t* desc, std::vector<std::int64_t> dims, DType dtype) {
       dnnl_dims_t d = {}, steps = {};
       std::int64_t dense = 1;
       for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
@@ -307,7 +337,7 @@ class Primitive {
         steps[i] = dense;
         dense *= dims[static_cast<std::size_t>(i)];
       }
-      return check(dnnl_memory_desc_init_by_strides(desc, static_cast<int>(dims.size()), d, dnnl_f32, steps),
+      return check(dnnl_memory_desc_init_by_strides(desc, static_cast<int>(dims.size()), d, dnnlType(dtype), steps),
                    "memory_desc_init_by_strides");
     };
     std::vector<std::int64_t> src_dims = {p.n, p.cin}, dst_dims = {p.n, p.cout}, w_dims;
@@ -319,11 +349,11 @@ class Primitive {
     w_dims.insert(w_dims.end(), p.kernel.begin(), p.kernel.end());
     // Memories in execution order: src, weights, (bias), dst, then the binary post-ops' operands.
     std::vector<dnnl_memory_desc_t> descs(3);
-    SVM_RETURN_IF_ERROR(plain(&descs[0], src_dims));
-    SVM_RETURN_IF_ERROR(plain(&descs[1], w_dims));
+    SVM_RETURN_IF_ERROR(plain(&descs[0], src_dims, p.dtype));
+    SVM_RETURN_IF_ERROR(plain(&descs[1], w_dims, p.dtype));
     dnnl_memory_desc_t bias_desc{};
-    if (p.bias) SVM_RETURN_IF_ERROR(plain(&bias_desc, {p.cout}));
-    SVM_RETURN_IF_ERROR(plain(&descs[2], dst_dims));
+    if (p.bias) SVM_RETURN_IF_ERROR(plain(&bias_desc, {p.cout}, p.dtype));
+    SVM_RETURN_IF_ERROR(plain(&descs[2], dst_dims, p.dtype));
     exec_args_ = {{DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}};
     if (p.bias) {
       descs.insert(descs.begin() + 2, bias_desc);
@@ -343,7 +373,8 @@ class Primitive {
             check(dnnl_post_ops_append_eltwise(post_ops, 1.f, kind->alg, kind->alpha, 0.f), "post_ops_append_eltwise");
       } else {
         dnnl_memory_desc_t desc;
-        status = plain(&desc, post.scalar ? std::vector<std::int64_t>(static_cast<std::size_t>(rank), 1) : dst_dims);
+        status = plain(&desc, post.scalar ? std::vector<std::int64_t>(static_cast<std::size_t>(rank), 1) : dst_dims,
+                       post.dtype);
         if (status.isOk())
           status = check(dnnl_post_ops_append_binary(post_ops, kind->alg, &desc), "post_ops_append_binary");
         descs.push_back(desc);
@@ -370,8 +401,9 @@ class Primitive {
     if (p.blocked) {
       for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
         if (status.isOk())
-          status = check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnl_f32, dnnl_format_tag_any),
-                         "memory_desc_init_by_tag");
+          status =
+              check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype), dnnl_format_tag_any),
+                    "memory_desc_init_by_tag");
       }
     }
     dnnl_convolution_desc_t desc;
@@ -452,6 +484,7 @@ bool preferBlocked(const Problem& p) {
 Expected<Problem> problemOf(const KernelSpec& spec, std::int64_t n, const std::vector<std::int64_t>& in) {
   Problem p;
   const OperandSpec& w = spec.inputs[kW];
+  p.dtype = w.dtype;
   p.spatial = w.rank - 2;
   p.n = n;
   p.cin = spec.inputs[kX].dims[1].size;
@@ -475,8 +508,9 @@ Expected<Problem> problemOf(const KernelSpec& spec, std::int64_t n, const std::v
   }
   p.bias = spec.inputs.size() > kBias && spec.inputs[kBias].is_tensor;
   for (const EpilogueStep& step : spec.epilogue) {
-    p.posts.push_back(
-        {step.op, step.operand, step.operand >= 0 && oneElement(spec.inputs[static_cast<std::size_t>(step.operand)])});
+    const OperandSpec* operand = step.operand >= 0 ? &spec.inputs[static_cast<std::size_t>(step.operand)] : nullptr;
+    p.posts.push_back({step.op, step.operand, operand != nullptr && oneElement(*operand),
+                       operand != nullptr ? operand->dtype : DType::Float32});
   }
   p.out_slot = static_cast<int>(spec.inputs.size());
   // As the generated dense conv sizes its tasks.
@@ -486,7 +520,9 @@ Expected<Problem> problemOf(const KernelSpec& spec, std::int64_t n, const std::v
     k *= p.kernel[d];
   }
   p.threads = n * pixels * p.cout * k >= matmul::kMinParallelWork ? std::max(1, kernelThreads()) : 1;
-  p.blocked = preferBlocked(p);
+  // float16/bfloat16: oneDNN's AMX/AVX-512 kernels take its blocked layouts (plain NCHW has no
+  // fast 16-bit conv), 1x1 convs too.
+  p.blocked = p.dtype != DType::Float32 || preferBlocked(p);
   return p;
 }
 
@@ -509,10 +545,10 @@ float applyStep(OpId op, float v, float x) {
 // What the primitive computes, as a direct loop (double sums): the fallback when oneDNN refuses
 // at run time.
 void fallbackConv(const Problem& p, const KernelArgs& args) {
-  const auto* x = static_cast<const float*>(args.data[kX]);
-  const auto* w = static_cast<const float*>(args.data[kW]);
-  const auto* bias = p.bias ? static_cast<const float*>(args.data[kBias]) : nullptr;
-  auto* out = static_cast<float*>(args.data[p.out_slot]);
+  const void* x = args.data[kX];
+  const void* w = args.data[kW];
+  const void* bias = p.bias ? args.data[kBias] : nullptr;
+  void* out = args.data[p.out_slot];
   // Every spatial rank as 3-D with leading unit axes.
   std::int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, o[3] = {1, 1, 1}, s[3] = {1, 1, 1}, dl[3] = {1, 1, 1},
                pl[3] = {0, 0, 0};
@@ -529,29 +565,55 @@ void fallbackConv(const Problem& p, const KernelArgs& args) {
       const std::int64_t g = co / cout_g;
       for (std::int64_t i = 0; i < out_plane; ++i) {
         const std::int64_t oz = i / (o[1] * o[2]), oy = i / o[2] % o[1], ox = i % o[2];
-        double sum = bias != nullptr ? bias[co] : 0.0;
+        double sum = bias != nullptr ? loadAt(bias, p.dtype, co) : 0.0;
         for (std::int64_t ci = 0; ci < cin_g; ++ci) {
-          const float* plane = x + (n * p.cin + g * cin_g + ci) * in_plane;
-          const float* taps_w = w + (co * cin_g + ci) * taps;
+          const std::int64_t plane = (n * p.cin + g * cin_g + ci) * in_plane;
+          const std::int64_t taps_w = (co * cin_g + ci) * taps;
           for (std::int64_t t = 0; t < taps; ++t) {
             const std::int64_t iz = oz * s[0] - pl[0] + t / (k[1] * k[2]) * dl[0];
             const std::int64_t iy = oy * s[1] - pl[1] + t / k[2] % k[1] * dl[1];
             const std::int64_t ix = ox * s[2] - pl[2] + t % k[2] * dl[2];
             if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1] || ix < 0 || ix >= in[2]) continue;
-            sum += static_cast<double>(taps_w[t]) * plane[(iz * in[1] + iy) * in[2] + ix];
+            sum += static_cast<double>(loadAt(w, p.dtype, taps_w + t)) *
+                   loadAt(x, p.dtype, plane + (iz * in[1] + iy) * in[2] + ix);
           }
         }
         const std::int64_t at = (n * p.cout + co) * out_plane + i;
         auto v = static_cast<float>(sum);
         for (const Problem::Post& post : p.posts) {
           const float other =
-              post.operand < 0 ? 0.f : static_cast<const float*>(args.data[post.operand])[post.scalar ? 0 : at];
+              post.operand < 0 ? 0.f : loadAt(args.data[post.operand], post.dtype, post.scalar ? 0 : at);
           v = applyStep(post.op, v, other);
         }
-        out[at] = v;
+        storeAt(out, p.dtype, at, v);
       }
     }
   }
+}
+
+// Whether this oneDNN has a float16 conv on this CPU (2.6 has none; AVX512-FP16 builds may): a
+// 3x3 conv's descriptor created once on its layouts.
+bool halfConvs() {
+  static const bool has = [] {
+    dnnl_engine_t engine = nullptr;
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return false;
+    dnnl_memory_desc_t src, w, dst;
+    dnnl_dims_t src_dims = {1, 16, 8, 8}, w_dims = {16, 16, 3, 3}, dst_dims = {1, 16, 8, 8};
+    dnnl_dims_t ones = {1, 1}, none = {0, 0};
+    dnnl_convolution_desc_t desc;
+    dnnl_primitive_desc_t pd = nullptr;
+    const bool ok =
+        dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&w, 4, w_dims, dnnl_f16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f16, dnnl_format_tag_any) == dnnl_success &&
+        dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct, &src, &w,
+                                                   nullptr, &dst, ones, none, ones, ones) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &desc, nullptr, engine, nullptr) == dnnl_success;
+    if (pd != nullptr) dnnl_primitive_desc_destroy(pd);
+    dnnl_engine_destroy(engine);
+    return ok;
+  }();
+  return has;
 }
 
 }  // namespace
@@ -568,8 +630,10 @@ Status expressible(const KernelSpec& spec) {
     return no("not a conv kernel's spec");
   const OperandSpec& x = spec.inputs[kX];
   const OperandSpec& w = spec.inputs[kW];
-  if (x.dtype != DType::Float32 || w.dtype != DType::Float32 || x.rank < 3 || x.rank > 5 || w.rank != x.rank)
-    return no("float32 1-D to 3-D convs only");
+  const bool float_type = x.dtype == DType::Float32 || x.dtype == DType::BFloat16 || x.dtype == DType::Float16;
+  if (!float_type || w.dtype != x.dtype || x.rank < 3 || x.rank > 5 || w.rank != x.rank)
+    return no("float32, bfloat16 or float16 1-D to 3-D convs only");
+  if (x.dtype == DType::Float16 && !halfConvs()) return no("this oneDNN has no float16 conv on this CPU");
   if (!x.dims[1].isStatic()) return no("dynamic input channels");
   for (int d = 0; d < w.rank; ++d) {
     if (!w.dims[d].isStatic()) return no("a dynamic weight dim");
@@ -584,8 +648,9 @@ Status expressible(const KernelSpec& spec) {
     if (step.swapped && step.op != OpId::Add && step.op != OpId::Mul && step.op != OpId::Maximum &&
         step.op != OpId::Minimum)
       return no(fmt::format("{} with the conv on the right", opIdent(step.op)));
-    if (step.operand >= 0 && spec.inputs[static_cast<std::size_t>(step.operand)].dtype != DType::Float32)
-      return no("an epilogue operand that is not float32");
+    const DType operand = step.operand >= 0 ? spec.inputs[static_cast<std::size_t>(step.operand)].dtype : x.dtype;
+    if (operand != DType::Float32 && operand != x.dtype)
+      return no("an epilogue operand neither float32 nor of the conv's dtype");
   }
   return Status::ok();
 }
@@ -655,7 +720,8 @@ PackedOperand packedWeight(const KernelArgs& args) {
   auto* primitive = reinterpret_cast<Primitive*>(static_cast<std::uintptr_t>(args.scalars[matmul::kScalarLibrary]));
   const std::int64_t bytes = primitive != nullptr ? primitive->packedBytes() : 0;
   if (bytes <= 0) return {};
-  return {static_cast<int>(kW), bytes};
+  // Any size: the stem's 7x7 weight (9,408 elements) would be reordered by a pass of its own per call.
+  return {static_cast<int>(kW), bytes, /*any_size=*/true};
 }
 
 void usePackedWeight(KernelArgs& args, void* buffer, PackMode mode) {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // oneDNN convolution primitives as the conv family's library candidate (KernelParams::library = 1,
-// "impl=onednn"): a float32 1-D/2-D/3-D conv (any kernel, stride, dilation, padding, groups) of
-// dense NCHW tensors as ShapeVM stores them, with the bias as the primitive's and the fused
+// "impl=onednn"): a float32 or bfloat16 (float16 where oneDNN has it on this CPU) 1-D/2-D/3-D
+// conv (any kernel, stride, dilation, padding, groups) of dense NCHW tensors as ShapeVM stores
+// them (bfloat16/float16: reordered into oneDNN's blocked layouts for its AMX/AVX-512 kernels,
+// accumulated in float32 and rounded once), with the bias as the primitive's and the fused
 // epilogue (activations, a residual add, scalar bounds) as post-ops. The compiled kernel is a stub
 // that calls runLibraryConv() with the primitive prepareCall() found in a process-wide cache keyed
 // by the call's exact shapes and attributes (created once per key; a conv with static extents has
@@ -25,9 +27,10 @@ namespace shapevm::jit::onednn_conv {
 
 // Library convs on: oneDNN is built in and the LibraryCandidates tunable is 1.
 bool available();
-// OK when the primitive can compute `spec` (a conv of float32 x, w and bias, whose epilogue
-// steps are all post-ops: eltwise activations, binary ops on an operand of the output's shape or
-// of one element); else the reason. Whether oneDNN creates it on this CPU is known once prepared.
+// OK when the primitive can compute `spec` (a conv of float32 or bfloat16 x, w and bias, float16
+// where this oneDNN has a float16 conv, whose epilogue steps are all post-ops: eltwise
+// activations, binary ops on an operand of the output's shape or of one element, float32 or of
+// the conv's dtype); else the reason. Whether oneDNN creates it on this CPU is known once prepared.
 Status expressible(const KernelSpec& spec);
 // Creates (or finds) the primitive of a spec whose dims are all static: the compile's share. An
 // error when oneDNN cannot create it; OK without creating anything when some dim is dynamic.
