@@ -63,6 +63,13 @@ KernelTarget kernelTargetOf(const CpuTarget& cpu);
 // round 4").
 void markHandVectorized(llvm::Module& module);
 
+// Marks a module whose loops are bound by memory traffic, not by their address arithmetic (the
+// elementwise family: a few loads, one store and a few operations per element): emitObject()
+// builds its machine code without the backend passes a hand-vectorized module skips (loop
+// strength reduction was ~1/5 of a small elementwise kernel's compile); its IR pipeline is the
+// kernel pipeline, loop vectorizer included. BENCHMARKS.md, "The per-compile floor".
+void markMemoryBound(llvm::Module& module);
+
 class JitEngine {
  public:
   static Expected<std::unique_ptr<JitEngine>> create(EngineOptions options = {});
