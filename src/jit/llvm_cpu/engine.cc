@@ -375,9 +375,9 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
       const std::string variant =
           pipeline == 1 && level == 3 ? std::string() : fmt::format(" pipeline {} codegen {}", pipeline, level);
       std::string& identity = impl->code_identity[index];
-      identity = fmt::format("llvm {}; {}; cpu {}; O{}{}; backend rule {}; features", LLVM_VERSION_STRING,
-                             jtmb->getTargetTriple().str(), impl->cpu_name, options.opt_level, variant,
-                             kBackendPassRule);
+      identity =
+          fmt::format("llvm {}; {}; cpu {}; O{}{}; backend rule {}; features", LLVM_VERSION_STRING,
+                      jtmb->getTargetTriple().str(), impl->cpu_name, options.opt_level, variant, kBackendPassRule);
       for (const std::string& feature : sorted) identity += " " + feature;
     }
   }
