@@ -110,10 +110,12 @@ class JitEngine {
   std::size_t liveKernels() const;
   // IR modules compiled to machine code so far (emitObject() of built code; link() of built code).
   std::uint64_t codegens() const;
-  // Backend passes left out of codegens so far (a hand-vectorized module's machine code is built
-  // without loop strength reduction and the post-RA scheduler; see markHandVectorized).
+  // Backend passes left out of codegens so far (a hand-vectorized or memory-bound module's machine
+  // code is built without loop strength reduction and the post-RA scheduler; see
+  // markHandVectorized, markMemoryBound).
   std::uint64_t codegenPassesSkipped() const;
-  // On (the default): hand-vectorized modules skip those passes. Off: every module gets every pass
+  // On (the default): hand-vectorized and memory-bound modules skip those passes. Off: every
+  // module gets every pass
   // (for the matmul-codegen bench's comparison; objects built off are not told apart in
   // codeIdentity(), so a process with a kernel cache keeps it on).
   void setSkipHandVectorizedPasses(bool skip);
