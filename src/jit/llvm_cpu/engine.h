@@ -115,9 +115,8 @@ class JitEngine {
   // markHandVectorized, markMemoryBound).
   std::uint64_t codegenPassesSkipped() const;
   // On (the default): hand-vectorized and memory-bound modules skip those passes. Off: every
-  // module gets every pass
-  // (for the matmul-codegen bench's comparison; objects built off are not told apart in
-  // codeIdentity(), so a process with a kernel cache keeps it on).
+  // module gets every pass (for the matmul-codegen bench's comparison; objects built off are not
+  // told apart in codeIdentity(), so a process with a kernel cache keeps it on).
   void setSkipHandVectorizedPasses(bool skip);
 
  private:
