@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The backend passes per kernel family: a hand-vectorized module (markHandVectorized, the matmul
-// and conv families) is compiled without loop strength reduction and the post-RA scheduler, other
-// modules with every pass; the kernels stay equal to the reference. And a matmul kernel whose B
+// and conv families) or a memory-bound one (markMemoryBound, the elementwise family) is compiled
+// without loop strength reduction and the post-RA scheduler, other modules with every pass; the
+// kernels stay equal to the reference. And a matmul kernel whose B
 // spec is strided (x @ W.T) carries no on-the-fly packing tile: run on a B whose rows turn out
 // contiguous, its panels are packed before the tiles instead.
 #include <gtest/gtest.h>
@@ -38,23 +39,28 @@ Status emitStridedAxpy(llvm::Module& module, const std::string& symbol, std::int
   return Status::ok();
 }
 
-TEST(CodegenPasses, HandVectorizedModulesSkipTheirBackendPassesAndStayCorrect) {
+enum class Mark { None, HandVectorized, MemoryBound };
+
+TEST(CodegenPasses, HandVectorizedAndMemoryBoundModulesSkipTheirBackendPassesAndStayCorrect) {
   auto engine = JitEngine::create();
   ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
   const std::int64_t saved = Tunables::get(Tunable::JitCodegenLevel);
   ASSERT_TRUE(Tunables::set(Tunable::JitCodegenLevel, 3).isOk());
   constexpr std::int64_t kStep = 3, kCount = 37;
-  for (bool hand_vectorized : {false, true}) {
-    const std::string symbol = hand_vectorized ? "svm_test_passes_hand" : "svm_test_passes_plain";
+  for (Mark mark : {Mark::None, Mark::HandVectorized, Mark::MemoryBound}) {
+    const std::string symbol = mark == Mark::None             ? "svm_test_passes_plain"
+                               : mark == Mark::HandVectorized ? "svm_test_passes_hand"
+                                                              : "svm_test_passes_memory";
     const std::uint64_t skipped = (*engine)->codegenPassesSkipped();
     auto handle = (*engine)->compile(symbol, [&](llvm::Module& m) {
-      if (hand_vectorized) markHandVectorized(m);
+      if (mark == Mark::HandVectorized) markHandVectorized(m);
+      if (mark == Mark::MemoryBound) markMemoryBound(m);
       return emitStridedAxpy(m, symbol, kStep);
     });
     ASSERT_TRUE(handle.hasValue()) << handle.status().toString();
     // Loop strength reduction, its freeze canonicalization and the post-RA scheduler: all three are
     // in x86-64's pipeline at this level.
-    EXPECT_EQ((*engine)->codegenPassesSkipped() - skipped, hand_vectorized ? 3u : 0u) << symbol;
+    EXPECT_EQ((*engine)->codegenPassesSkipped() - skipped, mark == Mark::None ? 0u : 3u) << symbol;
     std::vector<float> in(kCount * kStep), out(kCount, -7.0f);
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.25f * static_cast<float>(i) - 5.0f;
     KernelArgs args{};

@@ -869,6 +869,7 @@ class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter, p
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
     Emitter(b, function->getArg(0), p).run();
+    markMemoryBound(module);
     return Status::ok();
   }
 

@@ -97,6 +97,7 @@ constexpr const char* kHandVectorizedPipeline =
     "instcombine<no-verify-fixpoint>,simplifycfg)";
 
 constexpr const char* kHandVectorizedMark = "shapevm.hand_vectorized";
+constexpr const char* kMemoryBoundMark = "shapevm.memory_bound";
 
 // The backend passes a hand-vectorized module's machine code is built without (by their
 // PassRegistry argument). A tile's K loop is bound by its FMAs (24 per step for 6 x 64), not by the
@@ -105,6 +106,10 @@ constexpr const char* kHandVectorizedMark = "shapevm.hand_vectorized";
 // list scheduler (~5%) buy it nothing measurable. The pre-RA machine scheduler stays. Measured on
 // the matmul kernels: BENCHMARKS.md, "Cold compile cost, round 4".
 constexpr std::string_view kHandVectorizedSkippedCodegenPasses[] = {"loop-reduce", "canon-freeze", "post-RA-sched"};
+
+// Which marked modules skip those passes, in codeIdentity() (a kernel cache keeps no object built
+// under an earlier rule): 1, hand-vectorized ones only; 2, memory-bound ones too (markMemoryBound).
+constexpr int kBackendPassRule = 2;
 
 // A legacy pass manager that drops the passes named in `skipped` as the target adds them (the
 // backend's pass list is fixed by TargetPassConfig; only optional passes may be named).
@@ -185,6 +190,10 @@ class LlvmObjectCode final : public KernelCode {
 };
 
 }  // namespace
+
+void markMemoryBound(llvm::Module& module) {
+  module.getOrInsertNamedMetadata(kMemoryBoundMark);
+}
 
 void markHandVectorized(llvm::Module& module) {
   module.getOrInsertNamedMetadata(kHandVectorizedMark);
@@ -366,8 +375,9 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(EngineOptions options) {
       const std::string variant =
           pipeline == 1 && level == 3 ? std::string() : fmt::format(" pipeline {} codegen {}", pipeline, level);
       std::string& identity = impl->code_identity[index];
-      identity = fmt::format("llvm {}; {}; cpu {}; O{}{}; features", LLVM_VERSION_STRING, jtmb->getTargetTriple().str(),
-                             impl->cpu_name, options.opt_level, variant);
+      identity =
+          fmt::format("llvm {}; {}; cpu {}; O{}{}; backend rule {}; features", LLVM_VERSION_STRING,
+                      jtmb->getTargetTriple().str(), impl->cpu_name, options.opt_level, variant, kBackendPassRule);
       for (const std::string& feature : sorted) identity += " " + feature;
     }
   }
@@ -497,10 +507,12 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::emitObject(std::unique_ptr<Kern
   }
   llvm::Module& module = *built->module_;
   std::span<const std::string_view> skipped;
-  if (llvm::NamedMDNode* mark = module.getNamedMetadata(kHandVectorizedMark); mark != nullptr) {
-    module.eraseNamedMetadata(mark);
-    if (impl_->skip_hand_vectorized_passes.load(std::memory_order_relaxed))
-      skipped = kHandVectorizedSkippedCodegenPasses;
+  for (const char* name : {kHandVectorizedMark, kMemoryBoundMark}) {
+    if (llvm::NamedMDNode* mark = module.getNamedMetadata(name); mark != nullptr) {
+      module.eraseNamedMetadata(mark);
+      if (impl_->skip_hand_vectorized_passes.load(std::memory_order_relaxed))
+        skipped = kHandVectorizedSkippedCodegenPasses;
+    }
   }
   SVM_ASSIGN_OR_RETURN(std::unique_ptr<llvm::TargetMachine> machine, impl_->acquireMachine());
   machine->setOptLevel(codegenOptLevel(codegenLevel()));

@@ -63,6 +63,13 @@ KernelTarget kernelTargetOf(const CpuTarget& cpu);
 // round 4").
 void markHandVectorized(llvm::Module& module);
 
+// Marks a module whose loops are bound by memory traffic, not by their address arithmetic (the
+// elementwise family: a few loads, one store and a few operations per element): emitObject()
+// builds its machine code without the backend passes a hand-vectorized module skips (loop
+// strength reduction was ~1/5 of a small elementwise kernel's compile); its IR pipeline is the
+// kernel pipeline, loop vectorizer included. BENCHMARKS.md, "The per-compile floor".
+void markMemoryBound(llvm::Module& module);
+
 class JitEngine {
  public:
   static Expected<std::unique_ptr<JitEngine>> create(EngineOptions options = {});
@@ -103,12 +110,13 @@ class JitEngine {
   std::size_t liveKernels() const;
   // IR modules compiled to machine code so far (emitObject() of built code; link() of built code).
   std::uint64_t codegens() const;
-  // Backend passes left out of codegens so far (a hand-vectorized module's machine code is built
-  // without loop strength reduction and the post-RA scheduler; see markHandVectorized).
+  // Backend passes left out of codegens so far (a hand-vectorized or memory-bound module's machine
+  // code is built without loop strength reduction and the post-RA scheduler; see
+  // markHandVectorized, markMemoryBound).
   std::uint64_t codegenPassesSkipped() const;
-  // On (the default): hand-vectorized modules skip those passes. Off: every module gets every pass
-  // (for the matmul-codegen bench's comparison; objects built off are not told apart in
-  // codeIdentity(), so a process with a kernel cache keeps it on).
+  // On (the default): hand-vectorized and memory-bound modules skip those passes. Off: every
+  // module gets every pass (for the matmul-codegen bench's comparison; objects built off are not
+  // told apart in codeIdentity(), so a process with a kernel cache keeps it on).
   void setSkipHandVectorizedPasses(bool skip);
 
  private:
