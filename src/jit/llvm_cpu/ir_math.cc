@@ -5,7 +5,6 @@
 //   exp:   Q(r)  = (e^r - 1 - r) / r^2               on [-ln2/2, ln2/2],             degree 4
 //          (Lawson-weighted least squares for e^r's relative error in numpy, not chebyfit)
 //   log:   P(f)  = (log1p(f) - f + f^2/2) / f^3      on [sqrt(1/2) - 1, sqrt(2) - 1], degree 8
-//   tanh:  P(s)  = (tanh(sqrt s) - sqrt s) / s^1.5   on [0, 0.625^2],                degree 5
 //   erf:   P(s)  = erf(sqrt s) / sqrt s              on [0, 1],                      degree 6
 //   erfcx: P(u)  = e^{a^2} erfc(a), a = 2/(u + c) - 2 on t = u + c in [1/6.05, 0.8],  degree 10
 // (fit error below 4e-9 relative in each case; the float32 evaluation adds a few ulp).
@@ -22,8 +21,6 @@ namespace {
 
 constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f, -0.124256872f, 0.142490581f,
                                       -0.166678026f, 0.200007156f,  -0.24999997f, 0.333333313f};
-constexpr float kTanhCoefficients[] = {0.00229274482f, -0.00834394526f, 0.0217689183f,
-                                       -0.0539592579f, 0.133333042f,    -0.333333343f};
 // exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then Horner's
 // last two steps' 1, 1. One FMA fewer than the degree-7 Taylor polynomial it replaced (< 6e-9).
 constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f,
@@ -93,6 +90,7 @@ llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
   auto* estimate = llvm::cast<llvm::Instruction>(b.CreateFDiv(one, den));
   llvm::FastMathFlags flags;
   flags.setAllowReciprocal();
+  flags.setAllowContract();
   flags.setNoInfs();
   estimate->setFastMathFlags(flags);
   llvm::Value* error = exactFma(b, b.CreateFNeg(den), estimate, one);
@@ -102,6 +100,27 @@ llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
 // NaN in, the same NaN out (selects and clamps above would have turned it into a number).
 llvm::Value* keepNaN(Builder& b, llvm::Value* x, llvm::Value* result) {
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
+}
+
+// max(x, lowest) that keeps a NaN x (x86's maxps(lowest, x): one instruction), so a function
+// whose every later step propagates NaN needs no keepNaN.
+llvm::Value* clampBelowKeepingNaN(Builder& b, llvm::Value* x, double lowest) {
+  llvm::Value* bound = splat(x->getType(), lowest);
+  return b.CreateSelect(b.CreateFCmpOLT(x, bound), bound, x);
+}
+
+// n = round(x * scale) as a float and 2^(n + bias - 127) from the same add: x * scale + (1.5 * 2^23 +
+// bias) rounds to an integer-valued float whose low mantissa bits hold n + bias, so shifting its
+// bits left by 23 puts n + bias in the exponent field (the bits above it shift out). Three
+// operations (FMA, subtract, shift) in place of multiply, round, convert, add and shift. Needs
+// |x * scale| < 2^21 and n + bias in [1, 254].
+std::pair<llvm::Value*, llvm::Value*> roundWithPow2(Builder& b, llvm::Value* x, double scale, int bias) {
+  llvm::Type* type = x->getType();
+  llvm::Constant* magic = splat(type, 12582912.0 + bias);
+  llvm::Value* sum = fma(b, x, splat(type, scale), magic);
+  llvm::Value* n = b.CreateFSub(sum, magic);  // exact
+  llvm::Value* bits = b.CreateShl(b.CreateBitCast(sum, intTypeLike(b, type)), splatInt(b, type, 23));
+  return {n, b.CreateBitCast(bits, type)};
 }
 
 // 2^n for integer-valued float n in [-126, 127], built from the exponent bits.
@@ -164,11 +183,16 @@ ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = 
   return ExpParts{p, pow2(b, half), pow2(b, b.CreateSub(n_int, half))};
 }
 
-// e^x for an x the caller keeps in [0, 87] (no clamp, no NaN handling): a normal result, so one
-// power-of-two scale.
-llvm::Value* expNormal(Builder& b, llvm::Value* x) {
-  const auto [p, n_int] = expReduce(b, x);
-  return b.CreateFMul(p, pow2(b, n_int));
+// e^x as parts for x <= 0 (x < -120 clamped to -120, NaN kept): one scale s1 = 2^(n + 64),
+// normal for n in [-174, 0], and s2 = 2^-64, so a result down to the denormal range is still
+// rounded once, without the two-step scale's integer work.
+ExpParts expPartsNonpositive(Builder& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  llvm::Value* clamped = clampBelowKeepingNaN(b, x, -120.0);
+  const auto [n, scale] = roundWithPow2(b, clamped, 1.4426950408889634, 127 + 64);
+  llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
+  r = fma(b, n, splat(type, 2.12194440e-4), r);
+  return ExpParts{horner(b, kExpCoefficients, r), scale, splat(type, 0x1p-64)};
 }
 
 // factor * e^x from its parts: ((factor * p) * s1) * s2, one rounding into the denormal range.
@@ -246,17 +270,21 @@ llvm::Value* logF(Builder& b, llvm::Value* x) {
 llvm::Value* tanhF(Builder& b, llvm::Value* x) {
   if (isDouble(x)) return callLibm(b, "tanh", x);
   llvm::Type* type = x->getType();
-  llvm::Value* a = fabs(b, x);
-  llvm::Value* s = b.CreateFMul(x, x);
-  // copysign keeps tanh(-0) = -0 (the fma would give +0).
-  llvm::Value* small = copysign(b, fma(b, b.CreateFMul(x, s), horner(b, kTanhCoefficients, s), x), x);
-  // tanh(9.1) rounds to 1 in float32; the clamp keeps e^{2|x|} finite for the divide (and NaN
-  // becomes a number here, put back by keepNaN).
-  llvm::Value* e = expNormal(b, b.CreateFMul(b.CreateMinNum(a, splat(type, 9.1)), splat(type, 2.0)));
-  llvm::Value* one = splat(type, 1.0);
-  llvm::Value* large = b.CreateFSub(one, b.CreateFMul(splat(type, 2.0), reciprocalFinite(b, b.CreateFAdd(e, one))));
-  large = copysign(b, large, x);
-  return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(a, splat(type, 0.625)), small, large));
+  // y = -|x| clamped to [-20, 0] (tanh(9.1) rounds to 1); NaN passes through every step below.
+  llvm::Value* y = clampBelowKeepingNaN(b, b.CreateFNeg(fabs(b, x)), -20.0);
+  // u = e^{2y} - 1 in (-1, 0]: 2y = n ln2 + 2r, e^{2r} - 1 = r (2 + r 4Q(2r)) (Q's coefficients
+  // scaled by powers of two, exact), u = 2^n (e^{2r} - 1) + (2^n - 1). n <= 0, so the two terms never
+  // cancel by more than a factor 1.5, and u near 0 keeps its relative accuracy.
+  const auto [n, scale] = roundWithPow2(b, y, 2.0 * 1.4426950408889634, 127);
+  llvm::Value* r = fma(b, n, splat(type, -0.693359375 / 2), y);
+  r = fma(b, n, splat(type, 2.12194440e-4 / 2), r);
+  llvm::Value* p = splat(type, kExpCoefficients[0] * 64.0);
+  for (int k = 1; k < 5; ++k) p = fma(b, p, r, splat(type, kExpCoefficients[k] * static_cast<double>(64 >> k)));
+  llvm::Value* expm1_r = b.CreateFMul(r, fma(b, p, r, splat(type, 2.0)));
+  llvm::Value* u = fma(b, scale, expm1_r, b.CreateFSub(scale, splat(type, 1.0)));
+  // tanh|x| = -u / (u + 2), u + 2 in [1, 2]: copysign gives u / (u + 2), which is <= 0, x's sign
+  // (tanh(-0) = -0).
+  return copysign(b, b.CreateFMul(u, reciprocalFinite(b, b.CreateFAdd(u, splat(type, 2.0)))), x);
 }
 
 namespace {
@@ -267,12 +295,13 @@ namespace {
 llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
-  const ExpParts parts = expParts(b, b.CreateFNeg(fabs(b, x)), -120.0, /*nonpositive=*/true);
+  const ExpParts parts = expPartsNonpositive(b, b.CreateFNeg(fabs(b, x)));
   llvm::Value* e = scaleBy(b, parts, nullptr);
   llvm::Value* s = reciprocalFinite(b, b.CreateFAdd(one, e));  // 1 + e in [1, 2]
-  if (factor == nullptr) return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), s, b.CreateFMul(e, s));
+  llvm::Value* negative = b.CreateFCmpOLT(x, splat(type, 0.0));
+  if (factor == nullptr) return b.CreateSelect(negative, b.CreateFMul(e, s), s);
   llvm::Value* scaled_s = b.CreateFMul(factor, s);
-  return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), scaled_s, scaleBy(b, parts, scaled_s));
+  return b.CreateSelect(negative, scaleBy(b, parts, scaled_s), scaled_s);
 }
 }  // namespace
 
@@ -280,7 +309,7 @@ llvm::Value* sigmoidF(Builder& b, llvm::Value* x) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
   if (isDouble(x)) return b.CreateFDiv(one, b.CreateFAdd(one, expF(b, b.CreateFNeg(x))));
-  return keepNaN(b, x, sigmoidTimes(b, x, nullptr));
+  return sigmoidTimes(b, x, nullptr);  // NaN passes through
 }
 
 llvm::Value* siluF(Builder& b, llvm::Value* x) {
