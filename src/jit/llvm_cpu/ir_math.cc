@@ -21,10 +21,10 @@ namespace {
 
 constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f, -0.124256872f, 0.142490581f,
                                       -0.166678026f, 0.200007156f,  -0.24999997f, 0.333333313f};
-// exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then Horner's
-// last two steps' 1, 1. One FMA fewer than the degree-7 Taylor polynomial it replaced (< 6e-9).
+// exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then the 1 of
+// t = 1 + r Q(r); e^r = 1 + r t is one FMA more (e^r - 1 = r t for tanh).
 constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f,
-                                      0.49999997f,    1.0f,           1.0f};
+                                      0.49999997f,    1.0f};
 constexpr float kErfCoefficients[] = {7.87587487e-05f, -0.00080168643f, 0.00518908724f, -0.0268542115f,
                                       0.112835944f,    -0.37612626f,    1.12837911f};
 constexpr float kErfcxCenter = 0.48264461755752563f;
@@ -169,7 +169,7 @@ std::pair<llvm::Value*, llvm::Value*> expReduce(Builder& b, llvm::Value* x) {
   // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
   llvm::Value* r = fma(b, n, splat(type, -0.693359375), x);
   r = fma(b, n, splat(type, 2.12194440e-4), r);
-  return {horner(b, kExpCoefficients, r), b.CreateFPToSI(n, intTypeLike(b, type))};
+  return {fma(b, horner(b, kExpCoefficients, r), r, splat(type, 1.0)), b.CreateFPToSI(n, intTypeLike(b, type))};
 }
 
 ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = false) {
@@ -183,16 +183,25 @@ ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = 
   return ExpParts{p, pow2(b, half), pow2(b, b.CreateSub(n_int, half))};
 }
 
-// e^x as parts for x <= 0 (x < -120 clamped to -120, NaN kept): one scale s1 = 2^(n + 64),
-// normal for n in [-174, 0], and s2 = 2^-64, so a result down to the denormal range is still
-// rounded once, without the two-step scale's integer work.
-ExpParts expPartsNonpositive(Builder& b, llvm::Value* x) {
-  llvm::Type* type = x->getType();
-  llvm::Value* clamped = clampBelowKeepingNaN(b, x, -120.0);
-  const auto [n, scale] = roundWithPow2(b, clamped, 1.4426950408889634, 127 + 64);
+// e^y for y <= 0 (y < -120 clamped to -120, NaN kept) as 2^n e^r: r, t = 1 + r Q(r) (so e^r =
+// 1 + r t and e^r - 1 = r t, both without cancellation) and s64 = 2^(n + 64), a normal float for n
+// in [-174, 0]; times 2^-64 last, a result in the denormal range is rounded once. sigmoid and tanh
+// both build on it, with the same constants: a kernel computing both (the LSTM gates) keeps one
+// set of them in registers.
+struct ExpNonpositive {
+  llvm::Value* r;
+  llvm::Value* t;
+  llvm::Value* s64;
+  llvm::Value* p(Builder& b) const { return fma(b, t, r, splat(r->getType(), 1.0)); }  // e^r
+};
+
+ExpNonpositive expNonpositive(Builder& b, llvm::Value* y) {
+  llvm::Type* type = y->getType();
+  llvm::Value* clamped = clampBelowKeepingNaN(b, y, -120.0);
+  const auto [n, s64] = roundWithPow2(b, clamped, 1.4426950408889634, 127 + 64);
   llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
   r = fma(b, n, splat(type, 2.12194440e-4), r);
-  return ExpParts{horner(b, kExpCoefficients, r), scale, splat(type, 0x1p-64)};
+  return ExpNonpositive{r, horner(b, kExpCoefficients, r), s64};
 }
 
 // factor * e^x from its parts: ((factor * p) * s1) * s2, one rounding into the denormal range.
@@ -270,18 +279,12 @@ llvm::Value* logF(Builder& b, llvm::Value* x) {
 llvm::Value* tanhF(Builder& b, llvm::Value* x) {
   if (isDouble(x)) return callLibm(b, "tanh", x);
   llvm::Type* type = x->getType();
-  // y = -|x| clamped to [-20, 0] (tanh(9.1) rounds to 1); NaN passes through every step below.
-  llvm::Value* y = clampBelowKeepingNaN(b, b.CreateFNeg(fabs(b, x)), -20.0);
-  // u = e^{2y} - 1 in (-1, 0]: 2y = n ln2 + 2r, e^{2r} - 1 = r (2 + r 4Q(2r)) (Q's coefficients
-  // scaled by powers of two, exact), u = 2^n (e^{2r} - 1) + (2^n - 1). n <= 0, so the two terms never
-  // cancel by more than a factor 1.5, and u near 0 keeps its relative accuracy.
-  const auto [n, scale] = roundWithPow2(b, y, 2.0 * 1.4426950408889634, 127);
-  llvm::Value* r = fma(b, n, splat(type, -0.693359375 / 2), y);
-  r = fma(b, n, splat(type, 2.12194440e-4 / 2), r);
-  llvm::Value* p = splat(type, kExpCoefficients[0] * 64.0);
-  for (int k = 1; k < 5; ++k) p = fma(b, p, r, splat(type, kExpCoefficients[k] * static_cast<double>(64 >> k)));
-  llvm::Value* expm1_r = b.CreateFMul(r, fma(b, p, r, splat(type, 2.0)));
-  llvm::Value* u = fma(b, scale, expm1_r, b.CreateFSub(scale, splat(type, 1.0)));
+  // u = e^{-2|x|} - 1 in [-1, 0] = 2^n (e^r - 1) + (2^n - 1): n <= 0, so the two terms never cancel
+  // by more than a factor 1.5, and u near 0 keeps its relative accuracy. Below -120 (tanh(60)) the
+  // clamp applies; tanh(9.1) already rounds to 1. NaN passes through every step.
+  const ExpNonpositive e = expNonpositive(b, b.CreateFMul(b.CreateFNeg(fabs(b, x)), splat(type, 2.0)));
+  llvm::Value* scale = b.CreateFMul(e.s64, splat(type, 0x1p-64));
+  llvm::Value* u = fma(b, scale, b.CreateFMul(e.r, e.t), b.CreateFSub(scale, splat(type, 1.0)));
   // tanh|x| = -u / (u + 2), u + 2 in [1, 2]: copysign gives u / (u + 2), which is <= 0, x's sign
   // (tanh(-0) = -0).
   return copysign(b, b.CreateFMul(u, reciprocalFinite(b, b.CreateFAdd(u, splat(type, 2.0)))), x);
@@ -295,7 +298,8 @@ namespace {
 llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
-  const ExpParts parts = expPartsNonpositive(b, b.CreateFNeg(fabs(b, x)));
+  const ExpNonpositive exp = expNonpositive(b, b.CreateFNeg(fabs(b, x)));
+  const ExpParts parts{exp.p(b), exp.s64, splat(type, 0x1p-64)};
   llvm::Value* e = scaleBy(b, parts, nullptr);
   llvm::Value* s = reciprocalFinite(b, b.CreateFAdd(one, e));  // 1 + e in [1, 2]
   llvm::Value* negative = b.CreateFCmpOLT(x, splat(type, 0.0));
