@@ -80,11 +80,13 @@ llvm::Value* copysign(Builder& b, llvm::Value* magnitude, llvm::Value* sign) {
 }
 
 // 1 / den for a den the caller knows is finite and nonzero (NaN may pass through). The divide is
-// marked `arcp ninf`, so on float32 vectors LLVM emits the target's reciprocal estimate and one
-// Newton step (vrcp14ps or, on 8 lanes and AVX2, the 12-bit vrcpps) instead of vdivps, whose
-// throughput bounds the sigmoid/tanh kernels; a second Newton step here makes the result the
-// correctly rounded one or next to it (exact where it is a power of two: sigmoid(0) = 0.5,
-// saturation to 1). Scalar divides stay exact divides (LLVM keeps them).
+// marked `arcp contract ninf`, so on float32 vectors LLVM emits the target's reciprocal estimate
+// and one Newton step in FMAs (vrcp14ps or, on 8 lanes and AVX2, the 12-bit vrcpps) instead of
+// vdivps, whose throughput bounds the sigmoid/tanh kernels; a second Newton step here makes the
+// result the correctly rounded one or next to it (exact where it is a power of two: sigmoid(0) =
+// 0.5, saturation to 1). A function marked "reciprocal-estimates"="vec-divf:0" (the fused family on
+// 16 lanes) gets the bare estimate from LLVM: from vrcp14ps this step alone gives the same.
+// Scalar divides stay exact divides (LLVM keeps them).
 llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
   llvm::Value* one = llvm::ConstantFP::get(den->getType(), 1.0);
   auto* estimate = llvm::cast<llvm::Instruction>(b.CreateFDiv(one, den));
