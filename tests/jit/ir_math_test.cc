@@ -358,8 +358,8 @@ TEST(IrMath, SixteenLanesWithTheBareReciprocalEstimate) {
   }
   MapKernel sigmoid(&ir::sigmoidF, DType::Float32, 16, "sigmoid_bare_limits", true);
   MapKernel tanh(&ir::tanhF, DType::Float32, 16, "tanh_bare_limits", true);
-  const std::vector<float> x = {0.0f, 100.0f, 17.0f, 20.0f, kInf, -kInf, kNaN, -0.0f,
-                                10.0f, -10.0f, 9.5f, -100.0f, 1.0f, -1.0f, 0.5f, -0.5f};
+  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN, -0.0f,
+                                10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 0.5f, -0.5f};
   const std::vector<float> s = sigmoid(x);
   const std::vector<float> t = tanh(x);
   EXPECT_EQ(s[0], 0.5f);

@@ -23,8 +23,7 @@ constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f
                                       -0.166678026f, 0.200007156f,  -0.24999997f, 0.333333313f};
 // exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then the 1 of
 // t = 1 + r Q(r); e^r = 1 + r t is one FMA more (e^r - 1 = r t for tanh).
-constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f,
-                                      0.49999997f,    1.0f};
+constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f, 0.49999997f, 1.0f};
 constexpr float kErfCoefficients[] = {7.87587487e-05f, -0.00080168643f, 0.00518908724f, -0.0268542115f,
                                       0.112835944f,    -0.37612626f,    1.12837911f};
 constexpr float kErfcxCenter = 0.48264461755752563f;
