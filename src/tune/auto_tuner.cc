@@ -457,8 +457,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     std::vector<std::size_t> order(contenders.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return (*medians)[x] < (*medians)[y]; });
-    std::vector<double> final_us = *medians;
     std::int64_t decider_rounds = 0;
+    double decided_us[2] = {0, 0};
     if ((*medians)[order[0]] > (*medians)[order[1]] * (1.0 - kNoiseMargin)) {
       decider_rounds = 2 * rounds;
       Expected<std::vector<double>> decider =
@@ -467,13 +467,17 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
         for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
         return decider.status();
       }
-      final_us[order[0]] = (*decider)[0];
-      final_us[order[1]] = (*decider)[1];
-      if ((*decider)[1] < (*decider)[0]) std::swap(order[0], order[1]);
+      decided_us[0] = (*decider)[0];
+      decided_us[1] = (*decider)[1];
+      if (decided_us[1] < decided_us[0]) {
+        std::swap(order[0], order[1]);
+        std::swap(decided_us[0], decided_us[1]);
+      }
     }
     const Timed* winner = contenders[order[0]];
-    // The report names the fastest library candidate and the fastest generated one, with their
-    // final figures (the decider's where it timed them).
+    // The report names the fastest library candidate and the fastest generated one (by the
+    // decider where it timed them), with their medians over the first rounds; the log has the
+    // decider's.
     std::size_t library_at = 0, generated_at = 0;
     bool library_seen = false, generated_seen = false;
     for (std::size_t i : order) {
@@ -490,8 +494,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     // The record keeps the sweep's medians (one measurement for the winner, every other candidate
     // and the default); the run-off's own medians are in the report and the log.
     best_us = winner->us;
-    report.runoff = RunOff{contenders[generated_at]->params, contenders[library_at]->params, final_us[generated_at],
-                           final_us[library_at],             static_cast<int>(rounds),      timing.one_thread,
+    report.runoff = RunOff{contenders[generated_at]->params, contenders[library_at]->params, (*medians)[generated_at],
+                           (*medians)[library_at],           static_cast<int>(rounds),      timing.one_thread,
                            static_cast<int>(decider_rounds)};
     std::string figures;
     for (std::size_t i = 0; i < contenders.size(); ++i) {
@@ -500,8 +504,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     std::string decided;
     if (decider_rounds > 0) {
       decided = fmt::format("; within {:.0f}%, {} more rounds of {} {:.1f}us vs {} {:.1f}us", kNoiseMargin * 100,
-                            decider_rounds, contenders[order[0]]->params.toString(), final_us[order[0]],
-                            contenders[order[1]]->params.toString(), final_us[order[1]]);
+                            decider_rounds, contenders[order[0]]->params.toString(), decided_us[0],
+                            contenders[order[1]]->params.toString(), decided_us[1]);
     }
     logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds ({}): {}{}; chose {}", signature, rounds,
           timing.one_thread ? "thread CPU time, median" : "wall time, fastest", figures, decided, best.toString());
