@@ -296,8 +296,9 @@ Status matmulCompare(jit::LlvmCpuBackend& engine, const jit::KernelFamily& famil
       const std::vector<double> r = ratios(i, ms);
       const std::vector<double> f = ratios(i, fastest);
       const double gflops = flop / (summarizeLatency(ms[i]).median * 1e6);
-      fmt::print("  {:<44} {:6.1f} GFLOP/s  {:.2f}x oneDNN (rounds {:.2f}..{:.2f}); fastest calls {:.2f}x ({:.2f}..{:.2f})\n",
-                 name, gflops, r[r.size() / 2], r.front(), r.back(), f[f.size() / 2], f.front(), f.back());
+      fmt::print(
+          "  {:<44} {:6.1f} GFLOP/s  {:.2f}x oneDNN (rounds {:.2f}..{:.2f}); fastest calls {:.2f}x ({:.2f}..{:.2f})\n",
+          name, gflops, r[r.size() / 2], r.front(), r.back(), f[f.size() / 2], f.front(), f.back());
       out.push_back({{"m", m},
                      {"k", k},
                      {"n", n},

@@ -441,7 +441,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     generated = fallback;
   const Timed* runner_up = nullptr;  // the fastest other generated candidate
   for (const Timed& candidate : timed) {
-    if (candidate.params.library == 0 && &candidate != generated && (runner_up == nullptr || candidate.us < runner_up->us))
+    if (candidate.params.library == 0 && &candidate != generated &&
+        (runner_up == nullptr || candidate.us < runner_up->us))
       runner_up = &candidate;
   }
   if (generated != nullptr && !libraries.empty()) {
@@ -456,7 +457,8 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     }
     std::vector<std::size_t> order(contenders.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return (*medians)[x] < (*medians)[y]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return (*medians)[x] < (*medians)[y]; });
     std::int64_t decider_rounds = 0;
     double decided_us[2] = {0, 0};
     if ((*medians)[order[0]] > (*medians)[order[1]] * (1.0 - kNoiseMargin)) {
@@ -495,7 +497,7 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     // and the default); the run-off's own medians are in the report and the log.
     best_us = winner->us;
     report.runoff = RunOff{contenders[generated_at]->params, contenders[library_at]->params, (*medians)[generated_at],
-                           (*medians)[library_at],           static_cast<int>(rounds),      timing.one_thread,
+                           (*medians)[library_at],           static_cast<int>(rounds),       timing.one_thread,
                            static_cast<int>(decider_rounds)};
     std::string figures;
     for (std::size_t i = 0; i < contenders.size(); ++i) {
@@ -507,8 +509,9 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
                             decider_rounds, contenders[order[0]]->params.toString(), decided_us[0],
                             contenders[order[1]]->params.toString(), decided_us[1]);
     }
-    logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds ({}): {}{}; chose {}", signature, rounds,
-          timing.one_thread ? "thread CPU time, median" : "wall time, fastest", figures, decided, best.toString());
+    logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds ({}): {}{}; chose {}", signature,
+          rounds, timing.one_thread ? "thread CPU time, median" : "wall time, fastest", figures, decided,
+          best.toString());
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
   // The two variants are timed again side by side (a run-off, as for the library above): the

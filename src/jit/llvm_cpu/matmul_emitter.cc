@@ -515,10 +515,10 @@ class MatmulEmitter {
                             const int shift = plan_.vectors >= 4 ? 2 : plan_.vectors >= 2 ? 1 : 0;
                             llvm::Value* few = b_.CreateICmpULT(tiles_here, i64(plan_.vectors));
                             t.pf_shift = b_.CreateSelect(few, i64(0), i64(shift));
-                            t.pf_first = b_.CreateSelect(
-                                few, i64(0),
-                                b_.CreateMul(b_.CreateURem(index, i64(plan_.vectors)),
-                                             i64((plan_.kc + plan_.vectors - 1) / plan_.vectors)));
+                            t.pf_first =
+                                b_.CreateSelect(few, i64(0),
+                                                b_.CreateMul(b_.CreateURem(index, i64(plan_.vectors)),
+                                                             i64((plan_.kc + plan_.vectors - 1) / plan_.vectors)));
                           }
                           emitTile(t);
                         };
