@@ -934,9 +934,12 @@ Status matmulSuite(const BenchFlags& flags, jit::LlvmCpuBackend& engine, const s
     if (const std::vector<tune::TuneReport> reports = auto_tuner.reports();
         !reports.empty() && reports.back().runoff.has_value()) {
       const tune::RunOff& runoff = *reports.back().runoff;
-      fmt::print("                    AutoTuner run-off ({} rounds, {}): {} {:.1f} us vs {} {:.1f} us\n", runoff.rounds,
-                 runoff.cpu_clock ? "thread CPU, median" : "wall, fastest", runoff.generated.toString(),
-                 runoff.generated_us, runoff.library.toString(), runoff.library_us);
+      fmt::print("                    AutoTuner run-off ({} rounds, {}): {} {:.1f} us vs {} {:.1f} us{}\n",
+                 runoff.rounds, runoff.cpu_clock ? "thread CPU, median" : "wall, fastest", runoff.generated.toString(),
+                 runoff.generated_us, runoff.library.toString(), runoff.library_us,
+                 runoff.decider_rounds > 0
+                     ? fmt::format("; a close call: {} more rounds decided", runoff.decider_rounds)
+                     : std::string());
     }
     fmt::print(
         "                    AutoTuner (budget {} ms): {} of {} candidates in {:.0f} ms -> {:6.1f} = {:.2f}x the "
