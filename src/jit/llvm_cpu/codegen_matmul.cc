@@ -257,6 +257,21 @@ Plan defaultPlan(const KernelSpec& spec) {
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
   const bool one_k_block = targetHasAvx512(spec) && !small_m && dims.k > 0 && dims.k <= plan.kc;
+  // ...except for a B of at most 4 panels whose A stays in L2: a packed A block would be read by
+  // 4 panels at most, so packing it (a transposing copy of all of A) costs about what it saves,
+  // while A's rows read in place stay in L2 anyway. A in place, then, B one panel at a time in
+  // K blocks that keep the panel and the tile's A rows in L1 (kcForL1; the panel is reused by
+  // every row tile), no prefetch. Measured on an Intel host (2 MiB L2; thread CPU time, 11 rounds,
+  // median of the per-round ratios to the faster of oneDNN's sgemm and matmul; BENCHMARKS.md,
+  // issue 25): 256^3 0.79x -> 0.94x in one process (the old blocks as explicit params), 256x512x256
+  // 0.78x -> 0.89x in two runs.
+  const bool few_panels = dims.n > 0 && dims.n <= 4 * plan.nr();
+  if (one_k_block && few_panels && a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 &&
+      b.rank == 2 && dims.m >= 0 && !gateEpilogue(spec) && aBlockStaysInL2(dims, caches, plan.kc)) {
+    plan.kc = kcForL1(caches, plan.mr, static_cast<int>(plan.nr()));
+    plan.prefetch = 0;
+    return plan;
+  }
   if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 && b.rank == 2 && dims.m >= 0 &&
       dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
       (one_k_block || !aBlockStaysInL2(dims, caches, plan.kc))) {
