@@ -20,7 +20,8 @@
 // through a register transpose, in functions of their own (see callPacker). B may also be read
 // in place (f32, rows contiguous; a tuning candidate for small M). Defaults (see defaultPlan):
 // 6x64 tiles, KC from L2; M <= 64: 4x64, KC from L1; packed A and B blocks where A's rows would
-// not stay in L2. M tails re-read a valid row and store nothing; N tails use masked loads/stores.
+// not stay in L2 or all of K is one K block (not for a B of at most 4 panels: A in place, KC from
+// L1). M tails re-read a valid row and store nothing; N tails use masked loads/stores.
 // When A's rows and B's columns are both contiguous along K and M < MR or N < 16 (x @ W.T for a
 // few rows, matrix @ vector), a dot-product path runs instead.
 // The kernel body is an internal function `part(args, task, tasks, scratch)`; the exported symbol
