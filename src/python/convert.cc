@@ -329,7 +329,8 @@ py::object ownParameter(py::handle object) {
 Tensor ownedCopy(py::array array, std::optional<DType> wanted) {
   const std::optional<DType> given = dtypeOf(array.dtype());
   if (!wanted && !given) {
-    raiseStatus(makeError(ErrorCode::DTypeMismatch, "numpy dtype {} is not a ShapeVM dtype (float32, float16, "
+    raiseStatus(makeError(ErrorCode::DTypeMismatch,
+                          "numpy dtype {} is not a ShapeVM dtype (float32, float16, "
                           "float64, int32, int64, bool; bfloat16 by converting one of those)",
                           std::string(py::str(array.dtype()))),
                 Phase::Run);

@@ -601,10 +601,12 @@ PYBIND11_MODULE(_core, m) {
                                for (int axis = 0; axis < held.tensor.rank(); ++axis) out[axis] = held.tensor.dim(axis);
                                return out;
                              })
-      .def_property_readonly("dtype", [](const HeldTensor& held) { return std::string(dtypeName(held.tensor.dtype())); })
+      .def_property_readonly("dtype",
+                             [](const HeldTensor& held) { return std::string(dtypeName(held.tensor.dtype())); })
       .def_property_readonly("ndim", [](const HeldTensor& held) { return held.tensor.rank(); })
-      .def("numpy", [](const HeldTensor& held) { return heldArray(held.tensor); },
-           "a read-only array over its storage (bfloat16: a float32 copy, widened exactly)")
+      .def(
+          "numpy", [](const HeldTensor& held) { return heldArray(held.tensor); },
+          "a read-only array over its storage (bfloat16: a float32 copy, widened exactly)")
       .def(
           "__array__",
           [](const HeldTensor& held, py::object dtype, py::object) {
