@@ -4,20 +4,15 @@
 import numpy as np
 
 import shapevm
+from pymodule_programs import Affine  # (tests/python) its weight and bias
 from shapevm import Tensor, ops
 
 HIDDEN = 32
 ROWS = 128  # 4 * HIDDEN
 
 
-class Bf16Affine(shapevm.Module):
+class Bf16Affine(Affine):
     """x @ W.T + b in bfloat16: the weight's cast and transpose are computed once per assignment."""
-
-    def __init__(self, rows, cols, seed=0, **options):
-        super().__init__(**options)
-        rng = np.random.default_rng(seed)
-        self.weight = rng.standard_normal((rows, cols)).astype(np.float32)
-        self.bias = rng.standard_normal(rows).astype(np.float32)
 
     def construct(self, x: Tensor[None, None]):
         w = ops.cast(self.weight, ops.bfloat16)

@@ -80,6 +80,21 @@ def cell_reference(w, x, h, c):
     return sig(o) * np.tanh(c_next), c_next
 
 
+def in_threads(targets, meanwhile=None, stop=None):
+    """Runs each target on a thread of its own (and `meanwhile` on this one, then sets `stop`)."""
+    threads = [threading.Thread(target=t) for t in targets]
+    for t in threads:
+        t.start()
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        if stop is not None:
+            stop.set()
+        for t in threads:
+            t.join()
+
+
 def test_the_plan_hoists_casts_transposes_and_parameter_arithmetic():
     plan = progs.Bf16LstmCell._shapevm_plan
     assert plan is not None and plan.params == ["W_hh", "W_ih", "b_hh", "b_ih"]
@@ -169,11 +184,7 @@ def test_eight_threads_one_module(context):
         except Exception as err:  # noqa: BLE001 (reported below)
             errors.append(err)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads([lambda i=i: work(i) for i in range(8)])
     assert not errors, errors[0]
     assert model.stats()["module"]["derive_runs"] == 1
 
@@ -197,15 +208,12 @@ def test_reassignment_while_eight_threads_call(context):
             if not any(np.array_equal(y, r) for r in results):
                 errors.append("a result from neither weight")
 
-    threads = [threading.Thread(target=call) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for k in range(30):
-        model.weight = weights[k % 2]
-        np.testing.assert_array_equal(model(x), results[k % 2])  # this thread sees its assignment
-    stop.set()
-    for t in threads:
-        t.join()
+    def assign():
+        for k in range(30):
+            model.weight = weights[k % 2]
+            np.testing.assert_array_equal(model(x), results[k % 2])  # this thread sees its assignment
+
+    in_threads([call] * 8, assign, stop)
     assert not errors, errors[:3]
 
 
