@@ -266,8 +266,8 @@ class _Classifier:
     def __init__(self, methods, constants, module_constants):
         self.methods = methods
         self.constants = constants
-        self.module_constants = module_constants
-        self.derived_names = set()
+        self.module_constants = module_constants  # less construct's own names (they shadow)
+        self.derived_names = {}  # name -> (line, col) where its assignment ends: later reads only
 
     def is_param(self, node):
         return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and
@@ -292,7 +292,8 @@ class _Classifier:
         if self.is_param(node):
             return True
         if isinstance(node, ast.Name):
-            return isinstance(node.ctx, ast.Load) and node.id in self.derived_names
+            defined = self.derived_names.get(node.id)
+            return isinstance(node.ctx, ast.Load) and defined is not None and (node.lineno, node.col_offset) >= defined
         if isinstance(node, ast.Attribute):
             return node.attr == "T" and self.derived(node.value)
         if isinstance(node, ast.BinOp) and isinstance(node.op, _PURE_BINOPS):
@@ -364,10 +365,11 @@ def parameter_plan(cls):
     methods = {m.name for m in cls_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
     constants = {t.id for s in cls_node.body if isinstance(s, (ast.Assign, ast.AnnAssign))
                  for t in (s.targets if isinstance(s, ast.Assign) else [s.target]) if isinstance(t, ast.Name)}
-    module_constants = {t.id for s in tree.body if isinstance(s, ast.Assign) for t in s.targets
-                        if isinstance(t, ast.Name)}
-    classifier = _Classifier(methods, constants, module_constants)
     stores = _stores(fn)
+    arguments = {p.arg for p in a.args}
+    module_constants = {t.id for s in tree.body if isinstance(s, ast.Assign) for t in s.targets
+                        if isinstance(t, ast.Name)} - set(stores) - arguments
+    classifier = _Classifier(methods, constants, module_constants)
 
     # Top-level statements that only name derived values: moved to derive whole.
     moved = []
@@ -382,8 +384,8 @@ def parameter_plan(cls):
             pairs = list(zip(target.elts, value.elts))
         else:
             continue
-        if all(stores.get(t.id) == 1 and classifier.derived(v) for t, v in pairs):
-            classifier.derived_names |= {t.id for t, _ in pairs}
+        if all(stores.get(t.id) == 1 and t.id not in arguments and classifier.derived(v) for t, v in pairs):
+            classifier.derived_names.update((t.id, (stmt.end_lineno, stmt.end_col_offset)) for t, _ in pairs)
             moved.append(stmt)
 
     # The maximal derived expressions everywhere else: each becomes a parameter of construct.

@@ -76,3 +76,17 @@ class GuardedReshape(shapevm.Module):
         if flag > 0:
             return x @ ops.reshape(self.weight, (64, 32))
         return x @ self.weight.T
+
+
+class Shadowing(shapevm.Module):
+    """`x` is construct's argument until it is assigned from a parameter: its reads before that
+    are the argument's, so `x` is never a derived name (`self.weight * 2.0` itself is derived)."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.weight = np.random.default_rng(4).standard_normal((8, 8)).astype(np.float32)
+
+    def construct(self, x: Tensor[None, 8]):
+        y = x @ self.weight
+        x = self.weight * 2.0
+        return y @ x

@@ -290,3 +290,13 @@ def test_ten_thousand_module_calls_and_reassignments_flat_rss(context):
     grown = _rss_kib() - before
     assert grown < 4096, f"RSS grew by {grown} KiB over 10,000 calls and 1,000 assignments"
     np.testing.assert_array_equal(y, plain(model, x))
+
+
+def test_a_name_that_shadows_an_argument_is_not_derived(context):
+    plan = progs.Shadowing._shapevm_plan
+    assert plan.items == [("attr", "weight"), ("derived", 0)]
+    model = progs.Shadowing(jit_level="O0")
+    x = np.random.default_rng(13).standard_normal((5, 8)).astype(np.float32)
+    got = model(x)
+    np.testing.assert_array_equal(got, plain(model, x))
+    np.testing.assert_allclose(got, (x @ model.weight) @ (2.0 * model.weight), rtol=1e-4, atol=1e-4)
