@@ -255,18 +255,6 @@ def test_a_failing_derivation_falls_back_to_the_plain_program(context):
     assert model.stats()["module"]["specialized"] is True
 
 
-def test_missing_and_wrong_attributes_raise_as_before():
-    model = progs.Bf16Affine(4, 3)
-    del model.bias
-    with pytest.raises(shapevm.InvalidArgument, match="bias"):
-        model(np.ones((2, 3), np.float32))
-    model.bias = [1.0, 2.0, 3.0, 4.0]
-    with pytest.raises(shapevm.KindError, match="bias"):
-        model(np.ones((2, 3), np.float32))
-    model.bias = np.ones(4, np.float32)
-    assert model(np.ones((2, 3), np.float32)).shape == (2, 4)
-
-
 def _rss_kib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024

@@ -351,6 +351,10 @@ def test_module_attributes_are_checked():
     model.bias = [1.0, 2.0, 3.0, 4.0]
     with pytest.raises(shapevm.KindError, match="bias"):
         model(np.ones((2, 3), np.float32))
+    assert not model.stats()["module"]["specialized"]  # these calls ran the plain program
+    model.bias = np.ones(4, np.float32)  # an array again: derived parameters bound again
+    np.testing.assert_allclose(model(np.ones((2, 3), np.float32)), np.ones((2, 3)) @ model.weight.T + 1, rtol=1e-5)
+    assert model.stats()["module"]["specialized"]
 
 
 # ---- threads, leaks, teardown ----
