@@ -21,9 +21,9 @@ except ImportError as _err:  # the source tree's copy, or a build without SHAPEV
 else:
     from . import errors as _errors
     from .errors import CompileError, Error
-    from .runtime import (JitFunction, LoadedModule, Module, export_cache, get_context, import_cache, jit, load,
-                          set_context)
+    from .runtime import (JitFunction, LoadedModule, Module, Parameter, export_cache, get_context, import_cache, jit,
+                          load, set_context)
 
     globals().update(_errors.CLASSES)  # ShapeError, DTypeError, VerifyError, LimitExceeded, ...
     __all__ = ["ops", "Tensor", "jit", "Module", "load", "set_context", "get_context", "Error", "CompileError",
-               "JitFunction", "LoadedModule", "export_cache", "import_cache", *_errors.CLASSES]
+               "JitFunction", "LoadedModule", "Parameter", "export_cache", "import_cache", *_errors.CLASSES]

@@ -7,7 +7,10 @@ import atexit
 import functools
 import inspect
 import logging
+import threading
 import weakref
+
+import numpy as np
 
 from . import _core, _source
 from .errors import Error, compile_error
@@ -84,6 +87,9 @@ def get_context():
 # ---- @jit ----
 
 JitFunction = _core.Function  # what @jit returns: call it with numpy arrays and Python scalars
+# A ShapeVM-owned, read-only tensor of any dtype: shapevm.Parameter(array, dtype="bfloat16") holds
+# a weight in bfloat16 (numpy has no such dtype); it crosses into calls as that tensor, never copied.
+Parameter = _core.Parameter
 
 
 def _compile_function(fn, jit_level, wait, warm_start=False):
@@ -116,11 +122,59 @@ def jit(fn=None, *, jit_level=None, wait=False, warm_start=False):
 
 # ---- Module ----
 
+_MODULE_LOG = logging.getLogger("shapevm.module")
+_DERIVE_LOCK = threading.Lock()
+_MAX_SPECIALIZATIONS = 4  # construct programs an instance keeps, one per set of parameter shapes
+
+
+def _probe(source, filename, entry):
+    probe = _core.Program(jit_level="O0")
+    try:
+        probe.load_source(source, filename, entry)
+    finally:
+        probe.close()
+
+
+def _parameter_plan(cls):
+    """_source.parameter_plan, checked by compiling both programs now; None when there is nothing
+    to hoist or the rewrite does not compile (the plain program then serves every call)."""
+    try:
+        plan = _source.parameter_plan(cls)
+        if plan is not None:
+            _probe(plan.construct_source([None] * len(plan.items)), plan.filename, plan.entry)
+            if plan.derive is not None:
+                _probe(*plan.derive)
+        return plan
+    except (Error, SyntaxError, ValueError, StopIteration) as err:
+        _MODULE_LOG.debug("%s: parameters are read at every call (%s)", cls.__qualname__, err)
+        return None
+
+
+def _derive_function(plan):
+    """The plan's derive program (one per class, at O0: it runs once per weight assignment)."""
+    fn = plan.__dict__.get("derive_fn")
+    if fn is None:
+        with _DERIVE_LOCK:
+            fn = plan.__dict__.get("derive_fn")
+            if fn is None:
+                source, filename, entry = plan.derive
+                program = _new_program("O0")
+                program.load_source(source, filename, entry)
+                fn = _core.Function(program, program.index(entry), 0, (), True)  # raw: stays ShapeVM's
+                fn._program = program
+                plan.derive_fn = fn
+    return fn
+
+
 class Module:
     """An nn.Module-like class: subclass it, keep parameters as numpy array attributes and write
     `construct(self, ...)` in the ShapeVM subset. The class is compiled when it is defined; each
-    instance gets its own program at its first call, and reads its attributes at every call.
-    numpy attributes are parameters the Module owns (a read-only copy; see __setattr__)."""
+    instance gets its own program at its first call, specialized to its parameters' shapes, and
+    pure expressions of parameters (casts, transposes, ...) are computed once per assignment
+    (derived parameters, docs/python.md). numpy attributes are parameters the Module owns (a
+    read-only copy; see __setattr__)."""
+
+    _shapevm_plan = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -128,13 +182,10 @@ class Module:
         if construct is None:
             return
         source, filename, entry = _source.module_program(cls)
-        probe = _core.Program(jit_level="O0")  # compile errors surface at class definition
-        try:
-            probe.load_source(source, filename, entry)
-        finally:
-            probe.close()
+        _probe(source, filename, entry)  # compile errors surface at class definition
         signature = inspect.signature(construct)
         cls._shapevm_program_source = (source, filename, entry, len(signature.parameters) - 1)
+        cls._shapevm_plan = _parameter_plan(cls)
 
     def __init__(self, *, jit_level=None, wait=False):
         """`jit_level` overrides the context's for this instance; `wait=True` makes each call wait
@@ -159,23 +210,98 @@ class Module:
         """Parameters are owned by the Module: a numpy array assigned to an attribute is copied
         once into ShapeVM's storage and the attribute holds a read-only array over that copy, so
         the JIT may keep what it derives from it (packed weights) across calls. Change a weight
-        by assigning a new array (in-place writes raise numpy's read-only ValueError)."""
+        by assigning a new array (in-place writes raise numpy's read-only ValueError); the next
+        call recomputes the derived parameters (and recompiles if a shape changed)."""
         object.__setattr__(self, name, _core._own_parameter(value))
+        self._shapevm_assigned(name)
+
+    def __delattr__(self, name):
+        object.__delattr__(self, name)
+        self._shapevm_assigned(name)
+
+    def _shapevm_assigned(self, name):
+        plan = type(self)._shapevm_plan
+        if plan is not None and name in plan.params:
+            state = self.__dict__
+            state["_shapevm_generation"] = state.get("_shapevm_generation", 0) + 1
+
+    def _shapevm_current(self):
+        """The Function for this call: construct specialized to the parameters as they are now
+        (their derived values bound), rebuilt after an assignment; the plain one when the class
+        has no plan or specializing failed (that call then raises as it always did)."""
+        state = self.__dict__
+        current = state.get("_shapevm_state")
+        if current is not None and current[0] == state.get("_shapevm_generation", 0):
+            return current[1]
+        lock = state.get("_shapevm_lock") or state.setdefault("_shapevm_lock", threading.Lock())
+        with lock:
+            current = state.get("_shapevm_state")
+            generation = state.get("_shapevm_generation", 0)  # read before the attributes are
+            if current is None or current[0] != generation:
+                current = (generation, self._shapevm_specialize())
+                state["_shapevm_state"] = current
+        return current[1]
+
+    def _shapevm_specialize(self):
+        plan = type(self)._shapevm_plan
+        if plan is None:
+            return self._shapevm_function()
+        state = self.__dict__
+        try:
+            derived = ()
+            if plan.derive is not None:
+                derived = _derive_function(plan).call_bound(self)
+                if not isinstance(derived, tuple):
+                    derived = (derived,)
+                state["_shapevm_derive_runs"] = state.get("_shapevm_derive_runs", 0) + 1
+            values = [getattr(self, what) if kind == "attr" else derived[what] for kind, what in plan.items]
+            if not all(isinstance(v, (np.ndarray, _core.Parameter)) for v in values):
+                raise TypeError("a parameter is neither a numpy array nor a shapevm.Parameter")
+            shapes = tuple(tuple(v.shape) for v in values)
+            programs = state.setdefault("_shapevm_programs", {})
+            entry = programs.pop(shapes, None)
+            if entry is None:
+                program = _new_program(*state.get("_shapevm_options", (None, False)))
+                program.load_source(plan.construct_source(shapes), plan.filename, plan.entry)
+                entry = (program, program.index(plan.entry))
+                while len(programs) >= _MAX_SPECIALIZATIONS:
+                    programs.pop(next(iter(programs)))  # the least recently specialized
+            programs[shapes] = entry
+            user_params = type(self)._shapevm_program_source[3]
+            fn = _core.Function(entry[0], entry[1], user_params, values)
+            fn._program = entry[0]
+            return fn
+        except (Error, AttributeError, TypeError, IndexError) as err:
+            _MODULE_LOG.debug("%s: parameters are read at every call (%s)", type(self).__qualname__, err)
+            return self._shapevm_function()
 
     def __call__(self, *args, **kwargs):
-        return self._shapevm_function().call_bound(self, *args, **kwargs)
+        return self._shapevm_current().call_bound(self, *args, **kwargs)
 
     def stats(self):
-        """Counters of this instance's program (runs, launches_compiled, kernels_installed, ...)."""
-        return self._shapevm_function().program.stats()
+        """Counters of this instance's program (runs, launches_compiled, kernels_installed, ...)
+        and, under "module", its parameters: `specialized` (construct takes the parameters'
+        shapes and its derived parameters bound), `derive_runs` (times the derived parameters
+        were computed: once per assignment), `derived` (how many), `programs` (one per shape set)."""
+        fn = self._shapevm_current()
+        stats = fn.program.stats()
+        plan = type(self)._shapevm_plan
+        state = self.__dict__
+        stats["module"] = {
+            "specialized": fn is not state.get("_shapevm_fn"),
+            "derive_runs": state.get("_shapevm_derive_runs", 0),
+            "derived": 0 if plan is None else sum(kind == "derived" for kind, _ in plan.items),
+            "programs": len(state.get("_shapevm_programs", {})),
+        }
+        return stats
 
     def wait_idle(self):
-        self._shapevm_function().program.wait_idle()
+        self._shapevm_current().program.wait_idle()
 
     def warm_start(self, timeout=None):
         """Before this instance's first call: installs what the kernel cache lists for its program
         (shapevm.load's warm_start says more). Returns the result dict."""
-        return _warm_start(self._shapevm_function().program, timeout)
+        return _warm_start(self._shapevm_current().program, timeout)
 
 
 # ---- load ----

@@ -59,12 +59,12 @@ void releaseArray(void* context) {
 
 // numpy's types and functions the conversions use, looked up once (and never destroyed).
 struct Numpy {
-  py::object bool_type, floating, generic, asarray;
+  py::object bool_type, floating, generic, asarray, require;
 };
 const Numpy& numpy() {
   static const Numpy* cached = [] {
     py::module_ np = py::module_::import("numpy");
-    return new Numpy{np.attr("bool_"), np.attr("floating"), np.attr("generic"), np.attr("asarray")};
+    return new Numpy{np.attr("bool_"), np.attr("floating"), np.attr("generic"), np.attr("asarray"), np.attr("require")};
   }();
   return *cached;
 }
@@ -109,7 +109,8 @@ Expected<Tensor> wrapArray(py::array array, const ParamInfo& param, std::string_
   if (!dtype) {
     return makeError(ErrorCode::DTypeMismatch,
                      "{}(): argument '{}' has numpy dtype {}, which ShapeVM does not support (float32, float16, "
-                     "float64, int32, int64, bool; for bfloat16 pass float32 and ops.cast inside){}",
+                     "float64, int32, int64, bool; for bfloat16 hold a shapevm.Parameter or pass float32 and "
+                     "ops.cast inside){}",
                      function, param.name, std::string(py::str(array.dtype())),
                      param.token.empty() ? "" : fmt::format("; the parameter is {}", param.token));
   }
@@ -234,6 +235,8 @@ std::optional<Tensor> parameterView(py::array array, const Tensor& owned, DType 
   return std::move(*view);
 }
 
+PyTypeObject* held_type = nullptr;  // shapevm.Parameter (setHeldTensorType)
+
 // A Module parameter array (or a view of one) as a view of ShapeVM's Tensor; null otherwise.
 std::optional<Tensor> ownedView(py::handle object) {
   const Tensor* owned = parameterTensor(object);
@@ -263,6 +266,7 @@ void raiseStatus(const Status& status, Phase phase) {
 
 Expected<Value> toValue(py::handle object, const ParamInfo& param, std::string_view function) {
   if (param.kind != ValueKind::Tensor) return scalarValue(object, param, function);
+  if (const Tensor* held = heldTensor(object)) return Value::fromTensor(*held);
   py::object candidate = py::reinterpret_borrow<py::object>(object);
   if (!py::isinstance<py::array>(candidate)) {
     if (!py::isinstance(candidate, numpy().generic)) {
@@ -291,16 +295,20 @@ py::object fromValue(Value value) {
   }
   Tensor tensor = value.takeTensor();
   if (tensor.dtype() == DType::BFloat16) {  // numpy has no bfloat16: widen (exactly) to float32
-    py::array_t<float> out(std::vector<py::ssize_t>(tensor.shape().begin(), tensor.shape().end()));
-    float* data = out.mutable_data();
+    // Into ShapeVM's caching allocator, not a fresh numpy buffer: a bf16 cell's h' and c' (4 MB
+    // each at seq 120) would otherwise fault in new pages on every call.
+    Expected<Tensor> wide = Tensor::empty(DType::Float32, tensor.shape());
+    if (!wide) raiseStatus(wide.status(), Phase::Run);
     const std::int64_t count = tensor.numel();
-    if (tensor.isContiguous()) {  // the bits shifted in place (a bf16 cell's h', c': a third of its time per element)
+    if (tensor.isContiguous()) {  // the bits shifted (vectorizes: integers only)
       const std::uint16_t* bits = tensor.data<std::uint16_t>();
-      for (std::int64_t i = 0; i < count; ++i) data[i] = bf16ToFloat(bits[i]);
+      auto* to = static_cast<std::uint32_t*>(wide->rawData());
+      for (std::int64_t i = 0; i < count; ++i) to[i] = static_cast<std::uint32_t>(bits[i]) << 16;
     } else {
-      for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(tensor.elementAsDouble(i));
+      float* to = wide->data<float>();
+      for (std::int64_t i = 0; i < count; ++i) to[i] = static_cast<float>(tensor.elementAsDouble(i));
     }
-    return out;
+    return arrayOver(std::move(*wide), true, nullptr);
   }
   // Writable when nothing else can see the bytes (a fresh result) or they are the caller's own
   // (a view of an argument array); read-only when ShapeVM shares them (a program constant).
@@ -319,15 +327,65 @@ py::object ownParameter(py::handle object) {
   py::array array = py::reinterpret_borrow<py::array>(object);
   const std::optional<DType> dtype = dtypeOf(array.dtype());
   if (!dtype || array.ndim() > kMaxRank) return array;   // calls reject it with the usual message
-  array = py::array::ensure(array, py::array::c_style);  // row-major (a copy only when it is not)
-  Shape shape;
-  for (py::ssize_t axis = 0; axis < array.ndim(); ++axis) shape.push_back(array.shape(axis));
-  Expected<Tensor> tensor = Tensor::empty(*dtype, shape);
-  if (!tensor) raiseStatus(tensor.status(), Phase::Run);
-  if (tensor->numel() > 0) {
-    std::memcpy(tensor->rawData(), array.data(), static_cast<std::size_t>(tensor->numel()) * tensor->itemSize());
+  return arrayOver(ownedCopy(array, *dtype), false, kParameterCapsule);
+}
+
+Tensor ownedCopy(py::array array, std::optional<DType> wanted) {
+  const std::optional<DType> given = dtypeOf(array.dtype());
+  if (!wanted && !given) {
+    raiseStatus(makeError(ErrorCode::DTypeMismatch,
+                          "numpy dtype {} is not a ShapeVM dtype (float32, float16, "
+                          "float64, int32, int64, bool; bfloat16 by converting one of those)",
+                          std::string(py::str(array.dtype()))),
+                Phase::Run);
   }
-  return arrayOver(std::move(*tensor), false, kParameterCapsule);
+  const DType dtype = wanted.value_or(given.value_or(DType::Float32));
+  if (array.ndim() > kMaxRank) {
+    raiseStatus(makeError(ErrorCode::ShapeMismatch, "a parameter has rank {}; ShapeVM tensors have at most {} dims",
+                          array.ndim(), kMaxRank),
+                Phase::Run);
+  }
+  const bool bf16 = dtype == DType::BFloat16;  // numpy has none: rounded from float32 below
+  // Row-major, in the dtype numpy can hold (a copy only when the array is not that already).
+  py::array source = numpy().require(array, bf16 ? py::dtype("float32") : numpyDtype(dtype), "C");
+  Shape shape;
+  for (py::ssize_t axis = 0; axis < source.ndim(); ++axis) shape.push_back(source.shape(axis));
+  Expected<Tensor> tensor = Tensor::empty(dtype, shape);
+  if (!tensor) raiseStatus(tensor.status(), Phase::Run);
+  const auto count = static_cast<std::size_t>(tensor->numel());
+  if (bf16) {
+    const auto* from = static_cast<const float*>(source.data());
+    auto* to = tensor->data<std::uint16_t>();
+    for (std::size_t i = 0; i < count; ++i) to[i] = floatToBf16(from[i]);
+  } else if (count > 0) {
+    std::memcpy(tensor->rawData(), source.data(), count * tensor->itemSize());
+  }
+  return std::move(*tensor);
+}
+
+void setHeldTensorType(py::handle type) {
+  held_type = reinterpret_cast<PyTypeObject*>(type.ptr());
+}
+
+const Tensor* heldTensor(py::handle object) {
+  if (held_type == nullptr || Py_TYPE(object.ptr()) != held_type) return nullptr;
+  auto* held = reinterpret_cast<py::detail::instance*>(object.ptr())->get_value_and_holder().value_ptr<HeldTensor>();
+  return held == nullptr ? nullptr : &held->tensor;  // null: __init__ never ran
+}
+
+py::object holdValue(Value value) {
+  if (value.kind() == ValueKind::Tuple) {
+    py::tuple out(value.tuple().size());
+    for (std::size_t i = 0; i < value.tuple().size(); ++i) out[i] = holdValue(value.tuple()[i]);
+    return out;
+  }
+  if (value.kind() != ValueKind::Tensor) return fromValue(std::move(value));
+  return py::cast(HeldTensor{value.takeTensor()});
+}
+
+py::object heldArray(const Tensor& tensor) {
+  if (tensor.dtype() == DType::BFloat16) return fromValue(Value::fromTensor(tensor));  // widened: a copy
+  return arrayOver(tensor, false, kParameterCapsule);  // read-only; crosses back as this tensor
 }
 
 void drainDeferredReleases() {

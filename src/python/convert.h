@@ -7,6 +7,7 @@
 // thread that holds it (a pending call, or the next return to Python).
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include <pybind11/numpy.h>
@@ -41,6 +42,25 @@ py::object fromValue(Value value);
 py::object ownParameter(py::handle object);
 // Whether `object` would cross into a call as ShapeVM-owned storage (tests).
 bool crossesOwned(py::handle object);
+
+// shapevm.Parameter: a ShapeVM-owned tensor that Python holds but cannot write (any dtype,
+// bfloat16 included). It crosses into a call as that very Tensor, so the JIT may keep what it
+// derives from it (packed weights). A Module's derived parameters (docs/python.md) are these.
+struct HeldTensor {
+  Tensor tensor;
+};
+// Registers the Python class of HeldTensor (module init); heldTensor/holdValue need it.
+void setHeldTensorType(py::handle type);
+// The Tensor of a shapevm.Parameter, else null (a type check: cheap on every argument).
+const Tensor* heldTensor(py::handle object);
+// A copy of `array` in ShapeVM-owned, row-major storage, converted to `dtype` (any DType:
+// bfloat16 rounds to nearest even from float32; nullopt: the array's own, which must be one).
+Tensor ownedCopy(py::array array, std::optional<DType> dtype);
+// An output kept in ShapeVM's form: a tensor becomes a shapevm.Parameter (no copy, bfloat16
+// stays bfloat16), a tuple a tuple of those; scalars as fromValue.
+py::object holdValue(Value value);
+// A read-only numpy array over a held tensor's storage (bfloat16: a float32 copy).
+py::object heldArray(const Tensor& tensor);
 
 // Decrefs arrays whose wrapped tensors were released on threads without the GIL (GIL held).
 void drainDeferredReleases();

@@ -161,9 +161,11 @@ class Program {
   }
 
   // Runs function `index`: positional `args` (a tuple), then `kwargs` (a dict or null) by name,
-  // for its first `user_params` parameters; the rest are attributes of `owner` (a Module's
-  // weights), read now.
-  py::object call(int index, int user_params, py::handle owner, PyObject* args, PyObject* kwargs) {
+  // for its first `user_params` parameters; the next ones are `bound` (a Module's derived
+  // parameters, converted once), the rest attributes of `owner` (a Module's weights), read now.
+  // `raw`: tensors come back as shapevm.Parameter objects (holdValue), not numpy arrays.
+  py::object call(int index, int user_params, py::handle owner, PyObject* args, PyObject* kwargs,
+                  std::span<const Value> bound = {}, bool raw = false) {
     if (index < 0 || static_cast<std::size_t>(index) >= functions_.size()) {
       raiseStatus(makeError(ErrorCode::InvalidArgument, "function index {} out of range", index), Phase::Run);
     }
@@ -206,7 +208,13 @@ class Program {
                     Phase::Run);
       }
     }
-    for (std::size_t i = user; i < count; ++i) {
+    if (user + bound.size() > count) {
+      raiseStatus(makeError(ErrorCode::InvalidArgument, "{}: {} bound values for {} parameters after the arguments",
+                            info.name, bound.size(), count - user),
+                  Phase::Run);
+    }
+    std::copy(bound.begin(), bound.end(), values.begin() + static_cast<std::ptrdiff_t>(user));
+    for (std::size_t i = user + bound.size(); i < count; ++i) {
       const std::string& name = info.params[i].name;
       if (owner.is_none() || !py::hasattr(owner, name.c_str())) {
         raiseStatus(makeError(ErrorCode::InvalidArgument,
@@ -225,10 +233,37 @@ class Program {
     afterNative();
     if (!*result) raiseStatus(result->status(), Phase::Run);
     std::vector<Value>& outputs = result->value();
+    auto convert = [raw](Value value) { return raw ? holdValue(std::move(value)) : fromValue(std::move(value)); };
     if (outputs.empty()) return py::none();
-    if (outputs.size() == 1) return fromValue(std::move(outputs[0]));
+    if (outputs.size() == 1) return convert(std::move(outputs[0]));
     py::tuple out(outputs.size());
-    for (std::size_t i = 0; i < outputs.size(); ++i) out[i] = fromValue(std::move(outputs[i]));
+    for (std::size_t i = 0; i < outputs.size(); ++i) out[i] = convert(std::move(outputs[i]));
+    return out;
+  }
+
+  // `objects` as the Values of function `index`'s parameters from `first` on (toValue's checks).
+  std::vector<Value> values(int index, std::size_t first, const py::sequence& objects) const {
+    if (index < 0 || static_cast<std::size_t>(index) >= functions_.size()) {
+      raiseStatus(makeError(ErrorCode::InvalidArgument, "function index {} out of range", index), Phase::Run);
+    }
+    const FunctionInfo& info = functions_[static_cast<std::size_t>(index)];
+    if (first + objects.size() > info.params.size()) {
+      raiseStatus(makeError(ErrorCode::InvalidArgument, "{}: {} bound values for {} parameters after the arguments",
+                            info.name, objects.size(), info.params.size() - std::min(first, info.params.size())),
+                  Phase::Run);
+    }
+    std::vector<Value> out(objects.size());
+    for (std::size_t i = 0; i < objects.size(); ++i) bind(info, first + i, objects[i], out, first);
+    for (Value& value : out) {
+      // Adopted numpy memory may change under a cached Value: only ShapeVM-owned storage is bound.
+      if (value.isTensor() && value.tensor().storage()->isExternal()) {
+        raiseStatus(makeError(ErrorCode::InvalidArgument,
+                              "{}: parameter '{}' is bound once, so it must be ShapeVM-owned (a Module parameter "
+                              "or a shapevm.Parameter), not a plain numpy array",
+                              info.name, info.params[first + static_cast<std::size_t>(&value - out.data())].name),
+                    Phase::Run);
+      }
+    }
     return out;
   }
 
@@ -366,10 +401,12 @@ class Program {
     return out.empty() ? "none" : out;
   }
 
-  static void bind(const FunctionInfo& info, std::size_t i, py::handle object, std::span<Value> values) {
+  // Parameter `i` of `info` from `object`, into values[i - first].
+  static void bind(const FunctionInfo& info, std::size_t i, py::handle object, std::span<Value> values,
+                   std::size_t first = 0) {
     Expected<Value> value = toValue(object, info.params[i], info.name);
     if (!value) raiseStatus(value.status(), Phase::Run);
-    values[i] = std::move(*value);
+    values[i - first] = std::move(*value);
   }
 
   std::shared_ptr<Session> session_;
@@ -379,15 +416,19 @@ class Program {
 // One callable function of a Program (a @shapevm.jit function, a Module's construct, a function
 // of a loaded program). Calls come through functionCall (its type's tp_call), not pybind11's
 // dispatcher: the per-call overhead is what a one-op function costs.
+// `bound`: Values for the parameters after the first `user_params` (converted once; a Module's
+// derived parameters); `raw`: results as shapevm.Parameter objects. Both fixed at construction.
 class Function {
  public:
-  Function(std::shared_ptr<Program> program, int index, int user_params)
-      : program_(std::move(program)), index_(index), user_params_(user_params) {}
+  Function(std::shared_ptr<Program> program, int index, int user_params, const py::sequence& bound, bool raw)
+      : program_(std::move(program)), index_(index), user_params_(user_params), raw_(raw) {
+    if (!bound.empty()) bound_ = program_->values(index, static_cast<std::size_t>(std::max(user_params, 0)), bound);
+  }
   py::object call(PyObject* args, PyObject* kwargs) {
-    return program_->call(index_, user_params_, py::none(), args, kwargs);
+    return program_->call(index_, user_params_, py::none(), args, kwargs, bound_, raw_);
   }
   py::object callBound(py::handle owner, py::args args, py::kwargs kwargs) {
-    return program_->call(index_, user_params_, owner, args.ptr(), kwargs.ptr());
+    return program_->call(index_, user_params_, owner, args.ptr(), kwargs.ptr(), bound_, raw_);
   }
   const std::shared_ptr<Program>& program() const { return program_; }
   int index() const { return index_; }
@@ -396,6 +437,8 @@ class Function {
   std::shared_ptr<Program> program_;
   int index_;
   int user_params_;
+  std::vector<Value> bound_;
+  bool raw_ = false;
 };
 
 // The Function type object (set at module init): its exact instances skip pybind11's type lookup.
@@ -542,6 +585,40 @@ PYBIND11_MODULE(_core, m) {
     logQueue().handler = py::none();
   });
 
+  // shapevm.Parameter (convert.h HeldTensor): a ShapeVM-owned tensor Python holds (docs/python.md).
+  py::class_<HeldTensor> parameter(m, "Parameter");
+  parameter
+      .def(py::init([](const py::array& array, std::optional<std::string> dtype) {
+             const std::optional<DType> type = dtype ? parseDType(*dtype) : std::nullopt;
+             if (dtype && !type) throw py::value_error("shapevm.Parameter: unknown dtype '" + *dtype + "'");
+             return HeldTensor{ownedCopy(array, type)};
+           }),
+           py::arg("array"), py::arg("dtype") = py::none(),
+           "a read-only copy of `array` in ShapeVM's storage, converted to `dtype` (e.g. 'bfloat16')")
+      .def_property_readonly("shape",
+                             [](const HeldTensor& held) {
+                               py::tuple out(static_cast<std::size_t>(held.tensor.rank()));
+                               for (int axis = 0; axis < held.tensor.rank(); ++axis) out[axis] = held.tensor.dim(axis);
+                               return out;
+                             })
+      .def_property_readonly("dtype",
+                             [](const HeldTensor& held) { return std::string(dtypeName(held.tensor.dtype())); })
+      .def_property_readonly("ndim", [](const HeldTensor& held) { return held.tensor.rank(); })
+      .def(
+          "numpy", [](const HeldTensor& held) { return heldArray(held.tensor); },
+          "a read-only array over its storage (bfloat16: a float32 copy, widened exactly)")
+      .def(
+          "__array__",
+          [](const HeldTensor& held, py::object dtype, py::object) {
+            py::object array = heldArray(held.tensor);
+            return dtype.is_none() ? array : array.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def("__repr__", [](const HeldTensor& held) {
+        return fmt::format("shapevm.Parameter({}, {})", held.tensor.shape().toString(), dtypeName(held.tensor.dtype()));
+      });
+  setHeldTensorType(parameter);
+
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def(py::init<std::optional<std::string>, bool, bool, bool>(), py::arg("jit_level") = py::none(),
            py::arg("jit_wait") = false, py::arg("autotune") = true, py::arg("tuning_cache") = true)
@@ -578,8 +655,8 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Function, std::shared_ptr<Function>> function(m, "Function", py::dynamic_attr());
   function
-      .def(py::init<std::shared_ptr<Program>, int, int>(), py::arg("program"), py::arg("index"),
-           py::arg("user_params") = -1)
+      .def(py::init<std::shared_ptr<Program>, int, int, const py::sequence&, bool>(), py::arg("program"),
+           py::arg("index"), py::arg("user_params") = -1, py::arg("bound") = py::tuple(), py::arg("raw") = false)
       .def("call_bound", &Function::callBound)
       .def(
           "stats", [](const Function& f) { return f.program()->stats(); },

@@ -351,6 +351,10 @@ def test_module_attributes_are_checked():
     model.bias = [1.0, 2.0, 3.0, 4.0]
     with pytest.raises(shapevm.KindError, match="bias"):
         model(np.ones((2, 3), np.float32))
+    assert not model.stats()["module"]["specialized"]  # these calls ran the plain program
+    model.bias = np.ones(4, np.float32)  # an array again: derived parameters bound again
+    np.testing.assert_allclose(model(np.ones((2, 3), np.float32)), np.ones((2, 3)) @ model.weight.T + 1, rtol=1e-5)
+    assert model.stats()["module"]["specialized"]
 
 
 # ---- threads, leaks, teardown ----
@@ -381,9 +385,10 @@ def test_eight_threads_one_function(context):
     assert f.stats()["runs"] == 8 * 60
 
 
-def test_a_settled_function_still_sees_new_shapes(context):
+def test_a_settled_function_still_sees_new_shapes(context, tmp_path, monkeypatch):
     # Once every site is compiled, calls skip the JIT's scan and reuse each kernel's launch block;
     # a new shape must still miss the guard, run correctly and recompile.
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path))  # no install records of other runs
     context(warmup=0, hot_count=0, hot_ms=0, tune_budget_ms=0, tune_cache=0, miss_recompile=2)
     f = shapevm.jit(progs.add, jit_level="O2", wait=True)
     for n in (4,) * 24 + (9,) * 6:
