@@ -723,6 +723,22 @@ void rewriteSiteTokens(Module& module, int function, int site, const KernelSpec&
 }
 }  // namespace
 
+namespace {
+// The library kernel an untuned matmul installs at O1, if any: the first library candidate of the
+// family's search space, oneDNN's primitive (none when LibraryCandidates=0 or oneDNN cannot express
+// the spec). Its compiled code is a stub that calls oneDNN (5-9 ms of codegen where the generated
+// BLIS-style kernel takes 40-60), and it ran the cell at no more process CPU than the generated
+// kernel; dnnl_sgemm (the other candidate) doubled it (its OpenMP threads spin). The O2 tuner
+// still times both kinds. BENCHMARKS.md, "O1 transcendentals and matmuls under 30 ms".
+std::optional<KernelParams> untunedLibraryParams(const KernelFamily& family, const KernelSpec& spec) {
+  if (spec.op != OpId::MatMul || !(spec.params == KernelParams{})) return std::nullopt;
+  for (const KernelParams& params : family.searchSpace(spec)) {
+    if (params.library != 0) return params;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 void Jit::compileSite(const Request& request) {
   const std::int64_t delay = Tunables::get(Tunable::JitTestCompileDelayMs);
   for (std::int64_t slept = 0; slept < delay && !compileCancelled(); ++slept) {
@@ -801,7 +817,24 @@ void Jit::compileSite(const Request& request) {
   }
   const Clock::time_point codegen_start = Clock::now();
   const double codegen_start_cpu_ms = threadCpuMs();
+  // O1 (nothing tuned): a matmul the library computes is installed as the library kernel first;
+  // the generated one is the fallback when it does not compile or validate.
+  const KernelSpec generated_spec = inferred->spec;
+  bool library_first = false;
+  if (level_ == 1 && !tune_now) {
+    if (std::optional<KernelParams> library = untunedLibraryParams(*family, inferred->spec)) {
+      inferred->spec.params = *library;
+      library_first = true;
+    }
+  }
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
+  if (!kernel && library_first) {
+    logAt(LogLevel::Info, "JIT", "PC=0x{:02X}: the library kernel for {} did not compile ({}); compiling the generated one",
+          before.pc, inferred->spec.signature(), kernel.status().message());
+    inferred->spec = generated_spec;
+    library_first = false;
+    kernel = compileKernel(*engine_, *family, inferred->spec);
+  }
   const double codegen_ms = msSince(codegen_start);
   const double codegen_cpu_ms = threadCpuMs() - codegen_start_cpu_ms;
   trace::completeSince("compile", "codegen", codegen_start, trace::Args().add("signature", inferred->spec.signature()));
@@ -826,6 +859,19 @@ void Jit::compileSite(const Request& request) {
   if (!valid.isOk() && (*kernel)->from_cache && !(*kernel)->corrupt_outputs) {
     // A cached kernel that fails validation was dropped from the cache: compile it afresh now.
     (void)engine_->free((*kernel)->handle);
+    kernel = compileKernel(*engine_, *family, inferred->spec);
+    if (!kernel) {
+      recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());
+      return;
+    }
+    valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
+  }
+  if (!valid.isOk() && library_first && !(*kernel)->corrupt_outputs) {
+    // The library kernel failed (oneDNN cannot run this problem here): the generated one instead.
+    logAt(LogLevel::Info, "JIT", "PC=0x{:02X}: the library kernel for {} failed validation ({}); compiling the generated one",
+          before.pc, inferred->spec.signature(), valid.message());
+    (void)engine_->free((*kernel)->handle);
+    inferred->spec = generated_spec;
     kernel = compileKernel(*engine_, *family, inferred->spec);
     if (!kernel) {
       recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());

@@ -108,8 +108,10 @@ constexpr const char* kMemoryBoundMark = "shapevm.memory_bound";
 constexpr std::string_view kHandVectorizedSkippedCodegenPasses[] = {"loop-reduce", "canon-freeze", "post-RA-sched"};
 
 // Which marked modules skip those passes, in codeIdentity() (a kernel cache keeps no object built
-// under an earlier rule): 1, hand-vectorized ones only; 2, memory-bound ones too (markMemoryBound).
-constexpr int kBackendPassRule = 2;
+// under an earlier rule): 1, hand-vectorized ones only; 2, memory-bound ones too (markMemoryBound);
+// 3, and elementwise kernels call their float32 transcendental functions (ir::callElementFunction)
+// instead of inlining them in every loop, and build() drops internal functions nothing calls.
+constexpr int kBackendPassRule = 3;
 
 // A legacy pass manager that drops the passes named in `skipped` as the target adds them (the
 // backend's pass list is fixed by TargetPassConfig; only optional passes may be named).
@@ -491,6 +493,17 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
       passes = builder.buildPerModuleDefaultPipeline(level);
     }
     passes.run(*module, mam);
+  }
+  // Internal functions nothing calls (an element function's vector variants for the lane counts the
+  // loop vectorizer did not pick, ir::callElementFunction) are not compiled.
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (llvm::Function& f : llvm::make_early_inc_range(*module)) {
+      if (&f != function && f.hasLocalLinkage() && f.use_empty()) {
+        f.eraseFromParent();
+        dropped = true;
+      }
+    }
   }
   return std::unique_ptr<KernelCode>(
       new LlvmModuleCode(std::move(context), std::move(module), function, symbol, impl_.get()));
