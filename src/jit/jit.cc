@@ -723,22 +723,6 @@ void rewriteSiteTokens(Module& module, int function, int site, const KernelSpec&
 }
 }  // namespace
 
-namespace {
-// The library kernel an untuned matmul installs at O1, if any: the first library candidate of the
-// family's search space, oneDNN's primitive (none when LibraryCandidates=0 or oneDNN cannot express
-// the spec). Its compiled code is a stub that calls oneDNN (5-9 ms of codegen where the generated
-// BLIS-style kernel takes 40-60), and it ran the cell at no more process CPU than the generated
-// kernel; dnnl_sgemm (the other candidate) doubled it (its OpenMP threads spin). The O2 tuner
-// still times both kinds. BENCHMARKS.md, "O1 transcendentals and matmuls under 30 ms".
-std::optional<KernelParams> untunedLibraryParams(const KernelFamily& family, const KernelSpec& spec) {
-  if (spec.op != OpId::MatMul || !(spec.params == KernelParams{})) return std::nullopt;
-  for (const KernelParams& params : family.searchSpace(spec)) {
-    if (params.library != 0) return params;
-  }
-  return std::nullopt;
-}
-}  // namespace
-
 void Jit::compileSite(const Request& request) {
   const std::int64_t delay = Tunables::get(Tunable::JitTestCompileDelayMs);
   for (std::int64_t slept = 0; slept < delay && !compileCancelled(); ++slept) {
@@ -822,7 +806,7 @@ void Jit::compileSite(const Request& request) {
   const KernelSpec generated_spec = inferred->spec;
   bool library_first = false;
   if (level_ == 1 && !tune_now) {
-    if (std::optional<KernelParams> library = untunedLibraryParams(*family, inferred->spec)) {
+    if (std::optional<KernelParams> library = untunedLibraryParams(*engine_, *family, inferred->spec)) {
       inferred->spec.params = *library;
       library_first = true;
     }

@@ -14,6 +14,7 @@
 #include "jit/llvm_cpu/codegen_math.h"
 #include "jit/llvm_cpu/codegen_util.h"
 #include "jit/llvm_cpu/engine.h"
+#include "support/tunables.h"
 
 namespace shapevm::jit {
 namespace {
@@ -71,7 +72,15 @@ std::vector<std::string> elementFunctionsIn(std::string_view bytes) {
   return names;
 }
 
-TEST(ElementFunction, IsCompiledOncePerLaneCountAndComputesTheInlineResult) {
+// Under the kernel pipeline and LLVM's O3 one (jit_opt_pipeline=0, which deletes unused internal
+// functions before its vectorizer runs).
+class ElementFunction : public ::testing::TestWithParam<std::int64_t> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(Tunables::set(Tunable::JitOptPipeline, GetParam()).isOk()); }
+  void TearDown() override { Tunables::resetToDefaults(); }
+};
+
+TEST_P(ElementFunction, IsCompiledOncePerLaneCountAndComputesTheInlineResult) {
   auto engine = JitEngine::create();
   ASSERT_TRUE(engine.hasValue()) << engine.status().toString();
   const std::string symbol = "svm_test_two_sigmoid_loops";
@@ -108,6 +117,11 @@ TEST(ElementFunction, IsCompiledOncePerLaneCountAndComputesTheInlineResult) {
   }
   ASSERT_TRUE((*engine)->remove(*handle).isOk());
 }
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, ElementFunction, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<std::int64_t>& info) {
+                           return info.param == 1 ? std::string("Kernel") : std::string("O3");
+                         });
 
 }  // namespace
 }  // namespace shapevm::jit

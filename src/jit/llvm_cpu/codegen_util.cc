@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include "jit/fusion.h"
 #include "jit/llvm_cpu/codegen_math.h"
@@ -298,6 +299,9 @@ llvm::Value* callElementFunction(Builder& b, const std::string& name, llvm::Valu
     const std::string vector_name = fmt::format("{}_v{}", name, lanes);
     if (module.getFunction(vector_name) == nullptr) {
       defineElementFunction(module, vector_name, llvm::FixedVectorType::get(type, lanes), body, b.getFastMathFlags());
+      // Kept through a pipeline that deletes unused internal functions before the vectorizer runs
+      // (LLVM's O3 one: jit_opt_pipeline=0); the engine drops the ones no loop called after it.
+      llvm::appendToCompilerUsed(module, {module.getFunction(vector_name)});
     }
     mappings += fmt::format("{}_ZGV_LLVM_N{}v_{}({})", mappings.empty() ? "" : ",", lanes, name, vector_name);
   }

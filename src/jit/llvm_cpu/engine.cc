@@ -43,6 +43,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/X86TargetParser.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include "support/logging.h"
 #include "support/tunables.h"
@@ -495,11 +496,18 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
     passes.run(*module, mam);
   }
   // Internal functions nothing calls (an element function's vector variants for the lane counts the
-  // loop vectorizer did not pick, ir::callElementFunction) are not compiled.
+  // loop vectorizer did not pick, ir::callElementFunction, kept until now in llvm.compiler.used)
+  // are not compiled.
+  llvm::removeFromUsedLists(*module, [](llvm::Constant* c) {
+    const auto* f = llvm::dyn_cast<llvm::Function>(c->stripPointerCasts());
+    return f != nullptr && f->hasLocalLinkage();
+  });
   for (bool dropped = true; dropped;) {
     dropped = false;
     for (llvm::Function& f : llvm::make_early_inc_range(*module)) {
-      if (&f != function && f.hasLocalLinkage() && f.use_empty()) {
+      if (&f == function || !f.hasLocalLinkage()) continue;
+      f.removeDeadConstantUsers();  // e.g. the used list's old initializer
+      if (f.use_empty()) {
         f.eraseFromParent();
         dropped = true;
       }
