@@ -813,8 +813,9 @@ void Jit::compileSite(const Request& request) {
   }
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
   if (!kernel && library_first) {
-    logAt(LogLevel::Info, "JIT", "PC=0x{:02X}: the library kernel for {} did not compile ({}); compiling the generated one",
-          before.pc, inferred->spec.signature(), kernel.status().message());
+    logAt(LogLevel::Info, "JIT",
+          "PC=0x{:02X}: the library kernel for {} did not compile ({}); compiling the generated one", before.pc,
+          inferred->spec.signature(), kernel.status().message());
     inferred->spec = generated_spec;
     library_first = false;
     kernel = compileKernel(*engine_, *family, inferred->spec);
@@ -852,8 +853,9 @@ void Jit::compileSite(const Request& request) {
   }
   if (!valid.isOk() && library_first && !(*kernel)->corrupt_outputs) {
     // The library kernel failed (oneDNN cannot run this problem here): the generated one instead.
-    logAt(LogLevel::Info, "JIT", "PC=0x{:02X}: the library kernel for {} failed validation ({}); compiling the generated one",
-          before.pc, inferred->spec.signature(), valid.message());
+    logAt(LogLevel::Info, "JIT",
+          "PC=0x{:02X}: the library kernel for {} failed validation ({}); compiling the generated one", before.pc,
+          inferred->spec.signature(), valid.message());
     (void)engine_->free((*kernel)->handle);
     inferred->spec = generated_spec;
     kernel = compileKernel(*engine_, *family, inferred->spec);

@@ -36,10 +36,11 @@ Status emitTwoLoops(llvm::Module& module, const std::string& symbol) {
         b, b.getInt64(0), n, 1,
         [&](llvm::Value* i) {
           llvm::Value* x = ir::loadCompute(b, DType::Float32, ir::elementPtr(b, DType::Float32, in, i));
-          llvm::Value* y = ir::callElementFunction(
-              b, kFunction, x,
-              [](ir::Builder& builder, llvm::Value* v) { return ir::unaryOp(builder, OpId::Sigmoid, DType::Float32, v); },
-              {4, 8, 16});
+          llvm::Value* y = ir::callElementFunction(b, kFunction, x,
+                                                   [](ir::Builder& builder, llvm::Value* v) {
+                                                     return ir::unaryOp(builder, OpId::Sigmoid, DType::Float32, v);
+                                                   },
+                                                   {4, 8, 16});
           if (loop == 1) y = b.CreateFAdd(y, llvm::ConstantFP::get(b.getFloatTy(), 1.0));
           ir::storeCompute(b, DType::Float32, y, ir::elementPtr(b, DType::Float32, out, i));
         },
@@ -67,7 +68,8 @@ std::vector<std::string> elementFunctionsIn(std::string_view bytes) {
       llvm::consumeError(flags.takeError());
       continue;
     }
-    if ((*flags & llvm::object::SymbolRef::SF_Undefined) == 0 && name->starts_with(kFunction)) names.push_back(name->str());
+    if ((*flags & llvm::object::SymbolRef::SF_Undefined) == 0 && name->starts_with(kFunction))
+      names.push_back(name->str());
   }
   return names;
 }

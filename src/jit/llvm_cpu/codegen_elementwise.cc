@@ -524,11 +524,14 @@ class Emitter {
   }
   static bool outlined(OpId op) {
     switch (op) {
-      case OpId::Exp: case OpId::Log: case OpId::Sigmoid: case OpId::Tanh: case OpId::Gelu: case OpId::Erf:
-      case OpId::Silu:
-        return true;
-      default:
-        return false;
+      case OpId::Exp:
+      case OpId::Log:
+      case OpId::Sigmoid:
+      case OpId::Tanh:
+      case OpId::Gelu:
+      case OpId::Erf:
+      case OpId::Silu: return true;
+      default: return false;
     }
   }
 

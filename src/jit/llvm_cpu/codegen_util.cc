@@ -268,8 +268,8 @@ namespace {
 // inlined, so its one copy is all LLVM optimizes and compiles. `fmf`: the caller's fast-math flags.
 void defineElementFunction(llvm::Module& module, const std::string& name, llvm::Type* type,
                            const std::function<llvm::Value*(Builder&, llvm::Value*)>& body, llvm::FastMathFlags fmf) {
-  auto* function = llvm::Function::Create(llvm::FunctionType::get(type, {type}, false),
-                                          llvm::Function::InternalLinkage, name, module);
+  auto* function = llvm::Function::Create(llvm::FunctionType::get(type, {type}, false), llvm::Function::InternalLinkage,
+                                          name, module);
   function->setDoesNotAccessMemory();
   function->setDoesNotThrow();
   function->setWillReturn();
