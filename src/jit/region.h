@@ -107,9 +107,9 @@ inline double threadCpuMs() {
 bool runCompiledRegion(const void* state, std::span<Value> registers);
 
 // The library kernel an untuned matmul is installed as (an O1 site, an O2 region's untuned
-// install), if any: for float32 operands, the first library candidate of the family's search space,
-// oneDNN's primitive (none when LibraryCandidates=0 or oneDNN cannot express the spec). The generated kernel stays
-// the fallback; the tuner still times both kinds.
+// install), if any: for float32 operands, the first library candidate of the family's search
+// space, oneDNN's primitive (none when LibraryCandidates=0 or oneDNN cannot express the spec).
+// The generated kernel stays the fallback; the tuner still times both kinds.
 std::optional<KernelParams> untunedLibraryParams(KernelBackend& engine, const KernelFamily& family,
                                                  const KernelSpec& spec);
 
