@@ -65,7 +65,8 @@ int benchCommand(const BenchFlags& flags_in) {
   std::mt19937_64 rng(123);
   Weights weights{randomTensor(Shape{1024, 128}, rng, 0.1), randomTensor(Shape{1024, 256}, rng, 0.1),
                   randomTensor(Shape{1024}, rng), randomTensor(Shape{1024}, rng)};
-  auto engine = jit::LlvmCpuBackend::create();
+  // SHAPEVM_JIT_PERF=1: a perf jitdump of the suite's kernels (perf record -k 1; perf inject --jit).
+  auto engine = jit::LlvmCpuBackend::create({.perf_support = Tunables::get(Tunable::JitPerf) != 0});
   if (!engine) {
     fmt::print(stderr, "shapevm: error: {}\n", engine.status().toString());
     return 1;

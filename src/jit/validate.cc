@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -779,136 +780,177 @@ bool sameBits(std::span<const Value> a, std::span<const Value> b) {
   return true;
 }
 
+// One validation case: a shape set's inputs, what the reference computed for them (every output,
+// or sampled rows), and the output buffers' dtypes and shapes.
+struct Case {
+  std::vector<Value> inputs;
+  std::vector<const Value*> pointers;
+  std::string described;
+  std::vector<DType> dtypes;
+  std::vector<Shape> out_shapes;
+  std::vector<Value> expected;
+  Sample rows;
+  std::uint64_t seed = 0;  // the projection check's
+  std::int64_t elements = 0;
+};
+
+// Builds the case for `inputs`; nullopt when the op itself rejects them (no validation case).
+Expected<std::optional<Case>> makeCase(const CompiledKernel& kernel, std::vector<Value> inputs, bool observed_set,
+                                       std::uint64_t seed) {
+  Case c;
+  c.inputs = std::move(inputs);
+  c.seed = seed;
+  for (const Value& v : c.inputs) {
+    c.pointers.push_back(v.isNone() ? nullptr : &v);  // None = an omitted input
+    if (v.isTensor()) c.elements += v.tensor().numel();
+  }
+  c.described = describeInputs(c.pointers);
+  // The output shapes the kernel will produce; a call the family rejects is no validation case.
+  const std::size_t num_outputs = static_cast<std::size_t>(kernel.num_outputs);
+  c.dtypes.resize(num_outputs);
+  c.out_shapes.resize(num_outputs);
+  const bool shaped = kernel.family->outputs(kernel.spec, c.pointers, c.dtypes, c.out_shapes).isOk();
+  // Many rows: the reference computes sampled rows only (the observed shapes three, each range
+  // end two); an elementwise output of rank >= 3, sampled lines. Otherwise, or when the op mixes
+  // rows, it computes everything.
+  std::vector<bool> row_indexed;
+  if (shaped && linesSampleable(kernel.spec, c.pointers, c.out_shapes[0], row_indexed) &&
+      c.out_shapes[0].numel() > kSampleElementwiseAbove) {
+    c.rows = sampleLines(c.out_shapes[0], observed_set ? 1 : 0, seed);
+    for (const Shape& shape : c.out_shapes) {
+      if (shape != c.out_shapes[0]) c.rows.clear();
+    }
+  } else if (shaped && rowsSampleable(kernel.spec, c.pointers, c.out_shapes[0], row_indexed) &&
+             c.out_shapes[0][0] > kSampleAboveRows &&
+             (kernel.spec.op == OpId::MatMul || c.out_shapes[0].numel() > kSampleElementwiseAbove)) {
+    c.rows = sampleRows(c.out_shapes[0][0], observed_set ? 1 : 0, seed);
+    for (const Shape& shape : c.out_shapes) {
+      if (shape.rank() == 0 || shape[0] != c.out_shapes[0][0]) c.rows.clear();
+    }
+  }
+  // Reference first: an input combination the op itself rejects is not a validation case.
+  c.expected.resize(num_outputs);
+  if (!c.rows.empty()) {
+    SVM_ASSIGN_OR_RETURN(bool sampled,
+                         sampledReference(kernel, c.pointers, row_indexed, c.out_shapes[0], c.rows, c.expected));
+    if (!sampled) c.rows.clear();
+  }
+  if (c.rows.empty()) {
+    c.expected.assign(num_outputs, Value());
+    if (!kernel.family->reference(kernel.spec, c.pointers, c.expected).isOk()) return std::optional<Case>();
+    for (std::size_t o = 0; o < num_outputs; ++o) {
+      if (!c.expected[o].isTensor()) continue;
+      c.dtypes[o] = c.expected[o].tensor().dtype();
+      c.out_shapes[o] = c.expected[o].tensor().shape();
+    }
+  }
+  return std::optional<Case>(std::move(c));
+}
+
+// Runs the kernel on the case into poisoned output buffers of the reference's shapes (handed to the
+// kernel for in-place use).
+Expected<std::vector<Value>> runCase(const CompiledKernel& kernel, const Case& c) {
+  std::vector<Value> actual(c.dtypes.size());
+  for (std::size_t o = 0; o < actual.size(); ++o) {
+    SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(c.dtypes[o], c.out_shapes[o]));
+    actual[o] = Value::fromTensor(std::move(buffer));
+  }
+  Status run = invokeCompiled(kernel, c.pointers, actual);
+  if (!run.isOk()) return run.withContext(fmt::format("validation run on {}", c.described));
+  return actual;
+}
+
+// The kernel's outputs for the case against the reference: in full, or every element written (no
+// poison left) and then the sampled rows (for a matmul also a random projection of every row).
+Expected<Comparison> checkCase(const CompiledKernel& kernel, const Case& c, const std::vector<Value>& actual,
+                               std::uint64_t projection_seed) {
+  if (c.rows.empty()) return compareOutputs(c.expected, actual);
+  Comparison comparison;
+  std::vector<Value> sampled(actual.size());
+  for (std::size_t o = 0; o < actual.size(); ++o) {
+    if (!actual[o].isTensor()) return compareOutputs(c.expected, actual);
+    if (const std::int64_t at = firstPoisoned(actual[o].tensor()); at >= 0) {
+      comparison.ok = false;
+      comparison.reason = fmt::format("output {}: element {} was never written (still the poison)", o, at);
+      return comparison;
+    }
+    SVM_ASSIGN_OR_RETURN(Tensor gathered, gatherSample(actual[o].tensor(), c.out_shapes[o], c.rows));
+    sampled[o] = Value::fromTensor(std::move(gathered));
+  }
+  comparison = compareOutputs(c.expected, sampled);
+  if (!comparison.ok) comparison.reason += fmt::format(" (sampled {})", c.rows.describe());
+  if (comparison.ok && kernel.spec.op == OpId::MatMul && actual.size() == 1) {
+    comparison =
+        projectedProduct(c.pointers[0]->tensor(), c.pointers[1]->tensor(), actual[0].tensor(), projection_seed);
+  }
+  return comparison;
+}
+
 Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed) {
   // The packings of validation inputs are of no use afterwards (and hold the inputs alive).
   struct DropPackings {
     const CompiledKernel& kernel;
     ~DropPackings() { kernel.packed.clear(); }
   } drop{kernel};
-  // The reuse of a cached packing is checked on the set with the fewest input elements.
-  std::size_t packing_set = 0;
-  const auto elements = [](const std::vector<Shape>& shapes) {
-    std::int64_t n = 0;
-    for (const Shape& shape : shapes) n += shape.numel();
-    return n;
-  };
-  for (std::size_t k = 1; k < shape_sets.size(); ++k) {
-    if (elements(shape_sets[k]) < elements(shape_sets[packing_set])) packing_set = k;
-  }
+  // A kernel that packs an operand for its cache (a weight B) must also be right when a later call
+  // reads that packing. Later shape sets therefore pass the first packing call's tensors again where
+  // their dtype and shape are the same (a static weight): such a call reads the cached packing and is
+  // checked against the reference in full. Only if no set did, the smallest set that packed runs once
+  // more at the end, reading its own packing: bit for bit its first outputs pass as they are, any
+  // difference is checked in full.
+  std::vector<Value> packed_inputs;
+  std::optional<Case> packing_case;
+  std::vector<Value> packing_outputs;
+  bool reuse_checked = false;
   // One pool of draws for every set's large normal inputs (each set's chunks at other places).
   std::vector<float> pool;
   std::uint64_t round = 0;
   int compared = 0;
   for (const std::vector<Shape>& shapes : shape_sets) {
     const bool observed_set = round == 0;
-    const bool check_packing = round == packing_set;
-    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, drawInputs(kernel.spec, shapes, seed + round++, {}, &pool));
-    std::vector<const Value*> pointers;
-    for (const Value& v : inputs) pointers.push_back(v.isNone() ? nullptr : &v);  // None = an omitted input
-    std::string described = describeInputs(pointers);
-    // The output shapes the kernel will produce; a call the family rejects is no validation case.
-    const std::size_t num_outputs = static_cast<std::size_t>(kernel.num_outputs);
-    std::vector<DType> dtypes(num_outputs);
-    std::vector<Shape> out_shapes(num_outputs);
-    const bool shaped = kernel.family->outputs(kernel.spec, pointers, dtypes, out_shapes).isOk();
-    // Many rows: the reference computes sampled rows only (the observed shapes three, each range
-    // end two); an elementwise output of rank >= 3, sampled lines. Otherwise, or when the op mixes
-    // rows, it computes everything.
-    std::vector<bool> row_indexed;
-    Sample rows;
-    if (shaped && linesSampleable(kernel.spec, pointers, out_shapes[0], row_indexed) &&
-        out_shapes[0].numel() > kSampleElementwiseAbove) {
-      rows = sampleLines(out_shapes[0], observed_set ? 1 : 0, seed + round);
-      for (const Shape& shape : out_shapes) {
-        if (shape != out_shapes[0]) rows.clear();
-      }
-    } else if (shaped && rowsSampleable(kernel.spec, pointers, out_shapes[0], row_indexed) &&
-               out_shapes[0][0] > kSampleAboveRows &&
-               (kernel.spec.op == OpId::MatMul || out_shapes[0].numel() > kSampleElementwiseAbove)) {
-      rows = sampleRows(out_shapes[0][0], observed_set ? 1 : 0, seed + round);
-      for (const Shape& shape : out_shapes) {
-        if (shape.rank() == 0 || shape[0] != out_shapes[0][0]) rows.clear();
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> inputs, drawInputs(kernel.spec, shapes, seed + round, {}, &pool));
+    ++round;
+    for (std::size_t i = 0; i < inputs.size() && i < packed_inputs.size(); ++i) {
+      const Value& again = packed_inputs[i];
+      if (again.isTensor() && inputs[i].isTensor() && again.tensor().dtype() == inputs[i].tensor().dtype() &&
+          again.tensor().shape() == inputs[i].tensor().shape()) {
+        inputs[i] = again;
       }
     }
-    // Reference first: an input combination the op itself rejects is not a validation case.
-    std::vector<Value> expected(num_outputs);
-    if (!rows.empty()) {
-      SVM_ASSIGN_OR_RETURN(bool sampled,
-                           sampledReference(kernel, pointers, row_indexed, out_shapes[0], rows, expected));
-      if (!sampled) rows.clear();
-    }
-    if (rows.empty()) {
-      expected.assign(num_outputs, Value());
-      if (!kernel.family->reference(kernel.spec, pointers, expected).isOk()) continue;
-      for (std::size_t o = 0; o < num_outputs; ++o) {
-        if (!expected[o].isTensor()) continue;
-        dtypes[o] = expected[o].tensor().dtype();
-        out_shapes[o] = expected[o].tensor().shape();
-      }
-    }
+    SVM_ASSIGN_OR_RETURN(std::optional<Case> made, makeCase(kernel, std::move(inputs), observed_set, seed + round));
+    if (!made) continue;
+    Case& c = *made;
     ++compared;
-    // Poisoned output buffers of the reference's shapes, handed to the kernel for in-place use.
-    std::vector<Value> actual(num_outputs);
-    for (std::size_t o = 0; o < actual.size(); ++o) {
-      SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
-      actual[o] = Value::fromTensor(std::move(buffer));
+    const PackedOperandCache::Stats before = kernel.packed.stats();
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> actual, runCase(kernel, c));
+    const PackedOperandCache::Stats after = kernel.packed.stats();
+    const bool read_cached = after.hits > before.hits;
+    SVM_ASSIGN_OR_RETURN(Comparison comparison, checkCase(kernel, c, actual, seed + round));
+    if (!comparison.ok) {
+      return makeError(ErrorCode::JitError, "kernel {} disagrees with the reference on {}{}: {}", kernel.handle.symbol,
+                       c.described, read_cached ? " (packed operand cached)" : "", comparison.reason);
     }
-    // A call that packed an operand for the kernel's cache runs again: the second one reads the
-    // cached packing, and both must match.
-    const std::uint64_t packs = kernel.packed.stats().packs;
-    std::vector<Value> validated;  // the first pass's outputs, once they passed
-    for (int pass = 0; pass < 2; ++pass) {
-      if (pass == 1) {
-        // Reading the packing is checked by every first pass (it packs, then reads); the reuse of a
-        // cached packing once, on the observed shapes.
-        if (kernel.packed.stats().packs == packs || !check_packing) break;
-        validated = actual;
-        for (std::size_t o = 0; o < actual.size(); ++o) {
-          SVM_ASSIGN_OR_RETURN(Tensor buffer, poisonedTensor(dtypes[o], out_shapes[o]));
-          actual[o] = Value::fromTensor(std::move(buffer));
-        }
-      }
-      Status run = invokeCompiled(kernel, pointers, actual);
-      if (!run.isOk()) return run.withContext(fmt::format("validation run on {}", described));
-      // The same call again, reading the cached packing: bit for bit the first pass's outputs (no
-      // poison left, every value checked) pass as they are; any difference is checked in full.
-      if (pass == 1 && sameBits(validated, actual)) break;
-      const char* packed_note = pass == 1 ? " (packed operand cached)" : "";
-      Comparison comparison;
-      if (rows.empty()) {
-        comparison = compareOutputs(expected, actual);
-      } else {
-        // Every element written (no poison left), then the sampled rows against the reference.
-        std::vector<Value> sampled(num_outputs);
-        for (std::size_t o = 0; o < num_outputs && comparison.ok; ++o) {
-          if (!actual[o].isTensor()) {
-            comparison = compareOutputs(expected, actual);
-            break;
-          }
-          if (const std::int64_t at = firstPoisoned(actual[o].tensor()); at >= 0) {
-            comparison.ok = false;
-            comparison.reason = fmt::format("output {}: element {} was never written (still the poison)", o, at);
-            break;
-          }
-          SVM_ASSIGN_OR_RETURN(Tensor gathered, gatherSample(actual[o].tensor(), out_shapes[o], rows));
-          sampled[o] = Value::fromTensor(std::move(gathered));
-        }
-        if (comparison.ok) comparison = compareOutputs(expected, sampled);
-        if (!comparison.ok) comparison.reason += fmt::format(" (sampled {})", rows.describe());
-        if (comparison.ok && kernel.spec.op == OpId::MatMul && num_outputs == 1) {
-          comparison = projectedProduct(pointers[0]->tensor(), pointers[1]->tensor(), actual[0].tensor(),
-                                        seed + round + static_cast<std::uint64_t>(pass));
-        }
-      }
-      if (!comparison.ok) {
-        return makeError(ErrorCode::JitError, "kernel {} disagrees with the reference on {}{}: {}",
-                         kernel.handle.symbol, described, packed_note, comparison.reason);
+    reuse_checked = reuse_checked || read_cached;
+    if (after.packs > before.packs) {
+      if (packed_inputs.empty()) packed_inputs = c.inputs;
+      if (!packing_case || c.elements < packing_case->elements) {
+        packing_case = std::move(c);
+        packing_outputs = std::move(actual);
       }
     }
   }
   if (compared == 0) {
     return makeError(ErrorCode::JitError, "no validation case for kernel {} could run (the reference rejected every input set)",
                      kernel.handle.symbol);
+  }
+  if (packing_case && !reuse_checked) {
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> again, runCase(kernel, *packing_case));
+    if (sameBits(packing_outputs, again)) return Status::ok();
+    SVM_ASSIGN_OR_RETURN(Comparison comparison, checkCase(kernel, *packing_case, again, packing_case->seed + 1));
+    if (!comparison.ok) {
+      return makeError(ErrorCode::JitError, "kernel {} disagrees with the reference on {} (packed operand cached): {}",
+                       kernel.handle.symbol, packing_case->described, comparison.reason);
+    }
   }
   return Status::ok();
 }

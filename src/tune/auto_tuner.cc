@@ -420,10 +420,12 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   }
   // 3. A library kernel against the generated ones (library_onednn.h): one sample each, taken
   // minutes apart on a loaded host, cannot tell them apart, and the library is the bar users
-  // compare with. The fastest generated candidate (after the default rule above) and every
-  // library candidate (oneDNN's primitive, its sgemm) are timed again side by side; the fastest
-  // library one by run-off median is the bar, and the generated one wins only when its run-off
-  // median beats that by the noise margin.
+  // compare with. The two fastest generated candidates (the first after the default rule above:
+  // the sweep may have misranked two close ones) and every library candidate (oneDNN's primitive,
+  // its sgemm) are timed again side by side. Where the two fastest by run-off median are within
+  // the noise margin of each other, those two alone are timed again in twice as many rounds
+  // (the decider) and the faster there wins: a close call is measured, not given to either
+  // kind. A generated kernel and a library one that are far apart are decided by the first rounds.
   const Timed* generated = nullptr;
   std::vector<const Timed*> libraries;
   const Timed* fallback = nullptr;  // the default
@@ -437,35 +439,79 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
   }
   if (generated != nullptr && fallback != nullptr && generated->us > fallback->us * (1.0 - kNoiseMargin))
     generated = fallback;
+  const Timed* runner_up = nullptr;  // the fastest other generated candidate
+  for (const Timed& candidate : timed) {
+    if (candidate.params.library == 0 && &candidate != generated &&
+        (runner_up == nullptr || candidate.us < runner_up->us))
+      runner_up = &candidate;
+  }
   if (generated != nullptr && !libraries.empty()) {
     const std::int64_t rounds = std::max<std::int64_t>(kMinRunOffRounds, repeats);
     std::vector<const Timed*> contenders = {generated};
     contenders.insert(contenders.end(), libraries.begin(), libraries.end());
+    if (runner_up != nullptr) contenders.push_back(runner_up);
     Expected<std::vector<double>> medians = runOff(timing, contenders, examples, rounds, sample_us);
     if (!medians) {
       for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
       return medians.status();  // cancelled (all ran before)
     }
-    std::size_t fastest = 1;  // the library candidate with the lowest run-off median
-    for (std::size_t i = 2; i < contenders.size(); ++i) {
-      if ((*medians)[i] < (*medians)[fastest]) fastest = i;
+    std::vector<std::size_t> order(contenders.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return (*medians)[x] < (*medians)[y]; });
+    std::int64_t decider_rounds = 0;
+    double decided_us[2] = {0, 0};
+    if ((*medians)[order[0]] > (*medians)[order[1]] * (1.0 - kNoiseMargin)) {
+      decider_rounds = 2 * rounds;
+      Expected<std::vector<double>> decider =
+          runOff(timing, {contenders[order[0]], contenders[order[1]]}, examples, decider_rounds, sample_us);
+      if (!decider) {
+        for (const jit::KernelHandle& handle : handles) (void)engine.free(handle);
+        return decider.status();
+      }
+      decided_us[0] = (*decider)[0];
+      decided_us[1] = (*decider)[1];
+      if (decided_us[1] < decided_us[0]) {
+        std::swap(order[0], order[1]);
+        std::swap(decided_us[0], decided_us[1]);
+      }
     }
-    const Timed* library = contenders[fastest];
-    const bool generated_wins = (*medians)[0] < (*medians)[fastest] * (1.0 - kNoiseMargin);
-    best = generated_wins ? generated->params : library->params;
+    const Timed* winner = contenders[order[0]];
+    // The report names the fastest library candidate and the fastest generated one (by the
+    // decider where it timed them), with their medians over the first rounds; the log has the
+    // decider's.
+    std::size_t library_at = 0, generated_at = 0;
+    bool library_seen = false, generated_seen = false;
+    for (std::size_t i : order) {
+      if (contenders[i]->params.library != 0 && !library_seen) {
+        library_at = i;
+        library_seen = true;
+      }
+      if (contenders[i]->params.library == 0 && !generated_seen) {
+        generated_at = i;
+        generated_seen = true;
+      }
+    }
+    best = winner->params;
     // The record keeps the sweep's medians (one measurement for the winner, every other candidate
     // and the default); the run-off's own medians are in the report and the log.
-    best_us = generated_wins ? generated->us : library->us;
-    report.runoff = RunOff{generated->params,   library->params,          (*medians)[0],
-                           (*medians)[fastest], static_cast<int>(rounds), timing.one_thread};
-    std::string others;
-    for (std::size_t i = 1; i < contenders.size(); ++i) {
-      if (i != fastest) others += fmt::format(", {} {:.1f}us", contenders[i]->params.toString(), (*medians)[i]);
+    best_us = winner->us;
+    report.runoff = RunOff{contenders[generated_at]->params, contenders[library_at]->params, (*medians)[generated_at],
+                           (*medians)[library_at],           static_cast<int>(rounds),       timing.one_thread,
+                           static_cast<int>(decider_rounds)};
+    std::string figures;
+    for (std::size_t i = 0; i < contenders.size(); ++i) {
+      figures += fmt::format("{}{} {:.1f}us", i == 0 ? "" : ", ", contenders[i]->params.toString(), (*medians)[i]);
     }
-    logAt(LogLevel::Info, "JIT",
-          "Tuning {}: run-off over {} interleaved rounds ({}): {} {:.1f}us vs {} {:.1f}us{}; chose {}", signature,
-          rounds, timing.one_thread ? "thread CPU time, median" : "wall time, fastest", generated->params.toString(),
-          (*medians)[0], library->params.toString(), (*medians)[fastest], others, best.toString());
+    std::string decided;
+    if (decider_rounds > 0) {
+      decided = fmt::format("; within {:.0f}%, {} more rounds of {} {:.1f}us vs {} {:.1f}us", kNoiseMargin * 100,
+                            decider_rounds, contenders[order[0]]->params.toString(), decided_us[0],
+                            contenders[order[1]]->params.toString(), decided_us[1]);
+    }
+    logAt(LogLevel::Info, "JIT", "Tuning {}: run-off over {} interleaved rounds ({}): {}{}; chose {}", signature,
+          rounds, timing.one_thread ? "thread CPU time, median" : "wall time, fastest", figures, decided,
+          best.toString());
   }
   // 4. A bfloat16 matmul: the default tile's two variants, and the variant of the generated winner.
   // The two variants are timed again side by side (a run-off, as for the library above): the

@@ -77,6 +77,9 @@ struct RunOff {
   double generated_us = 0, library_us = 0;  // over the rounds: the median (CPU time) or fastest (wall)
   int rounds = 0;
   bool cpu_clock = false;  // the calling thread's CPU time (every candidate on one thread), else wall
+  // The two fastest contenders within the noise margin of each other were timed again in this
+  // many more interleaved rounds, those alone deciding (0: the first rounds told them apart).
+  int decider_rounds = 0;
 };
 
 // A bfloat16 matmul's default tile timed again in both variants, interleaved (auto_tuner.cc): the

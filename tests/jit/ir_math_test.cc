@@ -2,7 +2,7 @@
 // ir_math: every float32 function, compiled into a vectorized map kernel (and an explicit
 // <16 x float> one), against double-precision libm on dense sweeps and special values.
 // Bound asserted: relative error <= 1e-6 wherever the double result is a normal float32
-// (measured worst cases: exp/log ~8e-8, tanh ~1.4e-7, sigmoid/erf ~2e-7, erfc/gelu ~5e-7 in their
+// (measured worst cases: exp/log ~8e-8, sigmoid/erf ~2e-7, tanh/silu ~2.5e-7, erfc/gelu ~5e-7 in their
 // far tails); where the result is a denormal, absolute error <= 1e-44 (a few denormal ulps).
 // float64 goes to libm, and must be bit-identical to the reference kernels' formulas.
 #include <gtest/gtest.h>
@@ -68,14 +68,16 @@ const MathCase kCases[] = {
 
 // A compiled `out[i] = fn(in[i])` over args.shape[0][0] elements of `dtype` (float32 or float64).
 // lanes == 1: a scalar loop the O3 pipeline vectorizes; lanes > 1: explicit <lanes x T> steps
-// (the element count must then be a multiple of lanes).
+// (the element count must then be a multiple of lanes). bare_estimate: the function is marked
+// like the fused family's 16-lane kernels, so LLVM does not refine the reciprocal estimate.
 class MapKernel {
  public:
-  MapKernel(MathFn fn, DType dtype, unsigned lanes, const std::string& name) {
+  MapKernel(MathFn fn, DType dtype, unsigned lanes, const std::string& name, bool bare_estimate = false) {
     const std::string symbol = "svm_test_math_" + name;
     auto handle = sharedEngine().compile(symbol, [&](llvm::Module& module) {
       ir::Builder b(module.getContext());
       llvm::Function* function = ir::beginKernel(module, symbol, b);
+      if (bare_estimate) function->addFnAttr("reciprocal-estimates", "vec-divf:0");
       ir::ArgsView args(b, function->getArg(0));
       llvm::Value* in = args.data(0);
       llvm::Value* out = args.data(1);
@@ -335,6 +337,46 @@ TEST(IrMath, ExplicitVectorsAgreeWithTheBound) {
     const ErrorStats stats = measure(c, x, kernel(x));
     EXPECT_EQ(stats.failures, 0) << stats.first_failure;
   }
+}
+
+// The fused family's 16-lane kernels on AVX-512 take vrcp14ps without LLVM's Newton step
+// (codegen_fused.cc): ir_math's own step must still keep every sigmoid/tanh/silu within the bound
+// and the limits exact (sigmoid(0) = 0.5 and saturation to 1 come from exact reciprocals).
+TEST(IrMath, SixteenLanesWithTheBareReciprocalEstimate) {
+  if (!sharedEngine().hasAvx512()) GTEST_SKIP() << "the fused family marks only AVX-512 kernels so";
+  for (const MathCase& c : kCases) {
+    const std::string name = c.name;
+    if (name != "sigmoid" && name != "tanh" && name != "silu") continue;
+    MapKernel kernel(c.fn, DType::Float32, 16, name + "_bare_v16", /*bare_estimate=*/true);
+    std::vector<float> x = sweep(-30.0f, 30.0f, 16 * 16384 - 1);
+    for (float v : magnitudes(1e-30, 130.0, 40000, true)) x.push_back(v);
+    for (float v : specialValues()) x.push_back(v);
+    while (x.size() % 16 != 0) x.push_back(0.0f);
+    const ErrorStats stats = measure(c, x, kernel(x));
+    EXPECT_EQ(stats.failures, 0) << stats.first_failure;
+    EXPECT_LT(stats.worst, 5e-7) << name << " at " << stats.worst_at;
+  }
+  MapKernel sigmoid(&ir::sigmoidF, DType::Float32, 16, "sigmoid_bare_limits", true);
+  MapKernel tanh(&ir::tanhF, DType::Float32, 16, "tanh_bare_limits", true);
+  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN, -0.0f,
+                                10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 0.5f, -0.5f};
+  const std::vector<float> s = sigmoid(x);
+  const std::vector<float> t = tanh(x);
+  EXPECT_EQ(s[0], 0.5f);
+  EXPECT_EQ(s[1], 1.0f);
+  EXPECT_EQ(s[2], 1.0f);
+  EXPECT_EQ(s[4], 1.0f);
+  EXPECT_EQ(s[5], 0.0f);
+  EXPECT_TRUE(std::isnan(s[6]));
+  EXPECT_EQ(s[7], 0.5f);
+  EXPECT_NEAR(s[11], 3.7835e-44, 3e-45);
+  EXPECT_EQ(t[3], 1.0f);
+  EXPECT_EQ(t[4], 1.0f);
+  EXPECT_EQ(t[5], -1.0f);
+  EXPECT_TRUE(std::isnan(t[6]));
+  EXPECT_TRUE(std::signbit(t[7]) && t[7] == 0.0f);
+  EXPECT_EQ(t[8], 1.0f);
+  EXPECT_EQ(t[9], -1.0f);
 }
 
 // float64: libm (intrinsics or calls), bit-identical to the reference kernels' double formulas.

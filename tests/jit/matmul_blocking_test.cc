@@ -145,9 +145,15 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   EXPECT_EQ(one_block.kc, 128);
   EXPECT_EQ(one_block.mc, 1020);  // 1020 x 128 floats in a quarter of 2 MiB (1024 rows at most)
   EXPECT_EQ(one_block.nc, 8192);  // 128 x 8192 floats: 4 MiB
+  // ...unless B has at most 4 panels and A stays in L2: A in place, K blocks from L1, no prefetch.
   const matmul::Plan cube = matmul::resolvePlan(matmulSpec(256, 256, 256, spr));
-  EXPECT_EQ(cube.kc, 256);
-  EXPECT_EQ(cube.mc, 510);
+  EXPECT_EQ(cube.kc, 128);  // a 128 x 64 panel and 6 rows of A: 35 KiB of a 48 KiB L1
+  EXPECT_EQ(cube.mc, 0);
+  EXPECT_EQ(cube.nc, cube.nr());
+  EXPECT_EQ(cube.prefetch, 0);
+  const matmul::Plan five_panels = matmul::resolvePlan(matmulSpec(256, 256, 320, spr));
+  EXPECT_EQ(five_panels.kc, 256);
+  EXPECT_EQ(five_panels.mc, 510);
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(100, 40, 1024, spr)).kc, 48);  // K rounded up to 16
   // A that stays in L2 over several K blocks, few rows, one panel: A read in place, B one panel at a time.
   for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{256, 1024, 256},

@@ -414,5 +414,21 @@ TEST_F(PackedWeights, ValidationRunsTheCachedPathAndEmptiesTheCache) {
   EXPECT_EQ(stats.entries, 0u);
 }
 
+// With several shape sets and a static weight, later sets pass the first set's weight again: their
+// calls read the cached packing and are checked against the reference, so no extra call is made.
+TEST_F(PackedWeights, LaterShapeSetsReadTheFirstSetsPacking) {
+  std::mt19937 rng(11);
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{32, 128}, rng),
+                               transposedWeight(DType::Float32, 128, 1024, rng)};
+  CompiledKernel& kernel = compile(specFor("matmul", inputs, {}, Dims::Symbolic));
+  const std::vector<std::vector<Shape>> shapes = {{Shape{32, 128}, Shape{128, 1024}},
+                                                  {Shape{48, 128}, Shape{128, 1024}}};
+  ASSERT_TRUE(validateKernel(kernel, shapes, 3).isOk());
+  const PackedOperandCache::Stats stats = kernel.packed.stats();
+  EXPECT_EQ(stats.packs, 1u);
+  EXPECT_EQ(stats.hits, 1u) << "the second set reads the first set's packing; nothing runs a third time";
+  EXPECT_EQ(stats.entries, 0u);
+}
+
 }  // namespace
 }  // namespace shapevm::jit

@@ -76,12 +76,13 @@ class RunOffClock : public testing::TunerTest {
  protected:
   // Tunes {default, sgemm} on a 48x40x56 matmul with the scripted times, without the database
   // (every tune() times afresh); the outcome and its run-off.
-  std::pair<KernelParams, RunOff> tuneScripted(ScriptedTimer& scripted) {
+  std::pair<KernelParams, RunOff> tuneScripted(ScriptedTimer& scripted,
+                                               std::vector<KernelParams> space = {KernelParams{}, kSgemm}) {
     AutoTunerOptions options = options_;
     options.use_database = false;
     options.timer = scripted.timer();
     AutoTuner tuner(options);
-    MatmulSubspace family({KernelParams{}, kSgemm});
+    MatmulSubspace family(std::move(space));
     const Example e = matmulExample(48, 40, 56);
     auto outcome = tuner.tune(jit::testing::sharedBackend(), family, e.spec, e.pointers);
     EXPECT_TRUE(outcome.hasValue()) << outcome.status().toString();
@@ -125,6 +126,47 @@ TEST_F(RunOffClock, OnOneThreadTheMedianDecidesAndTheSameTimesGiveTheSamePick) {
   EXPECT_EQ(params, KernelParams{});
   EXPECT_DOUBLE_EQ(runoff.generated_us, 80.0);
   EXPECT_DOUBLE_EQ(runoff.library_us, 100.0);
+}
+
+// A close call (the two fastest within the 2% noise margin) is timed again, those two alone, in
+// twice the rounds, and the faster there wins whichever kind it is: before, a generated kernel
+// had to beat the library by the margin, so a library kernel 1% slower was kept.
+TEST_F(RunOffClock, ACloseCallIsTimedAgainAndTheFasterWins) {
+  ASSERT_TRUE(Tunables::set(Tunable::KernelThreads, 1).isOk());
+  for (const bool generated_faster : {true, false}) {
+    SCOPED_TRACE(generated_faster ? "generated 1% faster" : "library 1% faster");
+    ScriptedTimer scripted({{KernelParams{}.toString(), {generated_faster ? 99.0 : 100.0, {}}},
+                            {kSgemm.toString(), {generated_faster ? 100.0 : 99.0, {}}}});
+    const auto [params, runoff] = tuneScripted(scripted);
+    EXPECT_EQ(params, generated_faster ? KernelParams{} : kSgemm);
+    EXPECT_EQ(runoff.rounds, 7);
+    EXPECT_EQ(runoff.decider_rounds, 14);
+    EXPECT_EQ(scripted.samples(kSgemm), 4 + 7 + 14);  // sweep, run-off, decider
+    EXPECT_DOUBLE_EQ(runoff.generated_us, generated_faster ? 99.0 : 100.0);
+    EXPECT_DOUBLE_EQ(runoff.library_us, generated_faster ? 100.0 : 99.0);
+  }
+  // Far apart: no decider.
+  ScriptedTimer apart({{KernelParams{}.toString(), {100.0, {}}}, {kSgemm.toString(), {90.0, {}}}});
+  const auto [params, runoff] = tuneScripted(apart);
+  EXPECT_EQ(params, kSgemm);
+  EXPECT_EQ(runoff.decider_rounds, 0);
+  EXPECT_EQ(apart.samples(kSgemm), 4 + 7);
+}
+
+// The sweep's second fastest generated candidate runs in the run-off too: a candidate whose sweep
+// samples all stalled (preempted) reads slow there, but wins the run-off on its own time.
+TEST_F(RunOffClock, TheSweepsRunnerUpIsTimedAgain) {
+  ASSERT_TRUE(Tunables::set(Tunable::KernelThreads, 1).isOk());
+  const KernelParams tile{.mr = 4, .nr = 32};
+  ScriptedTimer scripted({{KernelParams{}.toString(), {100.0, {}}},
+                          {tile.toString(), {80.0, {0, 1, 2, 3}}},
+                          {kSgemm.toString(), {95.0, {}}}});
+  const auto [params, runoff] = tuneScripted(scripted, {KernelParams{}, tile, kSgemm});
+  EXPECT_EQ(params, tile);
+  EXPECT_EQ(runoff.generated, tile);
+  EXPECT_DOUBLE_EQ(runoff.generated_us, 80.0);
+  EXPECT_DOUBLE_EQ(runoff.library_us, 95.0);
+  EXPECT_EQ(scripted.samples(tile), 4 + 7);
 }
 
 // Kernels on the pool (KernelThreads=2): the wall clock, and the fastest sample per contender, so

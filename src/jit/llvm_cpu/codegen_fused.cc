@@ -491,6 +491,17 @@ class FusedFamily final : public KernelFamily, public LlvmKernelEmitter {
     // loops are compute-bound transcendentals, which run faster 16 lanes at a time.
     const int bits = targetOf(spec).vector_bits;
     if (bits > 256) function->addFnAttr("prefer-vector-width", std::to_string(bits));
+    // ir_math's sigmoid/tanh/silu take 1/d from the divide's reciprocal estimate, which LLVM refines
+    // by one Newton step, and refine it once more themselves. On 16 lanes the estimate is the 14-bit
+    // vrcp14ps, so their own step alone reaches ~2^-28 (exact at powers of two): no step from LLVM,
+    // two FMAs fewer per reciprocal (10 per 16 LSTM gate outputs). 8-lane vectors (the vw=8
+    // candidates) keep LLVM's step: theirs is the 12-bit vrcpps. Should the vectorizer still pick
+    // 8 lanes for a default candidate (or an 8-lane epilogue), one step from vrcpps leaves
+    // sigmoid/tanh within ~2.6e-7, inside the 1e-6 bound, only saturation may land 1 ulp short of
+    // 1. Only ir_math marks divides `arcp`.
+    if (bits >= 512 && (spec.params.vector_width == 0 || spec.params.vector_width >= 16)) {
+      function->addFnAttr("reciprocal-estimates", "vec-divf:0");
+    }
     FusedEmitter(b, function->getArg(0), *spec.fused, spec.params).run();
     return Status::ok();
   }

@@ -20,7 +20,8 @@
 // through a register transpose, in functions of their own (see callPacker). B may also be read
 // in place (f32, rows contiguous; a tuning candidate for small M). Defaults (see defaultPlan):
 // 6x64 tiles, KC from L2; M <= 64: 4x64, KC from L1; packed A and B blocks where A's rows would
-// not stay in L2. M tails re-read a valid row and store nothing; N tails use masked loads/stores.
+// not stay in L2 or all of K is one K block (not for a B of at most 4 panels: A in place, KC from
+// L1). M tails re-read a valid row and store nothing; N tails use masked loads/stores.
 // When A's rows and B's columns are both contiguous along K and M < MR or N < 16 (x @ W.T for a
 // few rows, matrix @ vector), a dot-product path runs instead.
 // The kernel body is an internal function `part(args, task, tasks, scratch)`; the exported symbol
@@ -257,6 +258,21 @@ Plan defaultPlan(const KernelSpec& spec) {
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
   const bool one_k_block = targetHasAvx512(spec) && !small_m && dims.k > 0 && dims.k <= plan.kc;
+  // ...except for a B of at most 4 panels whose A stays in L2: a packed A block would be read by
+  // 4 panels at most, so packing it (a transposing copy of all of A) costs about what it saves,
+  // while A's rows read in place stay in L2 anyway. A in place, then, B one panel at a time in
+  // K blocks that keep the panel and the tile's A rows in L1 (kcForL1; the panel is reused by
+  // every row tile), no prefetch. Measured on an Intel host (2 MiB L2; thread CPU time, 11 rounds,
+  // median of the per-round ratios to the faster of oneDNN's sgemm and matmul; BENCHMARKS.md,
+  // issue 25): 256^3 0.79x -> 0.94x in one process (the old blocks as explicit params), 256x512x256
+  // 0.78x -> 0.89x in two runs.
+  const bool few_panels = dims.n > 0 && dims.n <= 4 * plan.nr();
+  if (one_k_block && few_panels && a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 &&
+      b.rank == 2 && dims.m >= 0 && !gateEpilogue(spec) && aBlockStaysInL2(dims, caches, plan.kc)) {
+    plan.kc = kcForL1(caches, plan.mr, static_cast<int>(plan.nr()));
+    plan.prefetch = 0;
+    return plan;
+  }
   if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 && b.rank == 2 && dims.m >= 0 &&
       dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
       (one_k_block || !aBlockStaysInL2(dims, caches, plan.kc))) {

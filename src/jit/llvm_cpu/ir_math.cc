@@ -5,7 +5,6 @@
 //   exp:   Q(r)  = (e^r - 1 - r) / r^2               on [-ln2/2, ln2/2],             degree 4
 //          (Lawson-weighted least squares for e^r's relative error in numpy, not chebyfit)
 //   log:   P(f)  = (log1p(f) - f + f^2/2) / f^3      on [sqrt(1/2) - 1, sqrt(2) - 1], degree 8
-//   tanh:  P(s)  = (tanh(sqrt s) - sqrt s) / s^1.5   on [0, 0.625^2],                degree 5
 //   erf:   P(s)  = erf(sqrt s) / sqrt s              on [0, 1],                      degree 6
 //   erfcx: P(u)  = e^{a^2} erfc(a), a = 2/(u + c) - 2 on t = u + c in [1/6.05, 0.8],  degree 10
 // (fit error below 4e-9 relative in each case; the float32 evaluation adds a few ulp).
@@ -22,12 +21,9 @@ namespace {
 
 constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f, -0.124256872f, 0.142490581f,
                                       -0.166678026f, 0.200007156f,  -0.24999997f, 0.333333313f};
-constexpr float kTanhCoefficients[] = {0.00229274482f, -0.00834394526f, 0.0217689183f,
-                                       -0.0539592579f, 0.133333042f,    -0.333333343f};
-// exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then Horner's
-// last two steps' 1, 1. One FMA fewer than the degree-7 Taylor polynomial it replaced (< 6e-9).
-constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f,
-                                      0.49999997f,    1.0f,           1.0f};
+// exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then the 1 of
+// t = 1 + r Q(r); e^r = 1 + r t is one FMA more (e^r - 1 = r t for tanh).
+constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f, 0.49999997f, 1.0f};
 constexpr float kErfCoefficients[] = {7.87587487e-05f, -0.00080168643f, 0.00518908724f, -0.0268542115f,
                                       0.112835944f,    -0.37612626f,    1.12837911f};
 constexpr float kErfcxCenter = 0.48264461755752563f;
@@ -83,16 +79,19 @@ llvm::Value* copysign(Builder& b, llvm::Value* magnitude, llvm::Value* sign) {
 }
 
 // 1 / den for a den the caller knows is finite and nonzero (NaN may pass through). The divide is
-// marked `arcp ninf`, so on float32 vectors LLVM emits the target's reciprocal estimate and one
-// Newton step (vrcp14ps or, on 8 lanes and AVX2, the 12-bit vrcpps) instead of vdivps, whose
-// throughput bounds the sigmoid/tanh kernels; a second Newton step here makes the result the
-// correctly rounded one or next to it (exact where it is a power of two: sigmoid(0) = 0.5,
-// saturation to 1). Scalar divides stay exact divides (LLVM keeps them).
+// marked `arcp contract ninf`, so on float32 vectors LLVM emits the target's reciprocal estimate
+// and one Newton step in FMAs (vrcp14ps or, on 8 lanes and AVX2, the 12-bit vrcpps) instead of
+// vdivps, whose throughput bounds the sigmoid/tanh kernels; a second Newton step here makes the
+// result the correctly rounded one or next to it (exact where it is a power of two: sigmoid(0) =
+// 0.5, saturation to 1). A function marked "reciprocal-estimates"="vec-divf:0" (the fused family on
+// 16 lanes) gets the bare estimate from LLVM: from vrcp14ps this step alone gives the same.
+// Scalar divides stay exact divides (LLVM keeps them).
 llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
   llvm::Value* one = llvm::ConstantFP::get(den->getType(), 1.0);
   auto* estimate = llvm::cast<llvm::Instruction>(b.CreateFDiv(one, den));
   llvm::FastMathFlags flags;
   flags.setAllowReciprocal();
+  flags.setAllowContract();
   flags.setNoInfs();
   estimate->setFastMathFlags(flags);
   llvm::Value* error = exactFma(b, b.CreateFNeg(den), estimate, one);
@@ -102,6 +101,27 @@ llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
 // NaN in, the same NaN out (selects and clamps above would have turned it into a number).
 llvm::Value* keepNaN(Builder& b, llvm::Value* x, llvm::Value* result) {
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
+}
+
+// max(x, lowest) that keeps a NaN x (x86's maxps(lowest, x): one instruction), so a function
+// whose every later step propagates NaN needs no keepNaN.
+llvm::Value* clampBelowKeepingNaN(Builder& b, llvm::Value* x, double lowest) {
+  llvm::Value* bound = splat(x->getType(), lowest);
+  return b.CreateSelect(b.CreateFCmpOLT(x, bound), bound, x);
+}
+
+// n = round(x * scale) as a float and 2^(n + bias - 127) from the same add: x * scale + (1.5 * 2^23 +
+// bias) rounds to an integer-valued float whose low mantissa bits hold n + bias, so shifting its
+// bits left by 23 puts n + bias in the exponent field (the bits above it shift out). Three
+// operations (FMA, subtract, shift) in place of multiply, round, convert, add and shift. Needs
+// |x * scale| < 2^21 and n + bias in [1, 254].
+std::pair<llvm::Value*, llvm::Value*> roundWithPow2(Builder& b, llvm::Value* x, double scale, int bias) {
+  llvm::Type* type = x->getType();
+  llvm::Constant* magic = splat(type, 12582912.0 + bias);
+  llvm::Value* sum = fma(b, x, splat(type, scale), magic);
+  llvm::Value* n = b.CreateFSub(sum, magic);  // exact
+  llvm::Value* bits = b.CreateShl(b.CreateBitCast(sum, intTypeLike(b, type)), splatInt(b, type, 23));
+  return {n, b.CreateBitCast(bits, type)};
 }
 
 // 2^n for integer-valued float n in [-126, 127], built from the exponent bits.
@@ -150,7 +170,7 @@ std::pair<llvm::Value*, llvm::Value*> expReduce(Builder& b, llvm::Value* x) {
   // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
   llvm::Value* r = fma(b, n, splat(type, -0.693359375), x);
   r = fma(b, n, splat(type, 2.12194440e-4), r);
-  return {horner(b, kExpCoefficients, r), b.CreateFPToSI(n, intTypeLike(b, type))};
+  return {fma(b, horner(b, kExpCoefficients, r), r, splat(type, 1.0)), b.CreateFPToSI(n, intTypeLike(b, type))};
 }
 
 ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = false) {
@@ -164,11 +184,25 @@ ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = 
   return ExpParts{p, pow2(b, half), pow2(b, b.CreateSub(n_int, half))};
 }
 
-// e^x for an x the caller keeps in [0, 87] (no clamp, no NaN handling): a normal result, so one
-// power-of-two scale.
-llvm::Value* expNormal(Builder& b, llvm::Value* x) {
-  const auto [p, n_int] = expReduce(b, x);
-  return b.CreateFMul(p, pow2(b, n_int));
+// e^y for y <= 0 (y < -120 clamped to -120, NaN kept) as 2^n e^r: r, t = 1 + r Q(r) (so e^r =
+// 1 + r t and e^r - 1 = r t, both without cancellation) and s64 = 2^(n + 64), a normal float for n
+// in [-174, 0]; times 2^-64 last, a result in the denormal range is rounded once. sigmoid and tanh
+// both build on it, with the same constants: a kernel computing both (the LSTM gates) keeps one
+// set of them in registers.
+struct ExpNonpositive {
+  llvm::Value* r;
+  llvm::Value* t;
+  llvm::Value* s64;
+  llvm::Value* p(Builder& b) const { return fma(b, t, r, splat(r->getType(), 1.0)); }  // e^r
+};
+
+ExpNonpositive expNonpositive(Builder& b, llvm::Value* y) {
+  llvm::Type* type = y->getType();
+  llvm::Value* clamped = clampBelowKeepingNaN(b, y, -120.0);
+  const auto [n, s64] = roundWithPow2(b, clamped, 1.4426950408889634, 127 + 64);
+  llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
+  r = fma(b, n, splat(type, 2.12194440e-4), r);
+  return ExpNonpositive{r, horner(b, kExpCoefficients, r), s64};
 }
 
 // factor * e^x from its parts: ((factor * p) * s1) * s2, one rounding into the denormal range.
@@ -246,17 +280,15 @@ llvm::Value* logF(Builder& b, llvm::Value* x) {
 llvm::Value* tanhF(Builder& b, llvm::Value* x) {
   if (isDouble(x)) return callLibm(b, "tanh", x);
   llvm::Type* type = x->getType();
-  llvm::Value* a = fabs(b, x);
-  llvm::Value* s = b.CreateFMul(x, x);
-  // copysign keeps tanh(-0) = -0 (the fma would give +0).
-  llvm::Value* small = copysign(b, fma(b, b.CreateFMul(x, s), horner(b, kTanhCoefficients, s), x), x);
-  // tanh(9.1) rounds to 1 in float32; the clamp keeps e^{2|x|} finite for the divide (and NaN
-  // becomes a number here, put back by keepNaN).
-  llvm::Value* e = expNormal(b, b.CreateFMul(b.CreateMinNum(a, splat(type, 9.1)), splat(type, 2.0)));
-  llvm::Value* one = splat(type, 1.0);
-  llvm::Value* large = b.CreateFSub(one, b.CreateFMul(splat(type, 2.0), reciprocalFinite(b, b.CreateFAdd(e, one))));
-  large = copysign(b, large, x);
-  return keepNaN(b, x, b.CreateSelect(b.CreateFCmpOLT(a, splat(type, 0.625)), small, large));
+  // u = e^{-2|x|} - 1 in [-1, 0] = 2^n (e^r - 1) + (2^n - 1): n <= 0, so the two terms never cancel
+  // by more than a factor 1.5, and u near 0 keeps its relative accuracy. Below -120 (tanh(60)) the
+  // clamp applies; tanh(9.1) already rounds to 1. NaN passes through every step.
+  const ExpNonpositive e = expNonpositive(b, b.CreateFMul(b.CreateFNeg(fabs(b, x)), splat(type, 2.0)));
+  llvm::Value* scale = b.CreateFMul(e.s64, splat(type, 0x1p-64));
+  llvm::Value* u = fma(b, scale, b.CreateFMul(e.r, e.t), b.CreateFSub(scale, splat(type, 1.0)));
+  // tanh|x| = -u / (u + 2), u + 2 in [1, 2]: copysign gives u / (u + 2), which is <= 0, x's sign
+  // (tanh(-0) = -0).
+  return copysign(b, b.CreateFMul(u, reciprocalFinite(b, b.CreateFAdd(u, splat(type, 2.0)))), x);
 }
 
 namespace {
@@ -267,12 +299,14 @@ namespace {
 llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
-  const ExpParts parts = expParts(b, b.CreateFNeg(fabs(b, x)), -120.0, /*nonpositive=*/true);
+  const ExpNonpositive exp = expNonpositive(b, b.CreateFNeg(fabs(b, x)));
+  const ExpParts parts{exp.p(b), exp.s64, splat(type, 0x1p-64)};
   llvm::Value* e = scaleBy(b, parts, nullptr);
   llvm::Value* s = reciprocalFinite(b, b.CreateFAdd(one, e));  // 1 + e in [1, 2]
-  if (factor == nullptr) return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), s, b.CreateFMul(e, s));
+  llvm::Value* negative = b.CreateFCmpOLT(x, splat(type, 0.0));
+  if (factor == nullptr) return b.CreateSelect(negative, b.CreateFMul(e, s), s);
   llvm::Value* scaled_s = b.CreateFMul(factor, s);
-  return b.CreateSelect(b.CreateFCmpOGE(x, splat(type, 0.0)), scaled_s, scaleBy(b, parts, scaled_s));
+  return b.CreateSelect(negative, scaleBy(b, parts, scaled_s), scaled_s);
 }
 }  // namespace
 
@@ -280,7 +314,7 @@ llvm::Value* sigmoidF(Builder& b, llvm::Value* x) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
   if (isDouble(x)) return b.CreateFDiv(one, b.CreateFAdd(one, expF(b, b.CreateFNeg(x))));
-  return keepNaN(b, x, sigmoidTimes(b, x, nullptr));
+  return sigmoidTimes(b, x, nullptr);  // NaN passes through
 }
 
 llvm::Value* siluF(Builder& b, llvm::Value* x) {

@@ -4,7 +4,7 @@
 // vector registers. Every branch of a piecewise function is computed and the result selected.
 // Accuracy (tests/jit/ir_math_test.cc, against double-precision libm over dense sweeps, bound
 // asserted 1e-6): worst relative error wherever the result is a normal float: exp, log ~8e-8,
-// tanh ~1.5e-7, sigmoid, silu, erf ~2e-7, erfc, gelu ~5e-7 (far tails); denormal results within a
+// sigmoid, erf ~2e-7, tanh, silu ~2.5e-7, erfc, gelu ~5e-7 (far tails); denormal results within a
 // few denormal ulps (every factor is applied before the final power-of-two scaling, so a denormal
 // result is rounded once). NaN propagated; overflow to +inf and underflow to 0 like libm; limits
 // exact (tanh(±big) = ±1, sigmoid(-100) = 3.78e-44, erf(±big) = ±1, log(0) = -inf, log(x < 0) = NaN).
@@ -26,11 +26,15 @@ llvm::Value* expF(Builder& b, llvm::Value* x);
 // ln(1+f) = f - f^2/2 + f^3 P(f) (degree 8), plus e*ln2 in two parts. x < 0 -> NaN, 0 -> -inf.
 llvm::Value* logF(Builder& b, llvm::Value* x);
 
-// tanh x: x + x^3 P(x^2) for |x| < 0.625 (no cancellation near 0), else sign(x) (1 - 2/(e^{2|x|} + 1)).
+// tanh x = sign(x) (-u / (u + 2)) with u = e^{-2|x|} - 1 (no cancellation near 0), from the same
+// reduction as sigmoid: one formula for every x, no select. 1 / (u + 2) is a reciprocal estimate
+// refined by Newton steps, as in sigmoid.
 llvm::Value* tanhF(Builder& b, llvm::Value* x);
 
 // 1 / (1 + e^-x), evaluated as e/(1+e) with e = e^-|x| for x < 0 so the left tail keeps its
-// relative accuracy (sigmoid(-100) = 3.78e-44, never NaN).
+// relative accuracy (sigmoid(-100) = 3.78e-44, never NaN). The reduction rounds with one add
+// (no round/convert) and scales by 2^(n + 64) * 2^-64, so one power of two from the exponent
+// bits covers the denormal range; NaN passes through without a final select.
 llvm::Value* sigmoidF(Builder& b, llvm::Value* x);
 
 // x * sigmoid(x), x applied before the final scaling so the left tail keeps relative accuracy

@@ -511,8 +511,14 @@ class MatmulEmitter {
                             llvm::Value* index = b_.CreateUDiv(b_.CreateSub(ir_, ic), i64(plan_.mr));
                             llvm::Value* tiles_here =
                                 b_.CreateUDiv(b_.CreateAdd(b_.CreateSub(ic_end, ic), i64(plan_.mr - 1)), i64(plan_.mr));
-                            t.pf_step = b_.CreateUDiv(i64(std::int64_t{plan_.vectors} << 17), tiles_here);
-                            t.pf_line = b_.CreateMul(b_.CreateMul(index, i64(plan_.kc)), t.pf_step);
+                            // See prefetchNext in emitTile: a row every 2^shift steps from row first.
+                            const int shift = plan_.vectors >= 4 ? 2 : plan_.vectors >= 2 ? 1 : 0;
+                            llvm::Value* few = b_.CreateICmpULT(tiles_here, i64(plan_.vectors));
+                            t.pf_shift = b_.CreateSelect(few, i64(0), i64(shift));
+                            t.pf_first =
+                                b_.CreateSelect(few, i64(0),
+                                                b_.CreateMul(b_.CreateURem(index, i64(plan_.vectors)),
+                                                             i64((plan_.kc + plan_.vectors - 1) / plan_.vectors)));
                           }
                           emitTile(t);
                         };
@@ -1049,8 +1055,8 @@ class MatmulEmitter {
     llvm::Value* a_src = nullptr;         // packed A panel, or nullptr (A read in place)
     llvm::Value* pf_src = nullptr;        // packed B: &B[row 0 of the next block to pack] (prefetched row by row)
     llvm::Value* pf_row = nullptr;        // elements from one prefetched row to the next
-    llvm::Value* pf_line = nullptr;       // the first line of that block this tile prefetches (16.16)
-    llvm::Value* pf_step = nullptr;       // lines per k step (16.16)
+    llvm::Value* pf_shift = nullptr;      // a whole row every 2^pf_shift k steps...
+    llvm::Value* pf_first = nullptr;      // ...from this row of the block on
     llvm::Value* pack_dst = nullptr;      // direct_b: also store B's rows here (the packed panel)
     std::vector<llvm::Value*> b_vectors;  // gate epilogue: vector v's packed column (16 apart per k: NR)
   };
@@ -1149,24 +1155,22 @@ class MatmulEmitter {
         b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
                            {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
       };
-      // Many tiles: at most one cache line per k step, spread over the first half of the
-      // panel's tiles. The next block is KC rows of `vectors` lines, and step p of tile i (of
-      // T) asks for line (i * KC + p) * 2 * vectors / T (16.16 fixed point; the last line
-      // from then on), so the block is on its way well before it is packed, instead of every
-      // tile asking for all of it (a prefetch per B vector per step cost more than it saved
-      // at 4 x 64). Fewer than 2 * vectors tiles (a few rows): row p of it, whole.
+      // Many tiles (at least `vectors`): tile i asks for the next block's rows from i % vectors
+      // * KC / vectors on, a whole row (`vectors` lines, one page) every 2^shift k steps (shift
+      // = log2 of vectors, rounded down), so its first `vectors` tiles request the whole block
+      // well before it is packed. Fewer tiles (a few rows): row p, whole, every step. Per step
+      // that is a mask test; a row's address is taken only when one is due. The former spread
+      // (a line per step over the first half of the tiles) took a multiply, a division and a
+      // clamp per step, which cost more than the prefetch saved with 4 x 64 tiles on an Intel
+      // core (BENCHMARKS.md, issue 25).
+      llvm::Value* mask = b_.CreateSub(b_.CreateShl(i64(1), t.pf_shift), i64(1));
       ifElse(
-          b_.CreateICmpULE(t.pf_step, i64(1 << 16)),
+          b_.CreateICmpEQ(b_.CreateAnd(p, mask), i64(0)),
           [&] {
-            llvm::Value* line = b_.CreateLShr(b_.CreateAdd(t.pf_line, b_.CreateMul(p, t.pf_step)), i64(16));
-            line = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt64Ty()}, {line, i64(plan_.kc * vectors - 1)});
-            prefetch(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(line, i64(vectors)), t.pf_row),
-                                  b_.CreateMul(b_.CreateURem(line, i64(vectors)), i64(kLanes))));
-          },
-          [&] {
-            llvm::Value* row = b_.CreateMul(p, t.pf_row);
+            llvm::Value* row = b_.CreateMul(b_.CreateAdd(t.pf_first, b_.CreateLShr(p, t.pf_shift)), t.pf_row);
             for (int v = 0; v < vectors; ++v) prefetch(b_.CreateAdd(row, i64(v * kLanes)));
-          });
+          },
+          [] {});
     };
     // The K loop, unrolled by k_unroll, then single steps.
     const DType a_dtype = a_spec_.dtype;
