@@ -801,7 +801,25 @@ void Jit::compileSite(const Request& request) {
   }
   const Clock::time_point codegen_start = Clock::now();
   const double codegen_start_cpu_ms = threadCpuMs();
+  // O1 (nothing tuned): a matmul the library computes is installed as the library kernel first;
+  // the generated one is the fallback when it does not compile or validate.
+  const KernelSpec generated_spec = inferred->spec;
+  bool library_first = false;
+  if (level_ == 1 && !tune_now) {
+    if (std::optional<KernelParams> library = untunedLibraryParams(*engine_, *family, inferred->spec)) {
+      inferred->spec.params = *library;
+      library_first = true;
+    }
+  }
   auto kernel = compileKernel(*engine_, *family, inferred->spec);
+  if (!kernel && library_first) {
+    logAt(LogLevel::Info, "JIT",
+          "PC=0x{:02X}: the library kernel for {} did not compile ({}); compiling the generated one", before.pc,
+          inferred->spec.signature(), kernel.status().message());
+    inferred->spec = generated_spec;
+    library_first = false;
+    kernel = compileKernel(*engine_, *family, inferred->spec);
+  }
   const double codegen_ms = msSince(codegen_start);
   const double codegen_cpu_ms = threadCpuMs() - codegen_start_cpu_ms;
   trace::completeSince("compile", "codegen", codegen_start, trace::Args().add("signature", inferred->spec.signature()));
@@ -826,6 +844,20 @@ void Jit::compileSite(const Request& request) {
   if (!valid.isOk() && (*kernel)->from_cache && !(*kernel)->corrupt_outputs) {
     // A cached kernel that fails validation was dropped from the cache: compile it afresh now.
     (void)engine_->free((*kernel)->handle);
+    kernel = compileKernel(*engine_, *family, inferred->spec);
+    if (!kernel) {
+      recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());
+      return;
+    }
+    valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
+  }
+  if (!valid.isOk() && library_first && !(*kernel)->corrupt_outputs) {
+    // The library kernel failed (oneDNN cannot run this problem here): the generated one instead.
+    logAt(LogLevel::Info, "JIT",
+          "PC=0x{:02X}: the library kernel for {} failed validation ({}); compiling the generated one", before.pc,
+          inferred->spec.signature(), valid.message());
+    (void)engine_->free((*kernel)->handle);
+    inferred->spec = generated_spec;
     kernel = compileKernel(*engine_, *family, inferred->spec);
     if (!kernel) {
       recordFailure(function, site, JitReason::CodegenFailed, kernel.status().toString());

@@ -25,6 +25,7 @@
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -104,6 +105,13 @@ inline double threadCpuMs() {
 
 // The CompiledRegionFn installed in the dispatch slot (state = const CompiledRegion*).
 bool runCompiledRegion(const void* state, std::span<Value> registers);
+
+// The library kernel an untuned matmul is installed as (an O1 site, an O2 region's untuned
+// install), if any: for float32 operands, the first library candidate of the family's search
+// space, oneDNN's primitive (none when LibraryCandidates=0 or oneDNN cannot express the spec).
+// The generated kernel stays the fallback; the tuner still times both kinds.
+std::optional<KernelParams> untunedLibraryParams(KernelBackend& engine, const KernelFamily& family,
+                                                 const KernelSpec& spec);
 
 // Plans, compiles and validates `range`: `records[k]` are the profile records of range.sites[k].
 // `compiles` = earlier compiles of this range (the matmul range policy widens with it). With a

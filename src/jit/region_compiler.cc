@@ -308,6 +308,23 @@ Status mergeGateEpilogues(RegionPlan& p, const Function& function, RegionExecuto
   return Status::ok();
 }
 
+}  // namespace
+
+std::optional<KernelParams> untunedLibraryParams(KernelBackend& engine, const KernelFamily& family,
+                                                 const KernelSpec& spec) {
+  // float32 only: oneDNN creates a float32 matmul on any x86-64 CPU, while a 16-bit one may fail
+  // only once a call's shapes are known (the region's validation, which has no fallback).
+  if (spec.op != OpId::MatMul || !(spec.params == KernelParams{}) || spec.inputs.size() < 2 ||
+      spec.inputs[0].dtype != DType::Float32 || spec.inputs[1].dtype != DType::Float32)
+    return std::nullopt;
+  for (const KernelParams& params : family.searchSpace(engine.targetSpec(spec))) {
+    if (params.library != 0) return params;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily& family, const KernelSpec& spec,
                         std::span<const Value* const> examples, std::vector<TuneOutcome>* outcomes) {
   if (tuner == nullptr || family.searchSpace(engine.targetSpec(spec)).empty()) return KernelParams{};
@@ -317,12 +334,14 @@ KernelParams tuneKernel(Tuner* tuner, KernelBackend& engine, const KernelFamily&
   return outcome->params;
 }
 
-// One step's kernel to compile: an optional one (an unfusable op's own kernel) may fail.
+// One step's kernel to compile: an optional one (an unfusable op's own kernel) may fail; a library
+// kernel that does not compile is replaced by the generated one (`generated`, params {}).
 struct KernelJob {
   std::size_t step = 0;
   const KernelFamily* family = nullptr;
   KernelSpec spec;
   bool optional = false;
+  std::optional<KernelSpec> generated;
 };
 
 // Compiles `jobs` (compileKernel each), results in job order. The calling compile thread takes
@@ -348,6 +367,11 @@ std::vector<Expected<std::unique_ptr<CompiledKernel>>> compileKernels(KernelBack
     for (std::size_t j = claim(); j < jobs.size(); j = claim()) {
       const double start = threadCpuMs();
       results[j] = compileKernel(engine, *jobs[j].family, jobs[j].spec);
+      if (!results[j] && jobs[j].generated) {
+        logAt(LogLevel::Info, "JIT", "Region step {}: the library kernel for {} did not compile ({}); generated code",
+              jobs[j].step, jobs[j].spec.signature(), results[j].status().message());
+        results[j] = compileKernel(engine, *jobs[j].family, *jobs[j].generated);
+      }
       logAt(LogLevel::Debug, "JIT", "Region step {}: {} kernel {} in {:.1f}ms CPU{}", jobs[j].step,
             jobs[j].family->name(), jobs[j].spec.signature(), threadCpuMs() - start,
             results[j] && (*results[j])->from_cache ? " (from the kernel cache)" : "");
@@ -531,7 +555,17 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     spec.params = tuneKernel(tuner, engine, *family, spec, pointers, tuning);
     tuned_ms += since(tune_start);
     tuned_cpu_ms += threadCpuMs() - tune_start_cpu;
-    jobs.push_back({k, family, spec, /*optional=*/false});
+    // Untuned, a matmul step is oneDNN's primitive where the library computes it (a stub kernel:
+    // its compile is a few ms where the generated one takes 40-50; BENCHMARKS.md, "O1
+    // transcendentals and matmuls under 30 ms").
+    std::optional<KernelSpec> generated;
+    if (tuner == nullptr && step.kind == Step::Kind::MatMul) {
+      if (std::optional<KernelParams> library = untunedLibraryParams(engine, *family, spec)) {
+        generated = spec;
+        spec.params = *library;
+      }
+    }
+    jobs.push_back({k, family, spec, /*optional=*/false, std::move(generated)});
     if (step.stat) {
       // A statistic is no register's value: the reference run gets it from the program's own
       // reference semantics, for the steps after it.

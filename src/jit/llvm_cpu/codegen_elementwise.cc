@@ -7,12 +7,18 @@
 // A kernel has up to two code paths, chosen per call by prepare():
 //  * flat: every tensor input is dense in the output's row-major order (or a single broadcast
 //    element): one unit-stride loop over all elements, which the loop vectorizer turns into
-//    AVX2/AVX-512 code. When the spec proves this statically it is the only path.
+//    AVX2/AVX-512 code. When the spec proves this statically it is the only path (so is it when
+//    one dense operand alone walks the output: a unary op, a cast, an op with a scalar).
 //  * N-d: a loop nest over the output (static dims and the strides they fix are constants), other
 //    strides from KernelArgs (broadcast axes have stride 0, written by prepare()). The innermost
 //    loop comes in variants for the inner strides the spec cannot fix (all 1; one input 0 and the
 //    rest 1; any), so the common broadcasts (row vector, column vector) keep a unit-stride,
 //    vectorizable inner loop; the "any" variant stays scalar unless its body is transcendental.
+//    A strided operand that alone walks the output gets the nest only, in the variants all 1 and
+//    any (fewer loops for LLVM to compile: BENCHMARKS.md, "O1 transcendentals and matmuls under
+//    30 ms").
+// float32 transcendental functions are one internal function per module (ir::callElementFunction)
+// that every loop calls and the loop vectorizer widens, not a polynomial inlined into every loop.
 // Loads and stores carry alias-scope metadata (the output never aliases an input), so the
 // vectorizer needs no runtime overlap checks; loop metadata keeps static trip counts from being
 // fully unrolled (see loopHints).
@@ -27,6 +33,7 @@
 // reference reports zero divisors and negative exponents as errors, a kernel cannot), ops the
 // reference rejects (sub/div/pow on bool, logical ops on non-bool, neg on bool), scalar operands
 // of unary ops and cast, scalar where conditions, all-scalar calls, more than 3 scalar operands.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -352,8 +359,8 @@ enum class Inner { Zero, One, Runtime };  // an input's innermost stride in one 
 
 class Emitter {
  public:
-  Emitter(ir::Builder& b, llvm::Value* args_ptr, const Plan& p)
-      : b_(b), args_(b, args_ptr), args_ptr_(args_ptr), p_(p), out_(p.num_inputs) {
+  Emitter(ir::Builder& b, llvm::Value* args_ptr, const Plan& p, int vector_bits)
+      : b_(b), args_(b, args_ptr), args_ptr_(args_ptr), p_(p), out_(p.num_inputs), vector_bits_(vector_bits) {
     llvm::LLVMContext& context = b.getContext();
     llvm::MDBuilder md(context);
     llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("svm.elementwise");
@@ -382,12 +389,18 @@ class Emitter {
     for (int d = 0; d < p_.rank; ++d) {
       out_dim_[d] = p_.out_dims[d] >= 0 ? ir::constI64(b_, p_.out_dims[d]) : args_.dim(out_, d);
     }
-    if (p_.static_flat) {
+    // One operand walks the output (the others are scalars or single elements): dense, every call
+    // takes the flat path (prepare() finds its strides the output's), so no loop nest is emitted;
+    // strided, the flat path would only serve a call whose view happens to be dense, which the
+    // nest's unit-stride variant computes too, so only the nest is emitted.
+    const int walker = soleWalker();
+    const bool dense_walker = walker >= 0 && p_.inputs[walker].contiguous && p_.inputs[walker].rank == p_.rank;
+    if (p_.static_flat || dense_walker) {
       emitFlat();
       b_.CreateRetVoid();
       return;
     }
-    if (p_.rank >= 2) {
+    if (p_.rank >= 2 && walker < 0) {
       llvm::Function* function = b_.GetInsertBlock()->getParent();
       llvm::BasicBlock* flat = llvm::BasicBlock::Create(b_.getContext(), "flat", function);
       llvm::BasicBlock* nested = llvm::BasicBlock::Create(b_.getContext(), "nested", function);
@@ -498,7 +511,29 @@ class Emitter {
   // ---- the element function ----
 
   llvm::Value* binary(OpId op, DType t, llvm::Value* a, llvm::Value* c) { return ir::binaryOp(b_, op, t, a, c); }
-  llvm::Value* unary(OpId op, DType t, llvm::Value* x) { return ir::unaryOp(b_, op, t, x); }
+  // float32 transcendental functions are called, not inlined: one copy of their polynomial per
+  // module however many loop variants (and scalar remainders) compute the op, and one per vector
+  // width the loop vectorizer may pick (callElementFunction). Cheap ops stay inline.
+  llvm::Value* unary(OpId op, DType t, llvm::Value* x) {
+    if (!x->getType()->isFloatTy() || !outlined(op)) return ir::unaryOp(b_, op, t, x);
+    const unsigned lanes = std::max(4u, static_cast<unsigned>(vector_bits_ / 32));
+    return ir::callElementFunction(
+        b_, fmt::format("svm_{}_f32", opName(op)), x,
+        [op](ir::Builder& b, llvm::Value* v) { return ir::unaryOp(b, op, DType::Float32, v); },
+        lanes > 4 ? std::vector<unsigned>{lanes / 2, lanes} : std::vector<unsigned>{lanes});
+  }
+  static bool outlined(OpId op) {
+    switch (op) {
+      case OpId::Exp:
+      case OpId::Log:
+      case OpId::Sigmoid:
+      case OpId::Tanh:
+      case OpId::Gelu:
+      case OpId::Erf:
+      case OpId::Silu: return true;
+      default: return false;
+    }
+  }
 
   // The output element from the operands (in loadOperand's form); `raw` says it is already in
   // storage form.
@@ -584,7 +619,8 @@ class Emitter {
       std::vector<Inner> all_one(fixed, fixed + p_.num_inputs);
       for (int r = 0; r < num_runtime; ++r) all_one[static_cast<std::size_t>(runtime[r])] = Inner::One;
       variants.push_back(all_one);
-      if (num_runtime <= 3) {
+      // (A sole walking operand broadcast along the innermost axis is rare: the "any" nest has it.)
+      if (num_runtime <= 3 && soleWalker() < 0) {
         for (int r = 0; r < num_runtime; ++r) {
           std::vector<Inner> one_zero = all_one;
           one_zero[static_cast<std::size_t>(runtime[r])] = Inner::Zero;
@@ -623,6 +659,16 @@ class Emitter {
   }
 
   bool walks(int k) const { return p_.inputs[k].tensor && !p_.inputs[k].splat; }
+  // The one operand that walks the output, or -1 when none or several do.
+  int soleWalker() const {
+    int walker = -1;
+    for (int k = 0; k < p_.num_inputs; ++k) {
+      if (!walks(k)) continue;
+      if (walker >= 0) return -1;
+      walker = k;
+    }
+    return walker;
+  }
 
   // A body worth vectorizing even with gathers (the float32 transcendental functions).
   bool costly() const {
@@ -697,6 +743,7 @@ class Emitter {
   llvm::Value* args_ptr_;
   const Plan& p_;
   const int out_;
+  const int vector_bits_;  // the target's widest vector (KernelTarget::vector_bits)
   llvm::MDNode* output_scope_ = nullptr;
   llvm::Value* base_[kMaxInputs] = {};
   llvm::Value* out_base_ = nullptr;
@@ -868,7 +915,7 @@ class ElementwiseFamily final : public KernelFamily, public LlvmKernelEmitter, p
     SVM_RETURN_IF_ERROR(makePlan(spec, p));
     ir::Builder b(module.getContext());
     llvm::Function* function = ir::beginKernel(module, symbol, b);
-    Emitter(b, function->getArg(0), p).run();
+    Emitter(b, function->getArg(0), p, targetOf(spec).vector_bits).run();
     markMemoryBound(module);
     return Status::ok();
   }

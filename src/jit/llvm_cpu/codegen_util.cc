@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <vector>
 
+#include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include "jit/fusion.h"
 #include "jit/llvm_cpu/codegen_math.h"
@@ -259,6 +261,54 @@ void emitIfElse(Builder& b, llvm::Value* condition, const std::function<void()>&
 }
 
 llvm::Value* constI64(Builder& b, std::int64_t value) { return b.getInt64(static_cast<std::uint64_t>(value)); }
+
+namespace {
+// The internal `type` -> `type` function `name` computing `body`: it reads and writes no memory,
+// returns and never unwinds (what the loop vectorizer needs of a call it widens), and is never
+// inlined, so its one copy is all LLVM optimizes and compiles. `fmf`: the caller's fast-math flags.
+void defineElementFunction(llvm::Module& module, const std::string& name, llvm::Type* type,
+                           const std::function<llvm::Value*(Builder&, llvm::Value*)>& body, llvm::FastMathFlags fmf) {
+  auto* function = llvm::Function::Create(llvm::FunctionType::get(type, {type}, false), llvm::Function::InternalLinkage,
+                                          name, module);
+  function->setDoesNotAccessMemory();
+  function->setDoesNotThrow();
+  function->setWillReturn();
+  function->setDoesNotFreeMemory();
+  function->setNoSync();
+  function->addFnAttr(llvm::Attribute::NoInline);
+  Builder builder(llvm::BasicBlock::Create(module.getContext(), "entry", function));
+  builder.setFastMathFlags(fmf);
+  builder.CreateRet(body(builder, function->getArg(0)));
+}
+}  // namespace
+
+llvm::Value* callElementFunction(Builder& b, const std::string& name, llvm::Value* x,
+                                 const std::function<llvm::Value*(Builder& builder, llvm::Value* x)>& body,
+                                 const std::vector<unsigned>& vector_lanes) {
+  llvm::Module& module = *b.GetInsertBlock()->getModule();
+  llvm::Type* type = x->getType();
+  llvm::Function* scalar = module.getFunction(name);
+  if (scalar == nullptr) {
+    defineElementFunction(module, name, type, body, b.getFastMathFlags());
+    scalar = module.getFunction(name);
+  }
+  // The vector variants, named for the vectorizer in the VFABI's LLVM form (unmasked, one vector
+  // parameter): _ZGV_LLVM_N<lanes>v_<scalar>(<vector>).
+  std::string mappings;
+  for (unsigned lanes : vector_lanes) {
+    const std::string vector_name = fmt::format("{}_v{}", name, lanes);
+    if (module.getFunction(vector_name) == nullptr) {
+      defineElementFunction(module, vector_name, llvm::FixedVectorType::get(type, lanes), body, b.getFastMathFlags());
+      // Kept through a pipeline that deletes unused internal functions before the vectorizer runs
+      // (LLVM's O3 one: jit_opt_pipeline=0); the engine drops the ones no loop called after it.
+      llvm::appendToCompilerUsed(module, {module.getFunction(vector_name)});
+    }
+    mappings += fmt::format("{}_ZGV_LLVM_N{}v_{}({})", mappings.empty() ? "" : ",", lanes, name, vector_name);
+  }
+  llvm::CallInst* call = b.CreateCall(scalar, {x});
+  if (!mappings.empty()) call->addFnAttr(llvm::Attribute::get(b.getContext(), "vector-function-abi-variant", mappings));
+  return call;
+}
 
 GateViews::GateViews(ArgsView& args, const KernelSpec& spec) {
   const FusedProgram& program = *spec.fused;

@@ -126,6 +126,18 @@ struct GateViews {
 void emitGateColumns(Builder& b, const KernelSpec& spec, const GateViews& views, const std::vector<llvm::Value*>& at,
                      llvm::Value* col, unsigned lanes, const std::function<llvm::Value*(int block)>& product);
 
+// A float32 -> float32 function (an expensive element function: a transcendental's polynomial)
+// emitted ONCE per module instead of once per loop that uses it: the call at the builder's
+// position goes to the internal function `name` (float -> float, defined on first use with
+// `body`), and carries vector variants `name`_v<N> (<N x float> -> <N x float>, the same body) for
+// each N of `vector_lanes`, so the loop vectorizer widens the call instead of the body. Each loop
+// variant (flat, broadcast, strided, and their scalar remainders) then holds one call, and LLVM
+// optimizes and compiles the body once per lane count. The functions read and write no memory;
+// the kernel pipelines run no inliner, and the engine drops the variants no loop called.
+llvm::Value* callElementFunction(Builder& b, const std::string& name, llvm::Value* x,
+                                 const std::function<llvm::Value*(Builder& builder, llvm::Value* x)>& body,
+                                 const std::vector<unsigned>& vector_lanes);
+
 // A per-thread buffer of at least `bytes`, 64-byte aligned, grown in `granule`-byte steps and kept
 // for the thread's life (nullptr when the allocation fails). Each `Tag` type is its own buffer, so
 // a runner's tile and the kernel it calls never share one.

@@ -43,6 +43,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/X86TargetParser.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include "support/logging.h"
 #include "support/tunables.h"
@@ -108,8 +109,10 @@ constexpr const char* kMemoryBoundMark = "shapevm.memory_bound";
 constexpr std::string_view kHandVectorizedSkippedCodegenPasses[] = {"loop-reduce", "canon-freeze", "post-RA-sched"};
 
 // Which marked modules skip those passes, in codeIdentity() (a kernel cache keeps no object built
-// under an earlier rule): 1, hand-vectorized ones only; 2, memory-bound ones too (markMemoryBound).
-constexpr int kBackendPassRule = 2;
+// under an earlier rule): 1, hand-vectorized ones only; 2, memory-bound ones too (markMemoryBound);
+// 3, and elementwise kernels call their float32 transcendental functions (ir::callElementFunction)
+// instead of inlining them in every loop, and build() drops internal functions nothing calls.
+constexpr int kBackendPassRule = 3;
 
 // A legacy pass manager that drops the passes named in `skipped` as the target adds them (the
 // backend's pass list is fixed by TargetPassConfig; only optional passes may be named).
@@ -491,6 +494,24 @@ Expected<std::unique_ptr<KernelCode>> JitEngine::build(const std::string& symbol
       passes = builder.buildPerModuleDefaultPipeline(level);
     }
     passes.run(*module, mam);
+  }
+  // Internal functions nothing calls (an element function's vector variants for the lane counts the
+  // loop vectorizer did not pick, ir::callElementFunction, kept until now in llvm.compiler.used)
+  // are not compiled.
+  llvm::removeFromUsedLists(*module, [](llvm::Constant* c) {
+    const auto* f = llvm::dyn_cast<llvm::Function>(c->stripPointerCasts());
+    return f != nullptr && f->hasLocalLinkage();
+  });
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (llvm::Function& f : llvm::make_early_inc_range(*module)) {
+      if (&f == function || !f.hasLocalLinkage()) continue;
+      f.removeDeadConstantUsers();  // e.g. the used list's old initializer
+      if (f.use_empty()) {
+        f.eraseFromParent();
+        dropped = true;
+      }
+    }
   }
   return std::unique_ptr<KernelCode>(
       new LlvmModuleCode(std::move(context), std::move(module), function, symbol, impl_.get()));
