@@ -102,6 +102,11 @@ class KernelBackend {
   }
   // Code generations run so far (compiles that did not come from a cache).
   virtual std::uint64_t codegens() const { return 0; }
+  // Milliseconds the calling thread has spent so far generating library code outside compile():
+  // a library kernel's primitive is created at its first call on a new shape (oneDNN's code
+  // generation). An install whose validation made such calls counts that time as codegen, not
+  // validation (issue 25: primitive creation counts as compile time).
+  virtual double threadLibraryCodegenMs() const { return 0; }
   // Lines for `shapevm run --stats` about this backend's kernels ("" = nothing to add).
   virtual std::string statsReport() const { return {}; }
   void setKernelCache(std::shared_ptr<KernelCache> cache) { cache_ = std::move(cache); }

@@ -702,6 +702,33 @@ class ScopedTunable {
 // oneDNN's layout and read packed by later calls, in float32 and bfloat16; a new weight tensor
 // is packed afresh (the old packing is never read for it), and external memory changed in place
 // between calls is never packed. Results match the reference throughout.
+// A dynamic-M library kernel creates its primitive at the first call on each new M, on the
+// calling thread; the backend counts that time as library codegen (an install moves what its
+// validation spent of it from validation to codegen). A repeated shape creates nothing.
+TEST(OnednnLibrary, PrimitivesCreatedAtACallCountAsTheThreadsLibraryCodegen) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(72);
+  const std::int64_t k = 72, n = 40;
+  const Value b = operand(DType::Float32, Shape{k, n}, rng);
+  const Case first{"plain", {operand(DType::Float32, Shape{29, k}, rng), b}, {}};
+  auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), librarySpec(first, Dims::Symbolic));
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  const auto call = [&](std::int64_t m) {
+    const std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng), b};
+    std::vector<Value> actual(1);
+    const double before = sharedBackend().threadLibraryCodegenMs();
+    EXPECT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), actual).isOk());
+    auto expected = callOp("matmul", {inputs[0], inputs[1]}, {});
+    EXPECT_TRUE(expected.hasValue() && compareOutputs(*expected, actual).ok) << "m = " << m;
+    return sharedBackend().threadLibraryCodegenMs() - before;
+  };
+  // An M no other test uses: its primitive is new to the process-wide cache.
+  const std::int64_t m = 1000 + static_cast<std::int64_t>(rng() % 500);
+  EXPECT_GT(call(m), 0.0) << "the first call on a new M creates a primitive";
+  EXPECT_EQ(call(m), 0.0) << "the same M again finds it";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
 TEST(OnednnLibrary, APackedBIsReadUntilTheWeightChanges) {
   if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
   // Run alone (as ctest runs it) the cache is empty; after other tests it may hold too many.

@@ -28,6 +28,12 @@
 
 namespace shapevm::jit::library {
 
+// Milliseconds (wall) the calling thread has spent creating primitives, over every cache.
+inline double& threadCreateMs() {
+  thread_local double ms = 0;
+  return ms;
+}
+
 template <typename Problem, typename Primitive>
 class PrimitiveCache {
  public:
@@ -55,7 +61,9 @@ class PrimitiveCache {
     }
     const auto start = std::chrono::steady_clock::now();
     Expected<std::unique_ptr<Primitive>> created = Primitive::create(problem);
-    create_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    create_ms_ += ms;
+    threadCreateMs() += ms;
     if (!created) {
       std::string reason = fmt::format("{} {}: {}", what_, key, created.status().message());
       on_failure(reason);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "jit/llvm_cpu/library_cache.h"
 #include "jit/llvm_cpu/library_onednn.h"
 #include "support/cpu_caches.h"
 
@@ -131,6 +132,10 @@ Status LlvmCpuBackend::free(const KernelHandle& handle) {
     library_kernels_.erase(handle.id);
   }
   return engine_->remove(handle);
+}
+
+double LlvmCpuBackend::threadLibraryCodegenMs() const {
+  return library::threadCreateMs();
 }
 
 std::string LlvmCpuBackend::statsReport() const {

@@ -53,6 +53,7 @@ class LlvmCpuBackend final : public KernelBackend {
     return engine_->objectCode(symbol, bytes);
   }
   std::uint64_t codegens() const override { return engine_->codegens(); }
+  double threadLibraryCodegenMs() const override;
   // The library kernels (impl=onednn) loaded now, by symbol, and oneDNN's primitive cache.
   std::string statsReport() const override;
 
