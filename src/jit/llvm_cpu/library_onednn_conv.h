@@ -54,6 +54,7 @@ struct ConvLibraryStats {
   std::uint64_t calls = 0;            // runLibraryConv calls
   std::uint64_t run_failures = 0;     // executions oneDNN refused (computed by the fallback loop)
   std::uint64_t weight_reorders = 0;  // calls that reordered their weight (no packed copy of it)
+  std::uint64_t operand_reorders = 0;  // calls that reordered a residual add into the blocked output (sum post-op)
 };
 ConvLibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).
