@@ -146,6 +146,9 @@ TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
       {Shape{1, 64, 13, 11}, 64, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}, relu}},
       {Shape{2, 32, 15, 9}, 48, {{"pads", ints({2, 0, 1, 2})}}, {{OpId::Add, 3, true}, relu}},
       {Shape{1, 64, 17, 14}, 128, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, {relu, {OpId::Add, 3, false}}},
+      // 256 channels and more: input and output in channel blocks of 16 (another oneDNN kernel).
+      {Shape{2, 256, 6, 9}, 256, {{"pads", ints({1, 2, 0, 1})}}, {{OpId::Add, 3, false}, relu}},
+      {Shape{1, 256, 11, 8}, 512, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, true}}},
       {Shape{3, 16, 7, 10}, 16, {{"pads", ints({0, 2, 2, 1})}}, {{OpId::Mul, 3, false}, {OpId::Add, 4, false}}},
   };
   const std::uint64_t before = onednn_conv::stats().operand_reorders;

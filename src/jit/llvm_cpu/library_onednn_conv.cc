@@ -152,6 +152,18 @@ std::int64_t layoutId(const dnnl_memory_desc_t* desc) {
   return static_cast<std::int64_t>(layouts->size());
 }
 
+// Whether a blocked conv takes its input and output in channel blocks of 16 (nChw16c: oneDNN 2.6's
+// direct jit:avx512_core kernel) rather than the layout oneDNN picks (channels last: its brgconv
+// kernel): for float32 convs of 256 and more channels each side (resnet18's last two stages).
+// Measured one thread on this session's Intel host (BENCHMARKS.md issue 21, "resnet18 between
+// convs"): the 3x3 conv 512->512 at 7x7 batch 8 13.7-16.0 ms against 21.7-25.5 ms, 256->256 at
+// 14x14 batch 8 18.2 against 32.0 ms, at batch 1 equal or 5-10% faster; with 64 or 128 channels
+// brgconv is faster (64 at 56x56: 2.25 against 2.70 ms).
+bool channelBlocks(const Problem& p) {
+  return p.dtype == DType::Float32 && p.groups == 1 && p.cin >= 256 && p.cout >= 256 && p.cin % 16 == 0 &&
+         p.cout % 16 == 0;
+}
+
 class Primitive {
  public:
   // A blocked problem's residual add (a binary add of an operand of the output's shape and
@@ -409,14 +421,17 @@ class Primitive {
       pad_l[d] = p.pad_l[i];
       pad_r[d] = p.pad_r[i];
     }
-    // Blocked: src, weights and dst in the layouts oneDNN picks (format any).
+    // Blocked: src, weights and dst in the layouts oneDNN picks (format any), src and dst in
+    // channel blocks of 16 where that is faster (channelBlocks).
     const std::size_t dst = p.bias ? 3 : 2;
     dnnl_memory_desc_t conv_src = descs[0], conv_w = descs[1], conv_dst = descs[dst];
     if (p.blocked) {
+      const dnnl_format_tag_t blocks16[] = {dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b};
+      const dnnl_format_tag_t data = channelBlocks(p) ? blocks16[p.spatial - 1] : dnnl_format_tag_any;
       for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
-        SVM_RETURN_IF_ERROR(
-            check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype), dnnl_format_tag_any),
-                  "memory_desc_init_by_tag"));
+        SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype),
+                                                               any == &conv_w ? dnnl_format_tag_any : data),
+                                  "memory_desc_init_by_tag"));
       }
     }
     dnnl_convolution_desc_t desc;
