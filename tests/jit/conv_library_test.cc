@@ -5,9 +5,9 @@
 // (depthwise and grouped), 1-D and 3-D, with and without a bias; one kernel over several batch
 // and spatial extents (a primitive per shape, reused); fused epilogues as post-ops (bias, ReLU,
 // a residual add, ReLU6's one-element bounds, SiLU; a residual add as the sum post-op
-// into the blocked output); epilogues post-ops cannot express refused and never offered; the LibraryCandidates tunable; a reordered weight packed once per tensor
-// (never one in external memory); a primitive that cannot be created for a new shape runs the
-// generated kernel; an execution oneDNN refuses computed by the fallback loop.
+// into the blocked output); epilogues post-ops cannot express refused and never offered; the LibraryCandidates tunable;
+// a reordered weight packed once per tensor (never one in external memory); a primitive that cannot be created for a
+// new shape runs the generated kernel; an execution oneDNN refuses computed by the fallback loop.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,7 +145,10 @@ TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
   const std::vector<Case> cases = {
       {Shape{1, 64, 13, 11}, 64, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}, relu}},
       {Shape{2, 32, 15, 9}, 48, {{"pads", ints({2, 0, 1, 2})}}, {{OpId::Add, 3, true}, relu}},
-      {Shape{1, 64, 17, 14}, 128, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, {relu, {OpId::Add, 3, false}}},
+      {Shape{1, 64, 17, 14},
+       128,
+       {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+       {relu, {OpId::Add, 3, false}}},
       // 256 channels and more: input and output in channel blocks of 16 (another oneDNN kernel).
       {Shape{2, 256, 6, 9}, 256, {{"pads", ints({1, 2, 0, 1})}}, {{OpId::Add, 3, false}, relu}},
       {Shape{1, 256, 11, 8}, 512, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, true}}},
@@ -156,8 +159,8 @@ TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
     const Case& c = cases[i];
     Attrs attrs = c.attrs;
     attrs.push_back({"groups", AttrValue::ofInt(1)});
-    EXPECT_TRUE(epilogueMatches(convInputs(c.x, c.cout, 1, 3, true, rng), attrs, c.steps, rng, i % 2 == 1, {},
-                                kLibrary))
+    EXPECT_TRUE(
+        epilogueMatches(convInputs(c.x, c.cout, 1, 3, true, rng), attrs, c.steps, rng, i % 2 == 1, {}, kLibrary))
         << "case " << i << " " << c.x.toString();
   }
   // Not the last case: oneDNN's fast kernels have no whole-tensor multiply; its add stays a binary post-op.

@@ -793,7 +793,10 @@ void runLibraryConv(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks
 ConvLibraryStats stats() {
   Cache& c = cache();
   const auto totals = c.primitives.totals();
-  return {totals.primitives, totals.create_ms, c.calls.load(), c.run_failures.load(),
+  return {totals.primitives,
+          totals.create_ms,
+          c.calls.load(),
+          c.run_failures.load(),
           Primitive::weight_reorders.load(std::memory_order_relaxed),
           Primitive::operand_reorders.load(std::memory_order_relaxed)};
 }
