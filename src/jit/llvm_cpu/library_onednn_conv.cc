@@ -170,12 +170,16 @@ class Primitive {
   // dtype) is oneDNN's sum post-op: the operand reordered into the blocked output, which the conv
   // then adds to, since oneDNN's blocked kernels have no binary post-op of a whole tensor. When
   // oneDNN cannot create that, the add stays a binary post-op; when it cannot create that either
-  // (a post-op its blocked kernels lack), the problem is made on the plain layouts.
-  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem, bool residual_sum = true) {
+  // (a post-op its blocked kernels lack), the problem is made on the plain layouts. Channel
+  // blocks (channelBlocks) that only oneDNN's reference kernel takes (a CPU without AVX-512) give
+  // way to the layout oneDNN picks.
+  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem, bool residual_sum = true,
+                                                     bool blocks16 = true) {
     auto self = std::unique_ptr<Primitive>(new Primitive(problem));
-    Status built = self->build(residual_sum && problem.blocked);
+    Status built = self->build(residual_sum && problem.blocked, blocks16 && channelBlocks(problem));
     if (!built.isOk() && problem.blocked) {
-      if (residual_sum && residualPost(problem) >= 0) return create(problem, false);
+      if (blocks16 && channelBlocks(problem)) return create(problem, residual_sum, false);
+      if (residual_sum && residualPost(problem) >= 0) return create(problem, false, false);
       Problem plain = problem;
       plain.blocked = false;
       return create(plain);
@@ -374,8 +378,9 @@ class Primitive {
 
   // residual_sum (a blocked problem): its residual add (residualPost) as the sum post-op, the
   // operand reordered per call into the blocked output the conv adds to; an error when oneDNN
-  // then picks another output layout, or the plain one.
-  Status build(bool residual_sum) {
+  // then picks another output layout, or the plain one. blocks16 (a blocked problem): src and dst in
+  // channel blocks of 16; an error when only oneDNN's reference kernel takes them.
+  Status build(bool residual_sum, bool blocks16) {
     const Problem& p = problem_;
     SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create"));
@@ -426,8 +431,8 @@ class Primitive {
     const std::size_t dst = p.bias ? 3 : 2;
     dnnl_memory_desc_t conv_src = descs[0], conv_w = descs[1], conv_dst = descs[dst];
     if (p.blocked) {
-      const dnnl_format_tag_t blocks16[] = {dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b};
-      const dnnl_format_tag_t data = channelBlocks(p) ? blocks16[p.spatial - 1] : dnnl_format_tag_any;
+      const dnnl_format_tag_t blocks16_tags[] = {dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b};
+      const dnnl_format_tag_t data = blocks16 ? blocks16_tags[p.spatial - 1] : dnnl_format_tag_any;
       for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
         SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype),
                                                                any == &conv_w ? dnnl_format_tag_any : data),
@@ -496,11 +501,14 @@ class Primitive {
       const dnnl_memory_desc_t* out = dnnl_primitive_desc_query_md(pd_, dnnl_query_dst_md, 0);
       if (sum_post >= 0 && (out == nullptr || dnnl_memory_desc_equal(out, &out_layout) == 0))
         return makeError(ErrorCode::Unsupported, "oneDNN conv: another output layout with the sum post-op");
-      // Its reference implementation (another post-op its fast kernels lack) is slower than the binary add.
+      // Its reference implementation (another post-op its fast kernels lack, channel blocks on a CPU
+      // without AVX-512) is slower than the binary add or the layout oneDNN picks.
       const char* impl = nullptr;
-      if (sum_post >= 0 && (dnnl_primitive_desc_query(pd_, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-                            impl == nullptr || std::string_view(impl).starts_with("ref")))
-        return makeError(ErrorCode::Unsupported, "oneDNN conv: only its reference kernel takes the sum post-op");
+      if ((sum_post >= 0 || blocks16) &&
+          (dnnl_primitive_desc_query(pd_, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || impl == nullptr ||
+           std::string_view(impl).starts_with("ref")))
+        return makeError(ErrorCode::Unsupported,
+                         "oneDNN conv: only its reference kernel takes these post-ops or layouts");
       SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_primitive_desc_query_md(pd_, dnnl_query_src_md, 0), descs[0], false));
       SVM_RETURN_IF_ERROR(
           blockedMemory(1, dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0), descs[1], false));
