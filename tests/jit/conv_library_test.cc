@@ -4,10 +4,10 @@
 // reference conv on random data across odd sizes, strides, asymmetric padding, dilations, groups
 // (depthwise and grouped), 1-D and 3-D, with and without a bias; one kernel over several batch
 // and spatial extents (a primitive per shape, reused); fused epilogues as post-ops (bias, ReLU,
-// a residual add, ReLU6's one-element bounds, SiLU); epilogues post-ops cannot express refused
-// and never offered; the LibraryCandidates tunable; a reordered weight packed once per tensor
-// (never one in external memory); a primitive that cannot be created for a new shape runs the
-// generated kernel; an execution oneDNN refuses computed by the fallback loop.
+// a residual add, ReLU6's one-element bounds, SiLU; a residual add as the sum post-op
+// into the blocked output); epilogues post-ops cannot express refused and never offered; the LibraryCandidates tunable;
+// a reordered weight packed once per tensor (never one in external memory); a primitive that cannot be created for a
+// new shape runs the generated kernel; an execution oneDNN refuses computed by the fallback loop.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,6 +126,47 @@ TEST(ConvLibrary, EpiloguesArePostOps) {
   EXPECT_TRUE(epilogueMatches(convInputs(Shape{1, 8, 6, 6}, 8, 1, 3, true, rng), pads,
                               {{OpId::Maximum, 3, false}, {OpId::Minimum, 4, false}}, rng, false, {zero, six},
                               kLibrary));
+}
+
+// A residual add on a conv oneDNN runs on its blocked layouts (a spatial kernel) is its sum
+// post-op: the operand reordered into the blocked output, which the conv adds to (not the conv
+// made on the plain layouts, oneDNN's slow im2col path): random data, odd sizes, pads at every
+// border, strides, static and dynamic extents, the add before and after the activation, with the
+// conv on either side; behind a multiply by a whole tensor it stays a binary post-op.
+TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
+  std::mt19937 rng(51);
+  const EpilogueStep relu{OpId::Relu, -1, false};
+  struct Case {
+    Shape x;
+    std::int64_t cout;
+    Attrs attrs;
+    std::vector<EpilogueStep> steps;
+  };
+  const std::vector<Case> cases = {
+      {Shape{1, 64, 13, 11}, 64, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}, relu}},
+      {Shape{2, 32, 15, 9}, 48, {{"pads", ints({2, 0, 1, 2})}}, {{OpId::Add, 3, true}, relu}},
+      {Shape{1, 64, 17, 14},
+       128,
+       {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}},
+       {relu, {OpId::Add, 3, false}}},
+      // 256 channels and more: input and output in channel blocks of 16 (another oneDNN kernel).
+      {Shape{2, 256, 6, 9}, 256, {{"pads", ints({1, 2, 0, 1})}}, {{OpId::Add, 3, false}, relu}},
+      {Shape{1, 256, 11, 8}, 512, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, true}}},
+      {Shape{3, 16, 7, 10}, 16, {{"pads", ints({0, 2, 2, 1})}}, {{OpId::Mul, 3, false}, {OpId::Add, 4, false}}},
+  };
+  const std::uint64_t before = onednn_conv::stats().operand_reorders;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(1)});
+    EXPECT_TRUE(
+        epilogueMatches(convInputs(c.x, c.cout, 1, 3, true, rng), attrs, c.steps, rng, i % 2 == 1, {}, kLibrary))
+        << "case " << i << " " << c.x.toString();
+  }
+  // Not the last case: oneDNN's fast kernels have no whole-tensor multiply; its add stays a binary
+  // post-op. At most one more (a CPU without AVX-512: oneDNN's AVX2 kernel takes no sum behind an
+  // activation, case 2) runs on the plain layouts.
+  EXPECT_GE(onednn_conv::stats().operand_reorders, before + cases.size() - 2) << "residuals added by the sum post-op";
 }
 
 // Epilogues oneDNN's post-ops cannot express: refused with the reason, never offered.
@@ -352,7 +393,8 @@ TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
   EXPECT_TRUE(with_epilogue);
   const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
   EXPECT_EQ(after.run_failures, before.run_failures + 2);
-  EXPECT_EQ(after.calls, before.calls + 2);
+  // The residual conv runs on the blocked layouts (the add is the sum post-op): its weight is packed once.
+  EXPECT_EQ(after.calls, before.calls + 3);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -151,14 +152,34 @@ std::int64_t layoutId(const dnnl_memory_desc_t* desc) {
   return static_cast<std::int64_t>(layouts->size());
 }
 
+// Whether a blocked conv takes its input and output in channel blocks of 16 (nChw16c: oneDNN 2.6's
+// direct jit:avx512_core kernel) rather than the layout oneDNN picks (channels last: its brgconv
+// kernel): for float32 convs of 256 and more channels each side (resnet18's last two stages).
+// Measured one thread on this session's Intel host (BENCHMARKS.md issue 21, "resnet18 between
+// convs"): the 3x3 conv 512->512 at 7x7 batch 8 13.7-16.0 ms against 21.7-25.5 ms, 256->256 at
+// 14x14 batch 8 18.2 against 32.0 ms, at batch 1 equal or 5-10% faster; with 64 or 128 channels
+// brgconv is faster (64 at 56x56: 2.25 against 2.70 ms).
+bool channelBlocks(const Problem& p) {
+  return p.dtype == DType::Float32 && p.groups == 1 && p.cin >= 256 && p.cout >= 256 && p.cin % 16 == 0 &&
+         p.cout % 16 == 0;
+}
+
 class Primitive {
  public:
-  // A blocked problem oneDNN cannot create that way (a post-op its blocked kernels lack) is made
-  // on the plain layouts.
-  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem) {
+  // A blocked problem's residual add (a binary add of an operand of the output's shape and
+  // dtype) is oneDNN's sum post-op: the operand reordered into the blocked output, which the conv
+  // then adds to, since oneDNN's blocked kernels have no binary post-op of a whole tensor. When
+  // oneDNN cannot create that, the add stays a binary post-op; when it cannot create that either
+  // (a post-op its blocked kernels lack), the problem is made on the plain layouts. Channel
+  // blocks (channelBlocks) that only oneDNN's reference kernel takes (a CPU without AVX-512) give
+  // way to the layout oneDNN picks.
+  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem, bool residual_sum = true,
+                                                     bool blocks16 = true) {
     auto self = std::unique_ptr<Primitive>(new Primitive(problem));
-    Status built = self->build();
+    Status built = self->build(residual_sum && problem.blocked, blocks16 && channelBlocks(problem));
     if (!built.isOk() && problem.blocked) {
+      if (blocks16 && channelBlocks(problem)) return create(problem, residual_sum, false);
+      if (residual_sum && residualPost(problem) >= 0) return create(problem, false, false);
       Problem plain = problem;
       plain.blocked = false;
       return create(plain);
@@ -225,6 +246,7 @@ class Primitive {
       status = execute(r.primitive, r.plain, r.blocked);
     }
     if (status.isOk() && weight != nullptr && !packed_weight) weight_reorders.fetch_add(1, std::memory_order_relaxed);
+    if (status.isOk() && residual_sum_) operand_reorders.fetch_add(1, std::memory_order_relaxed);
     if (status.isOk()) {
       status =
           check(dnnl_primitive_execute(primitive_, stream_, static_cast<int>(exec_args_.size()), exec_args_.data()),
@@ -249,6 +271,7 @@ class Primitive {
   }
   static std::atomic<bool> fail_for_testing;
   static std::atomic<std::uint64_t> weight_reorders;  // per-call weight reorders (no packed weight)
+  static std::atomic<std::uint64_t> operand_reorders;  // calls that reordered a residual (build(true))
 
  private:
   struct BlockedTag {};
@@ -263,6 +286,16 @@ class Primitive {
   };
 
   explicit Primitive(Problem problem) : problem_(std::move(problem)) {}
+
+  // The first post-op that adds an operand of the output's shape and dtype (a residual add), -1 if none.
+  static int residualPost(const Problem& p) {
+    for (std::size_t i = 0; i < p.posts.size(); ++i) {
+      const Problem::Post& post = p.posts[i];
+      if (post.op == OpId::Add && post.operand >= 0 && !post.scalar && post.dtype == p.dtype)
+        return static_cast<int>(i);
+    }
+    return -1;
+  }
 
   Reorder* weightReorder() {
     for (Reorder& r : reorders_) {
@@ -299,17 +332,19 @@ class Primitive {
     return check(dnnl_primitive_execute(reorder, stream_, 2, args), "reorder execute");
   }
 
-  // The conv's memory `arg` (exec_args_ index `index`, plain `plain_desc`) in the layout the
-  // primitive chose: when it differs, a reorder and a blocked memory that take its place.
-  Status blockedMemory(std::size_t index, dnnl_query_t query, const dnnl_memory_desc_t& plain_desc, bool into_plain) {
-    const dnnl_memory_desc_t* chosen = dnnl_primitive_desc_query_md(pd_, query, 0);
+  // The conv's memory (exec_args_ index `index`, plain `plain_desc`) in the layout the primitive
+  // chose (`chosen`): when it differs, a reorder and a blocked memory that take its place. With
+  // `offset` (a residual into the output's blocked bytes) the blocked memory is at that offset of
+  // the thread's buffer, and the primitive's argument stays (the sum post-op reads none).
+  Status blockedMemory(std::size_t index, const dnnl_memory_desc_t* chosen, const dnnl_memory_desc_t& plain_desc,
+                       bool into_plain, std::int64_t offset = -1) {
     if (chosen == nullptr) return makeError(ErrorCode::Unsupported, "oneDNN conv: no memory descriptor to query");
     if (dnnl_memory_desc_equal(chosen, &plain_desc) != 0) return Status::ok();
     Reorder r;
     r.plain = memories_[index];
     r.into_plain = into_plain;
-    r.offset = blocked_bytes_;
-    blocked_bytes_ += (static_cast<std::int64_t>(dnnl_memory_desc_get_size(chosen)) + 63) / 64 * 64;
+    r.offset = offset >= 0 ? offset : blocked_bytes_;
+    if (offset < 0) blocked_bytes_ += (static_cast<std::int64_t>(dnnl_memory_desc_get_size(chosen)) + 63) / 64 * 64;
     SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&r.blocked, chosen, engine_, DNNL_MEMORY_NONE), "memory_create"));
     reorders_.push_back(r);  // owns r.blocked from here on (the destructor frees it)
     Reorder& added = reorders_.back();
@@ -318,11 +353,34 @@ class Primitive {
     SVM_RETURN_IF_ERROR(check(dnnl_reorder_primitive_desc_create(&added.pd, from, engine_, to, engine_, nullptr),
                               "reorder_desc_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&added.primitive, added.pd), "reorder_create"));
-    exec_args_[index].memory = added.blocked;
+    if (offset < 0) exec_args_[index].memory = added.blocked;
     return Status::ok();
   }
 
-  Status build() {
+  // The layout oneDNN picks for the output of this blocked conv, without post-ops (build(true)).
+  Expected<dnnl_memory_desc_t> outputLayout(dnnl_convolution_desc_t desc) {
+    dnnl_primitive_attr_t attr = nullptr;
+    dnnl_primitive_desc_t pd = nullptr;
+    Status status = check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+    if (status.isOk())
+      status = check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    if (status.isOk()) {
+      const library::OmpThreads threads(problem_.threads);
+      status = check(dnnl_primitive_desc_create(&pd, &desc, attr, engine_, nullptr), "primitive_desc_create");
+    }
+    dnnl_memory_desc_t dst{};
+    if (status.isOk()) dst = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    if (pd != nullptr) dnnl_primitive_desc_destroy(pd);
+    if (attr != nullptr) dnnl_primitive_attr_destroy(attr);
+    SVM_RETURN_IF_ERROR(status);
+    return dst;
+  }
+
+  // residual_sum (a blocked problem): its residual add (residualPost) as the sum post-op, the
+  // operand reordered per call into the blocked output the conv adds to; an error when oneDNN
+  // then picks another output layout, or the plain one. blocks16 (a blocked problem): src and dst in
+  // channel blocks of 16; an error when only oneDNN's reference kernel takes them.
+  Status build(bool residual_sum, bool blocks16) {
     const Problem& p = problem_;
     SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create"));
@@ -360,6 +418,42 @@ class Primitive {
       exec_args_.insert(exec_args_.begin() + 2, {DNNL_ARG_BIAS, nullptr});
     }
 
+    dnnl_dims_t strides = {}, dilates = {}, pad_l = {}, pad_r = {};
+    for (int d = 0; d < p.spatial; ++d) {
+      const auto i = static_cast<std::size_t>(d);
+      strides[d] = p.strides[i];
+      dilates[d] = p.dilations[i] - 1;  // oneDNN counts the gaps
+      pad_l[d] = p.pad_l[i];
+      pad_r[d] = p.pad_r[i];
+    }
+    // Blocked: src, weights and dst in the layouts oneDNN picks (format any), src and dst in
+    // channel blocks of 16 where that is faster (channelBlocks).
+    const std::size_t dst = p.bias ? 3 : 2;
+    dnnl_memory_desc_t conv_src = descs[0], conv_w = descs[1], conv_dst = descs[dst];
+    if (p.blocked) {
+      const dnnl_format_tag_t blocks16_tags[] = {dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b};
+      const dnnl_format_tag_t data = blocks16 ? blocks16_tags[p.spatial - 1] : dnnl_format_tag_any;
+      for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
+        SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype),
+                                                               any == &conv_w ? dnnl_format_tag_any : data),
+                                  "memory_desc_init_by_tag"));
+      }
+    }
+    dnnl_convolution_desc_t desc;
+    SVM_RETURN_IF_ERROR(check(dnnl_dilated_convolution_forward_desc_init(
+                                  &desc, dnnl_forward_inference, dnnl_convolution_direct, &conv_src, &conv_w,
+                                  p.bias ? &bias_desc : nullptr, &conv_dst, strides, dilates, pad_l, pad_r),
+                              "convolution_forward_desc_init"));
+    // residual_sum: the post-op that becomes the sum, the output's blocked layout, the operand's descs index.
+    int sum_post = residual_sum ? residualPost(p) : -1;
+    dnnl_memory_desc_t out_layout{};
+    std::size_t sum_operand = 0;
+    if (sum_post >= 0) {
+      SVM_ASSIGN_OR_RETURN(out_layout, outputLayout(desc));
+      if (dnnl_memory_desc_equal(&out_layout, &descs[dst]) != 0)
+        return makeError(ErrorCode::Unsupported, "oneDNN conv: a plain output, no sum post-op");
+    }
+
     dnnl_post_ops_t post_ops = nullptr;
     dnnl_primitive_attr_t attr = nullptr;
     SVM_RETURN_IF_ERROR(check(dnnl_post_ops_create(&post_ops), "post_ops_create"));
@@ -372,12 +466,17 @@ class Primitive {
         status =
             check(dnnl_post_ops_append_eltwise(post_ops, 1.f, kind->alg, kind->alpha, 0.f), "post_ops_append_eltwise");
       } else {
-        dnnl_memory_desc_t desc;
-        status = plain(&desc, post.scalar ? std::vector<std::int64_t>(static_cast<std::size_t>(rank), 1) : dst_dims,
+        dnnl_memory_desc_t operand;
+        status = plain(&operand, post.scalar ? std::vector<std::int64_t>(static_cast<std::size_t>(rank), 1) : dst_dims,
                        post.dtype);
-        if (status.isOk())
-          status = check(dnnl_post_ops_append_binary(post_ops, kind->alg, &desc), "post_ops_append_binary");
-        descs.push_back(desc);
+        if (!status.isOk()) break;
+        if (index == sum_post) {  // its memory stays among the arguments, which the sum does not read
+          sum_operand = descs.size();
+          status = check(dnnl_post_ops_append_sum(post_ops, 1.f), "post_ops_append_sum");
+        } else {
+          status = check(dnnl_post_ops_append_binary(post_ops, kind->alg, &operand), "post_ops_append_binary");
+        }
+        descs.push_back(operand);
         exec_args_.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, nullptr});
       }
       ++index;
@@ -387,32 +486,6 @@ class Primitive {
     // distinct primitives running at once on different threads would share.
     if (status.isOk())
       status = check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
-    dnnl_dims_t strides = {}, dilates = {}, pad_l = {}, pad_r = {};
-    for (int d = 0; d < p.spatial; ++d) {
-      const auto i = static_cast<std::size_t>(d);
-      strides[d] = p.strides[i];
-      dilates[d] = p.dilations[i] - 1;  // oneDNN counts the gaps
-      pad_l[d] = p.pad_l[i];
-      pad_r[d] = p.pad_r[i];
-    }
-    // Blocked: src, weights and dst in the layouts oneDNN picks (format any).
-    const std::size_t dst = p.bias ? 3 : 2;
-    dnnl_memory_desc_t conv_src = descs[0], conv_w = descs[1], conv_dst = descs[dst];
-    if (p.blocked) {
-      for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
-        if (status.isOk())
-          status =
-              check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype), dnnl_format_tag_any),
-                    "memory_desc_init_by_tag");
-      }
-    }
-    dnnl_convolution_desc_t desc;
-    if (status.isOk()) {
-      status = check(dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
-                                                                &conv_src, &conv_w, p.bias ? &bias_desc : nullptr,
-                                                                &conv_dst, strides, dilates, pad_l, pad_r),
-                     "convolution_forward_desc_init");
-    }
     if (status.isOk()) {
       const library::OmpThreads threads(p.threads);  // an OpenMP build sizes its blocking for its threads
       status = check(dnnl_primitive_desc_create(&pd_, &desc, attr, engine_, nullptr),
@@ -425,11 +498,29 @@ class Primitive {
                          library::createPrimitive(engine_, pd_, descs, primitive_, memories_, exec_args_, scratchpad_));
     blocked_bytes_ = (scratch_bytes + 63) / 64 * 64;
     if (p.blocked) {
-      SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_query_src_md, descs[0], false));
-      SVM_RETURN_IF_ERROR(blockedMemory(1, dnnl_query_weights_md, descs[1], false));
+      const dnnl_memory_desc_t* out = dnnl_primitive_desc_query_md(pd_, dnnl_query_dst_md, 0);
+      if (sum_post >= 0 && (out == nullptr || dnnl_memory_desc_equal(out, &out_layout) == 0))
+        return makeError(ErrorCode::Unsupported, "oneDNN conv: another output layout with the sum post-op");
+      // Its reference implementation (another post-op its fast kernels lack, channel blocks on a CPU
+      // without AVX-512) is slower than the binary add or the layout oneDNN picks.
+      const char* impl = nullptr;
+      if ((sum_post >= 0 || blocks16) &&
+          (dnnl_primitive_desc_query(pd_, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || impl == nullptr ||
+           std::string_view(impl).starts_with("ref")))
+        return makeError(ErrorCode::Unsupported,
+                         "oneDNN conv: only its reference kernel takes these post-ops or layouts");
+      SVM_RETURN_IF_ERROR(blockedMemory(0, dnnl_primitive_desc_query_md(pd_, dnnl_query_src_md, 0), descs[0], false));
+      SVM_RETURN_IF_ERROR(
+          blockedMemory(1, dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0), descs[1], false));
       if (weightReorder() != nullptr)
         weight_layout_ = layoutId(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0));
-      SVM_RETURN_IF_ERROR(blockedMemory(dst, dnnl_query_dst_md, descs[dst], true));
+      SVM_RETURN_IF_ERROR(blockedMemory(dst, out, descs[dst], true));
+      if (sum_post >= 0) {
+        // The residual reordered into the blocked output's bytes (before the conv: run()).
+        const std::int64_t offset = reorders_.back().offset;
+        SVM_RETURN_IF_ERROR(blockedMemory(sum_operand, out, descs[sum_operand], false, offset));
+        residual_sum_ = true;
+      }
     }
     return Status::ok();
   }
@@ -446,9 +537,11 @@ class Primitive {
   dnnl_memory_t scratchpad_ = nullptr;  // at the thread buffer's start
   std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
   std::int64_t weight_layout_ = 0;      // layoutId() of the reordered weight's layout (0: not reordered)
+  bool residual_sum_ = false;           // build(true): the residual add is the sum post-op
 };
 std::atomic<bool> Primitive::fail_for_testing{false};
 std::atomic<std::uint64_t> Primitive::weight_reorders{0};
+std::atomic<std::uint64_t> Primitive::operand_reorders{0};
 
 struct Cache {
   library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN conv", kMaxPrimitives};
@@ -708,8 +801,12 @@ void runLibraryConv(void* /*part*/, const KernelArgs* args, std::int64_t /*tasks
 ConvLibraryStats stats() {
   Cache& c = cache();
   const auto totals = c.primitives.totals();
-  return {totals.primitives, totals.create_ms, c.calls.load(), c.run_failures.load(),
-          Primitive::weight_reorders.load(std::memory_order_relaxed)};
+  return {totals.primitives,
+          totals.create_ms,
+          c.calls.load(),
+          c.run_failures.load(),
+          Primitive::weight_reorders.load(std::memory_order_relaxed),
+          Primitive::operand_reorders.load(std::memory_order_relaxed)};
 }
 
 PackedOperand packedWeight(const KernelArgs& args) {

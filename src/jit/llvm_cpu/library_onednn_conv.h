@@ -4,7 +4,10 @@
 // conv (any kernel, stride, dilation, padding, groups) of dense NCHW tensors as ShapeVM stores
 // them (bfloat16/float16: reordered into oneDNN's blocked layouts for its AMX/AVX-512 kernels,
 // accumulated in float32 and rounded once), with the bias as the primitive's and the fused
-// epilogue (activations, a residual add, scalar bounds) as post-ops. The compiled kernel is a stub
+// epilogue (activations, a residual add, scalar bounds) as post-ops. On oneDNN's blocked layouts
+// (convs with a spatial kernel) a residual add is the sum post-op: the operand reordered into the
+// blocked output, which the conv adds to (oneDNN 2.6's blocked kernels have no whole-tensor
+// binary post-op; without it such convs ran oneDNN's slow im2col on the plain layouts). The compiled kernel is a stub
 // that calls runLibraryConv() with the primitive prepareCall() found in a process-wide cache keyed
 // by the call's exact shapes and attributes (created once per key; a conv with static extents has
 // it created by the compile, so it counts as compile time). The tensors stay in their plain
@@ -54,6 +57,7 @@ struct ConvLibraryStats {
   std::uint64_t calls = 0;            // runLibraryConv calls
   std::uint64_t run_failures = 0;     // executions oneDNN refused (computed by the fallback loop)
   std::uint64_t weight_reorders = 0;  // calls that reordered their weight (no packed copy of it)
+  std::uint64_t operand_reorders = 0;  // calls that reordered a residual add into the blocked output (sum post-op)
 };
 ConvLibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).
