@@ -110,7 +110,7 @@ struct Step {
   bool keepdims = true;
   bool stat = false;  // its output is a statistic of a decomposed normalization (not a register value)
   mutable std::vector<std::vector<Value>> pool;  // per output: reusable buffers (two, alternating)
-  mutable std::shared_ptr<ViewMemo> views;  // its leaves' view layouts (region_executor.cc)
+  mutable std::shared_ptr<ViewMemo> views;       // its leaves' view layouts (region_executor.cc)
 };
 
 // How many of a step's outputs its kernel stores into buffers of their own (the rest are stored
