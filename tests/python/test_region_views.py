@@ -4,8 +4,6 @@
 # then made over this execution's own buffers, at their own offsets. Here the inputs' layouts change
 # from call to call (contiguous, column-major, slices at moving offsets, new shapes, back again) and
 # every call must equal the float64 numpy reference, while the compiled region serves the calls.
-import os
-
 import numpy as np
 import pytest
 
@@ -14,6 +12,9 @@ from shapevm import Tensor, ops
 
 if getattr(shapevm, "_core", None) is None:
     pytest.skip("this build has no Python module", allow_module_level=True)
+
+# Zero thresholds, no tuning, and a cache folder of its own (no install records of other runs).
+from test_module_parameters import context  # noqa: E402, F401  (the fixture)
 
 
 def gates(gx: Tensor["rows", 64], gh: Tensor["batch", 64], c: Tensor["batch", 16], x: Tensor["batch", "seq", 8]):
@@ -31,21 +32,6 @@ def reference(gx, gh, c, x):
     sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
     c_next = sigmoid(f) * c.astype(np.float64)[:, None, :] + sigmoid(i) * np.tanh(u)
     return sigmoid(o) * np.tanh(c_next), c_next
-
-
-@pytest.fixture
-def context(tmp_path):
-    before = shapevm.get_context()
-    saved = os.environ.get("SHAPEVM_CACHE_DIR")
-    os.environ["SHAPEVM_CACHE_DIR"] = str(tmp_path)  # no install records or tuning from other runs
-    shapevm.set_context(warmup=0, hot_count=0, hot_ms=0, tune_budget_ms=0, tune_cache=0)
-    yield
-    changed = {k: v for k, v in shapevm.get_context().items() if before.get(k) != v}
-    shapevm.set_context(**{k: before[k] for k in changed})
-    if saved is None:
-        os.environ.pop("SHAPEVM_CACHE_DIR", None)
-    else:
-        os.environ["SHAPEVM_CACHE_DIR"] = saved
 
 
 class Buffers(shapevm.Module):
