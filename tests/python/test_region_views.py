@@ -61,7 +61,8 @@ def layouts(rng, batch, seq):
     owned.gx = rng.standard_normal((rows + 4, 70), np.float32)
     owned.gh = rng.standard_normal((batch + 4, 64), np.float32)
     for shift in (1, 3, 0, 2):
-        yield f"owned, offset {shift}", (owned.gx[shift:shift + rows, shift:shift + 64], owned.gh[shift:shift + batch], c, x)
+        yield f"owned, offset {shift}", (owned.gx[shift:shift + rows, shift:shift + 64],
+                                         owned.gh[shift:shift + batch], c, x)
 
 
 def test_views_follow_every_calls_layout_and_offset(context):
