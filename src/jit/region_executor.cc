@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -75,6 +76,61 @@ Expected<Tensor> standIn(DType dtype) {
   SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(dtype, Shape{1}));
   tensors.emplace(dtype, t);
   return t;
+}
+
+}  // namespace
+
+// A step's leaf views as one execution laid them out. A view's layout is a function of its base's
+// layout and of the region's externals (their shapes, a reshape's target), never of data, so an
+// execution whose externals and bases have the same layouts gets the same views of its own bases.
+struct ViewMemo {
+  struct Layout {
+    bool tensor = false;
+    DType dtype = DType::Float32;
+    Shape shape, strides;
+    std::int64_t offset = 0;          // a view's: from its base's offset
+    std::vector<std::int64_t> items;  // a tuple's ints (a reshape's target)
+  };
+  std::vector<Layout> externals;  // per plan external
+  std::vector<Layout> bases;      // per leaf read as a view: its base
+  std::vector<Layout> views;      // ... and the view
+};
+
+namespace {
+
+// `value`'s layout; nullopt for what a memo cannot key on (a tuple of non-ints, another kind).
+std::optional<ViewMemo::Layout> layoutOf(const Value& value) {
+  ViewMemo::Layout layout;
+  if (value.isTensor()) {
+    const Tensor& t = value.tensor();
+    layout.tensor = true;
+    layout.dtype = t.dtype();
+    layout.shape = t.shape();
+    layout.strides = t.strides();
+    layout.offset = t.offset();
+    return layout;
+  }
+  if (!value.isTuple()) return std::nullopt;
+  for (const Value& item : value.tuple()) {
+    if (!item.isInt()) return std::nullopt;
+    layout.items.push_back(item.asInt());
+  }
+  return layout;
+}
+
+// The same layout as `layout` (a tensor's offset aside: views keep theirs relative to their base).
+bool sameLayout(const ViewMemo::Layout& layout, const Value& value) {
+  if (layout.tensor) {
+    if (!value.isTensor()) return false;
+    const Tensor& t = value.tensor();
+    return t.dtype() == layout.dtype && t.shape() == layout.shape && t.strides() == layout.strides;
+  }
+  if (!value.isTuple() || value.tuple().size() != layout.items.size()) return false;
+  for (std::size_t i = 0; i < layout.items.size(); ++i) {
+    const Value& item = value.tuple()[i];
+    if (!item.isInt() || item.asInt() != layout.items[i]) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -258,7 +314,10 @@ Status RegionExecutor::poisonOutputs(const CompiledKernel& kernel, std::span<con
   return Status::ok();
 }
 
-Expected<std::vector<Value>> RegionExecutor::stepInputs(const Step& step) {
+Expected<std::vector<Value>> RegionExecutor::stepInputs(const Step& step, bool remember) {
+  if (remember) {
+    if (std::optional<std::vector<Value>> leaves = rememberedInputs(step)) return std::move(*leaves);
+  }
   Shape iteration;
   if (step.kind == Step::Kind::Reduce) {
     SVM_ASSIGN_OR_RETURN(const Value* source, shaped(step.source));
@@ -285,7 +344,65 @@ Expected<std::vector<Value>> RegionExecutor::stepInputs(const Step& step) {
       leaves.push_back(*value);
     }
   }
+  if (remember) rememberInputs(step, leaves);
   return leaves;
+}
+
+std::optional<std::vector<Value>> RegionExecutor::rememberedInputs(const Step& step) {
+  const ViewMemo* memo = step.views.get();
+  if (memo == nullptr || memo->externals.size() != plan_.externals.size()) return std::nullopt;
+  for (std::size_t e = 0; e < plan_.externals.size(); ++e) {
+    if (!sameLayout(memo->externals[e], real_[static_cast<std::size_t>(plan_.externals[e])])) return std::nullopt;
+  }
+  std::vector<Value> leaves;
+  leaves.reserve(step.leaves.size());
+  std::size_t m = 0;
+  for (std::size_t k = 0; k < step.leaves.size(); ++k) {
+    auto base = real(step.leaves[k].base);
+    if (!base) return std::nullopt;
+    if (!readsView(step, k)) {
+      leaves.push_back(**base);
+      continue;
+    }
+    if (m >= memo->views.size() || !sameLayout(memo->bases[m], **base)) return std::nullopt;
+    const ViewMemo::Layout& view = memo->views[m++];
+    const Tensor& from = (*base)->tensor();
+    auto t = from.asStrided(view.shape, view.strides, from.offset() + view.offset);
+    if (!t) return std::nullopt;
+    leaves.push_back(Value::fromTensor(std::move(*t)));
+  }
+  return leaves;
+}
+
+void RegionExecutor::rememberInputs(const Step& step, const std::vector<Value>& leaves) {
+  step.views.reset();
+  bool views = false;
+  for (std::size_t k = 0; k < step.leaves.size() && !views; ++k) views = readsView(step, k);
+  if (!views) return;
+  auto memo = std::make_shared<ViewMemo>();
+  for (int v : plan_.externals) {
+    std::optional<ViewMemo::Layout> layout = layoutOf(real_[static_cast<std::size_t>(v)]);
+    if (!layout) return;
+    memo->externals.push_back(std::move(*layout));
+  }
+  for (std::size_t k = 0; k < step.leaves.size(); ++k) {
+    if (!readsView(step, k)) continue;
+    const Leaf& leaf = step.leaves[k];
+    for (const ChainItem& item : leaf.chain) {
+      if (item.expand) continue;
+      const ROp& op = plan_.ops[static_cast<std::size_t>(item.op)];
+      for (std::size_t j = 1; j < op.in.size(); ++j) {
+        if (op.in[j] >= 0 && plan_.values[static_cast<std::size_t>(op.in[j])].op >= 0) return;  // computed
+      }
+    }
+    const Value& base = real_[static_cast<std::size_t>(leaf.base)];
+    if (!base.isTensor() || !leaves[k].isTensor() || leaves[k].tensor().storage() != base.tensor().storage()) return;
+    std::optional<ViewMemo::Layout> from = layoutOf(base), view = layoutOf(leaves[k]);
+    view->offset -= from->offset;
+    memo->bases.push_back(std::move(*from));
+    memo->views.push_back(std::move(*view));
+  }
+  if (!memo->views.empty()) step.views = std::move(memo);
 }
 
 std::vector<const Value*> RegionExecutor::pointersTo(const std::vector<Value>& values) {
@@ -337,7 +454,7 @@ Status RegionExecutor::runStep(const Step& step, bool pooled) {
       SVM_RETURN_IF_ERROR(runOp(op, inputs, outs));
     }
   } else {
-    SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepInputs(step));
+    SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepInputs(step, pooled && !poison_));
     const std::vector<const Value*> inputs = pointersTo(leaves);
     SVM_RETURN_IF_ERROR(outputsFor(step, inputs, leaves, outs, pooled));
     SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
@@ -361,7 +478,7 @@ Status RegionExecutor::runBlock(const StepBlock& block, bool pooled) {
   for (std::size_t m = 0; m < members.size(); ++m) {
     Member& member = members[m];
     member.step = &plan_.steps[static_cast<std::size_t>(block.members[m])];
-    SVM_ASSIGN_OR_RETURN(member.leaves, stepInputs(*member.step));
+    SVM_ASSIGN_OR_RETURN(member.leaves, stepInputs(*member.step, pooled && !poison_));
     const std::vector<const Value*> inputs = pointersTo(member.leaves);
     member.outs.resize(member.step->outputs.size());
     SVM_RETURN_IF_ERROR(outputsFor(*member.step, inputs, member.leaves, member.outs, pooled));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,8 +56,10 @@ class RegionExecutor {
   Status poisonOutputs(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outs);
 
   // The kernel inputs of a Fused, Reduce or MatMul step: the leaves' views (a matmul: A, B and its
-  // epilogue operands as they are).
-  Expected<std::vector<Value>> stepInputs(const Step& step);
+  // epilogue operands as they are). `remember` (an execution that owns the step's pools): the views
+  // are remade from the step's ViewMemo when the region's externals and the views' bases repeat its
+  // layouts, else made by the view ops and remembered.
+  Expected<std::vector<Value>> stepInputs(const Step& step, bool remember = false);
 
   static std::vector<const Value*> pointersTo(const std::vector<Value>& values);
 
@@ -101,6 +104,12 @@ class RegionExecutor {
   // only inside the rows that member computes in the same unit: its view steps by exactly that
   // many rows per unit and reaches no further. Kernel threads split rows their own way: then none.
   RowBlocking rowBlocking(const std::vector<Member>& members) const;
+
+  // The leaves remade from the step's ViewMemo; nullopt when it has none or a layout differs.
+  std::optional<std::vector<Value>> rememberedInputs(const Step& step);
+  // Keeps the leaves' layouts as the step's ViewMemo (drops it when a view is not a pure function of
+  // layouts: a copy, or a view op with an input some step computes).
+  void rememberInputs(const Step& step, const std::vector<Value>& leaves);
 
   // True when `view` (a consumer's input, `rows` of its axis 0 per unit) reads the contiguous
   // `out` only within unit u's `span` elements while on unit u's rows.

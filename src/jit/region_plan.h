@@ -81,6 +81,8 @@ struct Leaf {
   std::vector<ChainItem> chain;  // applied in order to the base value
 };
 
+struct ViewMemo;  // region_executor.cc
+
 struct Step {
   enum class Kind : std::uint8_t { Fused, MatMul, Reduce, Opaque };
   Kind kind = Kind::Fused;
@@ -108,6 +110,7 @@ struct Step {
   bool keepdims = true;
   bool stat = false;  // its output is a statistic of a decomposed normalization (not a register value)
   mutable std::vector<std::vector<Value>> pool;  // per output: reusable buffers (two, alternating)
+  mutable std::shared_ptr<ViewMemo> views;       // its leaves' view layouts (region_executor.cc)
 };
 
 // How many of a step's outputs its kernel stores into buffers of their own (the rest are stored
