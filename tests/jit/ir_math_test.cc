@@ -383,7 +383,7 @@ TEST(IrMath, SixteenLanesWithTheBareReciprocalEstimate) {
 
 // ---- The 16-bit variants (exp16F, sigmoid16F, tanh16F): for a result rounded to bfloat16/float16 ----
 
-constexpr double kMax16RelError = 0x1p-13;  // ir_math.h's contract
+constexpr double kMax16RelError = 0x1p-13;        // ir_math.h's contract
 constexpr double kMax16DenormalError = 0x1p-139;  // 2^-13 of the smallest normal float
 
 const MathCase k16Cases[] = {
@@ -487,10 +487,11 @@ TEST(IrMath, SixteenBitVariantsWithinTheirBoundAndOneUlp) {
       EXPECT_EQ(stats.error.failures, 0) << stats.error.first_failure;
       EXPECT_LE(stats.error.worst, kMax16RelError) << " at " << stats.error.worst_at;
       EXPECT_EQ(stats.off_by_more, 0) << stats.first_off;
-      std::printf("[ IrMath   ] %-16s max relative error %.3g at x = %.9g; bfloat16 rounding differs at %.3g%% of %zu "
-                  "points\n",
-                  variant.c_str(), stats.error.worst, stats.error.worst_at,
-                  100.0 * static_cast<double>(stats.bf16_different) / static_cast<double>(in.size()), in.size());
+      std::printf(
+          "[ IrMath   ] %-16s max relative error %.3g at x = %.9g; bfloat16 rounding differs at %.3g%% of %zu "
+          "points\n",
+          variant.c_str(), stats.error.worst, stats.error.worst_at,
+          100.0 * static_cast<double>(stats.bf16_different) / static_cast<double>(in.size()), in.size());
     }
   }
 }
@@ -501,7 +502,7 @@ TEST(IrMath, SixteenBitVariantsWithinTheirBoundAndOneUlp) {
 // refines vrcpps by LLVM's one Newton step, so saturation may be 1 - 2^-24 there, which rounds to
 // 1 in bfloat16 and float16: those are checked rounded to bfloat16.
 TEST(IrMath, SixteenBitVariantsKeepTheLimits) {
-  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN, -0.0f,
+  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN,  -0.0f,
                                 10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 89.0f, -110.0f};
   for (const auto& [lanes, bare] : {std::pair{1u, false}, std::pair{16u, false}, std::pair{16u, true}}) {
     if (bare && !sharedEngine().hasAvx512()) continue;

@@ -102,7 +102,6 @@ llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value*
   }
 }
 
-
 llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded16) {
   const bool fp = isFloating(t);
   const bool boolean = t == DType::Bool;
@@ -116,8 +115,7 @@ llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded1
     case OpId::Relu:  // x < 0 ? 0 : x (keeps NaN and -0)
       if (fp) return b.CreateSelect(b.CreateFCmpOLT(x, zero), zero, x);
       return boolean ? x : b.CreateSelect(b.CreateICmpSLT(x, zero), zero, x);
-    case OpId::Exp:
-      return rounded16 ? exp16F(b, x) : expF(b, x);
+    case OpId::Exp: return rounded16 ? exp16F(b, x) : expF(b, x);
     case OpId::Log:
       return logF(b, x);
     case OpId::Sqrt:
@@ -129,10 +127,8 @@ llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded1
                                      b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, wide));
       return t == DType::Float64 ? r : b.CreateFPTrunc(r, b.getFloatTy());
     }
-    case OpId::Sigmoid:
-      return rounded16 ? sigmoid16F(b, x) : sigmoidF(b, x);
-    case OpId::Tanh:
-      return rounded16 ? tanh16F(b, x) : tanhF(b, x);
+    case OpId::Sigmoid: return rounded16 ? sigmoid16F(b, x) : sigmoidF(b, x);
+    case OpId::Tanh: return rounded16 ? tanh16F(b, x) : tanhF(b, x);
     case OpId::Gelu:
       return geluF(b, x);
     case OpId::Erf:
