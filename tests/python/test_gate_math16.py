@@ -5,12 +5,15 @@
 # against the correctly rounded float64 value: within 1 ulp of the 16-bit format, equal but for a
 # small share of elements, NaN where float64 gives NaN, and the limits exact (sigmoid(0) = 0.5,
 # saturation to 1 and -1, tanh(-0) = -0, exp's overflow and underflow). And the bfloat16 LSTM cell
-# against float64 at validation's bfloat16 tolerance, no further from it than the interpreter.
+# (hidden 32) against float64 at validation's bfloat16 tolerance, no further from it than the
+# interpreter.
 import numpy as np
 import pytest
 
 import shapevm
 from shapevm import Tensor, ops
+
+import module_parameter_programs as progs  # noqa: E402  (tests/python): the bfloat16 cell, hidden 32
 
 if getattr(shapevm, "_core", None) is None:
     pytest.skip("this build has no Python module", allow_module_level=True)
@@ -115,28 +118,6 @@ def test_16_bit_sigmoid_tanh_exp_within_one_ulp_of_correctly_rounded(fmt, level,
         shapevm.set_context(**{k: before[k] for k in ("jit_level", "hot_count", "hot_ms", "warmup")})
 
 
-class Bf16Cell(shapevm.Module):
-    """The reference LSTM cell computed in bfloat16 (as bench/bf16_cell.py)."""
-
-    def __init__(self, weights, **options):
-        super().__init__(**options)
-        for name, value in weights.items():
-            setattr(self, name, value)
-
-    def construct(self, x: Tensor["batch", "seq", 128], h: Tensor["batch", 256], c: Tensor["batch", 256]):
-        w_ih, w_hh = ops.cast(self.W_ih, ops.bfloat16), ops.cast(self.W_hh, ops.bfloat16)
-        b_ih, b_hh = ops.cast(self.b_ih, ops.bfloat16), ops.cast(self.b_hh, ops.bfloat16)
-        c16 = ops.cast(c, ops.bfloat16)
-        batch, seq, _ = x.shape
-        rows = ops.reshape(ops.cast(x, ops.bfloat16), (batch * seq, 128))
-        gx = rows @ w_ih.T + b_ih
-        gh = ops.cast(h, ops.bfloat16) @ w_hh.T + b_hh
-        gates = ops.reshape(gx, (batch, seq, 1024)) + ops.unsqueeze(gh, 1)
-        i, f, g, o = ops.split(gates, 4, axis=2)
-        c_next = ops.sigmoid(f) * ops.unsqueeze(c16, 1) + ops.sigmoid(i) * ops.tanh(g)
-        return ops.sigmoid(o) * ops.tanh(c_next), c_next
-
-
 def cell64(w, x, h, c):
     sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
     x, h, c = (a.astype(np.float64) for a in (x, h, c))
@@ -154,24 +135,25 @@ def test_bf16_cell_within_bf16_tolerance_of_float64_and_no_further_than_the_inte
     monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(125)
     scale = 1.0 / 16.0
-    weights = {"W_ih": rng.uniform(-scale, scale, (1024, 128)), "W_hh": rng.uniform(-scale, scale, (1024, 256)),
-               "b_ih": rng.uniform(-scale, scale, 1024), "b_hh": rng.uniform(-scale, scale, 1024)}
+    rows, hidden = progs.ROWS, progs.HIDDEN
+    weights = {"W_ih": rng.uniform(-scale, scale, (rows, 16)), "W_hh": rng.uniform(-scale, scale, (rows, hidden)),
+               "b_ih": rng.uniform(-scale, scale, rows), "b_hh": rng.uniform(-scale, scale, rows)}
     weights = {k: v.astype(np.float32) for k, v in weights.items()}
     before = shapevm.get_context()
     shapevm.set_context(hot_count=0, hot_ms=0, warmup=0)
     try:
-        compiled = Bf16Cell(weights, jit_level="O2", wait=True)
-        interpreted = Bf16Cell(weights, jit_level="O0")
+        compiled = progs.Bf16LstmCell(weights, jit_level="O2", wait=True)
+        interpreted = progs.Bf16LstmCell(weights, jit_level="O0")
         compare_cells(compiled, interpreted, weights, rng)
     finally:
         shapevm.set_context(**{k: before[k] for k in ("hot_count", "hot_ms", "warmup")})
 
 
 def compare_cells(compiled, interpreted, weights, rng):
-    for seq in (10, 10, 10, 30):
-        x = rng.standard_normal((32, seq, 128), np.float32)
-        h = rng.standard_normal((32, 256), np.float32)
-        c = rng.standard_normal((32, 256), np.float32)
+    for seq in (10, 10, 10, 30, 30):
+        x = rng.standard_normal((32, seq, 16), np.float32)
+        h = rng.standard_normal((32, progs.HIDDEN), np.float32)
+        c = rng.standard_normal((32, progs.HIDDEN), np.float32)
         want = cell64(weights, x, h, c)
         got, ref = compiled(x, h, c), interpreted(x, h, c)
         for o in range(2):
