@@ -162,3 +162,41 @@ def compare_cells(compiled, interpreted, weights, rng):
             assert err <= 1.1 * ref_err, (seq, o, err, ref_err)
             print(f"seq {seq} output {o}: relative L2 vs float64 {err:.3e} compiled, {ref_err:.3e} interpreted")
     assert compiled.stats()["launches_compiled"] > 0
+
+
+class BfGates(shapevm.Module):
+    """The LSTM gates in bfloat16: every leaf bfloat16, so the adds, products, sigmoid and tanh
+    round without the NaN test (codegen_math.cc)."""
+
+    def construct(self, gx: Tensor["batch", "seq", 1024], gh: Tensor["batch", 1024], c: Tensor["batch", 256]):
+        gates = ops.cast(gx, ops.bfloat16) + ops.unsqueeze(ops.cast(gh, ops.bfloat16), 1)
+        i, f, g, o = ops.split(gates, 4, axis=2)
+        c_next = ops.sigmoid(f) * ops.unsqueeze(ops.cast(c, ops.bfloat16), 1) + ops.sigmoid(i) * ops.tanh(g)
+        return ops.sigmoid(o) * ops.tanh(c_next), c_next
+
+
+def test_bf16_gates_keep_nan_and_inf_where_the_interpreter_has_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path))
+    before = shapevm.get_context()
+    shapevm.set_context(hot_count=0, hot_ms=0, warmup=0)
+    try:
+        compiled = BfGates(jit_level="O2", wait=True)
+        interpreted = BfGates(jit_level="O0")
+        rng = np.random.default_rng(26)
+        special = np.array([np.nan, -np.nan, np.inf, -np.inf, 1e38, -1e38, 3e38, -3e38, 0.0, -0.0], np.float32)
+        for _ in range(4):
+            gx = rng.standard_normal((4, 10, 1024)).astype(np.float32) * 4
+            gh = rng.standard_normal((4, 1024)).astype(np.float32)
+            c = rng.standard_normal((4, 256)).astype(np.float32)
+            for a in (gx.reshape(-1), gh.reshape(-1), c.reshape(-1)):
+                at = rng.choice(a.size, 64, replace=False)
+                a[at] = rng.choice(special, 64)
+            got, ref = compiled(gx, gh, c), interpreted(gx, gh, c)
+            for g, r in zip(got, ref):
+                g, r = np.asarray(g), np.asarray(r)
+                assert np.array_equal(np.isnan(g), np.isnan(r))
+                assert np.array_equal(g[np.isinf(r)], r[np.isinf(r)])
+                assert np.array_equal(np.isinf(g), np.isinf(r))
+        assert compiled.stats()["launches_compiled"] > 0
+    finally:
+        shapevm.set_context(**{k: before[k] for k in ("hot_count", "hot_ms", "warmup")})

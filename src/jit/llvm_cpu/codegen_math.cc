@@ -18,8 +18,10 @@ namespace {
 // (nearest even, NaN kept quiet, denormals kept) in 7 operations instead of 10: the carry of
 // bits + 0x7fff + lsb is masked to the upper half, and NaN is found by a float compare (one
 // vcmpunordps into a mask) and quieted by a masked OR. The 8 roundings of the LSTM gates' bfloat16
-// kernel spent more instructions than its math.
-llvm::Value* roundToBf16(Builder& b, llvm::Value* value) {
+// kernel spent more instructions than its math. quiet_nan: a NaN value can only be a quiet one
+// whose lower half is zero, for which the nearest-even sum leaves the upper half as it is, so the
+// NaN test is left out (5 operations).
+llvm::Value* roundToBf16(Builder& b, llvm::Value* value, bool quiet_nan = false) {
   llvm::Type* i32 = b.getInt32Ty();
   if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) {
     i32 = llvm::FixedVectorType::get(i32, vector->getNumElements());
@@ -27,9 +29,10 @@ llvm::Value* roundToBf16(Builder& b, llvm::Value* value) {
   auto constant = [&](std::uint32_t v) { return llvm::ConstantInt::get(i32, v); };
   llvm::Value* bits = b.CreateBitCast(value, i32);
   llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, constant(16)), constant(1));
-  llvm::Value* nearest = b.CreateAdd(b.CreateAdd(bits, constant(0x7fff)), lsb);
-  llvm::Value* quiet = b.CreateOr(bits, constant(0x00400000));
-  llvm::Value* chosen = b.CreateSelect(b.CreateFCmpUNO(value, value), quiet, nearest);
+  llvm::Value* chosen = b.CreateAdd(b.CreateAdd(bits, constant(0x7fff)), lsb);
+  if (!quiet_nan) {
+    chosen = b.CreateSelect(b.CreateFCmpUNO(value, value), b.CreateOr(bits, constant(0x00400000)), chosen);
+  }
   return b.CreateBitCast(b.CreateAnd(chosen, constant(0xffff0000)), value->getType());
 }
 }  // namespace
@@ -205,6 +208,8 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
       }
     }
   }
+  bool bf16_leaves = true;
+  for (int leaf = 0; leaf < program.numLeaves(); ++leaf) bf16_leaves &= program.leafDType(leaf) == DType::BFloat16;
   for (std::size_t n = 0; n < program.nodes.size(); ++n) {
     const FusedProgram::Node& node = program.nodes[n];
     if (node.constant) {
@@ -216,7 +221,17 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     llvm::Value* value = node.unary() ? unaryOp(b, node.op, program.dtype, a, rounded16[n])
                                       : binaryOp(b, node.op, program.dtype, a, operand(node.b));
     rounded_[n] = node.rounded && rounds[n];
-    nodes_[n] = rounded_[n] ? roundTo(b, value, program.dtype) : value;
+    if (rounded_[n] && program.dtype == DType::BFloat16) {
+      // With every leaf in bfloat16, a NaN anywhere in the program has a zero lower half (a leaf's,
+      // x86's default NaN, or one of those propagated; ir_math's bit tricks keep it), and an
+      // arithmetic op's NaN result is quiet: those results round without the NaN test. A NaN a
+      // selection, negation or exp's NaN pass-through returns may be a leaf's signaling one.
+      const bool arithmetic = node.op == OpId::Add || node.op == OpId::Sub || node.op == OpId::Mul ||
+                              node.op == OpId::Div || node.op == OpId::Sigmoid || node.op == OpId::Tanh;
+      nodes_[n] = roundToBf16(b, value, arithmetic && bf16_leaves);
+    } else {
+      nodes_[n] = rounded_[n] ? roundTo(b, value, program.dtype) : value;
+    }
   }
 }
 
