@@ -341,6 +341,30 @@ TEST(IrMath, ExplicitVectorsAgreeWithTheBound) {
   }
 }
 
+// Inputs whose sigmoid and tanh are exact limits, and the check of them: sigmoid(0) = 0.5,
+// saturation to 1 and -1 (at 17, 20, 10, 9.5, inf), sigmoid(-inf) = 0, tanh(-0) = -0, NaN; the
+// 12th is sigmoid's denormal tail (-100).
+const std::vector<float> kLimitInputs = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN,  -0.0f,
+                                         10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 89.0f, -110.0f};
+
+void expectSigmoidTanhLimits(const std::vector<float>& s, const std::vector<float>& t) {
+  EXPECT_EQ(s[0], 0.5f);
+  EXPECT_EQ(s[1], 1.0f);
+  EXPECT_EQ(s[2], 1.0f);
+  EXPECT_EQ(s[4], 1.0f);
+  EXPECT_EQ(s[5], 0.0f);
+  EXPECT_TRUE(std::isnan(s[6]));
+  EXPECT_EQ(s[7], 0.5f);
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_EQ(t[3], 1.0f);
+  EXPECT_EQ(t[4], 1.0f);
+  EXPECT_EQ(t[5], -1.0f);
+  EXPECT_TRUE(std::isnan(t[6]));
+  EXPECT_TRUE(std::signbit(t[7]) && t[7] == 0.0f);
+  EXPECT_EQ(t[8], 1.0f);
+  EXPECT_EQ(t[9], -1.0f);
+}
+
 // The fused family's 16-lane kernels on AVX-512 take vrcp14ps without LLVM's Newton step
 // (codegen_fused.cc): ir_math's own step must still keep every sigmoid/tanh/silu within the bound
 // and the limits exact (sigmoid(0) = 0.5 and saturation to 1 come from exact reciprocals).
@@ -360,25 +384,9 @@ TEST(IrMath, SixteenLanesWithTheBareReciprocalEstimate) {
   }
   MapKernel sigmoid(&ir::sigmoidF, DType::Float32, 16, "sigmoid_bare_limits", true);
   MapKernel tanh(&ir::tanhF, DType::Float32, 16, "tanh_bare_limits", true);
-  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN, -0.0f,
-                                10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 0.5f, -0.5f};
-  const std::vector<float> s = sigmoid(x);
-  const std::vector<float> t = tanh(x);
-  EXPECT_EQ(s[0], 0.5f);
-  EXPECT_EQ(s[1], 1.0f);
-  EXPECT_EQ(s[2], 1.0f);
-  EXPECT_EQ(s[4], 1.0f);
-  EXPECT_EQ(s[5], 0.0f);
-  EXPECT_TRUE(std::isnan(s[6]));
-  EXPECT_EQ(s[7], 0.5f);
+  const std::vector<float> s = sigmoid(kLimitInputs);
   EXPECT_NEAR(s[11], 3.7835e-44, 3e-45);
-  EXPECT_EQ(t[3], 1.0f);
-  EXPECT_EQ(t[4], 1.0f);
-  EXPECT_EQ(t[5], -1.0f);
-  EXPECT_TRUE(std::isnan(t[6]));
-  EXPECT_TRUE(std::signbit(t[7]) && t[7] == 0.0f);
-  EXPECT_EQ(t[8], 1.0f);
-  EXPECT_EQ(t[9], -1.0f);
+  expectSigmoidTanhLimits(s, tanh(kLimitInputs));
 }
 
 // ---- The 16-bit variants (exp16F, sigmoid16F, tanh16F): for a result rounded to bfloat16/float16 ----
@@ -502,17 +510,15 @@ TEST(IrMath, SixteenBitVariantsWithinTheirBoundAndOneUlp) {
 // and AVX2 code refine vrcpps by LLVM's one Newton step, so saturation may be 1 - 2^-24 there,
 // which rounds to 1 in bfloat16 and float16: those are checked rounded to bfloat16.
 TEST(IrMath, SixteenBitVariantsKeepTheLimits) {
-  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN,  -0.0f,
-                                10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 89.0f, -110.0f};
   for (const auto& [lanes, bare] : {std::pair{1u, false}, std::pair{16u, false}, std::pair{16u, true}}) {
     if (bare && !sharedEngine().hasAvx512()) continue;
     const std::string suffix = "_limits_" + std::to_string(lanes) + (bare ? "_bare" : "");
     MapKernel sigmoid(&ir::sigmoid16F, DType::Float32, lanes, "sigmoid16" + suffix, bare);
     MapKernel tanh(&ir::tanh16F, DType::Float32, lanes, "tanh16" + suffix, bare);
     MapKernel exp(&ir::exp16F, DType::Float32, lanes, "exp16" + suffix, bare);
-    std::vector<float> s = sigmoid(x);
-    std::vector<float> t = tanh(x);
-    const std::vector<float> e = exp(x);
+    std::vector<float> s = sigmoid(kLimitInputs);
+    std::vector<float> t = tanh(kLimitInputs);
+    const std::vector<float> e = exp(kLimitInputs);
     SCOPED_TRACE(suffix);
     EXPECT_NEAR(s[11], 3.7835e-44, 3e-45);
     if (lanes == 1 || !sharedEngine().hasAvx512()) {  // 8-lane vectors (AVX2 splits 16 lanes so)
@@ -520,21 +526,7 @@ TEST(IrMath, SixteenBitVariantsKeepTheLimits) {
         for (float& value : *v) value = static_cast<float>(roundToFormat(value, 8, -126));
       }
     }
-    EXPECT_EQ(s[0], 0.5f);
-    EXPECT_EQ(s[1], 1.0f);
-    EXPECT_EQ(s[2], 1.0f);
-    EXPECT_EQ(s[4], 1.0f);
-    EXPECT_EQ(s[5], 0.0f);
-    EXPECT_TRUE(std::isnan(s[6]));
-    EXPECT_EQ(s[7], 0.5f);
-    EXPECT_EQ(t[0], 0.0f);
-    EXPECT_EQ(t[3], 1.0f);
-    EXPECT_EQ(t[4], 1.0f);
-    EXPECT_EQ(t[5], -1.0f);
-    EXPECT_TRUE(std::isnan(t[6]));
-    EXPECT_TRUE(std::signbit(t[7]) && t[7] == 0.0f);
-    EXPECT_EQ(t[8], 1.0f);
-    EXPECT_EQ(t[9], -1.0f);
+    expectSigmoidTanhLimits(s, t);
     EXPECT_EQ(e[0], 1.0f);
     EXPECT_EQ(e[4], kInf);
     EXPECT_EQ(e[5], 0.0f);
