@@ -7,10 +7,12 @@
 // float64 goes to libm, and must be bit-identical to the reference kernels' formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jit/llvm_cpu/codegen_util.h"
@@ -339,6 +341,30 @@ TEST(IrMath, ExplicitVectorsAgreeWithTheBound) {
   }
 }
 
+// Inputs whose sigmoid and tanh are exact limits, and the check of them: sigmoid(0) = 0.5,
+// saturation to 1 and -1 (at 17, 20, 10, 9.5, inf), sigmoid(-inf) = 0, tanh(-0) = -0, NaN; the
+// 12th is sigmoid's denormal tail (-100).
+const std::vector<float> kLimitInputs = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN,  -0.0f,
+                                         10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 89.0f, -110.0f};
+
+void expectSigmoidTanhLimits(const std::vector<float>& s, const std::vector<float>& t) {
+  EXPECT_EQ(s[0], 0.5f);
+  EXPECT_EQ(s[1], 1.0f);
+  EXPECT_EQ(s[2], 1.0f);
+  EXPECT_EQ(s[4], 1.0f);
+  EXPECT_EQ(s[5], 0.0f);
+  EXPECT_TRUE(std::isnan(s[6]));
+  EXPECT_EQ(s[7], 0.5f);
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_EQ(t[3], 1.0f);
+  EXPECT_EQ(t[4], 1.0f);
+  EXPECT_EQ(t[5], -1.0f);
+  EXPECT_TRUE(std::isnan(t[6]));
+  EXPECT_TRUE(std::signbit(t[7]) && t[7] == 0.0f);
+  EXPECT_EQ(t[8], 1.0f);
+  EXPECT_EQ(t[9], -1.0f);
+}
+
 // The fused family's 16-lane kernels on AVX-512 take vrcp14ps without LLVM's Newton step
 // (codegen_fused.cc): ir_math's own step must still keep every sigmoid/tanh/silu within the bound
 // and the limits exact (sigmoid(0) = 0.5 and saturation to 1 come from exact reciprocals).
@@ -358,25 +384,156 @@ TEST(IrMath, SixteenLanesWithTheBareReciprocalEstimate) {
   }
   MapKernel sigmoid(&ir::sigmoidF, DType::Float32, 16, "sigmoid_bare_limits", true);
   MapKernel tanh(&ir::tanhF, DType::Float32, 16, "tanh_bare_limits", true);
-  const std::vector<float> x = {0.0f,  100.0f, 17.0f, 20.0f,   kInf, -kInf, kNaN, -0.0f,
-                                10.0f, -10.0f, 9.5f,  -100.0f, 1.0f, -1.0f, 0.5f, -0.5f};
-  const std::vector<float> s = sigmoid(x);
-  const std::vector<float> t = tanh(x);
-  EXPECT_EQ(s[0], 0.5f);
-  EXPECT_EQ(s[1], 1.0f);
-  EXPECT_EQ(s[2], 1.0f);
-  EXPECT_EQ(s[4], 1.0f);
-  EXPECT_EQ(s[5], 0.0f);
-  EXPECT_TRUE(std::isnan(s[6]));
-  EXPECT_EQ(s[7], 0.5f);
+  const std::vector<float> s = sigmoid(kLimitInputs);
   EXPECT_NEAR(s[11], 3.7835e-44, 3e-45);
-  EXPECT_EQ(t[3], 1.0f);
-  EXPECT_EQ(t[4], 1.0f);
-  EXPECT_EQ(t[5], -1.0f);
-  EXPECT_TRUE(std::isnan(t[6]));
-  EXPECT_TRUE(std::signbit(t[7]) && t[7] == 0.0f);
-  EXPECT_EQ(t[8], 1.0f);
-  EXPECT_EQ(t[9], -1.0f);
+  expectSigmoidTanhLimits(s, tanh(kLimitInputs));
+}
+
+// ---- The 16-bit variants (exp16F, sigmoid16F, tanh16F): for a result rounded to bfloat16/float16 ----
+
+constexpr double kMax16RelError = 0x1p-13;        // ir_math.h's contract
+constexpr double kMax16DenormalError = 0x1p-139;  // 2^-13 of the smallest normal float
+
+const MathCase k16Cases[] = {
+    {"exp16", &ir::exp16F, &expRef},
+    {"sigmoid16", &ir::sigmoid16F, &sigmoidRef},
+    {"tanh16", &ir::tanh16F, &tanhRef},
+};
+
+// v rounded to nearest even on a float format with `digits` significant bits whose normal range
+// starts at 2^min_exponent (denormals below it keep its spacing): bfloat16 8, -126; float16 11, -14.
+double roundToFormat(double v, int digits, int min_exponent) {
+  if (v == 0.0 || !std::isfinite(v)) return v;
+  const int exponent = std::max(std::ilogb(v), min_exponent);
+  const double quantum = std::ldexp(1.0, exponent - digits + 1);
+  return std::nearbyint(v / quantum) * quantum;
+}
+
+// The spacing of the format at v's magnitude (as roundToFormat).
+double formatUlp(double v, int digits, int min_exponent) {
+  const int exponent = v == 0.0 ? min_exponent : std::max(std::ilogb(v), min_exponent);
+  return std::ldexp(1.0, exponent - digits + 1);
+}
+
+// Points with a normal float result within the relative bound, the rest as measure() checks them
+// (NaN, inf and denormal results as the float32 functions'); and rounded to bfloat16 and to float16,
+// every result within 1 ulp of the correctly rounded exact value. Returns the share of results
+// whose bfloat16 rounding differs from the correctly rounded one.
+struct Stats16 {
+  ErrorStats error;
+  int off_by_more = 0;
+  std::string first_off;
+  std::size_t bf16_different = 0;
+};
+
+Stats16 measure16(const MathCase& c, const std::vector<float>& x, const std::vector<float>& got) {
+  Stats16 stats;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = c.reference(static_cast<double>(x[i]));
+    const double g = got[i];
+    if (std::isnan(want)) {
+      if (!std::isnan(g) && stats.error.failures++ == 0) stats.error.first_failure = std::string(c.name) + " NaN";
+      continue;
+    }
+    if (std::isinf(static_cast<float>(want))) {
+      if (g != static_cast<double>(static_cast<float>(want)) && stats.error.failures++ == 0) {
+        stats.error.first_failure = std::string(c.name) + "(" + std::to_string(x[i]) + ") not " + std::to_string(want);
+      }
+      continue;
+    }
+    if (std::fabs(want) >= FLT_MIN) {
+      const double rel = std::fabs(g - want) / std::fabs(want);
+      if (!(rel <= kMax16RelError) && stats.error.failures++ == 0) {
+        char buffer[160];
+        std::snprintf(buffer, sizeof(buffer), "%s(%.9g) = %.9g, want %.17g", c.name, x[i], got[i], want);
+        stats.error.first_failure = buffer;
+      }
+      if (rel > stats.error.worst || std::isnan(rel)) {
+        stats.error.worst = rel;
+        stats.error.worst_at = x[i];
+      }
+    } else if (!(std::fabs(g - want) <= kMax16DenormalError) && stats.error.failures++ == 0) {
+      stats.error.first_failure = std::string(c.name) + " denormal at " + std::to_string(x[i]);
+    }
+    for (const auto& [digits, min_exponent] : {std::pair{8, -126}, std::pair{11, -14}}) {
+      if (digits == 11 && std::fabs(want) > 65504.0) continue;  // float16 overflows
+      const double want16 = roundToFormat(want, digits, min_exponent);
+      const double got16 = roundToFormat(g, digits, min_exponent);
+      const double ulp = formatUlp(std::min(std::fabs(want16), std::fabs(got16)), digits, min_exponent);
+      if (!(std::fabs(got16 - want16) <= ulp) && stats.off_by_more++ == 0) {
+        char buffer[160];
+        std::snprintf(buffer, sizeof(buffer), "%s(%.9g): %d-bit rounding %.9g, correctly rounded %.9g", c.name, x[i],
+                      digits, got16, want16);
+        stats.first_off = buffer;
+      }
+      if (digits == 8 && got16 != want16) ++stats.bf16_different;
+    }
+  }
+  return stats;
+}
+
+// Dense sweeps as for the float32 functions, on the vectorizer's choice of width (scalar
+// remainders included), on explicit 16-lane vectors with LLVM's step, and with the bare 14-bit
+// estimate as the fused family's 16-lane kernels compile them.
+TEST(IrMath, SixteenBitVariantsWithinTheirBoundAndOneUlp) {
+  for (const MathCase& c : k16Cases) {
+    const std::string name = c.name;
+    std::vector<float> x = sweep(name == "exp16" ? -104.0f : -40.0f, name == "exp16" ? 89.0f : 40.0f, 16 * 65536 - 1);
+    for (float v : sweep(-2.0f, 2.0f, 16 * 16384)) x.push_back(v);
+    for (float v : magnitudes(1e-38, 130.0, 100000, true)) x.push_back(v);
+    for (float v : specialValues()) x.push_back(v);
+    while (x.size() % 16 != 0) x.push_back(0.375f);
+    x.push_back(-0.375f);  // odd length for the scalar loop's remainder
+    for (const auto& [lanes, bare] : {std::pair{1u, false}, std::pair{16u, false}, std::pair{16u, true}}) {
+      if (bare && !sharedEngine().hasAvx512()) continue;
+      std::vector<float> in = x;
+      if (lanes == 16) in.pop_back();
+      const std::string variant = name + "_" + std::to_string(lanes) + (bare ? "_bare" : "");
+      MapKernel kernel(c.fn, DType::Float32, lanes, variant, bare);
+      const Stats16 stats = measure16(c, in, kernel(in));
+      SCOPED_TRACE(variant);
+      EXPECT_EQ(stats.error.failures, 0) << stats.error.first_failure;
+      EXPECT_LE(stats.error.worst, kMax16RelError) << " at " << stats.error.worst_at;
+      EXPECT_EQ(stats.off_by_more, 0) << stats.first_off;
+      std::printf(
+          "[ IrMath   ] %-16s max relative error %.3g at x = %.9g; bfloat16 rounding differs at %.3g%% of %zu "
+          "points\n",
+          variant.c_str(), stats.error.worst, stats.error.worst_at,
+          100.0 * static_cast<double>(stats.bf16_different) / static_cast<double>(in.size()), in.size());
+    }
+  }
+}
+
+// The limits are exact: sigmoid(0) = 0.5, saturation to 1 and -1, the denormal tail of sigmoid,
+// -0, NaN, e^x's overflow and underflow. In float32 where the reciprocal is vrcp14ps (16 lanes,
+// exact at powers of two) or a divide; 8-lane code (the vectorizer's choice for the scalar loop)
+// and AVX2 code refine vrcpps by LLVM's one Newton step, so saturation may be 1 - 2^-24 there,
+// which rounds to 1 in bfloat16 and float16: those are checked rounded to bfloat16.
+TEST(IrMath, SixteenBitVariantsKeepTheLimits) {
+  for (const auto& [lanes, bare] : {std::pair{1u, false}, std::pair{16u, false}, std::pair{16u, true}}) {
+    if (bare && !sharedEngine().hasAvx512()) continue;
+    const std::string suffix = "_limits_" + std::to_string(lanes) + (bare ? "_bare" : "");
+    MapKernel sigmoid(&ir::sigmoid16F, DType::Float32, lanes, "sigmoid16" + suffix, bare);
+    MapKernel tanh(&ir::tanh16F, DType::Float32, lanes, "tanh16" + suffix, bare);
+    MapKernel exp(&ir::exp16F, DType::Float32, lanes, "exp16" + suffix, bare);
+    std::vector<float> s = sigmoid(kLimitInputs);
+    std::vector<float> t = tanh(kLimitInputs);
+    const std::vector<float> e = exp(kLimitInputs);
+    SCOPED_TRACE(suffix);
+    EXPECT_NEAR(s[11], 3.7835e-44, 3e-45);
+    if (lanes == 1 || !sharedEngine().hasAvx512()) {  // 8-lane vectors (AVX2 splits 16 lanes so)
+      for (std::vector<float>* v : {&s, &t}) {
+        for (float& value : *v) value = static_cast<float>(roundToFormat(value, 8, -126));
+      }
+    }
+    expectSigmoidTanhLimits(s, t);
+    EXPECT_EQ(e[0], 1.0f);
+    EXPECT_EQ(e[4], kInf);
+    EXPECT_EQ(e[5], 0.0f);
+    EXPECT_TRUE(std::isnan(e[6]));
+    EXPECT_EQ(e[14], kInf);
+    EXPECT_EQ(e[15], 0.0f);
+  }
 }
 
 // float64: libm (intrinsics or calls), bit-identical to the reference kernels' double formulas.

@@ -514,12 +514,15 @@ class Emitter {
   // float32 transcendental functions are called, not inlined: one copy of their polynomial per
   // module however many loop variants (and scalar remainders) compute the op, and one per vector
   // width the loop vectorizer may pick (callElementFunction). Cheap ops stay inline.
+  // A bfloat16/float16 result is stored rounded, so exp, sigmoid and tanh take ir_math's 16-bit
+  // variants (within 1 ulp of the correctly rounded value, codegen_math.h).
   llvm::Value* unary(OpId op, DType t, llvm::Value* x) {
-    if (!x->getType()->isFloatTy() || !outlined(op)) return ir::unaryOp(b_, op, t, x);
+    const bool rounded16 = (t == DType::BFloat16 || t == DType::Float16) && p_.out == t;
+    if (!x->getType()->isFloatTy() || !outlined(op)) return ir::unaryOp(b_, op, t, x, rounded16);
     const unsigned lanes = std::max(4u, static_cast<unsigned>(vector_bits_ / 32));
     return ir::callElementFunction(
-        b_, fmt::format("svm_{}_f32", opName(op)), x,
-        [op](ir::Builder& b, llvm::Value* v) { return ir::unaryOp(b, op, DType::Float32, v); },
+        b_, fmt::format("svm_{}_f32{}", opName(op), rounded16 ? "_for16" : ""), x,
+        [op, rounded16](ir::Builder& b, llvm::Value* v) { return ir::unaryOp(b, op, DType::Float32, v, rounded16); },
         lanes > 4 ? std::vector<unsigned>{lanes / 2, lanes} : std::vector<unsigned>{lanes});
   }
   static bool outlined(OpId op) {

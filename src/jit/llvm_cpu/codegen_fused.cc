@@ -321,13 +321,13 @@ class FusedEmitter {
     auto operand = [&](int ref) { return values.operand(ref); };
     if (reducing()) accumulate(operand(p_.outputs[0]));
     for (std::size_t o = reducing() ? 1 : 0; o < p_.outputs.size(); ++o) {
-      llvm::StoreInst* store = storeAt(operand(p_.outputs[o]), out_base_[o], out_index);
+      llvm::StoreInst* store = storeAt(operand(p_.outputs[o]), out_base_[o], out_index, values.exact(p_.outputs[o]));
       store->setMetadata(llvm::LLVMContext::MD_alias_scope, output_scopes_[o]);
       store->setMetadata(llvm::LLVMContext::MD_noalias, output_noalias_[o]);
     }
     for (const auto& [leaf, ref] : p_.in_place) {
       const std::size_t l = static_cast<std::size_t>(leaf);
-      llvm::StoreInst* store = storeAt(operand(ref), base_[l], at[l]);
+      llvm::StoreInst* store = storeAt(operand(ref), base_[l], at[l], values.exact(ref));
       store->setMetadata(llvm::LLVMContext::MD_alias_scope, in_place_scope_);
       store->setMetadata(llvm::LLVMContext::MD_noalias, output_scope_);
     }
@@ -337,9 +337,12 @@ class FusedEmitter {
     return std::find(in_place_leaves_.begin(), in_place_leaves_.end(), leaf) != in_place_leaves_.end();
   }
 
-  // Stores a float32 value as the program dtype at element `index` of `base`.
-  llvm::StoreInst* storeAt(llvm::Value* value, llvm::Value* base, llvm::Value* index) {
-    if (p_.dtype == DType::BFloat16) {
+  // Stores a float32 value as the program dtype at element `index` of `base`. exact: the value is
+  // a bfloat16 already (FusedValues::exact), so its upper half is stored as it is.
+  llvm::StoreInst* storeAt(llvm::Value* value, llvm::Value* base, llvm::Value* index, bool exact) {
+    if (p_.dtype == DType::BFloat16 && exact) {
+      value = b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(value, b_.getInt32Ty()), 16), b_.getInt16Ty());
+    } else if (p_.dtype == DType::BFloat16) {
       value = ir::floatToBf16Bits(b_, value);
     } else if (p_.dtype == DType::Float16) {
       value = b_.CreateFPTrunc(value, ir::elementType(b_.getContext(), p_.dtype));

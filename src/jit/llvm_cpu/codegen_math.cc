@@ -13,8 +13,32 @@ llvm::Value* nonzero(Builder& b, llvm::Value* value, DType t) {
   return isFloating(t) ? b.CreateFCmpUNE(value, zero) : b.CreateICmpNE(value, zero);
 }
 
+namespace {
+// value rounded to bfloat16 and widened back, bit for bit as bf16BitsToFloat(floatToBf16Bits(value))
+// (nearest even, NaN kept quiet, denormals kept) in 7 operations instead of 10: the carry of
+// bits + 0x7fff + lsb is masked to the upper half, and NaN is found by a float compare (one
+// vcmpunordps into a mask) and quieted by a masked OR. The 8 roundings of the LSTM gates' bfloat16
+// kernel spent more instructions than its math. quiet_nan: a NaN value can only be a quiet one
+// whose lower half is zero, for which the nearest-even sum leaves the upper half as it is, so the
+// NaN test is left out (5 operations).
+llvm::Value* roundToBf16(Builder& b, llvm::Value* value, bool quiet_nan = false) {
+  llvm::Type* i32 = b.getInt32Ty();
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) {
+    i32 = llvm::FixedVectorType::get(i32, vector->getNumElements());
+  }
+  auto constant = [&](std::uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+  llvm::Value* bits = b.CreateBitCast(value, i32);
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, constant(16)), constant(1));
+  llvm::Value* chosen = b.CreateAdd(b.CreateAdd(bits, constant(0x7fff)), lsb);
+  if (!quiet_nan) {
+    chosen = b.CreateSelect(b.CreateFCmpUNO(value, value), b.CreateOr(bits, constant(0x00400000)), chosen);
+  }
+  return b.CreateBitCast(b.CreateAnd(chosen, constant(0xffff0000)), value->getType());
+}
+}  // namespace
+
 llvm::Value* roundTo(Builder& b, llvm::Value* value, DType dtype) {
-  if (dtype == DType::BFloat16) return bf16BitsToFloat(b, floatToBf16Bits(b, value));
+  if (dtype == DType::BFloat16) return roundToBf16(b, value);
   if (dtype != DType::Float16) return value;
   unsigned lanes = 1;
   if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(value->getType())) lanes = vector->getNumElements();
@@ -81,8 +105,7 @@ llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value*
   }
 }
 
-
-llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x) {
+llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded16) {
   const bool fp = isFloating(t);
   const bool boolean = t == DType::Bool;
   llvm::Constant* zero = llvm::Constant::getNullValue(x->getType());
@@ -95,8 +118,7 @@ llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x) {
     case OpId::Relu:  // x < 0 ? 0 : x (keeps NaN and -0)
       if (fp) return b.CreateSelect(b.CreateFCmpOLT(x, zero), zero, x);
       return boolean ? x : b.CreateSelect(b.CreateICmpSLT(x, zero), zero, x);
-    case OpId::Exp:
-      return expF(b, x);
+    case OpId::Exp: return rounded16 ? exp16F(b, x) : expF(b, x);
     case OpId::Log:
       return logF(b, x);
     case OpId::Sqrt:
@@ -108,10 +130,8 @@ llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x) {
                                      b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, wide));
       return t == DType::Float64 ? r : b.CreateFPTrunc(r, b.getFloatTy());
     }
-    case OpId::Sigmoid:
-      return sigmoidF(b, x);
-    case OpId::Tanh:
-      return tanhF(b, x);
+    case OpId::Sigmoid: return rounded16 ? sigmoid16F(b, x) : sigmoidF(b, x);
+    case OpId::Tanh: return rounded16 ? tanh16F(b, x) : tanhF(b, x);
     case OpId::Gelu:
       return geluF(b, x);
     case OpId::Erf:
@@ -127,7 +147,9 @@ llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x) {
 
 FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes,
                          std::function<llvm::Value*(int leaf)> load_leaf)
-    : nodes_(program.nodes.size(), nullptr),
+    : program_(program),
+      rounded_(program.nodes.size(), false),
+      nodes_(program.nodes.size(), nullptr),
       leaves_(static_cast<std::size_t>(program.numLeaves()), nullptr),
       load_leaf_(std::move(load_leaf)) {
   // bfloat16 (float32's exponent range: keeping a value in float32 changes it by its rounding
@@ -164,6 +186,30 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     }
     for (std::size_t n = 0; n < count; ++n) rounds[n] = stored[n] || !clean[n];
   }
+  // 16-bit programs: which nodes may take the 16-bit variants (codegen_math.h). `passes[n]`: every
+  // use of n's float32 value tolerates a relative error of 2^-13 (a use by a reduction's
+  // accumulator does not; a store rounds). Consumers come after their operands, so a node's
+  // uses are final when the walk reaches it.
+  std::vector<bool> rounded16(count, false);
+  if (program.dtype == DType::BFloat16 || program.dtype == DType::Float16) {
+    std::vector<bool> passes(count, true);
+    if (program.reduce != FusedProgram::Reduce::None && !program.outputs.empty() && program.outputs[0] >= 0) {
+      passes[static_cast<std::size_t>(program.outputs[0])] = false;
+    }
+    for (std::size_t n = count; n-- > 0;) {
+      const FusedProgram::Node& node = program.nodes[n];
+      if (node.constant) continue;
+      rounded16[n] = (node.rounded && rounds[n]) || passes[n];
+      const bool keeps = node.op == OpId::Mul || node.op == OpId::Div || node.op == OpId::Tanh ||
+                         node.op == OpId::Relu || node.op == OpId::Neg || node.op == OpId::Abs ||
+                         node.op == OpId::Maximum || node.op == OpId::Minimum;
+      for (int ref : {node.a, node.unary() ? -1 : node.b}) {
+        if (ref >= 0 && !(keeps && rounded16[n])) passes[static_cast<std::size_t>(ref)] = false;
+      }
+    }
+  }
+  bool bf16_leaves = true;
+  for (int leaf = 0; leaf < program.numLeaves(); ++leaf) bf16_leaves &= program.leafDType(leaf) == DType::BFloat16;
   for (std::size_t n = 0; n < program.nodes.size(); ++n) {
     const FusedProgram::Node& node = program.nodes[n];
     if (node.constant) {
@@ -172,10 +218,26 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
       continue;
     }
     llvm::Value* a = operand(node.a);
-    llvm::Value* value =
-        node.unary() ? unaryOp(b, node.op, program.dtype, a) : binaryOp(b, node.op, program.dtype, a, operand(node.b));
-    nodes_[n] = node.rounded && rounds[n] ? roundTo(b, value, program.dtype) : value;
+    llvm::Value* value = node.unary() ? unaryOp(b, node.op, program.dtype, a, rounded16[n])
+                                      : binaryOp(b, node.op, program.dtype, a, operand(node.b));
+    rounded_[n] = node.rounded && rounds[n];
+    if (rounded_[n] && program.dtype == DType::BFloat16) {
+      // With every leaf in bfloat16, a NaN anywhere in the program has a zero lower half (a leaf's,
+      // x86's default NaN, or one of those propagated; ir_math's bit tricks keep it), and an
+      // arithmetic op's NaN result is quiet: those results round without the NaN test. A NaN a
+      // selection, negation or exp's NaN pass-through returns may be a leaf's signaling one.
+      const bool arithmetic = node.op == OpId::Add || node.op == OpId::Sub || node.op == OpId::Mul ||
+                              node.op == OpId::Div || node.op == OpId::Sigmoid || node.op == OpId::Tanh;
+      nodes_[n] = roundToBf16(b, value, arithmetic && bf16_leaves);
+    } else {
+      nodes_[n] = rounded_[n] ? roundTo(b, value, program.dtype) : value;
+    }
   }
+}
+
+bool FusedValues::exact(int ref) const {
+  if (ref >= 0) return program_.dtype == DType::Float32 || rounded_[static_cast<std::size_t>(ref)];
+  return program_.leafDType(FusedProgram::leafOf(ref)) == program_.dtype;
 }
 
 llvm::Value* FusedValues::operand(int ref) {

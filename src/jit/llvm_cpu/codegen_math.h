@@ -7,7 +7,11 @@
 // float16 intermediate with roundTo() so results match the reference op by op; a bfloat16
 // program (FusedValues) keeps in float32 the intermediates whose every path to a stored value
 // passes only products, quotients, sigmoid, tanh and selections (no error amplification on any
-// data), so it stays within validation's bfloat16 tolerance of the op-by-op reference.
+// data), so it stays within validation's bfloat16 tolerance of the op-by-op reference. In a
+// 16-bit program (bfloat16, float16), exp, sigmoid and tanh take ir_math's 16-bit variants where
+// their value is rounded right after, or reaches only stored values through products, quotients,
+// tanh, selections and other nodes that qualify (never through an add, a subtract, exp, sigmoid,
+// log or a reduction): every rounded value is then within 1 ulp of the correctly rounded one.
 #pragma once
 
 #include <functional>
@@ -21,8 +25,10 @@ namespace shapevm::jit::ir {
 
 // `op` on a and c computed in dtype `t` (comparisons and logical ops return i8 0/1).
 llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value* c);
-// `op` on x computed in dtype `t`.
-llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x);
+// `op` on x computed in dtype `t`. rounded16: the float32 result is rounded to a 16-bit float
+// before anything but products, quotients or tanh reads it, so exp, sigmoid and tanh may take
+// ir_math's 16-bit variants (ir_math.h: within 2^-13, within 1 ulp once rounded).
+llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded16 = false);
 // x != 0 (i1), NaN counts as nonzero.
 llvm::Value* nonzero(Builder& b, llvm::Value* value, DType t);
 // A compute value rounded to `dtype`'s storage precision (float16/bfloat16; identity otherwise).
@@ -39,8 +45,13 @@ class FusedValues {
   FusedValues(Builder& b, const FusedProgram& program, unsigned lanes, std::function<llvm::Value*(int leaf)> load_leaf);
   // A node's value (ref >= 0) or a leaf's (FusedProgram::leafRef).
   llvm::Value* operand(int ref);
+  // Whether operand(ref) holds a value of the program dtype already (a rounded node, or a leaf of
+  // that dtype), so storing it in that dtype needs no rounding.
+  bool exact(int ref) const;
 
  private:
+  const FusedProgram& program_;
+  std::vector<bool> rounded_;  // per node: rounded to the program dtype
   std::vector<llvm::Value*> nodes_;
   std::vector<llvm::Value*> leaves_;
   std::function<llvm::Value*(int)> load_leaf_;

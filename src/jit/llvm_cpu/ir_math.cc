@@ -24,6 +24,10 @@ constexpr float kLogCoefficients[] = {0.0697161183f, -0.114797339f, 0.116854198f
 // exp: Q's coefficients (relative error of e^r 5.4e-9 with them rounded to float32), then the 1 of
 // t = 1 + r Q(r); e^r = 1 + r t is one FMA more (e^r - 1 = r t for tanh).
 constexpr float kExpCoefficients[] = {0.00138794084f, 0.00836941134f, 0.0416672528f, 0.166665152f, 0.49999997f, 1.0f};
+// The 16-bit variants' e^r: q(r) ~ (e^r - 1)/r of degree 3, a linear-programming minimax fit of
+// e^r - 1 = r q(r)'s relative error on [-ln2/2, ln2/2] (rounded to float32: 1.5e-5 for e^r - 1,
+// 6.2e-6 for e^r = 1 + r q(r)).
+constexpr float kExp16Coefficients[] = {0.0416636318f, 0.167667449f, 0.500012875f, 0.999985099f};
 constexpr float kErfCoefficients[] = {7.87587487e-05f, -0.00080168643f, 0.00518908724f, -0.0268542115f,
                                       0.112835944f,    -0.37612626f,    1.12837911f};
 constexpr float kErfcxCenter = 0.48264461755752563f;
@@ -98,6 +102,20 @@ llvm::Value* reciprocalFinite(Builder& b, llvm::Value* den) {
   return exactFma(b, estimate, error, estimate);
 }
 
+// 1 / den from the target's reciprocal estimate as LLVM refines it, without reciprocalFinite's own
+// step: the bare 14-bit vrcp14ps on 16 lanes of a kernel marked "vec-divf:0" (relative error below
+// 2^-14), one LLVM Newton step on other vectors, an exact divide on scalars. For the 16-bit
+// variants only.
+llvm::Value* reciprocalEstimate(Builder& b, llvm::Value* den) {
+  auto* estimate = llvm::cast<llvm::Instruction>(b.CreateFDiv(llvm::ConstantFP::get(den->getType(), 1.0), den));
+  llvm::FastMathFlags flags;
+  flags.setAllowReciprocal();
+  flags.setAllowContract();
+  flags.setNoInfs();
+  estimate->setFastMathFlags(flags);
+  return estimate;
+}
+
 // NaN in, the same NaN out (selects and clamps above would have turned it into a number).
 llvm::Value* keepNaN(Builder& b, llvm::Value* x, llvm::Value* result) {
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
@@ -164,21 +182,32 @@ struct ExpParts {
 };
 
 // The reduction: p = e^r and the integer n (in an int vector) with x = n*ln2 + r.
-std::pair<llvm::Value*, llvm::Value*> expReduce(Builder& b, llvm::Value* x) {
+// r = x - n*ln2: in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact); for a 16-bit
+// result in one (float32's ln2 is 1.9e-9 off, so r is off by at most 3.3e-7 for |n| <= 174).
+llvm::Value* reduceLn2(Builder& b, llvm::Value* n, llvm::Value* x, bool for16) {
   llvm::Type* type = x->getType();
-  llvm::Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(x, splat(type, 1.4426950408889634)));
-  // r = x - n*ln2 in two parts (ln2_hi has trailing zero bits so n*ln2_hi is exact).
-  llvm::Value* r = fma(b, n, splat(type, -0.693359375), x);
-  r = fma(b, n, splat(type, 2.12194440e-4), r);
-  return {fma(b, horner(b, kExpCoefficients, r), r, splat(type, 1.0)), b.CreateFPToSI(n, intTypeLike(b, type))};
+  if (for16) return fma(b, n, splat(type, -0.6931471805599453), x);
+  return fma(b, n, splat(type, 2.12194440e-4), fma(b, n, splat(type, -0.693359375), x));
 }
 
-ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = false) {
+// t with e^r = 1 + r t: degree 5 (full accuracy) or 3 (a 16-bit result).
+llvm::Value* expT(Builder& b, llvm::Value* r, bool for16) {
+  return for16 ? horner(b, kExp16Coefficients, r) : horner(b, kExpCoefficients, r);
+}
+
+std::pair<llvm::Value*, llvm::Value*> expReduce(Builder& b, llvm::Value* x, bool for16) {
+  llvm::Type* type = x->getType();
+  llvm::Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(x, splat(type, 1.4426950408889634)));
+  llvm::Value* r = reduceLn2(b, n, x, for16);
+  return {fma(b, expT(b, r, for16), r, splat(type, 1.0)), b.CreateFPToSI(n, intTypeLike(b, type))};
+}
+
+ExpParts expParts(Builder& b, llvm::Value* x, double lowest, bool nonpositive = false, bool for16 = false) {
   llvm::Type* type = x->getType();
   // Beyond these e^x is +inf / 0 in float32; clamping keeps n inside the two-step scale's range.
   llvm::Value* clamped = b.CreateMaxNum(x, splat(type, lowest));
   if (!nonpositive) clamped = b.CreateMinNum(clamped, splat(type, 89.0));
-  const auto [p, n_int] = expReduce(b, clamped);
+  const auto [p, n_int] = expReduce(b, clamped, for16);
   // 2^n = 2^(n/2) * 2^(n - n/2): each half stays a normal float for n in [-173, 128].
   llvm::Value* half = b.CreateAShr(n_int, llvm::ConstantInt::get(n_int->getType(), 1));
   return ExpParts{p, pow2(b, half), pow2(b, b.CreateSub(n_int, half))};
@@ -196,13 +225,11 @@ struct ExpNonpositive {
   llvm::Value* p(Builder& b) const { return fma(b, t, r, splat(r->getType(), 1.0)); }  // e^r
 };
 
-ExpNonpositive expNonpositive(Builder& b, llvm::Value* y) {
-  llvm::Type* type = y->getType();
+ExpNonpositive expNonpositive(Builder& b, llvm::Value* y, bool for16) {
   llvm::Value* clamped = clampBelowKeepingNaN(b, y, -120.0);
   const auto [n, s64] = roundWithPow2(b, clamped, 1.4426950408889634, 127 + 64);
-  llvm::Value* r = fma(b, n, splat(type, -0.693359375), clamped);
-  r = fma(b, n, splat(type, 2.12194440e-4), r);
-  return ExpNonpositive{r, horner(b, kExpCoefficients, r), s64};
+  llvm::Value* r = reduceLn2(b, n, clamped, for16);
+  return ExpNonpositive{r, expT(b, r, for16), s64};
 }
 
 // factor * e^x from its parts: ((factor * p) * s1) * s2, one rounding into the denormal range.
@@ -243,6 +270,11 @@ llvm::Value* expF(Builder& b, llvm::Value* x) {
   return keepNaN(b, x, scaleBy(b, expParts(b, x, -104.0), nullptr));
 }
 
+llvm::Value* exp16F(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return expF(b, x);
+  return keepNaN(b, x, scaleBy(b, expParts(b, x, -104.0, /*nonpositive=*/false, /*for16=*/true), nullptr));
+}
+
 llvm::Value* logF(Builder& b, llvm::Value* x) {
   llvm::Type* type = x->getType();
   if (isDouble(x)) return b.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
@@ -277,18 +309,31 @@ llvm::Value* logF(Builder& b, llvm::Value* x) {
   return keepNaN(b, x, result);
 }
 
-llvm::Value* tanhF(Builder& b, llvm::Value* x) {
-  if (isDouble(x)) return callLibm(b, "tanh", x);
+namespace {
+// tanh in float32 (for16: the 16-bit variant's reduction, polynomial and reciprocal).
+llvm::Value* tanhFloat(Builder& b, llvm::Value* x, bool for16) {
   llvm::Type* type = x->getType();
   // u = e^{-2|x|} - 1 in [-1, 0] = 2^n (e^r - 1) + (2^n - 1): n <= 0, so the two terms never cancel
   // by more than a factor 1.5, and u near 0 keeps its relative accuracy. Below -120 (tanh(60)) the
   // clamp applies; tanh(9.1) already rounds to 1. NaN passes through every step.
-  const ExpNonpositive e = expNonpositive(b, b.CreateFMul(b.CreateFNeg(fabs(b, x)), splat(type, 2.0)));
+  const ExpNonpositive e = expNonpositive(b, b.CreateFMul(b.CreateFNeg(fabs(b, x)), splat(type, 2.0)), for16);
   llvm::Value* scale = b.CreateFMul(e.s64, splat(type, 0x1p-64));
   llvm::Value* u = fma(b, scale, b.CreateFMul(e.r, e.t), b.CreateFSub(scale, splat(type, 1.0)));
   // tanh|x| = -u / (u + 2), u + 2 in [1, 2]: copysign gives u / (u + 2), which is <= 0, x's sign
   // (tanh(-0) = -0).
-  return copysign(b, b.CreateFMul(u, reciprocalFinite(b, b.CreateFAdd(u, splat(type, 2.0)))), x);
+  llvm::Value* den = b.CreateFAdd(u, splat(type, 2.0));
+  return copysign(b, b.CreateFMul(u, for16 ? reciprocalEstimate(b, den) : reciprocalFinite(b, den)), x);
+}
+}  // namespace
+
+llvm::Value* tanhF(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return callLibm(b, "tanh", x);
+  return tanhFloat(b, x, false);
+}
+
+llvm::Value* tanh16F(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return tanhF(b, x);
+  return tanhFloat(b, x, true);
 }
 
 namespace {
@@ -296,13 +341,14 @@ namespace {
 // factor * sigmoid(x) with the factor applied before the final scaling (silu: factor = x), so a
 // denormal result is rounded once. Without a factor, e*s reuses the rounded e (one multiply, not
 // three): where e is denormal (x < -87), s = 1 exactly and e*s = e, still rounded once.
-llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor) {
+llvm::Value* sigmoidTimes(Builder& b, llvm::Value* x, llvm::Value* factor, bool for16 = false) {
   llvm::Type* type = x->getType();
   llvm::Value* one = splat(type, 1.0);
-  const ExpNonpositive exp = expNonpositive(b, b.CreateFNeg(fabs(b, x)));
+  const ExpNonpositive exp = expNonpositive(b, b.CreateFNeg(fabs(b, x)), for16);
   const ExpParts parts{exp.p(b), exp.s64, splat(type, 0x1p-64)};
   llvm::Value* e = scaleBy(b, parts, nullptr);
-  llvm::Value* s = reciprocalFinite(b, b.CreateFAdd(one, e));  // 1 + e in [1, 2]
+  llvm::Value* den = b.CreateFAdd(one, e);  // in [1, 2]
+  llvm::Value* s = for16 ? reciprocalEstimate(b, den) : reciprocalFinite(b, den);
   llvm::Value* negative = b.CreateFCmpOLT(x, splat(type, 0.0));
   if (factor == nullptr) return b.CreateSelect(negative, b.CreateFMul(e, s), s);
   llvm::Value* scaled_s = b.CreateFMul(factor, s);
@@ -315,6 +361,11 @@ llvm::Value* sigmoidF(Builder& b, llvm::Value* x) {
   llvm::Value* one = splat(type, 1.0);
   if (isDouble(x)) return b.CreateFDiv(one, b.CreateFAdd(one, expF(b, b.CreateFNeg(x))));
   return sigmoidTimes(b, x, nullptr);  // NaN passes through
+}
+
+llvm::Value* sigmoid16F(Builder& b, llvm::Value* x) {
+  if (isDouble(x)) return sigmoidF(b, x);
+  return sigmoidTimes(b, x, nullptr, /*for16=*/true);
 }
 
 llvm::Value* siluF(Builder& b, llvm::Value* x) {
