@@ -197,6 +197,10 @@ int mcForL2(const CacheModel& caches, int mr, int kc, int share) {
   const std::int64_t rows = caches.l2 / share / (kc * kFloat) / mr * mr;
   return static_cast<int>(std::clamp<std::int64_t>(rows, mr, kMaxModelMc / mr * mr));
 }
+int mcForL1(const CacheModel& caches, int mr, int nr) {
+  const std::int64_t rows = caches.l1 / 4 / (nr * kFloat) / mr * mr;
+  return static_cast<int>(std::clamp<std::int64_t>(rows, mr, kMaxModelMc / mr * mr));
+}
 int ncForL3(const CacheModel& caches, int nr, int kc, int share) {
   const std::int64_t bytes = std::min(caches.l3 / share, kMaxPackedBBlockBytes);
   const std::int64_t columns = bytes / (kc * kFloat) / nr * nr;
@@ -277,7 +281,8 @@ Plan defaultPlan(const KernelSpec& spec) {
       dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
       (one_k_block || !aBlockStaysInL2(dims, caches, plan.kc))) {
     if (one_k_block) plan.kc = static_cast<int>(std::min<std::int64_t>(plan.kc, (dims.k + 15) / 16 * 16));
-    plan.mc = mcForL2(caches, plan.mr, plan.kc, 4);
+    plan.mc = one_k_block ? mcForL1(caches, plan.mr, static_cast<int>(plan.nr()))
+                          : mcForL2(caches, plan.mr, plan.kc, 4);
     plan.nc = ncForL3(caches, static_cast<int>(plan.nr()), plan.kc, 4);
     plan.prefetch = 0;
   }
@@ -854,6 +859,14 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
              .mc = mcForL2(caches, t.mr, kc_l1, 2),
              .kc = kc_l1,
              .nc = ncForL3(caches, t.nr, kc_l1, 2),
+             .prefetch = -1});
+        // ...and the A block in half of L1: few rows of A per B block, all of its panels in turn
+        // (the one-K-block default, see defaultPlan).
+        add({.mr = t.mr,
+             .nr = t.nr,
+             .mc = mcForL1(caches, t.mr, t.nr),
+             .kc = kc_l1,
+             .nc = ncForL3(caches, t.nr, kc_l1, 4),
              .prefetch = -1});
       }
     }
