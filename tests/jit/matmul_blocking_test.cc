@@ -208,7 +208,8 @@ TEST(MatmulBlocking, OneKBlockDefaultMatchesTheReference) {
   const matmul::CacheModel caches = matmul::cacheModel(isa);
   const std::int64_t mc = matmul::mcForL1(caches, 6, 64);
   std::mt19937 rng(29);
-  for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{3 * mc + 1, 40, 300}, {2 * mc + 5, 129, 333}}) {
+  for (auto [m, k, n] :
+       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{3 * mc + 1, 40, 300}, {2 * mc + 5, 129, 333}}) {
     const std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng),
                                        operand(DType::Float32, Shape{k, n}, rng)};
     const KernelSpec spec = specFor("matmul", inputs);
