@@ -140,11 +140,19 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   const matmul::Plan zen = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, zen5));
   EXPECT_EQ(zen.kc, 256);
   EXPECT_EQ(zen.mc, 252);
-  // All of K in one K block, more than 64 rows: blocked too, the blocks sized for that K block.
+  // All of K in one K block, more than 64 rows: blocked too, the B block sized for that K block
+  // and A in blocks of as many rows as C rows of one panel fill a quarter of L1 (48 rows of 64
+  // floats in 12 KiB of 48 KiB), whatever K is.
   const matmul::Plan one_block = matmul::resolvePlan(matmulSpec(640, 128, 1024, spr));
   EXPECT_EQ(one_block.kc, 128);
-  EXPECT_EQ(one_block.mc, 1020);  // 1020 x 128 floats in a quarter of 2 MiB (1024 rows at most)
+  EXPECT_EQ(one_block.mc, 48);
   EXPECT_EQ(one_block.nc, 8192);  // 128 x 8192 floats: 4 MiB
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(640, 512, 1024, spr)).mc, 48);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(3840, 128, 1024, zen5)).mc, 48);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(640, 128, 1024, avx512(32 * kKiB, 2 * kMiB, 52 * kMiB))).mc, 30);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(640, 128, 1024, avx512(96 * kKiB, 2 * kMiB, 52 * kMiB))).mc, 96);
+  // Several K blocks: the A block from L2 as before (C is read back between K blocks anyway).
+  EXPECT_EQ(big.mc, 252);
   // ...unless B has at most 4 panels and A stays in L2: A in place, K blocks from L1, no prefetch.
   const matmul::Plan cube = matmul::resolvePlan(matmulSpec(256, 256, 256, spr));
   EXPECT_EQ(cube.kc, 128);  // a 128 x 64 panel and 6 rows of A: 35 KiB of a 48 KiB L1
@@ -153,7 +161,7 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   EXPECT_EQ(cube.prefetch, 0);
   const matmul::Plan five_panels = matmul::resolvePlan(matmulSpec(256, 256, 320, spr));
   EXPECT_EQ(five_panels.kc, 256);
-  EXPECT_EQ(five_panels.mc, 510);
+  EXPECT_EQ(five_panels.mc, 48);
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(100, 40, 1024, spr)).kc, 48);  // K rounded up to 16
   // A that stays in L2 over several K blocks, few rows, one panel: A read in place, B one panel at a time.
   for (auto [m, k, n] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{256, 1024, 256},
@@ -190,6 +198,25 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   EXPECT_GT(tile.mc, 0);
   EXPECT_EQ(tile.mc % 14, 0);
   EXPECT_EQ(tile.nc % 32, 0);
+}
+
+// The one-K-block default (A blocks from L1: a few tiles each) against the reference: odd M, K
+// and N, so the last A block holds a single row, the last row tile and the last panel are partial.
+TEST(MatmulBlocking, OneKBlockDefaultMatchesTheReference) {
+  const KernelTarget& isa = sharedBackend().capabilities().isa;
+  if (isa.vector_bits < 512) GTEST_SKIP() << "the one-K-block blocks are AVX-512 only";
+  const matmul::CacheModel caches = matmul::cacheModel(isa);
+  const std::int64_t mc = matmul::mcForL1(caches, 6, 64);
+  std::mt19937 rng(29);
+  for (auto [m, k, n] :
+       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{3 * mc + 1, 40, 300}, {2 * mc + 5, 129, 333}}) {
+    const std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng),
+                                       operand(DType::Float32, Shape{k, n}, rng)};
+    const KernelSpec spec = specFor("matmul", inputs);
+    const matmul::Plan plan = matmul::resolvePlan(sharedBackend().targetSpec(spec));
+    ASSERT_EQ(plan.mc, mc) << m << "x" << k << "x" << n;
+    EXPECT_TRUE(matchesReference(spec, inputs)) << m << "x" << k << "x" << n;
+  }
 }
 
 // The blocked default on this host's own caches, against the reference: odd M and N, so the

@@ -197,6 +197,10 @@ int mcForL2(const CacheModel& caches, int mr, int kc, int share) {
   const std::int64_t rows = caches.l2 / share / (kc * kFloat) / mr * mr;
   return static_cast<int>(std::clamp<std::int64_t>(rows, mr, kMaxModelMc / mr * mr));
 }
+int mcForL1(const CacheModel& caches, int mr, int nr) {
+  const std::int64_t rows = caches.l1 / 4 / (nr * kFloat) / mr * mr;
+  return static_cast<int>(std::clamp<std::int64_t>(rows, mr, kMaxModelMc / mr * mr));
+}
 int ncForL3(const CacheModel& caches, int nr, int kc, int share) {
   const std::int64_t bytes = std::min(caches.l3 / share, kMaxPackedBBlockBytes);
   const std::int64_t columns = bytes / (kc * kFloat) / nr * nr;
@@ -254,7 +258,12 @@ Plan defaultPlan(const KernelSpec& spec) {
   // Intel host (2 MiB L2; process CPU time, 11 interleaved rounds, the median of the per-round
   // ratios to the faster of oneDNN's sgemm and matmul; BENCHMARKS.md, issue 25): 256^3 0.78x ->
   // 0.82x, 320x128x1024 0.84x -> 0.93x, 640x128x1024 0.77x -> 0.89x; 3840x128x1024, blocked
-  // before with blocks for K 512, 0.85x -> 0.87x.
+  // before with blocks for K 512, 0.85x -> 0.87x. There A comes in blocks of few rows (mcForL1:
+  // the C rows of one panel in a quarter of L1, 48 at 6 x 64 on 48 KiB), each block over all of B's
+  // panels before the next, as oneDNN's sgemm runs 64-row blocks there; a block of all rows (up to
+  // 1020) wrote 1020 C rows per panel. Same host and clock, alternating processes (BENCHMARKS.md,
+  // "What dnnl_sgemm does that our kernel does not"): 640x128x1024 0.73-0.76x -> 0.93-0.94x,
+  // 320x128x1024 0.76-0.78x -> 0.90-0.92x, 3840x128x1024 0.85-0.92x -> 0.99-1.14x.
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
   const bool one_k_block = targetHasAvx512(spec) && !small_m && dims.k > 0 && dims.k <= plan.kc;
@@ -277,7 +286,8 @@ Plan defaultPlan(const KernelSpec& spec) {
       dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
       (one_k_block || !aBlockStaysInL2(dims, caches, plan.kc))) {
     if (one_k_block) plan.kc = static_cast<int>(std::min<std::int64_t>(plan.kc, (dims.k + 15) / 16 * 16));
-    plan.mc = mcForL2(caches, plan.mr, plan.kc, 4);
+    plan.mc =
+        one_k_block ? mcForL1(caches, plan.mr, static_cast<int>(plan.nr())) : mcForL2(caches, plan.mr, plan.kc, 4);
     plan.nc = ncForL3(caches, static_cast<int>(plan.nr()), plan.kc, 4);
     plan.prefetch = 0;
   }
@@ -854,6 +864,14 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
              .mc = mcForL2(caches, t.mr, kc_l1, 2),
              .kc = kc_l1,
              .nc = ncForL3(caches, t.nr, kc_l1, 2),
+             .prefetch = -1});
+        // ...and the A block in half of L1: few rows of A per B block, all of its panels in turn
+        // (the one-K-block default, see defaultPlan).
+        add({.mr = t.mr,
+             .nr = t.nr,
+             .mc = mcForL1(caches, t.mr, t.nr),
+             .kc = kc_l1,
+             .nc = ncForL3(caches, t.nr, kc_l1, 4),
              .prefetch = -1});
       }
     }

@@ -1174,11 +1174,17 @@ class MatmulEmitter {
     };
     // The K loop, unrolled by k_unroll, then single steps.
     const DType a_dtype = a_spec_.dtype;
-    auto step = [&](llvm::Value* p) {
+    // Pointer induction (see the K loop below): b_at/a_at point at step p's B row and A
+    // column; a_offsets: row r's A element from a_at (A read in place).
+    std::vector<llvm::Value*> a_offsets;
+    auto step = [&](llvm::Value* p, llvm::Value* b_at = nullptr, llvm::Value* a_at = nullptr) {
       std::vector<llvm::Value*> bv;
       for (int v = 0; v < vectors; ++v) {
         llvm::LoadInst* x = nullptr;
-        if (t.direct_b) {
+        if (b_at != nullptr) {
+          x = b_.CreateLoad(fvec, floatAt(b_at, i64(v * kLanes)));
+          x->setAlignment(llvm::Align(t.direct_b ? 4 : 64));
+        } else if (t.direct_b) {
           x = b_.CreateLoad(fvec, floatAt(t.b_src, b_.CreateAdd(b_.CreateMul(p, b_row_), i64(v * kLanes))));
           x->setAlignment(llvm::Align(4));
         } else {
@@ -1204,7 +1210,10 @@ class MatmulEmitter {
       llvm::Value* a_step = t.a_src == nullptr ? b_.CreateMul(p, a_col_) : b_.CreateMul(p, i64(plan_.mr));
       for (int r = 0; r < mr; ++r) {
         llvm::Value* a = nullptr;
-        if (t.a_src != nullptr) {
+        if (a_at != nullptr) {
+          a = b_.CreateLoad(b_.getFloatTy(),
+                            floatAt(a_at, t.a_src != nullptr ? i64(r) : a_offsets[static_cast<std::size_t>(r)]));
+        } else if (t.a_src != nullptr) {
           a = b_.CreateLoad(b_.getFloatTy(), floatAt(t.a_src, b_.CreateAdd(a_step, i64(r))));
         } else {
           a = ir::loadCompute(
@@ -1262,7 +1271,43 @@ class MatmulEmitter {
           },
           "ku", kAsEmitted);
     }
-    ir::emitLoop(b_, k_main, steps, 1, one, "k", kAsEmitted);
+    // One step at a time. Float32 operands (B packed or read in place; A packed, or float32 read
+    // in place) walk pointers instead of scaling the step: per step one add per operand instead
+    // of the mov, shift and two lea that recomputed both offsets from the step (LLVM's strength
+    // reduction kept the step): 38 instructions per 24 FMAs of a 6 x 64 tile instead of 40, as
+    // oneDNN's sgemm kernel (~37 per 24 with its 4x unrolled loop; BENCHMARKS.md, issue 25).
+    const bool pointers = !plan_.bf16_pairs && t.b_vectors.empty() && t.pack_dst == nullptr &&
+                          (t.a_src != nullptr || a_dtype == DType::Float32);
+    if (!pointers) {
+      ir::emitLoop(b_, k_main, steps, 1, one, "k", kAsEmitted);
+    } else {
+      llvm::Value* b_stride = t.direct_b ? b_row_ : i64(nr);
+      llvm::Value* a_stride = t.a_src != nullptr ? i64(plan_.mr) : a_col_;
+      llvm::Value* b_start = floatAt(t.b_src, b_.CreateMul(k_main, b_stride));
+      llvm::Value* a_start = nullptr;
+      if (t.a_src != nullptr) {
+        a_start = floatAt(t.a_src, b_.CreateMul(k_main, a_stride));
+      } else {
+        a_start = floatAt(a_, b_.CreateAdd(a_row[0], b_.CreateMul(k_main, a_stride)));
+        for (int r = 0; r < mr; ++r) a_offsets.push_back(b_.CreateSub(a_row[static_cast<std::size_t>(r)], a_row[0]));
+      }
+      // The step's pointers are phis of emitLoop's header next to its index.
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      ir::emitLoop(
+          b_, k_main, steps, 1,
+          [&](llvm::Value* p) {
+            llvm::BasicBlock* header = b_.GetInsertBlock()->getSinglePredecessor();
+            llvm::PHINode* b_at = llvm::PHINode::Create(b_start->getType(), 2, "k.b", header->getFirstNonPHI());
+            llvm::PHINode* a_at = llvm::PHINode::Create(a_start->getType(), 2, "k.a", header->getFirstNonPHI());
+            b_at->addIncoming(b_start, pre);
+            a_at->addIncoming(a_start, pre);
+            step(p, b_at, a_at);
+            llvm::BasicBlock* latch = b_.GetInsertBlock();
+            b_at->addIncoming(floatAt(b_at, b_stride), latch);
+            a_at->addIncoming(floatAt(a_at, a_stride), latch);
+          },
+          "k", kAsEmitted);
+    }
     if (plan_.bf16_pairs) {
       ifElse(
           b_.CreateICmpNE(b_.CreateAnd(t.kc, i64(1)), i64(0)), [&] { pairStep(steps, true); }, [] {});

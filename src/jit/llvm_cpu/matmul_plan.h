@@ -86,6 +86,9 @@ int kcForL1(const CacheModel& caches, int mr, int nr);
 int kcForL2(const CacheModel& caches, int nr);
 // Packed A block rows: mc x kc floats in 1/share of L2, whole tiles, mr..1024.
 int mcForL2(const CacheModel& caches, int mr, int kc, int share);
+// Packed A block rows whose C rows of one panel (mc x nr floats) fill a quarter of L1, whole
+// tiles, mr..1024: the row block when all of K is one K block (see defaultPlan).
+int mcForL1(const CacheModel& caches, int mr, int nr);
 // Packed B block columns: kc x nc floats in 1/share of the L3 share (at most 4 MiB), whole panels.
 int ncForL3(const CacheModel& caches, int nr, int kc, int share);
 
