@@ -645,6 +645,7 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                      {"p50_during_compile_over_o0_median", ratio.median},
                      {"p99_during_compile_over_o0_median", ratio.p99},
                      {"cpu_during_compile_over_o0_cpu_median_p50", cpu.median},
+                     {"cpu_during_compile_over_o0_cpu_median_p99", cpu.p99},
                      {"cpu_during_compile_over_o0_cpu_median_max", cpu.high},
                      {"wait_for_core_during_compile_p50_ms", waited.median},
                      {"wait_for_core_during_compile_max_ms", waited.high},
@@ -653,11 +654,11 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
       fmt::print(
           "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling ({} runs, {} fresh "
           "start{}{}) p50 {:.2f} / p99 {:.2f} ms, over the O0 median of the same seq p50 {:.2f} / p99 {:.2f}; their "
-          "CPU over O0's p50 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; O0 p50 {:.2f} ms, "
+          "CPU over O0's p50 {:.2f} / p99 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; O0 p50 {:.2f} ms, "
           "steady p50 {:.2f} ms (seq 20)\n",
           variant, level, first, after_new_shape, during.size(), starts, starts == 1 ? "" : "s",
           few ? fmt::format("; under {}: p99 is the slowest call", kFewCalls) : "", d.median, d.p99, ratio.median,
-          ratio.p99, cpu.median, cpu.high, waited.median, waited.high, wall_median[20], s.median);
+          ratio.p99, cpu.median, cpu.p99, cpu.high, waited.median, waited.high, wall_median[20], s.median);
     }
   }
   return Status::ok();
