@@ -30,7 +30,7 @@ constexpr std::int64_t kNoRecentEnd = std::numeric_limits<std::int64_t>::min() /
 std::atomic<std::int64_t> last_program_end_ns{kNoRecentEnd};
 thread_local int t_program_depth = 0;         // BusyProgramThread scopes open on this thread
 thread_local bool t_program_blocked = false;  // a ProgramThreadBlocked scope took it off the count
-thread_local int t_kernel_threads = 0;         // a KernelThreadsOnThisThread scope's count (0: none)
+thread_local int t_kernel_threads = 0;        // a KernelThreadsOnThisThread scope's count (0: none)
 
 std::int64_t steadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())

@@ -46,11 +46,10 @@ ProfileRecord matmulRecord(const Shape& a, const Shape& b) {
 
 TEST(ProgramCalls, AddMatmulKeepsEachKAndNsRowCountsOnce) {
   ProgramCalls calls;
-  calls.addMatmul(std::vector<ProfileRecord>{matmulRecord(Shape{320, 128}, Shape{128, 1024}),
-                                             matmulRecord(Shape{640, 128}, Shape{128, 1024}),
-                                             matmulRecord(Shape{320, 128}, Shape{128, 1024}),
-                                             matmulRecord(Shape{32, 256}, Shape{256, 1024}),
-                                             matmulRecord(Shape{2, 32, 256}, Shape{256, 1024})});
+  calls.addMatmul(std::vector<ProfileRecord>{
+      matmulRecord(Shape{320, 128}, Shape{128, 1024}), matmulRecord(Shape{640, 128}, Shape{128, 1024}),
+      matmulRecord(Shape{320, 128}, Shape{128, 1024}), matmulRecord(Shape{32, 256}, Shape{256, 1024}),
+      matmulRecord(Shape{2, 32, 256}, Shape{256, 1024})});
   ASSERT_EQ(calls.matmuls.size(), 2u);
   EXPECT_EQ(calls.matmuls[0].k, 128);
   EXPECT_EQ(calls.matmuls[0].n, 1024);

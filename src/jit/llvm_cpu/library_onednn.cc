@@ -25,11 +25,11 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "jit/fusion.h"
-#include "jit/validate.h"
 #include "jit/llvm_cpu/codegen_math.h"
 #include "jit/llvm_cpu/codegen_util.h"
 #include "jit/llvm_cpu/library_cache.h"
 #include "jit/llvm_cpu/matmul_plan.h"
+#include "jit/validate.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
 #include "support/thread_pool.h"
