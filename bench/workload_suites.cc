@@ -654,9 +654,8 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
       fmt::print(
           "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling ({} runs, {} fresh "
           "start{}{}) p50 {:.2f} / p99 {:.2f} ms, over the O0 median of the same seq p50 {:.2f} / p99 {:.2f}; their "
-          "CPU over O0's p50 {:.2f} / p99 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; O0 p50 "
-          "{:.2f} ms, "
-          "steady p50 {:.2f} ms (seq 20)\n",
+          "CPU over O0's p50 {:.2f} / p99 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; "
+          "O0 p50 {:.2f} ms, steady p50 {:.2f} ms (seq 20)\n",
           variant, level, first, after_new_shape, during.size(), starts, starts == 1 ? "" : "s",
           few ? fmt::format("; under {}: p99 is the slowest call", kFewCalls) : "", d.median, d.p99, ratio.median,
           ratio.p99, cpu.median, cpu.p99, cpu.high, waited.median, waited.high, wall_median[20], s.median);

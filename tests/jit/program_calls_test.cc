@@ -66,6 +66,9 @@ TEST(ProgramCalls, AddMatmulKeepsEachKAndNsRowCountsOnce) {
 
 TEST(ProgramCalls, ValidationCreatesTheProgramsPrimitivesAtProfiledRows) {
   if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  // Run alone (as ctest runs it) the cache is empty; after other tests it may hold too many.
+  if (onednn::stats().primitives + 16 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no primitives are made ahead of the calls";
   std::mt19937 rng(91);
   // Sizes no other test uses: every primitive is new to the process-wide cache.
   const std::int64_t k = 88, n = 56;

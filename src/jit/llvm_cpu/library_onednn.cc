@@ -506,7 +506,8 @@ int callTasks(const Problem& p, int threads) {
 // On a thread preparing the program's calls (a validation run under a ProgramCallsScope): the
 // primitive of `problem` (a 2-D one) and its packed-B twin at every row count the profile saw for
 // its K and N and every task count of the program's thread. What oneDNN refuses is left to the
-// call that meets it.
+// call that meets it; so is everything once the cache is half full (as packedTwin(): the program's
+// own calls must not run out of primitives).
 void createForProgram(const Problem& problem) {
   const ProgramCalls* calls = ProgramCalls::current();
   if (calls == nullptr || problem.sgemm || problem.packed_b || problem.batch_rank != 0) return;
@@ -523,6 +524,7 @@ void createForProgram(const Problem& problem) {
         for (Problem::Post& post : call.posts) post.view.dims[2] = post.view.strides[2] != 0 ? m : 1;
         call.threads = callTasks(call, threads);
         if (call == problem) continue;
+        if (cache().primitives.totals().primitives >= kMaxPrimitives / 2) return;
         auto found = findOrCreate(call);
         if (found && twin) (void)(*found)->packedTwin();
       }
