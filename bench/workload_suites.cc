@@ -10,6 +10,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -507,20 +511,29 @@ class CallMeter {
 
 // Fewer calls while compiling than this, and the printed "p99" is simply the slowest call.
 constexpr std::size_t kFewCalls = 20;
+// The full suite's fresh starts per variant: at least kMinStarts, then more until kEnoughCalls calls
+// fell inside a compile (p99 by nearest rank is then not the slowest call), at most kMaxStarts.
+constexpr int kMinStarts = 4;
+constexpr int kMaxStarts = 24;
+constexpr std::size_t kEnoughCalls = 101;
 
 // At O1 and at O2 (fresh tuning database: its background re-tunes run while the program does), per
-// variant: each call of the JIT instance is followed by the same call on an O0 instance (same
-// shape, same inputs), so "while compiling" latencies are compared with O0's median of the same
-// shape measured in the same rounds. A compile is in flight for only a few calls, so the full suite
-// repeats the whole measurement from a fresh start (new instances, empty caches) and pools the calls.
-// Beside wall time, each call's CPU (over O0's CPU median of the same shape) and its wait for a core
-// say whether a slow call did more work or lost its core. SHAPEVM_BENCH_COLD_CALLS=1 prints every
-// call; SHAPEVM_BENCH_COLD_ONLY=lstm_cell:2 measures that variant and level only.
+// variant: each call of the JIT instance made while no compile is pending is followed by the same
+// call on an O0 instance (same shape, same inputs), so "while compiling" latencies are compared with
+// O0's median of the same shape measured in the same rounds; calls while compiling follow each other
+// (twice as many fall inside a compile). A compile is in flight for only a few calls, so the full
+// suite repeats the whole measurement from fresh starts (new instances, empty caches) and pools the
+// calls: at least kMinStarts, and more until kEnoughCalls calls fell inside a compile (so p99 is not
+// the slowest call) or kMaxStarts were made. Beside wall time, each call's CPU (over O0's CPU median
+// of the same shape) and its wait for a core say whether a slow call did more work or lost its core.
+// SHAPEVM_BENCH_COLD_CALLS=1 prints every call; SHAPEVM_BENCH_COLD_ONLY=lstm_cell:2 measures that
+// variant and level only; SHAPEVM_BENCH_COLD_STARTS=N makes exactly N fresh starts per variant.
 Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
                  json& timeline) {
   const bool print_calls = std::getenv("SHAPEVM_BENCH_COLD_CALLS") != nullptr;
   const char* only = std::getenv("SHAPEVM_BENCH_COLD_ONLY");
-  const int starts = flags.quick ? 1 : 4;
+  const char* starts_env = std::getenv("SHAPEVM_BENCH_COLD_STARTS");
+  const int fixed_starts = starts_env != nullptr ? std::max(1, std::atoi(starts_env)) : (flags.quick ? 1 : 0);
   const int runs = flags.quick ? 40 : 120;
   const std::int64_t cycle[] = {10, 20, 30};
   for (const std::string variant : {"lstm_cell", "lstm_loop"}) {
@@ -530,7 +543,12 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
       std::map<std::int64_t, std::vector<double>> o0_wall, o0_cpu;  // per seq
       std::vector<double> steady;
       double first = 0, after_new_shape = 0;
-      for (int start_index = 0; start_index < starts; ++start_index) {
+      int starts = 0;
+      for (int start_index = 0;
+           fixed_starts > 0 ? start_index < fixed_starts
+                            : start_index < kMinStarts || (during.size() < kEnoughCalls && start_index < kMaxStarts);
+           ++start_index) {
+        ++starts;
         // A fresh folder per start: the compiled-kernel cache lives next to the tuning database,
         // and a kernel from it would make the run warm, not cold.
         const std::string cache_dir = fmt::format("{}/cold/{}/O{}/{}", tmp_dir, variant, level, start_index);
@@ -558,14 +576,18 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                                 {"start_ms", std::chrono::duration<double, std::milli>(start - t0).count()},
                                 {"dur_ms", cost.wall_ms}});
           }
-          const CallMeter o0_meter;
-          if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
-          const CallCost o0_cost = o0_meter.stop();
-          o0_wall[seq].push_back(o0_cost.wall_ms);
-          o0_cpu[seq].push_back(o0_cost.cpu_ms);
+          std::optional<CallCost> o0_cost;
+          if (!compiling) {  // while compiling the JIT calls follow each other
+            const CallMeter o0_meter;
+            if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
+            o0_cost = o0_meter.stop();
+            o0_wall[seq].push_back(o0_cost->wall_ms);
+            o0_cpu[seq].push_back(o0_cost->cpu_ms);
+          }
           if (print_calls) {
-            for (const auto& [what, c] :
-                 {std::pair{fmt::format("O{}", level), cost}, std::pair{std::string("O0"), o0_cost}}) {
+            std::vector<std::pair<std::string, CallCost>> printed = {{fmt::format("O{}", level), cost}};
+            if (o0_cost) printed.emplace_back("O0", *o0_cost);
+            for (const auto& [what, c] : printed) {
               fmt::print(
                   "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
                   "ms\n",
@@ -623,6 +645,7 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                      {"p50_during_compile_over_o0_median", ratio.median},
                      {"p99_during_compile_over_o0_median", ratio.p99},
                      {"cpu_during_compile_over_o0_cpu_median_p50", cpu.median},
+                     {"cpu_during_compile_over_o0_cpu_median_p99", cpu.p99},
                      {"cpu_during_compile_over_o0_cpu_median_max", cpu.high},
                      {"wait_for_core_during_compile_p50_ms", waited.median},
                      {"wait_for_core_during_compile_max_ms", waited.high},
@@ -631,11 +654,11 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
       fmt::print(
           "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling ({} runs, {} fresh "
           "start{}{}) p50 {:.2f} / p99 {:.2f} ms, over the O0 median of the same seq p50 {:.2f} / p99 {:.2f}; their "
-          "CPU over O0's p50 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; O0 p50 {:.2f} ms, "
-          "steady p50 {:.2f} ms (seq 20)\n",
+          "CPU over O0's p50 {:.2f} / p99 {:.2f} / max {:.2f}, waiting for a core p50 {:.2f} / max {:.2f} ms; "
+          "O0 p50 {:.2f} ms, steady p50 {:.2f} ms (seq 20)\n",
           variant, level, first, after_new_shape, during.size(), starts, starts == 1 ? "" : "s",
           few ? fmt::format("; under {}: p99 is the slowest call", kFewCalls) : "", d.median, d.p99, ratio.median,
-          ratio.p99, cpu.median, cpu.high, waited.median, waited.high, wall_median[20], s.median);
+          ratio.p99, cpu.median, cpu.p99, cpu.high, waited.median, waited.high, wall_median[20], s.median);
     }
   }
   return Status::ok();

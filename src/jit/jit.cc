@@ -840,6 +840,11 @@ void Jit::compileSite(const Request& request) {
   const std::uint64_t seed = (static_cast<std::uint64_t>(function) << 40) ^ (static_cast<std::uint64_t>(site) << 20) ^
                              static_cast<std::uint64_t>(before.compiles * 7919 + before.backoff.failures * 104729) ^
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+  // Validation on this thread also creates a library matmul's primitives for the program's calls
+  // at the profiled shapes (counted as codegen below), so the program never creates one.
+  ProgramCalls program_calls;
+  if (op_site.op == OpId::MatMul) program_calls.addMatmul(records);
+  const ProgramCallsScope program_calls_scope(program_calls);
   // The kernel's own spec: a kept kernel for wider ranges is validated and guarded on those.
   Status valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
   if (!valid.isOk() && (*kernel)->from_cache && !(*kernel)->corrupt_outputs) {

@@ -596,8 +596,16 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
   phase = Clock::now();
   const double library_codegen_before_ms = engine.threadLibraryCodegenMs();
   // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
-  // reference run's values of every register the range writes back.
+  // reference run's values of every register the range writes back. On one thread (validate.h),
+  // creating the library matmuls' primitives for the program's calls at the profiled shapes too.
   {
+    ProgramCalls program_calls;
+    for (const Step& step : p.steps) {
+      if (step.kind == Step::Kind::MatMul && step.op >= 0 && static_cast<std::size_t>(step.op) < records.size())
+        program_calls.addMatmul(records[static_cast<std::size_t>(step.op)]);
+    }
+    const ProgramCallsScope program_calls_scope(program_calls);
+    const KernelThreadsOnThisThread one(1);
     RegionExecutor eval(p, true);
     for (std::size_t i = 0; i < p.externals.size(); ++i) eval.setReal(p.externals[i], inputs[i]);
     if (Status run = eval.runAll(false); !run.isOk()) {

@@ -9,13 +9,16 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "jit/clip_period.h"
 #include "jit/kernel_cache.h"
+#include "support/cpu_cores.h"
 #include "support/fast_random.h"
+#include "support/tunables.h"
 
 namespace shapevm::jit {
 
@@ -959,7 +962,11 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
 
 Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets,
                       std::uint64_t seed) {
-  Status status = validateRuns(kernel, shape_sets, seed);
+  Status status = Status::ok();
+  {
+    const KernelThreadsOnThisThread one(1);
+    status = validateRuns(kernel, shape_sets, seed);
+  }
   // Cached code that computes wrong results must not be served again (test-injected corruption
   // is the kernel's wrapper, not its code).
   if (!status.isOk() && kernel.from_cache && !kernel.corrupt_outputs && kernel.backend != nullptr &&
@@ -967,6 +974,39 @@ Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<
     kernel.backend->kernelCache()->forget(kernel.cache_key, status.message());
   }
   return status;
+}
+
+namespace {
+thread_local const ProgramCalls* t_program_calls = nullptr;
+}  // namespace
+
+void ProgramCalls::addMatmul(std::span<const ProfileRecord> records) {
+  for (const ProfileRecord& record : records) {
+    if (record.inputs.size() < 2 || !record.inputs[0].is_tensor || !record.inputs[1].is_tensor ||
+        record.inputs[0].shape.rank() != 2 || record.inputs[1].shape.rank() != 2)
+      continue;
+    const std::int64_t m = record.inputs[0].shape[0], k = record.inputs[0].shape[1], n = record.inputs[1].shape[1];
+    auto it = std::find_if(matmuls.begin(), matmuls.end(), [&](const Matmul& mm) { return mm.k == k && mm.n == n; });
+    if (it == matmuls.end()) it = matmuls.insert(matmuls.end(), Matmul{k, n, {}});
+    if (std::find(it->rows.begin(), it->rows.end(), m) == it->rows.end()) it->rows.push_back(m);
+  }
+}
+
+const ProgramCalls* ProgramCalls::current() {
+  return t_program_calls;
+}
+
+std::vector<int> ProgramCalls::programKernelThreads() {
+  const std::int64_t fixed = Tunables::get(Tunable::KernelThreads);
+  if (fixed > 0) return {static_cast<int>(fixed)};
+  const int cores = availableCores();
+  if (cores <= 1) return {1};
+  return {cores, cores - 1};
+}
+
+ProgramCallsScope::ProgramCallsScope(const ProgramCalls& calls) : saved_(std::exchange(t_program_calls, &calls)) {}
+ProgramCallsScope::~ProgramCallsScope() {
+  t_program_calls = saved_;
 }
 
 }  // namespace shapevm::jit

@@ -14,6 +14,8 @@
 // element the kernel wrote is checked for the poison. Kernels
 // from the kernel cache are validated like fresh ones. Not covered: a fault that appears only
 // above the clipped sizes whatever the remainders (e.g. only past 1000 rows).
+// Validation runs kernels on one thread (KernelThreadsOnThisThread): it runs on a lowered compile
+// thread, and a split call would wait for workers that compete with the program for its cores.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "jit/compiled_kernel.h"
+#include "vm/profile.h"
 
 namespace shapevm::jit {
 
@@ -66,5 +69,36 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
 // cached packing is checked too; the cache is emptied afterwards. A kernel from the kernel cache
 // that fails is dropped from it (KernelCache::forget).
 Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<Shape>> shape_sets, std::uint64_t seed);
+
+// The program's calls a compile thread prepares library kernels for. While a ProgramCallsScope is
+// open on a thread, a library matmul that prepares a call there (a validation run) also creates its
+// primitive (and packed-B twin) for the program's calls: at every row count M the profile saw for
+// its K and N, at every task count the program's thread may split across. The program's first call
+// at a profiled shape then finds its primitive: the interpreter never creates one.
+struct ProgramCalls {
+  struct Matmul {
+    std::int64_t k = 0, n = 0;
+    std::vector<std::int64_t> rows;  // M
+  };
+  std::vector<Matmul> matmuls;
+  std::vector<int> threads = programKernelThreads();
+  // A 2-D matmul site's records (A [M, K], B [K, N]) joined in; other records are left out.
+  void addMatmul(std::span<const ProfileRecord> records);
+  // The calls of the scope open on this thread; nullptr when none is.
+  static const ProgramCalls* current();
+  // The task counts kernelThreads() may give a program's thread: KernelThreads when > 0, else
+  // availableCores() with no compile thread busy and with one busy.
+  static std::vector<int> programKernelThreads();
+};
+class ProgramCallsScope {
+ public:
+  explicit ProgramCallsScope(const ProgramCalls& calls);
+  ~ProgramCallsScope();
+  ProgramCallsScope(const ProgramCallsScope&) = delete;
+  ProgramCallsScope& operator=(const ProgramCallsScope&) = delete;
+
+ private:
+  const ProgramCalls* saved_;
+};
 
 }  // namespace shapevm::jit

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "support/tunables.h"
 
@@ -29,6 +30,7 @@ constexpr std::int64_t kNoRecentEnd = std::numeric_limits<std::int64_t>::min() /
 std::atomic<std::int64_t> last_program_end_ns{kNoRecentEnd};
 thread_local int t_program_depth = 0;         // BusyProgramThread scopes open on this thread
 thread_local bool t_program_blocked = false;  // a ProgramThreadBlocked scope took it off the count
+thread_local int t_kernel_threads = 0;        // a KernelThreadsOnThisThread scope's count (0: none)
 
 std::int64_t steadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -159,9 +161,16 @@ int availableCores() {
 }
 
 int kernelThreads() {
+  if (t_kernel_threads > 0) return t_kernel_threads;
   const std::int64_t fixed = Tunables::get(Tunable::KernelThreads);
   if (fixed > 0) return static_cast<int>(fixed);
   return std::max(1, availableCores() - busy_compile_threads.load(std::memory_order_relaxed));
+}
+
+KernelThreadsOnThisThread::KernelThreadsOnThisThread(int threads)
+    : saved_(std::exchange(t_kernel_threads, std::max(1, threads))) {}
+KernelThreadsOnThisThread::~KernelThreadsOnThisThread() {
+  t_kernel_threads = saved_;
 }
 
 BusyCompileThread::BusyCompileThread() {

@@ -24,9 +24,23 @@ int detectAvailableCores();
 std::optional<int> cgroupV2QuotaCores(std::string_view cpu_max);
 std::optional<int> cgroupV1QuotaCores(std::string_view quota_us, std::string_view period_us);
 
-// Threads a compiled kernel may split across now: KernelThreads when > 0, else availableCores()
-// minus the compile threads busy compiling (a compile thread keeps its core), at least 1.
+// Threads a compiled kernel may split across now: a KernelThreadsOnThisThread scope's count, else
+// KernelThreads when > 0, else availableCores() minus the compile threads busy compiling (a
+// compile thread keeps its core), at least 1.
 int kernelThreads();
+
+// Holds kernelThreads() to `threads` (at least 1) on the calling thread for the scope's lifetime,
+// over the tunable and the busy compile threads (validation runs kernels on one thread).
+class KernelThreadsOnThisThread {
+ public:
+  explicit KernelThreadsOnThisThread(int threads);
+  ~KernelThreadsOnThisThread();
+  KernelThreadsOnThisThread(const KernelThreadsOnThisThread&) = delete;
+  KernelThreadsOnThisThread& operator=(const KernelThreadsOnThisThread&) = delete;
+
+ private:
+  int saved_;
+};
 
 // Marks the calling compile thread busy for the scope's lifetime (kernelThreads() accounts for it).
 class BusyCompileThread {

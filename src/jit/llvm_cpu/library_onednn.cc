@@ -29,6 +29,7 @@
 #include "jit/llvm_cpu/codegen_util.h"
 #include "jit/llvm_cpu/library_cache.h"
 #include "jit/llvm_cpu/matmul_plan.h"
+#include "jit/validate.h"
 #include "support/cpu_cores.h"
 #include "support/logging.h"
 #include "support/thread_pool.h"
@@ -493,6 +494,44 @@ Primitive* Primitive::packedTwin() {
   return twin_.load(std::memory_order_acquire);
 }
 
+// The tasks a 2-D problem's call gets with `threads` (as MatmulFamily::prepare() sizes them).
+int callTasks(const Problem& p, int threads) {
+  const std::int64_t work = p.m * p.k * p.n;
+  const std::int64_t b_bytes = p.k * p.n * static_cast<std::int64_t>(dtypeSize(p.dtype));
+  const bool parallel = work >= matmul::kMinParallelWork ||
+                        (work >= matmul::kMinParallelWork / 8 && b_bytes >= matmul::kMinParallelBytesOfB);
+  return parallel ? std::max(1, threads) : 1;
+}
+
+// On a thread preparing the program's calls (a validation run under a ProgramCallsScope): the
+// primitive of `problem` (a 2-D one) and its packed-B twin at every row count the profile saw for
+// its K and N and every task count of the program's thread. What oneDNN refuses is left to the
+// call that meets it; so is everything once the cache is half full (as packedTwin(): the program's
+// own calls must not run out of primitives).
+void createForProgram(const Problem& problem) {
+  const ProgramCalls* calls = ProgramCalls::current();
+  if (calls == nullptr || problem.sgemm || problem.packed_b || problem.batch_rank != 0) return;
+  const bool twin = Tunables::get(Tunable::PackedWeightEntries) > 0 &&
+                    problem.k * problem.n >= Tunables::get(Tunable::PackedWeightMinElements);
+  for (const ProgramCalls::Matmul& matmul : calls->matmuls) {
+    if (matmul.k != problem.k || matmul.n != problem.n) continue;
+    for (const std::int64_t m : matmul.rows) {
+      for (const int threads : calls->threads) {
+        Problem call = problem;
+        call.m = m;
+        call.a.dims[2] = m;
+        call.c.dims[2] = m;
+        for (Problem::Post& post : call.posts) post.view.dims[2] = post.view.strides[2] != 0 ? m : 1;
+        call.threads = callTasks(call, threads);
+        if (call == problem) continue;
+        if (cache().primitives.totals().primitives >= kMaxPrimitives / 2) return;
+        auto found = findOrCreate(call);
+        if (found && twin) (void)(*found)->packedTwin();
+      }
+    }
+  }
+}
+
 // Why `step` of `spec` is no post-op; empty when it is one.
 std::string whyNoPostOp(const KernelSpec& spec, const EpilogueStep& step) {
   const PostOpKind* kind = postOpOf(step.op);
@@ -692,12 +731,7 @@ Status createFor(const KernelSpec& spec) {
   problem.c.dims[2] = dims.m, problem.c.dims[3] = dims.n, problem.c.strides[2] = dims.n, problem.c.strides[3] = 1;
   std::int64_t out_dims[kAxes];
   problem.outDims(out_dims);
-  // As MatmulFamily::prepare() sizes the call's tasks.
-  const std::int64_t work = dims.m * dims.k * dims.n;
-  const std::int64_t b_bytes = dims.k * dims.n * static_cast<std::int64_t>(dtypeSize(b.dtype));
-  const bool parallel = work >= matmul::kMinParallelWork ||
-                        (work >= matmul::kMinParallelWork / 8 && b_bytes >= matmul::kMinParallelBytesOfB);
-  problem.threads = parallel ? std::max(1, kernelThreads()) : 1;
+  problem.threads = callTasks(problem, kernelThreads());
   for (Problem::Post& post : problem.posts) {
     if (post.operand < 0) continue;
     const OperandSpec& x = spec.inputs[static_cast<std::size_t>(post.operand)];
@@ -767,6 +801,7 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
     }
   }
   SVM_ASSIGN_OR_RETURN(Primitive * primitive, findRecent(problem));
+  createForProgram(problem);
   args.scalars[matmul::kScalarLibrary] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(primitive));
   if (tail) {
     // The kernel usually runs on this thread right after prepare() (invokeCompiled): its tail

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Validation on one thread, and the library primitives a validation creates for the program's
+// calls (validate.h: KernelThreadsOnThisThread, ProgramCalls): after a validation under a
+// ProgramCallsScope, the program's calls at the profiled row counts and task counts create no
+// primitive on the calling thread, while a row count the profile never saw still does.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "jit/llvm_cpu/library_onednn.h"
+#include "jit_test_util.h"
+#include "support/cpu_cores.h"
+
+namespace shapevm::jit {
+namespace {
+
+using namespace testing;  // jit_test_util.h
+
+TEST(KernelThreadsOnThisThread, HoldsTheCallingThreadsCountForTheScope) {
+  const int outside = kernelThreads();
+  {
+    const KernelThreadsOnThisThread one(1);
+    EXPECT_EQ(kernelThreads(), 1);
+    {
+      const KernelThreadsOnThisThread three(3);
+      EXPECT_EQ(kernelThreads(), 3);
+    }
+    EXPECT_EQ(kernelThreads(), 1);
+    int other = 0;
+    std::thread([&] { other = kernelThreads(); }).join();
+    EXPECT_EQ(other, outside) << "another thread keeps its own count";
+  }
+  EXPECT_EQ(kernelThreads(), outside);
+}
+
+ProfileRecord matmulRecord(const Shape& a, const Shape& b) {
+  ProfileRecord record;
+  for (const Shape& shape : {a, b}) {
+    OperandProfile operand;
+    operand.is_tensor = true;
+    operand.shape = shape;
+    record.inputs.push_back(operand);
+  }
+  return record;
+}
+
+TEST(ProgramCalls, AddMatmulKeepsEachKAndNsRowCountsOnce) {
+  ProgramCalls calls;
+  calls.addMatmul(std::vector<ProfileRecord>{
+      matmulRecord(Shape{320, 128}, Shape{128, 1024}), matmulRecord(Shape{640, 128}, Shape{128, 1024}),
+      matmulRecord(Shape{320, 128}, Shape{128, 1024}), matmulRecord(Shape{32, 256}, Shape{256, 1024}),
+      matmulRecord(Shape{2, 32, 256}, Shape{256, 1024})});
+  ASSERT_EQ(calls.matmuls.size(), 2u);
+  EXPECT_EQ(calls.matmuls[0].k, 128);
+  EXPECT_EQ(calls.matmuls[0].n, 1024);
+  EXPECT_EQ(calls.matmuls[0].rows, (std::vector<std::int64_t>{320, 640}));
+  EXPECT_EQ(calls.matmuls[1].rows, (std::vector<std::int64_t>{32})) << "a batched record is left out";
+  EXPECT_FALSE(calls.threads.empty());
+  EXPECT_EQ(ProgramCalls::current(), nullptr);
+  {
+    const ProgramCallsScope scope(calls);
+    EXPECT_EQ(ProgramCalls::current(), &calls);
+  }
+  EXPECT_EQ(ProgramCalls::current(), nullptr);
+}
+
+TEST(ProgramCalls, ValidationCreatesTheProgramsPrimitivesAtProfiledRows) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  // Run alone (as ctest runs it) the cache is empty; after other tests it may hold too many.
+  if (onednn::stats().primitives + 16 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no primitives are made ahead of the calls";
+  std::mt19937 rng(91);
+  // Sizes no other test uses: every primitive is new to the process-wide cache.
+  const std::int64_t k = 88, n = 56;
+  const std::int64_t validated = 1500 + static_cast<std::int64_t>(rng() % 200);
+  const std::int64_t profiled = validated + 211;
+  const std::int64_t unseen = validated + 419;
+  const Value b = operand(DType::Float32, Shape{k, n}, rng);
+  const Value bias = operand(DType::Float32, Shape{n}, rng);
+  const std::vector<Value> first = {operand(DType::Float32, Shape{validated, k}, rng), b, bias};
+  KernelSpec spec = symbolicSpec(exactSpec(OpId::MatMul, {}, pointersTo(first)));
+  spec.epilogue = {{OpId::Add, 2, false}};
+  spec.params = {.library = 1};
+  auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+
+  ProgramCalls calls;
+  calls.threads = {2, 1};
+  calls.addMatmul(std::vector<ProfileRecord>{matmulRecord(Shape{validated, k}, Shape{k, n}),
+                                             matmulRecord(Shape{profiled, k}, Shape{k, n})});
+  {
+    const ProgramCallsScope scope(calls);
+    const std::vector<Shape> observed = {Shape{validated, k}, Shape{k, n}, Shape{n}};
+    ASSERT_TRUE(validateKernel(**kernel, validationShapes((*kernel)->spec, observed), 5).isOk());
+  }
+  // The program's calls: each returns the primitive time it spent on this thread.
+  const auto call = [&](std::int64_t m, int threads) {
+    const KernelThreadsOnThisThread scope(threads);
+    const std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng), b, bias};
+    std::vector<Value> actual(1);
+    const double before = sharedBackend().threadLibraryCodegenMs();
+    EXPECT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), actual).isOk());
+    const double spent = sharedBackend().threadLibraryCodegenMs() - before;
+    auto product = callOp("matmul", {inputs[0], inputs[1]}, {});
+    auto expected = product ? callOp("add", {(*product)[0], bias}, {}) : product;
+    EXPECT_TRUE(expected.hasValue() && compareOutputs(*expected, actual).ok) << "m = " << m;
+    return spent;
+  };
+  for (const std::int64_t m : {validated, profiled}) {
+    for (const int threads : calls.threads) {
+      EXPECT_EQ(call(m, threads), 0.0) << "m = " << m << ", " << threads << " threads: created by the program";
+    }
+  }
+  EXPECT_GT(call(unseen, 2), 0.0) << "a row count the profile never saw is created at its first call";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
+}  // namespace
+}  // namespace shapevm::jit
