@@ -553,7 +553,8 @@ class PriorityRecordingTuner final : public Tuner {
     nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
     // The compile may start before the program reaches its wait (wait_for_compiles): give it up to
     // 5 s to get there, so the counts below are those of a waiting program, not of the race.
-    for (int i = 0; i < 5000 && busyProgramThreads() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < 5000 && busyProgramThreads() != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     program_threads = busyProgramThreads();
     compile_threads = busyCompileThreads();
     kernel_threads = kernelThreads();
