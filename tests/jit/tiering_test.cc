@@ -419,9 +419,10 @@ TEST_F(TieringTest, ScalarOperandSitesCompileValidateAndGuardTheScalarKind) {
 TEST_F(TieringTest, AFullQueueDropsRequestsThatAreRetriedLater) {
   eagerTierUp();
   ASSERT_TRUE(Tunables::set(Tunable::CompileQueue, 1).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 30).isOk());
-  // Three sites hot at once: the worker holds one (sleeping 30 ms), the 1-slot queue takes the
-  // next, and the third is dropped — whichever order the worker's pop and the requests take.
+  ASSERT_TRUE(Tunables::set(Tunable::JitTestCompileDelayMs, 150).isOk());
+  // Three sites hot at once: the worker holds one (sleeping 150 ms, so an interpreter preempted on
+  // a loaded host still makes all three requests meanwhile), the 1-slot queue takes the next, and
+  // the third is dropped — whichever order the worker's pop and the requests take.
   auto module = load(R"(.module "three"
 .func f
   .param a : f32[?0]
