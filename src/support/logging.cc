@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Log sink: one line per message on stderr (or the installed Sink), serialized so two threads
-// never interleave.
+// never interleave. A line stderr cannot take is lost, never an error.
 #include "support/logging.h"
 
 #include <cstdio>
 #include <mutex>
+#include <string>
 
 namespace shapevm {
 
@@ -19,7 +20,10 @@ void Log::write(LogLevel level, std::string_view component, std::string_view mes
     sink(level, component, message);
     return;
   }
-  fmt::print(stderr, "[{}] {}: {}\n", kNames[static_cast<int>(level)], component, message);
+  // Written with fwrite, whose failure (stderr on a full disk or past RLIMIT_FSIZE, a closed pipe)
+  // loses the line: fmt::print would throw, and a log line must never fail the program.
+  const std::string line = fmt::format("[{}] {}: {}\n", kNames[static_cast<int>(level)], component, message);
+  (void)std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 }  // namespace shapevm

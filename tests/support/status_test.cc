@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -317,6 +321,33 @@ TEST(LogTest, WriteFormatsOneLineOnStderr) {
   std::string text = testing::internal::GetCapturedStderr();
   Log::setThreshold(LogLevel::Warn);
   EXPECT_EQ(text, "[INFO] JIT: Hot path detected at PC=0x0A\n");
+}
+
+// stderr on a full disk (/dev/full: every write fails with ENOSPC): the line is lost, and logging
+// neither throws nor fails the caller (fmt::print would throw std::system_error here).
+TEST(LogTest, ALineStderrCannotTakeIsLostWithoutAnError) {
+  const int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  if (full < 0) GTEST_SKIP() << "no /dev/full";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  ASSERT_GE(saved, 0);
+  ASSERT_EQ(::dup2(full, 2), 2);
+  bool threw = false;
+  try {
+    logAt(LogLevel::Warn, "JIT", "kernel cache: cannot write {} ({} bytes)", "entry", 1636);
+  } catch (...) {
+    threw = true;
+  }
+  std::clearerr(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(full);
+  EXPECT_FALSE(threw) << "a log line stderr cannot take threw";
+  // stderr works again afterwards.
+  Log::setThreshold(LogLevel::Warn);
+  testing::internal::CaptureStderr();
+  logAt(LogLevel::Warn, "JIT", "after {}", 1);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "[WARN] JIT: after 1\n");
 }
 
 }  // namespace
