@@ -9,12 +9,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 
 #include <CLI/CLI.hpp>
 
@@ -582,7 +585,9 @@ Status writeBytes(const std::string& path, const std::vector<std::uint8_t>& byte
 }  // namespace
 }  // namespace shapevm
 
-int main(int argc, char** argv) {
+namespace {
+
+int cliMain(int argc, char** argv) {
   using namespace shapevm;
   CLI::App app{"ShapeVM: a bytecode VM for tensor programs with dynamic shapes"};
   app.require_subcommand(1);
@@ -824,4 +829,23 @@ int main(int argc, char** argv) {
     return 0;
   }
   return 0;
+}
+
+}  // namespace
+
+// Output the command could not write (stdout or stderr on a full disk, past RLIMIT_FSIZE) fails it
+// with a message and exit status 1, never an uncaught exception or a silent 0.
+int main(int argc, char** argv) {
+  int rc = 0;
+  std::string lost;
+  try {
+    rc = cliMain(argc, argv);
+  } catch (const std::system_error& e) {  // fmt::print when the stream refused the write
+    lost = e.what();
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) lost = lost.empty() ? std::strerror(errno) : lost;
+  if (lost.empty()) return rc;
+  const std::string line = fmt::format("shapevm: error: cannot write the output: {}\n", lost);
+  (void)std::fwrite(line.data(), 1, line.size(), stderr);
+  return rc == 0 ? 1 : rc;
 }

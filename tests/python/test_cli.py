@@ -7,6 +7,7 @@ import random
 import struct
 import subprocess
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -874,3 +875,13 @@ def test_runtime_op_error_names_op_shapes_and_pc(cli, tmp_path):
     src = write(tmp_path, "bad.svasm", p.text())
     fails(cli, "run", src, needles=["ShapeMismatch", "in function 'bad' at PC 0x0002", "add(f32[2,3], f32[4])",
                                     "[2,3] and [4]"])
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("args", [["verify", CELL], ["dis", CELL]])
+def test_output_to_a_full_disk_is_an_error(cli, args):
+    """stdout on a full disk (/dev/full): exit 1 with a message, never a crash or a silent 0."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([cli.binary, *map(str, args)], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert_clean_failure(proc.returncode, "", proc.stderr, "cannot write the output", "No space left on device")
