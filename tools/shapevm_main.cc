@@ -5,11 +5,11 @@
 // Every failure prints "shapevm: error: <what, where, shapes>" and exits non-zero; nothing here aborts.
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
