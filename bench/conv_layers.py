@@ -229,6 +229,13 @@ def resnet_stream(args, folder):
           f"{max(eager_pp) / statistics.median(eager_pp):.2f}); per side, ShapeVM / median and eager / ShapeVM: " +
           ", ".join(f"{int(s)}: {pp / median_pp:.2f} {e / t:.2f}x"
                     for s, pp, t, e in sorted(zip(sides, per_pixel, svm, eager))))
+    # time = a + b * pixels, least squares: a is the cost per image whatever its size.
+    pixels = np.array([int(s) * int(s) for s in sides], dtype=np.float64)
+    fits = {side: np.polyfit(pixels, np.array(t), 1) for side, t in (("ShapeVM", svm), ("eager", eager))}
+    print("- fit time = a + b x pixels: " + "; ".join(f"{side} a {fit[1]:.2f} ms, b {fit[0] * 1e3:.3f} us/pixel"
+                                                      for side, fit in fits.items()))
+    print("- per side ms, ShapeVM / eager: " + ", ".join(f"{int(s)}: {t:.1f} / {e:.1f}"
+                                                        for s, t, e in sorted(zip(sides, svm, eager))))
     print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
           f"fused regions {stats['fused_regions']}; launches compiled {stats['launches_compiled']} / interpreted "
           f"{stats['launches_interpreted']}")
