@@ -79,8 +79,9 @@ int stages() {
     memory::dim channels, side_small, side_median;
   };
   const Stage list[] = {{64, 29, 58}, {128, 15, 29}, {256, 8, 15}, {512, 4, 8}};
-  std::printf("| conv | side | layout | impl | warm ms | cold ms | GFLOP/s cold | weight GB/s cold | "
-              "read weight warm ms | read weight cold ms |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| conv | side | layout | impl | warm ms | cold ms | GFLOP/s cold | weight GB/s cold | "
+      "read weight warm ms | read weight cold ms |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Stage& st : list) {
     for (memory::dim side : {st.side_small, st.side_median}) {
       const memory::dim c = st.channels;
@@ -91,7 +92,8 @@ int stages() {
         const char* name;
         tag data;
       };
-      for (const Variant& v : {Variant{"plain", tag::nchw}, Variant{"any", tag::any}, Variant{"nChw16c", tag::nChw16c}}) {
+      for (const Variant& v :
+           {Variant{"plain", tag::nchw}, Variant{"any", tag::any}, Variant{"nChw16c", tag::nChw16c}}) {
         const memory::desc src_md(src_dims, dt::f32, v.data), dst_md(src_dims, dt::f32, v.data);
         const memory::desc w_md(w_dims, dt::f32, v.data == tag::nchw ? tag::oihw : tag::any);
         convolution_forward::primitive_desc pd(

@@ -449,8 +449,9 @@ TEST(ConvLibrary, WeightBoundConvsTimeThePlainLayoutsToo) {
             }
             spec.inputs.push_back(residual);
           }
-          expected = callOp(op, step.swapped ? std::vector<Value>{inputs.back(), (*expected)[0]}
-                                             : std::vector<Value>{(*expected)[0], inputs.back()},
+          expected = callOp(op,
+                            step.swapped ? std::vector<Value>{inputs.back(), (*expected)[0]}
+                                         : std::vector<Value>{(*expected)[0], inputs.back()},
                             {});
         } else {
           expected = callOp(op, {(*expected)[0]}, {});

@@ -190,8 +190,7 @@ constexpr int kRaceCalls = 4;
 // The seconds the calling thread has run (one OpenMP thread: the conv's own time, which time slices
 // lost to other processes do not inflate), or wall seconds when the conv runs on more threads.
 double raceClock(int threads) {
-  if (threads > 1)
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (threads > 1) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
@@ -290,7 +289,7 @@ class Primitive {
                                dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0)));
   }
   static std::atomic<bool> fail_for_testing;
-  static std::atomic<std::uint64_t> weight_reorders;  // per-call weight reorders (no packed weight)
+  static std::atomic<std::uint64_t> weight_reorders;   // per-call weight reorders (no packed weight)
   static std::atomic<std::uint64_t> operand_reorders;  // calls that reordered a residual (build(true))
   static std::atomic<std::uint64_t> races;             // weight-bound problems that timed both layouts
   static std::atomic<std::uint64_t> plain_picks;       // those whose plain primitive was faster
