@@ -10,13 +10,16 @@
 // bench/conv_layers.py's stream, each on the plain layouts, on oneDNN's pick and on channel blocks
 // of 16, with the weight warm (the same call repeated) and cold (a 128 MiB buffer read between
 // calls, as the rest of an image does), against reading the weight's bytes alone: whether the
-// small images' fixed cost is the weights' bandwidth (issue 21, "The fixed cost per image").
+// small images' fixed cost is the weights' bandwidth (issue 21, "The fixed cost per image"). With
+// OMP_NUM_THREADS above 1 it times wall clock (the read stays on one thread).
 // Built as build/bench/svm_bench_onednn_conv_layout; run with
 //   OMP_NUM_THREADS=1 build/bench/svm_bench_onednn_conv_layout [--stages]
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <unordered_map>
@@ -38,15 +41,26 @@ struct Layer {
   dnnl::memory::dim cin, cout, kernel, stride, pad, groups, side;
 };
 
-// Median of `rounds` single calls in thread-CPU seconds, `before` run untimed ahead of each.
+// The seconds --stages times calls by: the calling thread's CPU time, or wall time with more than
+// one OpenMP thread (OMP_NUM_THREADS), whose other threads' work the calling thread's clock misses.
+double stageSeconds() {
+  static const bool wall = [] {
+    const char* threads = std::getenv("OMP_NUM_THREADS");
+    return threads != nullptr && std::atoi(threads) > 1;
+  }();
+  if (!wall) return shapevm::bench::threadSeconds();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median of `rounds` single calls in stageSeconds(), `before` run untimed ahead of each.
 template <typename Call, typename Before>
 double medianSingleMs(const Call& call, const Before& before, int rounds) {
   std::vector<double> times;
   for (int r = 0; r < rounds; ++r) {
     before();
-    const double start = shapevm::bench::threadSeconds();
+    const double start = stageSeconds();
     call();
-    times.push_back(shapevm::bench::threadSeconds() - start);
+    times.push_back(stageSeconds() - start);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2] * 1e3;

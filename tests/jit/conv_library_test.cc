@@ -73,6 +73,16 @@ void expectLibraryMatches(const std::vector<LibraryCase>& cases, DType dtype, st
   }
 }
 
+// A 3x3 conv with an epilogue: x, the weight's cout, the window attributes, the epilogue, and
+// whether it is weight-bound (WeightBoundConvsTimeThePlainLayoutsToo).
+struct EpilogueCase {
+  Shape x;
+  std::int64_t cout;
+  Attrs attrs;
+  std::vector<EpilogueStep> steps;
+  bool weight_bound = false;
+};
+
 TEST(ConvLibrary, CandidatesMatchTheReference) {
   std::mt19937 rng(41);
   const std::vector<LibraryCase> cases = {
@@ -137,13 +147,7 @@ TEST(ConvLibrary, EpiloguesArePostOps) {
 TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
   std::mt19937 rng(51);
   const EpilogueStep relu{OpId::Relu, -1, false};
-  struct Case {
-    Shape x;
-    std::int64_t cout;
-    Attrs attrs;
-    std::vector<EpilogueStep> steps;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<EpilogueCase> cases = {
       {Shape{1, 64, 13, 11}, 64, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}, relu}},
       {Shape{2, 32, 15, 9}, 48, {{"pads", ints({2, 0, 1, 2})}}, {{OpId::Add, 3, true}, relu}},
       {Shape{1, 64, 17, 14},
@@ -157,7 +161,7 @@ TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
   };
   const std::uint64_t before = onednn_conv::stats().operand_reorders;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
+    const EpilogueCase& c = cases[i];
     Attrs attrs = c.attrs;
     attrs.push_back({"groups", AttrValue::ofInt(1)});
     EXPECT_TRUE(
@@ -406,14 +410,7 @@ TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
 TEST(ConvLibrary, WeightBoundConvsTimeThePlainLayoutsToo) {
   std::mt19937 rng(52);
   const EpilogueStep relu{OpId::Relu, -1, false};
-  struct Case {
-    Shape x;
-    std::int64_t cout;
-    Attrs attrs;
-    std::vector<EpilogueStep> steps;
-    bool weight_bound;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<EpilogueCase> cases = {
       {Shape{1, 64, 3, 5}, 96, {{"pads", ints({1, 2, 0, 1})}}, {}, true},
       // Channel blocks of 16 (256 channels and more), a residual add and ReLU.
       {Shape{1, 256, 3, 4}, 256, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}, relu}, true},
@@ -426,7 +423,7 @@ TEST(ConvLibrary, WeightBoundConvsTimeThePlainLayoutsToo) {
   };
   constexpr int kCalls = 7;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
+    const EpilogueCase& c = cases[i];
     Attrs attrs = c.attrs;
     attrs.push_back({"groups", AttrValue::ofInt(1)});
     const std::vector<Value> params = convInputs(c.x, c.cout, 1, 3, true, rng);
