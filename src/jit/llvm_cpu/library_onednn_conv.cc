@@ -171,7 +171,8 @@ bool channelBlocks(const Problem& p) {
 // channels at 4x4 read a 9.4 MB weight for 16 output pixels). There oneDNN's im2col + GEMM on the
 // plain layouts, which streams the weight once, may beat its direct blocked kernels, whose
 // register blocks along the output row run short; which one is faster depends on the CPU and the
-// shape, so such a problem times both on its first calls (Primitive::run).
+// shape, so such a problem times both on its first calls (Primitive::run), unless its residual add
+// is the sum post-op (Primitive::create).
 bool weightBound(const Problem& p) {
   if (!p.blocked || p.dtype != DType::Float32) return false;
   std::int64_t weight = p.cout * (p.cin / p.groups), in = p.n * p.cin, out = p.n * p.cout;
@@ -202,7 +203,9 @@ class Primitive {
   // plain layouts' primitive, and its first calls time the two (run()).
   static Expected<std::unique_ptr<Primitive>> create(const Problem& problem) {
     SVM_ASSIGN_OR_RETURN(std::unique_ptr<Primitive> self, createLayout(problem));
-    if (self->problem_.blocked && weightBound(self->problem_)) {
+    // Not one whose residual add is the sum post-op: the plain layouts take it as a binary post-op,
+    // 2-5x slower in every such race measured (BENCHMARKS.md issue 21, "The fixed cost per image").
+    if (self->problem_.blocked && !self->residual_sum_ && weightBound(self->problem_)) {
       Problem plain = self->problem_;
       plain.blocked = false;
       Expected<std::unique_ptr<Primitive>> other = createLayout(plain);
