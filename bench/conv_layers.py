@@ -11,14 +11,17 @@
 # oneDNN's blocked layouts) back to back; the table gives medians over rounds and the ratios
 # (peer time / ShapeVM time: above 1 = ShapeVM faster).
 # --resnet: torchvision resnet18 (random weights, dynamic batch/H/W) at batch 1 over a stream of
-# image sides drawn from 96-320: a first pass compiles (--warm-passes: untimed passes), --passes more time ShapeVM O2 and torch
-# image by image (interleaved; per-image medians over the passes); it reports both totals, the
-# spread of ShapeVM's (and torch's) per-pixel time and the kernels installed for the whole stream.
+# image sides drawn from 96-320: a first pass compiles (--warm-passes: that many untimed passes),
+# --passes more time ShapeVM O2 and torch image by image (interleaved; per-image medians over the
+# passes); it reports both totals, the spread of ShapeVM's (and torch's) per-pixel time, a fit of
+# time = a + b x pixels (a: the cost per image whatever its size) and the kernels installed for
+# the whole stream.
 # --autotune: the O2 programs run the AutoTuner (tuning waited for at install, a fresh in-memory
 # tuning database), whose candidates include oneDNN's conv primitive (library_onednn_conv.h) with
 # --library 1; the table's "O2 impl" column names what it installed (onednn: the primitive).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
-#        [--resnet] [--images 16] [--passes 1] [--warm-passes 1] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
+#        [--resnet] [--images 16] [--passes 1] [--warm-passes 1] [--miss-recompile N] [--no-layers]
+#        [--levels O0,O2] [--only NAMES]
 #        [--cpu-time] [--autotune] [--library 0|1] [--dtype float32|bfloat16]
 # --dtype bfloat16: each layer's conv in bfloat16 between float32 casts (the library candidate runs
 # oneDNN's AMX kernels), against torch eager's bfloat16 conv; no oneDNN columns.
