@@ -204,7 +204,7 @@ class Primitive {
   static Expected<std::unique_ptr<Primitive>> create(const Problem& problem) {
     SVM_ASSIGN_OR_RETURN(std::unique_ptr<Primitive> self, createLayout(problem));
     // Not one whose residual add is the sum post-op: the plain layouts take it as a binary post-op,
-    // 2-5x slower in every such race measured (BENCHMARKS.md issue 21, "The fixed cost per image").
+    // 1.2-5.9x slower in every such race measured (BENCHMARKS.md issue 21, "The fixed cost per image").
     if (self->problem_.blocked && !self->residual_sum_ && weightBound(self->problem_)) {
       Problem plain = self->problem_;
       plain.blocked = false;
@@ -257,12 +257,16 @@ class Primitive {
   // when its header names this primitive's weight layout, else reorders the weight as usual.
   // With a plain alternative (weight-bound: create()), the first kRaceCalls calls alternate
   // between the two and time each; the faster (its best call) then runs every later call. A plain
-  // primitive that fails is dropped.
+  // primitive that fails is dropped (the blocked one runs that call and the rest).
   bool run(const KernelArgs& args, std::string* reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     const bool pack_only = (static_cast<std::uintptr_t>(args.scalars[kScalarPacked]) & kPackOnlyTag) != 0;
     if (plain_ == nullptr || pack_only || plain_won_ == 0) return runHere(args, reason);
-    if (plain_won_ == 1) return plain_->run(args, reason);
+    if (plain_won_ == 1) {
+      if (plain_->run(args, reason)) return true;
+      plain_won_ = 0;
+      return runHere(args, reason);
+    }
     const bool plain_turn = race_calls_ % 2 == 1;
     const double start = raceClock(problem_.threads);
     const bool ran = plain_turn ? plain_->run(args, reason) : runHere(args, reason);
