@@ -11,14 +11,17 @@
 # oneDNN's blocked layouts) back to back; the table gives medians over rounds and the ratios
 # (peer time / ShapeVM time: above 1 = ShapeVM faster).
 # --resnet: torchvision resnet18 (random weights, dynamic batch/H/W) at batch 1 over a stream of
-# image sides drawn from 96-320: a first pass compiles, --passes more time ShapeVM O2 and torch
-# image by image (interleaved; per-image medians over the passes); it reports both totals, the
-# spread of ShapeVM's (and torch's) per-pixel time and the kernels installed for the whole stream.
+# image sides drawn from 96-320: a first pass compiles (--warm-passes: that many untimed passes),
+# --passes more time ShapeVM O2 and torch image by image (interleaved; per-image medians over the
+# passes); it reports both totals, the spread of ShapeVM's (and torch's) per-pixel time, a fit of
+# time = a + b x pixels (a: the cost per image whatever its size) and the kernels installed for
+# the whole stream.
 # --autotune: the O2 programs run the AutoTuner (tuning waited for at install, a fresh in-memory
 # tuning database), whose candidates include oneDNN's conv primitive (library_onednn_conv.h) with
 # --library 1; the table's "O2 impl" column names what it installed (onednn: the primitive).
 # Usage: PYTHONPATH=build/python /usr/bin/python3 bench/conv_layers.py [--rounds 5] [--calls 3]
-#        [--resnet] [--images 16] [--passes 1] [--miss-recompile N] [--no-layers] [--levels O0,O2] [--only NAMES]
+#        [--resnet] [--images 16] [--passes 1] [--warm-passes 1] [--miss-recompile N] [--no-layers]
+#        [--levels O0,O2] [--only NAMES]
 #        [--cpu-time] [--autotune] [--library 0|1] [--dtype float32|bfloat16]
 # --dtype bfloat16: each layer's conv in bfloat16 between float32 casts (the library candidate runs
 # oneDNN's AMX kernels), against torch eager's bfloat16 conv; no oneDNN columns.
@@ -204,6 +207,11 @@ def resnet_stream(args, folder):
             want = module(torch.from_numpy(x)).numpy()
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 1e-4, f"resnet18 side {x.shape[2]}: relative L2 {err:.2e}"
+    for _ in range(args.warm_passes - 1):  # more untimed passes: a size's first calls settle its kernels
+        for x in images:
+            fn(x=x)
+            with torch.no_grad():
+                module(torch.from_numpy(x))
     compiled_after_first = program.stats()["kernels_installed"]
     svm_runs, eager_runs = [[] for _ in images], [[] for _ in images]
     for _ in range(args.passes):  # each image: ShapeVM then torch, back to back
@@ -229,6 +237,13 @@ def resnet_stream(args, folder):
           f"{max(eager_pp) / statistics.median(eager_pp):.2f}); per side, ShapeVM / median and eager / ShapeVM: " +
           ", ".join(f"{int(s)}: {pp / median_pp:.2f} {e / t:.2f}x"
                     for s, pp, t, e in sorted(zip(sides, per_pixel, svm, eager))))
+    # time = a + b * pixels, least squares: a is the cost per image whatever its size.
+    pixels = np.array([int(s) * int(s) for s in sides], dtype=np.float64)
+    fits = {side: np.polyfit(pixels, np.array(t), 1) for side, t in (("ShapeVM", svm), ("eager", eager))}
+    print("- fit time = a + b x pixels: " + "; ".join(f"{side} a {fit[1]:.2f} ms, b {fit[0] * 1e3:.3f} us/pixel"
+                                                      for side, fit in fits.items()))
+    print("- per side ms, ShapeVM / eager: " + ", ".join(f"{int(s)}: {t:.1f} / {e:.1f}"
+                                                        for s, t, e in sorted(zip(sides, svm, eager))))
     print(f"- kernels installed: {compiled_after_first} after the first pass, {stats['kernels_installed']} in all; "
           f"fused regions {stats['fused_regions']}; launches compiled {stats['launches_compiled']} / interpreted "
           f"{stats['launches_interpreted']}")
@@ -243,6 +258,9 @@ def main():
     parser.add_argument("--resnet", action="store_true", help="also run resnet18 over a multi-scale stream")
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--passes", type=int, default=1, help="timed passes over the stream (per-image medians)")
+    parser.add_argument("--warm-passes", type=int, default=1,
+                        help="untimed passes before the timed ones (the first compiles; a weight-bound oneDNN conv "
+                             "times its two layouts on a size's first 4 calls)")
     parser.add_argument("--no-layers", action="store_true")
     parser.add_argument("--levels", default="O0,O2", help="ShapeVM levels timed per layer (O2 is required)")
     parser.add_argument("--only", default="", help="comma-separated layer names (default: all)")

@@ -7,7 +7,8 @@
 // a residual add, ReLU6's one-element bounds, SiLU; a residual add as the sum post-op
 // into the blocked output); epilogues post-ops cannot express refused and never offered; the LibraryCandidates tunable;
 // a reordered weight packed once per tensor (never one in external memory); a primitive that cannot be created for a
-// new shape runs the generated kernel; an execution oneDNN refuses computed by the fallback loop.
+// new shape runs the generated kernel; an execution oneDNN refuses computed by the fallback loop;
+// weight-bound convs timing their plain-layout primitive against the blocked one on their first calls.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,6 +72,16 @@ void expectLibraryMatches(const std::vector<LibraryCase>& cases, DType dtype, st
     EXPECT_NE(familyFor(OpId::Conv)->symbolStem(spec).find("_onednn"), std::string::npos);
   }
 }
+
+// A 3x3 conv with an epilogue: x, the weight's cout, the window attributes, the epilogue, and
+// whether it is weight-bound (WeightBoundConvsTimeThePlainLayoutsToo).
+struct EpilogueCase {
+  Shape x;
+  std::int64_t cout;
+  Attrs attrs;
+  std::vector<EpilogueStep> steps;
+  bool weight_bound = false;
+};
 
 TEST(ConvLibrary, CandidatesMatchTheReference) {
   std::mt19937 rng(41);
@@ -136,13 +147,7 @@ TEST(ConvLibrary, EpiloguesArePostOps) {
 TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
   std::mt19937 rng(51);
   const EpilogueStep relu{OpId::Relu, -1, false};
-  struct Case {
-    Shape x;
-    std::int64_t cout;
-    Attrs attrs;
-    std::vector<EpilogueStep> steps;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<EpilogueCase> cases = {
       {Shape{1, 64, 13, 11}, 64, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}, relu}},
       {Shape{2, 32, 15, 9}, 48, {{"pads", ints({2, 0, 1, 2})}}, {{OpId::Add, 3, true}, relu}},
       {Shape{1, 64, 17, 14},
@@ -156,7 +161,7 @@ TEST(ConvLibrary, ResidualAddsAreTheSumPostOp) {
   };
   const std::uint64_t before = onednn_conv::stats().operand_reorders;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
+    const EpilogueCase& c = cases[i];
     Attrs attrs = c.attrs;
     attrs.push_back({"groups", AttrValue::ofInt(1)});
     EXPECT_TRUE(
@@ -395,6 +400,86 @@ TEST(ConvLibrary, AnExecutionOneDnnRefusesIsComputedByTheFallback) {
   EXPECT_EQ(after.run_failures, before.run_failures + 2);
   // The residual conv runs on the blocked layouts (the add is the sum post-op): its weight is packed once.
   EXPECT_EQ(after.calls, before.calls + 3);
+}
+
+// A weight-bound conv (its weight at least its input and output: resnet18's last stages at small
+// images) also makes its primitive on the plain layouts; its first calls alternate between the two
+// and the faster runs the rest. Every call matches the reference whichever ran it (epilogues as
+// post-ops on either side, the weight packed for the blocked side or not). A residual add the
+// blocked side takes as the sum post-op does not race (the plain layouts' binary add is slow), nor
+// does a conv that is not weight-bound.
+TEST(ConvLibrary, WeightBoundConvsTimeThePlainLayoutsToo) {
+  std::mt19937 rng(52);
+  const EpilogueStep relu{OpId::Relu, -1, false};
+  const std::vector<EpilogueCase> cases = {
+      {Shape{1, 64, 3, 5}, 96, {{"pads", ints({1, 2, 0, 1})}}, {}, true},
+      // Channel blocks of 16 (256 channels and more).
+      {Shape{1, 256, 3, 4}, 256, {{"pads", ints({1, 1, 1, 1})}}, {relu}, true},
+      // Behind a whole-tensor multiply the add stays a binary post-op on both sides.
+      {Shape{1, 32, 4, 6}, 48, {{"pads", ints({0, 1, 2, 1})}}, {{OpId::Mul, 3, false}, {OpId::Add, 4, true}}, true},
+      // A residual add: the sum post-op on the blocked side (AVX-512), so no race there.
+      {Shape{1, 256, 5, 7},
+       272,
+       {{"strides", ints({2, 2})}, {"pads", ints({0, 1, 1, 2})}},
+       {relu, {OpId::Add, 3, true}},
+       true},
+      {Shape{1, 8, 17, 15}, 8, {{"pads", ints({1, 1, 1, 1})}}, {{OpId::Add, 3, false}}, false},
+  };
+  constexpr int kCalls = 7;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const EpilogueCase& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(1)});
+    const std::vector<Value> params = convInputs(c.x, c.cout, 1, 3, true, rng);
+    KernelSpec spec = librarySpec(params, attrs, i % 2 == 1);
+    spec.epilogue = c.steps;
+    const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+    std::unique_ptr<CompiledKernel> kernel;
+    for (int call = 0; call < kCalls; ++call) {
+      std::vector<Value> inputs = {operand(DType::Float32, c.x, rng), params[1], params[2]};
+      auto expected = referenceOutputs(specFor("conv", inputs, attrs), inputs);
+      ASSERT_TRUE(expected.hasValue()) << expected.status().toString();
+      for (const EpilogueStep& step : c.steps) {
+        const std::string_view op = OpRegistry::global().schema(step.op).name;
+        if (step.operand >= 0) {
+          inputs.push_back(operand(DType::Float32, (*expected)[0].tensor().shape(), rng));
+          if (call == 0) {
+            OperandSpec residual = specFor("relu", {inputs.back()}).inputs[0];
+            for (int d = 0; d < residual.rank && i % 2 == 1; ++d) {
+              if (d != 1) residual.dims[d] = DimSpec{};
+            }
+            spec.inputs.push_back(residual);
+          }
+          expected = callOp(op,
+                            step.swapped ? std::vector<Value>{inputs.back(), (*expected)[0]}
+                                         : std::vector<Value>{(*expected)[0], inputs.back()},
+                            {});
+        } else {
+          expected = callOp(op, {(*expected)[0]}, {});
+        }
+        ASSERT_TRUE(expected.hasValue()) << expected.status().toString();
+      }
+      if (call == 0) {
+        auto compiled = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
+        ASSERT_TRUE(compiled.hasValue()) << "case " << i << ": " << compiled.status().toString();
+        kernel = std::move(*compiled);
+      }
+      std::vector<Value> actual(1);
+      const Status run = invokeCompiled(*kernel, pointersTo(inputs), actual);
+      ASSERT_TRUE(run.isOk()) << "case " << i << " call " << call << ": " << run.toString();
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << "case " << i << " call " << call << ": " << comparison.reason;
+    }
+    const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
+    const bool summed = after.operand_reorders > before.operand_reorders;
+    EXPECT_EQ(after.races, before.races + (c.weight_bound && !summed ? 1 : 0))
+        << "case " << i << " " << c.x.toString() << (summed ? " (sum post-op)" : "");
+    if (i < 3) {
+      EXPECT_FALSE(summed) << "case " << i;
+    }
+    EXPECT_EQ(after.run_failures, before.run_failures) << "case " << i;
+    EXPECT_TRUE(sharedBackend().free(kernel->handle).isOk());
+  }
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <ctime>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -164,8 +166,54 @@ bool channelBlocks(const Problem& p) {
          p.cout % 16 == 0;
 }
 
+// Whether a float32 conv on oneDNN's blocked layouts is weight-bound: its weight has at least as
+// many elements as its input and output together (resnet18's last stages at small images: 512
+// channels at 4x4 read a 9.4 MB weight for 16 output pixels). There oneDNN's im2col + GEMM on the
+// plain layouts, which streams the weight once, may beat its direct blocked kernels, whose
+// register blocks along the output row run short; which one is faster depends on the CPU and the
+// shape, so such a problem times both on its first calls (Primitive::run), unless its residual add
+// is the sum post-op (Primitive::create).
+bool weightBound(const Problem& p) {
+  if (!p.blocked || p.dtype != DType::Float32) return false;
+  std::int64_t weight = p.cout * (p.cin / p.groups), in = p.n * p.cin, out = p.n * p.cout;
+  for (std::size_t d = 0; d < p.kernel.size(); ++d) {
+    weight *= p.kernel[d];
+    in *= p.in[d];
+    out *= p.out[d];
+  }
+  return weight >= in + out;
+}
+
+// Calls of a weight-bound problem (weightBound) that time its blocked primitive and its plain one,
+// alternating, before the faster serves the rest.
+constexpr int kRaceCalls = 4;
+
+// The seconds the calling thread has run (one OpenMP thread: the conv's own time, which time slices
+// lost to other processes do not inflate), or wall seconds when the conv runs on more threads.
+double raceClock(int threads) {
+  if (threads > 1) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 class Primitive {
  public:
+  // The primitive of `problem` (see createLayout); a weight-bound one (weightBound) also holds the
+  // plain layouts' primitive, and its first calls time the two (run()).
+  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem) {
+    SVM_ASSIGN_OR_RETURN(std::unique_ptr<Primitive> self, createLayout(problem));
+    // Not one whose residual add is the sum post-op: the plain layouts take it as a binary post-op,
+    // 1.2-5.9x slower in every such race measured (BENCHMARKS.md issue 21, "The fixed cost per image").
+    if (self->problem_.blocked && !self->residual_sum_ && weightBound(self->problem_)) {
+      Problem plain = self->problem_;
+      plain.blocked = false;
+      Expected<std::unique_ptr<Primitive>> other = createLayout(plain);
+      if (other) self->plain_ = std::move(*other);
+    }
+    return self;
+  }
+
   // A blocked problem's residual add (a binary add of an operand of the output's shape and
   // dtype) is oneDNN's sum post-op: the operand reordered into the blocked output, which the conv
   // then adds to, since oneDNN's blocked kernels have no binary post-op of a whole tensor. When
@@ -173,16 +221,16 @@ class Primitive {
   // (a post-op its blocked kernels lack), the problem is made on the plain layouts. Channel
   // blocks (channelBlocks) that only oneDNN's reference kernel takes (a CPU without AVX-512) give
   // way to the layout oneDNN picks.
-  static Expected<std::unique_ptr<Primitive>> create(const Problem& problem, bool residual_sum = true,
-                                                     bool blocks16 = true) {
+  static Expected<std::unique_ptr<Primitive>> createLayout(const Problem& problem, bool residual_sum = true,
+                                                           bool blocks16 = true) {
     auto self = std::unique_ptr<Primitive>(new Primitive(problem));
     Status built = self->build(residual_sum && problem.blocked, blocks16 && channelBlocks(problem));
     if (!built.isOk() && problem.blocked) {
-      if (blocks16 && channelBlocks(problem)) return create(problem, residual_sum, false);
-      if (residual_sum && residualPost(problem) >= 0) return create(problem, false, false);
+      if (blocks16 && channelBlocks(problem)) return createLayout(problem, residual_sum, false);
+      if (residual_sum && residualPost(problem) >= 0) return createLayout(problem, false, false);
       Problem plain = problem;
       plain.blocked = false;
-      return create(plain);
+      return createLayout(plain);
     }
     SVM_RETURN_IF_ERROR(built);
     return self;
@@ -207,8 +255,55 @@ class Primitive {
   // weight (scalars[kScalarPacked]): PackOnly reorders the weight into it and computes nothing
   // (false when oneDNN refuses: the header then names no layout); Read takes the weight from it
   // when its header names this primitive's weight layout, else reorders the weight as usual.
+  // With a plain alternative (weight-bound: create()), the first kRaceCalls calls alternate
+  // between the two and time each; the faster (its best call) then runs every later call. A plain
+  // primitive that fails is dropped (the blocked one runs that call and the rest).
   bool run(const KernelArgs& args, std::string* reason) {
     std::lock_guard<std::mutex> lock(mutex_);
+    const bool pack_only = (static_cast<std::uintptr_t>(args.scalars[kScalarPacked]) & kPackOnlyTag) != 0;
+    if (plain_ == nullptr || pack_only || plain_won_ == 0) return runHere(args, reason);
+    if (plain_won_ == 1) {
+      if (plain_->run(args, reason)) return true;
+      plain_won_ = 0;
+      return runHere(args, reason);
+    }
+    const bool plain_turn = race_calls_ % 2 == 1;
+    const double start = raceClock(problem_.threads);
+    const bool ran = plain_turn ? plain_->run(args, reason) : runHere(args, reason);
+    const double seconds = raceClock(problem_.threads) - start;
+    if (!ran && plain_turn) {
+      plain_won_ = 0;
+      return runHere(args, reason);
+    }
+    double& best = race_best_[plain_turn ? 1 : 0];
+    if (ran) best = std::min(best, seconds);
+    if (++race_calls_ == kRaceCalls) {
+      plain_won_ = race_best_[1] < race_best_[0] ? 1 : 0;
+      races.fetch_add(1, std::memory_order_relaxed);
+      if (plain_won_ == 1) plain_picks.fetch_add(1, std::memory_order_relaxed);
+      logAt(LogLevel::Debug, "JIT", "oneDNN conv {}: the {} layouts ({:.3f} ms against {:.3f} ms)", problem_.toString(),
+            plain_won_ == 1 ? "plain" : "blocked", race_best_[plain_won_] * 1e3, race_best_[1 - plain_won_] * 1e3);
+    }
+    return ran;
+  }
+  const Problem& problem() const { return problem_; }
+  // The bytes a packed weight takes (its header, then the weight in the primitive's layout); 0
+  // when the primitive reads the weight where it is.
+  std::int64_t packedBytes() {
+    const Reorder* weight = weightReorder();
+    if (weight == nullptr || weight_layout_ == 0) return 0;
+    return kPackedHeader + static_cast<std::int64_t>(
+                               dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0)));
+  }
+  static std::atomic<bool> fail_for_testing;
+  static std::atomic<std::uint64_t> weight_reorders;   // per-call weight reorders (no packed weight)
+  static std::atomic<std::uint64_t> operand_reorders;  // calls that reordered a residual (build(true))
+  static std::atomic<std::uint64_t> races;             // weight-bound problems that timed both layouts
+  static std::atomic<std::uint64_t> plain_picks;       // those whose plain primitive was faster
+
+ private:
+  // run() on this primitive's own layouts (mutex_ held).
+  bool runHere(const KernelArgs& args, std::string* reason) {
     const auto tagged = static_cast<std::uintptr_t>(args.scalars[kScalarPacked]);
     auto* packed = reinterpret_cast<std::byte*>(tagged & ~std::uintptr_t{kPackedHeader - 1});
     Reorder* weight = weightReorder();
@@ -260,20 +355,7 @@ class Primitive {
     if (!status.isOk()) *reason = status.message();
     return status.isOk();
   }
-  const Problem& problem() const { return problem_; }
-  // The bytes a packed weight takes (its header, then the weight in the primitive's layout); 0
-  // when the primitive reads the weight where it is.
-  std::int64_t packedBytes() {
-    const Reorder* weight = weightReorder();
-    if (weight == nullptr || weight_layout_ == 0) return 0;
-    return kPackedHeader + static_cast<std::int64_t>(
-                               dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd_, dnnl_query_weights_md, 0)));
-  }
-  static std::atomic<bool> fail_for_testing;
-  static std::atomic<std::uint64_t> weight_reorders;  // per-call weight reorders (no packed weight)
-  static std::atomic<std::uint64_t> operand_reorders;  // calls that reordered a residual (build(true))
 
- private:
   struct BlockedTag {};
   // A tensor oneDNN wants in another layout than the plain one: the reorder between them, the
   // blocked memory (its data at `offset` in the thread's buffer), which way it goes.
@@ -538,10 +620,18 @@ class Primitive {
   std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
   std::int64_t weight_layout_ = 0;      // layoutId() of the reordered weight's layout (0: not reordered)
   bool residual_sum_ = false;           // build(true): the residual add is the sum post-op
+  // A weight-bound problem's primitive on the plain layouts (create()) and its race with this one
+  // (run()): calls timed so far, each side's best seconds, the winner (-1 while racing).
+  std::unique_ptr<Primitive> plain_;
+  int race_calls_ = 0;
+  double race_best_[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  int plain_won_ = -1;
 };
 std::atomic<bool> Primitive::fail_for_testing{false};
 std::atomic<std::uint64_t> Primitive::weight_reorders{0};
 std::atomic<std::uint64_t> Primitive::operand_reorders{0};
+std::atomic<std::uint64_t> Primitive::races{0};
+std::atomic<std::uint64_t> Primitive::plain_picks{0};
 
 struct Cache {
   library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN conv", kMaxPrimitives};
@@ -806,7 +896,9 @@ ConvLibraryStats stats() {
           c.calls.load(),
           c.run_failures.load(),
           Primitive::weight_reorders.load(std::memory_order_relaxed),
-          Primitive::operand_reorders.load(std::memory_order_relaxed)};
+          Primitive::operand_reorders.load(std::memory_order_relaxed),
+          Primitive::races.load(std::memory_order_relaxed),
+          Primitive::plain_picks.load(std::memory_order_relaxed)};
 }
 
 PackedOperand packedWeight(const KernelArgs& args) {
