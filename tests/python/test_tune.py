@@ -62,9 +62,13 @@ def test_tune_writes_the_database_and_a_second_process_reuses_it(cli_env, tmp_pa
     for r in records:
         assert FIELDS <= set(r), r
         assert r["version"] == 1 and r["us"] > 0 and r["timed"] >= 1 and r["candidates"] >= r["timed"]
-        # A generated winner is never slower than the default; a library kernel (impl=onednn) is the
-        # bar, chosen by a run-off unless a generated kernel beats it there (docs/tuning.md).
-        assert r.get("impl", "jit") != "jit" or r["us"] <= r["default_us"] * 1.0001, r
+        # A generated winner of the sweep is never slower than the default. A matmul's winner is
+        # decided by the run-off when library candidates ran (the two fastest generated candidates
+        # and the library ones timed again side by side, docs/tuning.md): the record keeps the
+        # winner's sweep median, which may then lie above the default's (RunOffClock tests in C++).
+        if r["family"] != "matmul":
+            assert r.get("impl", "jit") != "jit" or r["us"] <= r["default_us"] * 1.0001, r
+    assert any(r["family"] != "matmul" for r in records), "no record the sweep alone decided (the gates kernel)"
     # The summary names each kernel with its params and speedup; the progress goes to stderr.
     assert re.search(r"^tune: \d+ kernels \(\d+ tuned by timing, 0 from the tuning database\)", out, re.M), out
     assert any(r["signature"] in out for r in records), out
