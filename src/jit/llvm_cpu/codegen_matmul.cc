@@ -865,8 +865,8 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
              .kc = kc_l1,
              .nc = ncForL3(caches, t.nr, kc_l1, 2),
              .prefetch = -1});
-        // ...and the A block in half of L1: few rows of A per B block, all of its panels in turn
-        // (the one-K-block default, see defaultPlan).
+        // ...and few rows of A per B block (mcForL1: the C rows of one panel in a quarter of L1),
+        // all of its panels in turn (the one-K-block default, see defaultPlan).
         add({.mr = t.mr,
              .nr = t.nr,
              .mc = mcForL1(caches, t.mr, t.nr),
