@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "jit/llvm_cpu/library_onednn.h"
 #include "jit_test_util.h"
