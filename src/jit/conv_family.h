@@ -32,4 +32,10 @@ bool convStepSupported(const std::vector<AttrValue>& attrs, std::span<const Conv
 // stream instead of each new size missing the guard. The channels and the weight stay baked in.
 void openConvExtents(KernelSpec& spec);
 
+// A max_pool or avg_pool kernel reads every extent and its pads per call (one kernel for any N, C,
+// D, H and W): a region's pool step (an opaque step with its own kernel) takes them all unbounded,
+// as a conv step does, instead of the profiled size, which every other size of a multi-scale
+// stream misses (it then ran the reference kernel). Other ops' specs are left as they are.
+void openPoolExtents(KernelSpec& spec);
+
 }  // namespace shapevm::jit

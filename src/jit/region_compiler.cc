@@ -513,6 +513,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       const KernelFamily* family = familyFor(op.op);
       if (family == nullptr) continue;
       auto inferred = inferSpec(op.op, *op.attrs, records[static_cast<std::size_t>(step.op)], compiles);
+      if (inferred) openPoolExtents(inferred->spec);  // a pool: one kernel for every image size
       if (!inferred || !family->supports(inferred->spec).isOk()) continue;
       jobs.push_back({k, family, inferred->spec, /*optional=*/true});
       continue;

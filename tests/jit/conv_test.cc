@@ -14,6 +14,7 @@
 
 #include "conv_test_util.h"
 #include "jit/conv_family.h"
+#include "jit/shape_infer.h"
 #include "jit_test_util.h"
 
 namespace shapevm::jit {
@@ -711,6 +712,65 @@ TEST(ConvJit, OneAvgPoolKernelOverSeveralSizes) {
     }
     EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs, true, "avg_pool"), xs)) << dtypeName(dtype);
   }
+}
+
+// A region's pool step (an opaque step with its own kernel) is specified from the profiled size;
+// openPoolExtents opens every extent (N, C, D, H, W): the step's guard then admits every other
+// size of a multi-scale stream (before, each missed it and ran the reference kernel) and the one
+// kernel compiled from the opened spec matches the reference bit for bit on all of them: 1-D to
+// 3-D, max and avg, odd sizes, pads at every border, SAME padding (its pads depend on the input),
+// float32 and bfloat16. Convs and other ops are left as they are.
+TEST(ConvJit, OpenedPoolSpecsServeEverySizeWithOneKernel) {
+  std::mt19937 rng(40);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  struct Case {
+    std::string_view op;
+    std::vector<Shape> shapes;  // the first is the profiled size
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {"max_pool",
+       {Shape{1, 8, 57, 61}, Shape{1, 8, 31, 29}, Shape{2, 5, 80, 77}, Shape{1, 8, 2, 3}},
+       {{"kernel", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}},
+      {"max_pool",
+       {Shape{2, 3, 13, 11}, Shape{1, 4, 9, 20}, Shape{3, 3, 5, 5}},
+       {{"kernel", ints({3, 2})}, {"strides", ints({2, 3})}, {"auto_pad", AttrValue::ofInt(1)}}},
+      {"max_pool", {Shape{1, 3, 17}, Shape{2, 6, 40}, Shape{1, 1, 4}}, {{"kernel", ints({3})}, {"pads", ints({1, 2})}}},
+      {"avg_pool",
+       {Shape{1, 4, 15, 9}, Shape{2, 4, 7, 22}, Shape{1, 6, 3, 3}},
+       {{"kernel", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 0, 2, 1})},
+        {"count_include_pad", AttrValue::ofBool(true)},
+        {"ceil_mode", AttrValue::ofBool(true)}}},
+      {"avg_pool",
+       {Shape{1, 2, 5, 6, 7}, Shape{2, 3, 9, 4, 5}, Shape{1, 2, 3, 3, 3}},
+       {{"kernel", ints({2, 3, 2})}, {"pads", ints({1, 1, 0, 0, 1, 1})}}}};
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      SCOPED_TRACE(fmt::format("{} {} {}", c.op, c.shapes[0].toString(), dtypeName(dtype)));
+      std::vector<Value> xs;
+      for (const Shape& shape : c.shapes) xs.push_back(poolInput(shape, rng, c.op == "max_pool", dtype));
+      KernelSpec spec = poolSpec(xs[0], c.attrs, /*dynamic=*/false, c.op);
+      for (std::size_t i = 1; i < xs.size(); ++i) {
+        const Value* x = &xs[i];
+        EXPECT_FALSE(guardFor(spec).passes(std::span<const Value* const>(&x, 1))) << "the profiled size's spec";
+      }
+      openPoolExtents(spec);
+      ASSERT_TRUE(familyFor(spec.op)->supports(spec).isOk());
+      for (const Value& x : xs) {
+        const Value* pointer = &x;
+        EXPECT_TRUE(guardFor(spec).passes(std::span<const Value* const>(&pointer, 1))) << x.tensor().describe();
+      }
+      EXPECT_TRUE(poolMatchesExactly(spec, xs));
+    }
+  }
+  const Value x = operand(DType::Float32, Shape{1, 4, 9, 9}, rng);
+  const Value w = operand(DType::Float32, Shape{4, 4, 3, 3}, rng);
+  KernelSpec conv = specFor("conv", {x, w}, {});
+  const std::string before = conv.signature();
+  openPoolExtents(conv);
+  EXPECT_EQ(conv.signature(), before) << "a conv's spec is openConvExtents' business";
 }
 
 TEST(ConvJit, AvgPoolSupport) {

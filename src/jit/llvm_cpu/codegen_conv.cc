@@ -1542,6 +1542,12 @@ void openConvExtents(KernelSpec& spec) {
   }
 }
 
+void openPoolExtents(KernelSpec& spec) {
+  if ((spec.op != OpId::MaxPool && spec.op != OpId::AvgPool) || spec.inputs.size() != 1) return;
+  OperandSpec& x = spec.inputs[0];
+  for (int d = 0; d < x.rank; ++d) x.dims[d] = DimSpec{};
+}
+
 bool convStepSupported(const std::vector<AttrValue>& attrs, std::span<const ConvOperand> operands,
                        const std::vector<EpilogueStep>& epilogue) {
   KernelSpec spec;
