@@ -90,13 +90,16 @@ TEST_P(ElementFunction, IsCompiledOncePerLaneCountAndComputesTheInlineResult) {
   ASSERT_TRUE(built.hasValue()) << built.status().toString();
   auto object = (*engine)->emitObject(std::move(*built));
   ASSERT_TRUE(object.hasValue()) << object.status().toString();
-  // The scalar function (both remainders call it) and the one vector variant both vectorized loops
-  // call; the variants of the other lane counts were dropped before codegen.
+  // The scalar function (both remainders call it) and the vector variants the vectorized loops call:
+  // the main loops' width and, where the target's cost model vectorizes the epilogue too (znver5
+  // does, at half the width), a narrower one. The variants of the other lane counts (at least one
+  // of the three offered) were dropped before codegen.
   const std::vector<std::string> names = elementFunctionsIn((*engine)->objectBytes(**object));
-  ASSERT_EQ(names.size(), 2u) << ::testing::PrintToString(names);
-  int vector_variants = 0;
-  for (const std::string& name : names) vector_variants += name.find("_v") != std::string::npos ? 1 : 0;
-  EXPECT_EQ(vector_variants, 1) << ::testing::PrintToString(names);
+  int scalar = 0, vector_variants = 0;
+  for (const std::string& name : names) (name.find("_v") != std::string::npos ? vector_variants : scalar) += 1;
+  EXPECT_EQ(scalar, 1) << ::testing::PrintToString(names);
+  EXPECT_GE(vector_variants, 1) << ::testing::PrintToString(names);
+  EXPECT_LE(vector_variants, 2) << ::testing::PrintToString(names);
 
   auto handle = (*engine)->link(std::move(*object));
   ASSERT_TRUE(handle.hasValue()) << handle.status().toString();

@@ -514,10 +514,10 @@ class Emitter {
   // float32 transcendental functions are called, not inlined: one copy of their polynomial per
   // module however many loop variants (and scalar remainders) compute the op, and one per vector
   // width the loop vectorizer may pick (callElementFunction). Cheap ops stay inline.
-  // A bfloat16/float16 result is stored rounded, so exp, sigmoid and tanh take ir_math's 16-bit
-  // variants (within 1 ulp of the correctly rounded value, codegen_math.h).
+  // A bfloat16 result is stored rounded, so exp, sigmoid and tanh take ir_math's 16-bit variants
+  // (within 1 ulp of the correctly rounded value; not for float16, codegen_math.h).
   llvm::Value* unary(OpId op, DType t, llvm::Value* x) {
-    const bool rounded16 = (t == DType::BFloat16 || t == DType::Float16) && p_.out == t;
+    const bool rounded16 = ir::sixteenBitMathFor(t) && p_.out == t;
     if (!x->getType()->isFloatTy() || !outlined(op)) return ir::unaryOp(b_, op, t, x, rounded16);
     const unsigned lanes = std::max(4u, static_cast<unsigned>(vector_bits_ / 32));
     return ir::callElementFunction(

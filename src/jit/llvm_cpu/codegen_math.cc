@@ -105,6 +105,10 @@ llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value*
   }
 }
 
+bool sixteenBitMathFor(DType t) {
+  return t == DType::BFloat16;
+}
+
 llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded16) {
   const bool fp = isFloating(t);
   const bool boolean = t == DType::Bool;
@@ -186,12 +190,12 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
     }
     for (std::size_t n = 0; n < count; ++n) rounds[n] = stored[n] || !clean[n];
   }
-  // 16-bit programs: which nodes may take the 16-bit variants (codegen_math.h). `passes[n]`: every
+  // bfloat16 programs: which nodes may take the 16-bit variants (sixteenBitMathFor). `passes[n]`: every
   // use of n's float32 value tolerates a relative error of 2^-13 (a use by a reduction's
   // accumulator does not; a store rounds). Consumers come after their operands, so a node's
   // uses are final when the walk reaches it.
   std::vector<bool> rounded16(count, false);
-  if (program.dtype == DType::BFloat16 || program.dtype == DType::Float16) {
+  if (sixteenBitMathFor(program.dtype)) {
     std::vector<bool> passes(count, true);
     if (program.reduce != FusedProgram::Reduce::None && !program.outputs.empty() && program.outputs[0] >= 0) {
       passes[static_cast<std::size_t>(program.outputs[0])] = false;

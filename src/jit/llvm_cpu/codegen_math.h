@@ -29,6 +29,11 @@ llvm::Value* binaryOp(Builder& b, OpId op, DType t, llvm::Value* a, llvm::Value*
 // before anything but products, quotients or tanh reads it, so exp, sigmoid and tanh may take
 // ir_math's 16-bit variants (ir_math.h: within 2^-13, within 1 ulp once rounded).
 llvm::Value* unaryOp(Builder& b, OpId op, DType t, llvm::Value* x, bool rounded16 = false);
+// Whether results stored in `t` may take those 16-bit variants: bfloat16 only. Their 2^-13 is a
+// sixteenth of bfloat16's half unit, so a rounding rarely flips; for float16 it is a quarter to a
+// half of its half unit, so one in several roundings lands an ulp off the reference's, and a chain
+// that cancels afterwards (v - z with v close to z) amplifies those ulps past validation's bound.
+bool sixteenBitMathFor(DType t);
 // x != 0 (i1), NaN counts as nonzero.
 llvm::Value* nonzero(Builder& b, llvm::Value* value, DType t);
 // A compute value rounded to `dtype`'s storage precision (float16/bfloat16; identity otherwise).

@@ -10,7 +10,8 @@
 // exact (tanh(±big) = ±1, sigmoid(-100) = 3.78e-44, erf(±big) = ±1, log(0) = -inf, log(x < 0) = NaN).
 // At ±inf, silu and gelu give what the reference's formulas give (silu(-inf) = gelu(-inf) = NaN).
 // The 16-bit variants (exp16F, sigmoid16F, tanh16F) are for a float32 result that is rounded to
-// bfloat16 or float16 before anything but products, quotients or tanh reads it: the same reduction
+// bfloat16 or float16 (the code generators take them for bfloat16 only: codegen_math.h
+// sixteenBitMathFor) before anything but products, quotients or tanh reads it: the same reduction
 // with ln2 in one part, a degree-3 polynomial for e^r and the bare reciprocal estimate (vrcp14ps on
 // 16-lane AVX-512 kernels marked "vec-divf:0", LLVM's one Newton step on other vectors, a divide on
 // scalars). Contract (tests/jit/ir_math_test.cc, the same sweeps): relative error <= 2^-13
