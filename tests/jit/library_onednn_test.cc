@@ -799,5 +799,59 @@ TEST(OnednnLibrary, APackedBIsReadUntilTheWeightChanges) {
   }
 }
 
+// prepareCall() reuses the calling thread's record of a call on the same layouts (spec, canonical
+// views, output and epilogue strides, task count): every call after a program's first skips
+// making the Problem. A call on a new shape, new strides or new data, and one back on the first
+// layout, must each still compute its own product (a record keyed too loosely would run a
+// primitive made for another shape or stride), and repeated layouts must be served by the record.
+TEST(OnednnLibrary, APreparedCallIsReusedOnlyForTheSameLayouts) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  std::mt19937 rng(83);
+  const DType dtype = DType::Float32;
+  const std::vector<EpilogueStep> steps = {{OpId::Add, 2, false}, {OpId::Relu, -1, false}};
+  for (const KernelParams& params : {kLibrary, kSgemmTail}) {
+    SCOPED_TRACE(params.toString());
+    // A's rows k + 7 elements apart (a column slice: sgemm's lda takes it too).
+    auto rowsApart = [&](std::int64_t m, std::int64_t k) {
+      const Tensor wide = operand(dtype, Shape{m, k + 7}, rng).tensor();
+      return Value::fromTensor(wide.asStrided(Shape{m, k}, Shape{k + 7, 1}, 0).value());
+    };
+    auto make = [&](std::int64_t m, std::int64_t k, std::int64_t n, Layout a_layout, bool b_transposed) {
+      Value b = b_transposed ? transposedWeight(dtype, k, n, rng) : operand(dtype, Shape{k, n}, rng);
+      return Case{fmt::format("{}x{}x{} A {} B {}", m, k, n, a_layout == Layout::Strided ? "strided" : "dense",
+                              b_transposed ? "transposed" : "dense"),
+                  {a_layout == Layout::Strided ? rowsApart(m, k) : operand(dtype, Shape{m, k}, rng), std::move(b),
+                   operand(dtype, Shape{n}, rng)},
+                  steps};
+    };
+    // Built from a strided A and a transposed B: the kernel takes any strides.
+    KernelSpec spec = librarySpec(make(9, 20, 12, Layout::Strided, true), Dims::Symbolic);
+    spec.params = params;
+    auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+    ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+    auto run = [&](const Case& c) {
+      std::vector<Value> actual(1);
+      const Status status = invokeCompiled(**kernel, pointersTo(c.inputs), actual);
+      ASSERT_TRUE(status.isOk()) << c.name << ": " << status.toString();
+      auto expected = reference(c);
+      ASSERT_TRUE(expected.hasValue());
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << c.name << ": " << comparison.reason;
+    };
+    auto hits = [] { return onednn::stats().prepare_hits; };
+    const std::uint64_t start = hits();
+    for (int call = 0; call < 3; ++call) run(make(9, 20, 12, Layout::Strided, true));  // new data each call
+    EXPECT_GE(hits(), start + 2) << "the same layouts again: served by the thread's record";
+    run(make(9, 20, 12, Layout::Contiguous, true));  // A's row stride changes
+    run(make(9, 20, 12, Layout::Strided, false));    // B's strides change
+    run(make(33, 20, 12, Layout::Strided, true));    // M changes
+    run(make(9, 24, 16, Layout::Strided, true));     // K and N change
+    const std::uint64_t before_back = hits();
+    run(make(9, 20, 12, Layout::Strided, true));  // the first layout again, new data
+    EXPECT_EQ(hits(), before_back + 1);
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
+}
+
 }  // namespace
 }  // namespace shapevm::jit

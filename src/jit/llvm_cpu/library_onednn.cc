@@ -751,7 +751,118 @@ Status createFor(const KernelSpec& spec) {
   return Status::ok();
 }
 
-Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
+namespace {
+
+// What prepareCall() reads, in one flat block compared whole: of the spec, what problemOf() and
+// the canonical views depend on (its dtype, library, gate program, operand count and ranks, the
+// epilogue's steps); of the call's arguments, A's and B's canonical views, the output's strides,
+// every epilogue operand's strides and the task count. Never the data pointers: the primitive is
+// made for layouts, and the call sets its data handles from the arguments each time.
+struct PrepareKey {
+  static constexpr int kSteps = 8;  // a longer epilogue is prepared afresh at every call
+  std::int64_t spec[8];
+  std::int64_t steps[kSteps][4];
+  std::int64_t a_shape[kMaxRank], a_strides[kMaxRank], b_shape[kMaxRank], b_strides[kMaxRank];
+  std::int64_t out_strides[kMaxRank];
+  std::int64_t step_strides[kSteps][kMaxRank];
+  std::int64_t tasks;
+};
+
+// Fills `key` for this call; false when it cannot be keyed (a longer epilogue).
+bool prepareKey(const KernelSpec& spec, const KernelArgs& args, PrepareKey& key) {
+  if (spec.epilogue.size() > static_cast<std::size_t>(PrepareKey::kSteps) || spec.inputs.size() < 2) return false;
+  std::memset(&key, 0, sizeof(key));
+  const int sa = matmul::slotA(spec), sb = matmul::slotB(spec);
+  const auto out_slot = static_cast<int>(spec.inputs.size());
+  if (sa < 0 || sb < 0 || sa >= kMaxKernelOperands || sb >= kMaxKernelOperands || out_slot >= kMaxKernelOperands)
+    return false;
+  const std::int64_t spec_part[8] = {static_cast<std::int64_t>(spec.inputs[0].dtype),
+                                     spec.params.library,
+                                     matmul::gateEpilogue(spec) ? 1 : 0,
+                                     out_slot,
+                                     spec.inputs[0].rank,
+                                     spec.inputs[1].rank,
+                                     sa,
+                                     sb};
+  std::memcpy(key.spec, spec_part, sizeof(spec_part));
+  for (std::size_t s = 0; s < spec.epilogue.size(); ++s) {
+    const EpilogueStep& step = spec.epilogue[s];
+    if (step.operand >= kMaxKernelOperands ||
+        (step.operand >= 0 && static_cast<std::size_t>(step.operand) >= spec.inputs.size()))
+      return false;
+    key.steps[s][0] = static_cast<std::int64_t>(step.op) + 1;
+    key.steps[s][1] = step.operand;
+    key.steps[s][2] = step.swapped ? 1 : 0;
+    if (step.operand >= 0) {
+      key.steps[s][3] = spec.inputs[static_cast<std::size_t>(step.operand)].rank;
+      std::memcpy(key.step_strides[s], args.strides[step.operand], sizeof(key.step_strides[s]));
+    }
+  }
+  std::memcpy(key.a_shape, args.shape[sa], sizeof(key.a_shape));
+  std::memcpy(key.a_strides, args.strides[sa], sizeof(key.a_strides));
+  std::memcpy(key.b_shape, args.shape[sb], sizeof(key.b_shape));
+  std::memcpy(key.b_strides, args.strides[sb], sizeof(key.b_strides));
+  std::memcpy(key.out_strides, args.strides[out_slot], sizeof(key.out_strides));
+  key.tasks = args.scalars[matmul::kScalarTasks];
+  return true;
+}
+
+// What a prepareCall() for a key found: the primitive, whether the tail runs, the tail buffer.
+struct Prepared {
+  PrepareKey key;
+  Primitive* primitive = nullptr;  // cached primitives are never destroyed (library_cache.h)
+  bool tail = false;
+  std::int64_t temp_bytes = 0;  // > 0: the product goes to the thread's tail buffer of this size
+};
+
+// The calling thread's last few prepared calls: a kernel called again on the layouts of one of
+// them (every call of a program after its first) skips making the Problem (a heap allocation for
+// its post-ops), its views, findRecent()'s comparisons and createForProgram(). Threads preparing a
+// program's calls for validation (ProgramCalls::current()) always prepare afresh.
+class PreparedCalls {
+ public:
+  static constexpr std::size_t kEntries = 8;
+  const Prepared* find(const PrepareKey& key) const {
+    for (std::size_t e = 0; e < used_; ++e) {
+      if (std::memcmp(&entries_[e].key, &key, sizeof(key)) == 0) return &entries_[e];
+    }
+    return nullptr;
+  }
+  void remember(const Prepared& prepared) {
+    if (used_ < kEntries) {
+      entries_[used_++] = prepared;
+      return;
+    }
+    entries_[next_] = prepared;
+    next_ = (next_ + 1) % kEntries;
+  }
+
+ private:
+  Prepared entries_[kEntries];
+  std::size_t used_ = 0, next_ = 0;
+};
+
+PreparedCalls& preparedCalls() {
+  thread_local PreparedCalls calls;
+  return calls;
+}
+
+std::atomic<std::uint64_t> prepare_hits{0};
+
+// A remembered call's arguments: as prepareProblem() set them.
+Status applyPrepared(const Prepared& prepared, KernelArgs& args) {
+  args.scalars[matmul::kScalarLibrary] =
+      static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(prepared.primitive));
+  if (!prepared.tail) return Status::ok();
+  if (prepared.temp_bytes > 0 && tailBuffer(prepared.temp_bytes) == nullptr)
+    return makeError(ErrorCode::Unsupported, "oneDNN matmul with a tail: no memory for the {}-byte product",
+                     prepared.temp_bytes);
+  args.scalars[matmul::kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryTail));
+  return Status::ok();
+}
+
+// prepareCall() without the thread's record: the Problem of this call, its primitive.
+Status prepareProblem(const KernelSpec& spec, KernelArgs& args, Prepared& prepared) {
   Problem problem = problemOf(spec);
   const int sa = matmul::slotA(spec), sb = matmul::slotB(spec);
   // prepare()'s canonical views: [batch0, batch1, rows, cols], batch strides 0 where broadcast.
@@ -802,15 +913,27 @@ Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
   }
   SVM_ASSIGN_OR_RETURN(Primitive * primitive, findRecent(problem));
   createForProgram(problem);
-  args.scalars[matmul::kScalarLibrary] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(primitive));
-  if (tail) {
-    // The kernel usually runs on this thread right after prepare() (invokeCompiled): its tail
-    // buffer is grown here, where a failure can still be returned.
-    if (problem.temp && tailBuffer(productBytes(problem)) == nullptr)
-      return makeError(ErrorCode::Unsupported, "oneDNN matmul with a tail: no memory for the {}-byte product",
-                       productBytes(problem));
-    args.scalars[matmul::kScalarRunner] = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(&runLibraryTail));
+  // The kernel usually runs on this thread right after prepare() (invokeCompiled): a tail's
+  // buffer is grown here (applyPrepared), where a failure can still be returned.
+  prepared.primitive = primitive;
+  prepared.tail = tail;
+  prepared.temp_bytes = tail && problem.temp ? productBytes(problem) : 0;
+  return applyPrepared(prepared, args);
+}
+
+}  // namespace
+
+Status prepareCall(const KernelSpec& spec, KernelArgs& args) {
+  Prepared prepared;
+  const bool keyed = ProgramCalls::current() == nullptr && prepareKey(spec, args, prepared.key);
+  if (keyed) {
+    if (const Prepared* found = preparedCalls().find(prepared.key)) {
+      prepare_hits.fetch_add(1, std::memory_order_relaxed);
+      return applyPrepared(*found, args);
+    }
   }
+  SVM_RETURN_IF_ERROR(prepareProblem(spec, args, prepared));
+  if (keyed) preparedCalls().remember(prepared);
   return Status::ok();
 }
 
@@ -1027,8 +1150,8 @@ Status emitTail(const KernelSpec& spec, llvm::Function* part) {
 LibraryStats stats() {
   Cache& c = cache();
   const auto totals = c.primitives.totals();
-  return {totals.primitives,   totals.create_ms,     c.calls.load(),   c.run_failures.load(),
-          c.tail_calls.load(), c.sgemm_calls.load(), c.b_packs.load(), c.packed_calls.load()};
+  return {totals.primitives,    totals.create_ms, c.calls.load(),        c.run_failures.load(), c.tail_calls.load(),
+          c.sgemm_calls.load(), c.b_packs.load(), c.packed_calls.load(), prepare_hits.load()};
 }
 
 PackedOperand packedB(const KernelSpec& spec, const KernelArgs& args) {

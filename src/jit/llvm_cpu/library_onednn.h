@@ -128,6 +128,7 @@ struct LibraryStats {
   std::uint64_t sgemm_calls = 0;   // of the calls, those dnnl_sgemm computed (library = 3, 4)
   std::uint64_t b_packs = 0;       // B reordered into a packed copy (PackMode::PackOnly calls)
   std::uint64_t packed_calls = 0;  // of the calls, those that read a packed B
+  std::uint64_t prepare_hits = 0;  // prepareCall()s that reused the thread's record of the same layouts
 };
 LibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).
