@@ -42,12 +42,14 @@ KernelSpec matmulSpec(std::int64_t m, std::int64_t k, std::int64_t n, const Kern
 }
 
 TEST(MatmulBlocking, DefaultKBlockFollowsTheCaches) {
-  // Zen 5 (48 KiB L1d, 1 MiB L2): the figures the AVX-512 defaults were tuned with.
+  // Zen 5 (48 KiB L1d, 1 MiB L2): two 512 x 64 panels in a quarter of L2; few rows from L1.
   const KernelTarget zen5 = avx512(48 * kKiB, 1 * kMiB, 4 * kMiB);
-  EXPECT_EQ(matmul::resolvePlan(matmulSpec(512, 512, 512, zen5)).kc, 256);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(1024, 1024, 1024, zen5)).kc, 512);
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(32, 768, 4096, zen5)).kc, 128);
-  // A 2 MiB L2 (Sapphire Rapids) holds panels twice as deep; a 32 KiB L1d half as deep.
+  // A 2 MiB L2 (Sapphire Rapids) holds the same (the model's deepest K block); a 512 KiB L2 half
+  // as deep, a 32 KiB L1d half as deep for few rows.
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(512, 512, 512, avx512(48 * kKiB, 2 * kMiB, 2 * kMiB))).kc, 512);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(1024, 1024, 1024, avx512(48 * kKiB, 512 * kKiB, 4 * kMiB))).kc, 256);
   EXPECT_EQ(matmul::resolvePlan(matmulSpec(32, 768, 4096, avx512(32 * kKiB, 1 * kMiB, 4 * kMiB))).kc, 64);
   // AVX2 with a 32 KiB L1d (Zen 3, Haswell): 6 x 16 tiles (12 of the 16 ymm), K blocks of 256;
   // few rows 4 x 16.
@@ -94,7 +96,7 @@ TEST(MatmulBlocking, CandidatesFitTheCachesTheyWereSizedFor) {
         } else if (p.prefetch < 0 && p.kc == matmul::kcForL1(caches, p.mr, p.nr)) {
           EXPECT_TRUE((p.mr + p.nr) * p.kc * 4 <= caches.l1 || p.kc == matmul::kMinModelKc) << where;
         } else if (p.prefetch > 0 && p.kc == matmul::kcForL2(caches, p.nr)) {
-          EXPECT_TRUE(2 * p.nr * p.kc * 4 <= caches.l2 / 8 || p.kc == matmul::kMinModelKc) << where;
+          EXPECT_TRUE(2 * p.nr * p.kc * 4 <= caches.l2 / 4 || p.kc == matmul::kMinModelKc) << where;
         }
         // No 16-lane-register tile on AVX2: every tile's accumulators fit 16 ymm minus 4.
         EXPECT_LE(p.mr * p.nr / target.floatLanes(), target.vector_registers - 4) << where;
@@ -136,10 +138,10 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   EXPECT_EQ(big.nc, 2048);  // 512 x 2048 floats: 4 MiB, the packed B block's cap
   EXPECT_EQ(big.prefetch, 0);
   EXPECT_GT(matmul::resolvePlan(matmulSpec(3840, 128, 1024, spr)).mc, 0);  // 1.9 MiB of A at K 128
-  // On a 1 MiB L2 the same 1024^3 has K blocks of 256 and A blocks of 252 x 256.
+  // On a 1 MiB L2 the same 1024^3 has K blocks of 512 and A blocks of 126 x 512 (a quarter of L2).
   const matmul::Plan zen = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, zen5));
-  EXPECT_EQ(zen.kc, 256);
-  EXPECT_EQ(zen.mc, 252);
+  EXPECT_EQ(zen.kc, 512);
+  EXPECT_EQ(zen.mc, 126);
   // All of K in one K block, more than 64 rows: blocked too, the B block sized for that K block
   // and A in blocks of as many rows as C rows of one panel fill a quarter of L1 (48 rows of 64
   // floats in 12 KiB of 48 KiB), whatever K is.

@@ -191,7 +191,7 @@ int kcForL1(const CacheModel& caches, int mr, int nr) {
   return powerOfTwoKc(caches.l1, (mr + nr) * kFloat);
 }
 int kcForL2(const CacheModel& caches, int nr) {
-  return powerOfTwoKc(caches.l2 / 8, 2 * nr * kFloat);
+  return powerOfTwoKc(caches.l2 / 4, 2 * nr * kFloat);
 }
 int mcForL2(const CacheModel& caches, int mr, int kc, int share) {
   const std::int64_t rows = caches.l2 / share / (kc * kFloat) / mr * mr;
@@ -232,7 +232,9 @@ Plan defaultPlan(const KernelSpec& spec) {
     plan.kc = kcForL1(caches, plan.mr, static_cast<int>(plan.nr()));
   } else {
     // 6 x 64: 24 accumulators, 10 loads per 24 FMAs, the B panel streamed from L2 with the next
-    // one prefetched (1 MiB L2: K blocks of 256; 2 MiB: 512). Few rows: 4 x 64 (less of a
+    // one prefetched (two panels in a quarter of L2: K blocks of 512 on 1 MiB and 2 MiB; 256 on
+    // 512 KiB; an eighth of L2 gave 256 on a Zen 5's 1 MiB, 0.81-0.91x oneDNN at 1024^3 against
+    // 0.93-0.99x with 512, BENCHMARKS.md "Zen 5" section, issue 25). Few rows: 4 x 64 (less of a
     // partial M tile wasted) with K blocks that keep the A rows and the packed panel both in L1
     // (48 KiB: 128). Packed B panels with the next panel's rows prefetched while the tiles run
     // measured faster than reading B in place (nc = -1) even at M = 32 on a Zen 5: B's rows
