@@ -41,10 +41,10 @@ constexpr std::int64_t kMaxL3PerCpuBytes = std::int64_t{12} << 20;
 
 // One cache as a cpuid deterministic cache leaf (4 or 0x8000001D, same layout) describes it.
 struct CpuidCache {
-  int level = 0;             // 1, 2, 3; 0 = no cache at this subleaf (the list ends)
-  bool data = false;         // a data or unified cache (not instruction-only)
-  std::int64_t bytes = 0;    // ways x partitions x line x sets
-  int sharing = 1;           // logical CPUs sharing it (EAX[25:14] + 1)
+  int level = 0;           // 1, 2, 3; 0 = no cache at this subleaf (the list ends)
+  bool data = false;       // a data or unified cache (not instruction-only)
+  std::int64_t bytes = 0;  // ways x partitions x line x sets
+  int sharing = 1;         // logical CPUs sharing it (EAX[25:14] + 1)
 };
 // Decodes one subleaf's EAX, EBX, ECX.
 CpuidCache decodeCpuidCacheLeaf(std::uint32_t eax, std::uint32_t ebx, std::uint32_t ecx);
