@@ -289,8 +289,8 @@ Plan defaultPlan(const KernelSpec& spec) {
   // rows, so the panels take a quarter of L2 (kcForL2Blocks: K blocks of 512 on a 1 MiB L2 as on
   // 2 MiB). The B block in half of this CPU's L3 share (up to 4 MiB). On a Zen 5 core (1 MiB L2,
   // 2 MiB of L3 per CPU; BENCHMARKS.md, "The matmul on an AMD EPYC Zen 5", issue 25; thread CPU
-  // time, 9 rounds, median per-round ratio to oneDNN) 1024^3: kc 256, mc 252 0.89-0.91x -> kc 512,
-  // mc 126 0.95-0.97x with B blocks of 512-1024 columns (a quarter of the share, 256 columns:
+  // time, 9-15 rounds, median per-round ratio to oneDNN) 1024^3: kc 256, mc 252 0.88-0.91x -> kc
+  // 512, mc 126 0.92-0.97x with B blocks of 512-1024 columns (a quarter of the share, 256 columns:
   // 0.89-0.93x). On the Intel host (2 MiB L2, an L3 share over 8 MiB) both stay what they were.
   if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 && b.rank == 2 && dims.m >= 0 &&
       dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
