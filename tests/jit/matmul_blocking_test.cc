@@ -136,10 +136,24 @@ TEST(MatmulBlocking, DefaultPacksABlocksWhereARowsWouldNotStayInL2) {
   EXPECT_EQ(big.nc, 2048);  // 512 x 2048 floats: 4 MiB, the packed B block's cap
   EXPECT_EQ(big.prefetch, 0);
   EXPECT_GT(matmul::resolvePlan(matmulSpec(3840, 128, 1024, spr)).mc, 0);  // 1.9 MiB of A at K 128
-  // On a 1 MiB L2 the same 1024^3 has K blocks of 256 and A blocks of 252 x 256.
+  // On a 1 MiB L2 the same 1024^3 in packed blocks has K blocks of 512 too (two panels in a
+  // quarter of L2), A blocks of 126 x 512 (a quarter of L2); with a Zen 5 guest's 2 MiB of L3 per
+  // CPU, B blocks of 512 columns (1 MiB, half the share). A 512 KiB L2: K blocks of 256.
   const matmul::Plan zen = matmul::resolvePlan(matmulSpec(1024, 1024, 1024, zen5));
-  EXPECT_EQ(zen.kc, 256);
-  EXPECT_EQ(zen.mc, 252);
+  EXPECT_EQ(zen.kc, 512);
+  EXPECT_EQ(zen.mc, 126);
+  EXPECT_EQ(zen.nc, 2048);  // 4 MiB, the cap, of a 16 MiB share
+  const matmul::Plan zen_guest =
+      matmul::resolvePlan(matmulSpec(1024, 1024, 1024, avx512(48 * kKiB, 1 * kMiB, 2 * kMiB)));
+  EXPECT_EQ(zen_guest.kc, 512);
+  EXPECT_EQ(zen_guest.mc, 126);
+  EXPECT_EQ(zen_guest.nc, 512);
+  EXPECT_EQ(matmul::resolvePlan(matmulSpec(1024, 1024, 1024, avx512(48 * kKiB, 512 * kKiB, 4 * kMiB))).kc, 256);
+  // Where A stays in L2 at the panel-streaming K block (512^3 on 1 MiB: 512 x 256 floats in half
+  // of L2), A is read in place with that K block, as before.
+  const matmul::Plan zen_512 = matmul::resolvePlan(matmulSpec(512, 512, 512, zen5));
+  EXPECT_EQ(zen_512.kc, 256);
+  EXPECT_EQ(zen_512.mc, 0);
   // All of K in one K block, more than 64 rows: blocked too, the B block sized for that K block
   // and A in blocks of as many rows as C rows of one panel fill a quarter of L1 (48 rows of 64
   // floats in 12 KiB of 48 KiB), whatever K is.
@@ -224,7 +238,9 @@ TEST(MatmulBlocking, OneKBlockDefaultMatchesTheReference) {
 TEST(MatmulBlocking, BlockedDefaultMatchesTheReference) {
   const KernelTarget& isa = sharedBackend().capabilities().isa;
   const matmul::CacheModel caches = matmul::cacheModel(isa);
-  const std::int64_t k = matmul::resolvePlan(sharedBackend().targetSpec(matmulSpec(4096, 4096, 256, {}))).kc;
+  // K: the K block the in-place decision is made with (the panel-streaming one; blocks may then
+  // take a deeper one, kcForL2Blocks).
+  const std::int64_t k = isa.vector_bits >= 512 ? matmul::kcForL2(caches, 64) : matmul::kcForL1(caches, 6, 16);
   const std::int64_t m = caches.l2 / (2 * 4 * k) + 7;  // one A block of K rows: just over half of L2
   std::mt19937 rng(23);
   const std::vector<Value> inputs = {operand(DType::Float32, Shape{m, k}, rng),

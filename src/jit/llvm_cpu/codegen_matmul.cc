@@ -193,6 +193,9 @@ int kcForL1(const CacheModel& caches, int mr, int nr) {
 int kcForL2(const CacheModel& caches, int nr) {
   return powerOfTwoKc(caches.l2 / 8, 2 * nr * kFloat);
 }
+int kcForL2Blocks(const CacheModel& caches, int nr) {
+  return powerOfTwoKc(caches.l2 / 4, 2 * nr * kFloat);
+}
 int mcForL2(const CacheModel& caches, int mr, int kc, int share) {
   const std::int64_t rows = caches.l2 / share / (kc * kFloat) / mr * mr;
   return static_cast<int>(std::clamp<std::int64_t>(rows, mr, kMaxModelMc / mr * mr));
@@ -282,13 +285,21 @@ Plan defaultPlan(const KernelSpec& spec) {
     plan.prefetch = 0;
     return plan;
   }
+  // Several K blocks in packed A and B blocks (AVX-512): the A block comes from L2 packed, not A's
+  // rows, so the panels take a quarter of L2 (kcForL2Blocks: K blocks of 512 on a 1 MiB L2 as on
+  // 2 MiB). The B block in half of this CPU's L3 share (up to 4 MiB). On a Zen 5 core (1 MiB L2,
+  // 2 MiB of L3 per CPU; BENCHMARKS.md, "The matmul on an AMD EPYC Zen 5", issue 25; thread CPU
+  // time, 9-15 rounds, median per-round ratio to oneDNN) 1024^3: kc 256, mc 252 0.88-0.91x -> kc
+  // 512, mc 126 0.92-0.97x with B blocks of 512-1024 columns (a quarter of the share, 256 columns:
+  // 0.89-0.93x). On the Intel host (2 MiB L2, an L3 share over 8 MiB) both stay what they were.
   if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && a.rank == 2 && b.rank == 2 && dims.m >= 0 &&
       dims.k >= 0 && dims.n > plan.nr() && !gateEpilogue(spec) &&
       (one_k_block || !aBlockStaysInL2(dims, caches, plan.kc))) {
     if (one_k_block) plan.kc = static_cast<int>(std::min<std::int64_t>(plan.kc, (dims.k + 15) / 16 * 16));
+    if (!one_k_block && targetHasAvx512(spec)) plan.kc = kcForL2Blocks(caches, static_cast<int>(plan.nr()));
     plan.mc =
         one_k_block ? mcForL1(caches, plan.mr, static_cast<int>(plan.nr())) : mcForL2(caches, plan.mr, plan.kc, 4);
-    plan.nc = ncForL3(caches, static_cast<int>(plan.nr()), plan.kc, 4);
+    plan.nc = ncForL3(caches, static_cast<int>(plan.nr()), plan.kc, 2);
     plan.prefetch = 0;
   }
   return plan;

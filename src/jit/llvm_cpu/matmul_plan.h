@@ -84,6 +84,9 @@ int kcForL1(const CacheModel& caches, int mr, int nr);
 // K block whose packed B panel streams from L2 with the next one prefetched: two panels in an
 // eighth of L2 (the rest for A's rows, C and the hardware's own prefetches).
 int kcForL2(const CacheModel& caches, int nr);
+// The same for packed A and B blocks (A from its packed block, not its rows): two panels in a
+// quarter of L2.
+int kcForL2Blocks(const CacheModel& caches, int nr);
 // Packed A block rows: mc x kc floats in 1/share of L2, whole tiles, mr..1024.
 int mcForL2(const CacheModel& caches, int mr, int kc, int share);
 // Packed A block rows whose C rows of one panel (mc x nr floats) fill a quarter of L1, whole
