@@ -518,6 +518,35 @@ class CallMeter {
   long faults_;
 };
 
+namespace {
+
+// An O0 call outside compiles: its index in the start's call sequence, its seq, its CPU.
+struct TimedO0Call {
+  int index = 0;
+  std::int64_t seq = 0;
+  double cpu_ms = 0;
+};
+
+// The CPU of O0's calls of `seq` nearest call `index` of the same fresh start: the mean of the last one
+// before it and the first one after it (either alone at the ends). The host's speed drifts by tens of
+// percent over seconds (other work on it, its clock), so a call while compiling is compared with the
+// same work a few calls away, not with a median over minutes; nullopt without any O0 call of `seq`.
+std::optional<double> nearbyO0Cpu(const std::vector<TimedO0Call>& calls, int index, std::int64_t seq) {
+  const TimedO0Call* before = nullptr;
+  const TimedO0Call* after = nullptr;
+  for (const TimedO0Call& c : calls) {
+    if (c.seq != seq) continue;
+    if (c.index < index && (before == nullptr || c.index > before->index)) before = &c;
+    if (c.index > index && (after == nullptr || c.index < after->index)) after = &c;
+  }
+  if (before != nullptr && after != nullptr) return (before->cpu_ms + after->cpu_ms) / 2;
+  if (before != nullptr) return before->cpu_ms;
+  if (after != nullptr) return after->cpu_ms;
+  return std::nullopt;
+}
+
+}  // namespace
+
 // Fewer calls while compiling than this, and the printed "p99" is simply the slowest call.
 constexpr std::size_t kFewCalls = 20;
 // The full suite's fresh starts per variant: at least kMinStarts, then more until kEnoughCalls calls
@@ -554,7 +583,9 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
     for (int level = 1; level <= 2; ++level) {
       if (only != nullptr && fmt::format("{}:{}", variant, level) != only) continue;
       std::vector<std::pair<std::int64_t, CallCost>> during;        // (seq, cost) of calls while compiling
-      std::vector<double> paired_ratio, o0_during_ratio_cpu;  // SHAPEVM_BENCH_COLD_PAIRED: (JIT, O0) CPU
+      // Their CPU over the nearby O0 calls' (nearbyO0Cpu): the host's speed drifts over seconds.
+      std::vector<double> nearby_ratio;
+      std::vector<double> paired_ratio, o0_during_ratio_cpu;        // SHAPEVM_BENCH_COLD_PAIRED: (JIT, O0) CPU
       std::vector<std::pair<std::int64_t, CallCost>> o0_during;     // ... O0's calls while compiling
       std::map<std::int64_t, std::vector<double>> o0_wall, o0_cpu;  // per seq
       std::vector<double> steady;
@@ -565,6 +596,8 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                             : start_index < kMinStarts || (during.size() < kEnoughCalls && start_index < kMaxStarts);
            ++start_index) {
         ++starts;
+        std::vector<std::pair<int, CallCost>> start_during;  // (call index, cost) while compiling
+        std::vector<TimedO0Call> start_o0;                   // O0's calls outside compiles
         // A fresh folder per start: the compiled-kernel cache lives next to the tuning database,
         // and a kernel from it would make the run warm, not cold.
         const std::string cache_dir = fmt::format("{}/cold/{}/O{}/{}", tmp_dir, variant, level, start_index);
@@ -587,7 +620,10 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           if (i == 0 && start_index == 0) first = cost.wall_ms;
           const jit::JitStats stats = instance.jit()->stats();
           const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
-          if (compiling) during.emplace_back(seq, cost);
+          if (compiling) {
+            during.emplace_back(seq, cost);
+            start_during.emplace_back(i, cost);
+          }
           if (record_timeline && timeline.size() < 400) {
             timeline.push_back({{"thread", "interpreter"},
                                 {"name", fmt::format("run seq={}", seq)},
@@ -605,27 +641,33 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
             if (!compiling) {
               o0_wall[seq].push_back(o0_cost->wall_ms);
               o0_cpu[seq].push_back(o0_cost->cpu_ms);
+              start_o0.push_back({i, seq, o0_cost->cpu_ms});
             } else {
               o0_during.emplace_back(seq, *o0_cost);
               if (o0_cost->cpu_ms > 0) paired_ratio.push_back(cost.cpu_ms / o0_cost->cpu_ms);
             }
           }
           if (print_calls) {
-            fmt::print("  cold {} O{} start {} call {:3}: {} compiled op calls, {} guard misses, {} ic misses, {} system "
-                       "allocations, {} installs so far\n",
-                       variant, level, start_index, i, exec_after.compiled_calls - exec_before.compiled_calls,
-                       exec_after.guard_misses - exec_before.guard_misses, exec_after.ic_misses - exec_before.ic_misses,
-                       exec_after.system_allocations - exec_before.system_allocations, stats.compiles);
+            fmt::print(
+                "  cold {} O{} start {} call {:3}: {} compiled op calls, {} guard misses, {} ic misses, {} system "
+                "allocations, {} installs so far\n",
+                variant, level, start_index, i, exec_after.compiled_calls - exec_before.compiled_calls,
+                exec_after.guard_misses - exec_before.guard_misses, exec_after.ic_misses - exec_before.ic_misses,
+                exec_after.system_allocations - exec_before.system_allocations, stats.compiles);
             std::vector<std::pair<std::string, CallCost>> printed = {{fmt::format("O{}", level), cost}};
             if (o0_cost) printed.emplace_back("O0", *o0_cost);
             for (const auto& [what, c] : printed) {
               fmt::print(
                   "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
                   "ms, {} minor faults\n",
-                  variant, what, start_index, i, seq, compiling ? " (compiling)" : "", c.wall_ms,
-                  c.cpu_ms, c.wait_ms, c.others_cpu_ms, c.minor_faults);
+                  variant, what, start_index, i, seq, compiling ? " (compiling)" : "", c.wall_ms, c.cpu_ms, c.wait_ms,
+                  c.others_cpu_ms, c.minor_faults);
             }
           }
+        }
+        for (const auto& [i, cost] : start_during) {
+          const std::optional<double> nearby = nearbyO0Cpu(start_o0, i, cycle[i % 3]);
+          if (nearby && *nearby > 0) nearby_ratio.push_back(cost.cpu_ms / *nearby);
         }
         instance.jit()->waitIdle();
         for (int i = 0; i < 30; ++i) {
@@ -666,6 +708,7 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
       for (const auto& [seq, cost] : o0_during) o0_during_ratio_cpu.push_back(cost.cpu_ms / cpu_median[seq]);
       const LatencySummary o0_cpu_during = summarizeLatency(o0_during_ratio_cpu);
       const LatencySummary pair = summarizeLatency(paired_ratio);
+      const LatencySummary nearby = summarizeLatency(nearby_ratio);
       const bool few = during.size() < kFewCalls;
       out.push_back({{"variant", variant},
                      {"level", fmt::format("O{}", level)},
@@ -681,6 +724,9 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                      {"cpu_during_compile_over_o0_cpu_median_p50", cpu.median},
                      {"cpu_during_compile_over_o0_cpu_median_p99", cpu.p99},
                      {"cpu_during_compile_over_o0_cpu_median_max", cpu.high},
+                     {"cpu_during_compile_over_nearby_o0_cpu_p50", nearby.median},
+                     {"cpu_during_compile_over_nearby_o0_cpu_p99", nearby.p99},
+                     {"cpu_during_compile_over_nearby_o0_cpu_max", nearby.high},
                      {"wait_for_core_during_compile_p50_ms", waited.median},
                      {"wait_for_core_during_compile_max_ms", waited.high},
                      {"p50_o0_ms", wall_median[20]},
@@ -700,6 +746,10 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           variant, level, first, after_new_shape, during.size(), starts, starts == 1 ? "" : "s",
           few ? fmt::format("; under {}: p99 is the slowest call", kFewCalls) : "", d.median, d.p99, ratio.median,
           ratio.p99, cpu.median, cpu.p99, cpu.high, waited.median, waited.high, wall_median[20], s.median);
+      fmt::print(
+          "cold {:<9} O{}: their CPU over the nearby O0 calls' (same seq, same start) p50 {:.2f} / p99 {:.2f} / "
+          "max {:.2f}\n",
+          variant, level, nearby.median, nearby.p99, nearby.high);
       if (paired) {
         fmt::print(
             "cold {:<9} O{}: paired ({} calls while compiling, each followed by O0's): JIT CPU over that O0 call's p50 "
