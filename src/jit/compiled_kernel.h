@@ -69,7 +69,7 @@ class PackedOperandCache {
   std::uint64_t clock_ = 0;
   std::uint64_t packs_ = 0, hits_ = 0;
   std::int64_t unused_in_a_row_ = 0;  // entries evicted without a single hit, since the last hit
-  Tensor spare_;                       // clear()'s kept buffer (float32), until takeSpare()
+  Tensor spare_;                      // clear()'s kept buffer (float32), until takeSpare()
   std::uint64_t spare_reuses_ = 0;
 };
 
