@@ -2,6 +2,7 @@
 // The reference workload's suites: lstm_cell / lstm_loop at O0/O1/O2 against the measured FMA
 // floor (with compile latency, tuning-database hits and a two-thread O2 row), cold costs (first
 // call, latency while compiles are in flight at O1 and O2 against O0) and memory (VM context, JIT with its kernels).
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -472,6 +473,7 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
 // threads (compile threads, their helpers, kernel-pool workers) used meanwhile.
 struct CallCost {
   double wall_ms = 0, cpu_ms = 0, wait_ms = 0, others_cpu_ms = 0;
+  long minor_faults = 0;  // the thread's minor page faults during the call (getrusage RUSAGE_THREAD)
 };
 
 class CallMeter {
@@ -480,9 +482,11 @@ class CallMeter {
       : start_(Clock::now()),
         cpu_(cpuMs(CLOCK_THREAD_CPUTIME_ID)),
         process_(cpuMs(CLOCK_PROCESS_CPUTIME_ID)),
-        wait_(runDelayMs()) {}
+        wait_(runDelayMs()),
+        faults_(minorFaults()) {}
   CallCost stop() const {
     CallCost c;
+    c.minor_faults = minorFaults() - faults_;
     c.wall_ms = msSince(start_);
     c.cpu_ms = cpuMs(CLOCK_THREAD_CPUTIME_ID) - cpu_;
     c.wait_ms = runDelayMs() - wait_;
@@ -505,9 +509,43 @@ class CallMeter {
     std::fclose(file);
     return read == 2 ? static_cast<double>(delay) * 1e-6 : 0;
   }
+  static long minorFaults() {
+    rusage usage{};
+    return getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_minflt : 0;
+  }
   Clock::time_point start_;
   double cpu_, process_, wait_;
+  long faults_;
 };
+
+namespace {
+
+// An O0 call outside compiles: its index in the start's call sequence, its seq, its CPU.
+struct TimedO0Call {
+  int index = 0;
+  std::int64_t seq = 0;
+  double cpu_ms = 0;
+};
+
+// The CPU of O0's calls of `seq` nearest call `index` of the same fresh start: the mean of the last one
+// before it and the first one after it (either alone at the ends). The host's speed drifts by tens of
+// percent over seconds (other work on it, its clock), so a call while compiling is compared with the
+// same work a few calls away, not with a median over minutes; nullopt without any O0 call of `seq`.
+std::optional<double> nearbyO0Cpu(const std::vector<TimedO0Call>& calls, int index, std::int64_t seq) {
+  const TimedO0Call* before = nullptr;
+  const TimedO0Call* after = nullptr;
+  for (const TimedO0Call& c : calls) {
+    if (c.seq != seq) continue;
+    if (c.index < index && (before == nullptr || c.index > before->index)) before = &c;
+    if (c.index > index && (after == nullptr || c.index < after->index)) after = &c;
+  }
+  if (before != nullptr && after != nullptr) return (before->cpu_ms + after->cpu_ms) / 2;
+  if (before != nullptr) return before->cpu_ms;
+  if (after != nullptr) return after->cpu_ms;
+  return std::nullopt;
+}
+
+}  // namespace
 
 // Fewer calls while compiling than this, and the printed "p99" is simply the slowest call.
 constexpr std::size_t kFewCalls = 20;
@@ -526,13 +564,18 @@ constexpr std::size_t kEnoughCalls = 101;
 // calls: at least kMinStarts, and more until kEnoughCalls calls fell inside a compile (so p99 is not
 // the slowest call) or kMaxStarts were made. Beside wall time, each call's CPU (over O0's CPU median
 // of the same shape) and its wait for a core say whether a slow call did more work or lost its core.
-// SHAPEVM_BENCH_COLD_CALLS=1 prints every call; SHAPEVM_BENCH_COLD_ONLY=lstm_cell:2 measures that
-// variant and level only; SHAPEVM_BENCH_COLD_STARTS=N makes exactly N fresh starts per variant.
+// SHAPEVM_BENCH_COLD_CALLS=1 prints every call (with its minor page faults, and the JIT call's
+// compiled op calls, guard and inline-cache misses and system allocations); SHAPEVM_BENCH_COLD_ONLY=
+// lstm_cell:2 measures that variant and level only; SHAPEVM_BENCH_COLD_STARTS=N makes exactly N fresh
+// starts per variant; SHAPEVM_BENCH_COLD_PAIRED=1 follows every JIT call while compiling by O0's too
+// (a control: the same work in the same window; half as many calls fall inside a compile) and reports
+// the JIT call's CPU over that O0 call's.
 Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
                  json& timeline) {
   const bool print_calls = std::getenv("SHAPEVM_BENCH_COLD_CALLS") != nullptr;
   const char* only = std::getenv("SHAPEVM_BENCH_COLD_ONLY");
   const char* starts_env = std::getenv("SHAPEVM_BENCH_COLD_STARTS");
+  const bool paired = std::getenv("SHAPEVM_BENCH_COLD_PAIRED") != nullptr;
   const int fixed_starts = starts_env != nullptr ? std::max(1, std::atoi(starts_env)) : (flags.quick ? 1 : 0);
   const int runs = flags.quick ? 40 : 120;
   const std::int64_t cycle[] = {10, 20, 30};
@@ -540,6 +583,10 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
     for (int level = 1; level <= 2; ++level) {
       if (only != nullptr && fmt::format("{}:{}", variant, level) != only) continue;
       std::vector<std::pair<std::int64_t, CallCost>> during;        // (seq, cost) of calls while compiling
+      // Their CPU over the nearby O0 calls' (nearbyO0Cpu): the host's speed drifts over seconds.
+      std::vector<double> nearby_ratio;
+      std::vector<double> paired_ratio, o0_during_ratio_cpu;        // SHAPEVM_BENCH_COLD_PAIRED: (JIT, O0) CPU
+      std::vector<std::pair<std::int64_t, CallCost>> o0_during;     // ... O0's calls while compiling
       std::map<std::int64_t, std::vector<double>> o0_wall, o0_cpu;  // per seq
       std::vector<double> steady;
       double first = 0, after_new_shape = 0;
@@ -549,6 +596,8 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                             : start_index < kMinStarts || (during.size() < kEnoughCalls && start_index < kMaxStarts);
            ++start_index) {
         ++starts;
+        std::vector<std::pair<int, CallCost>> start_during;  // (call index, cost) while compiling
+        std::vector<TimedO0Call> start_o0;                   // O0's calls outside compiles
         // A fresh folder per start: the compiled-kernel cache lives next to the tuning database,
         // and a kernel from it would make the run warm, not cold.
         const std::string cache_dir = fmt::format("{}/cold/{}/O{}/{}", tmp_dir, variant, level, start_index);
@@ -563,13 +612,18 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           const std::int64_t seq = cycle[i % 3];
           auto args = workloadArgs(fn, weights, 32, seq, 11);
           const Clock::time_point start = Clock::now();
+          const ExecStats exec_before = instance.vm->stats();
           const CallMeter meter;
           if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
           const CallCost cost = meter.stop();
+          const ExecStats& exec_after = instance.vm->stats();
           if (i == 0 && start_index == 0) first = cost.wall_ms;
           const jit::JitStats stats = instance.jit()->stats();
           const bool compiling = stats.requests > stats.compiles + stats.compile_failures + stats.validation_failures;
-          if (compiling) during.emplace_back(seq, cost);
+          if (compiling) {
+            during.emplace_back(seq, cost);
+            start_during.emplace_back(i, cost);
+          }
           if (record_timeline && timeline.size() < 400) {
             timeline.push_back({{"thread", "interpreter"},
                                 {"name", fmt::format("run seq={}", seq)},
@@ -577,24 +631,43 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                                 {"dur_ms", cost.wall_ms}});
           }
           std::optional<CallCost> o0_cost;
-          if (!compiling) {  // while compiling the JIT calls follow each other
+          // While compiling the JIT calls follow each other, unless paired: then the O0 call right
+          // after each one is the same work in the same window (same compile beside it, same
+          // neighbours on the host), and the JIT call's CPU over it is what the JIT itself added.
+          if (!compiling || paired) {
             const CallMeter o0_meter;
             if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
             o0_cost = o0_meter.stop();
-            o0_wall[seq].push_back(o0_cost->wall_ms);
-            o0_cpu[seq].push_back(o0_cost->cpu_ms);
+            if (!compiling) {
+              o0_wall[seq].push_back(o0_cost->wall_ms);
+              o0_cpu[seq].push_back(o0_cost->cpu_ms);
+              start_o0.push_back({i, seq, o0_cost->cpu_ms});
+            } else {
+              o0_during.emplace_back(seq, *o0_cost);
+              if (o0_cost->cpu_ms > 0) paired_ratio.push_back(cost.cpu_ms / o0_cost->cpu_ms);
+            }
           }
           if (print_calls) {
+            fmt::print(
+                "  cold {} O{} start {} call {:3}: {} compiled op calls, {} guard misses, {} ic misses, {} system "
+                "allocations, {} installs so far\n",
+                variant, level, start_index, i, exec_after.compiled_calls - exec_before.compiled_calls,
+                exec_after.guard_misses - exec_before.guard_misses, exec_after.ic_misses - exec_before.ic_misses,
+                exec_after.system_allocations - exec_before.system_allocations, stats.compiles);
             std::vector<std::pair<std::string, CallCost>> printed = {{fmt::format("O{}", level), cost}};
             if (o0_cost) printed.emplace_back("O0", *o0_cost);
             for (const auto& [what, c] : printed) {
               fmt::print(
                   "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
-                  "ms\n",
-                  variant, what, start_index, i, seq, compiling && what != "O0" ? " (compiling)" : "", c.wall_ms,
-                  c.cpu_ms, c.wait_ms, c.others_cpu_ms);
+                  "ms, {} minor faults\n",
+                  variant, what, start_index, i, seq, compiling ? " (compiling)" : "", c.wall_ms, c.cpu_ms, c.wait_ms,
+                  c.others_cpu_ms, c.minor_faults);
             }
           }
+        }
+        for (const auto& [i, cost] : start_during) {
+          const std::optional<double> nearby = nearbyO0Cpu(start_o0, i, cycle[i % 3]);
+          if (nearby && *nearby > 0) nearby_ratio.push_back(cost.cpu_ms / *nearby);
         }
         instance.jit()->waitIdle();
         for (int i = 0; i < 30; ++i) {
@@ -632,6 +705,10 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
       const LatencySummary d = summarizeLatency(wall), s = summarizeLatency(steady);
       const LatencySummary ratio = summarizeLatency(wall_ratio), cpu = summarizeLatency(cpu_ratio);
       const LatencySummary waited = summarizeLatency(wait);
+      for (const auto& [seq, cost] : o0_during) o0_during_ratio_cpu.push_back(cost.cpu_ms / cpu_median[seq]);
+      const LatencySummary o0_cpu_during = summarizeLatency(o0_during_ratio_cpu);
+      const LatencySummary pair = summarizeLatency(paired_ratio);
+      const LatencySummary nearby = summarizeLatency(nearby_ratio);
       const bool few = during.size() < kFewCalls;
       out.push_back({{"variant", variant},
                      {"level", fmt::format("O{}", level)},
@@ -647,10 +724,20 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
                      {"cpu_during_compile_over_o0_cpu_median_p50", cpu.median},
                      {"cpu_during_compile_over_o0_cpu_median_p99", cpu.p99},
                      {"cpu_during_compile_over_o0_cpu_median_max", cpu.high},
+                     {"cpu_during_compile_over_nearby_o0_cpu_p50", nearby.median},
+                     {"cpu_during_compile_over_nearby_o0_cpu_p99", nearby.p99},
+                     {"cpu_during_compile_over_nearby_o0_cpu_max", nearby.high},
                      {"wait_for_core_during_compile_p50_ms", waited.median},
                      {"wait_for_core_during_compile_max_ms", waited.high},
                      {"p50_o0_ms", wall_median[20]},
                      {"p50_steady_ms", s.median}});
+      if (paired) {
+        out.back()["paired_calls_during_compile"] = paired_ratio.size();
+        out.back()["cpu_during_compile_over_paired_o0_cpu_p50"] = pair.median;
+        out.back()["cpu_during_compile_over_paired_o0_cpu_p99"] = pair.p99;
+        out.back()["o0_cpu_during_compile_over_o0_cpu_median_p50"] = o0_cpu_during.median;
+        out.back()["o0_cpu_during_compile_over_o0_cpu_median_p99"] = o0_cpu_during.p99;
+      }
       fmt::print(
           "cold {:<9} O{}: first call {:.2f} ms, first after a new shape {:.2f} ms, while compiling ({} runs, {} fresh "
           "start{}{}) p50 {:.2f} / p99 {:.2f} ms, over the O0 median of the same seq p50 {:.2f} / p99 {:.2f}; their "
@@ -659,6 +746,16 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           variant, level, first, after_new_shape, during.size(), starts, starts == 1 ? "" : "s",
           few ? fmt::format("; under {}: p99 is the slowest call", kFewCalls) : "", d.median, d.p99, ratio.median,
           ratio.p99, cpu.median, cpu.p99, cpu.high, waited.median, waited.high, wall_median[20], s.median);
+      fmt::print(
+          "cold {:<9} O{}: their CPU over the nearby O0 calls' (same seq, same start) p50 {:.2f} / p99 {:.2f} / "
+          "max {:.2f}\n",
+          variant, level, nearby.median, nearby.p99, nearby.high);
+      if (paired) {
+        fmt::print(
+            "cold {:<9} O{}: paired ({} calls while compiling, each followed by O0's): JIT CPU over that O0 call's p50 "
+            "{:.2f} / p99 {:.2f}; O0's CPU while compiling over its median p50 {:.2f} / p99 {:.2f}\n",
+            variant, level, paired_ratio.size(), pair.median, pair.p99, o0_cpu_during.median, o0_cpu_during.p99);
+      }
     }
   }
   return Status::ok();

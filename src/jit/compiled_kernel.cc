@@ -42,9 +42,12 @@ Tensor packedOperandFor(const CompiledKernel& kernel, std::span<const Value* con
   const Tensor& source = value->tensor();
   Tensor packed = kernel.packed.find(source);
   if (!packed.defined()) {
-    auto buffer = Tensor::empty(DType::Float32, Shape{(operand.bytes + 3) / 4});
-    if (!buffer) return {};  // e.g. beyond MaxTensorBytes: the kernel packs as it goes
-    packed = std::move(*buffer);
+    packed = kernel.packed.takeSpare(operand.bytes);  // validation's buffer: already faulted in
+    if (!packed.defined()) {
+      auto buffer = Tensor::empty(DType::Float32, Shape{(operand.bytes + 3) / 4});
+      if (!buffer) return {};  // e.g. beyond MaxTensorBytes: the kernel packs as it goes
+      packed = std::move(*buffer);
+    }
     KernelArgs pack = args;
     kernel.family->usePacked(kernel.spec, pack, packed.rawData(), PackMode::PackOnly);
     kernel.backend->launch(kernel.handle, pack);
@@ -173,12 +176,24 @@ void PackedOperandCache::insert(const Tensor& operand, Tensor packed) {
 
 void PackedOperandCache::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
+  for (Entry& entry : entries_) {
+    if (!spare_.defined() || entry.packed.numel() > spare_.numel()) spare_ = std::move(entry.packed);
+  }
   entries_.clear();
+}
+
+Tensor PackedOperandCache::takeSpare(std::int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Tensor spare = std::exchange(spare_, Tensor());
+  if (!spare.defined() || !spare.isSoleOwner() || spare.numel() * 4 < bytes) return {};
+  ++spare_reuses_;
+  return spare;
 }
 
 PackedOperandCache::Stats PackedOperandCache::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return Stats{packs_, hits_, entries_.size(), unused_in_a_row_ >= Tunables::get(Tunable::PackedWeightMaxUnused)};
+  return Stats{packs_, hits_, entries_.size(), unused_in_a_row_ >= Tunables::get(Tunable::PackedWeightMaxUnused),
+               spare_reuses_};
 }
 
 Status prepareCall(const CompiledKernel& kernel, std::span<const Value* const> inputs, std::span<Value> outputs,

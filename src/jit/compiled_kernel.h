@@ -36,6 +36,7 @@ class PackedOperandCache {
     std::uint64_t hits = 0;   // calls that reused a cached packing
     std::size_t entries = 0;  // packings held now
     bool gave_up = false;     // PackedWeightMaxUnused unused packings in a row: no more caching
+    std::uint64_t spare_reuses = 0;  // packings written into the spare buffer clear() kept
   };
   // True when `operand` may be packed once and cached: not adopted memory, at least
   // PackedWeightMinElements elements (unless `any_size`: PackedOperand::any_size), caching on
@@ -45,8 +46,15 @@ class PackedOperandCache {
   Tensor find(const Tensor& operand);
   // Caches `packed` for `operand` (counted as a pack), replacing the least recently used entry.
   void insert(const Tensor& operand, Tensor packed);
-  // Drops every entry (and the references they hold); counters stay.
+  // Drops every entry (and the references they hold: the operands are released); counters stay.
+  // The largest packing's buffer is kept as a spare for takeSpare(): clear() follows validation on
+  // the compile thread, whose packing faulted that memory in, so the program's first packing (the
+  // first call of a newly installed kernel, on the program's thread) writes into memory already
+  // touched instead of a fresh allocation that faults page by page (issue 23: a 70 ms call).
   void clear();
+  // The spare buffer if it holds at least `bytes` and nothing else references it (counted as a
+  // spare reuse), else an undefined Tensor; either way the spare is given up.
+  Tensor takeSpare(std::int64_t bytes);
   Stats stats() const;
 
  private:
@@ -61,6 +69,8 @@ class PackedOperandCache {
   std::uint64_t clock_ = 0;
   std::uint64_t packs_ = 0, hits_ = 0;
   std::int64_t unused_in_a_row_ = 0;  // entries evicted without a single hit, since the last hit
+  Tensor spare_;                      // clear()'s kept buffer (float32), until takeSpare()
+  std::uint64_t spare_reuses_ = 0;
 };
 
 // The last launch's argument block of a kernel whose family derives it from the operands' layout

@@ -430,5 +430,53 @@ TEST_F(PackedWeights, LaterShapeSetsReadTheFirstSetsPacking) {
   EXPECT_EQ(stats.entries, 0u);
 }
 
+// Validation's packing buffer stays as a spare after its entry is dropped: the program's first call
+// (another weight) packs into it instead of a fresh allocation, and reads the right bits; the spare
+// is used once, and a buffer a call still holds is never handed out.
+TEST_F(PackedWeights, ValidationsBufferTakesTheProgramsFirstPacking) {
+  std::mt19937 rng(12);
+  std::vector<Value> inputs = {operand(DType::Float32, Shape{32, 128}, rng),
+                               transposedWeight(DType::Float32, 128, 1024, rng)};
+  CompiledKernel& kernel = compile(specFor("matmul", inputs));
+  const std::vector<std::vector<Shape>> shapes = {{Shape{32, 128}, Shape{128, 1024}}};
+  ASSERT_TRUE(validateKernel(kernel, shapes, 1).isOk());
+  ASSERT_EQ(kernel.packed.stats().packs, 1u);
+  EXPECT_EQ(kernel.packed.stats().entries, 0u);
+  EXPECT_EQ(kernel.packed.stats().spare_reuses, 0u);
+
+  const Tensor first = run(kernel, inputs);  // a weight validation never saw
+  PackedOperandCache::Stats stats = kernel.packed.stats();
+  EXPECT_EQ(stats.packs, 2u);
+  EXPECT_EQ(stats.spare_reuses, 1u);
+  EXPECT_EQ(stats.entries, 1u);
+  EXPECT_TRUE(matches(kernel, inputs, first));
+
+  std::vector<Value> other = {operand(DType::Float32, Shape{32, 128}, rng),
+                              transposedWeight(DType::Float32, 128, 1024, rng)};
+  const Tensor second = run(kernel, other);  // no spare left: a fresh buffer
+  stats = kernel.packed.stats();
+  EXPECT_EQ(stats.packs, 3u);
+  EXPECT_EQ(stats.spare_reuses, 1u);
+  EXPECT_TRUE(matches(kernel, other, second));
+  EXPECT_TRUE(matches(kernel, inputs, run(kernel, inputs)));  // the first packing is still right
+
+  // A spare something else still references is not handed out.
+  PackedOperandCache cache;
+  const Tensor weight = operand(DType::Float32, Shape{16, 16}, rng).tensor();
+  const Tensor held = Tensor::empty(DType::Float32, Shape{256}).value();
+  cache.insert(weight, held);
+  cache.clear();
+  EXPECT_FALSE(cache.takeSpare(1024).defined()) << "`held` still references it";
+  Tensor sole = Tensor::empty(DType::Float32, Shape{256}).value();
+  cache.insert(weight, std::move(sole));
+  cache.clear();
+  EXPECT_FALSE(cache.takeSpare(4096).defined()) << "too small for 4096 bytes";
+  cache.insert(weight, Tensor::empty(DType::Float32, Shape{256}).value());
+  cache.clear();
+  EXPECT_TRUE(cache.takeSpare(1024).defined());
+  EXPECT_FALSE(cache.takeSpare(1024).defined()) << "taken once";
+  EXPECT_EQ(cache.stats().spare_reuses, 1u);
+}
+
 }  // namespace
 }  // namespace shapevm::jit
