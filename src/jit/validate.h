@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,9 +41,24 @@ struct Comparison {
 // Compares kernel outputs with reference outputs (same count, dtypes and shapes required).
 Comparison compareOutputs(std::span<const Value> expected, std::span<const Value> actual);
 
-// A fresh tensor filled with poison: NaN (float32: the quiet NaN; other floating dtypes: all bits set), 0x5A bytes
-// (integers), 2 (bool), so an element a kernel leaves unwritten shows in the comparison.
+// A tensor filled with poison: NaN (float32: the quiet NaN; other floating dtypes: all bits set), 0x5A bytes
+// (integers), 2 (bool), so an element a kernel leaves unwritten shows in the comparison. Its memory
+// may come from validationBuffer(): it was written before, but the poison is written every time.
 Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape);
+// An uninitialized contiguous tensor for validation (poisoned outputs, drawn inputs), sole owner
+// of its storage (a kernel writes a sole-owned output in place): from kPooledBufferBytes up, made
+// from a buffer of the dtype this thread kept (recycleValidationBuffer), its pages already faulted
+// (a compile thread's allocations never come from the CachingAllocator's cache, so fresh memory
+// page-faults on every install), else fresh memory as Tensor::empty.
+Expected<Tensor> validationBuffer(DType dtype, const Shape& shape);
+// Keeps `t`'s storage for validationBuffer() when nothing else references it (Tensor::isSoleOwner:
+// this handle was its last holder) and at most kPooledBytesPerThread are kept; otherwise drops it.
+// A kept buffer is handed out once (moved out of the keep), so it is never in two hands.
+void recycleValidationBuffer(Tensor t);
+inline constexpr std::size_t kPooledBufferBytes = std::size_t{16} << 10;
+inline constexpr std::size_t kPooledBytesPerThread = std::size_t{48} << 20;
+// Bytes this thread keeps for validationBuffer() (tests).
+std::size_t validationBufferBytes();
 // The first element (in row-major order) of `t` still the poison: a NaN of any kind (floating
 // dtypes), a byte above 1 (bool); -1 when none. Integer poison may be a valid value: never found.
 std::int64_t firstPoisoned(const Tensor& t);
@@ -75,6 +91,9 @@ Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<
 // primitive (and packed-B twin) for the program's calls: at every row count M the profile saw for
 // its K and N, at every task count the program's thread may split across. The program's first call
 // at a profiled shape then finds its primitive: the interpreter never creates one.
+// With `defer_creation`, a library kernel hands that work to defer() instead, and the compile thread
+// runs it with createDeferred() once validation passed and before the install, outside validation's
+// clock and counted as codegen (KernelBackend::threadLibraryCodegenMs counts all of it).
 struct ProgramCalls {
   struct Matmul {
     std::int64_t k = 0, n = 0;
@@ -82,6 +101,14 @@ struct ProgramCalls {
   };
   std::vector<Matmul> matmuls;
   std::vector<int> threads = programKernelThreads();
+  bool defer_creation = false;
+  // True when `work` was kept for createDeferred() (defer_creation); false: the caller does it now.
+  bool defer(std::function<void()> work) const;
+  // Runs the deferred work in order and drops it.
+  void createDeferred();
+  // Drops it (the kernel that asked for it failed validation).
+  void dropDeferred() { deferred_.clear(); }
+  std::size_t deferredCount() const { return deferred_.size(); }
   // A 2-D matmul site's records (A [M, K], B [K, N]) joined in; other records are left out.
   void addMatmul(std::span<const ProfileRecord> records);
   // The calls of the scope open on this thread; nullptr when none is.
@@ -89,6 +116,9 @@ struct ProgramCalls {
   // The task counts kernelThreads() may give a program's thread: KernelThreads when > 0, else
   // availableCores() with no compile thread busy and with one busy.
   static std::vector<int> programKernelThreads();
+
+ private:
+  mutable std::vector<std::function<void()>> deferred_;
 };
 class ProgramCallsScope {
  public:
