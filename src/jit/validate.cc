@@ -234,8 +234,8 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
     if (i >= shapes.size()) return makeError(ErrorCode::Internal, "no shape for input {}", i);
     // validateKernel's draws (a shared pool): reused buffers; randomInputs()'s: fresh ones (its
     // callers may keep them).
-    SVM_ASSIGN_OR_RETURN(Tensor t, shared_pool != nullptr ? validationBuffer(in.dtype, shapes[i])
-                                                           : Tensor::empty(in.dtype, shapes[i]));
+    SVM_ASSIGN_OR_RETURN(
+        Tensor t, shared_pool != nullptr ? validationBuffer(in.dtype, shapes[i]) : Tensor::empty(in.dtype, shapes[i]));
     const Domain domain = in.dtype == DType::Bool                 ? Domain::Bool
                           : i < positive.size() && positive[i] ? Domain::Positive
                                                                : domainFor(spec.op, i);
@@ -1043,7 +1043,8 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     if (!sameBits(packing_outputs, again)) {
       SVM_ASSIGN_OR_RETURN(Comparison comparison, checkCase(kernel, *packing_case, again, packing_case->seed + 1));
       if (!comparison.ok) {
-        return makeError(ErrorCode::JitError, "kernel {} disagrees with the reference on {} (packed operand cached): {}",
+        return makeError(ErrorCode::JitError,
+                         "kernel {} disagrees with the reference on {} (packed operand cached): {}",
                          kernel.handle.symbol, packing_case->described, comparison.reason);
       }
     }
