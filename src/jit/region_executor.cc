@@ -301,20 +301,6 @@ void RegionExecutor::keepBuffers(const Step& step, std::span<const Value> outs, 
   }
 }
 
-void RegionExecutor::recycleValidationBuffers() {
-  const std::size_t n = real_.size(), m = phantom_.size();
-  std::vector<Value> values = std::move(real_);
-  for (Value& v : phantom_) values.push_back(std::move(v));
-  real_.assign(n, Value());
-  phantom_.assign(m, Value());
-  // In order; a tensor another one still views is dropped, not kept (the last holder is kept).
-  for (Value& v : values) {
-    if (!v.isTensor()) continue;
-    Tensor t = v.takeTensor();
-    if (t.isSoleOwner()) recycleValidationBuffer(std::move(t));
-  }
-}
-
 Status RegionExecutor::poisonOutputs(const CompiledKernel& kernel, std::span<const Value* const> inputs,
                                      std::span<Value> outs) {
   if (!poison_) return Status::ok();

@@ -76,9 +76,6 @@ class RegionExecutor {
 
   // Every step of the plan, block by block.
   Status runAll(bool pooled);
-  // A validation run's end: every value it holds is dropped, and the buffers nothing else holds
-  // (its poisoned outputs) are kept for the next validation (recycleValidationBuffer).
-  void recycleValidationBuffers();
 
   // A block: the hoisted steps, then the members' calls prepared in order (each member's output
   // buffers are real before the next one's views are taken) and run row block by row block when

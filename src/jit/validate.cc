@@ -232,10 +232,7 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
       continue;
     }
     if (i >= shapes.size()) return makeError(ErrorCode::Internal, "no shape for input {}", i);
-    // validateKernel's draws (a shared pool): reused buffers; randomInputs()'s: fresh ones (its
-    // callers may keep them).
-    SVM_ASSIGN_OR_RETURN(
-        Tensor t, shared_pool != nullptr ? validationBuffer(in.dtype, shapes[i]) : Tensor::empty(in.dtype, shapes[i]));
+    SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(in.dtype, shapes[i]));
     const Domain domain = in.dtype == DType::Bool                 ? Domain::Bool
                           : i < positive.size() && positive[i] ? Domain::Positive
                                                                : domainFor(spec.op, i);
@@ -407,66 +404,8 @@ std::vector<std::vector<Shape>> validationShapes(const KernelSpec& spec, std::sp
   return sets;
 }
 
-namespace {
-// The buffers recycleValidationBuffer() kept on this thread: 1-D tensors over a whole storage,
-// each the sole owner of its storage.
-struct KeptBuffers {
-  std::vector<Tensor> buffers;
-  std::size_t bytes = 0;
-};
-KeptBuffers& keptBuffers() {
-  thread_local KeptBuffers kept;
-  return kept;
-}
-Shape contiguousStridesOf(const Shape& shape) {
-  Shape strides = shape;
-  std::int64_t stride = 1;
-  for (int d = shape.rank() - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= shape[d];
-  }
-  return strides;
-}
-}  // namespace
-
-Expected<Tensor> validationBuffer(DType dtype, const Shape& shape) {
-  const std::int64_t n = shape.numel();
-  const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 0)) * dtypeSize(dtype);
-  if (n <= 0 || shape.rank() == 0 || bytes < kPooledBufferBytes) return Tensor::empty(dtype, shape);
-  KeptBuffers& kept = keptBuffers();
-  // The smallest kept buffer of the dtype that holds it.
-  std::size_t best = kept.buffers.size();
-  for (std::size_t i = 0; i < kept.buffers.size(); ++i) {
-    const Tensor& buffer = kept.buffers[i];
-    if (buffer.dtype() != dtype || buffer.numel() < n) continue;
-    if (best == kept.buffers.size() || buffer.numel() < kept.buffers[best].numel()) best = i;
-  }
-  if (best == kept.buffers.size()) return Tensor::empty(dtype, shape);
-  Tensor buffer = std::move(kept.buffers[best]);
-  kept.buffers.erase(kept.buffers.begin() + static_cast<std::ptrdiff_t>(best));
-  kept.bytes -= buffer.storage()->nbytes();
-  // The view becomes the storage's only holder once `buffer` goes.
-  return buffer.asStrided(shape, contiguousStridesOf(shape), 0);
-}
-
-void recycleValidationBuffer(Tensor t) {
-  if (!t.defined() || !t.isSoleOwner() || !t.device().isCpu()) return;
-  const std::size_t bytes = t.storage()->nbytes();
-  KeptBuffers& kept = keptBuffers();
-  if (bytes < kPooledBufferBytes || kept.bytes + bytes > kPooledBytesPerThread) return;
-  auto flat = t.asStrided(Shape{static_cast<std::int64_t>(bytes / t.itemSize())}, Shape{1}, 0);
-  if (!flat) return;
-  t = Tensor();
-  kept.bytes += bytes;
-  kept.buffers.push_back(std::move(*flat));
-}
-
-std::size_t validationBufferBytes() {
-  return keptBuffers().bytes;
-}
-
 Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape) {
-  SVM_ASSIGN_OR_RETURN(Tensor t, validationBuffer(dtype, shape));
+  SVM_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, shape));
   const std::int64_t n = t.numel();
   if (dtype == DType::Float32) {
     std::fill_n(t.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
@@ -956,46 +895,18 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     const CompiledKernel& kernel;
     ~DropPackings() { kernel.packed.clear(); }
   } drop{kernel};
-  // The outputs of every case once checked, and its inputs at the end (when no packing holds them
-  // and the cases are gone), kept for the next validation on this thread (validationBuffer).
-  struct Recycled {
-    const CompiledKernel& kernel;
-    std::vector<Value> inputs;
-    void recycle(std::vector<Value>& values) {
-      for (Value& v : values) {
-        if (v.isTensor()) recycleValidationBuffer(v.takeTensor());
-      }
-      values.clear();
-    }
-    void recycle(Case& c, std::vector<Value>& outputs) {
-      recycle(outputs);
-      c.expected.clear();
-      for (Value& v : c.inputs) inputs.push_back(std::move(v));
-      c.inputs.clear();
-      c.pointers.clear();
-    }
-    ~Recycled() {
-      kernel.packed.clear();
-      recycle(inputs);
-    }
-  };
   // A kernel that packs an operand for its cache (a weight B) must also be right when a later call
   // reads that packing. Later shape sets therefore pass the first packing call's tensors again where
   // their dtype and shape are the same (a static weight): such a call reads the cached packing and is
   // checked against the reference in full. Only if no set did, the smallest set that packed runs once
   // more at the end, reading its own packing: bit for bit its first outputs pass as they are, any
   // difference is checked in full.
-  // Declared before the packing case: destroyed (recycling the inputs) once that case is gone.
-  Recycled recycled{kernel, {}};
   std::vector<Value> packed_inputs;
   std::optional<Case> packing_case;
   std::vector<Value> packing_outputs;
   bool reuse_checked = false;
-  // One pool of draws for every set's large normal inputs (each set's chunks at other places),
-  // drawn afresh for every validation into memory this thread keeps.
-  thread_local std::vector<float> kept_pool;
-  std::vector<float>& pool = kept_pool;
-  pool.clear();
+  // One pool of draws for every set's large normal inputs (each set's chunks at other places).
+  std::vector<float> pool;
   std::uint64_t round = 0;
   int compared = 0;
   for (const std::vector<Shape>& shapes : shape_sets) {
@@ -1026,13 +937,10 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
     if (after.packs > before.packs) {
       if (packed_inputs.empty()) packed_inputs = c.inputs;
       if (!packing_case || c.elements < packing_case->elements) {
-        if (packing_case) recycled.recycle(*packing_case, packing_outputs);
         packing_case = std::move(c);
         packing_outputs = std::move(actual);
-        continue;
       }
     }
-    recycled.recycle(c, actual);
   }
   if (compared == 0) {
     return makeError(ErrorCode::JitError, "no validation case for kernel {} could run (the reference rejected every input set)",
@@ -1040,18 +948,13 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
   }
   if (packing_case && !reuse_checked) {
     SVM_ASSIGN_OR_RETURN(std::vector<Value> again, runCase(kernel, *packing_case));
-    if (!sameBits(packing_outputs, again)) {
-      SVM_ASSIGN_OR_RETURN(Comparison comparison, checkCase(kernel, *packing_case, again, packing_case->seed + 1));
-      if (!comparison.ok) {
-        return makeError(ErrorCode::JitError,
-                         "kernel {} disagrees with the reference on {} (packed operand cached): {}",
-                         kernel.handle.symbol, packing_case->described, comparison.reason);
-      }
+    if (sameBits(packing_outputs, again)) return Status::ok();
+    SVM_ASSIGN_OR_RETURN(Comparison comparison, checkCase(kernel, *packing_case, again, packing_case->seed + 1));
+    if (!comparison.ok) {
+      return makeError(ErrorCode::JitError, "kernel {} disagrees with the reference on {} (packed operand cached): {}",
+                       kernel.handle.symbol, packing_case->described, comparison.reason);
     }
-    recycled.recycle(again);
   }
-  if (packing_case) recycled.recycle(*packing_case, packing_outputs);
-  packed_inputs.clear();
   return Status::ok();
 }
 

@@ -41,24 +41,9 @@ struct Comparison {
 // Compares kernel outputs with reference outputs (same count, dtypes and shapes required).
 Comparison compareOutputs(std::span<const Value> expected, std::span<const Value> actual);
 
-// A tensor filled with poison: NaN (float32: the quiet NaN; other floating dtypes: all bits set), 0x5A bytes
-// (integers), 2 (bool), so an element a kernel leaves unwritten shows in the comparison. Its memory
-// may come from validationBuffer(): it was written before, but the poison is written every time.
+// A fresh tensor filled with poison: NaN (float32: the quiet NaN; other floating dtypes: all bits set), 0x5A bytes
+// (integers), 2 (bool), so an element a kernel leaves unwritten shows in the comparison.
 Expected<Tensor> poisonedTensor(DType dtype, const Shape& shape);
-// An uninitialized contiguous tensor for validation (poisoned outputs, drawn inputs), sole owner
-// of its storage (a kernel writes a sole-owned output in place): from kPooledBufferBytes up, made
-// from a buffer of the dtype this thread kept (recycleValidationBuffer), its pages already faulted
-// (a compile thread's allocations never come from the CachingAllocator's cache, so fresh memory
-// page-faults on every install), else fresh memory as Tensor::empty.
-Expected<Tensor> validationBuffer(DType dtype, const Shape& shape);
-// Keeps `t`'s storage for validationBuffer() when nothing else references it (Tensor::isSoleOwner:
-// this handle was its last holder) and at most kPooledBytesPerThread are kept; otherwise drops it.
-// A kept buffer is handed out once (moved out of the keep), so it is never in two hands.
-void recycleValidationBuffer(Tensor t);
-inline constexpr std::size_t kPooledBufferBytes = std::size_t{16} << 10;
-inline constexpr std::size_t kPooledBytesPerThread = std::size_t{48} << 20;
-// Bytes this thread keeps for validationBuffer() (tests).
-std::size_t validationBufferBytes();
 // The first element (in row-major order) of `t` still the poison: a NaN of any kind (floating
 // dtypes), a byte above 1 (bool); -1 when none. Integer poison may be a valid value: never found.
 std::int64_t firstPoisoned(const Tensor& t);
