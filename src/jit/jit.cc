@@ -840,13 +840,16 @@ void Jit::compileSite(const Request& request) {
   const std::uint64_t seed = (static_cast<std::uint64_t>(function) << 40) ^ (static_cast<std::uint64_t>(site) << 20) ^
                              static_cast<std::uint64_t>(before.compiles * 7919 + before.backoff.failures * 104729) ^
                              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
-  // Validation on this thread also creates a library matmul's primitives for the program's calls
-  // at the profiled shapes (counted as codegen below), so the program never creates one.
+  // Validation on this thread also prepares a library matmul's primitives for the program's calls
+  // at the profiled shapes, created once it passed, before the install (counted as codegen below,
+  // not validation), so the program never creates one.
   ProgramCalls program_calls;
+  program_calls.defer_creation = true;
   if (op_site.op == OpId::MatMul) program_calls.addMatmul(records);
   const ProgramCallsScope program_calls_scope(program_calls);
   // The kernel's own spec: a kept kernel for wider ranges is validated and guarded on those.
   Status valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
+  if (!valid.isOk()) program_calls.dropDeferred();
   if (!valid.isOk() && (*kernel)->from_cache && !(*kernel)->corrupt_outputs) {
     // A cached kernel that fails validation was dropped from the cache: compile it afresh now.
     (void)engine_->free((*kernel)->handle);
@@ -856,6 +859,7 @@ void Jit::compileSite(const Request& request) {
       return;
     }
     valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);
+    if (!valid.isOk()) program_calls.dropDeferred();
   }
   if (!valid.isOk() && library_first && !(*kernel)->corrupt_outputs) {
     // The library kernel failed (oneDNN cannot run this problem here): the generated one instead.
@@ -876,6 +880,7 @@ void Jit::compileSite(const Request& request) {
     recordFailure(function, site, JitReason::ValidationFailed, valid.message());
     return;
   }
+  program_calls.createDeferred();
   const std::string symbol = (*kernel)->handle.symbol;
   const bool from_cache = (*kernel)->from_cache;
   inferred->spec = (*kernel)->spec;

@@ -598,9 +598,11 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
   const double library_codegen_before_ms = engine.threadLibraryCodegenMs();
   // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
   // reference run's values of every register the range writes back. On one thread (validate.h),
-  // creating the library matmuls' primitives for the program's calls at the profiled shapes too.
+  // preparing the library matmuls' primitives for the program's calls at the profiled shapes too:
+  // created once it passed (codegen, not validation).
   {
     ProgramCalls program_calls;
+    program_calls.defer_creation = true;
     for (const Step& step : p.steps) {
       if (step.kind == Step::Kind::MatMul && step.op >= 0 && static_cast<std::size_t>(step.op) < records.size())
         program_calls.addMatmul(records[static_cast<std::size_t>(step.op)]);
@@ -624,6 +626,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     if (!comparison.ok) {
       return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
     }
+    program_calls.createDeferred();
   }
   if (kept_run != nullptr && !known) kept_run->keep(inputs_key, p, reference);
   // The step kernels' packings of the planning inputs (random weights) are of no use later.

@@ -992,6 +992,21 @@ void ProgramCalls::addMatmul(std::span<const ProfileRecord> records) {
   }
 }
 
+bool ProgramCalls::defer(std::function<void()> work) const {
+  if (!defer_creation) return false;
+  deferred_.push_back(std::move(work));
+  return true;
+}
+
+void ProgramCalls::createDeferred() {
+  std::vector<std::function<void()>> work = std::move(deferred_);
+  deferred_.clear();
+  const ProgramCallsScope scope(*this);  // the work reads ProgramCalls::current()
+  const bool saved = std::exchange(defer_creation, false);
+  for (const std::function<void()>& w : work) w();
+  defer_creation = saved;
+}
+
 const ProgramCalls* ProgramCalls::current() {
   return t_program_calls;
 }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -75,6 +76,9 @@ Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<
 // primitive (and packed-B twin) for the program's calls: at every row count M the profile saw for
 // its K and N, at every task count the program's thread may split across. The program's first call
 // at a profiled shape then finds its primitive: the interpreter never creates one.
+// With `defer_creation`, a library kernel hands that work to defer() instead, and the compile thread
+// runs it with createDeferred() once validation passed and before the install, outside validation's
+// clock and counted as codegen (KernelBackend::threadLibraryCodegenMs counts all of it).
 struct ProgramCalls {
   struct Matmul {
     std::int64_t k = 0, n = 0;
@@ -82,6 +86,14 @@ struct ProgramCalls {
   };
   std::vector<Matmul> matmuls;
   std::vector<int> threads = programKernelThreads();
+  bool defer_creation = false;
+  // True when `work` was kept for createDeferred() (defer_creation); false: the caller does it now.
+  bool defer(std::function<void()> work) const;
+  // Runs the deferred work in order and drops it.
+  void createDeferred();
+  // Drops it (the kernel that asked for it failed validation).
+  void dropDeferred() { deferred_.clear(); }
+  std::size_t deferredCount() const { return deferred_.size(); }
   // A 2-D matmul site's records (A [M, K], B [K, N]) joined in; other records are left out.
   void addMatmul(std::span<const ProfileRecord> records);
   // The calls of the scope open on this thread; nullptr when none is.
@@ -89,6 +101,9 @@ struct ProgramCalls {
   // The task counts kernelThreads() may give a program's thread: KernelThreads when > 0, else
   // availableCores() with no compile thread busy and with one busy.
   static std::vector<int> programKernelThreads();
+
+ private:
+  mutable std::vector<std::function<void()>> deferred_;
 };
 class ProgramCallsScope {
  public:

@@ -2,7 +2,9 @@
 // Validation on one thread, and the library primitives a validation creates for the program's
 // calls (validate.h: KernelThreadsOnThisThread, ProgramCalls): after a validation under a
 // ProgramCallsScope, the program's calls at the profiled row counts and task counts create no
-// primitive on the calling thread, while a row count the profile never saw still does.
+// primitive on the calling thread, while a row count the profile never saw still does. With
+// defer_creation (the JIT's compile paths), those primitives are made by createDeferred(), after
+// the validation and outside its clock.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -113,6 +115,60 @@ TEST(ProgramCalls, ValidationCreatesTheProgramsPrimitivesAtProfiledRows) {
     }
   }
   EXPECT_GT(call(unseen, 2), 0.0) << "a row count the profile never saw is created at its first call";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
+TEST(ProgramCalls, DeferredCreationWaitsForCreateDeferredAndCountsAsLibraryCodegen) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  if (onednn::stats().primitives + 16 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no primitives are made ahead of the calls";
+  std::mt19937 rng(93);
+  // Sizes no other test uses: every primitive is new to the process-wide cache.
+  const std::int64_t k = 76, n = 44;
+  const std::int64_t validated = 1300 + static_cast<std::int64_t>(rng() % 150);
+  const std::int64_t profiled = validated + 173;
+  const Value b = operand(DType::Float32, Shape{k, n}, rng);
+  const std::vector<Value> first = {operand(DType::Float32, Shape{validated, k}, rng), b};
+  KernelSpec spec = symbolicSpec(exactSpec(OpId::MatMul, {}, pointersTo(first)));
+  spec.params = {.library = 1};
+  auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+
+  ProgramCalls calls;
+  calls.threads = {1};
+  calls.defer_creation = true;
+  calls.addMatmul(std::vector<ProfileRecord>{matmulRecord(Shape{profiled, k}, Shape{k, n})});
+  const std::size_t primitives_before = onednn::stats().primitives;
+  std::size_t after_validation = 0;
+  {
+    const ProgramCallsScope scope(calls);
+    const std::vector<Shape> observed = {Shape{validated, k}, Shape{k, n}};
+    ASSERT_TRUE(validateKernel(**kernel, validationShapes((*kernel)->spec, observed), 5).isOk());
+    EXPECT_GT(calls.deferredCount(), 0u) << "the validation run asked for the program's primitives";
+    after_validation = onednn::stats().primitives;
+  }
+  EXPECT_GT(after_validation, primitives_before) << "the validation's own shapes were created";
+  // Made now, on this thread, counted as library codegen.
+  const double codegen_before = sharedBackend().threadLibraryCodegenMs();
+  calls.createDeferred();
+  EXPECT_EQ(calls.deferredCount(), 0u);
+  EXPECT_GT(onednn::stats().primitives, after_validation) << "the profiled row count's primitive";
+  EXPECT_GT(sharedBackend().threadLibraryCodegenMs(), codegen_before);
+  // The program's call at the profiled rows creates nothing.
+  {
+    const KernelThreadsOnThisThread scope(1);
+    const std::vector<Value> inputs = {operand(DType::Float32, Shape{profiled, k}, rng), b};
+    std::vector<Value> actual(1);
+    const double before = sharedBackend().threadLibraryCodegenMs();
+    EXPECT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), actual).isOk());
+    EXPECT_EQ(sharedBackend().threadLibraryCodegenMs() - before, 0.0) << "created by the program";
+    auto expected = callOp("matmul", {inputs[0], inputs[1]}, {});
+    EXPECT_TRUE(expected.hasValue() && compareOutputs(*expected, actual).ok);
+  }
+  // Dropped work is never done.
+  calls.defer([] { ADD_FAILURE() << "dropped work ran"; });
+  calls.dropDeferred();
+  calls.createDeferred();
   EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 

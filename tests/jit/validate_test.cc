@@ -2,7 +2,8 @@
 // Kernel validation at clipped shapes with sampled references (validate.h): the shape sets stay
 // inside the guard and keep the remainders of the observed size and the range's high end, and
 // every class of injected fault (first row, last row/tile, one middle row, every row) is caught
-// on every seed.
+// on every seed. Outputs are poisoned afresh on every validation, so a kernel that leaves elements
+// unwritten is caught even where the memory held right values from an earlier, correct run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -269,6 +270,109 @@ TEST(ValidationFaults, RankThreeElementwiseIsSampledByLinesAndStillCaught) {
   EXPECT_NE(verdict.message().find("sampled lines"), std::string::npos) << verdict.message();
   (*kernel)->corrupt_outputs = false;
   EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
+// A family that runs `inner`'s kernel on every row but the last (as if its loop bound were one
+// short): the last row of every output is never written.
+class SkipsLastRowFamily final : public KernelFamily {
+ public:
+  explicit SkipsLastRowFamily(const KernelFamily& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  Status supports(const KernelSpec& spec) const override { return inner_.supports(spec); }
+  Status outputs(const KernelSpec& spec, std::span<const Value* const> inputs, std::span<DType> dtypes,
+                 std::span<Shape> shapes) const override {
+    return inner_.outputs(spec, inputs, dtypes, shapes);
+  }
+  std::unique_ptr<const LaunchPlan> launchPlan(const KernelSpec& spec) const override {
+    return inner_.launchPlan(spec);
+  }
+  Status plannedOutputs(const KernelSpec& spec, const LaunchPlan* plan, std::span<const Value* const> inputs,
+                        std::span<DType> dtypes, std::span<Shape> shapes) const override {
+    return inner_.plannedOutputs(spec, plan, inputs, dtypes, shapes);
+  }
+  Status plannedPrepare(const KernelSpec& spec, const LaunchPlan* plan, std::span<const Value* const> inputs,
+                        std::span<const Tensor> outputs, KernelArgs& args) const override {
+    // The inner family prepares the call for every operand one row short (views of the first
+    // rows), so its kernel computes and stores all but the last row.
+    if (outputs.empty() || outputs[0].rank() == 0 || outputs[0].dim(0) < 2)
+      return makeError(ErrorCode::Internal, "the test needs an output of two rows or more");
+    const std::int64_t rows = outputs[0].dim(0);
+    std::vector<Value> short_inputs(inputs.size());
+    std::vector<const Value*> short_pointers(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      short_pointers[i] = inputs[i];
+      if (inputs[i] == nullptr || !inputs[i]->isTensor() || inputs[i]->tensor().rank() == 0 ||
+          inputs[i]->tensor().dim(0) != rows)
+        continue;
+      SVM_ASSIGN_OR_RETURN(Tensor view, oneRowShort(inputs[i]->tensor()));
+      short_inputs[i] = Value::fromTensor(std::move(view));
+      short_pointers[i] = &short_inputs[i];
+    }
+    std::vector<Tensor> short_outputs;
+    for (const Tensor& out : outputs) {
+      SVM_ASSIGN_OR_RETURN(Tensor view, oneRowShort(out));
+      short_outputs.push_back(std::move(view));
+    }
+    SVM_RETURN_IF_ERROR(inner_.plannedPrepare(spec, plan, short_pointers, short_outputs, args));
+    const std::size_t item[kMaxKernelOperands] = {};  // begin 0: no data pointer moves
+    inner_.KernelFamily::narrowRows(spec, args, item, inputs.size(), outputs.size(), 0, rows - 1);
+    return Status::ok();
+  }
+  Status reference(const KernelSpec& spec, std::span<const Value* const> inputs,
+                   std::span<Value> outputs) const override {
+    return inner_.reference(spec, inputs, outputs);
+  }
+  bool splitsAlongAxis0() const override { return inner_.splitsAlongAxis0(); }
+  std::int64_t rowCount(const KernelSpec& spec, const KernelArgs& args, std::size_t inputs,
+                        std::size_t outputs) const override {
+    return inner_.rowCount(spec, args, inputs, outputs);
+  }
+  void narrowRows(const KernelSpec& spec, KernelArgs& args, const std::size_t* item, std::size_t inputs,
+                  std::size_t outputs, std::int64_t begin, std::int64_t end) const override {
+    inner_.narrowRows(spec, args, item, inputs, outputs, begin, end);
+  }
+
+ private:
+  static Expected<Tensor> oneRowShort(const Tensor& t) {
+    Shape shape = t.shape();
+    shape[0] -= 1;
+    return t.asStrided(shape, t.strides(), t.offset());
+  }
+  const KernelFamily& inner_;
+};
+
+TEST(ValidationFaults, AnUnwrittenRowIsCaughtAfterACorrectRunOnTheSameInputs) {
+  // tanh over [40, 1000] (outputs sampled by rows above 2^14 elements) and over [12, 1000]
+  // (compared whole), rows dynamic. A correct validation on a seed first computes the right values
+  // for that seed's inputs (the allocator may hand the same memory out again); the same kernel then
+  // leaving its last row unwritten, validated on the same seed (the same inputs), is rejected: the
+  // poison written into every output tells the unwritten row from a right one.
+  for (const std::int64_t rows : {std::int64_t{40}, std::int64_t{12}}) {
+    std::mt19937 rng(23);
+    const std::vector<Value> inputs = {operand(DType::Float32, Shape{rows, 1000}, rng)};
+    KernelSpec spec = specFor("tanh", inputs);
+    spec.inputs[0].dims[0] = DimSpec{{2, 4096, 1}, -1};  // rows dynamic, 1000 columns static
+    auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
+    ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+    const std::vector<Shape> observed = {Shape{rows, 1000}};
+    const KernelFamily* own = (*kernel)->family;
+    const SkipsLastRowFamily skipping(*own);
+    (*kernel)->layout_only_args = false;  // every call through prepare()
+    for (std::uint64_t seed = 0; seed < 4; ++seed) {
+      (*kernel)->family = own;
+      (*kernel)->args_cache.valid = false;
+      ASSERT_TRUE(validateKernel(**kernel, validationShapes(spec, observed), seed).isOk());
+      (*kernel)->family = &skipping;
+      (*kernel)->args_cache.valid = false;
+      const Status verdict = validateKernel(**kernel, validationShapes(spec, observed), seed);
+      EXPECT_FALSE(verdict.isOk()) << rows << " rows, seed " << seed;
+      EXPECT_TRUE(verdict.message().find("never written") != std::string::npos ||
+                  verdict.message().find("NaN") != std::string::npos)
+          << verdict.message();
+    }
+    (*kernel)->family = own;
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
 }
 
 }  // namespace

@@ -507,10 +507,29 @@ int callTasks(const Problem& p, int threads) {
 // primitive of `problem` (a 2-D one) and its packed-B twin at every row count the profile saw for
 // its K and N and every task count of the program's thread. What oneDNN refuses is left to the
 // call that meets it; so is everything once the cache is half full (as packedTwin(): the program's
-// own calls must not run out of primitives).
+// own calls must not run out of primitives). Deferred when the calls ask for it (ProgramCalls::defer:
+// after validation); all of its CPU, lookups and twins included, counts as creation
+// (threadCreateMs, which install records count as codegen).
+void createForProgramNow(const Problem& problem, const ProgramCalls* calls);
 void createForProgram(const Problem& problem) {
   const ProgramCalls* calls = ProgramCalls::current();
   if (calls == nullptr || problem.sgemm || problem.packed_b || problem.batch_rank != 0) return;
+  if (calls->defer([problem] { createForProgramNow(problem, ProgramCalls::current()); })) return;
+  createForProgramNow(problem, calls);
+}
+
+void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
+  if (calls == nullptr) return;
+  const double start = library::threadCpuNowMs();
+  const double created_before = library::threadCreateMs();
+  struct CountAll {
+    double start, created_before;
+    ~CountAll() {
+      // What findOrCreate() counted already, plus the rest (keys, lookups, the loop).
+      const double counted = library::threadCreateMs() - created_before;
+      library::threadCreateMs() += std::max(0.0, library::threadCpuNowMs() - start - counted);
+    }
+  } count_all{start, created_before};
   const bool twin = Tunables::get(Tunable::PackedWeightEntries) > 0 &&
                     problem.k * problem.n >= Tunables::get(Tunable::PackedWeightMinElements);
   for (const ProgramCalls::Matmul& matmul : calls->matmuls) {
