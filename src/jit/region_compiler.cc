@@ -56,6 +56,24 @@ const TensorDescriptor* tokenOf(const Function& function, const RegionPlan& p, i
   return nullptr;
 }
 
+// An opaque step's spec with every tensor dim its shape token does not hold static open (no range):
+// a dim static in the token keeps the spec's size when they agree; without a token, every dim opens.
+KernelSpec openToRegionTokens(const Function& function, const RegionPlan& p, const ROp& op, KernelSpec spec) {
+  for (std::size_t k = 0; k < spec.inputs.size() && k < op.in.size(); ++k) {
+    OperandSpec& operand = spec.inputs[k];
+    if (!operand.is_tensor || op.in[k] < 0) continue;
+    const TensorDescriptor* token = tokenOf(function, p, op.in[k]);
+    const bool ranked = token != nullptr && token->rank() == operand.rank;
+    for (int d = 0; d < operand.rank; ++d) {
+      DimSpec& dim = operand.dims[d];
+      const bool baked = ranked && token->dims[static_cast<std::size_t>(d)].is_static && dim.isStatic() &&
+                         token->dims[static_cast<std::size_t>(d)].size == dim.size;
+      if (!baked) dim = DimSpec{};
+    }
+  }
+  return spec;
+}
+
 // Static dims and divisors of a fused program's iteration shape, from the shape token of the value
 // that has it (checked again by the family on every call). Axis 0 stays dynamic: kernel threads
 // split it.
@@ -513,8 +531,19 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       const KernelFamily* family = familyFor(op.op);
       if (family == nullptr) continue;
       auto inferred = inferSpec(op.op, *op.attrs, records[static_cast<std::size_t>(step.op)], compiles);
-      if (inferred) openPoolExtents(inferred->spec);  // a pool: one kernel for every image size
-      if (!inferred || !family->supports(inferred->spec).isOk()) continue;
+      if (!inferred) continue;
+      openPoolExtents(inferred->spec);  // a pool: one kernel for every image size
+      // The profile records hold the sizes seen before this compile (one, for a region compiled
+      // early); the region serves every size its other steps admit. The step's kernel takes each
+      // dim the op's shape tokens leave dynamic open (the family reads it per call, as O1's
+      // symbolic kernels do), keeping the token-static ones baked; a family that rejects the
+      // opened spec keeps the profiled one.
+      KernelSpec opened = openToRegionTokens(function, p, op, inferred->spec);
+      if (family->supports(opened).isOk()) {
+        inferred->spec = std::move(opened);
+      } else if (!family->supports(inferred->spec).isOk()) {
+        continue;
+      }
       jobs.push_back({k, family, inferred->spec, /*optional=*/true});
       continue;
     }

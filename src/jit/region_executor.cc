@@ -16,6 +16,7 @@
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
 #include "support/cpu_cores.h"
+#include "support/logging.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -451,6 +452,12 @@ Status RegionExecutor::runStep(const Step& step, bool pooled) {
     if (step.kernel && step.guard.passes(inputs)) {
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
     } else {
+      // A compiled step whose guard misses is counted (stats' regions.opaque_fallbacks, logged once
+      // per region by CompiledRegion::run): its spec should admit every size the region admits.
+      if (step.kernel && opaque_fallbacks_++ == 0) {
+        first_opaque_fallback_ = fmt::format("{} on {} (kernel for {})", opName(op.op), describeInputs(inputs),
+                                             step.kernel->spec.signature());
+      }
       SVM_RETURN_IF_ERROR(runOp(op, inputs, outs));
     }
   } else {
@@ -682,6 +689,12 @@ bool CompiledRegion::run(std::span<Value> registers) const {
     registers[static_cast<std::size_t>(p.writeback[i].first)] = std::move(results[i]);
   run_counter->fetch_add(1, std::memory_order_relaxed);
   if (eval.rowBlockedBlocks() > 0) row_block_counter->fetch_add(1, std::memory_order_relaxed);
+  if (eval.opaqueFallbacks() > 0 &&
+      opaque_fallback_counter->fetch_add(static_cast<std::uint64_t>(eval.opaqueFallbacks()),
+                                         std::memory_order_relaxed) == 0) {
+    logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}: an opaque step ran the reference kernel: {}", range.start_pc,
+          eval.firstOpaqueFallback());
+  }
   return true;
 }
 
