@@ -360,6 +360,7 @@ struct KernelJob {
   KernelSpec spec;
   bool optional = false;
   std::optional<KernelSpec> generated;
+  bool open = false;  // an opaque step's open kernel (Step::open_kernel)
 };
 
 // Compiles `jobs` (compileKernel each), results in job order. The calling compile thread takes
@@ -534,17 +535,21 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       if (!inferred) continue;
       openPoolExtents(inferred->spec);  // a pool: one kernel for every image size
       // The profile records hold the sizes seen before this compile (one, for a region compiled
-      // early); the region serves every size its other steps admit. The step's kernel takes each
-      // dim the op's shape tokens leave dynamic open (the family reads it per call, as O1's
-      // symbolic kernels do), keeping the token-static ones baked; a family that rejects the
-      // opened spec keeps the profiled one.
+      // early); the region serves every size its other steps admit. Beside the kernel for the
+      // profiled sizes, a second one takes each dim the op's shape tokens leave dynamic open (the
+      // family reads it per call, as O1's symbolic kernels do), keeping the token-static ones
+      // baked: it runs the sizes the first one's guard misses (none at the profiled sizes, whose
+      // kernel stays as it was).
       KernelSpec opened = openToRegionTokens(function, p, op, inferred->spec);
-      if (family->supports(opened).isOk()) {
-        inferred->spec = std::move(opened);
-      } else if (!family->supports(inferred->spec).isOk()) {
-        continue;
+      const bool wider = opened.signature() != inferred->spec.signature() && family->supports(opened).isOk();
+      if (family->supports(inferred->spec).isOk()) {
+        jobs.push_back({k, family, inferred->spec, /*optional=*/true});
       }
-      jobs.push_back({k, family, inferred->spec, /*optional=*/true});
+      if (wider) {
+        KernelJob open{k, family, std::move(opened), /*optional=*/true};
+        open.open = true;
+        jobs.push_back(std::move(open));
+      }
       continue;
     }
     SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, step, reference));
@@ -615,6 +620,11 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     if (!kernels[j]) {
       if (jobs[j].optional) continue;  // an unfusable op's own kernel: the reference kernel runs it
       return std::move(kernels[j]).status();
+    }
+    if (jobs[j].open) {
+      step.open_kernel = std::move(*kernels[j]);
+      step.open_guard = guardFor(step.open_kernel->spec);
+      continue;
     }
     step.kernel = std::move(*kernels[j]);
     // A kept kernel for wider ranges guards with its own spec.

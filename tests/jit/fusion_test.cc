@@ -888,7 +888,7 @@ def f(x: Tensor["n", "m"], c: Tensor["n", "m"], i: Tensor["n", "m"], steps: int)
 // Opaque steps with a kernel family (a softmax and a sum over the channels, not the trailing axes,
 // and a cast round trip) between convs, whose steps take any batch and image size
 // (openConvExtents): the region compiled on the first image serves every later one, its opaque
-// steps with their own kernels (their specs leave the token-dynamic dims open), never the reference
+// steps with their own kernels (a second kernel per step leaves the token-dynamic dims open), never the reference
 // kernel (stats' opaque_fallbacks), and matches O0 at each size.
 TEST_F(FusionTest, OpaqueStepsServeEverySizeTheRegionAdmits) {
   auto module = python(R"(
