@@ -1221,6 +1221,7 @@ void Jit::compileRange(const Request& request) {
   (*region)->decline_counter = state.declines;
   (*region)->run_counter = state.runs;
   (*region)->row_block_counter = state.row_blocked;
+  (*region)->opaque_fallback_counter = state.opaque_fallbacks;
   const std::string description = (*region)->describe();
   const int kernels = (*region)->kernels();
   const int fused = (*region)->fusedOps();
@@ -1405,6 +1406,7 @@ JitStats Jit::stats() const {
       out.region_declines += range.declines->load(std::memory_order_relaxed);
       out.region_runs += range.runs->load(std::memory_order_relaxed);
       out.region_row_blocked += range.row_blocked->load(std::memory_order_relaxed);
+      out.region_opaque_fallbacks += range.opaque_fallbacks->load(std::memory_order_relaxed);
       const bool tunable = level_ >= 2 && options_.tuner != nullptr && range.tune_cost_ms > 0;
       if (tunable && range.phase == RangeState::Phase::Installed && !range.tuned) ++out.tuning_deferred;
       if (range.phase == RangeState::Phase::Cold && range.deferred) ++out.compiles_deferred;

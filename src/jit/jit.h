@@ -92,6 +92,7 @@ struct JitStats {
   std::uint64_t region_runs = 0;         // (stats() time) executions served by fused regions
   std::uint64_t region_declines = 0;     // executions a fused region declined (ran op by op)
   std::uint64_t region_row_blocked = 0;  // served executions that ran a producer and its consumers in row blocks
+  std::uint64_t region_opaque_fallbacks = 0;  // opaque steps whose own kernel's guard missed (ran the reference kernel)
   std::vector<double> compile_ms;        // end-to-end per installed kernel
   std::vector<double> compile_cpu_ms;    // the same compiles' CPU time (CompileEvent::cpu_ms)
   std::vector<CompileEvent> events;      // per installed kernel, in install order
@@ -198,6 +199,7 @@ class Jit final : public ExecutionObserver {
     std::uint64_t declines_at_request = 0;
     std::shared_ptr<std::atomic<std::uint64_t>> declines = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::shared_ptr<std::atomic<std::uint64_t>> row_blocked = std::make_shared<std::atomic<std::uint64_t>>(0);
+    std::shared_ptr<std::atomic<std::uint64_t>> opaque_fallbacks = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::shared_ptr<std::atomic<std::uint64_t>> runs = std::make_shared<std::atomic<std::uint64_t>>(0);
     std::string description;  // of the installed region
     bool tuned = false;       // the installed region's kernels have tuned parameters

@@ -78,6 +78,8 @@ class CompiledRegion {
   std::shared_ptr<std::atomic<std::uint64_t>> run_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
   // Served executions that ran at least one block of kernels in row blocks (RegionRowBlockKb).
   std::shared_ptr<std::atomic<std::uint64_t>> row_block_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
+  // Opaque steps run by the reference kernel because their own kernel's guard missed (logged once).
+  std::shared_ptr<std::atomic<std::uint64_t>> opaque_fallback_counter = std::make_shared<std::atomic<std::uint64_t>>(0);
 
  private:
   mutable std::atomic<bool> busy_{false};     // buffer reuse only when not re-entered

@@ -56,6 +56,24 @@ const TensorDescriptor* tokenOf(const Function& function, const RegionPlan& p, i
   return nullptr;
 }
 
+// An opaque step's spec with every tensor dim its shape token does not hold static open (no range):
+// a dim static in the token keeps the spec's size when they agree; without a token, every dim opens.
+KernelSpec openToRegionTokens(const Function& function, const RegionPlan& p, const ROp& op, KernelSpec spec) {
+  for (std::size_t k = 0; k < spec.inputs.size() && k < op.in.size(); ++k) {
+    OperandSpec& operand = spec.inputs[k];
+    if (!operand.is_tensor || op.in[k] < 0) continue;
+    const TensorDescriptor* token = tokenOf(function, p, op.in[k]);
+    const bool ranked = token != nullptr && token->rank() == operand.rank;
+    for (int d = 0; d < operand.rank; ++d) {
+      DimSpec& dim = operand.dims[d];
+      const bool baked = ranked && token->dims[static_cast<std::size_t>(d)].is_static && dim.isStatic() &&
+                         token->dims[static_cast<std::size_t>(d)].size == dim.size;
+      if (!baked) dim = DimSpec{};
+    }
+  }
+  return spec;
+}
+
 // Static dims and divisors of a fused program's iteration shape, from the shape token of the value
 // that has it (checked again by the family on every call). Axis 0 stays dynamic: kernel threads
 // split it.
@@ -342,6 +360,7 @@ struct KernelJob {
   KernelSpec spec;
   bool optional = false;
   std::optional<KernelSpec> generated;
+  bool open = false;  // an opaque step's open kernel (Step::open_kernel)
 };
 
 // Compiles `jobs` (compileKernel each), results in job order. The calling compile thread takes
@@ -513,9 +532,24 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       const KernelFamily* family = familyFor(op.op);
       if (family == nullptr) continue;
       auto inferred = inferSpec(op.op, *op.attrs, records[static_cast<std::size_t>(step.op)], compiles);
-      if (inferred) openPoolExtents(inferred->spec);  // a pool: one kernel for every image size
-      if (!inferred || !family->supports(inferred->spec).isOk()) continue;
-      jobs.push_back({k, family, inferred->spec, /*optional=*/true});
+      if (!inferred) continue;
+      openPoolExtents(inferred->spec);  // a pool: one kernel for every image size
+      // The profile records hold the sizes seen before this compile (one, for a region compiled
+      // early); the region serves every size its other steps admit. Beside the kernel for the
+      // profiled sizes, a second one takes each dim the op's shape tokens leave dynamic open (the
+      // family reads it per call, as O1's symbolic kernels do), keeping the token-static ones
+      // baked: it runs the sizes the first one's guard misses (none at the profiled sizes, whose
+      // kernel stays as it was).
+      KernelSpec opened = openToRegionTokens(function, p, op, inferred->spec);
+      const bool wider = opened.signature() != inferred->spec.signature() && family->supports(opened).isOk();
+      if (family->supports(inferred->spec).isOk()) {
+        jobs.push_back({k, family, inferred->spec, /*optional=*/true});
+      }
+      if (wider) {
+        KernelJob open{k, family, std::move(opened), /*optional=*/true};
+        open.open = true;
+        jobs.push_back(std::move(open));
+      }
       continue;
     }
     SVM_ASSIGN_OR_RETURN(std::vector<Value> leaves, stepLeaves(p, step, reference));
@@ -586,6 +620,11 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     if (!kernels[j]) {
       if (jobs[j].optional) continue;  // an unfusable op's own kernel: the reference kernel runs it
       return std::move(kernels[j]).status();
+    }
+    if (jobs[j].open) {
+      step.open_kernel = std::move(*kernels[j]);
+      step.open_guard = guardFor(step.open_kernel->spec);
+      continue;
     }
     step.kernel = std::move(*kernels[j]);
     // A kept kernel for wider ranges guards with its own spec.

@@ -16,6 +16,7 @@
 #include "jit/validate.h"
 #include "ops/kernel_util.h"
 #include "support/cpu_cores.h"
+#include "support/logging.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -448,9 +449,21 @@ Status RegionExecutor::runStep(const Step& step, bool pooled) {
     takeBuffers(step, outs, pooled);
     // The op's own compiled kernel (O1-style) when its guard admits the inputs, else the
     // reference kernel: an unfusable op is never slower inside a region than outside.
-    if (step.kernel && step.guard.passes(inputs)) {
+    // The sizes it misses, the op's open kernel (token-dynamic dims read per call).
+    // The validation run (poison_) takes the open kernel: the planning sizes are its check.
+    const bool open = step.open_kernel && step.open_guard.passes(inputs);
+    if (step.kernel && step.guard.passes(inputs) && !(poison_ && open)) {
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
+    } else if (open) {
+      SVM_RETURN_IF_ERROR(invokeCompiled(*step.open_kernel, inputs, outs));
     } else {
+      // A compiled step whose guards miss is counted (stats' regions.opaque_fallbacks, logged once
+      // per region by CompiledRegion::run): its specs should admit every size the region admits.
+      const CompiledKernel* missed = step.open_kernel ? step.open_kernel.get() : step.kernel.get();
+      if (missed != nullptr && opaque_fallbacks_++ == 0) {
+        first_opaque_fallback_ =
+            fmt::format("{} on {} (kernel for {})", opName(op.op), describeInputs(inputs), missed->spec.signature());
+      }
       SVM_RETURN_IF_ERROR(runOp(op, inputs, outs));
     }
   } else {
@@ -619,6 +632,7 @@ std::vector<KernelHandle*> CompiledRegion::handles() {
   std::vector<KernelHandle*> out;
   for (Step& step : plan->steps) {
     if (step.kernel) out.push_back(&step.kernel->handle);
+    if (step.open_kernel) out.push_back(&step.open_kernel->handle);
   }
   return out;
 }
@@ -682,6 +696,12 @@ bool CompiledRegion::run(std::span<Value> registers) const {
     registers[static_cast<std::size_t>(p.writeback[i].first)] = std::move(results[i]);
   run_counter->fetch_add(1, std::memory_order_relaxed);
   if (eval.rowBlockedBlocks() > 0) row_block_counter->fetch_add(1, std::memory_order_relaxed);
+  if (eval.opaqueFallbacks() > 0 &&
+      opaque_fallback_counter->fetch_add(static_cast<std::uint64_t>(eval.opaqueFallbacks()),
+                                         std::memory_order_relaxed) == 0) {
+    logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}: an opaque step ran the reference kernel: {}", range.start_pc,
+          eval.firstOpaqueFallback());
+  }
   return true;
 }
 

@@ -73,6 +73,10 @@ class RegionExecutor {
   Status runStep(const Step& step, bool pooled);
 
   int rowBlockedBlocks() const { return row_blocked_; }
+  // Opaque steps whose own kernel's guard missed this run (the reference kernel ran them), and the
+  // first such step's op and input shapes ("" when none).
+  int opaqueFallbacks() const { return opaque_fallbacks_; }
+  const std::string& firstOpaqueFallback() const { return first_opaque_fallback_; }
 
   // Every step of the plan, block by block.
   Status runAll(bool pooled);
@@ -118,6 +122,8 @@ class RegionExecutor {
   const RegionPlan& plan_;
   bool poison_ = false;
   int row_blocked_ = 0;  // blocks run in row blocks so far
+  int opaque_fallbacks_ = 0;
+  std::string first_opaque_fallback_;
   std::vector<Value> real_;
   std::vector<Value> phantom_;
 };

@@ -96,6 +96,10 @@ struct Step {
   std::vector<int> absorbed;  // MatMul: the epilogue's ops
   std::unique_ptr<CompiledKernel> kernel;
   Guard guard;  // MatMul: the kernel's guard on A, B and the extras
+  // Opaque: a second kernel of the op's family whose spec leaves the token-dynamic dims open, for
+  // the sizes the region admits and `kernel` (the profiled sizes) does not; its guard.
+  std::unique_ptr<CompiledKernel> open_kernel;
+  Guard open_guard;
   std::shared_ptr<FusedProgram> program;
   // MatMul with a gate epilogue (`program` set; see KernelSpec::fused_leaf_source): its first
   // `matmul_leaves` leaves are A, B and the epilogue operands, the rest the program's leaf views.

@@ -225,6 +225,7 @@ std::string statsJson(const StatsSources& sources) {
                          .add("runs", js.region_runs)
                          .add("declines", js.region_declines)
                          .add("row_blocked", js.region_row_blocked)
+                         .add("opaque_fallbacks", js.region_opaque_fallbacks)
                          .object());
     m.raw("tuning", Members()
                         .add("ms", js.tuning_ms)

@@ -885,6 +885,44 @@ def f(x: Tensor["n", "m"], c: Tensor["n", "m"], i: Tensor["n", "m"], steps: int)
 
 // ---- dynamic dims ----
 
+// Opaque steps with a kernel family (a softmax and a sum over the channels, not the trailing axes,
+// and a cast round trip) between convs, whose steps take any batch and image size
+// (openConvExtents): the region compiled on the first image serves every later one, its opaque
+// steps with their own kernels (a second kernel per step leaves the token-dynamic dims open), never the reference
+// kernel (stats' opaque_fallbacks), and matches O0 at each size.
+TEST_F(FusionTest, OpaqueStepsServeEverySizeTheRegionAdmits) {
+  auto module = python(R"(
+from shapevm import ops, Tensor
+
+def f(x: Tensor["n", 4, "h", "w"], w1: Tensor[8, 4, 3, 3], b1: Tensor[8], w2: Tensor[4, 8, 1, 1]):
+    y = ops.relu(ops.conv(x, w1, b1, pads=(1, 1)))
+    s = ops.softmax(y, axis=1)
+    t = ops.sum(s * y, axis=1, keepdims=True)
+    c = ops.cast(ops.cast(s - t, ops.bfloat16), ops.float32)
+    return ops.conv(ops.tanh(c) * y, w2, None)
+)");
+  const std::int64_t sizes[][3] = {{1, 9, 11}, {2, 13, 7}, {1, 5, 5}, {3, 16, 12}, {1, 9, 11}, {2, 6, 17}};
+  Report report;
+  ASSERT_TRUE(differential(
+      module, "f", 6,
+      [&](int run, std::mt19937& rng) {
+        const auto [n, h, w] = std::tuple(sizes[run][0], sizes[run][1], sizes[run][2]);
+        return std::vector<Value>{rnd(rng, DType::Float32, {n, 4, h, w}), rnd(rng, DType::Float32, {8, 4, 3, 3}),
+                                  rnd(rng, DType::Float32, {8}), rnd(rng, DType::Float32, {4, 8, 1, 1})};
+      },
+      &report));
+  SCOPED_TRACE(report.installed());
+  expectServed(report);
+  EXPECT_TRUE(report.describes("softmax")) << "softmax is an opaque step of the region";
+  EXPECT_EQ(report.stats.region_opaque_fallbacks, 0u) << "an opaque step ran the reference kernel";
+  ASSERT_EQ(report.installedRanges(), 1);
+  for (const Jit::RangeState& r : report.ranges) {
+    if (r.phase == Jit::RangeState::Phase::Installed) {
+      EXPECT_EQ(r.compiles, 1) << "one compile serves every size";
+    }
+  }
+}
+
 TEST_F(FusionTest, DynamicDimsWithinAndAcrossBucketsServeOrDecline) {
   auto module = python(kBroadcastChain);
   const std::int64_t ns[] = {7, 8, 5, 17, 63, 64, 65, 1, 128, 3, 33, 7};
