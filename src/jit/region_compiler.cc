@@ -360,7 +360,8 @@ struct KernelJob {
   KernelSpec spec;
   bool optional = false;
   std::optional<KernelSpec> generated;
-  bool open = false;  // an opaque step's open kernel (Step::open_kernel)
+  bool open = false;            // an opaque step's open kernel (Step::open_kernel)
+  std::vector<Shape> observed;  // its profiled input shapes, where its own validation starts
 };
 
 // Compiles `jobs` (compileKernel each), results in job order. The calling compile thread takes
@@ -523,6 +524,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
   // each step's spec and tuned parameters first (tuning times alone), then every kernel compiled,
   // in parallel on the cores free now (compileKernels).
   std::vector<KernelJob> jobs;
+  std::vector<std::pair<std::size_t, std::vector<Shape>>> open_observed;  // steps with an open kernel (validated below)
   for (std::size_t k = 0; k < p.steps.size(); ++k) {
     Step& step = p.steps[k];
     if (step.kind == Step::Kind::Opaque) {
@@ -548,6 +550,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       if (wider) {
         KernelJob open{k, family, std::move(opened), /*optional=*/true};
         open.open = true;
+        open.observed = inferred->observed;
         jobs.push_back(std::move(open));
       }
       continue;
@@ -624,6 +627,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     if (jobs[j].open) {
       step.open_kernel = std::move(*kernels[j]);
       step.open_guard = guardFor(step.open_kernel->spec);
+      open_observed.emplace_back(jobs[j].step, std::move(jobs[j].observed));
       continue;
     }
     step.kernel = std::move(*kernels[j]);
@@ -664,6 +668,21 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     const Comparison comparison = compareOutputs(expected, actual);
     if (!comparison.ok) {
       return makeError(ErrorCode::JitError, "fused region disagrees with the reference: {}", comparison.reason);
+    }
+    // An opaque step's open kernel runs the sizes its profiled-size kernel's guard misses, which the
+    // region's run above need not reach: it is validated on its own as an O1 kernel is (shapes
+    // across its ranges). One that fails is dropped (those sizes run the reference kernel, counted).
+    for (auto& [k, observed] : open_observed) {
+      Step& step = p.steps[k];
+      if (!step.open_kernel) continue;
+      const std::uint64_t seed = (static_cast<std::uint64_t>(range.start_pc) << 32) ^ k ^
+                                 static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+      Status valid = validateKernel(*step.open_kernel, validationShapes(step.open_kernel->spec, observed), seed);
+      if (!valid.isOk()) {
+        logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}: open kernel {} dropped: {}", range.start_pc,
+              step.open_kernel->spec.signature(), valid.toString());
+        step.open_kernel.reset();
+      }
     }
     program_calls.createDeferred();
   }

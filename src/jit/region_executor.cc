@@ -449,10 +449,10 @@ Status RegionExecutor::runStep(const Step& step, bool pooled) {
     takeBuffers(step, outs, pooled);
     // The op's own compiled kernel (O1-style) when its guard admits the inputs, else the
     // reference kernel: an unfusable op is never slower inside a region than outside.
-    // The sizes it misses, the op's open kernel (token-dynamic dims read per call).
-    // The validation run (poison_) takes the open kernel: the planning sizes are its check.
+    // The sizes it misses, the op's open kernel (token-dynamic dims read per call; validated on its
+    // own by the region compiler).
     const bool open = step.open_kernel && step.open_guard.passes(inputs);
-    if (step.kernel && step.guard.passes(inputs) && !(poison_ && open)) {
+    if (step.kernel && step.guard.passes(inputs)) {
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
     } else if (open) {
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.open_kernel, inputs, outs));
