@@ -681,6 +681,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       if (!valid.isOk()) {
         logAt(LogLevel::Info, "JIT", "Region at PC=0x{:02X}: open kernel {} dropped: {}", range.start_pc,
               step.open_kernel->spec.signature(), valid.toString());
+        (void)engine.free(step.open_kernel->handle);  // its code is of no use
         step.open_kernel.reset();
       }
     }
