@@ -451,10 +451,9 @@ Status RegionExecutor::runStep(const Step& step, bool pooled) {
     // reference kernel: an unfusable op is never slower inside a region than outside.
     // The sizes it misses, the op's open kernel (token-dynamic dims read per call; validated on its
     // own by the region compiler).
-    const bool open = step.open_kernel && step.open_guard.passes(inputs);
     if (step.kernel && step.guard.passes(inputs)) {
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.kernel, inputs, outs));
-    } else if (open) {
+    } else if (step.open_kernel && step.open_guard.passes(inputs)) {
       SVM_RETURN_IF_ERROR(invokeCompiled(*step.open_kernel, inputs, outs));
     } else {
       // A compiled step whose guards miss is counted (stats' regions.opaque_fallbacks, logged once
