@@ -95,8 +95,11 @@ def test_fused_sigmoid_times_tanh_products_match_float64(tmp_path, monkeypatch, 
     x[0, :4], y[0, :4] = [0.0, -0.0, -100.0, np.nan], [-0.0, 3.0, 1.5, 1.0]
     x[1, :3], y[1, :3] = [np.inf, -np.inf, 8.0], [np.inf, 2.0, np.nan]
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
+
+    def sig(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
     with np.errstate(over="ignore", invalid="ignore"):
-        sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
         want = (sig(x64) * np.tanh(y64),
                 np.tanh((y * np.float32(0.5)).astype(np.float64)) * sig((x + y).astype(np.float64)),
                 sig(y64) * np.tanh(x64) * sig(y64))
