@@ -1091,8 +1091,8 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
         if (!flat_rows) {
           rowByRow();
         } else {
-          llvm::Value* flat = b.CreateAnd(b.CreateICmpEQ(wo, wdt), b.CreateAnd(b.CreateICmpSGT(hi_all, lo_all),
-                                                                              b.CreateICmpSGT(row_hi, row_lo)));
+          llvm::Value* flat = b.CreateAnd(
+              b.CreateICmpEQ(wo, wdt), b.CreateAnd(b.CreateICmpSGT(hi_all, lo_all), b.CreateICmpSGT(row_hi, row_lo)));
           ir::emitIfElse(
               b, flat,
               [&] {
