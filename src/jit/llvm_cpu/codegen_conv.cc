@@ -26,8 +26,10 @@
 // register and stores it once: the columns whose every tap is inside the row run unchecked (a
 // loop the vectorizer widens), the few border columns test each tap. A border row (top and
 // bottom padding) starts as the bias and adds each tap whose input row is inside over the columns
-// it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
-// the input) are scalars[0..1].
+// it reads inside the row, so padding costs nothing. At stride 1 with the output as wide as the
+// input (3x3 pad 1) the inner rows run as one flat loop over the plane, in full vectors whatever
+// the row width, and their border columns are then computed again, checked. The call's pads
+// (auto_pad SAME depends on the input) are scalars[0..1].
 // max_pool and avg_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop)
 // in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN;
 // avg_pool sums from 0, then divides each output by its window's count (the reference's bits).
