@@ -87,7 +87,7 @@ struct JitStats {
   std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
   std::uint64_t tuning_deferred = 0;     // (stats() time) installed regions/kernels whose tuning does not pay off yet
   std::uint64_t compiles_deferred = 0;   // (stats() time) hot fused ranges whose compile does not pay off yet
-  std::uint64_t early_compiles = 0;      // fused ranges queued before hot_count: their interpreted time repaid the compile
+  std::uint64_t early_compiles = 0;  // fused ranges queued before hot_count: their interpreted time repaid the compile
   std::uint64_t fused_regions = 0;       // O2 fused ranges installed
   std::uint64_t fused_ops = 0;           // CallOps folded into their fused kernels and epilogues
   std::uint64_t region_runs = 0;         // (stats() time) executions served by fused regions

@@ -199,8 +199,7 @@ TEST_F(TierPriorityTest, AnExpensiveRangeCompilesAfterTheWarmUpACheapOneWaitsFor
     EXPECT_EQ((*jit)->stats().early_compiles, c.f_early ? 1u : 0u);
     // Whatever tier serves it, f's result is the reference's.
     const std::vector<Value> want = {
-        callOp("tanh", {callOp("add", {callOp("matmul", {big[0], big[1]}).value()[0], big[2]}).value()[0]})
-            .value()[0]};
+        callOp("tanh", {callOp("add", {callOp("matmul", {big[0], big[1]}).value()[0], big[2]}).value()[0]}).value()[0]};
     auto got = vm.run(0, big);
     ASSERT_TRUE(got.hasValue());
     EXPECT_TRUE(compareOutputs(want, *got).ok);
