@@ -115,5 +115,8 @@ bool compilePaysOff(double interpreted_ms, double cost_ms);
 // hot at hot_count as before).
 inline constexpr double kEarlyCompileMinCallNs = 100.0 * kCompiledLaunchNs;
 bool paysOffBeforeHot(double ran_ms, double mean_ns, double cost_ms);
+// True when every profiled signature at these sites has tiny operands (InterpretedCost): their
+// cost is counted, not clocked, so a preempted run never makes them look expensive.
+bool tinyOperandSites(const std::vector<int>& sites, const FunctionRuntime& runtime);
 
 }  // namespace shapevm::jit

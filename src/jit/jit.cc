@@ -1350,7 +1350,7 @@ bool Jit::earlyCompilePaysOff(int function, RangeState& state) {
   const FunctionRuntime& runtime = vm_.runtime(function);
   const double ran_ms = sitesMilliseconds(state.range.sites, runtime);
   const double mean_ns = sitesMeanNanos(state.range.sites, runtime);
-  if (!paysOffBeforeHot(ran_ms, mean_ns, cost_ms)) return false;
+  if (!paysOffBeforeHot(ran_ms, mean_ns, cost_ms) || tinyOperandSites(state.range.sites, runtime)) return false;
   const std::uint64_t calls =
       runtime.slots[static_cast<std::size_t>(state.range.sites.front())].calls.load(std::memory_order_relaxed);
   logAt(LogLevel::Info, "JIT",

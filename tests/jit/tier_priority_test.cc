@@ -156,19 +156,20 @@ TEST(CompilePayoffTest, ARangeIsHotBeforeHotCountOnlyWhenItsInterpretedTimeRepay
   Tunables::resetToDefaults();
 }
 
-// The same in a VM: f's calls are expensive (65536 rows), g's cheap (64 rows). With hot_count far
-// away, f's range is queued right after the warm-up (3 runs), its interpreted time having repaid
-// the estimate; g's stays cold. A huge estimate, or --jit-wait, keeps f cold too.
+// The same in a VM: f's calls are expensive (262144 rows: tens of ms each), g's cheap (64 rows:
+// microseconds, under hot_ms = 30 however the host preempts its 3 runs). With hot_count far away,
+// f's range is queued right after the warm-up (3 runs), its interpreted time having repaid the
+// estimate; g's stays cold. A huge estimate, or --jit-wait, keeps f cold too.
 TEST_F(TierPriorityTest, AnExpensiveRangeCompilesAfterTheWarmUpACheapOneWaitsForHotCount) {
   ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 3).isOk());
   ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1000).isOk());
-  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 5).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 30).isOk());
   const auto rows_inputs = [](std::int64_t rows, std::uint32_t seed) {
     return std::vector<Value>{Value::fromTensor(randomTensor(Shape{rows, 32}, seed)),
                               Value::fromTensor(randomTensor(Shape{32, 48}, seed + 1)),
                               Value::fromTensor(randomTensor(Shape{48}, seed + 2))};
   };
-  const std::vector<Value> big = rows_inputs(65536, 7), small = rows_inputs(64, 9);
+  const std::vector<Value> big = rows_inputs(262144, 7), small = rows_inputs(64, 9);
   struct Case {
     std::int64_t payoff_ms;
     bool wait;
