@@ -626,6 +626,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     }
     if (jobs[j].open) {
       step.open_kernel = std::move(*kernels[j]);
+      step.open_kernel->corrupt_outputs = Tunables::get(Tunable::JitTestCorruptKernels) != 0;
       step.open_guard = guardFor(step.open_kernel->spec);
       open_observed.emplace_back(jobs[j].step, std::move(jobs[j].observed));
       continue;

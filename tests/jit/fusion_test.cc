@@ -890,8 +890,8 @@ def f(x: Tensor["n", "m"], c: Tensor["n", "m"], i: Tensor["n", "m"], steps: int)
 // (openConvExtents): the region compiled on the first image serves every later one, its opaque
 // steps with their own kernels (a second kernel per step leaves the token-dynamic dims open), never the reference
 // kernel (stats' opaque_fallbacks), and matches O0 at each size.
-TEST_F(FusionTest, OpaqueStepsServeEverySizeTheRegionAdmits) {
-  auto module = python(R"(
+// A region with unfusable (opaque) steps: softmax, a reduction, casts; n, h and w vary per run.
+constexpr const char* kOpaqueSteps = R"(
 from shapevm import ops, Tensor
 
 def f(x: Tensor["n", 4, "h", "w"], w1: Tensor[8, 4, 3, 3], b1: Tensor[8], w2: Tensor[4, 8, 1, 1]):
@@ -900,17 +900,19 @@ def f(x: Tensor["n", 4, "h", "w"], w1: Tensor[8, 4, 3, 3], b1: Tensor[8], w2: Te
     t = ops.sum(s * y, axis=1, keepdims=True)
     c = ops.cast(ops.cast(s - t, ops.bfloat16), ops.float32)
     return ops.conv(ops.tanh(c) * y, w2, None)
-)");
-  const std::int64_t sizes[][3] = {{1, 9, 11}, {2, 13, 7}, {1, 5, 5}, {3, 16, 12}, {1, 9, 11}, {2, 6, 17}};
+)";
+constexpr std::int64_t kOpaqueStepSizes[][3] = {{1, 9, 11}, {2, 13, 7}, {1, 5, 5}, {3, 16, 12}, {1, 9, 11}, {2, 6, 17}};
+
+std::vector<Value> opaqueStepInputs(int run, std::mt19937& rng) {
+  const auto [n, h, w] = std::tuple(kOpaqueStepSizes[run][0], kOpaqueStepSizes[run][1], kOpaqueStepSizes[run][2]);
+  return {rnd(rng, DType::Float32, {n, 4, h, w}), rnd(rng, DType::Float32, {8, 4, 3, 3}), rnd(rng, DType::Float32, {8}),
+          rnd(rng, DType::Float32, {4, 8, 1, 1})};
+}
+
+TEST_F(FusionTest, OpaqueStepsServeEverySizeTheRegionAdmits) {
+  auto module = python(kOpaqueSteps);
   Report report;
-  ASSERT_TRUE(differential(
-      module, "f", 6,
-      [&](int run, std::mt19937& rng) {
-        const auto [n, h, w] = std::tuple(sizes[run][0], sizes[run][1], sizes[run][2]);
-        return std::vector<Value>{rnd(rng, DType::Float32, {n, 4, h, w}), rnd(rng, DType::Float32, {8, 4, 3, 3}),
-                                  rnd(rng, DType::Float32, {8}), rnd(rng, DType::Float32, {4, 8, 1, 1})};
-      },
-      &report));
+  ASSERT_TRUE(differential(module, "f", 6, opaqueStepInputs, &report));
   SCOPED_TRACE(report.installed());
   expectServed(report);
   EXPECT_TRUE(report.describes("softmax")) << "softmax is an opaque step of the region";
@@ -921,6 +923,20 @@ def f(x: Tensor["n", 4, "h", "w"], w1: Tensor[8, 4, 3, 3], b1: Tensor[8], w2: Te
       EXPECT_EQ(r.compiles, 1) << "one compile serves every size";
     }
   }
+}
+
+// Fault injection: every opaque step's open kernel computes wrong values (jit_test_corrupt). Its
+// own validation must drop each one: the sizes they would have served run the reference kernel
+// (counted), and no result changes.
+TEST_F(FusionTest, CorruptedOpenKernelsAreDroppedAndTheirSizesRunTheReference) {
+  ASSERT_TRUE(Tunables::set(Tunable::JitTestCorruptKernels, 1).isOk());
+  auto module = python(kOpaqueSteps);
+  Report report;
+  ASSERT_TRUE(differential(module, "f", 6, opaqueStepInputs, &report));
+  SCOPED_TRACE(report.installed());
+  EXPECT_TRUE(report.describes("softmax")) << "softmax is an opaque step of the region";
+  ASSERT_EQ(report.installedRanges(), 1) << "the region's own kernels are not corrupted";
+  EXPECT_GT(report.stats.region_opaque_fallbacks, 0u) << "a size past the profiled one ran a corrupted open kernel";
 }
 
 TEST_F(FusionTest, DynamicDimsWithinAndAcrossBucketsServeOrDecline) {
