@@ -143,8 +143,8 @@ const char* elementAddress(DType dtype, const char* base, std::int64_t offset) {
 
 // out[M x N] (row-major, leading dim N) = A[M x K] * B[K x N].
 template <typename C>
-void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixRef& a, const MatrixRef& b, C* out,
-          C* a_buffer, C* b_buffer) {
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixRef& a, const MatrixRef& b, C* out, C* a_buffer,
+          C* b_buffer) {
   using Micro = MicroShape<C>;
   constexpr int kRows = Micro::kRows;
   constexpr int kCols = Micro::kCols;
@@ -235,8 +235,8 @@ class PackBuffer {
  public:
   ~PackBuffer() { CachingAllocator::global().free(data_, capacity_); }
   Status allocate(std::size_t elements) {
-    SVM_ASSIGN_OR_RETURN(void* block, CachingAllocator::global().allocate(std::max<std::size_t>(1, elements) * sizeof(C),
-                                                                        &capacity_));
+    SVM_ASSIGN_OR_RETURN(
+        void* block, CachingAllocator::global().allocate(std::max<std::size_t>(1, elements) * sizeof(C), &capacity_));
     data_ = static_cast<C*>(block);
     return Status::ok();
   }
@@ -260,12 +260,12 @@ Status runMatmul(const Operand& a, const Operand& b, const Shape& batch, Tensor&
                       (std::is_same_v<C, double> && out_dtype == DType::Float64);
   std::vector<C> staging(direct ? 0 : static_cast<std::size_t>(m * n));
   PackBuffer<C> a_buffer, b_buffer;
-  SVM_RETURN_IF_ERROR(a_buffer.allocate(static_cast<std::size_t>((std::min(kBlockM, m) + MicroShape<C>::kRows - 1) /
-                                                                MicroShape<C>::kRows * MicroShape<C>::kRows *
-                                                                std::min(kBlockK, k))));
-  SVM_RETURN_IF_ERROR(b_buffer.allocate(static_cast<std::size_t>((std::min(kBlockN, n) + MicroShape<C>::kCols - 1) /
-                                                                MicroShape<C>::kCols * MicroShape<C>::kCols *
-                                                                std::min(kBlockK, k))));
+  SVM_RETURN_IF_ERROR(
+      a_buffer.allocate(static_cast<std::size_t>((std::min(kBlockM, m) + MicroShape<C>::kRows - 1) /
+                                                 MicroShape<C>::kRows * MicroShape<C>::kRows * std::min(kBlockK, k))));
+  SVM_RETURN_IF_ERROR(
+      b_buffer.allocate(static_cast<std::size_t>((std::min(kBlockN, n) + MicroShape<C>::kCols - 1) /
+                                                 MicroShape<C>::kCols * MicroShape<C>::kCols * std::min(kBlockK, k))));
   const char* a_storage = static_cast<const char*>(a.tensor->storage()->data());
   const char* b_storage = static_cast<const char*>(b.tensor->storage()->data());
   std::int64_t index[kMaxRank] = {};

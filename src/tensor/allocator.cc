@@ -74,11 +74,11 @@ bool hugePagesAvailable() {
 }
 
 struct ScratchArena {
-  char* base = nullptr;                          // kHugePage aligned; nullptr: not reserved (or failed)
+  char* base = nullptr;  // kHugePage aligned; nullptr: not reserved (or failed)
   bool reserve_failed = false;
-  std::map<std::size_t, std::size_t> free_at;    // offset -> length of each free range, coalesced
-  std::size_t live = 0;                          // bytes handed out
-  std::size_t high = 0;                          // end of the highest block handed out since the last release
+  std::map<std::size_t, std::size_t> free_at;  // offset -> length of each free range, coalesced
+  std::size_t live = 0;                        // bytes handed out
+  std::size_t high = 0;                        // end of the highest block handed out since the last release
 
   bool contains(const void* ptr) const {
     const auto* p = static_cast<const char*>(ptr);
