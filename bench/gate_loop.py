@@ -132,6 +132,9 @@ def harness_asm(loop):
     """gate_stream(base, iters, rows, region): the loop body as jitted, each base register walking
     rows of 1 KiB through its own region; zmm registers and stack slots hold placeholder values."""
     step, bound = re.match(r"add\s+\$(0x[0-9a-f]+),%(\w+)", loop[-3]), re.match(r"cmp\s+\$(0x[0-9a-f]+),", loop[-2])
+    if step is None:  # `sub $-0x80`: how LLVM adds 128 (a 1-byte immediate)
+        negated = re.match(r"sub\s+\$(0x[0-9a-f]+),%(\w+)", loop[-3])
+        step = re.match(r"(0x[0-9a-f]+) (\w+)", f"{(1 << 64) - int(negated.group(1), 16):#x} {negated.group(2)}")
     index = step.group(2)
     body = loop[:-3]
     bases = sorted({m.group(1) for t in body for m in re.finditer(r"\(%(\w+),%" + index, t)} - {"rsp"})
@@ -190,8 +193,12 @@ def main():
         (Path(tmp) / "loop.s").write_text("\n".join(loop) + "\n")
         mca = shutil.which("llvm-mca-19") or shutil.which("llvm-mca")
         for cpu in (args.mca_cpu or ["sapphirerapids", "skylake-avx512"]) if mca else []:
-            out = subprocess.run([mca, f"-mcpu={cpu}", "-iterations=300", str(Path(tmp) / "loop.s")],
-                                 capture_output=True, text=True).stdout
+            run = subprocess.run([mca, f"-mcpu={cpu}", "-iterations=300", str(Path(tmp) / "loop.s")],
+                                 capture_output=True, text=True)
+            out = run.stdout
+            if "Total Cycles" not in out:
+                print(f"\nllvm-mca -mcpu={cpu} failed: {(run.stderr.strip().splitlines() or ['?'])[0]}")
+                continue
             cycles = int(re.search(r"Total Cycles:\s+(\d+)", out).group(1))
             names = dict(re.findall(r"^\[(\d+)\]\s+- (\w+)$", out, re.M))
             pressure = re.search(r"Resource pressure per iteration:\n(.*)\n(.*)\n", out)

@@ -206,6 +206,16 @@ bool compilePaysOff(double interpreted_ms, double cost_ms) {
   return cost_ms <= 0.0 || interpreted_ms * kCompiledGain >= cost_ms;
 }
 
+bool tinyOperandSites(const std::vector<int>& sites, const FunctionRuntime& runtime) {
+  return tinyOperands(sites, runtime);
+}
+
+bool paysOffBeforeHot(double ran_ms, double mean_ns, double cost_ms) {
+  const auto hot_ms = static_cast<double>(Tunables::get(Tunable::HotMs));
+  if (hot_ms <= 0 || cost_ms <= 0 || ran_ms < hot_ms || mean_ns < kEarlyCompileMinCallNs) return false;
+  return compilePaysOff(ran_ms, cost_ms);
+}
+
 bool isHot(const RegionHeat& heat) {
   return heat.executions >= static_cast<std::uint64_t>(Tunables::get(Tunable::HotCount)) &&
          heat.milliseconds >= static_cast<double>(Tunables::get(Tunable::HotMs));

@@ -104,5 +104,19 @@ inline constexpr double kSpareCoreCostFraction = 0.25;
 double countedCompileCost(double cost_ms, int spare_cores);
 // True when `interpreted_ms` of interpreted time times kCompiledGain repays `cost_ms`.
 bool compilePaysOff(double interpreted_ms, double cost_ms);
+// Pay-off aware hotness (O2, issue 23 item 7): a fused range whose calls are expensive is compiled
+// before hot_count executions, right after the warm-up, once what its ops already spent
+// interpreted repays the estimated compile (compilePaysOff on `cost_ms`, the counted estimate,
+// which must be > 0) and is at least hot_ms, and its mean interpreted cost per execution,
+// `mean_ns` (warm-up runs included), is at least kEarlyCompileMinCallNs: the count only waits for
+// evidence, and a region costing milliseconds a call has given it. A range of cheap calls (a
+// tiny op's 1-2 us) never gets there: its hot_ms alone takes thousands of calls, and hot_count
+// comes first. hot_ms = 0 or a zero estimate (compile_payoff_ms = 0) turns this off (the range is
+// hot at hot_count as before).
+inline constexpr double kEarlyCompileMinCallNs = 100.0 * kCompiledLaunchNs;
+bool paysOffBeforeHot(double ran_ms, double mean_ns, double cost_ms);
+// True when every profiled signature at these sites has tiny operands (InterpretedCost): their
+// cost is counted, not clocked, so a preempted run never makes them look expensive.
+bool tinyOperandSites(const std::vector<int>& sites, const FunctionRuntime& runtime);
 
 }  // namespace shapevm::jit

@@ -236,7 +236,14 @@ void Jit::scan(int function, int only_loop) {
       // O2: its cold ranges' and sites' interpreted-cost intervals (cheaperInterpreted) start
       // now, after the warm-up, so the run that makes the region hot has one measured and may
       // queue at once, instead of starting the first interval then and waiting kMinInterval runs.
-      if (level_ >= 2) startRegionIntervals(function, region_index);
+      if (level_ >= 2) {
+        startRegionIntervals(function, region_index);
+        // Pay-off aware hotness: a range whose calls are expensive need not wait for hot_count.
+        const std::vector<RangeState>& cold = ranges_[static_cast<std::size_t>(function)];
+        for (std::size_t r = 0; r < cold.size(); ++r) {
+          if (cold[r].region == region_index) considerRange(function, static_cast<int>(r), heat, /*early=*/true);
+        }
+      }
       continue;
     }
     const std::vector<RangeState>& ranges = ranges_[static_cast<std::size_t>(function)];
@@ -1020,16 +1027,23 @@ bool Jit::coveredByRange(int function, int site) const {
   return false;
 }
 
-void Jit::considerRange(int function, int range, const RegionHeat& heat) {
+void Jit::considerRange(int function, int range, const RegionHeat& heat, bool early) {
   std::unique_lock<std::mutex> lock(mutex_);
   RangeState& state = ranges_[static_cast<std::size_t>(function)][static_cast<std::size_t>(range)];
   using Phase = RangeState::Phase;
   if (state.phase == Phase::Queued || state.phase == Phase::NotFused || state.phase == Phase::Blacklisted) return;
-  if (!state.backoff.mayRetry(heat.executions)) return;
-  if (state.compiles == 0 && cheaperInterpreted(state.interpreted, state.range.sites, vm_.runtime(function), level_)) {
-    return;
+  if (early) {
+    // Not hot yet: only a first compile whose interpreted time already repays it.
+    if (state.phase != Phase::Cold || state.compiles != 0 || state.backoff.failures != 0) return;
+    if (!earlyCompilePaysOff(function, state)) return;
+  } else {
+    if (!state.backoff.mayRetry(heat.executions)) return;
+    if (state.compiles == 0 &&
+        cheaperInterpreted(state.interpreted, state.range.sites, vm_.runtime(function), level_)) {
+      return;
+    }
+    if (state.compiles == 0 && !regionCompilePaysOff(function, state)) return;  // interpreted until compiling pays off
   }
-  if (state.compiles == 0 && !regionCompilePaysOff(function, state)) return;  // interpreted until compiling pays off
   const std::uint64_t declines = state.declines->load(std::memory_order_relaxed);
   bool tune = false;
   if (state.phase == Phase::Installed) {
@@ -1322,12 +1336,13 @@ bool Jit::payoffWaits() const {
 
 // A fused range's first compile is worth starting once its interpreted time repays the estimated
 // compile cost (hot_path.h: compilePaysOff); logged when it is first held back and when it starts.
-bool Jit::regionCompilePaysOff(int function, RangeState& state) {
+double Jit::regionCompileCostMs(int function, const RangeState& state, int& spare_cores) {
   const auto prior_ms = static_cast<double>(Tunables::get(Tunable::CompilePayoffMs));
-  if (!payoffWaits() || level_ < 2 || prior_ms <= 0 || Tunables::get(Tunable::HotMs) <= 0) return true;
+  spare_cores = 0;
+  if (!payoffWaits() || level_ < 2 || prior_ms <= 0 || Tunables::get(Tunable::HotMs) <= 0) return -1.0;
   // A core of this process's own that neither the interpreter nor a busy compile thread holds:
   // the compile runs beside the program, and only a fraction of its cost is the program's.
-  const int spare_cores = availableCores() - 1 - busyCompileThreads();
+  spare_cores = availableCores() - 1 - busyCompileThreads();
   double per_kernel_ms = compile_ms_per_kernel_;
   if (per_kernel_ms < 0) {
     if (kernel_cache_warm_ < 0) {
@@ -1337,7 +1352,33 @@ bool Jit::regionCompilePaysOff(int function, RangeState& state) {
     per_kernel_ms = prior_ms * (kernel_cache_warm_ == 1 ? kWarmCacheCostFraction : 1.0);
   }
   const Function& fn = vm_.module().functions[static_cast<std::size_t>(function)];
-  const double cost_ms = countedCompileCost(per_kernel_ms * estimatedRegionKernels(fn, state.range.sites), spare_cores);
+  return countedCompileCost(per_kernel_ms * estimatedRegionKernels(fn, state.range.sites), spare_cores);
+}
+
+bool Jit::earlyCompilePaysOff(int function, RangeState& state) {
+  int spare_cores = 0;
+  const double cost_ms = regionCompileCostMs(function, state, spare_cores);
+  if (cost_ms <= 0) return false;
+  const FunctionRuntime& runtime = vm_.runtime(function);
+  const double ran_ms = sitesMilliseconds(state.range.sites, runtime);
+  const double mean_ns = sitesMeanNanos(state.range.sites, runtime);
+  if (!paysOffBeforeHot(ran_ms, mean_ns, cost_ms) || tinyOperandSites(state.range.sites, runtime)) return false;
+  const std::uint64_t calls =
+      runtime.slots[static_cast<std::size_t>(state.range.sites.front())].calls.load(std::memory_order_relaxed);
+  logAt(LogLevel::Info, "JIT",
+        "Compiling the region at PC=0x{:02X} before it is hot (hot_count {}): its {} runs took {:.0f}ms "
+        "interpreted ({:.1f}ms each) x expected gain {:.0f}% >= estimated compile cost {:.0f}ms{}",
+        state.range.start_pc, Tunables::get(Tunable::HotCount), calls, ran_ms, mean_ns * 1e-6, kCompiledGain * 100,
+        cost_ms, spare_cores > 0 ? " (a quarter of it: a core is spare)" : "");
+  ++stats_.early_compiles;
+  state.deferred = false;
+  return true;
+}
+
+bool Jit::regionCompilePaysOff(int function, RangeState& state) {
+  int spare_cores = 0;
+  const double cost_ms = regionCompileCostMs(function, state, spare_cores);
+  if (cost_ms < 0) return true;
   const char* spare_note = spare_cores > 0 ? " (a quarter of it: a core is spare)" : "";
   const double ran_ms = sitesMilliseconds(state.range.sites, vm_.runtime(function));
   if (ran_ms <= 0) return true;  // not timed (profiling off): no evidence to wait on
@@ -1462,6 +1503,12 @@ std::string Jit::statsReport() const {
       "jit: tuning {:.1f} ms: {} kernels tuned by timing, {} tuning-database hits; {} tunings deferred "
       "(would not pay off yet)\n",
       s.tuning_ms, s.tuned_kernels, s.tuning_cache_hits, s.tuning_deferred);
+  if (s.early_compiles > 0) {
+    text += fmt::format(
+        "jit: {} fused regions compiled before hot_count: their interpreted time already repaid the "
+        "estimated compile cost\n",
+        s.early_compiles);
+  }
   if (s.compiles_deferred > 0) {
     text += fmt::format(
         "jit: {} hot fused regions not compiled yet: their interpreted time does not repay the "

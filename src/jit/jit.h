@@ -87,6 +87,7 @@ struct JitStats {
   std::uint64_t tuning_cache_hits = 0;   // kernels whose parameters came from the tuning database
   std::uint64_t tuning_deferred = 0;     // (stats() time) installed regions/kernels whose tuning does not pay off yet
   std::uint64_t compiles_deferred = 0;   // (stats() time) hot fused ranges whose compile does not pay off yet
+  std::uint64_t early_compiles = 0;  // fused ranges queued before hot_count: their interpreted time repaid the compile
   std::uint64_t fused_regions = 0;       // O2 fused ranges installed
   std::uint64_t fused_ops = 0;           // CallOps folded into their fused kernels and epilogues
   std::uint64_t region_runs = 0;         // (stats() time) executions served by fused regions
@@ -243,11 +244,19 @@ class Jit final : public ExecutionObserver {
   void considerSite(int function, int site, const RegionHeat& heat);
   void workerLoop(bool tuning);  // a compile thread (false) or the tuning thread (true)
   void compileSite(const Request& request);
-  void considerRange(int function, int range, const RegionHeat& heat);
+  // `early`: the region is not hot yet (hot_count), and the range is queued only where its
+  // interpreted time already repays the compile (earlyCompilePaysOff).
+  void considerRange(int function, int range, const RegionHeat& heat, bool early = false);
   void compileRange(const Request& request);
   bool payoffWaits() const;  // TunePayoff on and no --jit-wait
   bool tuningPaysOff(double ran_ms, double cost_ms, double gain) const;
   bool regionCompilePaysOff(int function, RangeState& state);  // mutex_ held
+  // The counted estimate of a range's first compile (regionCompilePaysOff); -1: no pay-off rule
+  // (--jit-wait, O1, tune_payoff=0, compile_payoff_ms=0 or hot_ms=0). `spare_cores` gets the
+  // spare cores it was counted with.
+  double regionCompileCostMs(int function, const RangeState& state, int& spare_cores);  // mutex_ held
+  // O2, a range of a region not hot yet, cold and never compiled: paysOffBeforeHot (hot_path.h).
+  bool earlyCompilePaysOff(int function, RangeState& state);  // mutex_ held
   TuneEstimate estimateTuning(const CompiledRegion& region, double codegen_cpu_ms) const;
   bool coveredByRange(int function, int site) const;  // callers hold mutex_
   void recordFailure(int function, int site, JitReason reason, const std::string& why);

@@ -8,10 +8,12 @@
 // into the blocked output); epilogues post-ops cannot express refused and never offered; the LibraryCandidates tunable;
 // a reordered weight packed once per tensor (never one in external memory); a primitive that cannot be created for a
 // new shape runs the generated kernel; an execution oneDNN refuses computed by the fallback loop;
-// weight-bound convs timing their plain-layout primitive against the blocked one on their first calls.
+// weight-bound convs timing their plain-layout primitive against the blocked one on their first calls, stems
+// timing the primitive on their input as it is.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "conv_test_util.h"
@@ -479,6 +481,70 @@ TEST(ConvLibrary, WeightBoundConvsTimeThePlainLayoutsToo) {
     }
     EXPECT_EQ(after.run_failures, before.run_failures) << "case " << i;
     EXPECT_TRUE(sharedBackend().free(kernel->handle).isOk());
+  }
+}
+
+// A stem (few input channels, a small weight) also makes the primitive that reads its input as it
+// is and writes 16-channel blocks (jit:avx512_core's first-conv kernel) beside oneDNN's pick
+// (brgconv on channels last there), and its first calls take turns on the two: every call
+// matches the reference whichever primitive ran it (the ReLU post-op on both), one race per
+// problem on an AVX-512 host (where oneDNN has that kernel), and its winner is counted as such
+// (input_as_is_picks) or not. A stem whose output channels are not a multiple of 16 does not race.
+TEST(ConvLibrary, StemsTimeTheirInputAsIsToo) {
+  std::mt19937 rng(53);
+  const EpilogueStep relu{OpId::Relu, -1, false};
+  struct StemCase {
+    Shape x;
+    std::int64_t cout, kernel;
+    Attrs attrs;
+    std::vector<EpilogueStep> steps;
+    bool races;
+  };
+  const std::vector<StemCase> cases = {
+      {Shape{1, 3, 37, 41}, 64, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 3, 3, 3})}}, {relu}, true},
+      {Shape{2, 3, 23, 19}, 32, 7, {{"strides", ints({2, 2})}, {"pads", ints({3, 2, 1, 3})}}, {}, true},
+      {Shape{1, 1, 17, 15}, 16, 3, {{"pads", ints({1, 1, 1, 1})}}, {relu}, true},
+      {Shape{2, 4, 13, 12}, 48, 5, {{"dilations", ints({2, 1})}, {"pads", ints({2, 0, 3, 1})}}, {}, true},
+      {Shape{1, 3, 19, 21}, 24, 3, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, {}, false},
+  };
+  constexpr int kCalls = 6;
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const StemCase& c = cases[i];
+    Attrs attrs = c.attrs;
+    attrs.push_back({"groups", AttrValue::ofInt(1)});
+    const std::vector<Value> params = convInputs(c.x, c.cout, 1, c.kernel, true, rng);
+    KernelSpec spec = librarySpec(params, attrs, i % 2 == 1);
+    spec.epilogue = c.steps;
+    const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+    auto compiled = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
+    ASSERT_TRUE(compiled.hasValue()) << "case " << i << ": " << compiled.status().toString();
+    for (int call = 0; call < kCalls; ++call) {
+      const std::vector<Value> inputs = {operand(DType::Float32, c.x, rng), params[1], params[2]};
+      auto expected = referenceOutputs(specFor("conv", inputs, attrs), inputs);
+      ASSERT_TRUE(expected.hasValue()) << expected.status().toString();
+      if (!c.steps.empty()) expected = callOp("relu", {(*expected)[0]}, {});
+      ASSERT_TRUE(expected.hasValue()) << expected.status().toString();
+      std::vector<Value> actual(1);
+      const Status run = invokeCompiled(**compiled, pointersTo(inputs), actual);
+      ASSERT_TRUE(run.isOk()) << "case " << i << " call " << call << ": " << run.toString();
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << "case " << i << " call " << call << ": " << comparison.reason;
+    }
+    const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
+    const std::uint64_t races = after.races - before.races;
+    const std::uint64_t picks = after.input_as_is_picks - before.input_as_is_picks;
+    if (avx512) {
+      EXPECT_EQ(races, c.races ? 1U : 0U) << "case " << i << " " << c.x.toString();
+    }
+    EXPECT_LE(picks, races) << "case " << i;
+    EXPECT_EQ(after.plain_picks, before.plain_picks) << "case " << i;
+    EXPECT_EQ(after.run_failures, before.run_failures) << "case " << i;
+    std::printf("case %zu %s: %s\n", i, c.x.toString().c_str(),
+                races == 0   ? "no race"
+                : picks == 1 ? "the input as it is won"
+                             : "oneDNN's pick won");
+    EXPECT_TRUE(sharedBackend().free((*compiled)->handle).isOk());
   }
 }
 

@@ -167,6 +167,92 @@ TEST(ConvJit, DepthwiseConvsMatchTheReference) {
   }
 }
 
+// One kernel compiled from `spec` over every input set: each output element within 1e-4 of the
+// reference's (relative to its magnitude), so that a single wrong column of a plane fails; x is
+// also run from a copy that ends right before a PROT_NONE page and one that begins right after
+// one (a read past the first or the last plane faults).
+::testing::AssertionResult depthwiseMatchesEveryElement(const KernelSpec& spec,
+                                                        const std::vector<std::vector<Value>>& input_sets) {
+  auto kernel = compileKernel(sharedBackend(), *familyFor(spec.op), spec);
+  if (!kernel) return ::testing::AssertionFailure() << spec.signature() << ": " << kernel.status().toString();
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for (const std::vector<Value>& given : input_sets) {
+    auto expected = referenceOutputs(spec, given);
+    if (!expected) {
+      result = ::testing::AssertionFailure() << expected.status().toString();
+      break;
+    }
+    const Tensor& want = (*expected)[0].tensor();
+    for (bool at_start : {false, true}) {
+      std::vector<Value> inputs = given;
+      inputs[0] = Value::fromTensor(guardedCopy(given[0].tensor(), at_start));
+      std::vector<Value> actual(1);
+      Status run = invokeCompiled(**kernel, pointersTo(inputs), actual);
+      if (!run.isOk() || actual[0].tensor().shape() != want.shape()) {
+        result = ::testing::AssertionFailure() << given[0].tensor().describe() << ": " << run.toString();
+        break;
+      }
+      const float* w = want.data<float>();
+      const float* g = actual[0].tensor().data<float>();
+      for (std::int64_t i = 0; i < want.numel(); ++i) {
+        if (!(std::abs(g[i] - w[i]) <= 1e-4f * (1.0f + std::abs(w[i])))) {
+          result = ::testing::AssertionFailure() << spec.signature() << " on " << want.shape().toString()
+                                                 << ": element " << i << " is " << g[i] << ", want " << w[i];
+          break;
+        }
+      }
+    }
+    if (!result) break;
+  }
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  return result;
+}
+
+// Stride 1 with the output as wide as the input: the inner rows run as one flat loop over the
+// plane, whose border columns are computed again, checked. Odd widths and heights, rows as
+// narrow as 1-3 columns (no column or one whose every tap is inside), planes of 1-3 rows,
+// asymmetric pads that keep the width, dilations, 5x5 and 1x1 kernels, SAME padding; each static
+// and dynamic (one kernel over several batches and image sizes).
+TEST(ConvJit, DepthwiseSameWidthConvsMatchEveryElement) {
+  std::mt19937 rng(29);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  struct Case {
+    std::vector<Shape> xs;  // N, H and W of each; the channels of the first
+    std::int64_t kernel;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {{Shape{2, 5, 9, 28}, Shape{1, 5, 3, 17}, Shape{3, 5, 2, 17}, Shape{1, 5, 7, 3}, Shape{1, 5, 6, 1},
+        Shape{2, 5, 5, 2}, Shape{1, 5, 1, 31}},
+       3,
+       {{"pads", ints({1, 1, 1, 1})}}},
+      {{Shape{2, 3, 11, 13}, Shape{1, 3, 5, 5}, Shape{1, 3, 4, 6}}, 5, {{"pads", ints({2, 2, 2, 2})}}},
+      {{Shape{1, 3, 10, 12}, Shape{2, 3, 5, 7}}, 3, {{"dilations", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}}},
+      {{Shape{1, 4, 9, 10}, Shape{1, 4, 4, 3}}, 3, {{"pads", ints({0, 0, 2, 2})}}},
+      {{Shape{1, 4, 9, 10}, Shape{2, 4, 3, 4}}, 3, {{"pads", ints({2, 2, 0, 0})}}},
+      {{Shape{1, 3, 8, 9}, Shape{1, 3, 6, 5}}, 3, {{"dilations", ints({1, 2})}, {"pads", ints({1, 1, 1, 3})}}},
+      {{Shape{1, 3, 6, 7}, Shape{2, 3, 1, 1}}, 1, {}},
+      {{Shape{1, 6, 8, 15}, Shape{2, 6, 1, 2}, Shape{1, 6, 13, 4}}, 3, {{"auto_pad", AttrValue::ofInt(1)}}},
+      {{Shape{1, 6, 9, 16}, Shape{1, 6, 2, 3}}, 4, {{"auto_pad", AttrValue::ofInt(2)}}}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::int64_t channels = c.xs[0][1];
+    Attrs attrs = c.attrs;
+    attrs.emplace_back("groups", AttrValue::ofInt(channels));
+    const Value w = operand(DType::Float32, Shape{channels, 1, c.kernel, c.kernel}, rng);
+    const Value bias = operand(DType::Float32, Shape{channels}, rng);
+    std::vector<std::vector<Value>> sets;
+    for (const Shape& x : c.xs) {
+      sets.push_back({operand(DType::Float32, x, rng), w});
+      if (i % 2 == 0) sets.back().push_back(bias);
+    }
+    for (std::size_t s = 0; s < sets.size(); ++s) {
+      EXPECT_TRUE(depthwiseMatchesEveryElement(specFor("conv", sets[s], attrs), {sets[s]})) << c.xs[s].toString();
+    }
+    EXPECT_TRUE(depthwiseMatchesEveryElement(dynamicSpec(sets[0], attrs), sets)) << c.xs[0].toString();
+  }
+}
+
 // K = 64 * 7 * 7 = 3136: the 1 MiB tile budget holds 83 columns, so the larger images run in equal
 // tiles of 80 columns that start mid-row, span rows and end in a partial tile, the smaller ones in
 // one tile written straight into the output; one dynamic kernel over several sizes and batches.
@@ -491,6 +577,28 @@ TEST(ConvJit, MaxPoolMatchesTheReferenceBitForBit) {
     for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
       const Value x = poolInput(c.x, rng, i % 3 == 1, dtype);
       EXPECT_TRUE(poolMatchesExactly(poolSpec(x, c.attrs, i % 2 == 1), {x})) << c.x.toString();
+    }
+  }
+}
+
+// Stride 1 keeping the width (the flat loop over a plane's inner rows, its border columns
+// computed again): the same bits as the reference, NaNs among the taps, narrow rows and few rows.
+TEST(ConvJit, StrideOneMaxPoolsMatchTheReferenceBitForBit) {
+  std::mt19937 rng(34);
+  auto ints = [](std::vector<std::int64_t> v) { return AttrValue::ofInts(std::move(v)); };
+  const std::vector<Attrs> attrs = {
+      {{"kernel", ints({3, 3})}, {"pads", ints({1, 1, 1, 1})}},
+      {{"kernel", ints({3, 5})}, {"pads", ints({0, 1, 2, 3})}},
+      {{"kernel", ints({3, 3})}, {"dilations", ints({2, 2})}, {"pads", ints({2, 2, 2, 2})}},
+      {{"kernel", ints({2, 2})}, {"auto_pad", AttrValue::ofInt(1)}}};
+  for (std::size_t i = 0; i < attrs.size(); ++i) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      std::vector<Value> xs;
+      for (const Shape& shape : {Shape{2, 3, 9, 28}, Shape{1, 3, 3, 17}, Shape{1, 3, 7, 3}, Shape{2, 3, 5, 1}}) {
+        xs.push_back(poolInput(shape, rng, i % 2 == 0, dtype));
+      }
+      for (const Value& x : xs) EXPECT_TRUE(poolMatchesExactly(poolSpec(x, attrs[i], false), {x})) << i;
+      EXPECT_TRUE(poolMatchesExactly(poolSpec(xs[0], attrs[i], true), xs)) << i;
     }
   }
 }

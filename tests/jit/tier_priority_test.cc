@@ -137,6 +137,76 @@ TEST(CompilePayoffTest, ASpareCoreCountsAQuarterOfTheCompileCost) {
   EXPECT_FALSE(compilePaysOff(1.0, countedCompileCost(1e6, 1))) << "a huge estimate still waits";
 }
 
+// Pay-off aware hotness (issue 23 item 7), the decision alone: interpreted time that repays the
+// counted compile estimate, at least hot_ms, and at least kEarlyCompileMinCallNs per execution.
+TEST(CompilePayoffTest, ARangeIsHotBeforeHotCountOnlyWhenItsInterpretedTimeRepaysTheCompile) {
+  Tunables::resetToDefaults();
+  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 20).isOk());
+  // The reference cell after its 3 warm-up runs: ~20 ms per interpreted call, 3 kernels at 35 ms,
+  // a spare core (a quarter counted): 60 ms x 75% >= 26 ms.
+  const double cost = countedCompileCost(3 * 35.0, 1);
+  EXPECT_TRUE(paysOffBeforeHot(60.0, 20e6, cost));
+  EXPECT_FALSE(paysOffBeforeHot(30.0, 10e6, countedCompileCost(3 * 35.0, 0))) << "one core: all of it counts";
+  EXPECT_FALSE(paysOffBeforeHot(19.0, 6e6, 1.0)) << "under hot_ms";
+  EXPECT_FALSE(paysOffBeforeHot(60.0, kEarlyCompileMinCallNs / 2, 1.0)) << "cheap calls wait for hot_count";
+  EXPECT_FALSE(paysOffBeforeHot(60.0, 20e6, 1e6)) << "a huge estimate";
+  EXPECT_FALSE(paysOffBeforeHot(60.0, 20e6, 0.0)) << "no estimate (compile_payoff_ms = 0): hot_count decides";
+  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 0).isOk());
+  EXPECT_FALSE(paysOffBeforeHot(60.0, 20e6, cost)) << "hot_ms = 0: hot_count decides";
+  Tunables::resetToDefaults();
+}
+
+// The same in a VM: f's calls are expensive (262144 rows: tens of ms each), g's cheap (64 rows:
+// microseconds, under hot_ms = 30 however the host preempts its 3 runs). With hot_count far away,
+// f's range is queued right after the warm-up (3 runs), its interpreted time having repaid the
+// estimate; g's stays cold. A huge estimate, or --jit-wait, keeps f cold too.
+TEST_F(TierPriorityTest, AnExpensiveRangeCompilesAfterTheWarmUpACheapOneWaitsForHotCount) {
+  ASSERT_TRUE(Tunables::set(Tunable::WarmupRuns, 3).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::HotCount, 1000).isOk());
+  ASSERT_TRUE(Tunables::set(Tunable::HotMs, 30).isOk());
+  const auto rows_inputs = [](std::int64_t rows, std::uint32_t seed) {
+    return std::vector<Value>{Value::fromTensor(randomTensor(Shape{rows, 32}, seed)),
+                              Value::fromTensor(randomTensor(Shape{32, 48}, seed + 1)),
+                              Value::fromTensor(randomTensor(Shape{48}, seed + 2))};
+  };
+  const std::vector<Value> big = rows_inputs(262144, 7), small = rows_inputs(64, 9);
+  struct Case {
+    std::int64_t payoff_ms;
+    bool wait;
+    bool f_early;
+  };
+  for (const Case c : {Case{1, false, true}, Case{1000000, false, false}, Case{1, true, false}}) {
+    SCOPED_TRACE(fmt::format("compile_payoff_ms={} wait_for_compiles={}", c.payoff_ms, c.wait));
+    ASSERT_TRUE(Tunables::set(Tunable::CompilePayoffMs, c.payoff_ms).isOk());
+    VirtualMachine vm(module_);
+    JitOptions opts = options();
+    opts.wait_for_compiles = c.wait;
+    auto jit = Jit::attach(vm, opts);
+    ASSERT_TRUE(jit.hasValue()) << jit.status().toString();
+    const auto phase = [&](int function) { return (*jit)->rangeStates(function).at(0).phase; };
+    for (int run = 1; run <= 4; ++run) {
+      for (int function : {0, 1}) {
+        auto got = vm.run(function, function == 0 ? big : small);
+        ASSERT_TRUE(got.hasValue()) << got.status().toString();
+      }
+      (*jit)->waitIdle();
+      if (run < 3) {
+        EXPECT_EQ(phase(0), Jit::RangeState::Phase::Cold) << "run " << run << ": the warm-up compiles nothing";
+      }
+    }
+    EXPECT_EQ(phase(0), c.f_early ? Jit::RangeState::Phase::Installed : Jit::RangeState::Phase::Cold)
+        << (*jit)->statsReport();
+    EXPECT_EQ(phase(1), Jit::RangeState::Phase::Cold) << "g's calls are cheap: hot_count decides";
+    EXPECT_EQ((*jit)->stats().early_compiles, c.f_early ? 1u : 0u);
+    // Whatever tier serves it, f's result is the reference's.
+    const std::vector<Value> want = {
+        callOp("tanh", {callOp("add", {callOp("matmul", {big[0], big[1]}).value()[0], big[2]}).value()[0]}).value()[0]};
+    auto got = vm.run(0, big);
+    ASSERT_TRUE(got.hasValue());
+    EXPECT_TRUE(compareOutputs(want, *got).ok);
+  }
+}
+
 // A tuner whose estimate says tuning pays off at once, and whose tune() records the calling
 // thread's scheduling and then blocks until the request is cancelled (or `release` is set).
 class BlockingTuner final : public Tuner {

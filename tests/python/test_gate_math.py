@@ -68,3 +68,53 @@ def test_fused_sigmoid_and_tanh_match_float64_and_keep_their_limits(tmp_path, mo
     assert flat_s[at[np.inf]] == 1.0 and flat_s[at[-np.inf]] == 0.0
     assert flat_t[at[np.inf]] == 1.0 and flat_t[at[-np.inf]] == -1.0
     assert 0.0 < flat_s[at[-50.0]] < np.finfo(np.float32).tiny  # sigmoid(-100), a denormal
+
+
+class GateProducts(shapevm.Module):
+    """sigmoid * tanh products as the LSTM cell has them: two a fused kernel computes with one
+    shared reciprocal each (a sigmoid and a tanh nothing else reads; either operand order), and
+    one it may not fold (its sigmoid is read twice)."""
+
+    def construct(self, x: Tensor["rows", "cols"], y: Tensor["rows", "cols"]):
+        folded = ops.sigmoid(x) * ops.tanh(y)
+        swapped = ops.tanh(y * 0.5) * ops.sigmoid(x + y)
+        s = ops.sigmoid(y)
+        shared = s * ops.tanh(x) * s
+        return folded, swapped, shared
+
+
+@pytest.mark.parametrize("cols", [37, 256])
+def test_fused_sigmoid_times_tanh_products_match_float64(tmp_path, monkeypatch, cols):
+    monkeypatch.setenv("SHAPEVM_CACHE_DIR", str(tmp_path))
+    shapevm.set_context(jit_level="O2", hot_count=0, hot_ms=0, warmup=0)
+    module = GateProducts(wait=True)
+    rng = np.random.default_rng(cols)
+    rows = 4096 // cols + 3
+    x = rng.uniform(-12, 12, (rows, cols)).astype(np.float32)
+    y = rng.uniform(-12, 12, (rows, cols)).astype(np.float32)
+    x[0, :4], y[0, :4] = [0.0, -0.0, -100.0, np.nan], [-0.0, 3.0, 1.5, 1.0]
+    x[1, :3], y[1, :3] = [np.inf, -np.inf, 8.0], [np.inf, 2.0, np.nan]
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+
+    def sig(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (sig(x64) * np.tanh(y64),
+                np.tanh((y * np.float32(0.5)).astype(np.float64)) * sig((x + y).astype(np.float64)),
+                sig(y64) * np.tanh(x64) * sig(y64))
+    for _ in range(4):
+        got = module(x, y)
+    assert module.stats()["launches_compiled"] > 0
+    for name, g, w in zip(("folded", "swapped", "shared"), got, want):
+        assert np.array_equal(np.isnan(g), np.isnan(w)), name
+        normal = ~np.isnan(w) & (np.abs(w) >= np.finfo(np.float32).tiny)
+        rel = np.abs(g[normal].astype(np.float64) - w[normal]) / np.abs(w[normal])
+        assert rel.max() <= 1e-6, (name, float(rel.max()))
+        tiny = ~np.isnan(w) & ~normal
+        assert np.all(np.abs(g[tiny] - w[tiny]) <= 1e-44), name
+    folded = got[0]
+    assert folded[0, 0] == 0.0 and np.signbit(folded[0, 0])  # sigmoid(0) * tanh(-0) = 0.5 * -0
+    assert 0.0 < folded[0, 2] < np.finfo(np.float32).tiny  # sigmoid(-100) * tanh(1.5): a denormal
+    assert np.isnan(folded[0, 3]) and np.isnan(folded[1, 2])
+    assert folded[1, 0] == 1.0 and folded[1, 1] == 0.0

@@ -54,6 +54,31 @@ TEST_F(AllocatorTest, BlocksAre64ByteAlignedAndCoverTheRequest) {
   }
 }
 
+// A system block of 2 MiB or more starts on a 2 MiB boundary (its whole huge pages are advised
+// for transparent huge pages); blocks of 128 KiB or more are prefaulted. Either way the block is
+// ordinary memory: random bytes written over all of it read back, through reuse from the cache.
+TEST_F(AllocatorTest, LargeBlocksAreHugePageAlignedAndHoldWhatIsWritten) {
+  std::mt19937 rng(23);
+  for (std::size_t nbytes : {std::size_t{128} << 10, (std::size_t{1} << 20) + 3, std::size_t{2} << 20,
+                             (std::size_t{3} << 20) + 7, std::size_t{9} << 20}) {
+    SCOPED_TRACE(nbytes);
+    for (int round = 0; round < 2; ++round) {  // a system allocation, then the cached block
+      std::size_t capacity = 0;
+      void* block = take(nbytes, &capacity);
+      ASSERT_NE(block, nullptr);
+      if (capacity >= (std::size_t{2} << 20)) {
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(block) % (std::size_t{2} << 20), 0u);
+      }
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(block) % 64, 0u);
+      std::vector<std::uint32_t> words(capacity / sizeof(std::uint32_t));
+      for (std::uint32_t& w : words) w = static_cast<std::uint32_t>(rng());
+      std::memcpy(block, words.data(), words.size() * sizeof(std::uint32_t));
+      EXPECT_EQ(std::memcmp(block, words.data(), words.size() * sizeof(std::uint32_t)), 0);
+      allocator().free(block, capacity);
+    }
+  }
+}
+
 TEST_F(AllocatorTest, SizeClassKnownValues) {
   EXPECT_EQ(CachingAllocator::sizeClass(0), 64u);
   EXPECT_EQ(CachingAllocator::sizeClass(1), 64u);

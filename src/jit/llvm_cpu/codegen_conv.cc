@@ -26,8 +26,10 @@
 // register and stores it once: the columns whose every tap is inside the row run unchecked (a
 // loop the vectorizer widens), the few border columns test each tap. A border row (top and
 // bottom padding) starts as the bias and adds each tap whose input row is inside over the columns
-// it reads inside the row, so padding costs nothing. The call's pads (auto_pad SAME depends on
-// the input) are scalars[0..1].
+// it reads inside the row, so padding costs nothing. At stride 1 with the output as wide as the
+// input (3x3 pad 1) the inner rows run as one flat loop over the plane, in full vectors whatever
+// the row width, and their border columns are then computed again, checked. The call's pads
+// (auto_pad SAME depends on the input) are scalars[0..1].
 // max_pool and avg_pool (float32, 1-D and 2-D): the depthwise conv's window loop (emitWindowLoop)
 // in the reference's tap order: max_pool starts at -inf and takes a tap when it is greater or NaN;
 // avg_pool sums from 0, then divides each output by its window's count (the reference's bits).
@@ -1079,7 +1081,57 @@ void emitWindowLoop(ir::Builder& b, llvm::Function* function, ir::ArgsView& args
               borderRow(b.CreateSelect(b.CreateICmpSLT(r, row_lo), r, b.CreateAdd(row_hi, b.CreateSub(r, row_lo))));
             },
             "border", outer);
-        ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer);
+        // Stride 1 with the output as wide as the input (a "same" conv, e.g. 3x3 pad 1): an output's
+        // taps are its flat index plus a fixed offset per tap, so the inner rows run as one flat
+        // loop over the plane, [oy_lo * wo + lo_all, (oy_hi - 1) * wo + hi_all) (whose first and
+        // last outputs read inside the plane, hence all between do), in full vectors whatever
+        // the row width (a 28-wide row is one 16-lane vector and a remainder). Its border
+        // columns read the neighbouring rows' ends; each inner row's border columns are then
+        // computed again, checked, over them.
+        const bool flat_rows = two_d && !three_d && sh == 1 && sw == 1 && !loop.result;
+        auto rowByRow = [&] { ir::emitLoop(b, row_lo, row_hi, 1, innerRow, "oy", outer); };
+        if (!flat_rows) {
+          rowByRow();
+        } else {
+          llvm::Value* flat = b.CreateAnd(
+              b.CreateICmpEQ(wo, wdt), b.CreateAnd(b.CreateICmpSGT(hi_all, lo_all), b.CreateICmpSGT(row_hi, row_lo)));
+          ir::emitIfElse(
+              b, flat,
+              [&] {
+                std::vector<llvm::Value*> tap_offsets;  // per (ky, kx): the input's flat offset from the output's
+                for (std::int64_t t = 0; t < kh; ++t) {
+                  llvm::Value* row = b.CreateMul(b.CreateSub(i64(t * dh), ph), wdt);
+                  for (std::int64_t kx = 0; kx < kw; ++kx) {
+                    tap_offsets.push_back(b.CreateAdd(row, x_off[static_cast<std::size_t>(kx)]));
+                  }
+                }
+                llvm::Value* first = b.CreateAdd(b.CreateMul(row_lo, wo), lo_all);
+                llvm::Value* last = b.CreateAdd(b.CreateMul(b.CreateSub(row_hi, i64(1)), wo), hi_all);
+                ir::emitLoop(
+                    b, first, last, 1,
+                    [&](llvm::Value* at) {
+                      llvm::Value* acc = loop.start();
+                      for (std::int64_t t = 0; t < kh * kw; ++t) {
+                        llvm::Value* xv = loadX(
+                            b.CreateGEP(elem, slices[0], b.CreateAdd(at, tap_offsets[static_cast<std::size_t>(t)])));
+                        acc = loop.combine(acc, xv, t);
+                      }
+                      store(acc, b.CreateInBoundsGEP(elem, op, at));
+                    },
+                    "flat", inner);
+                ir::emitLoop(
+                    b, row_lo, row_hi, 1,
+                    [&](llvm::Value* oy) {
+                      llvm::Value* orow = b.CreateInBoundsGEP(elem, op, b.CreateMul(oy, wo));
+                      std::vector<llvm::Value*> xrows;
+                      tapRows(oy, xrows, nullptr);
+                      checkedColumns(oy, orow, xrows, {}, i64(0), lo_all);
+                      checkedColumns(oy, orow, xrows, {}, hi_all, wo);
+                    },
+                    "flat.edges", outer);
+              },
+              rowByRow);
+        }
         if (loop.finish) loop.finish(op, od);
       },
       "plane", outer);

@@ -212,6 +212,47 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
       }
     }
   }
+  // float32 programs: a product of a sigmoid and a tanh that nothing else reads (the LSTM gates'
+  // sigmoid(i) tanh(g) and sigmoid(o) tanh(c')) is computed with one reciprocal for both
+  // (ir_math's sigmoidTimesTanhF); the two nodes then emit nothing of their own.
+  std::vector<int> sigmoid_of(count, -1), tanh_of(count, -1);  // per product node: its operands
+  std::vector<bool> folded(count, false);                      // per sigmoid/tanh node: in a product
+  if (program.dtype == DType::Float32) {
+    std::vector<int> uses(count, 0);
+    auto use = [&](int ref) {
+      if (ref >= 0) ++uses[static_cast<std::size_t>(ref)];
+    };
+    for (const FusedProgram::Node& node : program.nodes) {
+      if (node.constant) continue;
+      use(node.a);
+      if (!node.unary()) use(node.b);
+    }
+    for (int ref : program.outputs) use(ref);
+    for (const auto& [leaf, ref] : program.in_place) use(ref);
+    auto isOnce = [&](int ref, OpId op) {
+      if (ref < 0) return false;
+      const FusedProgram::Node& node = program.nodes[static_cast<std::size_t>(ref)];
+      return !node.constant && node.op == op && uses[static_cast<std::size_t>(ref)] == 1;
+    };
+    for (std::size_t n = 0; n < count; ++n) {
+      const FusedProgram::Node& node = program.nodes[n];
+      if (node.constant || node.op != OpId::Mul) continue;
+      int s = -1;
+      int t = -1;
+      if (isOnce(node.a, OpId::Sigmoid) && isOnce(node.b, OpId::Tanh)) {
+        s = node.a;
+        t = node.b;
+      } else if (isOnce(node.b, OpId::Sigmoid) && isOnce(node.a, OpId::Tanh)) {
+        s = node.b;
+        t = node.a;
+      } else {
+        continue;
+      }
+      sigmoid_of[n] = s;
+      tanh_of[n] = t;
+      folded[static_cast<std::size_t>(s)] = folded[static_cast<std::size_t>(t)] = true;
+    }
+  }
   bool bf16_leaves = true;
   for (int leaf = 0; leaf < program.numLeaves(); ++leaf) bf16_leaves &= program.leafDType(leaf) == DType::BFloat16;
   for (std::size_t n = 0; n < program.nodes.size(); ++n) {
@@ -221,9 +262,17 @@ FusedValues::FusedValues(Builder& b, const FusedProgram& program, unsigned lanes
       nodes_[n] = lanes > 1 ? b.CreateVectorSplat(lanes, value) : value;
       continue;
     }
-    llvm::Value* a = operand(node.a);
-    llvm::Value* value = node.unary() ? unaryOp(b, node.op, program.dtype, a, rounded16[n])
-                                      : binaryOp(b, node.op, program.dtype, a, operand(node.b));
+    if (folded[n]) continue;  // computed by the product that reads it
+    llvm::Value* value = nullptr;
+    if (sigmoid_of[n] >= 0) {
+      const FusedProgram::Node& sigmoid = program.nodes[static_cast<std::size_t>(sigmoid_of[n])];
+      const FusedProgram::Node& tanh = program.nodes[static_cast<std::size_t>(tanh_of[n])];
+      value = sigmoidTimesTanhF(b, operand(sigmoid.a), operand(tanh.a));
+    } else {
+      llvm::Value* a = operand(node.a);
+      value = node.unary() ? unaryOp(b, node.op, program.dtype, a, rounded16[n])
+                           : binaryOp(b, node.op, program.dtype, a, operand(node.b));
+    }
     rounded_[n] = node.rounded && rounds[n];
     if (rounded_[n] && program.dtype == DType::BFloat16) {
       // With every leaf in bfloat16, a NaN anywhere in the program has a zero lower half (a leaf's,

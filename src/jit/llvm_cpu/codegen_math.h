@@ -44,7 +44,9 @@ llvm::Value* castTo(Builder& b, llvm::Value* value, DType from, DType to);
 // One evaluation of a FusedProgram's nodes, emitted in order (each rounded where the program
 // says; in a bfloat16 program not those it keeps in float32, see above), on scalars or on
 // vectors of `lanes`: constants are splat, leaf l is `load_leaf(l)`, asked
-// once, on its first use. The fused family and the matmul gate epilogue both compute programs so.
+// once, on its first use. In a float32 program, a product of a sigmoid and a tanh that nothing
+// else reads is one sigmoidTimesTanhF (ir_math.h: one shared reciprocal), and those two nodes have
+// no value of their own. The fused family and the matmul gate epilogue both compute programs so.
 class FusedValues {
  public:
   FusedValues(Builder& b, const FusedProgram& program, unsigned lanes, std::function<llvm::Value*(int leaf)> load_leaf);

@@ -310,15 +310,20 @@ llvm::Value* logF(Builder& b, llvm::Value* x) {
 }
 
 namespace {
+// u = e^{-2|x|} - 1 in [-1, 0] = 2^n (e^r - 1) + (2^n - 1): n <= 0, so the two terms never cancel
+// by more than a factor 1.5, and u near 0 keeps its relative accuracy. Below -120 (tanh(60)) the
+// clamp applies; tanh(9.1) already rounds to 1. NaN passes through every step.
+llvm::Value* tanhU(Builder& b, llvm::Value* x, bool for16) {
+  llvm::Type* type = x->getType();
+  const ExpNonpositive e = expNonpositive(b, b.CreateFMul(b.CreateFNeg(fabs(b, x)), splat(type, 2.0)), for16);
+  llvm::Value* scale = b.CreateFMul(e.s64, splat(type, 0x1p-64));
+  return fma(b, scale, b.CreateFMul(e.r, e.t), b.CreateFSub(scale, splat(type, 1.0)));
+}
+
 // tanh in float32 (for16: the 16-bit variant's reduction, polynomial and reciprocal).
 llvm::Value* tanhFloat(Builder& b, llvm::Value* x, bool for16) {
   llvm::Type* type = x->getType();
-  // u = e^{-2|x|} - 1 in [-1, 0] = 2^n (e^r - 1) + (2^n - 1): n <= 0, so the two terms never cancel
-  // by more than a factor 1.5, and u near 0 keeps its relative accuracy. Below -120 (tanh(60)) the
-  // clamp applies; tanh(9.1) already rounds to 1. NaN passes through every step.
-  const ExpNonpositive e = expNonpositive(b, b.CreateFMul(b.CreateFNeg(fabs(b, x)), splat(type, 2.0)), for16);
-  llvm::Value* scale = b.CreateFMul(e.s64, splat(type, 0x1p-64));
-  llvm::Value* u = fma(b, scale, b.CreateFMul(e.r, e.t), b.CreateFSub(scale, splat(type, 1.0)));
+  llvm::Value* u = tanhU(b, x, for16);
   // tanh|x| = -u / (u + 2), u + 2 in [1, 2]: copysign gives u / (u + 2), which is <= 0, x's sign
   // (tanh(-0) = -0).
   llvm::Value* den = b.CreateFAdd(u, splat(type, 2.0));
@@ -366,6 +371,21 @@ llvm::Value* sigmoidF(Builder& b, llvm::Value* x) {
 llvm::Value* sigmoid16F(Builder& b, llvm::Value* x) {
   if (isDouble(x)) return sigmoidF(b, x);
   return sigmoidTimes(b, x, nullptr, /*for16=*/true);
+}
+
+llvm::Value* sigmoidTimesTanhF(Builder& b, llvm::Value* x, llvm::Value* y) {
+  if (isDouble(x)) return b.CreateFMul(sigmoidF(b, x), tanhF(b, y));
+  llvm::Type* type = x->getType();
+  // sigmoid(x) = m / (1 + e) with e = e^-|x| and m = 1 (x >= 0) or e (x < 0), as sigmoidF computes
+  // them; tanh(y) = sign(y) |u| / (u + 2) with u = e^{-2|y|} - 1 <= 0, as tanhF. The product is
+  // sign(y) |m u| / ((1 + e)(u + 2)): one reciprocal of a denominator in [1, 4] for both.
+  const ExpNonpositive exp = expNonpositive(b, b.CreateFNeg(fabs(b, x)), false);
+  // e = p 2^n, rounded once (as sigmoidF's scaleBy).
+  llvm::Value* e = b.CreateFMul(b.CreateFMul(exp.p(b), exp.s64), splat(type, 0x1p-64));
+  llvm::Value* u = tanhU(b, y, false);
+  llvm::Value* den = b.CreateFMul(b.CreateFAdd(splat(type, 1.0), e), b.CreateFAdd(u, splat(type, 2.0)));
+  llvm::Value* mu = b.CreateSelect(b.CreateFCmpOLT(x, splat(type, 0.0)), b.CreateFMul(e, u), u);
+  return copysign(b, b.CreateFMul(mu, reciprocalFinite(b, den)), y);
 }
 
 llvm::Value* siluF(Builder& b, llvm::Value* x) {

@@ -62,6 +62,13 @@ llvm::Value* sigmoidF(Builder& b, llvm::Value* x);
 // sigmoid x for a 16-bit result (see above).
 llvm::Value* sigmoid16F(Builder& b, llvm::Value* x);
 
+// sigmoid(x) * tanh(y) with one reciprocal for both (the LSTM gates' i tanh(g) and o tanh(c')):
+// sign(y) |m u| / ((1 + e)(u + 2)) from sigmoidF's m / (1 + e) and tanhF's u / (u + 2): one
+// reciprocal estimate and Newton step (two FMAs) fewer than the two functions and their product,
+// as many multiplies. Within 6e-7 of the exact product wherever it is a normal float (denormal
+// results within a few of the smallest denormal); NaN in either gives NaN, the sign is y's.
+llvm::Value* sigmoidTimesTanhF(Builder& b, llvm::Value* x, llvm::Value* y);
+
 // x * sigmoid(x), x applied before the final scaling so the left tail keeps relative accuracy
 // down to the denormals (float64: x / (1 + e^-x), the reference's formula).
 llvm::Value* siluF(Builder& b, llvm::Value* x);

@@ -166,6 +166,30 @@ bool channelBlocks(const Problem& p) {
          p.cout % 16 == 0;
 }
 
+// The data layouts a blocked primitive is built on (the weight's is always oneDNN's pick):
+// Picked: src and dst in the layouts oneDNN picks (format any: channels last, brgconv, for most
+// convs); Blocks16: src and dst in channel blocks of 16 (channelBlocks); PlainInBlocks16Out: src
+// as it is (NCHW) and dst in channel blocks of 16 (jit:avx512_core's first-conv kernel), one
+// reorder per call (the output's) instead of two.
+enum class DataLayout { Picked, Blocks16, PlainInBlocks16Out };
+
+// Whether a blocked float32 conv with few input channels (a stem: 3 at resnet's 7x7/2) runs on
+// the primitive that reads its input as it is and writes channel blocks of 16
+// (PlainInBlocks16Out), timed against oneDNN's pick on its first calls (Primitive::run). On an
+// AMD Zen 5 host oneDNN 2.6 picks brgconv on channels last for resnet's stem, reordering the
+// input in and the output out; its jit:avx512_core kernel on the input as it is (what torch's
+// oneDNN binding runs) needs one reorder, the output's (BENCHMARKS.md issue 21, Zen 5 layers).
+// Which is faster depends on the CPU, hence the race. Only where the weight is small (at most
+// kSmallWeightBytes): the packed weight (packedWeight) is in the input-as-is primitive's layout,
+// so oneDNN's pick reorders its weight on every call it runs (its race calls count that).
+constexpr std::int64_t kSmallWeightBytes = std::int64_t{256} << 10;
+bool racesInputAsIs(const Problem& p) {
+  std::int64_t weight = p.cout * p.cin * static_cast<std::int64_t>(sizeof(float));
+  for (std::int64_t k : p.kernel) weight *= k;
+  return p.blocked && p.dtype == DType::Float32 && p.groups == 1 && p.cin < 16 && p.cout % 16 == 0 &&
+         weight <= kSmallWeightBytes;
+}
+
 // Whether a float32 conv on oneDNN's blocked layouts is weight-bound: its weight has at least as
 // many elements as its input and output together (resnet18's last stages at small images: 512
 // channels at 4x4 read a 9.4 MB weight for 16 output pixels). There oneDNN's im2col + GEMM on the
@@ -184,8 +208,8 @@ bool weightBound(const Problem& p) {
   return weight >= in + out;
 }
 
-// Calls of a weight-bound problem (weightBound) that time its blocked primitive and its plain one,
-// alternating, before the faster serves the rest.
+// Calls of a problem with other primitives (a weight-bound one's plain layouts, a stem's input as
+// it is) that time its primitives in turn, before the fastest serves the rest.
 constexpr int kRaceCalls = 4;
 
 // The seconds the calling thread has run (one OpenMP thread: the conv's own time, which time slices
@@ -200,16 +224,36 @@ double raceClock(int threads) {
 class Primitive {
  public:
   // The primitive of `problem` (see createLayout); a weight-bound one (weightBound) also holds the
-  // plain layouts' primitive, and its first calls time the two (run()).
+  // plain layouts' primitive, and its first calls time them (run()). A stem (racesInputAsIs, no
+  // residual add) is first the primitive on its input as it is (its weight is the one packed),
+  // with oneDNN's pick to time against it.
   static Expected<std::unique_ptr<Primitive>> create(const Problem& problem) {
-    SVM_ASSIGN_OR_RETURN(std::unique_ptr<Primitive> self, createLayout(problem));
+    std::unique_ptr<Primitive> self;
+    if (racesInputAsIs(problem) && residualPost(problem) < 0) {
+      auto as_is = std::unique_ptr<Primitive>(new Primitive(problem));
+      // Not when oneDNN has no kernel but its reference one for it.
+      const Status built = as_is->build(false, DataLayout::PlainInBlocks16Out);
+      if (built.isOk()) {
+        self = std::move(as_is);
+        self->own_.kind = Race::InputAsIs;
+        Expected<std::unique_ptr<Primitive>> picked = createLayout(problem);
+        if (picked && !self->sameLayouts(**picked)) self->others_.push_back({Race::Own, std::move(*picked)});
+      }
+      logAt(LogLevel::Debug, "JIT", "oneDNN conv {}: {}", problem.toString(),
+            !built.isOk()           ? "no primitive on the input as it is: " + built.message()
+            : self->others_.empty() ? std::string("on its input as it is, as oneDNN picks")
+                                    : std::string("its input as it is against oneDNN's pick"));
+    }
+    if (self == nullptr) {
+      SVM_ASSIGN_OR_RETURN(self, createLayout(problem));
+    }
     // Not one whose residual add is the sum post-op: the plain layouts take it as a binary post-op,
     // 1.2-5.9x slower in every such race measured (BENCHMARKS.md issue 21, "The fixed cost per image").
     if (self->problem_.blocked && !self->residual_sum_ && weightBound(self->problem_)) {
       Problem plain = self->problem_;
       plain.blocked = false;
       Expected<std::unique_ptr<Primitive>> other = createLayout(plain);
-      if (other) self->plain_ = std::move(*other);
+      if (other) self->others_.push_back({Race::Plain, std::move(*other)});
     }
     return self;
   }
@@ -224,7 +268,8 @@ class Primitive {
   static Expected<std::unique_ptr<Primitive>> createLayout(const Problem& problem, bool residual_sum = true,
                                                            bool blocks16 = true) {
     auto self = std::unique_ptr<Primitive>(new Primitive(problem));
-    Status built = self->build(residual_sum && problem.blocked, blocks16 && channelBlocks(problem));
+    Status built = self->build(residual_sum && problem.blocked,
+                               blocks16 && channelBlocks(problem) ? DataLayout::Blocks16 : DataLayout::Picked);
     if (!built.isOk() && problem.blocked) {
       if (blocks16 && channelBlocks(problem)) return createLayout(problem, residual_sum, false);
       if (residual_sum && residualPost(problem) >= 0) return createLayout(problem, false, false);
@@ -255,34 +300,48 @@ class Primitive {
   // weight (scalars[kScalarPacked]): PackOnly reorders the weight into it and computes nothing
   // (false when oneDNN refuses: the header then names no layout); Read takes the weight from it
   // when its header names this primitive's weight layout, else reorders the weight as usual.
-  // With a plain alternative (weight-bound: create()), the first kRaceCalls calls alternate
-  // between the two and time each; the faster (its best call) then runs every later call. A plain
-  // primitive that fails is dropped (the blocked one runs that call and the rest).
+  // With other primitives (create()), the first kRaceCalls calls take turns among them (this one
+  // first) and time each; the fastest (its best call) then runs every later call. Another
+  // primitive that fails is dropped (this one runs that call and the rest).
   bool run(const KernelArgs& args, std::string* reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     const bool pack_only = (static_cast<std::uintptr_t>(args.scalars[kScalarPacked]) & kPackOnlyTag) != 0;
-    if (plain_ == nullptr || pack_only || plain_won_ == 0) return runHere(args, reason);
-    if (plain_won_ == 1) {
-      if (plain_->run(args, reason)) return true;
-      plain_won_ = 0;
+    if (others_.empty() || pack_only || winner_ == 0) return runHere(args, reason);
+    if (winner_ > 0) {
+      if (others_[static_cast<std::size_t>(winner_ - 1)].primitive->run(args, reason)) return true;
+      winner_ = 0;
       return runHere(args, reason);
     }
-    const bool plain_turn = race_calls_ % 2 == 1;
+    const int candidates = static_cast<int>(others_.size()) + 1;
+    int turn = race_calls_ % candidates;
+    if (turn > 0 && others_[static_cast<std::size_t>(turn - 1)].primitive == nullptr) turn = 0;  // dropped
+    Primitive* runs = turn == 0 ? this : others_[static_cast<std::size_t>(turn - 1)].primitive.get();
     const double start = raceClock(problem_.threads);
-    const bool ran = plain_turn ? plain_->run(args, reason) : runHere(args, reason);
+    const bool ran = turn == 0 ? runHere(args, reason) : runs->run(args, reason);
     const double seconds = raceClock(problem_.threads) - start;
-    if (!ran && plain_turn) {
-      plain_won_ = 0;
+    if (!ran && turn > 0) {
+      others_[static_cast<std::size_t>(turn - 1)].primitive.reset();
+      others_[static_cast<std::size_t>(turn - 1)].best = std::numeric_limits<double>::infinity();
+      ++race_calls_;
       return runHere(args, reason);
     }
-    double& best = race_best_[plain_turn ? 1 : 0];
-    if (ran) best = std::min(best, seconds);
-    if (++race_calls_ == kRaceCalls) {
-      plain_won_ = race_best_[1] < race_best_[0] ? 1 : 0;
+    Race& side = turn == 0 ? own_ : others_[static_cast<std::size_t>(turn - 1)];
+    if (ran) side.best = std::min(side.best, seconds);
+    if (++race_calls_ >= std::max(kRaceCalls, candidates)) {
+      winner_ = 0;
+      for (int i = 1; i < candidates; ++i) {
+        if (others_[static_cast<std::size_t>(i - 1)].best <
+            (winner_ == 0 ? own_ : others_[static_cast<std::size_t>(winner_ - 1)]).best)
+          winner_ = i;
+      }
       races.fetch_add(1, std::memory_order_relaxed);
-      if (plain_won_ == 1) plain_picks.fetch_add(1, std::memory_order_relaxed);
-      logAt(LogLevel::Debug, "JIT", "oneDNN conv {}: the {} layouts ({:.3f} ms against {:.3f} ms)", problem_.toString(),
-            plain_won_ == 1 ? "plain" : "blocked", race_best_[plain_won_] * 1e3, race_best_[1 - plain_won_] * 1e3);
+      const Race::Kind won = winner_ == 0 ? own_.kind : others_[static_cast<std::size_t>(winner_ - 1)].kind;
+      if (won == Race::Plain) plain_picks.fetch_add(1, std::memory_order_relaxed);
+      if (won == Race::InputAsIs) input_as_is_picks.fetch_add(1, std::memory_order_relaxed);
+      std::string times = fmt::format("{} {:.3f} ms", raceName(own_.kind), own_.best * 1e3);
+      for (const Race& other : others_) times += fmt::format(", {} {:.3f} ms", raceName(other.kind), other.best * 1e3);
+      logAt(LogLevel::Debug, "JIT", "oneDNN conv {}: the {} layouts ({})", problem_.toString(),
+            raceName(winner_ == 0 ? own_.kind : others_[static_cast<std::size_t>(winner_ - 1)].kind), times);
     }
     return ran;
   }
@@ -298,8 +357,9 @@ class Primitive {
   static std::atomic<bool> fail_for_testing;
   static std::atomic<std::uint64_t> weight_reorders;   // per-call weight reorders (no packed weight)
   static std::atomic<std::uint64_t> operand_reorders;  // calls that reordered a residual (build(true))
-  static std::atomic<std::uint64_t> races;             // weight-bound problems that timed both layouts
+  static std::atomic<std::uint64_t> races;             // problems that timed their primitives (run())
   static std::atomic<std::uint64_t> plain_picks;       // those whose plain primitive was faster
+  static std::atomic<std::uint64_t> input_as_is_picks;  // those whose primitive on the input as it is was
 
  private:
   // run() on this primitive's own layouts (mutex_ held).
@@ -461,8 +521,11 @@ class Primitive {
   // residual_sum (a blocked problem): its residual add (residualPost) as the sum post-op, the
   // operand reordered per call into the blocked output the conv adds to; an error when oneDNN
   // then picks another output layout, or the plain one. blocks16 (a blocked problem): src and dst in
-  // channel blocks of 16; an error when only oneDNN's reference kernel takes them.
-  Status build(bool residual_sum, bool blocks16) {
+  // channel blocks of 16, PlainInBlocks16Out the dst only (see DataLayout); an error when only
+  // oneDNN's reference kernel takes them.
+  Status build(bool residual_sum, DataLayout layout) {
+    layout_ = layout;
+    const bool blocks16 = layout != DataLayout::Picked;
     const Problem& p = problem_;
     SVM_RETURN_IF_ERROR(check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create"));
@@ -516,6 +579,7 @@ class Primitive {
       const dnnl_format_tag_t blocks16_tags[] = {dnnl_aBc16b, dnnl_aBcd16b, dnnl_aBcde16b};
       const dnnl_format_tag_t data = blocks16 ? blocks16_tags[p.spatial - 1] : dnnl_format_tag_any;
       for (dnnl_memory_desc_t* any : {&conv_src, &conv_w, &conv_dst}) {
+        if (any == &conv_src && layout == DataLayout::PlainInBlocks16Out) continue;  // as it is
         SVM_RETURN_IF_ERROR(check(dnnl_memory_desc_init_by_tag(any, any->ndims, any->dims, dnnlType(p.dtype),
                                                                any == &conv_w ? dnnl_format_tag_any : data),
                                   "memory_desc_init_by_tag"));
@@ -620,18 +684,39 @@ class Primitive {
   std::int64_t blocked_bytes_ = 0;      // the thread buffer the scratchpad and the reordered tensors take
   std::int64_t weight_layout_ = 0;      // layoutId() of the reordered weight's layout (0: not reordered)
   bool residual_sum_ = false;           // build(true): the residual add is the sum post-op
-  // A weight-bound problem's primitive on the plain layouts (create()) and its race with this one
-  // (run()): calls timed so far, each side's best seconds, the winner (-1 while racing).
-  std::unique_ptr<Primitive> plain_;
+  DataLayout layout_ = DataLayout::Picked;  // build()'s (a blocked problem's data layouts)
+  // Its other primitives (create(): the plain layouts of a weight-bound problem, oneDNN's pick
+  // for a stem on its input as it is) and their race with this one (run()): the calls timed so
+  // far, each side's kind and best seconds, the winner (-1 while racing, 0 this one, i others_[i -
+  // 1]; a dropped one is null). Own: oneDNN's blocked layouts.
+  struct Race {
+    enum Kind { Own, Plain, InputAsIs } kind = Own;
+    std::unique_ptr<Primitive> primitive;
+    double best = std::numeric_limits<double>::infinity();
+  };
+  static const char* raceName(Race::Kind kind) {
+    return kind == Race::Plain ? "plain" : kind == Race::InputAsIs ? "input-as-is" : "blocked";
+  }
+  // Whether `other` reads and writes the data in this primitive's layouts (the same primitive).
+  bool sameLayouts(const Primitive& other) const {
+    for (dnnl_query_t what : {dnnl_query_src_md, dnnl_query_dst_md}) {
+      if (dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd_, what, 0),
+                                 dnnl_primitive_desc_query_md(other.pd_, what, 0)) == 0)
+        return false;
+    }
+    return true;
+  }
+  std::vector<Race> others_;
+  Race own_;
   int race_calls_ = 0;
-  double race_best_[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-  int plain_won_ = -1;
+  int winner_ = -1;
 };
 std::atomic<bool> Primitive::fail_for_testing{false};
 std::atomic<std::uint64_t> Primitive::weight_reorders{0};
 std::atomic<std::uint64_t> Primitive::operand_reorders{0};
 std::atomic<std::uint64_t> Primitive::races{0};
 std::atomic<std::uint64_t> Primitive::plain_picks{0};
+std::atomic<std::uint64_t> Primitive::input_as_is_picks{0};
 
 struct Cache {
   library::PrimitiveCache<Problem, Primitive> primitives{"oneDNN conv", kMaxPrimitives};
@@ -898,7 +983,8 @@ ConvLibraryStats stats() {
           Primitive::weight_reorders.load(std::memory_order_relaxed),
           Primitive::operand_reorders.load(std::memory_order_relaxed),
           Primitive::races.load(std::memory_order_relaxed),
-          Primitive::plain_picks.load(std::memory_order_relaxed)};
+          Primitive::plain_picks.load(std::memory_order_relaxed),
+          Primitive::input_as_is_picks.load(std::memory_order_relaxed)};
 }
 
 PackedOperand packedWeight(const KernelArgs& args) {

@@ -58,8 +58,10 @@ struct ConvLibraryStats {
   std::uint64_t run_failures = 0;     // executions oneDNN refused (computed by the fallback loop)
   std::uint64_t weight_reorders = 0;  // calls that reordered their weight (no packed copy of it)
   std::uint64_t operand_reorders = 0;  // calls that reordered a residual add into the blocked output (sum post-op)
-  std::uint64_t races = 0;             // weight-bound blocked problems that timed their plain-layout primitive too
-  std::uint64_t plain_picks = 0;       // those where it was faster (it runs their later calls)
+  std::uint64_t races = 0;             // problems that timed other primitives too: a weight-bound blocked one's on
+                                       // the plain layouts, a stem's on its input as it is (and 16-channel blocks out)
+  std::uint64_t plain_picks = 0;       // those where the plain one was faster (it runs their later calls)
+  std::uint64_t input_as_is_picks = 0;  // those where the one on the input as it is was faster
 };
 ConvLibraryStats stats();
 // Tests: make every execution fail as oneDNN would at run time (exercises the fallback).
