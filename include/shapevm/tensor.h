@@ -191,6 +191,9 @@ struct AllocatorStats {
   std::int64_t live_bytes = 0;          // bytes handed out and not yet freed (rounded to class)
   std::int64_t peak_bytes = 0;          // maximum of live_bytes
   std::int64_t cached_bytes = 0;        // freed bytes held for reuse
+  // At most this many free bytes of the JIT's scratch area (lowered threads' blocks of 16 KiB and
+  // more) hold pages for the next compile's use; releaseScratch() returns them.
+  std::int64_t scratch_bytes = 0;
 };
 
 class CachingAllocator {
@@ -201,8 +204,10 @@ class CachingAllocator {
   void free(void* ptr, std::size_t capacity);
   AllocatorStats stats() const;
   void resetPeak();
-  // Returns every cached block to the system.
+  // Returns every cached block, and the scratch area's free pages, to the system.
   void trim();
+  // Returns the scratch area's free pages to the system (the JIT calls it when it goes idle).
+  void releaseScratch();
   static std::size_t sizeClass(std::size_t nbytes);
 
  private:

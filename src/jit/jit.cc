@@ -655,13 +655,25 @@ void Jit::workerLoop(bool tuning) {
       if (next != queue_.end()) break;
       const bool paused_tune = takes_tunes && !may_tune &&
                                std::any_of(queue_.begin(), queue_.end(), [](const Request& r) { return r.tune; });
-      if (paused_tune) queue_cv_.wait_until(lock, retune_after);
-      else queue_cv_.wait(lock);
+      if (paused_tune) {
+        queue_cv_.wait_until(lock, retune_after);
+        continue;
+      }
+      if (queue_.empty() && in_flight_ == 0 && !scratch_released_) {
+        // The JIT is idle: the pages validation and tuning kept for their next buffers go back.
+        scratch_released_ = true;
+        lock.unlock();
+        CachingAllocator::global().releaseScratch();
+        lock.lock();
+        continue;
+      }
+      queue_cv_.wait(lock);
     }
     if (stopping_) break;
     Request request = *next;
     queue_.erase(next);
     ++in_flight_;
+    scratch_released_ = false;
     lock.unlock();
     const double cpu_before = threadCpuMs();
     {

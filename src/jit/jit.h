@@ -295,6 +295,7 @@ class Jit final : public ExecutionObserver {
   std::condition_variable idle_cv_;
   std::deque<Request> queue_;
   int in_flight_ = 0;
+  bool scratch_released_ = true;  // the allocator's scratch pages went back since the last request
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};  // set at destruction: the workers' cancel flag
   JitStats stats_;

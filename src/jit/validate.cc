@@ -207,7 +207,7 @@ void fillNormal(FastRandom& random, float* out, std::int64_t n) {
 
 namespace {
 Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const Shape> shapes, std::uint64_t seed,
-                                        std::span<const bool> positive, std::vector<float>* shared_pool) {
+                                        std::span<const bool> positive, Tensor* shared_pool) {
   std::mt19937_64 generator(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::vector<Value> values;
   for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -261,16 +261,18 @@ Expected<std::vector<Value>> drawInputs(const KernelSpec& spec, std::span<const 
       for (std::int64_t k = 0; k < n && !any_nonzero; ++k) any_nonzero = data[k] != 0.0f;
       if (!any_nonzero) data[n - 1] = 1.0f;  // never all zeros
     };
+    // Pools are tensors: from the allocator's scratch area on a compile thread (pages already faulted).
     if (normal && shared_pool != nullptr && n > kSharedPoolAbove) {
-      if (shared_pool->empty()) {  // drawn on first use
-        shared_pool->resize(kPoolSize + kChunk);
+      if (!shared_pool->defined()) {  // drawn on first use
+        SVM_ASSIGN_OR_RETURN(*shared_pool, Tensor::empty(DType::Float32, Shape{kPoolSize + kChunk}));
         FastRandom pool_random{generator()};
-        fillNormal(pool_random, shared_pool->data(), static_cast<std::int64_t>(shared_pool->size()));
+        fillNormal(pool_random, shared_pool->data<float>(), kPoolSize + kChunk);
       }
-      fromPool(*shared_pool);
+      fromPool(std::span<const float>(shared_pool->data<float>(), kPoolSize + kChunk));
     } else if (in.dtype == DType::Float32 && n > 2 * kPoolSize) {
       // A large input of its own domain: a fresh pool.
-      std::vector<float> pool(kPoolSize + kChunk);
+      SVM_ASSIGN_OR_RETURN(Tensor pool_tensor, Tensor::empty(DType::Float32, Shape{kPoolSize + kChunk}));
+      const std::span<float> pool(pool_tensor.data<float>(), kPoolSize + kChunk);
       if (normal) {
         fillNormal(random, pool.data(), static_cast<std::int64_t>(pool.size()));
       } else {
@@ -906,7 +908,7 @@ Status validateRuns(const CompiledKernel& kernel, std::span<const std::vector<Sh
   std::vector<Value> packing_outputs;
   bool reuse_checked = false;
   // One pool of draws for every set's large normal inputs (each set's chunks at other places).
-  std::vector<float> pool;
+  Tensor pool;
   std::uint64_t round = 0;
   int compared = 0;
   for (const std::vector<Shape>& shapes : shape_sets) {

@@ -143,8 +143,8 @@ const char* elementAddress(DType dtype, const char* base, std::int64_t offset) {
 
 // out[M x N] (row-major, leading dim N) = A[M x K] * B[K x N].
 template <typename C>
-void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixRef& a, const MatrixRef& b, C* out,
-          std::vector<C>& a_buffer, std::vector<C>& b_buffer) {
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixRef& a, const MatrixRef& b, C* out, C* a_buffer,
+          C* b_buffer) {
   using Micro = MicroShape<C>;
   constexpr int kRows = Micro::kRows;
   constexpr int kCols = Micro::kCols;
@@ -159,16 +159,16 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const MatrixRef& a, co
     for (std::int64_t pc = 0; pc < k; pc += kBlockK) {
       const std::int64_t kc = std::min(kBlockK, k - pc);
       packPanels<C, kCols>(b.dtype, elementAddress(b.dtype, b.base, pc * b.row_stride + jc * b.col_stride),
-                           b.col_stride, b.row_stride, nc, kc, b_buffer.data());
+                           b.col_stride, b.row_stride, nc, kc, b_buffer);
       for (std::int64_t ic = 0; ic < m; ic += kBlockM) {
         const std::int64_t mc = std::min(kBlockM, m - ic);
         packPanels<C, kRows>(a.dtype, elementAddress(a.dtype, a.base, ic * a.row_stride + pc * a.col_stride),
-                             a.row_stride, a.col_stride, mc, kc, a_buffer.data());
+                             a.row_stride, a.col_stride, mc, kc, a_buffer);
         for (std::int64_t jr = 0; jr < nc; jr += kCols) {
           const std::int64_t cols = std::min<std::int64_t>(kCols, nc - jr);
           for (std::int64_t ir = 0; ir < mc; ir += kRows) {
             const std::int64_t rows = std::min<std::int64_t>(kRows, mc - ir);
-            micro(kc, a_buffer.data() + ir * kc, b_buffer.data() + jr * kc, tile);
+            micro(kc, a_buffer + ir * kc, b_buffer + jr * kc, tile);
             C* dst = out + (ic + ir) * n + jc + jr;
             for (std::int64_t r = 0; r < rows; ++r) {
               const C* src = tile + r * kCols;
@@ -226,6 +226,27 @@ Shape batchStrides(const Operand& op, const Shape& batch) {
   return strides;
 }
 
+// A packing buffer from the caching allocator rather than a std::vector: not zeroed (the packing
+// writes every element it reads), and on a JIT thread (a validation's reference call) it comes from
+// the allocator's scratch area, whose pages are already faulted in: a fresh B panel buffer (up to
+// 1 MiB) faulted in on every call was most of validating a matmul kernel.
+template <typename C>
+class PackBuffer {
+ public:
+  ~PackBuffer() { CachingAllocator::global().free(data_, capacity_); }
+  Status allocate(std::size_t elements) {
+    SVM_ASSIGN_OR_RETURN(
+        void* block, CachingAllocator::global().allocate(std::max<std::size_t>(1, elements) * sizeof(C), &capacity_));
+    data_ = static_cast<C*>(block);
+    return Status::ok();
+  }
+  C* data() const { return data_; }
+
+ private:
+  C* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
 template <typename C>
 Status runMatmul(const Operand& a, const Operand& b, const Shape& batch, Tensor& out) {
   const std::int64_t m = a.rows, n = b.cols, k = a.cols;
@@ -238,12 +259,13 @@ Status runMatmul(const Operand& a, const Operand& b, const Shape& batch, Tensor&
   const bool direct = (std::is_same_v<C, float> && out_dtype == DType::Float32) ||
                       (std::is_same_v<C, double> && out_dtype == DType::Float64);
   std::vector<C> staging(direct ? 0 : static_cast<std::size_t>(m * n));
-  std::vector<C> a_buffer(static_cast<std::size_t>((std::min(kBlockM, m) + MicroShape<C>::kRows - 1) /
-                                                   MicroShape<C>::kRows * MicroShape<C>::kRows * std::min(kBlockK, k)));
-  std::vector<C> b_buffer(static_cast<std::size_t>((std::min(kBlockN, n) + MicroShape<C>::kCols - 1) /
-                                                   MicroShape<C>::kCols * MicroShape<C>::kCols * std::min(kBlockK, k)));
-  if (a_buffer.empty()) a_buffer.resize(1);
-  if (b_buffer.empty()) b_buffer.resize(1);
+  PackBuffer<C> a_buffer, b_buffer;
+  SVM_RETURN_IF_ERROR(
+      a_buffer.allocate(static_cast<std::size_t>((std::min(kBlockM, m) + MicroShape<C>::kRows - 1) /
+                                                 MicroShape<C>::kRows * MicroShape<C>::kRows * std::min(kBlockK, k))));
+  SVM_RETURN_IF_ERROR(
+      b_buffer.allocate(static_cast<std::size_t>((std::min(kBlockN, n) + MicroShape<C>::kCols - 1) /
+                                                 MicroShape<C>::kCols * MicroShape<C>::kCols * std::min(kBlockK, k))));
   const char* a_storage = static_cast<const char*>(a.tensor->storage()->data());
   const char* b_storage = static_cast<const char*>(b.tensor->storage()->data());
   std::int64_t index[kMaxRank] = {};
@@ -259,9 +281,9 @@ Status runMatmul(const Operand& a, const Operand& b, const Shape& batch, Tensor&
                           b.col_stride};
     if (direct) {
       C* dst = static_cast<C*>(out.rawData()) + batch_index * m * n;
-      gemm<C>(m, n, k, a_ref, b_ref, dst, a_buffer, b_buffer);
+      gemm<C>(m, n, k, a_ref, b_ref, dst, a_buffer.data(), b_buffer.data());
     } else {
-      gemm<C>(m, n, k, a_ref, b_ref, staging.data(), a_buffer, b_buffer);
+      gemm<C>(m, n, k, a_ref, b_ref, staging.data(), a_buffer.data(), b_buffer.data());
       const std::int64_t base = batch_index * m * n;
       for (std::int64_t i = 0; i < m * n; ++i) {
         const C v = staging[static_cast<std::size_t>(i)];

@@ -4,18 +4,23 @@
 // critical sections are a few loads and stores, and an uncontended pthread mutex costs more
 // than the rest of an op's allocation; the
 // interpreter and the compile thread both allocate). A lowered thread (JIT compile and tuning:
-// support/thread_pool.h) neither takes nor keeps cached blocks: the program's next call never pays
-// a system allocation for a block a compile holds, and a compile's odd sizes never fill the cache.
+// support/thread_pool.h) neither takes nor keeps the program's cached blocks: the program's next
+// call never pays a system allocation for a block a compile holds, and a compile's odd sizes never
+// fill the cache. Its blocks of kScratchMin bytes and more come from the JIT's scratch area
+// instead (ScratchArena below).
 // A block of kHugeBlockBytes or more is aligned to that size and its whole huge pages are offered
 // to transparent huge pages (madvise): first touching a large tensor then takes one page fault
 // per 2 MiB instead of 512 (on a virtual machine each fault costs microseconds; the reference
 // cell's first runs spent about 100 ms in them).
 #include <sys/mman.h>
 
-#include <cstdlib>
-#include <map>
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -67,8 +72,110 @@ class SpinLock {
   std::atomic<bool> flag_{false};
 };
 
+// The JIT's scratch area: one reserved address range (kScratchBytes, no memory until touched) that
+// lowered threads' blocks of kScratchMin bytes and more are carved from, first fit by address, and
+// freed back into (by any thread). A validation's random inputs, poisoned outputs and reference
+// outputs, and a tuning run's buffers, then land on pages an earlier compile already faulted in:
+// a fresh block from the system allocator is fresh pages, and a first touch costs ~1-11 us per
+// 4 KiB page (11 us on a PVM guest: most of validating a kernel with 1 MiB outputs). Where
+// transparent huge pages can be asked for (mode `always` or `madvise`), the range is advised
+// MADV_HUGEPAGE: one fault maps 2 MiB. release() (the JIT idle, trim()) hands the free pages back
+// (MADV_DONTNEED); the reservation stays. RSS: at most the high-water mark of the blocks handed out
+// since the last release (AllocatorStats::scratch_bytes counts its free part).
+constexpr std::size_t kScratchMin = std::size_t{16} << 10;
+constexpr std::size_t kScratchBytes = std::size_t{64} << 20;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+bool hugePagesAvailable() {
+  static const bool available = [] {
+    std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(file, modes);
+    return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+  }();
+  return available;
+}
+
+struct ScratchArena {
+  char* base = nullptr;  // kHugePage aligned; nullptr: not reserved (or failed)
+  bool reserve_failed = false;
+  std::map<std::size_t, std::size_t> free_at;  // offset -> length of each free range, coalesced
+  std::size_t live = 0;                        // bytes handed out
+  std::size_t high = 0;                        // end of the highest block handed out since the last release
+
+  bool contains(const void* ptr) const {
+    const auto* p = static_cast<const char*>(ptr);
+    return base != nullptr && p >= base && p < base + kScratchBytes;
+  }
+  bool reserve() {
+    if (base != nullptr || reserve_failed) return base != nullptr;
+    void* range = mmap(nullptr, kScratchBytes + kHugePage, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (range == MAP_FAILED) {
+      reserve_failed = true;
+      return false;
+    }
+    // Keep the kHugePage-aligned part (huge pages need it), unmap the rest.
+    const auto start = reinterpret_cast<std::uintptr_t>(range);
+    const std::uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+    if (aligned > start) munmap(range, aligned - start);
+    if (const std::size_t tail = kHugePage - (aligned - start); tail > 0) {
+      munmap(reinterpret_cast<char*>(aligned) + kScratchBytes, tail);
+    }
+    base = reinterpret_cast<char*>(aligned);
+    if (hugePagesAvailable()) madvise(base, kScratchBytes, MADV_HUGEPAGE);  // best effort: 4 KiB pages if refused
+    free_at[0] = kScratchBytes;
+    return true;
+  }
+  // A block of `size` bytes (a multiple of 4 KiB); nullptr when no free range holds it.
+  void* take(std::size_t size) {
+    if (!reserve()) return nullptr;
+    for (auto it = free_at.begin(); it != free_at.end(); ++it) {
+      if (it->second < size) continue;
+      const std::size_t offset = it->first, length = it->second;
+      free_at.erase(it);
+      if (length > size) free_at[offset + size] = length - size;
+      live += size;
+      high = std::max(high, offset + size);
+      return base + offset;
+    }
+    return nullptr;
+  }
+  void give(void* ptr, std::size_t size) {
+    std::size_t offset = static_cast<std::size_t>(static_cast<char*>(ptr) - base);
+    live -= size;
+    auto next = free_at.lower_bound(offset);
+    if (next != free_at.end() && next->first == offset + size) {
+      size += next->second;
+      next = free_at.erase(next);
+    }
+    if (next != free_at.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + previous->second == offset) {
+        previous->second += size;
+        return;
+      }
+    }
+    free_at[offset] = size;
+  }
+  // Free bytes that may hold pages (below the high-water mark).
+  std::size_t residentFree() const { return high - std::min(high, live); }
+  // Hands every free page below the high-water mark back to the system.
+  void release() {
+    if (base == nullptr || high == 0) return;
+    for (const auto& [offset, length] : free_at) {
+      if (offset >= high) break;
+      madvise(base + offset, std::min(length, high - offset), MADV_DONTNEED);
+    }
+    // The new high-water mark: the start of the last free range when it reaches the end.
+    auto last = free_at.empty() ? free_at.end() : std::prev(free_at.end());
+    high = last != free_at.end() && last->first + last->second == kScratchBytes ? last->first : kScratchBytes;
+  }
+};
+
 struct CachingAllocator::Impl {
   SpinLock mutex;
+  ScratchArena scratch;
   std::vector<void*> small_lists[kSmallClasses];
   std::map<std::size_t, std::vector<void*>> large_lists;
   AllocatorStats stats;
@@ -107,10 +214,32 @@ Expected<void*> CachingAllocator::allocate(std::size_t nbytes, std::size_t* capa
   std::size_t size = sizeClass(nbytes);
   Impl& state = impl();
   const bool cached = !threadPriorityLowered();
+  // A lowered thread's larger blocks: from the scratch area (where the cache may keep that much).
+  const bool scratch = !cached && size >= kScratchMin &&
+                       Tunables::get(Tunable::AllocatorCacheBytes) >= static_cast<std::int64_t>(kScratchBytes);
   {
     std::lock_guard<SpinLock> lock(state.mutex);
     ++state.stats.requests;
     std::vector<void*>& list = state.listFor(size);
+    if (scratch) {
+      if (void* ptr = state.scratch.take(size); ptr != nullptr) {
+        // No system allocation, but fault injection counts it like one (the compile thread's
+        // allocations fail as often as before).
+        if (const std::int64_t every = Tunables::get(Tunable::FaultAllocEvery); every > 0) {
+          static std::atomic<std::int64_t> scratch_attempts{0};
+          if ((scratch_attempts.fetch_add(1, std::memory_order_relaxed) + 1) % every == 0) {
+            state.scratch.give(ptr, size);
+            return makeError(ErrorCode::OutOfMemory,
+                             "system allocation of {} bytes failed (injected: tunable fault_alloc_every={})", size,
+                             every);
+          }
+        }
+        state.stats.live_bytes += static_cast<std::int64_t>(size);
+        if (state.stats.live_bytes > state.stats.peak_bytes) state.stats.peak_bytes = state.stats.live_bytes;
+        *capacity = size;
+        return ptr;
+      }
+    }
     if (cached && !list.empty()) {
       void* ptr = list.back();
       list.pop_back();
@@ -150,6 +279,10 @@ void CachingAllocator::free(void* ptr, std::size_t capacity) {
   {
     std::lock_guard<SpinLock> lock(state.mutex);
     state.stats.live_bytes -= static_cast<std::int64_t>(capacity);
+    if (state.scratch.contains(ptr)) {  // back to the scratch area, whichever thread frees it
+      state.scratch.give(ptr, capacity);
+      return;
+    }
     auto limit = Tunables::get(Tunable::AllocatorCacheBytes);
     if (cached && state.stats.cached_bytes + static_cast<std::int64_t>(capacity) <= limit) {
       state.listFor(capacity).push_back(ptr);
@@ -162,7 +295,14 @@ void CachingAllocator::free(void* ptr, std::size_t capacity) {
 
 AllocatorStats CachingAllocator::stats() const {
   std::lock_guard<SpinLock> lock(impl().mutex);
-  return impl().stats;
+  AllocatorStats stats = impl().stats;
+  stats.scratch_bytes = static_cast<std::int64_t>(impl().scratch.residentFree());
+  return stats;
+}
+
+void CachingAllocator::releaseScratch() {
+  std::lock_guard<SpinLock> lock(impl().mutex);
+  impl().scratch.release();
 }
 
 void CachingAllocator::resetPeak() {
@@ -179,6 +319,7 @@ void CachingAllocator::trim() {
   for (auto& blocks : impl().small_lists) release(blocks);
   for (auto& [size, blocks] : impl().large_lists) release(blocks);
   impl().stats.cached_bytes = 0;
+  impl().scratch.release();
 }
 
 }  // namespace shapevm

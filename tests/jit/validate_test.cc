@@ -10,10 +10,12 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include "jit/clip_period.h"
 #include "jit/validate.h"
 #include "jit_test_util.h"
+#include "support/thread_pool.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -346,8 +348,10 @@ TEST(ValidationFaults, AnUnwrittenRowIsCaughtAfterACorrectRunOnTheSameInputs) {
   // (compared whole), rows dynamic. A correct validation on a seed first computes the right values
   // for that seed's inputs (the allocator may hand the same memory out again); the same kernel then
   // leaving its last row unwritten, validated on the same seed (the same inputs), is rejected: the
-  // poison written into every output tells the unwritten row from a right one.
-  for (const std::int64_t rows : {std::int64_t{40}, std::int64_t{12}}) {
+  // poison written into every output tells the unwritten row from a right one. Run on the test's
+  // thread and on a lowered (compile) thread, whose buffers come from the allocator's scratch area:
+  // there the second validation's outputs reuse the first one's pages (no release in between).
+  const auto check = [](std::int64_t rows) {
     std::mt19937 rng(23);
     const std::vector<Value> inputs = {operand(DType::Float32, Shape{rows, 1000}, rng)};
     KernelSpec spec = specFor("tanh", inputs);
@@ -372,6 +376,14 @@ TEST(ValidationFaults, AnUnwrittenRowIsCaughtAfterACorrectRunOnTheSameInputs) {
     }
     (*kernel)->family = own;
     EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  };
+  for (const std::int64_t rows : {std::int64_t{40}, std::int64_t{12}}) {
+    check(rows);
+    std::thread([&] {
+      ASSERT_TRUE(lowerThreadPriority(1));
+      check(rows);
+      EXPECT_GT(CachingAllocator::global().stats().scratch_bytes, 0) << "the outputs came from the scratch area";
+    }).join();
   }
 }
 

@@ -200,7 +200,10 @@ TEST_F(AllocatorTest, FreedBlocksAreReusedWithoutASystemAllocation) {
 }
 
 // A compile thread (lowered) allocating while the program holds cached blocks: it takes none of
-// them (the program's next call would pay a system allocation) and keeps none of its own.
+// them (the program's next call would pay a system allocation) and keeps none of its own in the
+// program's cache. Its large blocks come from the scratch area instead: a second compile reuses the
+// pages the first freed (no system allocation), blocks freed by any thread go back there, and
+// releaseScratch() hands the free pages back (scratch_bytes counts them until then).
 TEST_F(AllocatorTest, LoweredThreadNeitherTakesNorKeepsCachedBlocks) {
   std::size_t capacity = 0;
   void* program_block = take(3 * 1024 * 1024 + 12345, &capacity);
@@ -208,8 +211,10 @@ TEST_F(AllocatorTest, LoweredThreadNeitherTakesNorKeepsCachedBlocks) {
   const AllocatorStats s0 = allocator().stats();
   ASSERT_EQ(s0.cached_bytes, static_cast<std::int64_t>(capacity));
   void* compile_block = nullptr;
-  std::size_t compile_capacity = 0;
-  AllocatorStats while_held, after_free;
+  void* second_block = nullptr;
+  void* handed_over = nullptr;
+  std::size_t compile_capacity = 0, second_capacity = 0, handed_capacity = 0;
+  AllocatorStats while_held, after_free, after_second;
   std::thread([&] {
     ASSERT_TRUE(lowerThreadPriority(2));
     compile_block = take(3 * 1024 * 1024 + 12345, &compile_capacity);
@@ -217,19 +222,106 @@ TEST_F(AllocatorTest, LoweredThreadNeitherTakesNorKeepsCachedBlocks) {
     std::memset(compile_block, 0x5a, compile_capacity);  // usable memory
     allocator().free(compile_block, compile_capacity);
     after_free = allocator().stats();
+    second_block = take(2 * 1024 * 1024, &second_capacity);
+    std::memset(second_block, 0x33, second_capacity);
+    allocator().free(second_block, second_capacity);
+    after_second = allocator().stats();
+    handed_over = take(100000, &handed_capacity);  // freed by the program below
+    std::memset(handed_over, 0x11, handed_capacity);
   }).join();
   ASSERT_NE(compile_block, nullptr);
   EXPECT_EQ(compile_capacity, capacity);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(compile_block) % 64, 0u);
   EXPECT_NE(compile_block, program_block) << "the program's cached block went to the compile thread";
-  EXPECT_EQ(while_held.system_allocations, s0.system_allocations + 1);
   EXPECT_EQ(while_held.cached_bytes, s0.cached_bytes);
-  EXPECT_EQ(after_free.cached_bytes, s0.cached_bytes) << "the compile thread's block was kept";
+  EXPECT_EQ(while_held.live_bytes, s0.live_bytes + static_cast<std::int64_t>(compile_capacity));
+  EXPECT_EQ(after_free.cached_bytes, s0.cached_bytes) << "the compile thread's block was kept in the program's cache";
   EXPECT_EQ(after_free.live_bytes, s0.live_bytes);
+  EXPECT_GE(after_free.scratch_bytes, static_cast<std::int64_t>(compile_capacity)) << "its pages are kept for reuse";
+  EXPECT_EQ(second_block, compile_block) << "a later compile block reuses the faulted pages";
+  EXPECT_EQ(after_second.system_allocations, while_held.system_allocations);
+  // A block the compile thread allocated and the program frees goes back to the scratch area.
+  allocator().free(handed_over, handed_capacity);
+  EXPECT_EQ(allocator().stats().live_bytes, s0.live_bytes);
+  EXPECT_EQ(allocator().stats().cached_bytes, s0.cached_bytes);
+  allocator().releaseScratch();
+  EXPECT_EQ(allocator().stats().scratch_bytes, 0) << "released: no page kept";
   // The program still finds its block.
   std::size_t again = 0;
   EXPECT_EQ(take(3 * 1024 * 1024 + 12345, &again), program_block);
-  EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations + 1);
+  EXPECT_EQ(allocator().stats().system_allocations, s0.system_allocations);
   allocator().free(program_block, again);
+}
+
+// The scratch area under two lowered threads allocating and freeing at once (blocks of 16 KiB to
+// 1 MiB): no block handed to both, every block 64-byte aligned and usable, live bytes back where
+// they started, and released pages are usable again (zero after MADV_DONTNEED, then rewritten).
+TEST_F(AllocatorTest, ScratchAreaBlocksAreDisjointUnderTwoLoweredThreads) {
+  const AllocatorStats s0 = allocator().stats();
+  std::atomic<int> problems{0};
+  auto worker = [&problems](unsigned seed) {
+    if (!lowerThreadPriority(1)) ++problems;
+    std::mt19937 rng(seed);
+    struct Held {
+      unsigned char* block;
+      std::size_t capacity;
+      unsigned char tag;
+    };
+    std::vector<Held> held;
+    for (int i = 0; i < 3000; ++i) {
+      if (held.size() < 12 && (held.empty() || rng() % 2 == 0)) {
+        const std::size_t nbytes = (std::size_t{16} << 10) + rng() % (std::size_t{1} << 20);
+        std::size_t capacity = 0;
+        Expected<void*> block = CachingAllocator::global().allocate(nbytes, &capacity);
+        if (!block.hasValue() || capacity < nbytes || reinterpret_cast<std::uintptr_t>(*block) % 64 != 0) {
+          ++problems;
+          continue;
+        }
+        auto tag = static_cast<unsigned char>(seed * 31 + static_cast<unsigned>(i));
+        auto* bytes = static_cast<unsigned char*>(*block);
+        std::memset(bytes, tag, capacity);
+        held.push_back({bytes, capacity, tag});
+      } else {
+        const std::size_t pick = rng() % held.size();
+        const Held h = held[pick];
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
+        for (std::size_t k = 0; k < h.capacity; k += 4096) {
+          if (h.block[k] != h.tag) ++problems;
+        }
+        if (h.block[h.capacity - 1] != h.tag) ++problems;
+        CachingAllocator::global().free(h.block, h.capacity);
+      }
+      if (i % 500 == 499) CachingAllocator::global().releaseScratch();  // with blocks still live
+    }
+    for (const Held& h : held) CachingAllocator::global().free(h.block, h.capacity);
+  };
+  std::thread first(worker, 5u), second(worker, 6u);
+  first.join();
+  second.join();
+  EXPECT_EQ(problems.load(), 0);
+  EXPECT_EQ(allocator().stats().live_bytes, s0.live_bytes);
+  allocator().releaseScratch();
+  EXPECT_EQ(allocator().stats().scratch_bytes, 0);
+}
+
+// With a cache limit below the scratch area's size, a lowered thread's blocks come from the system
+// and go back to it (the limit on kept bytes holds for the scratch area too).
+TEST_F(AllocatorTest, SmallCacheLimitKeepsNoScratch) {
+  ASSERT_TRUE(Tunables::set(Tunable::AllocatorCacheBytes, 1 << 20).isOk());
+  allocator().releaseScratch();
+  AllocatorStats s0, s1;
+  std::thread([&] {
+    ASSERT_TRUE(lowerThreadPriority(1));
+    s0 = allocator().stats();
+    std::size_t capacity = 0;
+    void* block = take(200000, &capacity);
+    std::memset(block, 1, capacity);
+    allocator().free(block, capacity);
+    s1 = allocator().stats();
+  }).join();
+  EXPECT_EQ(s1.system_allocations, s0.system_allocations + 1);
+  EXPECT_EQ(s1.scratch_bytes, 0);
+  EXPECT_EQ(s1.cached_bytes, s0.cached_bytes);
 }
 
 TEST_F(AllocatorTest, TensorsReuseCachedStorage) {
