@@ -12,6 +12,7 @@
 // to transparent huge pages (madvise): first touching a large tensor then takes one page fault
 // per 2 MiB instead of 512 (on a virtual machine each fault costs microseconds; the reference
 // cell's first runs spent about 100 ms in them).
+#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -81,7 +82,9 @@ class SpinLock {
 // transparent huge pages can be asked for (mode `always` or `madvise`), the range is advised
 // MADV_HUGEPAGE: one fault maps 2 MiB. release() (the JIT idle, trim()) hands the free pages back
 // (MADV_DONTNEED); the reservation stays. RSS: at most the high-water mark of the blocks handed out
-// since the last release (AllocatorStats::scratch_bytes counts its free part).
+// since the last release (AllocatorStats::scratch_bytes counts its free part). Under ASan its free
+// ranges are poisoned (no-ops elsewhere), so a use after free or an overrun into free space is still
+// reported as it is for a system block.
 constexpr std::size_t kScratchMin = std::size_t{16} << 10;
 constexpr std::size_t kScratchBytes = std::size_t{64} << 20;
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
@@ -125,6 +128,7 @@ struct ScratchArena {
     base = reinterpret_cast<char*>(aligned);
     if (hugePagesAvailable()) madvise(base, kScratchBytes, MADV_HUGEPAGE);  // best effort: 4 KiB pages if refused
     free_at[0] = kScratchBytes;
+    ASAN_POISON_MEMORY_REGION(base, kScratchBytes);
     return true;
   }
   // A block of `size` bytes (a multiple of 4 KiB); nullptr when no free range holds it.
@@ -137,12 +141,14 @@ struct ScratchArena {
       if (length > size) free_at[offset + size] = length - size;
       live += size;
       high = std::max(high, offset + size);
+      ASAN_UNPOISON_MEMORY_REGION(base + offset, size);
       return base + offset;
     }
     return nullptr;
   }
   void give(void* ptr, std::size_t size) {
     std::size_t offset = static_cast<std::size_t>(static_cast<char*>(ptr) - base);
+    ASAN_POISON_MEMORY_REGION(ptr, size);
     live -= size;
     auto next = free_at.lower_bound(offset);
     if (next != free_at.end() && next->first == offset + size) {
