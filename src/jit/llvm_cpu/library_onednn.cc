@@ -272,6 +272,9 @@ class Primitive {
     descs[1] = *chosen;
     weights_bytes_ = static_cast<std::int64_t>(dnnl_memory_desc_get_size(chosen));
     SVM_RETURN_IF_ERROR(check(dnnl_memory_create(&plain_b_, &plain_b, engine_, DNNL_MEMORY_NONE), "memory_create"));
+    // The reorder's OpenMP team is sized now, from the nthreads ICV (pack() runs it as created):
+    // a problem's own task count, so a one-task pack (validation's) starts no team to wait on.
+    const library::OmpThreads threads(problem_.threads);
     SVM_RETURN_IF_ERROR(
         check(dnnl_reorder_primitive_desc_create(&reorder_pd_, &plain_b, engine_, chosen, engine_, nullptr),
               "reorder_desc_create"));
