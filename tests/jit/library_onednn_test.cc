@@ -15,12 +15,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include "jit/fusion.h"
 #include "jit/llvm_cpu/library_onednn.h"
 #include "jit_test_util.h"
+#include "support/cpu_cores.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -797,6 +799,57 @@ TEST(OnednnLibrary, APackedBIsReadUntilTheWeightChanges) {
     EXPECT_EQ(onednn::stats().packed_calls, changed.packed_calls);
     EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
   }
+}
+
+// A call on one task (validation's: KernelThreadsOnThisThread(1)) that packs B runs its packing
+// on that task too: the packed-B twin's reorder is made for the problem's task count, not for the
+// OpenMP default, so the calling thread starts no OpenMP team (whose barrier a busy host makes
+// the caller spin on). Counted as the process's threads, on a fresh thread (no team of its own
+// yet), around the first calls; the products match the reference.
+TEST(OnednnLibrary, AOneTaskCallPacksBWithoutStartingAnOpenMpTeam) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  if (onednn::stats().primitives + 8 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no packed-B primitives are made";
+  const auto omp_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  ASSERT_NE(omp_threads, nullptr) << "libgomp comes with oneDNN";
+  if (omp_threads() < 2) GTEST_SKIP() << "OpenMP runs one thread here: no team to start";
+  const ScopedTunable entries(Tunable::PackedWeightEntries, 2);
+  const ScopedTunable min_elements(Tunable::PackedWeightMinElements, 1024);
+  std::mt19937 rng(73);
+  // Sizes no other test uses: the primitives and their twin are new to the process-wide cache.
+  const std::int64_t m = 23, k = 128 + static_cast<std::int64_t>(rng() % 64), n = 1024;
+  const Case c{"W.T", {operand(DType::Float32, Shape{m, k}, rng), transposedWeight(DType::Float32, k, n, rng)}, {}};
+  auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), librarySpec(c));
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  const auto process_threads = [] {
+    std::size_t count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) count += entry.exists() ? 1 : 0;
+    return count;
+  };
+  const onednn::LibraryStats before = onednn::stats();
+  std::size_t threads_before = 0, threads_after = 0;
+  std::thread caller([&] {
+    const KernelThreadsOnThisThread one(1);
+    threads_before = process_threads();
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Value> actual(1);
+      ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(c.inputs), actual).isOk());
+      auto expected = reference(c);
+      ASSERT_TRUE(expected.hasValue());
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << "call " << call << ": " << comparison.reason;
+    }
+    threads_after = process_threads();
+  });
+  caller.join();
+  const onednn::LibraryStats after = onednn::stats();
+  if (after.b_packs == before.b_packs) {
+    EXPECT_FALSE(__builtin_cpu_supports("avx512f")) << "an AVX-512 host's primitive chooses a blocked B";
+  } else {
+    EXPECT_EQ(after.packed_calls, before.packed_calls + 2) << "packed once, read by both calls";
+  }
+  EXPECT_EQ(threads_after, threads_before) << "a one-task call started OpenMP threads";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 // prepareCall() reuses the calling thread's record of a call on the same layouts (spec, canonical
