@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CachingAllocator: size-classed free lists over aligned_alloc. Counts every request and every
+// CachingAllocator: size-classed free lists over posix_memalign. Counts every request and every
 // system allocation so "allocations per run" is measurable. Thread-safe (one spin lock: the
 // critical sections are a few loads and stores, and an uncontended pthread mutex costs more
 // than the rest of an op's allocation; the
@@ -37,11 +37,14 @@ constexpr int kSmallClasses = 11;  // 64 B .. 64 KiB
 constexpr std::size_t kHugeBlockBytes = std::size_t{2} << 20;
 constexpr std::size_t kPopulateBytes = std::size_t{128} << 10;
 
-// aligned_alloc, a large block aligned to and advised for huge pages (where the kernel offers
+// A system block; a large one aligned to and advised for huge pages (where the kernel offers
 // them; elsewhere the advice is ignored).
 void* systemAllocate(std::size_t size) {
   const bool huge = size >= kHugeBlockBytes;
-  void* ptr = std::aligned_alloc(huge ? kHugeBlockBytes : 64, size);
+  // posix_memalign, not aligned_alloc: a size need not be a multiple of 2 MiB (C11 requires it of
+  // aligned_alloc, and ASan enforces that).
+  void* ptr = nullptr;
+  if (posix_memalign(&ptr, huge ? kHugeBlockBytes : 64, size) != 0) return nullptr;
   if (ptr == nullptr || size < kPopulateBytes) return ptr;
 #ifdef MADV_HUGEPAGE
   if (huge) (void)madvise(ptr, size / kHugeBlockBytes * kHugeBlockBytes, MADV_HUGEPAGE);
