@@ -105,13 +105,11 @@ double sitesMeanNanos(const std::vector<int>& sites, const FunctionRuntime& runt
   return ms * 1e6 / static_cast<double>(calls);
 }
 
-namespace {
-
-// True when every input signature profiled at these sites is tiny (InterpretedCost): each site
+// Every input signature profiled at these sites is tiny (InterpretedCost): each site
 // has a tensor operand, the product of its tensor operands' element counts is at most
 // kTinyElements, and its other operands are floats, bools or omitted (an int or a tuple may be a
 // size: zeros(n) reads nothing but writes n elements).
-bool tinyOperands(const std::vector<int>& sites, const FunctionRuntime& runtime) {
+bool tinyOperandSites(const std::vector<int>& sites, const FunctionRuntime& runtime) {
   if (runtime.profiles == nullptr) return false;
   for (int site : sites) {
     const std::vector<ProfileRecord> records = runtime.profiles[static_cast<std::size_t>(site)].snapshot();
@@ -134,8 +132,6 @@ bool tinyOperands(const std::vector<int>& sites, const FunctionRuntime& runtime)
   return true;
 }
 
-}  // namespace
-
 bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, const FunctionRuntime& runtime,
                         int level) {
   if (level < 2 || Tunables::get(Tunable::HotMs) <= 0 || sites.empty()) return false;
@@ -143,7 +139,7 @@ bool cheaperInterpreted(InterpretedCost& cost, const std::vector<int>& sites, co
   // not a clock that preemption and a loaded host inflate.
   const std::uint64_t calls =
       runtime.slots[static_cast<std::size_t>(sites.front())].calls.load(std::memory_order_relaxed);
-  if (tinyOperands(sites, runtime)) {
+  if (tinyOperandSites(sites, runtime)) {
     // Judged (the JIT's settle check asks for a verdict); were the shapes to grow, the clock's
     // first interval would start here.
     cost.calls = std::max<std::uint64_t>(calls, 1);
@@ -204,10 +200,6 @@ double countedCompileCost(double cost_ms, int spare_cores) {
 
 bool compilePaysOff(double interpreted_ms, double cost_ms) {
   return cost_ms <= 0.0 || interpreted_ms * kCompiledGain >= cost_ms;
-}
-
-bool tinyOperandSites(const std::vector<int>& sites, const FunctionRuntime& runtime) {
-  return tinyOperands(sites, runtime);
 }
 
 bool paysOffBeforeHot(double ran_ms, double mean_ns, double cost_ms) {
