@@ -632,6 +632,7 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       continue;
     }
     step.kernel = std::move(*kernels[j]);
+    step.kernel->corrupt_outputs = Tunables::get(Tunable::JitTestCorruptKernels) >= 2;  // fault injection (tests)
     // A kept kernel for wider ranges guards with its own spec.
     if (jobs[j].optional || step.kind == Step::Kind::MatMul) step.guard = guardFor(step.kernel->spec);
   }
