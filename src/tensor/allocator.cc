@@ -188,7 +188,8 @@ struct ScratchArena {
     // The new high-water mark: the start of the last free range when it reaches the end (or the
     // kept part's end, when that is higher).
     auto last = free_at.empty() ? free_at.end() : std::prev(free_at.end());
-    const std::size_t used = last != free_at.end() && last->first + last->second == kScratchBytes ? last->first : kScratchBytes;
+    const std::size_t used =
+        last != free_at.end() && last->first + last->second == kScratchBytes ? last->first : kScratchBytes;
     high = std::max(used, keep);
   }
 };
