@@ -632,12 +632,28 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       continue;
     }
     step.kernel = std::move(*kernels[j]);
+    step.kernel->corrupt_outputs = Tunables::get(Tunable::JitTestCorruptKernels) >= 2;  // fault injection (tests)
     // A kept kernel for wider ranges guards with its own spec.
     if (jobs[j].optional || step.kind == Step::Kind::MatMul) step.guard = guardFor(step.kernel->spec);
   }
 
   times->codegen_ms = since(phase) - tuned_ms;
   trace::completeSince("compile", "codegen + tuning", phase);
+  // The planning run is kept for the next process (install_record.h) now, while it holds every
+  // value: the reference kernels' values on these inputs, whatever validation finds (a region that
+  // fails it leaves a kept run as it leaves its tuning records). Then validation keeps of it only
+  // what it compares with, the written-back values: the other buffers (most of the planning run's,
+  // 8.5 MiB for the reference cell) go back to the JIT's scratch area, where the validation run's
+  // outputs and packed weights land on them (first fit) instead of on fresh pages. A fresh page's
+  // first touch costs ~11 us per 4 KiB on a virtual machine and 0.1-4 ms per 2 MiB huge page (4 ms
+  // when the host has to back it): the region's worst validations (BENCHMARKS.md, "The region's
+  // validation on the planning run's pages"). Validation itself is unchanged.
+  if (kept_run != nullptr && !known) kept_run->keep(inputs_key, p, reference);
+  {
+    std::vector<int> compared;
+    for (const auto& [reg, v] : p.writeback) compared.push_back(v);
+    reference.keepOnly(compared);
+  }
   phase = Clock::now();
   const double library_codegen_before_ms = engine.threadLibraryCodegenMs();
   // Validation: the compiled region on the same inputs, outputs NaN-poisoned, against the
@@ -688,7 +704,6 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
     }
     program_calls.createDeferred();
   }
-  if (kept_run != nullptr && !known) kept_run->keep(inputs_key, p, reference);
   // The step kernels' packings of the planning inputs (random weights) are of no use later.
   for (Step& step : p.steps) {
     if (step.kernel) step.kernel->packed.clear();

@@ -141,6 +141,16 @@ void RegionExecutor::grow() {
   phantom_.resize(plan_.values.size());
 }
 
+void RegionExecutor::keepOnly(std::span<const int> kept) {
+  std::vector<bool> keep(real_.size(), false);
+  for (int v : kept) {
+    if (v >= 0 && static_cast<std::size_t>(v) < keep.size()) keep[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::size_t v = 0; v < real_.size(); ++v) {
+    if (!keep[v]) real_[v] = Value();
+  }
+}
+
 Expected<std::vector<const Value*>> RegionExecutor::realInputs(const ROp& op) {
   std::vector<const Value*> inputs;
   for (int in : op.in) {

@@ -30,6 +30,9 @@ class RegionExecutor {
   // After planning added values (statistics) to the plan.
   void grow();
   const Value& realValue(int v) const { return real_[static_cast<std::size_t>(v)]; }
+  // Drops every real value but those of `kept` (phantoms stay): their buffers go back to the
+  // allocator unless another holder keeps them (a kept value viewing one, the caller's inputs).
+  void keepOnly(std::span<const int> kept);
 
   // The op's inputs as real values (nullptr for an omitted input).
   Expected<std::vector<const Value*>> realInputs(const ROp& op);

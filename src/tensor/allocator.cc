@@ -83,13 +83,20 @@ class SpinLock {
 // a fresh block from the system allocator is fresh pages, and a first touch costs ~1-11 us per
 // 4 KiB page (11 us on a PVM guest: most of validating a kernel with 1 MiB outputs). Where
 // transparent huge pages can be asked for (mode `always` or `madvise`), the range is advised
-// MADV_HUGEPAGE: one fault maps 2 MiB. release() (the JIT idle, trim()) hands the free pages back
-// (MADV_DONTNEED); the reservation stays. RSS: at most the high-water mark of the blocks handed out
-// since the last release (AllocatorStats::scratch_bytes counts its free part). Under ASan its free
+// MADV_HUGEPAGE: one fault maps 2 MiB. release() hands the free pages back (MADV_DONTNEED): those
+// past the first kScratchKeepBytes when the JIT goes idle, all of them on trim(); the reservation
+// stays. RSS: at most the high-water mark of the blocks handed out since the last release (after
+// one, at most kScratchKeepBytes) (AllocatorStats::scratch_bytes counts its free part). Under ASan its free
 // ranges are poisoned (no-ops elsewhere), so a use after free or an overrun into free space is still
 // reported as it is for a system block.
 constexpr std::size_t kScratchMin = std::size_t{16} << 10;
 constexpr std::size_t kScratchBytes = std::size_t{64} << 20;
+// What releaseScratch() (the JIT idle) keeps: the first 16 MiB's pages, where the next compile's
+// first blocks land (first fit by address). Released on every idle, each compile first-touched its
+// buffers again: the 3-D Add's validation (4 MiB operands) 0.8 ms of its 1 ms, and 4 ms more per
+// 2 MiB huge page the host had to back first (BENCHMARKS.md, "The region's validation on the
+// planning run's pages"). trim() releases them too.
+constexpr std::size_t kScratchKeepBytes = std::size_t{16} << 20;
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 bool hugePagesAvailable() {
@@ -169,16 +176,21 @@ struct ScratchArena {
   }
   // Free bytes that may hold pages (below the high-water mark).
   std::size_t residentFree() const { return high - std::min(high, live); }
-  // Hands every free page below the high-water mark back to the system.
-  void release() {
-    if (base == nullptr || high == 0) return;
+  // Hands every free page from `keep` bytes on up to the high-water mark back to the system; the
+  // first `keep` bytes' pages stay.
+  void release(std::size_t keep) {
+    if (base == nullptr || high <= keep) return;
     for (const auto& [offset, length] : free_at) {
       if (offset >= high) break;
-      madvise(base + offset, std::min(length, high - offset), MADV_DONTNEED);
+      const std::size_t begin = std::max(offset, keep), end = std::min(offset + length, high);
+      if (begin < end) madvise(base + begin, end - begin, MADV_DONTNEED);
     }
-    // The new high-water mark: the start of the last free range when it reaches the end.
+    // The new high-water mark: the start of the last free range when it reaches the end (or the
+    // kept part's end, when that is higher).
     auto last = free_at.empty() ? free_at.end() : std::prev(free_at.end());
-    high = last != free_at.end() && last->first + last->second == kScratchBytes ? last->first : kScratchBytes;
+    const std::size_t used =
+        last != free_at.end() && last->first + last->second == kScratchBytes ? last->first : kScratchBytes;
+    high = std::max(used, keep);
   }
 };
 
@@ -311,7 +323,7 @@ AllocatorStats CachingAllocator::stats() const {
 
 void CachingAllocator::releaseScratch() {
   std::lock_guard<SpinLock> lock(impl().mutex);
-  impl().scratch.release();
+  impl().scratch.release(kScratchKeepBytes);
 }
 
 void CachingAllocator::resetPeak() {
@@ -328,7 +340,7 @@ void CachingAllocator::trim() {
   for (auto& blocks : impl().small_lists) release(blocks);
   for (auto& [size, blocks] : impl().large_lists) release(blocks);
   impl().stats.cached_bytes = 0;
-  impl().scratch.release();
+  impl().scratch.release(0);
 }
 
 }  // namespace shapevm

@@ -37,6 +37,7 @@
 #include "jit/fusion.h"
 #include "jit/jit.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
+#include "jit/region_executor.h"
 #include "jit/region_inputs.h"
 #include "jit/shape_infer.h"
 #include "jit/validate.h"
@@ -609,6 +610,73 @@ TEST_F(FusionTest, LstmCellEqualsO0) {
       EXPECT_TRUE(report.describes("matmul+add, matmul+add, fused(")) << report.installed();
     }
   }
+}
+
+// Fault injection into the region's own step kernels (jit_test_corrupt=2: each output's first
+// element flipped after every call): the region's validation, which compares with the planning
+// run's written-back values only (the planning run's other values are dropped before it runs),
+// must reject the region every time, so no corrupted region is ever installed and every result
+// stays O0's.
+TEST_F(FusionTest, ARegionWithCorruptedStepKernelsFailsValidationAndResultsStayO0) {
+  ASSERT_TRUE(Tunables::set(Tunable::JitTestCorruptKernels, 2).isOk());
+  auto module = python(readRepoFile("examples/lstm_cell.py"));
+  for (std::int64_t batch : {1, 7}) {
+    SCOPED_TRACE(fmt::format("batch={}", batch));
+    Report report;
+    ASSERT_TRUE(differential(
+        module, "lstm_cell", 4, [&](int, std::mt19937& rng) { return lstmInputs(rng, DType::Float32, batch, 5); },
+        &report));
+    EXPECT_EQ(report.installedRanges(), 0) << report.installed();
+    EXPECT_GT(report.stats.validation_failures, 0u) << report.installed();
+    for (std::uint64_t served : report.served) EXPECT_EQ(served, 0u) << "a corrupted region ran";
+  }
+}
+
+// RegionExecutor::keepOnly (what a region's validation keeps of its planning run): the kept values
+// stay as they were, the others are gone and their buffers back with the allocator; a dropped
+// value that a kept one views stays alive through it.
+TEST(RegionExecutorKeepOnly, KeepsTheNamedValuesAndFreesTheRest) {
+  std::mt19937 rng(baseSeed());
+  RegionPlan plan;
+  plan.values.resize(5);
+  RegionExecutor executor(plan, false);
+  std::vector<Value> values;
+  for (int v = 0; v < 4; ++v) values.push_back(rnd(rng, DType::Float32, {64, 96 + 32 * v}));
+  const Tensor& viewed = values[3].tensor();
+  auto view = viewed.asStrided(Shape{32, viewed.dim(1)}, Shape{viewed.stride(0), viewed.stride(1)},
+                               viewed.offset() + viewed.stride(0));
+  ASSERT_TRUE(view.hasValue());
+  const Value kept_view = Value::fromTensor(*view);
+  std::vector<Tensor> copies;
+  for (const Value& v : values) {
+    auto copy = v.tensor().clone();
+    ASSERT_TRUE(copy.hasValue());
+    copies.push_back(std::move(*copy));
+  }
+  for (int v = 0; v < 4; ++v) executor.setReal(v, values[static_cast<std::size_t>(v)]);
+  executor.setReal(4, kept_view);
+  const float first_of_view = kept_view.tensor().data<float>()[0];
+  std::int64_t dropped_bytes = 0;
+  for (int v : {0, 2}) {
+    const auto bytes = static_cast<std::size_t>(values[static_cast<std::size_t>(v)].tensor().numel()) * sizeof(float);
+    dropped_bytes += static_cast<std::int64_t>(CachingAllocator::sizeClass(bytes));
+  }
+  values.clear();  // the executor holds the only references (and kept_view's copy, value 3's storage)
+  const std::int64_t live_before = CachingAllocator::global().stats().live_bytes;
+  const std::vector<int> kept = {1, 4};
+  executor.keepOnly(kept);
+  EXPECT_FALSE(executor.hasReal(0));
+  EXPECT_FALSE(executor.hasReal(2));
+  EXPECT_FALSE(executor.hasReal(3)) << "dropped, though its storage lives on in value 4";
+  ASSERT_TRUE(executor.hasReal(1));
+  ASSERT_TRUE(executor.hasReal(4));
+  EXPECT_EQ(CachingAllocator::global().stats().live_bytes, live_before - dropped_bytes)
+      << "values 0 and 2 went back to the allocator; value 3's storage is held by the kept view";
+  const Tensor& one = executor.realValue(1).tensor();
+  ASSERT_EQ(one.shape(), copies[1].shape());
+  for (std::int64_t i = 0; i < one.numel(); ++i) ASSERT_EQ(one.data<float>()[i], copies[1].data<float>()[i]) << i;
+  EXPECT_EQ(executor.realValue(4).tensor().data<float>()[0], first_of_view);
+  EXPECT_EQ(first_of_view, copies[3].data<float>()[copies[3].stride(0)]);
 }
 
 // Reshapes inside a range whose target shape changes every run (a tuple built in the range from
