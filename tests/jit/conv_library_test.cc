@@ -12,14 +12,19 @@
 // timing the primitive on their input as it is.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <random>
+#include <thread>
 
 #include "conv_test_util.h"
 #include "jit/conv_family.h"
 #include "jit/llvm_cpu/library_onednn_conv.h"
 #include "jit_test_util.h"
+#include "support/cpu_cores.h"
 #include "support/tunables.h"
 
 namespace shapevm::jit {
@@ -546,6 +551,54 @@ TEST(ConvLibrary, StemsTimeTheirInputAsIsToo) {
                              : "oneDNN's pick won");
     EXPECT_TRUE(sharedBackend().free((*compiled)->handle).isOk());
   }
+}
+
+// A call on one task (validation's: KernelThreadsOnThisThread(1)) of a conv whose primitive
+// reorders its tensors into blocked layouts runs the conv and those reorders on that task: they
+// are made for the problem's task count, not for the OpenMP default, so the calling thread starts
+// no OpenMP team (whose spinning barrier a busy host makes it wait on). Counted as the process's
+// threads on a fresh thread (no team of its own yet) around the first calls (the weight's
+// packing, the race of a weight-bound conv's two primitives, the winner); every output against
+// the reference. (Made for two threads and run on one, this asymmetrically padded conv's outputs
+// were wrong at a few border elements from its third call on, on both primitives.)
+TEST(ConvLibrary, AOneTaskCallReordersWithoutStartingAnOpenMpTeam) {
+  const auto omp_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  if (omp_threads == nullptr) GTEST_SKIP() << "no OpenMP in this process (no oneDNN)";
+  if (omp_threads() < 2) GTEST_SKIP() << "OpenMP runs one thread here: no team to start";
+  std::mt19937 rng(57);
+  // Sizes no other test uses: the primitives and their reorders are new to the process-wide cache.
+  const std::int64_t cin = 48 + 16 * static_cast<std::int64_t>(rng() % 2);
+  const Attrs attrs = {{"pads", ints({1, 1, 0, 1})}, {"groups", AttrValue::ofInt(1)}};
+  const std::vector<Value> inputs = convInputs(Shape{1, cin, 13, 15}, 80, 1, 3, true, rng);
+  const KernelSpec spec = librarySpec(inputs, attrs, false);
+  auto kernel = compileKernel(sharedBackend(), *familyFor(OpId::Conv), spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+  const auto process_threads = [] {
+    std::size_t count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) count += entry.exists() ? 1 : 0;
+    return count;
+  };
+  const onednn_conv::ConvLibraryStats before = onednn_conv::stats();
+  std::size_t threads_before = 0, threads_after = 0;
+  std::thread caller([&] {
+    const KernelThreadsOnThisThread one(1);
+    threads_before = process_threads();
+    for (int call = 0; call < 6; ++call) {
+      auto expected = referenceOutputs(spec, inputs);
+      ASSERT_TRUE(expected.hasValue());
+      std::vector<Value> actual(1);
+      ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), actual).isOk());
+      const Comparison comparison = compareOutputs(*expected, actual);
+      EXPECT_TRUE(comparison.ok) << "call " << call << ": " << comparison.reason;
+    }
+    threads_after = process_threads();
+  });
+  caller.join();
+  const onednn_conv::ConvLibraryStats after = onednn_conv::stats();
+  EXPECT_GT(after.primitives, before.primitives) << "the call made its primitive";
+  EXPECT_EQ(after.run_failures, before.run_failures);
+  EXPECT_EQ(threads_after, threads_before) << "a one-task call started OpenMP threads";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
 }  // namespace

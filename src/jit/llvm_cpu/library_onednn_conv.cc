@@ -492,6 +492,9 @@ class Primitive {
     Reorder& added = reorders_.back();
     const dnnl_memory_desc_t* from = into_plain ? chosen : &plain_desc;
     const dnnl_memory_desc_t* to = into_plain ? &plain_desc : chosen;
+    // The reorder's OpenMP team is sized now, from the nthreads ICV (run() and pack() execute it as
+    // created): the problem's own task count, so a one-task call (validation's) starts no team.
+    const library::OmpThreads threads(problem_.threads);
     SVM_RETURN_IF_ERROR(check(dnnl_reorder_primitive_desc_create(&added.pd, from, engine_, to, engine_, nullptr),
                               "reorder_desc_create"));
     SVM_RETURN_IF_ERROR(check(dnnl_primitive_create(&added.primitive, added.pd), "reorder_create"));
@@ -640,6 +643,8 @@ class Primitive {
     dnnl_primitive_attr_destroy(attr);
     dnnl_post_ops_destroy(post_ops);
     SVM_RETURN_IF_ERROR(status);
+    // The primitive's OpenMP team is sized as it is made too (run() executes it as created).
+    const library::OmpThreads threads(p.threads);
     SVM_ASSIGN_OR_RETURN(const std::int64_t scratch_bytes,
                          library::createPrimitive(engine_, pd_, descs, primitive_, memories_, exec_args_, scratchpad_));
     blocked_bytes_ = (scratch_bytes + 63) / 64 * 64;
