@@ -20,6 +20,7 @@
 
 #include "bench/bench_common.h"
 #include "jit/jit.h"
+#include "jit/llvm_cpu/library_cache.h"
 #include "support/tunables.h"
 
 namespace shapevm::bench {
@@ -474,6 +475,10 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
 struct CallCost {
   double wall_ms = 0, cpu_ms = 0, wait_ms = 0, others_cpu_ms = 0;
   long minor_faults = 0;  // the thread's minor page faults during the call (getrusage RUSAGE_THREAD)
+  // When the call started and ended, in seconds of the steady clock (CLOCK_MONOTONIC on Linux):
+  // printed with SHAPEVM_BENCH_COLD_CALLS, so a profile taken with `perf record -k monotonic` can be
+  // cut to one call's samples.
+  double start_s = 0, end_s = 0;
 };
 
 class CallMeter {
@@ -491,6 +496,8 @@ class CallMeter {
     c.cpu_ms = cpuMs(CLOCK_THREAD_CPUTIME_ID) - cpu_;
     c.wait_ms = runDelayMs() - wait_;
     c.others_cpu_ms = std::max(0.0, cpuMs(CLOCK_PROCESS_CPUTIME_ID) - process_ - c.cpu_ms);
+    c.start_s = std::chrono::duration<double>(start_.time_since_epoch()).count();
+    c.end_s = c.start_s + c.wall_ms * 1e-3;
     return c;
   }
 
@@ -613,9 +620,12 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           auto args = workloadArgs(fn, weights, 32, seq, 11);
           const Clock::time_point start = Clock::now();
           const ExecStats exec_before = instance.vm->stats();
+          const double created_before = jit::library::threadCreateMs();
           const CallMeter meter;
           if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
           const CallCost cost = meter.stop();
+          // CPU this (the program's) thread spent creating library primitives during the call.
+          const double created_ms = jit::library::threadCreateMs() - created_before;
           const ExecStats& exec_after = instance.vm->stats();
           if (i == 0 && start_index == 0) first = cost.wall_ms;
           const jit::JitStats stats = instance.jit()->stats();
@@ -650,18 +660,18 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           if (print_calls) {
             fmt::print(
                 "  cold {} O{} start {} call {:3}: {} compiled op calls, {} guard misses, {} ic misses, {} system "
-                "allocations, {} installs so far\n",
+                "allocations, {} installs so far, {:.2f} ms creating library primitives\n",
                 variant, level, start_index, i, exec_after.compiled_calls - exec_before.compiled_calls,
                 exec_after.guard_misses - exec_before.guard_misses, exec_after.ic_misses - exec_before.ic_misses,
-                exec_after.system_allocations - exec_before.system_allocations, stats.compiles);
+                exec_after.system_allocations - exec_before.system_allocations, stats.compiles, created_ms);
             std::vector<std::pair<std::string, CallCost>> printed = {{fmt::format("O{}", level), cost}};
             if (o0_cost) printed.emplace_back("O0", *o0_cost);
             for (const auto& [what, c] : printed) {
               fmt::print(
                   "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
-                  "ms, {} minor faults\n",
+                  "ms, {} minor faults, at {:.6f}-{:.6f} s\n",
                   variant, what, start_index, i, seq, compiling ? " (compiling)" : "", c.wall_ms, c.cpu_ms, c.wait_ms,
-                  c.others_cpu_ms, c.minor_faults);
+                  c.others_cpu_ms, c.minor_faults, c.start_s, c.end_s);
             }
           }
         }

@@ -537,12 +537,22 @@ void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
                     problem.k * problem.n >= Tunables::get(Tunable::PackedWeightMinElements);
   for (const ProgramCalls::Matmul& matmul : calls->matmuls) {
     if (matmul.k != problem.k || matmul.n != problem.n) continue;
+    // The program's own layouts (a transposed weight, a row slice of a wider A: each keys its own
+    // primitive); a row count the profile gave no strides for in this (validation's) layout.
+    std::vector<ProgramCalls::Matmul::Layout> layouts = matmul.layouts;
     for (const std::int64_t m : matmul.rows) {
+      if (std::none_of(layouts.begin(), layouts.end(), [&](const auto& l) { return l.m == m; }))
+        layouts.push_back({m, {problem.a.strides[2], problem.a.strides[3]}, {problem.b.strides[2], problem.b.strides[3]}});
+    }
+    for (const ProgramCalls::Matmul::Layout& layout : layouts) {
+      const std::int64_t m = layout.m;
       for (const int threads : calls->threads) {
         Problem call = problem;
         call.m = m;
         call.a.dims[2] = m;
         call.c.dims[2] = m;
+        call.a.strides[2] = layout.a[0], call.a.strides[3] = layout.a[1];
+        call.b.strides[2] = layout.b[0], call.b.strides[3] = layout.b[1];
         for (Problem::Post& post : call.posts) post.view.dims[2] = post.view.strides[2] != 0 ? m : 1;
         call.threads = callTasks(call, threads);
         if (call == problem) continue;
