@@ -144,11 +144,11 @@ TEST(ProgramCalls, AddMatmulKeepsEachLayoutOnce) {
   const Value dense_b = operand(DType::Float32, Shape{128, 1024}, rng);
   const Value a = rowSlice(32, 128, 384, 128, rng);
   ProgramCalls calls;
-  calls.addMatmul(std::vector<ProfileRecord>{
-      matmulRecordOf(a, b), matmulRecordOf(a, b), matmulRecordOf(a, dense_b),
-      matmulRecordOf(rowSlice(64, 128, 256, 0, rng), b),
-      matmulRecordOf(rowSlice(1, 128, 384, 0, rng), b),           // one row: oneDNN may restride it
-      matmulRecord(Shape{96, 128}, Shape{128, 1024})});          // no strides recorded
+  calls.addMatmul(
+      std::vector<ProfileRecord>{matmulRecordOf(a, b), matmulRecordOf(a, b), matmulRecordOf(a, dense_b),
+                                 matmulRecordOf(rowSlice(64, 128, 256, 0, rng), b),
+                                 matmulRecordOf(rowSlice(1, 128, 384, 0, rng), b),  // one row: oneDNN may restride it
+                                 matmulRecord(Shape{96, 128}, Shape{128, 1024})});  // no strides recorded
   ASSERT_EQ(calls.matmuls.size(), 1u);
   EXPECT_EQ(calls.matmuls[0].rows, (std::vector<std::int64_t>{32, 64, 1, 96}));
   using L = ProgramCalls::Matmul::Layout;

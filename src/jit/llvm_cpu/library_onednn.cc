@@ -542,7 +542,8 @@ void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
     std::vector<ProgramCalls::Matmul::Layout> layouts = matmul.layouts;
     for (const std::int64_t m : matmul.rows) {
       if (std::none_of(layouts.begin(), layouts.end(), [&](const auto& l) { return l.m == m; }))
-        layouts.push_back({m, {problem.a.strides[2], problem.a.strides[3]}, {problem.b.strides[2], problem.b.strides[3]}});
+        layouts.push_back(
+            {m, {problem.a.strides[2], problem.a.strides[3]}, {problem.b.strides[2], problem.b.strides[3]}});
     }
     for (const ProgramCalls::Matmul::Layout& layout : layouts) {
       const std::int64_t m = layout.m;
