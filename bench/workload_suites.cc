@@ -20,6 +20,7 @@
 
 #include "bench/bench_common.h"
 #include "jit/jit.h"
+#include "jit/llvm_cpu/library_cache.h"
 #include "support/tunables.h"
 
 namespace shapevm::bench {
@@ -474,6 +475,10 @@ Status workloadSuite(const BenchFlags& flags, jit::JitEngine& engine, const Weig
 struct CallCost {
   double wall_ms = 0, cpu_ms = 0, wait_ms = 0, others_cpu_ms = 0;
   long minor_faults = 0;  // the thread's minor page faults during the call (getrusage RUSAGE_THREAD)
+  // When the call started and ended, in seconds of the steady clock (CLOCK_MONOTONIC on Linux):
+  // printed with SHAPEVM_BENCH_COLD_CALLS, so a profile taken with `perf record -k monotonic` can be
+  // cut to one call's samples.
+  double start_s = 0, end_s = 0;
 };
 
 class CallMeter {
@@ -491,6 +496,8 @@ class CallMeter {
     c.cpu_ms = cpuMs(CLOCK_THREAD_CPUTIME_ID) - cpu_;
     c.wait_ms = runDelayMs() - wait_;
     c.others_cpu_ms = std::max(0.0, cpuMs(CLOCK_PROCESS_CPUTIME_ID) - process_ - c.cpu_ms);
+    c.start_s = std::chrono::duration<double>(start_.time_since_epoch()).count();
+    c.end_s = c.start_s + c.wall_ms * 1e-3;
     return c;
   }
 
@@ -569,13 +576,16 @@ constexpr std::size_t kEnoughCalls = 101;
 // lstm_cell:2 measures that variant and level only; SHAPEVM_BENCH_COLD_STARTS=N makes exactly N fresh
 // starts per variant; SHAPEVM_BENCH_COLD_PAIRED=1 follows every JIT call while compiling by O0's too
 // (a control: the same work in the same window; half as many calls fall inside a compile) and reports
-// the JIT call's CPU over that O0 call's.
+// the JIT call's CPU over that O0 call's. Before a variant's first start a throwaway O0 instance runs
+// each shape once (the process's first touches of memory; SHAPEVM_BENCH_COLD_NO_WARMUP=1: not).
 Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::string& tmp_dir, json& out,
                  json& timeline) {
   const bool print_calls = std::getenv("SHAPEVM_BENCH_COLD_CALLS") != nullptr;
   const char* only = std::getenv("SHAPEVM_BENCH_COLD_ONLY");
   const char* starts_env = std::getenv("SHAPEVM_BENCH_COLD_STARTS");
   const bool paired = std::getenv("SHAPEVM_BENCH_COLD_PAIRED") != nullptr;
+  const bool warm_process = std::getenv("SHAPEVM_BENCH_COLD_NO_WARMUP") == nullptr;
+  const bool o0_first_env = std::getenv("SHAPEVM_BENCH_COLD_O0_FIRST") != nullptr;
   const int fixed_starts = starts_env != nullptr ? std::max(1, std::atoi(starts_env)) : (flags.quick ? 1 : 0);
   const int runs = flags.quick ? 40 : 120;
   const std::int64_t cycle[] = {10, 20, 30};
@@ -603,6 +613,19 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
         const std::string cache_dir = fmt::format("{}/cold/{}/O{}/{}", tmp_dir, variant, level, start_index);
         std::error_code ignored;
         std::filesystem::remove_all(cache_dir, ignored);
+        if (start_index == 0 && warm_process) {
+          // The process's first call of each shape touches memory no one used before (the
+          // allocator's first blocks of each size, the interpreter's first outputs): a cost of the
+          // process, not of the JIT, that the JIT instance would always pay (it runs first, and
+          // with an early compile its first seq-30 call is inside one). A throwaway O0 instance pays
+          // it here, before anything is measured.
+          SVM_ASSIGN_OR_RETURN(Instance warm, makeInstance(flags, variant, 0));
+          const Function& warm_fn = warm.module->functions[static_cast<std::size_t>(warm.function)];
+          for (const std::int64_t seq : cycle) {
+            auto args = workloadArgs(warm_fn, weights, 32, seq, 11);
+            if (auto ran = warm.session->run(warm.function, args); !ran) return ran.status();
+          }
+        }
         const Clock::time_point t0 = Clock::now();
         SVM_ASSIGN_OR_RETURN(Instance o0, makeInstance(flags, variant, 0));
         SVM_ASSIGN_OR_RETURN(Instance instance, makeInstance(flags, variant, level, cache_dir + "/tuning.jsonl"));
@@ -613,9 +636,24 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           auto args = workloadArgs(fn, weights, 32, seq, 11);
           const Clock::time_point start = Clock::now();
           const ExecStats exec_before = instance.vm->stats();
+          // SHAPEVM_BENCH_COLD_O0_FIRST (paired): while a compile is pending, O0's call of the pair
+          // runs first, so that it, not the JIT call, follows another shape's call (a control of the
+          // order: the second call of a pair finds the same inputs in the caches).
+          std::optional<CallCost> o0_first;
+          if (paired && o0_first_env) {
+            const jit::JitStats pending = instance.jit()->stats();
+            if (pending.requests > pending.compiles + pending.compile_failures + pending.validation_failures) {
+              const CallMeter o0_meter;
+              if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
+              o0_first = o0_meter.stop();
+            }
+          }
+          const double created_before = jit::library::threadCreateMs();
           const CallMeter meter;
           if (auto ran = instance.session->run(instance.function, args); !ran) return ran.status();
           const CallCost cost = meter.stop();
+          // CPU this (the program's) thread spent creating library primitives during the call.
+          const double created_ms = jit::library::threadCreateMs() - created_before;
           const ExecStats& exec_after = instance.vm->stats();
           if (i == 0 && start_index == 0) first = cost.wall_ms;
           const jit::JitStats stats = instance.jit()->stats();
@@ -635,9 +673,13 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           // after each one is the same work in the same window (same compile beside it, same
           // neighbours on the host), and the JIT call's CPU over it is what the JIT itself added.
           if (!compiling || paired) {
-            const CallMeter o0_meter;
-            if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
-            o0_cost = o0_meter.stop();
+            if (compiling && o0_first) {
+              o0_cost = o0_first;
+            } else {
+              const CallMeter o0_meter;
+              if (auto ran = o0.session->run(o0.function, args); !ran) return ran.status();
+              o0_cost = o0_meter.stop();
+            }
             if (!compiling) {
               o0_wall[seq].push_back(o0_cost->wall_ms);
               o0_cpu[seq].push_back(o0_cost->cpu_ms);
@@ -650,18 +692,18 @@ Status coldSuite(const BenchFlags& flags, const Weights& weights, const std::str
           if (print_calls) {
             fmt::print(
                 "  cold {} O{} start {} call {:3}: {} compiled op calls, {} guard misses, {} ic misses, {} system "
-                "allocations, {} installs so far\n",
+                "allocations, {} installs so far, {:.2f} ms creating library primitives\n",
                 variant, level, start_index, i, exec_after.compiled_calls - exec_before.compiled_calls,
                 exec_after.guard_misses - exec_before.guard_misses, exec_after.ic_misses - exec_before.ic_misses,
-                exec_after.system_allocations - exec_before.system_allocations, stats.compiles);
+                exec_after.system_allocations - exec_before.system_allocations, stats.compiles, created_ms);
             std::vector<std::pair<std::string, CallCost>> printed = {{fmt::format("O{}", level), cost}};
             if (o0_cost) printed.emplace_back("O0", *o0_cost);
             for (const auto& [what, c] : printed) {
               fmt::print(
                   "  cold {} {} start {} call {:3} seq {}{}: wall {:6.2f} cpu {:6.2f} wait {:6.2f} others' cpu {:6.2f} "
-                  "ms, {} minor faults\n",
+                  "ms, {} minor faults, at {:.6f}-{:.6f} s\n",
                   variant, what, start_index, i, seq, compiling ? " (compiling)" : "", c.wall_ms, c.cpu_ms, c.wait_ms,
-                  c.others_cpu_ms, c.minor_faults);
+                  c.others_cpu_ms, c.minor_faults, c.start_s, c.end_s);
             }
           }
         }

@@ -991,6 +991,12 @@ void ProgramCalls::addMatmul(std::span<const ProfileRecord> records) {
     auto it = std::find_if(matmuls.begin(), matmuls.end(), [&](const Matmul& mm) { return mm.k == k && mm.n == n; });
     if (it == matmuls.end()) it = matmuls.insert(matmuls.end(), Matmul{k, n, {}});
     if (std::find(it->rows.begin(), it->rows.end(), m) == it->rows.end()) it->rows.push_back(m);
+    const Shape& as = record.inputs[0].strides;
+    const Shape& bs = record.inputs[1].strides;
+    if (as.rank() != 2 || bs.rank() != 2 || m <= 1 || k <= 1 || n <= 1) continue;
+    const Matmul::Layout layout{m, {as[0], as[1]}, {bs[0], bs[1]}};
+    if (layout.a[0] <= 0 || layout.a[1] <= 0 || layout.b[0] <= 0 || layout.b[1] <= 0) continue;
+    if (std::find(it->layouts.begin(), it->layouts.end(), layout) == it->layouts.end()) it->layouts.push_back(layout);
   }
 }
 

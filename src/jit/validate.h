@@ -81,8 +81,18 @@ Status validateKernel(const CompiledKernel& kernel, std::span<const std::vector<
 // clock and counted as codegen (KernelBackend::threadLibraryCodegenMs counts all of it).
 struct ProgramCalls {
   struct Matmul {
+    // One layout of the program's operands at row count m: A's and B's row and column strides in
+    // elements. A primitive is made for one layout: a transposed weight (B's strides 1, K) or a row
+    // slice of a wider A (a row stride above K) needs its own, which validation's dense inputs
+    // never create.
+    struct Layout {
+      std::int64_t m = 0;
+      std::int64_t a[2] = {0, 0}, b[2] = {0, 0};
+      bool operator==(const Layout&) const = default;
+    };
     std::int64_t k = 0, n = 0;
     std::vector<std::int64_t> rows;  // M
+    std::vector<Layout> layouts;     // the profiled records' (those with strides), each once
   };
   std::vector<Matmul> matmuls;
   std::vector<int> threads = programKernelThreads();
@@ -94,7 +104,8 @@ struct ProgramCalls {
   // Drops it (the kernel that asked for it failed validation).
   void dropDeferred() { deferred_.clear(); }
   std::size_t deferredCount() const { return deferred_.size(); }
-  // A 2-D matmul site's records (A [M, K], B [K, N]) joined in; other records are left out.
+  // A 2-D matmul site's records (A [M, K], B [K, N]) joined in; other records are left out. A record
+  // with both operands' strides (every stride positive, no dimension of 1) adds its layout.
   void addMatmul(std::span<const ProfileRecord> records);
   // The calls of the scope open on this thread; nullptr when none is.
   static const ProgramCalls* current();

@@ -4,7 +4,8 @@
 // ProgramCallsScope, the program's calls at the profiled row counts and task counts create no
 // primitive on the calling thread, while a row count the profile never saw still does. With
 // defer_creation (the JIT's compile paths), those primitives are made by createDeferred(), after
-// the validation and outside its clock.
+// the validation and outside its clock. The program's own operand layouts (a transposed weight, a
+// row slice of a wider A), as the profile recorded them, get their primitives too.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -115,6 +116,91 @@ TEST(ProgramCalls, ValidationCreatesTheProgramsPrimitivesAtProfiledRows) {
     }
   }
   EXPECT_GT(call(unseen, 2), 0.0) << "a row count the profile never saw is created at its first call";
+  EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+}
+
+// A record of the operands' shapes and strides, as the interpreter's profile keeps them.
+ProfileRecord matmulRecordOf(const Value& a, const Value& b) {
+  ProfileRecord record;
+  for (const Value* value : {&a, &b}) {
+    OperandProfile operand;
+    operand.is_tensor = true;
+    operand.shape = value->tensor().shape();
+    operand.strides = value->tensor().strides();
+    record.inputs.push_back(operand);
+  }
+  return record;
+}
+
+// Rows [0, m) of columns [offset, offset + k) of a random [m, width] matrix: A with row stride width.
+Value rowSlice(std::int64_t m, std::int64_t k, std::int64_t width, std::int64_t offset, std::mt19937& rng) {
+  Tensor wide = randomTensor(DType::Float32, Shape{m, width}, rng, Layout::Contiguous, 1.0);
+  return Value::fromTensor(wide.asStrided(Shape{m, k}, Shape{width, 1}, offset).value());
+}
+
+TEST(ProgramCalls, AddMatmulKeepsEachLayoutOnce) {
+  std::mt19937 rng(95);
+  const Value b = transposedWeight(DType::Float32, 128, 1024, rng);
+  const Value dense_b = operand(DType::Float32, Shape{128, 1024}, rng);
+  const Value a = rowSlice(32, 128, 384, 128, rng);
+  ProgramCalls calls;
+  calls.addMatmul(
+      std::vector<ProfileRecord>{matmulRecordOf(a, b), matmulRecordOf(a, b), matmulRecordOf(a, dense_b),
+                                 matmulRecordOf(rowSlice(64, 128, 256, 0, rng), b),
+                                 matmulRecordOf(rowSlice(1, 128, 384, 0, rng), b),  // one row: oneDNN may restride it
+                                 matmulRecord(Shape{96, 128}, Shape{128, 1024})});  // no strides recorded
+  ASSERT_EQ(calls.matmuls.size(), 1u);
+  EXPECT_EQ(calls.matmuls[0].rows, (std::vector<std::int64_t>{32, 64, 1, 96}));
+  using L = ProgramCalls::Matmul::Layout;
+  EXPECT_EQ(calls.matmuls[0].layouts,
+            (std::vector<L>{L{32, {384, 1}, {1, 128}}, L{32, {384, 1}, {1024, 1}}, L{64, {256, 1}, {1, 128}}}));
+}
+
+TEST(ProgramCalls, ValidationCreatesThePrimitivesOfTheProgramsLayouts) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  if (onednn::stats().primitives + 16 >= onednn::kMaxPrimitives / 2)
+    GTEST_SKIP() << "the primitive cache is half full: no primitives are made ahead of the calls";
+  std::mt19937 rng(97);
+  // Sizes no other test uses: every primitive is new to the process-wide cache.
+  const std::int64_t k = 84, n = 52;
+  const std::int64_t m = 1200 + static_cast<std::int64_t>(rng() % 100);
+  // The workload's layouts: x·Wᵀ with x a column block of a wider input (the looped cell's x[:, t]).
+  const Value b = transposedWeight(DType::Float32, k, n, rng);
+  const Value a = rowSlice(m, k, 3 * k, k, rng);
+  const std::vector<Value> first = {a, b};
+  KernelSpec spec = symbolicSpec(exactSpec(OpId::MatMul, {}, pointersTo(first)));
+  spec.params = {.library = 1};
+  auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+  ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+
+  ProgramCalls calls;
+  calls.threads = {2, 1};
+  calls.addMatmul(std::vector<ProfileRecord>{matmulRecordOf(a, b)});
+  ASSERT_EQ(calls.matmuls.size(), 1u);
+  ASSERT_EQ(calls.matmuls[0].layouts.size(), 1u);
+  {
+    const ProgramCallsScope scope(calls);
+    const std::vector<Shape> observed = {Shape{m, k}, Shape{k, n}};
+    ASSERT_TRUE(validateKernel(**kernel, validationShapes((*kernel)->spec, observed), 7).isOk());
+  }
+  // The program's call in `x`'s layout: the primitive time it spent on this thread.
+  const auto call = [&](const Value& x, int threads) {
+    const KernelThreadsOnThisThread scope(threads);
+    const std::vector<Value> inputs = {x, b};
+    std::vector<Value> actual(1);
+    const double before = sharedBackend().threadLibraryCodegenMs();
+    EXPECT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), actual).isOk());
+    const double spent = sharedBackend().threadLibraryCodegenMs() - before;
+    auto expected = callOp("matmul", {x, b}, {});
+    EXPECT_TRUE(expected.hasValue() && compareOutputs(*expected, actual).ok);
+    return spent;
+  };
+  for (const int threads : calls.threads) {
+    // Fresh data in the profiled layout (the same strides, another buffer).
+    EXPECT_EQ(call(rowSlice(m, k, 3 * k, k, rng), threads), 0.0)
+        << threads << " threads: the profiled layout's primitive was created by the program";
+  }
+  EXPECT_GT(call(rowSlice(m, k, 2 * k, 0, rng), 2), 0.0) << "a row stride the profile never saw is made at its call";
   EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -225,6 +226,15 @@ class Primitive {
   Primitive* packedTwin();
   // packedTwin() if it was made already (never makes it).
   Primitive* packedTwinIfMade() const { return twin_.load(std::memory_order_acquire); }
+  // True when oneDNN implements it on its internal sgemm ("gemm:jit", as for an A whose rows are
+  // further apart than K): that code is generated at the process's first sgemm, not at creation.
+  bool onSgemm() const {
+    const char* impl = nullptr;
+    if (pd_ == nullptr || dnnl_primitive_desc_query(pd_, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        impl == nullptr)
+      return false;
+    return std::string_view(impl).starts_with("gemm:");
+  }
   // A packed-B primitive's packed B: a header (the layout's memory descriptor), then B in it.
   static constexpr std::int64_t kPackedHeader = static_cast<std::int64_t>((sizeof(dnnl_memory_desc_t) + 63) / 64 * 64);
   std::int64_t packedBytes() const { return kPackedHeader + weights_bytes_; }
@@ -521,6 +531,25 @@ void createForProgram(const Problem& problem) {
   createForProgramNow(problem, calls);
 }
 
+// oneDNN generates its sgemm's kernels (packing and compute, every transposition) at the
+// process's first sgemm call (tens of ms of CPU on a loaded host). A primitive built on it runs
+// that first call wherever it first executes: on the program's thread, unless this ran before. Run
+// once, on the calling (compile) thread, at one task: a small sgemm of each transposition.
+void generateSgemmKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const library::OmpThreads threads(1);
+    constexpr dnnl_dim_t kSide = 64;
+    std::vector<float> a(kSide * kSide, 0.5f), b(kSide * kSide, 0.25f), c(kSide * kSide, 0.f);
+    for (const char trans_a : {'N', 'T'}) {
+      for (const char trans_b : {'N', 'T'}) {
+        (void)dnnl_sgemm(trans_a, trans_b, kSide, kSide, kSide, 1.f, a.data(), kSide, b.data(), kSide, 0.f, c.data(),
+                         kSide);
+      }
+    }
+  });
+}
+
 void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
   if (calls == nullptr) return;
   const double start = library::threadCpuNowMs();
@@ -537,18 +566,30 @@ void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
                     problem.k * problem.n >= Tunables::get(Tunable::PackedWeightMinElements);
   for (const ProgramCalls::Matmul& matmul : calls->matmuls) {
     if (matmul.k != problem.k || matmul.n != problem.n) continue;
+    // The program's own layouts (a transposed weight, a row slice of a wider A: each keys its own
+    // primitive); a row count the profile gave no strides for in this (validation's) layout.
+    std::vector<ProgramCalls::Matmul::Layout> layouts = matmul.layouts;
     for (const std::int64_t m : matmul.rows) {
+      if (std::none_of(layouts.begin(), layouts.end(), [&](const auto& l) { return l.m == m; }))
+        layouts.push_back(
+            {m, {problem.a.strides[2], problem.a.strides[3]}, {problem.b.strides[2], problem.b.strides[3]}});
+    }
+    for (const ProgramCalls::Matmul::Layout& layout : layouts) {
+      const std::int64_t m = layout.m;
       for (const int threads : calls->threads) {
         Problem call = problem;
         call.m = m;
         call.a.dims[2] = m;
         call.c.dims[2] = m;
+        call.a.strides[2] = layout.a[0], call.a.strides[3] = layout.a[1];
+        call.b.strides[2] = layout.b[0], call.b.strides[3] = layout.b[1];
         for (Problem::Post& post : call.posts) post.view.dims[2] = post.view.strides[2] != 0 ? m : 1;
         call.threads = callTasks(call, threads);
         if (call == problem) continue;
         if (cache().primitives.totals().primitives >= kMaxPrimitives / 2) return;
         auto found = findOrCreate(call);
         if (found && twin) (void)(*found)->packedTwin();
+        if (found && (*found)->onSgemm()) generateSgemmKernels();
       }
     }
   }
