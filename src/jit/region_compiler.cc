@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -103,8 +102,7 @@ void planBlocks(RegionPlan& p) {
   while (k < n) {
     StepBlock block;
     block.members.push_back(k);
-    const Step& first = p.steps[static_cast<std::size_t>(k)];
-    if (rowStep(first) || (first.kind == Step::Kind::MatMul && std::getenv("SVM_EXP_MM_ROWS") != nullptr)) {
+    if (rowStep(p.steps[static_cast<std::size_t>(k)])) {
       std::set<int> made(p.steps[static_cast<std::size_t>(k)].outputs.begin(),
                          p.steps[static_cast<std::size_t>(k)].outputs.end());
       std::vector<int> independent;
@@ -581,10 +579,6 @@ Expected<std::unique_ptr<CompiledRegion>> compileRegionOn(KernelBackend& engine,
       family = fusedFamily();
     } else {
       SVM_ASSIGN_OR_RETURN(spec, matmulStepSpec(p, step, leaves, records, compiles));
-      if (std::getenv("SVM_EXP_MM_ROWS") != nullptr && spec.op == OpId::MatMul && !spec.inputs.empty() &&
-          spec.inputs[0].rank == 2 && !step.program) {
-        spec.inputs[0].dims[0] = DimSpec{};
-      }
       family = familyFor(p.ops[static_cast<std::size_t>(step.op)].op);  // a matmul's, or a conv's
       step.guard = guardFor(spec);
     }

@@ -744,46 +744,6 @@ class MatmulFamily final : public KernelFamily, public LlvmKernelEmitter {
     args.scalars[kScalarPackOnly] = mode == PackMode::PackOnly ? 1 : 0;
   }
 
-  // A 2-D product (with its bias-style epilogue) computes any range of its rows alone, so a region
-  // may run it row block by row block with the kernel that reads it (RegionExecutor::rowBlocking):
-  // A's, C's and the row-indexed epilogue operands' rows move together; B (packed by prepareCall
-  // before any range runs) and broadcast operands stay. Not for a library kernel, a gate epilogue
-  // (its own row loop), an M baked into the code (a static M), batches, or a call split into tasks.
-  std::int64_t rowCount(const KernelSpec& spec, const KernelArgs& args, std::size_t inputs,
-                        std::size_t outputs) const override {
-    if (spec.op != OpId::MatMul || spec.params.library != 0 || gateEpilogue(spec) || outputs != 1 ||
-        spec.inputs.size() < 2 || inputs != spec.inputs.size()) {
-      return -1;
-    }
-    const OperandSpec& a = spec.inputs[0];
-    if (a.rank != 2 || spec.inputs[1].rank != 2 || a.dims[0].isStatic() || args.scalars[kScalarTasks] != 1) return -1;
-    const int sa = slotA(spec), sb = slotB(spec);
-    if (args.shape[sa][0] != 1 || args.shape[sa][1] != 1) return -1;
-    const std::int64_t m = args.shape[sa][2], n = args.shape[sb][3];
-    const std::size_t c = inputs;
-    if (args.data[c] == nullptr || args.shape[c][0] != m || args.shape[c][1] != n || args.strides[c][0] != n ||
-        (n > 1 && args.strides[c][1] != 1)) {
-      return -1;
-    }
-    return m;
-  }
-
-  void narrowRows(const KernelSpec& spec, KernelArgs& args, const std::size_t* item, std::size_t inputs,
-                  std::size_t, std::int64_t begin, std::int64_t end) const override {
-    const auto move = [&](std::size_t slot, std::int64_t stride) {
-      args.data[slot] = static_cast<char*>(args.data[slot]) + begin * stride * static_cast<std::int64_t>(item[slot]);
-    };
-    const int sa = slotA(spec);
-    move(0, args.strides[sa][2]);
-    args.shape[0][0] = end - begin;
-    args.shape[sa][2] = end - begin;
-    for (std::size_t e = 2; e < epilogueInputsEnd(spec); ++e) {
-      if (args.data[e] != nullptr && args.strides[e][2] != 0) move(e, args.strides[e][2]);
-    }
-    move(inputs, args.strides[inputs][0]);
-    args.shape[inputs][0] = end - begin;
-  }
-
   Status emit(const KernelSpec& spec, llvm::Module& module, const std::string& symbol) const override {
     SVM_RETURN_IF_ERROR(supports(spec));
     // A library kernel's primitive is created here for static shapes: compile time, and a
