@@ -192,7 +192,7 @@ struct AllocatorStats {
   std::int64_t peak_bytes = 0;          // maximum of live_bytes
   std::int64_t cached_bytes = 0;        // freed bytes held for reuse
   // At most this many free bytes of the JIT's scratch area (lowered threads' blocks of 16 KiB and
-  // more) hold pages for the next compile's use; releaseScratch() returns them.
+  // more) hold pages for the next compile's use; releaseScratch() returns those past its first 16 MiB.
   std::int64_t scratch_bytes = 0;
 };
 
@@ -206,7 +206,8 @@ class CachingAllocator {
   void resetPeak();
   // Returns every cached block, and the scratch area's free pages, to the system.
   void trim();
-  // Returns the scratch area's free pages to the system (the JIT calls it when it goes idle).
+  // Returns the scratch area's free pages past its first 16 MiB to the system (the JIT calls it when
+  // it goes idle; the next compile's first blocks land in the pages kept).
   void releaseScratch();
   static std::size_t sizeClass(std::size_t nbytes);
 

@@ -428,6 +428,9 @@ class Primitive {
     dnnl_post_ops_destroy(post_ops);
     SVM_RETURN_IF_ERROR(status);
     if (problem_.packed_b) SVM_RETURN_IF_ERROR(chooseWeightsLayout(descs, plain_b));
+    // The primitive's OpenMP team is sized as it is made (run() executes it as created; the conv
+    // primitive made for 2 threads and run on 1 computed wrong border pixels: library_onednn_conv.cc).
+    const library::OmpThreads threads(problem_.threads);
     SVM_ASSIGN_OR_RETURN(scratchpad_bytes_,
                          library::createPrimitive(engine_, pd_, descs, primitive_, memories_, exec_args_, scratchpad_));
     return Status::ok();
