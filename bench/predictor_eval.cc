@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "jit/kernel_abi.h"
@@ -68,19 +69,14 @@ int run(int argc, char** argv) {
   unsigned seed = 2026;
   std::size_t top_k = 8;
   std::string json;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--shapes") shapes = std::atoi(argv[i + 1]);
-    else if (flag == "--seed") seed = static_cast<unsigned>(std::atoi(argv[i + 1]));
-    else if (flag == "--top-k") top_k = static_cast<std::size_t>(std::atoi(argv[i + 1]));
-    else if (flag == "--json") json = argv[i + 1];
-    else {
-      fmt::print(stderr,
-                 "unknown flag {} (usage: svm_predictor_eval [--shapes N] [--seed S] [--top-k K] [--json FILE])\n",
-                 flag);
-      return 2;
-    }
-  }
+  CLI::App app{"Scores the AutoTuner's learned candidate predictor against the nearest-shape ordering, "
+               "leaving one exhaustively timed shape out at a time",
+               "svm_predictor_eval"};
+  app.add_option("--shapes", shapes, "matmul shapes to time exhaustively")->check(CLI::Range(2, 1000));
+  app.add_option("--seed", seed, "seed of the shape sample");
+  app.add_option("--top-k", top_k, "candidates each ranking may time")->check(CLI::Range(1, 1000));
+  app.add_option("--json", json, "also write the results here");
+  CLI11_PARSE(app, argc, argv);
   auto backend = jit::LlvmCpuBackend::create();
   if (!backend) {
     fmt::print(stderr, "cannot start the LLVM CPU backend: {}\n", backend.status().toString());
