@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "jit/kernel_abi.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
@@ -69,13 +69,17 @@ int run(int argc, char** argv) {
   unsigned seed = 2026;
   std::size_t top_k = 8;
   std::string json;
-  CLI::App app{"Scores the AutoTuner's learned candidate predictor against the nearest-shape ordering, "
-               "leaving one exhaustively timed shape out at a time",
-               "svm_predictor_eval"};
+  bool sweep = false;
+  CLI::App app{
+      "Scores the AutoTuner's learned candidate predictor against the nearest-shape ordering, "
+      "leaving one exhaustively timed shape out at a time",
+      "svm_predictor_eval"};
   app.add_option("--shapes", shapes, "matmul shapes to time exhaustively")->check(CLI::Range(2, 1000));
   app.add_option("--seed", seed, "seed of the shape sample");
   app.add_option("--top-k", top_k, "candidates each ranking may time")->check(CLI::Range(1, 1000));
   app.add_option("--json", json, "also write the results here");
+  app.add_flag("--sweep", sweep,
+               "also score other predictor settings (neighbours, parameter sharpness, coverage) on the same timings");
   CLI11_PARSE(app, argc, argv);
   auto backend = jit::LlvmCpuBackend::create();
   if (!backend) {
@@ -143,6 +147,15 @@ int run(int argc, char** argv) {
     double cost_ms = 0, gap = 0;
   };
   Score learned, nearest, default_only;
+  std::vector<tune::PredictorSettings> sweep_settings;
+  if (sweep) {
+    for (const int neighbours : {4, 8, 16}) {
+      for (const double sharpness : {1.0, 2.0, 4.0}) {
+        for (const double coverage : {0.0, 0.5, 1.0}) sweep_settings.push_back({neighbours, sharpness, coverage});
+      }
+    }
+  }
+  std::vector<Score> swept(sweep_settings.size());
   double exhaustive_ms = 0;
   std::string rows;
   for (std::size_t held = 0; held < samples.size(); ++held) {
@@ -174,6 +187,8 @@ int run(int argc, char** argv) {
     const double learned_gap = score(ranked, top_k, learned);
     const double nearest_gap = score(baseline, top_k, nearest);
     const double default_gap = score(space, 1, default_only);
+    for (std::size_t v = 0; v < sweep_settings.size(); ++v)
+      (void)score(tune::CandidatePredictor(training, sweep_settings[v]).rank(query, space), top_k, swept[v]);
     rows += fmt::format(
         "{}{{\"m\":{},\"k\":{},\"n\":{},\"wt\":{},\"candidates\":{},\"best_us\":{:.3f},\"learned_gap\":{:.4f},"
         "\"nearest_gap\":{:.4f},\"default_gap\":{:.4f}}}",
@@ -192,6 +207,12 @@ int run(int argc, char** argv) {
              exhaustive_ms);
   fmt::print("{}\n{}\n{}\n", line("learned predictor (k-NN)", learned), line("nearest-shape baseline", nearest),
              line("default only", default_only));
+  for (std::size_t v = 0; v < sweep_settings.size(); ++v) {
+    const tune::PredictorSettings& p = sweep_settings[v];
+    fmt::print("{}\n",
+               line(fmt::format("k={:<2} sharp={} cover={:.1f}", p.neighbours, p.param_sharpness, p.coverage).c_str(),
+                    swept[v]));
+  }
   if (!json.empty()) {
     std::ofstream out(json);
     out << fmt::format(

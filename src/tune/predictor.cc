@@ -71,7 +71,8 @@ std::vector<double> shapePoint(std::span<const Value* const> examples) {
   return point;
 }
 
-CandidatePredictor::CandidatePredictor(std::vector<TuningRecord> records) {
+CandidatePredictor::CandidatePredictor(std::vector<TuningRecord> records, PredictorSettings settings)
+    : settings_(settings) {
   for (TuningRecord& record : records) {
     if (!record.params.isDefault()) records_.push_back(std::move(record));
   }
@@ -104,20 +105,37 @@ std::vector<jit::KernelParams> CandidatePredictor::rank(const PredictorQuery& qu
     if (std::isfinite(d)) near.emplace_back(d, &record);
   }
   std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (near.size() > static_cast<std::size_t>(kNeighbours)) near.resize(kNeighbours);
+  if (near.size() > static_cast<std::size_t>(settings_.neighbours))
+    near.resize(static_cast<std::size_t>(std::max(settings_.neighbours, 0)));
   // Each neighbour votes exp(-distance) for its winner, spread over the candidates by their
-  // parameter distance to it (an exact match gets the whole vote).
-  std::vector<double> score(space.size(), 0.0);
-  for (const auto& [d, record] : near) {
-    const double weight = std::exp(-d);
+  // parameter distance to it (an exact match gets the whole vote). Picks are greedy: the default
+  // first, then the candidate with the most vote left; each pick shrinks the votes it covers.
+  std::vector<double> vote(near.size());
+  std::vector<std::vector<double>> similar(space.size(), std::vector<double>(near.size()));
+  for (std::size_t r = 0; r < near.size(); ++r) {
+    vote[r] = std::exp(-near[r].first);
     for (std::size_t c = 0; c < space.size(); ++c)
-      score[c] += weight * std::exp(-paramDistance(space[c], record->params));
+      similar[c][r] = std::exp(-settings_.param_sharpness * paramDistance(space[c], near[r].second->params));
   }
-  std::vector<std::size_t> order(space.size());
-  for (std::size_t c = 0; c < order.size(); ++c) order[c] = c;
-  std::stable_sort(order.begin() + 1, order.end(), [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+  std::vector<bool> picked(space.size(), false);
   std::vector<jit::KernelParams> ranked;
-  for (std::size_t c : order) ranked.push_back(space[c]);
+  auto pick = [&](std::size_t c) {
+    picked[c] = true;
+    ranked.push_back(space[c]);
+    for (std::size_t r = 0; r < near.size(); ++r) vote[r] *= 1.0 - settings_.coverage * similar[c][r];
+  };
+  pick(0);
+  while (ranked.size() < space.size()) {
+    std::size_t best = space.size();
+    double best_score = -1.0;
+    for (std::size_t c = 1; c < space.size(); ++c) {
+      if (picked[c]) continue;
+      double score = 0;
+      for (std::size_t r = 0; r < near.size(); ++r) score += vote[r] * similar[c][r];
+      if (score > best_score) best = c, best_score = score;  // ties: the search space's order
+    }
+    pick(best);
+  }
   return ranked;
 }
 

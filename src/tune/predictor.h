@@ -25,13 +25,20 @@ struct PredictorQuery {
 // log2 of every dim of the example tensors (the records' `point`).
 std::vector<double> shapePoint(std::span<const Value* const> examples);
 
+// How the vote is taken (svm_predictor_eval --sweep scores other settings on one run's timings).
+struct PredictorSettings {
+  int neighbours = 8;            // records that vote: the nearest by distance()
+  double param_sharpness = 1.0;  // a candidate gets exp(-sharpness * its log2 parameter distance) of a vote
+  // After each pick, a neighbour's vote shrinks by coverage * its similarity to the pick, so the
+  // next picks go to winners the list does not cover yet (0: one scoring pass, no shrinking).
+  double coverage = 0.0;
+};
+
 class CandidatePredictor {
  public:
-  static constexpr int kNeighbours = 8;
-
   // Trains on `records`: keeps those whose winner is not the default, sorted by key (a model per
   // family and host is the subset matching a query's family, cpu and features).
-  explicit CandidatePredictor(std::vector<TuningRecord> records);
+  explicit CandidatePredictor(std::vector<TuningRecord> records, PredictorSettings settings = {});
 
   // Records of the query's family on its host that can vote (0: the predictor has no history).
   int history(const PredictorQuery& query) const;
@@ -42,6 +49,7 @@ class CandidatePredictor {
 
  private:
   std::vector<TuningRecord> records_;
+  PredictorSettings settings_;
 };
 
 // The baseline: the default, then the winners of the same shape class's records by L1 distance

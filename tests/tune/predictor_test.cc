@@ -86,6 +86,29 @@ TEST(CandidatePredictor, RanksTheNearestShapesWinnerRightAfterTheDefault) {
   EXPECT_LT(position(tile(4, 64, 512)), position(tile(2, 16, 512)));
 }
 
+TEST(CandidatePredictor, CoverageMovesTheNextNeighboursWinnerAheadOfTheFirstWinnersNeighbours) {
+  const PredictorQuery near_a = query({5.2, 7, 7, 10});  // "a" is nearest, "d" next (2.2 away)
+  const std::vector<KernelParams> plain = CandidatePredictor(history()).rank(near_a, space());
+  PredictorSettings covering;
+  covering.coverage = 1.0;
+  const std::vector<KernelParams> covered = CandidatePredictor(history(), covering).rank(near_a, space());
+  ASSERT_EQ(covered.size(), space().size());
+  EXPECT_TRUE(covered[0].isDefault());
+  EXPECT_EQ(plain[1], tile(4, 64, 256));
+  EXPECT_EQ(covered[1], tile(4, 64, 256));
+  // Without coverage the first winner's tile neighbours outvote "d"'s winner; with it, "a"'s vote
+  // is spent on its pick and "d"'s winner comes next.
+  EXPECT_NE(plain[2], tile(2, 16, 512));
+  EXPECT_EQ(covered[2], tile(2, 16, 512));
+  for (const KernelParams& p : space()) EXPECT_EQ(std::count(covered.begin(), covered.end(), p), 1);
+  // One neighbour: only "a" votes, so "d"'s winner is nowhere near the front.
+  PredictorSettings one_neighbour;
+  one_neighbour.neighbours = 1;
+  const std::vector<KernelParams> one = CandidatePredictor(history(), one_neighbour).rank(near_a, space());
+  EXPECT_EQ(one[1], tile(4, 64, 256));
+  EXPECT_GT(std::find(one.begin(), one.end(), tile(2, 16, 512)) - one.begin(), 8);
+}
+
 TEST(CandidatePredictor, OtherFamiliesHostsAndDefaultWinnersDoNotVote) {
   const CandidatePredictor predictor(history());
   EXPECT_EQ(predictor.history(query({6, 7, 7, 10})), 4);
