@@ -5,8 +5,13 @@
 // leave one shape out at a time, each ranking is trained on the other shapes' winners and scored
 // on the held-out shape: is the best of its top K (default 8) within 3% of the exhaustive best,
 // and what share of the exhaustive tuning time (compile + timing of each candidate) its top K
-// cost. Deterministic rankings given the timings; the timings are this machine's, this run's.
+// cost; also the same for what the AutoTuner times of a ranking (its top K plus the library
+// candidates past them, tune::cutRanking). The learned predictor trains on the training shapes'
+// timing tables (TuningRecord::times): whole (as exhaustive searches leave them), cut to what
+// the tuner would have timed, and none (winners only). Deterministic rankings given the timings;
+// the timings are this machine's, this run's.
 // Usage: svm_predictor_eval [--shapes N] [--seed S] [--top-k K] [--passes P] [--sweep] [--json FILE]
+//                           [--save FILE | --load FILE]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +24,7 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "jit/kernel_abi.h"
 #include "jit/llvm_cpu/llvm_cpu_backend.h"
@@ -50,6 +56,56 @@ std::int64_t logUniform(std::mt19937& rng, double lo, double hi) {
   return static_cast<std::int64_t>(std::lround(std::exp2(draw(rng))));
 }
 
+// One sample as a JSON line: the shape, the winner's record (with its table) and every timing.
+std::string sampleToJson(const Sample& s) {
+  nlohmann::json j;
+  j["m"] = s.m;
+  j["k"] = s.k;
+  j["n"] = s.n;
+  j["wt"] = s.transposed_b;
+  j["record"] = tune::recordToJson(s.record);
+  nlohmann::json timings = nlohmann::json::array();
+  for (const tune::CandidateTiming& t : s.timings) {
+    timings.push_back({t.params.toString(), std::isfinite(t.us) ? t.us : -1.0, t.cost_ms});
+  }
+  j["timings"] = std::move(timings);
+  return j.dump();
+}
+
+Expected<std::vector<Sample>> loadSamples(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<Sample> samples;
+  std::string text;
+  for (int line = 1; std::getline(in, text); ++line) {
+    if (text.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    auto bad = [&](const std::string& why) { return makeError(ErrorCode::ParseError, "line {}: {}", line, why); };
+    if (j.is_discarded() || !j.is_object() || !j.contains("record") || !j["record"].is_string() ||
+        !j.contains("timings") || !j["timings"].is_array())
+      return bad("not a sample written by --save");
+    Sample s;
+    s.m = j.value("m", 0);
+    s.k = j.value("k", 0);
+    s.n = j.value("n", 0);
+    s.transposed_b = j.value("wt", false);
+    auto record = tune::parseRecord(j["record"].get<std::string>());
+    if (!record) return bad(record.status().message());
+    s.record = std::move(*record);
+    s.best_us = std::numeric_limits<double>::infinity();
+    for (const nlohmann::json& t : j["timings"]) {
+      if (!t.is_array() || t.size() != 3 || !t[0].is_string() || !t[1].is_number() || !t[2].is_number())
+        return bad("a timing that is not [params, us, cost_ms]");
+      auto params = jit::KernelParams::parse(t[0].get<std::string>());
+      if (!params) return bad(params.status().message());
+      const double us = t[1].get<double>();
+      s.timings.push_back({*params, us > 0 ? us : std::numeric_limits<double>::infinity(), t[2].get<double>()});
+      s.best_us = std::min(s.best_us, s.timings.back().us);
+    }
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
 // The best time among the first `k` of `order` (the default is always among them).
 double bestOfTop(const Sample& s, const std::vector<jit::KernelParams>& order, std::size_t k, double* cost_ms) {
   double best = std::numeric_limits<double>::infinity();
@@ -68,7 +124,7 @@ int run(int argc, char** argv) {
   int shapes = 24;
   unsigned seed = 2026;
   std::size_t top_k = 8;
-  std::string json;
+  std::string json, save, load;
   bool sweep = false;
   int passes = 1;
   CLI::App app{
@@ -79,6 +135,9 @@ int run(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the shape sample");
   app.add_option("--top-k", top_k, "candidates each ranking may time")->check(CLI::Range(1, 1000));
   app.add_option("--json", json, "also write the results here");
+  app.add_option("--save", save, "write the shapes' timings here (JSON lines), to score again with --load");
+  app.add_option("--load", load, "score the timings --save wrote instead of timing (--shapes, --seed, --passes unused)")
+      ->check(CLI::ExistingFile);
   app.add_option("--passes", passes,
                  "exhaustive searches per shape; a candidate's time is its median over them (steadier "
                  "winners than one pass's single timing of ~40 near-equal candidates)")
@@ -105,6 +164,16 @@ int run(int argc, char** argv) {
   tune::AutoTuner tuner(options);
   std::mt19937 rng(seed);
   std::vector<Sample> samples;
+  if (!load.empty()) {
+    auto loaded = loadSamples(load);
+    if (!loaded) {
+      fmt::print(stderr, "{}: {}\n", load, loaded.status().toString());
+      return 1;
+    }
+    samples = std::move(*loaded);
+    shapes = 0;
+    fmt::print("{} shapes' timings from {}\n", samples.size(), load);
+  }
   for (int i = 0; i < shapes; ++i) {
     Sample s;
     s.m = logUniform(rng, 16, 1024);
@@ -161,41 +230,95 @@ int run(int argc, char** argv) {
     s.record.params = outcome->params;
     s.record.us = outcome->best_us;
     s.record.default_us = outcome->default_us;
+    for (const tune::CandidateTiming& t : s.timings) {
+      if (std::isfinite(t.us) && t.us > 0) s.record.times.push_back({t.params, t.us});
+    }
     fmt::print("shape {:>4}x{:>3}x{:>4}{}: {} candidates, exhaustive best {:.1f} us ({}), default {:.1f} us\n", s.m,
                s.k, s.n, s.transposed_b ? " (B=W.T)" : "        ", s.timings.size(), s.best_us,
                outcome->params.toString(), outcome->default_us);
     std::fflush(stdout);
     samples.push_back(std::move(s));
   }
+  if (!save.empty()) {
+    std::ofstream out(save);
+    for (const Sample& s : samples) out << sampleToJson(s) << "\n";
+    if (!out) {
+      fmt::print(stderr, "cannot write {}\n", save);
+      return 1;
+    }
+  }
   struct Score {
     int within = 0;
     double cost_ms = 0, gap = 0;
+    std::size_t timed = 0;
   };
-  Score learned, nearest, default_only;
+  Score learned, winners_only, cut_tables, nearest, default_only, learned_timed, nearest_timed;
+  tune::PredictorSettings vote_settings;
+  vote_settings.use_tables = false;
   std::vector<tune::PredictorSettings> sweep_settings;
   if (sweep) {
     for (const int neighbours : {4, 8, 16}) {
+      for (const double tolerance : {0.0, 0.01, 0.02, 0.03}) {
+        tune::PredictorSettings p;
+        p.neighbours = neighbours;
+        p.tolerance = tolerance;
+        sweep_settings.push_back(p);
+      }
+    }
+    for (const int neighbours : {4, 8, 16}) {
       for (const double sharpness : {1.0, 2.0, 4.0}) {
-        for (const double coverage : {0.0, 0.5, 1.0}) sweep_settings.push_back({neighbours, sharpness, coverage});
+        for (const double coverage : {0.0, 0.5, 1.0})
+          sweep_settings.push_back({neighbours, sharpness, coverage, 0.0, /*use_tables=*/false});
       }
     }
   }
   std::vector<Score> swept(sweep_settings.size());
   double exhaustive_ms = 0;
   std::string rows;
+  auto queryOf = [](const Sample& s) {
+    return tune::PredictorQuery{tune::KernelKey{s.record.family, s.record.kernel, s.record.bucket, s.record.cpu,
+                                                s.record.features, s.record.shape_class},
+                                s.record.point};
+  };
+  auto spaceOf = [](const Sample& s) {
+    std::vector<jit::KernelParams> space;
+    for (const tune::CandidateTiming& t : s.timings) space.push_back(t.params);
+    return space;
+  };
   for (std::size_t held = 0; held < samples.size(); ++held) {
     const Sample& s = samples[held];
     std::vector<tune::TuningRecord> training;
     for (std::size_t j = 0; j < samples.size(); ++j) {
       if (j != held) training.push_back(samples[j].record);
     }
-    std::vector<jit::KernelParams> space;
-    for (const tune::CandidateTiming& t : s.timings) space.push_back(t.params);
+    const std::vector<jit::KernelParams> space = spaceOf(s);
     for (const tune::CandidateTiming& t : s.timings) exhaustive_ms += t.cost_ms;
-    const tune::PredictorQuery query{tune::KernelKey{s.record.family, s.record.kernel, s.record.bucket, s.record.cpu,
-                                                     s.record.features, s.record.shape_class},
-                                     s.record.point};
+    const tune::PredictorQuery query = queryOf(s);
     const std::vector<jit::KernelParams> ranked = tune::CandidatePredictor(training).rank(query, space);
+    // As the database fills once the predictor cuts the search: each training record holds only
+    // what the tuner would have timed (the top K of the winners-only vote of the other training
+    // shapes, and the library candidates), and its winner is the best of those.
+    std::vector<tune::TuningRecord> cut_training;
+    for (std::size_t j = 0; j < samples.size(); ++j) {
+      if (j == held) continue;
+      std::vector<tune::TuningRecord> others;
+      for (std::size_t i = 0; i < samples.size(); ++i) {
+        if (i != held && i != j) others.push_back(samples[i].record);
+      }
+      const std::vector<jit::KernelParams> order = tune::cutRanking(
+          tune::CandidatePredictor(others, vote_settings).rank(queryOf(samples[j]), spaceOf(samples[j])), top_k);
+      tune::TuningRecord cut = samples[j].record;
+      cut.times.clear();
+      cut.us = std::numeric_limits<double>::infinity();
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        for (const tune::TuningRecord::Timed& t : samples[j].record.times) {
+          if (!(t.params == order[i])) continue;
+          cut.times.push_back(t);
+          if (t.us < cut.us) cut.us = t.us, cut.params = t.params;
+        }
+      }
+      if (!cut.times.empty()) cut_training.push_back(std::move(cut));
+    }
     std::vector<tune::TuningRecord> same_class;
     for (const tune::TuningRecord& r : training) {
       if (r.shape_class == s.record.shape_class) same_class.push_back(r);
@@ -207,10 +330,20 @@ int run(int argc, char** argv) {
       into.within += best <= s.best_us * 1.03 ? 1 : 0;
       into.cost_ms += cost;
       into.gap += best / s.best_us - 1.0;
+      into.timed += std::min(k, order.size());
       return best / s.best_us - 1.0;
     };
+    // What the AutoTuner times of a ranking: its top K and the library candidates past them.
+    auto scoreAsTimed = [&](const std::vector<jit::KernelParams>& order, Score& into) {
+      const std::vector<jit::KernelParams> timed = tune::cutRanking(order, top_k);
+      return score(timed, timed.size(), into);
+    };
     const double learned_gap = score(ranked, top_k, learned);
+    (void)scoreAsTimed(ranked, learned_timed);
+    (void)score(tune::CandidatePredictor(training, vote_settings).rank(query, space), top_k, winners_only);
+    (void)score(tune::CandidatePredictor(cut_training).rank(query, space), top_k, cut_tables);
     const double nearest_gap = score(baseline, top_k, nearest);
+    (void)scoreAsTimed(baseline, nearest_timed);
     const double default_gap = score(space, 1, default_only);
     for (std::size_t v = 0; v < sweep_settings.size(); ++v)
       (void)score(tune::CandidatePredictor(training, sweep_settings[v]).rank(query, space), top_k, swept[v]);
@@ -223,28 +356,36 @@ int run(int argc, char** argv) {
   const double n = static_cast<double>(std::max<std::size_t>(samples.size(), 1));
   auto line = [&](const char* name, const Score& x) {
     return fmt::format(
-        "{:<28} top-{} best within 3% of exhaustive: {:>2}/{} ({:.0f}%), mean gap {:.1f}%, tuning time {:.0f}% of "
-        "exhaustive",
-        name, name[0] == 'd' ? 1 : top_k, x.within, samples.size(), 100.0 * x.within / n, 100.0 * x.gap / n,
+        "{:<34} {:>4.1f} timed, best within 3% of exhaustive: {:>2}/{} ({:.0f}%), mean gap {:.1f}%, tuning time "
+        "{:.0f}% of exhaustive",
+        name, static_cast<double>(x.timed) / n, x.within, samples.size(), 100.0 * x.within / n, 100.0 * x.gap / n,
         100.0 * x.cost_ms / std::max(exhaustive_ms, 1e-9));
   };
   fmt::print("\nleave-one-out over {} matmul shapes ({} exhaustive tuning ms in all):\n", samples.size(),
              exhaustive_ms);
-  fmt::print("{}\n{}\n{}\n", line("learned predictor (k-NN)", learned), line("nearest-shape baseline", nearest),
-             line("default only", default_only));
+  fmt::print("top {} of each ranking:\n{}\n{}\n{}\n{}\n", top_k, line("learned predictor (k-NN)", learned),
+             line("k-NN, training tables cut as timed", cut_tables), line("k-NN vote of winners only", winners_only),
+             line("nearest-shape baseline", nearest));
+  fmt::print("as the AutoTuner times a ranking (its top {} and the library candidates past them):\n{}\n{}\n", top_k,
+             line("learned predictor (k-NN)", learned_timed), line("nearest-shape baseline", nearest_timed));
+  fmt::print("{}\n", line("default only", default_only));
   for (std::size_t v = 0; v < sweep_settings.size(); ++v) {
     const tune::PredictorSettings& p = sweep_settings[v];
-    fmt::print("{}\n",
-               line(fmt::format("k={:<2} sharp={} cover={:.1f}", p.neighbours, p.param_sharpness, p.coverage).c_str(),
-                    swept[v]));
+    const std::string name =
+        p.use_tables ? fmt::format("tables k={:<2} tolerance={:.2f}", p.neighbours, p.tolerance)
+                     : fmt::format("vote k={:<2} sharp={} cover={:.1f}", p.neighbours, p.param_sharpness, p.coverage);
+    fmt::print("{}\n", line(name.c_str(), swept[v]));
   }
   if (!json.empty()) {
     std::ofstream out(json);
     out << fmt::format(
-        "{{\"top_k\":{},\"shapes\":{},\"learned_within\":{},\"nearest_within\":{},\"default_within\":{},"
+        "{{\"top_k\":{},\"shapes\":{},\"learned_within\":{},\"winners_only_within\":{},\"cut_tables_within\":{},"
+        "\"learned_timed_within\":{},\"nearest_timed_within\":{},\"nearest_within\":{},"
+        "\"default_within\":{},"
         "\"learned_cost_share\":{:.4f},\"nearest_cost_share\":{:.4f},\"rows\":[{}]}}\n",
-        top_k, samples.size(), learned.within, nearest.within, default_only.within,
-        learned.cost_ms / std::max(exhaustive_ms, 1e-9), nearest.cost_ms / std::max(exhaustive_ms, 1e-9), rows);
+        top_k, samples.size(), learned.within, winners_only.within, cut_tables.within, learned_timed.within,
+        nearest_timed.within, nearest.within, default_only.within, learned.cost_ms / std::max(exhaustive_ms, 1e-9),
+        nearest.cost_ms / std::max(exhaustive_ms, 1e-9), rows);
   }
   return 0;
 }

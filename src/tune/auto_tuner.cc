@@ -224,6 +224,15 @@ void AutoTuner::setProgress(std::function<void(const TuneProgress&)> progress) {
   progress_ = std::move(progress);
 }
 
+std::vector<jit::KernelParams> cutRanking(const std::vector<jit::KernelParams>& ranked, std::size_t top_k) {
+  if (ranked.size() <= top_k) return ranked;
+  std::vector<jit::KernelParams> cut(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(top_k));
+  for (std::size_t i = top_k; i < ranked.size(); ++i) {
+    if (ranked[i].library != 0 || bf16Twin(ranked[i])) cut.push_back(ranked[i]);
+  }
+  return cut;
+}
+
 std::vector<TuneReport> AutoTuner::reports() const {
   std::lock_guard<std::mutex> lock(state_mutex_);
   return reports_;
@@ -240,14 +249,7 @@ std::vector<jit::KernelParams> AutoTuner::order(const std::vector<jit::KernelPar
     if (*ranked_by > 0) {
       ordered = predictor.rank(query, space);
       const std::int64_t top_k = setting(options_.top_k, Tunable::TuneTopK);
-      if (top_k > 0 && static_cast<std::int64_t>(ordered.size()) > top_k) {
-        // Library candidates stay (the bar the generated ones are run off against).
-        std::vector<jit::KernelParams> cut(ordered.begin(), ordered.begin() + top_k);
-        for (std::size_t i = static_cast<std::size_t>(top_k); i < ordered.size(); ++i) {
-          if (ordered[i].library != 0 || bf16Twin(ordered[i])) cut.push_back(ordered[i]);
-        }
-        ordered = std::move(cut);
-      }
+      if (top_k > 0) ordered = cutRanking(ordered, static_cast<std::size_t>(top_k));
     }
   }
   const std::int64_t limit = setting(options_.max_candidates, Tunable::TuneCandidates);
@@ -559,6 +561,9 @@ Expected<jit::TuneOutcome> AutoTuner::tune(jit::KernelBackend& engine, const jit
     record.bf16 = bf16.winner;
     record.bf16_pairs_us = bf16.pairs_us;
     record.bf16_widening_us = bf16.widening_us;
+    for (const CandidateTiming& t : report.timings) {
+      if (std::isfinite(t.us) && t.us > 0) record.times.push_back({t.params, t.us});
+    }
     if (Status appended = database_.append(record); !appended.isOk()) {
       database_.warn(fmt::format("{}: cannot record the winner for {}: {}", database_.path(), signature, appended.message()));
     }

@@ -109,6 +109,10 @@ struct TuneProgress {
   const TuneReport* report = nullptr;
 };
 
+// What the AutoTuner times of a predictor's ranking: its first `top_k`, then every later library
+// candidate and bfloat16 twin (the bars the generated candidates are run off against).
+std::vector<jit::KernelParams> cutRanking(const std::vector<jit::KernelParams>& ranked, std::size_t top_k);
+
 class AutoTuner final : public jit::Tuner {
  public:
   explicit AutoTuner(AutoTunerOptions options = {});

@@ -107,6 +107,68 @@ std::vector<jit::KernelParams> CandidatePredictor::rank(const PredictorQuery& qu
   std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (near.size() > static_cast<std::size_t>(settings_.neighbours))
     near.resize(static_cast<std::size_t>(std::max(settings_.neighbours, 0)));
+  std::vector<jit::KernelParams> by_vote = rankByVote(near, space);
+  const bool tables = settings_.use_tables &&
+                      std::any_of(near.begin(), near.end(), [](const auto& n) { return !n.second->times.empty(); });
+  if (!tables) return by_vote;
+
+  // value[r][c]: candidate c's time over neighbour r's best, no lower than 1 + tolerance; NaN
+  // where r did not time c. A record without a table knows two: its winner (1) and the default.
+  constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  const double floor = 1.0 + std::max(settings_.tolerance, 0.0);
+  std::vector<std::vector<double>> value(near.size(), std::vector<double>(space.size(), kUnknown));
+  std::vector<double> current(near.size(), floor), weight(near.size());
+  for (std::size_t r = 0; r < near.size(); ++r) {
+    const TuningRecord& record = *near[r].second;
+    weight[r] = std::exp(-near[r].first);
+    std::vector<TuningRecord::Timed> table = record.times;
+    if (table.empty()) {
+      table.push_back({record.params, 1.0});
+      if (record.us > 0 && record.default_us > 0) table.push_back({jit::KernelParams{}, record.default_us / record.us});
+    }
+    double best = std::numeric_limits<double>::infinity();
+    for (const TuningRecord::Timed& t : table) best = std::min(best, t.us);
+    for (std::size_t c = 0; c < space.size(); ++c) {
+      for (const TuningRecord::Timed& t : table) {
+        if (t.params == space[c]) value[r][c] = std::max(t.us / best, floor);
+      }
+    }
+    // Before any pick: as slow as the slowest candidate r timed.
+    for (const TuningRecord::Timed& t : table) current[r] = std::max(current[r], std::max(t.us / best, floor));
+  }
+  std::vector<std::size_t> vote_at(space.size());
+  for (std::size_t c = 0; c < space.size(); ++c)
+    vote_at[c] = static_cast<std::size_t>(std::find(by_vote.begin(), by_vote.end(), space[c]) - by_vote.begin());
+  std::vector<bool> picked(space.size(), false);
+  std::vector<jit::KernelParams> ranked;
+  auto pick = [&](std::size_t c) {
+    picked[c] = true;
+    ranked.push_back(space[c]);
+    for (std::size_t r = 0; r < near.size(); ++r) {
+      if (!std::isnan(value[r][c])) current[r] = std::min(current[r], value[r][c]);
+    }
+  };
+  pick(0);
+  while (ranked.size() < space.size()) {
+    std::size_t best = space.size();
+    double best_gain = -1.0;
+    for (std::size_t c = 1; c < space.size(); ++c) {
+      if (picked[c]) continue;
+      double gain = 0;
+      for (std::size_t r = 0; r < near.size(); ++r) {
+        if (!std::isnan(value[r][c])) gain += weight[r] * std::max(0.0, current[r] - value[r][c]);
+      }
+      // Ties (none of the neighbours gains any more, say): the vote's order.
+      if (gain > best_gain || (gain == best_gain && vote_at[c] < vote_at[best])) best = c, best_gain = gain;
+    }
+    pick(best);
+  }
+  return ranked;
+}
+
+std::vector<jit::KernelParams> CandidatePredictor::rankByVote(
+    const std::vector<std::pair<double, const TuningRecord*>>& near,
+    const std::vector<jit::KernelParams>& space) const {
   // Each neighbour votes exp(-distance) for its winner, spread over the candidates by their
   // parameter distance to it (an exact match gets the whole vote). Picks are greedy: the default
   // first, then the candidate with the most vote left; each pick shrinks the votes it covers.

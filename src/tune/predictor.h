@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The AutoTuner's learned candidate predictor (SYSTEM.md 3.6, 36 candidates -> 8): trained from
-// the tuning database's winners of a kernel family on this CPU, it ranks a new kernel's search
-// space by a k-nearest-neighbour vote over log features — shape point (log2 dims), op/dtype/rank
-// class, strided operands, static kernel text — where each neighbour's winner credits every
-// candidate by its distance in log2 parameter space. Also the baseline it replaced (nearest-shape
-// ordering). Invariant: deterministic given the records (ties by key, then by search-space order),
-// and the default always ranks first.
+// the tuning database's records of a kernel family on this CPU, it ranks a new kernel's search
+// space from its k nearest records by log features — shape point (log2 dims), op/dtype/rank class,
+// strided operands, static kernel text. Where the neighbours carry their timing tables, the
+// ranking is greedy over the expected best of the list: each pick is the candidate that most
+// lowers, summed over the neighbours by closeness, the time of the best candidate picked so far
+// relative to that neighbour's best. Without tables, each neighbour's winner credits every
+// candidate by its distance in log2 parameter space (a vote). Also the baseline it replaced
+// (nearest-shape ordering). Invariant: deterministic given the records (ties by key, then by
+// search-space order), and the default always ranks first.
 #pragma once
 
 #include <span>
@@ -32,6 +35,10 @@ struct PredictorSettings {
   // After each pick, a neighbour's vote shrinks by coverage * its similarity to the pick, so the
   // next picks go to winners the list does not cover yet (0: one scoring pass, no shrinking).
   double coverage = 0.0;
+  // Neighbours with a timing table (TuningRecord::times): a candidate within this share of a
+  // neighbour's best counts as its best (differences under the noise of a timing do not steer).
+  double tolerance = 0.02;
+  bool use_tables = true;  // false: winners only, as if no record had a table
 };
 
 class CandidatePredictor {
@@ -48,6 +55,10 @@ class CandidatePredictor {
   static double distance(const PredictorQuery& query, const TuningRecord& record);
 
  private:
+  // The vote's ranking (every neighbour's winner only).
+  std::vector<jit::KernelParams> rankByVote(const std::vector<std::pair<double, const TuningRecord*>>& near,
+                                            const std::vector<jit::KernelParams>& space) const;
+
   std::vector<TuningRecord> records_;
   PredictorSettings settings_;
 };

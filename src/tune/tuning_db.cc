@@ -168,6 +168,11 @@ std::string recordToJson(const TuningRecord& r) {
     j["bf16_pairs_us"] = r.bf16_pairs_us;
     j["bf16_widening_us"] = r.bf16_widening_us;
   }
+  if (!r.times.empty()) {
+    nlohmann::ordered_json times = nlohmann::ordered_json::array();
+    for (const TuningRecord::Timed& t : r.times) times.push_back({t.params.toString(), t.us});
+    j["times"] = std::move(times);
+  }
   j["version"] = r.version;
   j["check"] = checksum(j);
   return j.dump();
@@ -232,6 +237,20 @@ Expected<TuningRecord> parseRecord(const std::string& line) {
     for (const auto& x : *it) {
       if (!x.is_number() || !std::isfinite(x.get<double>())) return makeError(ErrorCode::ParseError, "field 'point' holds a non-number");
       r.point.push_back(x.get<double>());
+    }
+  }
+  if (auto it = j.find("times"); it != j.end()) {
+    if (!it->is_array()) return makeError(ErrorCode::ParseError, "field 'times' is not an array");
+    for (const auto& entry : *it) {
+      if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number()) {
+        return makeError(ErrorCode::ParseError, "field 'times' holds {} (not a [params, us] pair)", entry.dump());
+      }
+      auto timed = jit::KernelParams::parse(entry[0].get<std::string>());
+      const double us = entry[1].get<double>();
+      if (!timed) return makeError(ErrorCode::ParseError, "field 'times': {}", timed.status().message());
+      if (!std::isfinite(us) || us <= 0)
+        return makeError(ErrorCode::ParseError, "field 'times' holds a time of {}", us);
+      r.times.push_back({*timed, us});
     }
   }
   auto parsed = jit::KernelParams::parse(params);

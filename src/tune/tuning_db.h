@@ -64,6 +64,15 @@ struct TuningRecord {
   // without the fields are read.
   std::string bf16;
   double bf16_pairs_us = 0, bf16_widening_us = 0;
+  // Every candidate the search timed and its median (the winner's included; failed ones left
+  // out): the predictor learns from the whole table which candidates come close to the best, not
+  // only which one won. Older lines without the field are read (empty).
+  struct Timed {
+    jit::KernelParams params;
+    double us = 0;
+    bool operator==(const Timed&) const = default;
+  };
+  std::vector<Timed> times;
   int version = kTuningDbVersion;
 };
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -256,6 +257,19 @@ TEST_F(AutoTunerTest, TheWinnerIsWrittenAndASecondTunerAnswersFromTheDatabase) {
   EXPECT_EQ(kernelKey(family, c.spec, "cpu", "b a c").features, "a b c") << "features are sorted";
   EXPECT_EQ(record->candidates, 3);
   EXPECT_GT(record->default_us, record->us);
+  // The whole timing table (the predictor's training data): every candidate once, the winner's
+  // time the record's.
+  ASSERT_EQ(record->times.size(), 3u);
+  for (const KernelParams& p : {KernelParams{}, withUnroll(2), withUnroll(4)}) {
+    EXPECT_EQ(std::count_if(record->times.begin(), record->times.end(),
+                            [&](const TuningRecord::Timed& t) { return t.params == p && t.us > 0; }),
+              1)
+        << p.toString();
+  }
+  const auto winner_time = std::find_if(record->times.begin(), record->times.end(),
+                                        [&](const TuningRecord::Timed& t) { return t.params == winner; });
+  ASSERT_NE(winner_time, record->times.end());
+  EXPECT_DOUBLE_EQ(winner_time->us, record->us);
   EXPECT_EQ(record->key, kernelKey(family, c.spec, engine.capabilities().target, engine.capabilities().features).key());
 
   const std::size_t compiles_before = family.compiled().size();
@@ -491,9 +505,29 @@ TEST(TuningDatabase, RecordsRoundTripAndKeysSeparateKernelBucketAndHost) {
   r.default_us = 20;
   r.candidates = 36;
   r.timed = 12;
+  KernelParams slower;
+  slower.mr = 4;
+  r.times = {{KernelParams{}, 20}, {r.params, 12.5}, {slower, 14.25}};
   auto back = parseRecord(recordToJson(r));
   ASSERT_TRUE(back.hasValue()) << back.status().toString();
   EXPECT_EQ(back->params, r.params);
+  EXPECT_EQ(back->times, r.times);
+  // A table entry that is not a [params, positive time] pair never parses into a record.
+  for (const char* bad : {"[\"mr=4\",-1]", "[\"mr=4\"]", "[\"mr=four\",3]", "7"}) {
+    std::string line = recordToJson(r);
+    const std::size_t at = line.find("[\"mr=4\",14.25]");
+    ASSERT_NE(at, std::string::npos) << line;
+    line.replace(at, std::string("[\"mr=4\",14.25]").size(), bad);
+    auto parsed = parseRecord(line);
+    ASSERT_FALSE(parsed.hasValue()) << bad;
+    EXPECT_NE(parsed.status().message().find("times"), std::string::npos) << parsed.status().message();
+  }
+  // An older line without a table reads, with an empty one.
+  r.times.clear();
+  auto old_line = parseRecord(recordToJson(r));
+  ASSERT_TRUE(old_line.hasValue());
+  EXPECT_TRUE(old_line->times.empty());
+  EXPECT_EQ(recordToJson(r).find("times"), std::string::npos);
   EXPECT_EQ(back->point, r.point);
   EXPECT_DOUBLE_EQ(back->us, 12.5);
   EXPECT_EQ(back->key, r.key);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 namespace shapevm::tune {
@@ -107,6 +108,69 @@ TEST(CandidatePredictor, CoverageMovesTheNextNeighboursWinnerAheadOfTheFirstWinn
   const std::vector<KernelParams> one = CandidatePredictor(history(), one_neighbour).rank(near_a, space());
   EXPECT_EQ(one[1], tile(4, 64, 256));
   EXPECT_GT(std::find(one.begin(), one.end(), tile(2, 16, 512)) - one.begin(), 8);
+}
+
+// A record whose table holds `times` (params, us): the winner is the fastest of them.
+TuningRecord tabled(std::string key, std::vector<double> point, std::vector<TuningRecord::Timed> times) {
+  TuningRecord r = record(std::move(key), std::move(point), KernelParams{});
+  r.us = std::numeric_limits<double>::infinity();
+  for (const TuningRecord::Timed& t : times) {
+    if (t.us < r.us) r.us = t.us, r.params = t.params;
+    if (t.params.isDefault()) r.default_us = t.us;
+  }
+  r.times = std::move(times);
+  return r;
+}
+
+TEST(CandidatePredictor, TimingTablesPickTheCandidateCloseToEveryNeighboursBestFirst) {
+  // Two neighbours at the same distance, each with its own winner; (6, 32, 256) is within 1% of
+  // both winners but the winner of neither. The vote ranks a winner (or its tile neighbours) after
+  // the default; the tables rank the candidate close to both first, then the two winners.
+  const KernelParams shared = tile(6, 32, 256), left = tile(2, 64, 128), right = tile(8, 16, 512);
+  const std::vector<TuningRecord> records{
+      tabled("p", {5, 7, 7, 10}, {{KernelParams{}, 20}, {left, 10}, {shared, 10.1}, {right, 19}}),
+      tabled("q", {7, 7, 7, 10}, {{KernelParams{}, 30}, {right, 15}, {shared, 15.1}, {left, 29}}),
+  };
+  const PredictorQuery between = query({6, 7, 7, 10});
+  const std::vector<KernelParams> ranked = CandidatePredictor(records).rank(between, space());
+  ASSERT_EQ(ranked.size(), space().size());
+  EXPECT_TRUE(ranked[0].isDefault());
+  EXPECT_EQ(ranked[1], shared);
+  for (const KernelParams& p : space()) EXPECT_EQ(std::count(ranked.begin(), ranked.end(), p), 1);
+  // Then the winners in the vote's order: after the shared pick both neighbours are within the
+  // tolerance, no candidate gains more, and ties follow the vote. With tolerance 0 the winners
+  // gain their neighbour's last 1% and still come after the shared one.
+  EXPECT_EQ(ranked[2], left);
+  EXPECT_EQ(ranked[3], right);
+  PredictorSettings exact;
+  exact.tolerance = 0;
+  const std::vector<KernelParams> strict = CandidatePredictor(records, exact).rank(between, space());
+  EXPECT_EQ(strict[1], shared);
+  EXPECT_TRUE((strict[2] == left && strict[3] == right) || (strict[2] == right && strict[3] == left));
+  // Winners only: the shared candidate is nobody's winner and does not come second.
+  PredictorSettings vote;
+  vote.use_tables = false;
+  const std::vector<KernelParams> voted = CandidatePredictor(records, vote).rank(between, space());
+  EXPECT_NE(voted[1], shared);
+  EXPECT_TRUE(voted[1] == left || voted[1] == right) << voted[1].toString();
+}
+
+TEST(CandidatePredictor, ANeighbourWithoutATableCountsItsWinnerAndDefault) {
+  // "p" (a table) and "r" (an older line: winner and default times only), equally near. The
+  // table's best after the default is p's shared-looking tile; r's winner gains r the most; with
+  // r twice as slow at its default (2.0 against p's 1.3), r's winner comes first.
+  const KernelParams p_best = tile(2, 64, 128), r_best = tile(8, 16, 512);
+  TuningRecord r = record("r", {7, 7, 7, 10}, r_best);
+  r.us = 10;
+  r.default_us = 20;
+  const std::vector<TuningRecord> records{tabled("p", {5, 7, 7, 10}, {{KernelParams{}, 13}, {p_best, 10}}), r};
+  const std::vector<KernelParams> ranked = CandidatePredictor(records).rank(query({6, 7, 7, 10}), space());
+  EXPECT_EQ(ranked[1], r_best);
+  EXPECT_EQ(ranked[2], p_best);
+  r.default_us = 11;  // now r gains less than p from its winner
+  const std::vector<KernelParams> swapped = CandidatePredictor({records[0], r}).rank(query({6, 7, 7, 10}), space());
+  EXPECT_EQ(swapped[1], p_best);
+  EXPECT_EQ(swapped[2], r_best);
 }
 
 TEST(CandidatePredictor, OtherFamiliesHostsAndDefaultWinnersDoNotVote) {
