@@ -193,6 +193,9 @@ TEST(CandidatePredictor, TrainingAndRankingAreDeterministicGivenTheRecords) {
   // Two records at the same distance with different winners: the tie is broken by key, not by order.
   records.push_back(record("h", {6, 7, 7, 10}, tile(6, 64, 128)));
   records.push_back(record("i", {6, 7, 7, 10}, tile(2, 32, 256)));
+  // Two records with timing tables at the same distance too, their candidates tied.
+  records.push_back(tabled("j", {6, 7, 7, 10}, {{KernelParams{}, 12}, {tile(4, 16, 128), 10}, {tile(6, 16, 256), 10}}));
+  records.push_back(tabled("k", {6, 7, 7, 10}, {{KernelParams{}, 12}, {tile(6, 16, 256), 10}, {tile(4, 16, 128), 10}}));
   const std::vector<KernelParams> expected = CandidatePredictor(records).rank(query({6, 7, 7, 10}), space());
   std::mt19937 rng(7);
   for (int round = 0; round < 10; ++round) {
