@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -52,6 +53,34 @@ double paramDistance(const jit::KernelParams& a, const jit::KernelParams& b) {
   // library winner votes for the library candidate, a generated one for the tiles near it.
   if (a.library != b.library) sum += kOtherImplementation;
   return sum;
+}
+
+// A greedy ranking of `space`: the default (space[0]) first, then each time the candidate not yet
+// picked with the highest score(c) (ties: the lowest tie(c)), calling picked(c) after each pick.
+std::vector<jit::KernelParams> greedyOrder(const std::vector<jit::KernelParams>& space,
+                                           const std::function<double(std::size_t)>& score,
+                                           const std::function<std::size_t(std::size_t)>& tie,
+                                           const std::function<void(std::size_t)>& picked) {
+  std::vector<bool> taken(space.size(), false);
+  std::vector<jit::KernelParams> ranked;
+  auto pick = [&](std::size_t c) {
+    taken[c] = true;
+    ranked.push_back(space[c]);
+    picked(c);
+  };
+  pick(0);
+  while (ranked.size() < space.size()) {
+    std::size_t best = space.size();
+    double best_score = -1.0;
+    for (std::size_t c = 1; c < space.size(); ++c) {
+      if (taken[c]) continue;
+      const double value = score(c);
+      if (best == space.size() || value > best_score || (value == best_score && tie(c) < tie(best)))
+        best = c, best_score = value;
+    }
+    pick(best);
+  }
+  return ranked;
 }
 
 bool sameHost(const KernelKey& key, const TuningRecord& record) {
@@ -139,31 +168,22 @@ std::vector<jit::KernelParams> CandidatePredictor::rank(const PredictorQuery& qu
   std::vector<std::size_t> vote_at(space.size());
   for (std::size_t c = 0; c < space.size(); ++c)
     vote_at[c] = static_cast<std::size_t>(std::find(by_vote.begin(), by_vote.end(), space[c]) - by_vote.begin());
-  std::vector<bool> picked(space.size(), false);
-  std::vector<jit::KernelParams> ranked;
-  auto pick = [&](std::size_t c) {
-    picked[c] = true;
-    ranked.push_back(space[c]);
-    for (std::size_t r = 0; r < near.size(); ++r) {
-      if (!std::isnan(value[r][c])) current[r] = std::min(current[r], value[r][c]);
-    }
-  };
-  pick(0);
-  while (ranked.size() < space.size()) {
-    std::size_t best = space.size();
-    double best_gain = -1.0;
-    for (std::size_t c = 1; c < space.size(); ++c) {
-      if (picked[c]) continue;
-      double gain = 0;
-      for (std::size_t r = 0; r < near.size(); ++r) {
-        if (!std::isnan(value[r][c])) gain += weight[r] * std::max(0.0, current[r] - value[r][c]);
-      }
-      // Ties (none of the neighbours gains any more, say): the vote's order.
-      if (gain > best_gain || (gain == best_gain && vote_at[c] < vote_at[best])) best = c, best_gain = gain;
-    }
-    pick(best);
-  }
-  return ranked;
+  // Ties (none of the neighbours gains any more, say): the vote's order.
+  return greedyOrder(
+      space,
+      [&](std::size_t c) {
+        double gain = 0;
+        for (std::size_t r = 0; r < near.size(); ++r) {
+          if (!std::isnan(value[r][c])) gain += weight[r] * std::max(0.0, current[r] - value[r][c]);
+        }
+        return gain;
+      },
+      [&](std::size_t c) { return vote_at[c]; },
+      [&](std::size_t c) {
+        for (std::size_t r = 0; r < near.size(); ++r) {
+          if (!std::isnan(value[r][c])) current[r] = std::min(current[r], value[r][c]);
+        }
+      });
 }
 
 std::vector<jit::KernelParams> CandidatePredictor::rankByVote(
@@ -179,26 +199,17 @@ std::vector<jit::KernelParams> CandidatePredictor::rankByVote(
     for (std::size_t c = 0; c < space.size(); ++c)
       similar[c][r] = std::exp(-settings_.param_sharpness * paramDistance(space[c], near[r].second->params));
   }
-  std::vector<bool> picked(space.size(), false);
-  std::vector<jit::KernelParams> ranked;
-  auto pick = [&](std::size_t c) {
-    picked[c] = true;
-    ranked.push_back(space[c]);
-    for (std::size_t r = 0; r < near.size(); ++r) vote[r] *= 1.0 - settings_.coverage * similar[c][r];
-  };
-  pick(0);
-  while (ranked.size() < space.size()) {
-    std::size_t best = space.size();
-    double best_score = -1.0;
-    for (std::size_t c = 1; c < space.size(); ++c) {
-      if (picked[c]) continue;
-      double score = 0;
-      for (std::size_t r = 0; r < near.size(); ++r) score += vote[r] * similar[c][r];
-      if (score > best_score) best = c, best_score = score;  // ties: the search space's order
-    }
-    pick(best);
-  }
-  return ranked;
+  return greedyOrder(
+      space,
+      [&](std::size_t c) {
+        double score = 0;
+        for (std::size_t r = 0; r < near.size(); ++r) score += vote[r] * similar[c][r];
+        return score;
+      },
+      [](std::size_t c) { return c; },  // ties: the search space's order
+      [&](std::size_t c) {
+        for (std::size_t r = 0; r < near.size(); ++r) vote[r] *= 1.0 - settings_.coverage * similar[c][r];
+      });
 }
 
 std::vector<jit::KernelParams> nearestShapeOrder(const std::vector<jit::KernelParams>& space,
