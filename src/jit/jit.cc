@@ -830,7 +830,19 @@ void Jit::compileSite(const Request& request) {
       library_first = true;
     }
   }
-  auto kernel = compileKernel(*engine_, *family, inferred->spec);
+  // The program's calls (a library matmul's profiled row counts and layouts): an untuned library
+  // kernel whose layout would first need a library's one-time code generation does not compile
+  // (ProgramCalls::avoid_one_time_codegen), so the generated kernel installs instead; validation
+  // below prepares the library's primitives for them.
+  ProgramCalls program_calls;
+  program_calls.defer_creation = true;
+  if (op_site.op == OpId::MatMul) program_calls.addMatmul(records);
+  program_calls.avoid_one_time_codegen = library_first;
+  auto kernel = [&] {
+    const ProgramCallsScope scope(program_calls);
+    return compileKernel(*engine_, *family, inferred->spec);
+  }();
+  program_calls.avoid_one_time_codegen = false;
   if (!kernel && library_first) {
     logAt(LogLevel::Info, "JIT",
           "PC=0x{:02X}: the library kernel for {} did not compile ({}); compiling the generated one", before.pc,
@@ -862,9 +874,6 @@ void Jit::compileSite(const Request& request) {
   // Validation on this thread also prepares a library matmul's primitives for the program's calls
   // at the profiled shapes, created once it passed, before the install (counted as codegen below,
   // not validation), so the program never creates one.
-  ProgramCalls program_calls;
-  program_calls.defer_creation = true;
-  if (op_site.op == OpId::MatMul) program_calls.addMatmul(records);
   const ProgramCallsScope program_calls_scope(program_calls);
   // The kernel's own spec: a kept kernel for wider ranges is validated and guarded on those.
   Status valid = validateKernel(**kernel, validationShapes((*kernel)->spec, inferred->observed), seed);

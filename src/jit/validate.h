@@ -97,6 +97,11 @@ struct ProgramCalls {
   std::vector<Matmul> matmuls;
   std::vector<int> threads = programKernelThreads();
   bool defer_creation = false;
+  // An untuned (O1) library kernel being compiled, whose fallback is the generated kernel: where
+  // one of the program's layouts would first need a library's one-time code generation in this
+  // process (oneDNN's sgemm kernels, ~40 ms of the compile thread before the install), the
+  // library kernel does not compile, saying why, and the generated one installs instead.
+  bool avoid_one_time_codegen = false;
   // True when `work` was kept for createDeferred() (defer_creation); false: the caller does it now.
   bool defer(std::function<void()> work) const;
   // Runs the deferred work in order and drops it.

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,30 @@ inline Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::
 
 // One LLVM CPU backend for the whole test binary (creating LLJIT costs ~10 ms). Its CPU is the
 // host's, or $SHAPEVM_JIT_CPU's (the jit_tests_haswell ctest runs the kernel tests for haswell).
+// Runs the gtest `test` (e.g. "DISABLED_Child.Name") of this test binary in a fresh process (exec,
+// not a bare fork: LLVM and the thread pool must not inherit another thread's state), with `env`
+// added to this process's environment; its exit code, or -1.
+inline int runTestInChild(const std::string& test, const std::vector<std::string>& more_env = {}) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.insert(env.end(), more_env.begin(), more_env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  std::string filter_arg = "--gtest_filter=" + test;
+  char also[] = "--gtest_also_run_disabled_tests";
+  char* argv[] = {self, filter_arg.data(), also, nullptr};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execve(self, argv, envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 inline LlvmCpuBackend& sharedLlvmBackend() {
   static std::unique_ptr<LlvmCpuBackend> engine = [] {
     auto created = LlvmCpuBackend::create();

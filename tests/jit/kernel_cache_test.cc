@@ -537,30 +537,12 @@ TEST_F(KernelCacheTest, FourConcurrentWriterProcesses) {
   EXPECT_EQ(entries, 10 + 4 * 40);
 }
 
-// Runs DISABLED_KernelCacheChild.<test> in a fresh process of this test binary (exec, not a bare
-// fork: LLVM and the thread pool must not inherit another thread's state) with SVM_KCACHE_DIR set
-// to `dir`; its exit code, or -1.
+// Runs DISABLED_KernelCacheChild.<test> in a fresh process of this test binary (runTestInChild)
+// with SVM_KCACHE_DIR set to `dir`; its exit code, or -1.
 int runChild(const std::string& test, const std::string& dir, const std::vector<std::string>& more_env = {}) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.push_back("SVM_KCACHE_DIR=" + dir);
+  std::vector<std::string> env{"SVM_KCACHE_DIR=" + dir};
   env.insert(env.end(), more_env.begin(), more_env.end());
-  const std::string filter = "--gtest_filter=DISABLED_KernelCacheChild." + test;
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  std::string filter_arg = filter;
-  char also[] = "--gtest_also_run_disabled_tests";
-  char* argv[] = {self, filter_arg.data(), also, nullptr};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execve(self, argv, envp.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
+  return testing::runTestInChild("DISABLED_KernelCacheChild." + test, env);
 }
 
 // Runs kAddTanhProgram under an O1 JIT on $SVM_KCACHE_DIR (in a fresh process: runChild); exits with

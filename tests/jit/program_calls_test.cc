@@ -258,5 +258,71 @@ TEST(ProgramCalls, DeferredCreationWaitsForCreateDeferredAndCountsAsLibraryCodeg
   EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
 }
 
+// In a fresh process (AnUntunedLibraryKernelDeclinesALayoutOnUngeneratedSgemmCode): nothing has
+// generated oneDNN's sgemm kernels yet. The looped cell's x[:, t]·Wᵀ (A's rows 10 K apart, B a
+// transposed weight) as an O1 install compiles it: with avoid_one_time_codegen its library kernel
+// does not compile exactly when the layout's primitive would first generate that code, and
+// compiles once the code exists. Exit 0 when every expectation held.
+TEST(DISABLED_ProgramCallsChild, DeclineUngeneratedSgemm) {
+  if (!onednn::available()) return;
+  std::mt19937 rng(101);
+  const std::int64_t m = 32, k = 128, n = 1024;
+  const Value a = rowSlice(m, k, 10 * k, 3 * k, rng);
+  const Value b = transposedWeight(DType::Float32, k, n, rng);
+  const std::vector<Value> inputs = {a, b};
+  KernelSpec spec = exactSpec(OpId::MatMul, {}, pointersTo(inputs));
+  spec.params = {.library = 1};
+  ASSERT_FALSE(onednn::sgemmKernelsGenerated()) << "a fresh process";
+  ProgramCalls calls;
+  calls.threads = {1};
+  calls.defer_creation = true;
+  calls.addMatmul(std::vector<ProfileRecord>{matmulRecordOf(a, b)});
+  calls.avoid_one_time_codegen = true;
+  bool declined = false;
+  {
+    const ProgramCallsScope scope(calls);
+    auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+    declined = !kernel.hasValue();
+    if (declined) {
+      EXPECT_NE(kernel.status().message().find("sgemm"), std::string::npos) << kernel.status().message();
+    } else {
+      EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+    }
+  }
+  EXPECT_FALSE(onednn::sgemmKernelsGenerated()) << "the check generates nothing";
+  // Without the flag: compiled, validated, the program's primitives made (createDeferred); the
+  // sgemm code is generated exactly when the check declined.
+  calls.avoid_one_time_codegen = false;
+  {
+    const ProgramCallsScope scope(calls);
+    auto kernel = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+    ASSERT_TRUE(kernel.hasValue()) << kernel.status().toString();
+    const std::vector<Shape> observed = {Shape{m, k}, Shape{k, n}};
+    ASSERT_TRUE(validateKernel(**kernel, validationShapes((*kernel)->spec, observed), 11).isOk());
+    calls.createDeferred();
+    std::vector<Value> actual(1);
+    ASSERT_TRUE(invokeCompiled(**kernel, pointersTo(inputs), actual).isOk());
+    auto expected = callOp("matmul", {a, b}, {});
+    ASSERT_TRUE(expected.hasValue());
+    EXPECT_TRUE(compareOutputs(*expected, actual).ok);
+    EXPECT_TRUE(sharedBackend().free((*kernel)->handle).isOk());
+  }
+  EXPECT_EQ(onednn::sgemmKernelsGenerated(), declined)
+      << "declined exactly when the program's layout needed oneDNN's sgemm code";
+  // Once the code exists, nothing is avoided: the library kernel compiles with the flag.
+  calls.avoid_one_time_codegen = true;
+  {
+    const ProgramCallsScope scope(calls);
+    auto again = compileKernel(sharedBackend(), *matmulFamily(OpId::MatMul), spec);
+    ASSERT_TRUE(again.hasValue()) << again.status().toString();
+    EXPECT_TRUE(sharedBackend().free((*again)->handle).isOk());
+  }
+}
+
+TEST(ProgramCalls, AnUntunedLibraryKernelDeclinesALayoutOnUngeneratedSgemmCode) {
+  if (!onednn::available()) GTEST_SKIP() << "LibraryCandidates=0";
+  EXPECT_EQ(runTestInChild("DISABLED_ProgramCallsChild.DeclineUngeneratedSgemm"), 0);
+}
+
 }  // namespace
 }  // namespace shapevm::jit

@@ -538,6 +538,8 @@ void createForProgram(const Problem& problem) {
 // process's first sgemm call (tens of ms of CPU on a loaded host). A primitive built on it runs
 // that first call wherever it first executes: on the program's thread, unless this ran before. Run
 // once, on the calling (compile) thread, at one task: a small sgemm of each transposition.
+std::atomic<bool> g_sgemm_generated{false};
+
 void generateSgemmKernels() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -550,7 +552,21 @@ void generateSgemmKernels() {
                          kSide);
       }
     }
+    g_sgemm_generated.store(true, std::memory_order_release);
   });
+}
+
+// `problem` (a 2-D one) in one of the program's layouts at one task count of the program's thread.
+Problem layoutProblem(const Problem& problem, const ProgramCalls::Matmul::Layout& layout, int threads) {
+  Problem call = problem;
+  call.m = layout.m;
+  call.a.dims[2] = layout.m;
+  call.c.dims[2] = layout.m;
+  call.a.strides[2] = layout.a[0], call.a.strides[3] = layout.a[1];
+  call.b.strides[2] = layout.b[0], call.b.strides[3] = layout.b[1];
+  for (Problem::Post& post : call.posts) post.view.dims[2] = post.view.strides[2] != 0 ? layout.m : 1;
+  call.threads = callTasks(call, threads);
+  return call;
 }
 
 void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
@@ -578,16 +594,8 @@ void createForProgramNow(const Problem& problem, const ProgramCalls* calls) {
             {m, {problem.a.strides[2], problem.a.strides[3]}, {problem.b.strides[2], problem.b.strides[3]}});
     }
     for (const ProgramCalls::Matmul::Layout& layout : layouts) {
-      const std::int64_t m = layout.m;
       for (const int threads : calls->threads) {
-        Problem call = problem;
-        call.m = m;
-        call.a.dims[2] = m;
-        call.c.dims[2] = m;
-        call.a.strides[2] = layout.a[0], call.a.strides[3] = layout.a[1];
-        call.b.strides[2] = layout.b[0], call.b.strides[3] = layout.b[1];
-        for (Problem::Post& post : call.posts) post.view.dims[2] = post.view.strides[2] != 0 ? m : 1;
-        call.threads = callTasks(call, threads);
+        const Problem call = layoutProblem(problem, layout, threads);
         if (call == problem) continue;
         if (cache().primitives.totals().primitives >= kMaxPrimitives / 2) return;
         auto found = findOrCreate(call);
@@ -783,18 +791,61 @@ std::vector<KernelParams> candidates(const KernelSpec& spec) {
   return found;
 }
 
+bool sgemmKernelsGenerated() {
+  return g_sgemm_generated.load(std::memory_order_acquire);
+}
+
+namespace {
+
+// `spec`'s problem at M x K x N on dense row-major operands.
+Problem denseProblem(const KernelSpec& spec, std::int64_t m, std::int64_t k, std::int64_t n) {
+  Problem problem = problemOf(spec);
+  problem.m = m, problem.k = k, problem.n = n;
+  problem.a.dims[2] = m, problem.a.dims[3] = k, problem.a.strides[2] = k, problem.a.strides[3] = 1;
+  problem.b.dims[2] = k, problem.b.dims[3] = n, problem.b.strides[2] = n, problem.b.strides[3] = 1;
+  problem.c.dims[2] = m, problem.c.dims[3] = n, problem.c.strides[2] = n, problem.c.strides[3] = 1;
+  return problem;
+}
+
+// ProgramCalls::avoid_one_time_codegen: an error when one of the program's recorded layouts of
+// `spec`'s K and N runs on oneDNN's sgemm while its kernels are not generated yet. Checked for 2-D
+// problems whose post-ops read no operand (their views come with the call).
+Status declineUngeneratedSgemm(const KernelSpec& spec, const matmul::MatmulDims& dims, const ProgramCalls& calls) {
+  if (sgemmKernelsGenerated() || calls.threads.empty() || dims.k < 0 || dims.n < 0 || spec.inputs[0].rank > 2 ||
+      spec.inputs[1].rank > 2)
+    return Status::ok();
+  const Problem problem = denseProblem(spec, 1, dims.k, dims.n);
+  if (problem.sgemm) return Status::ok();
+  for (const Problem::Post& post : problem.posts) {
+    if (post.operand >= 0) return Status::ok();
+  }
+  for (const ProgramCalls::Matmul& matmul : calls.matmuls) {
+    if (matmul.k != problem.k || matmul.n != problem.n) continue;
+    for (const ProgramCalls::Matmul::Layout& layout : matmul.layouts) {
+      auto found = findOrCreate(layoutProblem(problem, layout, calls.threads.front()));
+      if (!found || !(*found)->onSgemm()) continue;
+      return makeError(ErrorCode::Unsupported,
+                       "oneDNN runs the program's layout (A {}x{} with rows {} apart, B strides {}, {}) on its "
+                       "sgemm, whose code this process has not generated yet (tens of ms, once); untuned, the "
+                       "generated kernel instead",
+                       layout.m, problem.k, layout.a[0], layout.b[0], layout.b[1]);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status createFor(const KernelSpec& spec) {
   SVM_RETURN_IF_ERROR(expressible(spec));
   const OperandSpec& a = spec.inputs[0];
   const OperandSpec& b = spec.inputs[1];
   const matmul::MatmulDims dims = matmul::staticDims(spec);
+  if (const ProgramCalls* calls = ProgramCalls::current(); calls != nullptr && calls->avoid_one_time_codegen)
+    SVM_RETURN_IF_ERROR(declineUngeneratedSgemm(spec, dims, *calls));
   if (dims.m < 0 || dims.k < 0 || dims.n < 0 || !a.contiguous || !b.contiguous || a.rank > 2 || b.rank > 2)
     return Status::ok();  // at the first call (batched problems too: their views come from prepare())
-  Problem problem = problemOf(spec);
-  problem.m = dims.m, problem.k = dims.k, problem.n = dims.n;
-  problem.a.dims[2] = dims.m, problem.a.dims[3] = dims.k, problem.a.strides[2] = dims.k, problem.a.strides[3] = 1;
-  problem.b.dims[2] = dims.k, problem.b.dims[3] = dims.n, problem.b.strides[2] = dims.n, problem.b.strides[3] = 1;
-  problem.c.dims[2] = dims.m, problem.c.dims[3] = dims.n, problem.c.strides[2] = dims.n, problem.c.strides[3] = 1;
+  Problem problem = denseProblem(spec, dims.m, dims.k, dims.n);
   std::int64_t out_dims[kAxes];
   problem.outDims(out_dims);
   problem.threads = callTasks(problem, kernelThreads());
