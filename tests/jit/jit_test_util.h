@@ -48,11 +48,9 @@ inline Value transposedWeight(DType dtype, std::int64_t k, std::int64_t n, std::
   return Value::fromTensor(w.asStrided(Shape{k, n}, Shape{1, k}, 0).value());
 }
 
-// One LLVM CPU backend for the whole test binary (creating LLJIT costs ~10 ms). Its CPU is the
-// host's, or $SHAPEVM_JIT_CPU's (the jit_tests_haswell ctest runs the kernel tests for haswell).
 // Runs the gtest `test` (e.g. "DISABLED_Child.Name") of this test binary in a fresh process (exec,
-// not a bare fork: LLVM and the thread pool must not inherit another thread's state), with `env`
-// added to this process's environment; its exit code, or -1.
+// not a bare fork: LLVM and the thread pool must not inherit another thread's state), with
+// `more_env` added to this process's environment; its exit code, or -1.
 inline int runTestInChild(const std::string& test, const std::vector<std::string>& more_env = {}) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
@@ -74,6 +72,8 @@ inline int runTestInChild(const std::string& test, const std::vector<std::string
   return WEXITSTATUS(status);
 }
 
+// One LLVM CPU backend for the whole test binary (creating LLJIT costs ~10 ms). Its CPU is the
+// host's, or $SHAPEVM_JIT_CPU's (the jit_tests_haswell ctest runs the kernel tests for haswell).
 inline LlvmCpuBackend& sharedLlvmBackend() {
   static std::unique_ptr<LlvmCpuBackend> engine = [] {
     auto created = LlvmCpuBackend::create();

@@ -534,12 +534,12 @@ void createForProgram(const Problem& problem) {
   createForProgramNow(problem, calls);
 }
 
+std::atomic<bool> g_sgemm_generated{false};  // generateSgemmKernels() ran
+
 // oneDNN generates its sgemm's kernels (packing and compute, every transposition) at the
 // process's first sgemm call (tens of ms of CPU on a loaded host). A primitive built on it runs
 // that first call wherever it first executes: on the program's thread, unless this ran before. Run
 // once, on the calling (compile) thread, at one task: a small sgemm of each transposition.
-std::atomic<bool> g_sgemm_generated{false};
-
 void generateSgemmKernels() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -79,8 +79,9 @@ inline bool isLibrarySymbol(std::string_view symbol) {
 
 // Library candidates on: oneDNN is built in and the LibraryCandidates tunable is 1.
 bool available();
-// Whether this process has generated oneDNN's sgemm kernels yet (its first sgemm, or the compile
-// thread's generateSgemmKernels()).
+// Whether the compile thread has had oneDNN generate its sgemm kernels in this process (the
+// program-layout preparation does, once). An sgemm that ran some other way (a tuning timing of
+// impl=sgemm) may have generated them too without this knowing: callers only err on caution.
 bool sgemmKernelsGenerated();
 // OK when the candidate spec.params.library names can compute `spec`; else the reason. The
 // primitive alone (0 or 1): rank 2..4 operands of one dtype, a post-op for every epilogue step,
