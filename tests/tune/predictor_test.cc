@@ -2,7 +2,9 @@
 // The learned candidate predictor (tune/predictor.h): training and ranking are deterministic given
 // the records (any order in, the same ranking out), the nearest shape's winner ranks right after
 // the default and candidates near it in parameter space follow, records of other families or
-// hosts and default winners do not vote, and the nearest-shape baseline keeps its order.
+// hosts and default winners do not vote, and the nearest-shape baseline keeps its order. With
+// timing tables, the candidate close to every neighbour's best ranks first, and a record without a
+// table counts its winner and default time.
 #include "tune/predictor.h"
 
 #include <gtest/gtest.h>
@@ -156,9 +158,9 @@ TEST(CandidatePredictor, TimingTablesPickTheCandidateCloseToEveryNeighboursBestF
 }
 
 TEST(CandidatePredictor, ANeighbourWithoutATableCountsItsWinnerAndDefault) {
-  // "p" (a table) and "r" (an older line: winner and default times only), equally near. The
-  // table's best after the default is p's shared-looking tile; r's winner gains r the most; with
-  // r twice as slow at its default (2.0 against p's 1.3), r's winner comes first.
+  // "p" (a table) and "r" (an older line: winner and default times only), equally near. Each
+  // winner gains its own record the time its default loses: with r twice as slow at its default
+  // (2.0 against p's 1.3), r's winner comes first.
   const KernelParams p_best = tile(2, 64, 128), r_best = tile(8, 16, 512);
   TuningRecord r = record("r", {7, 7, 7, 10}, r_best);
   r.us = 10;
